@@ -1,0 +1,159 @@
+// A REQ socket to the broker, synchronous calls on contexts, and the status helper.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "conn.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+
+void
+conn_copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src != NULL ? src : "");
+}
+
+int
+conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
+          char *err, size_t err_len)
+{
+    int rv;
+    memset(c, 0, sizeof(*c));
+    if ((rv = nng_req0_open(&c->sock)) != 0) {
+        snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, (nng_duration)reconnect_max_ms);
+    if ((rv = nng_dialer_create(&c->dialer, c->sock, url)) != 0) {
+        snprintf(err, err_len, "bad broker URL '%s': %s", url, nng_strerror(rv));
+        nng_close(c->sock);
+        return STOKER_INVALID;
+    }
+    nng_dialer_set_size(c->dialer, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    if ((rv = nng_dialer_start(c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
+        snprintf(err, err_len, "cannot dial '%s': %s", url, nng_strerror(rv));
+        nng_close(c->sock);
+        return stoker_err_from_nng(rv);
+    }
+    c->open = 1;
+    return STOKER_OK;
+}
+
+void
+conn_close(conn *c)
+{
+    if (c->open) {
+        nng_close(c->sock);
+        c->open = 0;
+    }
+}
+
+int
+conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_reply **out,
+          char *err, size_t err_len)
+{
+    nng_msg *msg;
+    nng_aio *aio;
+    int rv = stoker_wire_encode_request(req, &msg);
+    if (rv != STOKER_OK) {
+        snprintf(err, err_len, "cannot encode request: %s", stoker_strerror(rv));
+        return rv;
+    }
+    if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+        nng_msg_free(msg);
+        snprintf(err, err_len, "out of memory");
+        return STOKER_NOMEM;
+    }
+    // One deadline for send and receive together.
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
+    nng_aio_set_msg(aio, msg);
+    nng_ctx_send(ctx, aio);
+    nng_aio_wait(aio);
+    if ((rv = nng_aio_result(aio)) != 0) {
+        nng_msg_free(nng_aio_get_msg(aio));
+        nng_aio_free(aio);
+        snprintf(err, err_len, "send: %s", nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    uint64_t now = stoker_now_ms();
+    nng_aio_set_timeout(aio, now < deadline ? (nng_duration)(deadline - now) : 1);
+    nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    if ((rv = nng_aio_result(aio)) != 0) {
+        nng_aio_free(aio);
+        snprintf(err, err_len, "receive: %s", nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    msg = nng_aio_get_msg(aio);
+    nng_aio_free(aio);
+    rv = stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), out, err, err_len);
+    nng_msg_free(msg);
+    return rv;
+}
+
+void
+stoker_client_options_init(stoker_client_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->request_timeout_ms = 3000;
+    o->reconnect_max_ms = 1000;
+    o->give_up_ms = 30000;
+    o->max_message_bytes = 256u << 20;
+}
+
+int
+stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, stoker_status **out,
+                    char *err, size_t err_len)
+{
+    conn c;
+    nng_ctx ctx;
+    stoker_reply *rep = NULL;
+    stoker_status *st = NULL;
+    int rv = conn_open(&c, url, 256u << 20, 100, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    if ((rv = nng_ctx_open(&ctx, c.sock)) != 0) {
+        conn_close(&c);
+        return stoker_err_from_nng(rv);
+    }
+    stoker_request req = {.method = STOKER_STATUS};
+    conn_copy_str(req.token, sizeof(req.token), token);
+    rv = conn_call(ctx, &req, timeout_ms, &rep, err, err_len);
+    if (rv == STOKER_OK && rep->code != STOKER_OK) {
+        rv = rep->code;
+        snprintf(err, err_len, "%s", rep->message);
+    }
+    if (rv == STOKER_OK) {
+        st = calloc(1, sizeof(*st));
+        if (st == NULL) {
+            rv = STOKER_NOMEM;
+        } else {
+            st->counters = rep->counters;
+            st->n_producers = rep->n_producers;
+            st->producers = rep->producers; // take ownership
+            rep->producers = NULL;
+            rep->n_producers = 0;
+            *out = st;
+        }
+    }
+    stoker_reply_free(rep);
+    nng_ctx_close(ctx);
+    conn_close(&c);
+    return rv;
+}
+
+void
+stoker_status_destroy(stoker_status *st)
+{
+    if (st == NULL)
+        return;
+    free(st->producers);
+    free(st);
+}

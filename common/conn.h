@@ -1,0 +1,34 @@
+// Private to libstoker: a REQ socket to the broker and one synchronous request on a context.
+// nng REQ's automatic resend is disabled (resend time infinite): it would duplicate pulls, and
+// pushes are resent by our own code under the seq rule instead.
+#ifndef STOKER_CONN_H
+#define STOKER_CONN_H
+
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "stoker/client.h"
+#include "stoker/wire.h"
+
+typedef struct conn {
+    nng_socket sock;
+    nng_dialer dialer;
+    int open;
+} conn;
+
+// Opens a REQ socket and starts dialing url in the background (returns at once).
+int conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
+              char *err, size_t err_len);
+void conn_close(conn *c);
+
+// Sends req on ctx and waits for the reply, at most timeout_ms in all. On STOKER_OK *out is the
+// decoded reply (caller frees with stoker_reply_free); its code may still be an error. Transport
+// failures return STOKER_TIMEOUT / STOKER_CONNECTION / STOKER_CLOSED, with a reason in err.
+int conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_reply **out,
+              char *err, size_t err_len);
+
+// Copies src into dst (cap bytes, always terminated).
+void conn_copy_str(char *dst, size_t cap, const char *src);
+
+#endif

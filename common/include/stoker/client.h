@@ -1,0 +1,38 @@
+// What producer and trainer clients share: connection options and the broker's status snapshot.
+#ifndef STOKER_CLIENT_H
+#define STOKER_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/protocol.h"
+
+typedef struct stoker_client_options {
+    const char *url;   // broker URL: tcp://, ipc://, inproc://, tls+tcp:// (borrowed)
+    const char *name;  // shown in the broker's events and status (borrowed; may be NULL)
+    const char *token; // auth token (borrowed; may be NULL)
+    uint64_t session;  // 0: draw a random one; keep it to resume after a restart
+    uint32_t request_timeout_ms; // one attempt of one request, beyond any server-side wait
+    uint32_t reconnect_max_ms;   // cap of the exponential reconnect backoff
+    uint32_t give_up_ms;         // how long a request is retried before STOKER_CONNECTION
+    size_t max_message_bytes;    // largest reply accepted
+    const volatile int *stop;    // when nonzero, blocking calls return STOKER_INTERRUPTED soon
+} stoker_client_options;
+
+// Fills defaults: request 3000 ms, reconnect cap 1000 ms, give up after 30000 ms,
+// messages up to 256 MiB, random session.
+void stoker_client_options_init(stoker_client_options *opts);
+
+typedef struct stoker_status {
+    stoker_counters counters;
+    uint32_t n_producers;
+    stoker_producer_info *producers;
+} stoker_status;
+
+// Asks the broker at url for its status, within timeout_ms. *out (owned by the caller, free
+// with stoker_status_destroy) is written on success; on failure err holds the reason.
+int stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms,
+                        stoker_status **out, char *err, size_t err_len);
+void stoker_status_destroy(stoker_status *status);
+
+#endif

@@ -1,0 +1,38 @@
+// The generator interface: how user code makes examples. A generator fills one example at a
+// time into slots the caller provides; stoker_producer_run (producer.h) drives it, handling the
+// connection, pushes, retries, reconnects, signals and goodbye.
+#ifndef STOKER_GENERATOR_H
+#define STOKER_GENERATOR_H
+
+#include <stdint.h>
+
+#include "stoker/chunk.h"
+#include "stoker/schema.h"
+
+// Fills example seq. fields[i] points at room for one example of field i of the generator's
+// schema (stoker_field_bytes bytes, aligned for its dtype). seed is derived from the run's seed,
+// the producer's name and seq (stoker_example_seed): use it, not global state, so output does
+// not depend on timing. Returns STOKER_OK; STOKER_END_OF_DATA when the generator has no more
+// examples (nothing was written); any other stoker_err on failure (message already logged).
+// Called from one thread at a time.
+typedef int (*stoker_fill_fn)(void *user, uint64_t seq, uint64_t seed, void *const fields[]);
+
+typedef struct stoker_generator {
+    const char *kind; // "synthetic", "exec", "images", or the user's; borrowed
+    stoker_schema schema;
+    stoker_fill_fn fill;
+    void *user;
+    // Frees user; may be NULL. Called by stoker_generator_fini.
+    void (*destroy)(void *user);
+} stoker_generator;
+
+// Appends up to n examples to chunk (which must have the generator's schema and room for n),
+// numbered first_seq, first_seq + 1, ...; seeds from (seed, name, seq). Stops early at
+// STOKER_END_OF_DATA or an error: chunk->count then holds the good examples made before it, and
+// the code is returned (STOKER_OK when all n were made).
+int stoker_generator_fill_chunk(const stoker_generator *gen, stoker_chunk *chunk, uint32_t n,
+                                uint64_t first_seq, uint64_t seed, const char *name);
+// Calls destroy; accepts NULL.
+void stoker_generator_fini(stoker_generator *gen);
+
+#endif

@@ -1,0 +1,50 @@
+// The producer side of the protocol: hello, push chunks with their first seq, heartbeat,
+// goodbye. Pushes are idempotent by seq, so after a RETRY, a timeout or a reconnect the client
+// simply sends the same chunk again; the broker keeps only examples beyond what it holds.
+// While connected, a background thread sends a heartbeat whenever nothing else was sent for a
+// third of the broker's producer timeout, so a slow generator is not taken for a lost producer.
+#ifndef STOKER_PRODUCER_CLIENT_H
+#define STOKER_PRODUCER_CLIENT_H
+
+#include "stoker/chunk.h"
+#include "stoker/client.h"
+
+typedef struct stoker_producer_client stoker_producer_client;
+
+// Creates a client for schema (copied) and starts dialing opts->url in the background; returns
+// at once. opts and its strings are copied. *out is written on success.
+int stoker_producer_client_create(const stoker_client_options *opts, const stoker_schema *schema,
+                                  stoker_producer_client **out);
+
+// Says hello (blocking, retried with backoff up to opts.give_up_ms). Push calls it when needed,
+// so calling it is optional; useful to fail fast on a schema mismatch or bad token.
+// Returns STOKER_OK, STOKER_SCHEMA_MISMATCH / STOKER_UNAUTHENTICATED / STOKER_INVALID (the
+// broker's message is in stoker_producer_client_error), STOKER_CONNECTION, STOKER_INTERRUPTED.
+int stoker_producer_client_hello(stoker_producer_client *pc);
+
+// Pushes chunk (borrowed; its schema must equal the client's) as examples first_seq ..
+// first_seq + count - 1, and blocks until the broker acknowledged all of them. first_seq must
+// be the client's next seq (stoker_producer_client_next_seq). Handles RETRY (queue full),
+// reconnects and re-hello by itself. Returns STOKER_OK, or an error as for hello; after
+// STOKER_INTERRUPTED the chunk may or may not be held by the broker (resending is safe).
+int stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
+                                uint64_t first_seq);
+
+// The seq of the next example to push (0 for a new session).
+uint64_t stoker_producer_client_next_seq(const stoker_producer_client *pc);
+// The session id (random unless given in the options).
+uint64_t stoker_producer_client_session(const stoker_producer_client *pc);
+// The broker's id for this producer (0 before the first hello).
+uint32_t stoker_producer_client_id(const stoker_producer_client *pc);
+// The broker's message for the last error (static storage of the client; "" when none).
+const char *stoker_producer_client_error(const stoker_producer_client *pc);
+
+// Tells the broker this producer finished (it reports `producer_finished`). Bounded: tries for
+// at most 2 s. Returns STOKER_OK or the last error.
+int stoker_producer_client_goodbye(stoker_producer_client *pc);
+
+// Stops the heartbeat thread, closes the socket and frees; accepts NULL. Without a goodbye the
+// broker reports the producer lost.
+void stoker_producer_client_destroy(stoker_producer_client *pc);
+
+#endif

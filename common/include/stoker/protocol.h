@@ -1,0 +1,82 @@
+// Protocol vocabulary shared by the broker and its clients: methods, roles, events and the
+// status snapshot. The wire format itself is private to wire.c.
+#ifndef STOKER_PROTOCOL_H
+#define STOKER_PROTOCOL_H
+
+#include <stdint.h>
+
+#include "stoker/schema.h"
+
+#define STOKER_REASON_MAX 160
+
+typedef enum stoker_method {
+    STOKER_METHOD_NONE = 0,
+    STOKER_HELLO = 1,
+    STOKER_PUSH = 2,
+    STOKER_PULL = 3,
+    STOKER_ACK = 4,
+    STOKER_STATUS = 5,
+    STOKER_GOODBYE = 6,
+    STOKER_HEARTBEAT = 7,
+} stoker_method;
+
+typedef enum stoker_role {
+    STOKER_ROLE_NONE = 0,
+    STOKER_ROLE_PRODUCER = 1,
+    STOKER_ROLE_TRAINER = 2,
+    STOKER_ROLE_OBSERVER = 3,
+} stoker_role;
+
+typedef enum stoker_event_kind {
+    STOKER_EVENT_NONE = 0,
+    STOKER_EVENT_PRODUCER_JOINED = 1,
+    STOKER_EVENT_PRODUCER_LOST = 2,
+    STOKER_EVENT_PRODUCER_FINISHED = 3,
+    STOKER_EVENT_PRODUCER_RECONNECTED = 4,
+} stoker_event_kind;
+
+typedef struct stoker_event {
+    uint64_t index; // position in the broker's event log, from 1
+    stoker_event_kind kind;
+    uint32_t producer; // the broker's producer id
+    char name[STOKER_NAME_MAX];
+    double at_s; // broker uptime when it happened
+    char reason[STOKER_REASON_MAX];
+} stoker_event;
+
+// "producer_joined", "producer_lost", ...
+const char *stoker_event_kind_name(stoker_event_kind kind);
+
+typedef enum stoker_producer_status {
+    STOKER_PRODUCER_ALIVE = 0,
+    STOKER_PRODUCER_LOST = 1,
+    STOKER_PRODUCER_FINISHED = 2,
+} stoker_producer_status;
+
+// "alive", "lost", "finished".
+const char *stoker_producer_status_name(stoker_producer_status status);
+
+// The broker's accounting. produced = acknowledged + queued + in_flight at every moment.
+typedef struct stoker_counters {
+    uint64_t produced;     // examples accepted from producers
+    uint64_t acknowledged; // examples acknowledged by trainers
+    uint64_t queued;       // examples waiting in producer queues
+    uint64_t in_flight;    // examples leased to trainers, not yet acknowledged
+    uint64_t redelivered;  // examples returned to their queues from dropped leases
+    uint64_t delivered;    // examples sent to trainers, redeliveries included
+    uint64_t queued_bytes;
+    uint32_t producers_alive;
+    uint32_t trainers;
+    uint64_t refused; // requests refused with an error
+} stoker_counters;
+
+typedef struct stoker_producer_info {
+    uint32_t id;
+    char name[STOKER_NAME_MAX];
+    uint64_t session;
+    stoker_producer_status status;
+    uint64_t queued, accepted, delivered, acknowledged, redelivered;
+    uint64_t next_seq;
+} stoker_producer_info;
+
+#endif

@@ -1,0 +1,62 @@
+// The trainer side of the protocol: hello, pull batches with several requests in flight
+// (prefetch), acknowledgements piggybacked on the next pull, events, status.
+// A trainer client is used from one thread. Every wait is bounded: a batch arrives, the supply
+// ends (STOKER_NO_PRODUCERS / STOKER_END_OF_DATA), or nothing arrives within the stall timeout
+// (STOKER_STALLED).
+#ifndef STOKER_TRAINER_CLIENT_H
+#define STOKER_TRAINER_CLIENT_H
+
+#include "stoker/chunk.h"
+#include "stoker/client.h"
+
+typedef struct stoker_trainer_client stoker_trainer_client;
+
+typedef struct stoker_trainer_options {
+    stoker_client_options client;
+    uint32_t batch_size;       // examples per batch (default 4)
+    uint32_t prefetch;         // pull requests kept in flight (default 4, at most 64)
+    uint32_t stall_timeout_ms; // no batch for this long: STOKER_STALLED (default 4000)
+} stoker_trainer_options;
+
+void stoker_trainer_options_init(stoker_trainer_options *opts);
+
+// Connects and says hello (blocking, bounded by opts.client.give_up_ms); on success *out is a
+// new client and the broker's schema is known. Errors: STOKER_CONNECTION (no broker),
+// STOKER_UNAUTHENTICATED, STOKER_INVALID (message in err), STOKER_INTERRUPTED.
+int stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_client **out,
+                                 char *err, size_t err_len);
+
+// The broker's schema (borrowed, valid while the client lives). Zero fields until the first
+// producer said hello, if the broker was started without --schema; stoker_trainer_client_next
+// fills it in as soon as the broker knows it.
+const stoker_schema *stoker_trainer_client_schema(const stoker_trainer_client *tc);
+
+// Waits for the next batch. On STOKER_OK *out is a batch owned by the caller (at most
+// batch_size examples; fewer only at the end of the supply): train on it, then pass its lease to
+// stoker_trainer_client_ack and free it with stoker_batch_destroy. Otherwise:
+// STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended; repeated on later calls),
+// STOKER_STALLED (no batch for stall_timeout_ms), STOKER_INTERRUPTED (*stop set), or an error.
+// Never blocks longer than the stall timeout.
+int stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out);
+
+// Marks lease as done; it is acknowledged with the next pull (or by flush / destroy).
+void stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease);
+// Sends pending acknowledgements now (bounded by the request timeout).
+int stoker_trainer_client_flush(stoker_trainer_client *tc);
+
+// Pops the oldest event not yet returned into *out: 1 if there was one, 0 if none.
+int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out);
+
+// Identities seen twice so far (the client checks every batch's runs), and leases the broker
+// refused to acknowledge (already redelivered after a disconnect).
+uint64_t stoker_trainer_client_duplicates(const stoker_trainer_client *tc);
+uint64_t stoker_trainer_client_acks_refused(const stoker_trainer_client *tc);
+
+// The broker's status, as stoker_status_fetch.
+int stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out);
+
+// Flushes acknowledgements (best effort, bounded), closes and frees; accepts NULL. Leases not
+// acknowledged are redelivered by the broker to other trainers.
+void stoker_trainer_client_destroy(stoker_trainer_client *tc);
+
+#endif

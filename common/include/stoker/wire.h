@@ -1,0 +1,93 @@
+// The wire layer: converts stoker's requests and replies to and from nng messages. It is the
+// only module that sees protobuf-c. Decoding never trusts the peer: every length, count and
+// enum is checked, and a failure is a STOKER_INVALID with a message, never a crash.
+#ifndef STOKER_WIRE_H
+#define STOKER_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/chunk.h"
+#include "stoker/protocol.h"
+
+struct nng_msg;
+
+#define STOKER_TOKEN_MAX   256
+#define STOKER_MESSAGE_MAX 512
+
+typedef struct stoker_request {
+    stoker_method method;
+    uint64_t session; // the sender's session id (producers and trainers)
+    // HELLO
+    stoker_role role;
+    char name[STOKER_NAME_MAX];
+    int has_schema;
+    stoker_schema schema;
+    uint64_t next_seq; // producer: the seq it will push next (resumption)
+    char token[STOKER_TOKEN_MAX];
+    // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
+    // decoded message and is only valid until stoker_request_free.
+    uint64_t first_seq;
+    uint32_t n_data;            // blobs received (must equal the schema's field count)
+    size_t data_len[STOKER_MAX_FIELDS];
+    stoker_chunk chunk;
+    // PULL
+    uint32_t max_examples;
+    uint32_t wait_ms;
+    // PULL (piggybacked) and ACK
+    uint32_t n_acks;
+    const uint64_t *acks; // aliases the decoded message
+    void *owner;          // internal
+} stoker_request;
+
+typedef struct stoker_reply {
+    int code; // a stoker_err
+    char message[STOKER_MESSAGE_MAX];
+    // HELLO
+    uint32_t peer_id;
+    uint64_t next_seq;
+    int has_schema;
+    stoker_schema schema;
+    uint32_t heartbeat_ms;
+    // PUSH
+    uint64_t acked_through;
+    // PULL: chunk data and runs alias the decoded message (or, when encoding, the caller's).
+    uint64_t lease;
+    uint32_t n_data;
+    size_t data_len[STOKER_MAX_FIELDS];
+    stoker_chunk chunk;
+    uint32_t n_runs;
+    stoker_run *runs;
+    uint32_t n_events;
+    stoker_event *events;
+    uint32_t acks_refused;
+    // STATUS
+    int has_counters;
+    stoker_counters counters;
+    uint32_t n_producers;
+    stoker_producer_info *producers;
+    void *owner; // internal
+} stoker_reply;
+
+// Encodes req into a new nng message (*out, owned by the caller on success). For PUSH the chunk's
+// schema must be set (it gives the field sizes).
+int stoker_wire_encode_request(const stoker_request *req, struct nng_msg **out);
+// Decodes a request from len bytes at buf. On success *out is a new request owned by the caller
+// (free with stoker_request_free). On failure returns STOKER_INVALID (or STOKER_NOMEM) and writes
+// the reason into err.
+int stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
+                               size_t err_len);
+void stoker_request_free(stoker_request *req);
+
+// As above for replies. A PULL reply's chunk must have its schema set when encoding.
+int stoker_wire_encode_reply(const stoker_reply *rep, struct nng_msg **out);
+int stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err,
+                             size_t err_len);
+void stoker_reply_free(stoker_reply *rep);
+
+// Gives a decoded chunk its schema after checking that the n_data blobs of data_len bytes are
+// exactly count examples of schema. STOKER_INVALID with a reason in err otherwise.
+int stoker_wire_bind_chunk(stoker_chunk *chunk, uint32_t n_data, const size_t *data_len,
+                           const stoker_schema *schema, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,299 @@
+// Schema parsing, formatting and comparison. Limits (fields, rank, bytes per example) are
+// checked here so nothing downstream multiplies unchecked sizes from a peer.
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stoker/error.h"
+#include "stoker/schema.h"
+
+// An example larger than this is refused (1 GiB): it bounds every size computation.
+#define EXAMPLE_BYTES_MAX (1ull << 30)
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[STOKER_DTYPE_COUNT] = {
+    [STOKER_DTYPE_INVALID] = {"invalid", 0}, [STOKER_FLOAT32] = {"float32", 4},
+    [STOKER_FLOAT64] = {"float64", 8},       [STOKER_INT32] = {"int32", 4},
+    [STOKER_INT64] = {"int64", 8},           [STOKER_UINT8] = {"uint8", 1},
+    [STOKER_INT8] = {"int8", 1},             [STOKER_INT16] = {"int16", 2},
+    [STOKER_UINT16] = {"uint16", 2},
+};
+
+size_t
+stoker_dtype_size(stoker_dtype dtype)
+{
+    return (dtype > 0 && dtype < STOKER_DTYPE_COUNT) ? dtypes[dtype].size : 0;
+}
+
+const char *
+stoker_dtype_name(stoker_dtype dtype)
+{
+    return (dtype > 0 && dtype < STOKER_DTYPE_COUNT) ? dtypes[dtype].name : "invalid";
+}
+
+int
+stoker_dtype_parse(const char *name, stoker_dtype *out)
+{
+    for (int i = 1; i < STOKER_DTYPE_COUNT; i++) {
+        if (strcmp(name, dtypes[i].name) == 0) {
+            *out = (stoker_dtype)i;
+            return STOKER_OK;
+        }
+    }
+    return STOKER_INVALID;
+}
+
+size_t
+stoker_field_elems(const stoker_field *field)
+{
+    size_t n = 1;
+    for (uint32_t i = 0; i < field->rank && i < STOKER_MAX_RANK; i++)
+        n *= field->shape[i];
+    return n;
+}
+
+size_t
+stoker_field_bytes(const stoker_field *field)
+{
+    return stoker_field_elems(field) * stoker_dtype_size(field->dtype);
+}
+
+size_t
+stoker_schema_example_bytes(const stoker_schema *schema)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < schema->n_fields && i < STOKER_MAX_FIELDS; i++)
+        n += stoker_field_bytes(&schema->fields[i]);
+    return n;
+}
+
+static int
+fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int
+fail(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err != NULL && err_len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return STOKER_INVALID;
+}
+
+int
+stoker_schema_validate(const stoker_schema *s, char *err, size_t err_len)
+{
+    if (s->n_fields == 0)
+        return fail(err, err_len, "schema has no fields");
+    if (s->n_fields > STOKER_MAX_FIELDS)
+        return fail(err, err_len, "schema has %u fields, at most %d allowed", s->n_fields,
+                    STOKER_MAX_FIELDS);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < s->n_fields; i++) {
+        const stoker_field *f = &s->fields[i];
+        size_t len = strnlen(f->name, STOKER_NAME_MAX);
+        if (len == 0 || len == STOKER_NAME_MAX)
+            return fail(err, err_len, "field %u: name empty or longer than %d bytes", i,
+                        STOKER_NAME_MAX - 1);
+        for (size_t k = 0; k < len; k++) {
+            unsigned char c = (unsigned char)f->name[k];
+            if (!(isalnum(c) || c == '_' || c == '-' || c == '.'))
+                return fail(err, err_len, "field '%s': name may hold only letters, digits, _ - .",
+                            f->name);
+        }
+        if (stoker_dtype_size(f->dtype) == 0)
+            return fail(err, err_len, "field '%s': unknown dtype %d", f->name, (int)f->dtype);
+        if (f->rank > STOKER_MAX_RANK)
+            return fail(err, err_len, "field '%s': rank %u over %d", f->name, f->rank,
+                        STOKER_MAX_RANK);
+        uint64_t bytes = stoker_dtype_size(f->dtype);
+        for (uint32_t d = 0; d < f->rank; d++) {
+            if (f->shape[d] == 0)
+                return fail(err, err_len, "field '%s': dimension %u is 0", f->name, d);
+            bytes *= f->shape[d];
+            if (bytes > EXAMPLE_BYTES_MAX)
+                return fail(err, err_len, "field '%s': over %llu bytes per example", f->name,
+                            (unsigned long long)EXAMPLE_BYTES_MAX);
+        }
+        total += bytes;
+        if (total > EXAMPLE_BYTES_MAX)
+            return fail(err, err_len, "schema: over %llu bytes per example",
+                        (unsigned long long)EXAMPLE_BYTES_MAX);
+        for (uint32_t j = 0; j < i; j++) {
+            if (strcmp(s->fields[j].name, f->name) == 0)
+                return fail(err, err_len, "field '%s' appears twice", f->name);
+        }
+    }
+    return STOKER_OK;
+}
+
+static const char *
+skip_space(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+int
+stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_len)
+{
+    stoker_schema s;
+    memset(&s, 0, sizeof(s));
+    if (spec == NULL)
+        return fail(err, err_len, "schema: empty");
+    const char *p = skip_space(spec);
+    while (*p != '\0') {
+        if (s.n_fields == STOKER_MAX_FIELDS)
+            return fail(err, err_len, "schema: more than %d fields", STOKER_MAX_FIELDS);
+        stoker_field *f = &s.fields[s.n_fields];
+        // name
+        const char *start = p;
+        while (*p != '\0' && *p != ':' && *p != ',' && *p != ' ')
+            p++;
+        size_t len = (size_t)(p - start);
+        if (len == 0 || len >= STOKER_NAME_MAX)
+            return fail(err, err_len, "schema: expected a field name at '%s'", start);
+        memcpy(f->name, start, len);
+        p = skip_space(p);
+        if (*p != ':')
+            return fail(err, err_len, "schema: field '%s': expected ':dtype[shape]'", f->name);
+        p = skip_space(p + 1);
+        // dtype
+        start = p;
+        while (isalnum((unsigned char)*p))
+            p++;
+        char dname[16] = {0};
+        len = (size_t)(p - start);
+        if (len == 0 || len >= sizeof(dname))
+            return fail(err, err_len, "schema: field '%s': expected a dtype", f->name);
+        memcpy(dname, start, len);
+        if (stoker_dtype_parse(dname, &f->dtype) != STOKER_OK)
+            return fail(err, err_len,
+                        "schema: field '%s': unknown dtype '%s' (float32, float64, int32, int64, "
+                        "uint8, int8, int16, uint16)",
+                        f->name, dname);
+        p = skip_space(p);
+        // shape: [d0,d1,...]; a missing shape means a scalar, [1].
+        if (*p == '[') {
+            p++;
+            for (;;) {
+                p = skip_space(p);
+                if (*p == ']' && f->rank == 0) {
+                    p++;
+                    break;
+                }
+                char *end;
+                errno = 0;
+                unsigned long v = strtoul(p, &end, 10);
+                if (end == p || errno != 0 || v == 0 || v > 0xffffffffUL || *p == '-')
+                    return fail(err, err_len, "schema: field '%s': bad dimension at '%s'", f->name,
+                                p);
+                if (f->rank == STOKER_MAX_RANK)
+                    return fail(err, err_len, "schema: field '%s': more than %d dimensions",
+                                f->name, STOKER_MAX_RANK);
+                f->shape[f->rank++] = (uint32_t)v;
+                p = skip_space(end);
+                if (*p == ',') {
+                    p++;
+                    continue;
+                }
+                if (*p == ']') {
+                    p++;
+                    break;
+                }
+                return fail(err, err_len, "schema: field '%s': expected ',' or ']' at '%s'",
+                            f->name, p);
+            }
+        } else {
+            f->rank = 1;
+            f->shape[0] = 1;
+        }
+        s.n_fields++;
+        p = skip_space(p);
+        if (*p == ',') {
+            p = skip_space(p + 1);
+            if (*p == '\0')
+                return fail(err, err_len, "schema: trailing ','");
+            continue;
+        }
+        if (*p != '\0')
+            return fail(err, err_len, "schema: unexpected '%s'", p);
+    }
+    int rv = stoker_schema_validate(&s, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    *out = s;
+    return STOKER_OK;
+}
+
+void
+stoker_schema_format(const stoker_schema *s, char *buf, size_t len)
+{
+    if (len == 0)
+        return;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < s->n_fields && i < STOKER_MAX_FIELDS && used < len; i++) {
+        const stoker_field *f = &s->fields[i];
+        used += (size_t)snprintf(buf + used, len - used, "%s%.*s:%s[", i ? "," : "",
+                                 STOKER_NAME_MAX, f->name, stoker_dtype_name(f->dtype));
+        for (uint32_t d = 0; d < f->rank && d < STOKER_MAX_RANK && used < len; d++)
+            used += (size_t)snprintf(buf + used, len - used, "%s%u", d ? "," : "", f->shape[d]);
+        if (used < len)
+            used += (size_t)snprintf(buf + used, len - used, "]");
+    }
+}
+
+bool
+stoker_schema_equal(const stoker_schema *a, const stoker_schema *b)
+{
+    if (a->n_fields != b->n_fields)
+        return false;
+    for (uint32_t i = 0; i < a->n_fields && i < STOKER_MAX_FIELDS; i++) {
+        const stoker_field *x = &a->fields[i], *y = &b->fields[i];
+        if (strncmp(x->name, y->name, STOKER_NAME_MAX) != 0 || x->dtype != y->dtype ||
+            x->rank != y->rank)
+            return false;
+        for (uint32_t d = 0; d < x->rank && d < STOKER_MAX_RANK; d++) {
+            if (x->shape[d] != y->shape[d])
+                return false;
+        }
+    }
+    return true;
+}
+
+int
+stoker_schema_find(const stoker_schema *s, const char *name)
+{
+    for (uint32_t i = 0; i < s->n_fields && i < STOKER_MAX_FIELDS; i++) {
+        if (strncmp(s->fields[i].name, name, STOKER_NAME_MAX) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+int
+stoker_schema_add(stoker_schema *s, const char *name, stoker_dtype dtype, uint32_t rank,
+                  const uint32_t *shape)
+{
+    if (s->n_fields >= STOKER_MAX_FIELDS || strlen(name) >= STOKER_NAME_MAX ||
+        rank > STOKER_MAX_RANK)
+        return STOKER_INVALID;
+    stoker_field *f = &s->fields[s->n_fields];
+    memset(f, 0, sizeof(*f));
+    strcpy(f->name, name);
+    f->dtype = dtype;
+    f->rank = rank;
+    for (uint32_t d = 0; d < rank; d++)
+        f->shape[d] = shape[d];
+    s->n_fields++;
+    return STOKER_OK;
+}

@@ -1,0 +1,74 @@
+// The reference synthetic workload (see synthetic.h for the target function).
+#include <math.h>
+#include <stdint.h>
+
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/rng.h"
+#include "stoker/synthetic.h"
+
+void
+stoker_synthetic_schema(stoker_schema *out)
+{
+    *out = (stoker_schema){0};
+    uint32_t in_shape[1] = {STOKER_SYNTHETIC_INPUTS}, out_shape[1] = {1};
+    stoker_schema_add(out, "input", STOKER_FLOAT32, 1, in_shape);
+    stoker_schema_add(out, "output", STOKER_FLOAT32, 1, out_shape);
+}
+
+float
+stoker_synthetic_target(const float x[STOKER_SYNTHETIC_INPUTS])
+{
+    double d = x[2] - x[3];
+    double y = sin(2.0 * M_PI * x[0]) * x[1] + d * d + 0.5 * x[4] * x[5] -
+               0.25 * (x[6] + x[7] + x[8] + x[9]);
+    return (float)y;
+}
+
+int
+stoker_synthetic_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+{
+    const stoker_synthetic *synth = user;
+    (void)seq;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+    float *input = fields[0];
+    float *output = fields[1];
+    for (int i = 0; i < STOKER_SYNTHETIC_INPUTS; i++)
+        input[i] = (float)stoker_rng_uniform(&rng);
+    output[0] = stoker_synthetic_target(input) + (float)(0.01 * stoker_rng_normal(&rng));
+    if (synth->delay_max_s > 0) {
+        // The delay stands in for expensive augmentation: drawn from the example's own seed so
+        // the cost, like the data, does not depend on timing.
+        double delay_s = stoker_rng_range(&rng, synth->delay_min_s, synth->delay_max_s);
+        uint64_t ns = (uint64_t)(delay_s * 1e9);
+        uint64_t end = stoker_now_ns() + ns;
+        while (stoker_now_ns() + 1000000 < end) {
+            if (synth->stop != NULL && *synth->stop)
+                return STOKER_INTERRUPTED;
+            uint64_t left_ms = (end - stoker_now_ns()) / 1000000;
+            stoker_sleep_ms(left_ms > 20 ? 20 : left_ms, synth->stop);
+        }
+        // Sub-millisecond remainder: spin on the clock for accuracy.
+        while (stoker_now_ns() < end)
+            ;
+    }
+    return STOKER_OK;
+}
+
+static void
+synthetic_destroy(void *user)
+{
+    (void)user; // borrowed
+}
+
+void
+stoker_synthetic_generator(stoker_generator *gen, stoker_synthetic *synth)
+{
+    *gen = (stoker_generator){0};
+    gen->kind = "synthetic";
+    stoker_synthetic_schema(&gen->schema);
+    gen->fill = stoker_synthetic_fill;
+    gen->user = synth;
+    gen->destroy = synthetic_destroy;
+}

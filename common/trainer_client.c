@@ -1,0 +1,578 @@
+// Trainer client: hello, then `prefetch` pull requests kept in flight on their own contexts, so
+// a batch is usually waiting when a training step ends. Acknowledgements ride on the next pull.
+// nng completes each pull on its own threads (slot_cb); the training thread takes completed
+// slots in completion order under one lock. Every wait ends at the stall deadline.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "idset.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+#include "stoker/rng.h"
+#include "stoker/trainer_client.h"
+
+#define MAX_PREFETCH 64
+#define MAX_EVENTS   1024
+#define MAX_ACKS     4096
+
+typedef enum slot_state { SLOT_IDLE, SLOT_SENDING, SLOT_RECEIVING, SLOT_DONE } slot_state;
+
+typedef struct slot {
+    stoker_trainer_client *tc;
+    nng_ctx ctx;
+    nng_aio *aio;
+    slot_state state;
+    int result;     // nng result of the failed step, 0 on success
+    nng_msg *reply; // on success
+    uint32_t n_acks;
+    uint64_t acks[MAX_ACKS]; // carried by the request in flight, re-queued if it fails
+} slot;
+
+struct stoker_trainer_client {
+    stoker_trainer_options opts;
+    char url[512];
+    char name[STOKER_NAME_MAX];
+    char token[STOKER_TOKEN_MAX];
+    conn conn;
+    nng_ctx ctl_ctx; // hello, ack, status
+    stoker_schema schema;
+    uint32_t id;
+    int need_hello;
+    int supply_ended; // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA once seen
+    uint64_t last_batch_ms;
+    uint32_t wait_ms;
+    uint32_t failures; // consecutive transport failures, for backoff
+
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    slot slots[MAX_PREFETCH];
+    uint32_t n_slots;
+    uint32_t done[MAX_PREFETCH]; // FIFO of completed slot indices
+    uint32_t done_head, done_len;
+
+    uint64_t pending_acks[MAX_ACKS];
+    uint32_t n_pending_acks;
+
+    stoker_event events[MAX_EVENTS];
+    uint32_t ev_head, ev_len;
+    uint64_t last_event_index;
+
+    idset *seen;
+    uint64_t duplicates;
+    uint64_t acks_refused;
+};
+
+void
+stoker_trainer_options_init(stoker_trainer_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    stoker_client_options_init(&o->client);
+    o->batch_size = 4;
+    o->prefetch = 4;
+    o->stall_timeout_ms = 4000;
+}
+
+static int
+stopped(const stoker_trainer_client *tc)
+{
+    return tc->opts.client.stop != NULL && *tc->opts.client.stop;
+}
+
+static void
+slot_cb(void *arg)
+{
+    slot *s = arg;
+    stoker_trainer_client *tc = s->tc;
+    int rv = nng_aio_result(s->aio);
+    pthread_mutex_lock(&tc->lock);
+    if (s->state == SLOT_SENDING && rv == 0) {
+        s->state = SLOT_RECEIVING;
+        pthread_mutex_unlock(&tc->lock);
+        nng_ctx_recv(s->ctx, s->aio);
+        return;
+    }
+    if (s->state == SLOT_SENDING)
+        nng_msg_free(nng_aio_get_msg(s->aio));
+    s->result = rv;
+    s->reply = rv == 0 ? nng_aio_get_msg(s->aio) : NULL;
+    nng_aio_set_msg(s->aio, NULL);
+    s->state = SLOT_DONE;
+    tc->done[(tc->done_head + tc->done_len) % MAX_PREFETCH] = (uint32_t)(s - tc->slots);
+    tc->done_len++;
+    pthread_cond_signal(&tc->cond);
+    pthread_mutex_unlock(&tc->lock);
+}
+
+static void
+push_event(stoker_trainer_client *tc, const stoker_event *e)
+{
+    if (e->index != 0 && e->index <= tc->last_event_index)
+        return; // already seen
+    if (e->index > tc->last_event_index)
+        tc->last_event_index = e->index;
+    if (tc->ev_len == MAX_EVENTS) {
+        stoker_warn("trainer: event queue full, dropping the oldest event");
+        tc->ev_head = (tc->ev_head + 1) % MAX_EVENTS;
+        tc->ev_len--;
+    }
+    tc->events[(tc->ev_head + tc->ev_len) % MAX_EVENTS] = *e;
+    tc->ev_len++;
+}
+
+static void
+take_reply_extras(stoker_trainer_client *tc, const stoker_reply *rep)
+{
+    for (uint32_t i = 0; i < rep->n_events; i++)
+        push_event(tc, &rep->events[i]);
+    tc->acks_refused += rep->acks_refused;
+    if (rep->has_schema && tc->schema.n_fields == 0)
+        tc->schema = rep->schema;
+}
+
+// Says hello on the control context. Returns the broker's code or a transport error.
+static int
+hello(stoker_trainer_client *tc, char *err, size_t err_len)
+{
+    stoker_request req = {
+        .method = STOKER_HELLO,
+        .session = tc->opts.client.session,
+        .role = STOKER_ROLE_TRAINER,
+    };
+    conn_copy_str(req.name, sizeof(req.name), tc->name);
+    conn_copy_str(req.token, sizeof(req.token), tc->token);
+    stoker_reply *rep = NULL;
+    int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, err_len);
+    if (rv != STOKER_OK)
+        return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
+    rv = rep->code;
+    if (rv == STOKER_OK) {
+        tc->id = rep->peer_id;
+        tc->need_hello = 0;
+        take_reply_extras(tc, rep);
+    } else {
+        snprintf(err, err_len, "%s", rep->message);
+    }
+    stoker_reply_free(rep);
+    return rv;
+}
+
+int
+stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_client **out,
+                             char *err, size_t err_len)
+{
+    int rv;
+    if (opts->client.url == NULL || opts->batch_size == 0 || opts->prefetch == 0 ||
+        opts->prefetch > MAX_PREFETCH || opts->stall_timeout_ms == 0) {
+        snprintf(err, err_len, "trainer options: need a URL, batch size > 0, prefetch 1..%d and "
+                 "a stall timeout", MAX_PREFETCH);
+        return STOKER_INVALID;
+    }
+    stoker_trainer_client *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL)
+        return STOKER_NOMEM;
+    tc->opts = *opts;
+    conn_copy_str(tc->url, sizeof(tc->url), opts->client.url);
+    conn_copy_str(tc->name, sizeof(tc->name),
+                  opts->client.name != NULL ? opts->client.name : "trainer");
+    conn_copy_str(tc->token, sizeof(tc->token), opts->client.token);
+    tc->opts.client.url = tc->url;
+    tc->opts.client.name = tc->name;
+    tc->opts.client.token = tc->token;
+    if (tc->opts.client.session == 0)
+        tc->opts.client.session = stoker_random_u64();
+    // A parked pull comes back empty after wait_ms, which keeps the broker aware we are alive.
+    tc->wait_ms = opts->stall_timeout_ms / 4 < 1000 ? opts->stall_timeout_ms / 4 : 1000;
+    if (tc->wait_ms < 10)
+        tc->wait_ms = 10;
+    pthread_mutex_init(&tc->lock, NULL);
+    pthread_cond_init(&tc->cond, NULL);
+    if ((tc->seen = idset_create()) == NULL) {
+        rv = STOKER_NOMEM;
+        goto fail_seen;
+    }
+    if ((rv = conn_open(&tc->conn, tc->url, opts->client.max_message_bytes,
+                        opts->client.reconnect_max_ms, err, err_len)) != STOKER_OK)
+        goto fail_conn;
+    if ((rv = nng_ctx_open(&tc->ctl_ctx, tc->conn.sock)) != 0) {
+        rv = stoker_err_from_nng(rv);
+        goto fail_slots;
+    }
+    tc->n_slots = opts->prefetch;
+    for (uint32_t i = 0; i < tc->n_slots; i++) {
+        slot *s = &tc->slots[i];
+        s->tc = tc;
+        if ((rv = nng_ctx_open(&s->ctx, tc->conn.sock)) != 0 ||
+            (rv = nng_aio_alloc(&s->aio, slot_cb, s)) != 0) {
+            rv = stoker_err_from_nng(rv);
+            goto fail_slots;
+        }
+        nng_aio_set_timeout(s->aio, (nng_duration)(tc->wait_ms + opts->client.request_timeout_ms));
+    }
+
+    // Hello, retried until the broker answers; then wait (bounded by the stall timeout) until the
+    // broker knows the schema, which it learns from its first producer unless given --schema.
+    uint64_t give_up = stoker_now_ms() + opts->client.give_up_ms;
+    uint32_t delay = 10;
+    for (;;) {
+        if (stopped(tc)) {
+            rv = STOKER_INTERRUPTED;
+            goto fail_slots;
+        }
+        rv = hello(tc, err, err_len);
+        if (rv == STOKER_OK)
+            break;
+        if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION)
+            goto fail_slots;
+        if (stoker_now_ms() >= give_up) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, err_len, "no broker answered at %s within %u ms (%s)", tc->url,
+                     opts->client.give_up_ms, why);
+            rv = STOKER_CONNECTION;
+            goto fail_slots;
+        }
+        stoker_sleep_ms(delay, opts->client.stop);
+        delay = delay * 2 > opts->client.reconnect_max_ms ? opts->client.reconnect_max_ms
+                                                          : delay * 2;
+    }
+    uint64_t schema_deadline = stoker_now_ms() + opts->stall_timeout_ms;
+    while (tc->schema.n_fields == 0) {
+        if (stopped(tc)) {
+            rv = STOKER_INTERRUPTED;
+            goto fail_slots;
+        }
+        if (stoker_now_ms() >= schema_deadline) {
+            snprintf(err, err_len, "the broker has no schema yet (no producer connected within "
+                     "%u ms)", opts->stall_timeout_ms);
+            rv = STOKER_STALLED;
+            goto fail_slots;
+        }
+        stoker_sleep_ms(50, opts->client.stop);
+        if ((rv = hello(tc, err, err_len)) != STOKER_OK && rv != STOKER_TIMEOUT &&
+            rv != STOKER_CONNECTION)
+            goto fail_slots;
+    }
+    tc->last_batch_ms = stoker_now_ms();
+    *out = tc;
+    return STOKER_OK;
+
+fail_slots:
+    for (uint32_t i = 0; i < tc->n_slots; i++) {
+        if (tc->slots[i].aio != NULL)
+            nng_aio_free(tc->slots[i].aio);
+    }
+    conn_close(&tc->conn);
+fail_conn:
+    idset_destroy(tc->seen);
+fail_seen:
+    pthread_cond_destroy(&tc->cond);
+    pthread_mutex_destroy(&tc->lock);
+    free(tc);
+    return rv;
+}
+
+const stoker_schema *
+stoker_trainer_client_schema(const stoker_trainer_client *tc)
+{
+    return &tc->schema;
+}
+
+// Starts a pull on an idle slot, carrying the pending acknowledgements.
+static void
+issue(stoker_trainer_client *tc, slot *s)
+{
+    stoker_request req = {
+        .method = STOKER_PULL,
+        .session = tc->opts.client.session,
+        .max_examples = tc->opts.batch_size,
+        .wait_ms = tc->wait_ms,
+    };
+    s->n_acks = tc->n_pending_acks;
+    memcpy(s->acks, tc->pending_acks, s->n_acks * sizeof(uint64_t));
+    tc->n_pending_acks = 0;
+    req.n_acks = s->n_acks;
+    req.acks = s->acks;
+    nng_msg *msg;
+    if (stoker_wire_encode_request(&req, &msg) != STOKER_OK) {
+        // Out of memory: leave the slot idle and the acks pending; the next call retries.
+        memcpy(tc->pending_acks, s->acks, s->n_acks * sizeof(uint64_t));
+        tc->n_pending_acks = s->n_acks;
+        s->n_acks = 0;
+        return;
+    }
+    s->state = SLOT_SENDING;
+    nng_aio_set_msg(s->aio, msg);
+    nng_ctx_send(s->ctx, s->aio);
+}
+
+static void
+requeue_acks(stoker_trainer_client *tc, slot *s)
+{
+    for (uint32_t i = 0; i < s->n_acks && tc->n_pending_acks < MAX_ACKS; i++)
+        tc->pending_acks[tc->n_pending_acks++] = s->acks[i];
+    s->n_acks = 0;
+}
+
+// Turns a successful pull reply into a batch. Takes ownership of rep.
+static int
+make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
+{
+    char err[256];
+    stoker_batch *b = calloc(1, sizeof(*b));
+    if (b == NULL) {
+        stoker_reply_free(rep);
+        return STOKER_NOMEM;
+    }
+    b->chunk = rep->chunk;
+    int rv = stoker_wire_bind_chunk(&b->chunk, rep->n_data, rep->data_len, &tc->schema, err,
+                                    sizeof(err));
+    if (rv != STOKER_OK) {
+        stoker_error("trainer: malformed batch from broker: %s", err);
+        stoker_reply_free(rep);
+        free(b);
+        return rv;
+    }
+    b->lease = rep->lease;
+    b->n_runs = rep->n_runs;
+    b->runs = rep->runs;
+    rep->runs = NULL;
+    b->owner = rep;
+    uint64_t counted = 0;
+    for (uint32_t i = 0; i < b->n_runs; i++) {
+        uint64_t dup = idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq,
+                                 b->runs[i].count);
+        if (dup == UINT64_MAX) {
+            stoker_warn("trainer: out of memory tracking identities; duplicates not counted");
+        } else if (dup > 0) {
+            tc->duplicates += dup;
+            stoker_warn("duplicate-identity: %llu examples of session %016llx seen again",
+                        (unsigned long long)dup, (unsigned long long)b->runs[i].session);
+        }
+        counted += b->runs[i].count;
+    }
+    if (counted != b->chunk.count)
+        stoker_warn("trainer: batch runs cover %llu examples, batch has %u",
+                    (unsigned long long)counted, b->chunk.count);
+    *out = b;
+    return STOKER_OK;
+}
+
+int
+stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
+{
+    char err[256];
+    for (;;) {
+        if (tc->supply_ended)
+            return tc->supply_ended;
+        if (stopped(tc))
+            return STOKER_INTERRUPTED;
+        if (tc->need_hello) {
+            int rv = hello(tc, err, sizeof(err));
+            if (rv != STOKER_OK && rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION) {
+                stoker_error("trainer: broker refused hello: %s", err);
+                return rv;
+            }
+        }
+        uint64_t stall_at = tc->last_batch_ms + tc->opts.stall_timeout_ms;
+
+        pthread_mutex_lock(&tc->lock);
+        for (uint32_t i = 0; i < tc->n_slots; i++) {
+            if (tc->slots[i].state == SLOT_IDLE)
+                issue(tc, &tc->slots[i]);
+        }
+        while (tc->done_len == 0 && !stopped(tc)) {
+            uint64_t now = stoker_now_ms();
+            if (now >= stall_at)
+                break;
+            uint64_t wait = stall_at - now < 100 ? stall_at - now : 100;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += (long)wait * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&tc->cond, &tc->lock, &ts);
+        }
+        if (tc->done_len == 0) {
+            pthread_mutex_unlock(&tc->lock);
+            if (stopped(tc))
+                return STOKER_INTERRUPTED;
+            stoker_warn("stalled: no batch for %u ms", tc->opts.stall_timeout_ms);
+            return STOKER_STALLED;
+        }
+        slot *s = &tc->slots[tc->done[tc->done_head]];
+        tc->done_head = (tc->done_head + 1) % MAX_PREFETCH;
+        tc->done_len--;
+        s->state = SLOT_IDLE;
+        int result = s->result;
+        nng_msg *msg = s->reply;
+        s->reply = NULL;
+        if (result != 0) {
+            // The request or its connection failed: the broker returns leases of a closed
+            // connection to their queues, so re-sending our acks can only be refused, never
+            // lose anything.
+            requeue_acks(tc, s);
+            pthread_mutex_unlock(&tc->lock);
+            if (tc->failures++ == 0)
+                stoker_warn("trainer: pull failed (%s), retrying", nng_strerror(result));
+            if (result != NNG_ETIMEDOUT)
+                tc->need_hello = 1;
+            stoker_sleep_ms(tc->failures < 8 ? 10u << tc->failures : 1000, tc->opts.client.stop);
+            continue;
+        }
+        s->n_acks = 0;
+        pthread_mutex_unlock(&tc->lock);
+        if (tc->failures > 0)
+            stoker_info("trainer: broker reachable again");
+        tc->failures = 0;
+
+        stoker_reply *rep = NULL;
+        int rv = stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err,
+                                          sizeof(err));
+        nng_msg_free(msg);
+        if (rv != STOKER_OK) {
+            stoker_error("trainer: undecodable reply from broker: %s", err);
+            return rv;
+        }
+        take_reply_extras(tc, rep);
+        rv = rep->code;
+        if (rv == STOKER_OK && rep->chunk.count > 0) {
+            rv = make_batch(tc, rep, out);
+            if (rv == STOKER_OK)
+                tc->last_batch_ms = stoker_now_ms();
+            return rv;
+        }
+        if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
+            stoker_reply_free(rep);
+            continue;
+        }
+        if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA) {
+            stoker_info("supply-ended: %s", rep->message);
+            tc->supply_ended = rv;
+            stoker_reply_free(rep);
+            return rv;
+        }
+        if (rv == STOKER_UNKNOWN_PEER) {
+            tc->need_hello = 1;
+            stoker_reply_free(rep);
+            continue;
+        }
+        stoker_error("trainer: broker refused pull: %s", rep->message);
+        stoker_reply_free(rep);
+        return rv;
+    }
+}
+
+void
+stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
+{
+    pthread_mutex_lock(&tc->lock);
+    int full = tc->n_pending_acks == MAX_ACKS;
+    pthread_mutex_unlock(&tc->lock);
+    if (full)
+        stoker_trainer_client_flush(tc);
+    pthread_mutex_lock(&tc->lock);
+    if (tc->n_pending_acks < MAX_ACKS)
+        tc->pending_acks[tc->n_pending_acks++] = lease;
+    pthread_mutex_unlock(&tc->lock);
+}
+
+int
+stoker_trainer_client_flush(stoker_trainer_client *tc)
+{
+    uint64_t acks[MAX_ACKS];
+    pthread_mutex_lock(&tc->lock);
+    uint32_t n = tc->n_pending_acks;
+    memcpy(acks, tc->pending_acks, n * sizeof(uint64_t));
+    tc->n_pending_acks = 0;
+    pthread_mutex_unlock(&tc->lock);
+    if (n == 0)
+        return STOKER_OK;
+    stoker_request req = {
+        .method = STOKER_ACK, .session = tc->opts.client.session, .n_acks = n, .acks = acks};
+    stoker_reply *rep = NULL;
+    char err[256];
+    int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,
+                       sizeof(err));
+    if (rv != STOKER_OK) {
+        stoker_warn("trainer: could not acknowledge %u leases: %s", n, err);
+        return rv;
+    }
+    rv = rep->code;
+    tc->acks_refused += rep->acks_refused;
+    if (rv != STOKER_OK)
+        stoker_warn("trainer: acknowledgement refused: %s", rep->message);
+    stoker_reply_free(rep);
+    return rv;
+}
+
+int
+stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out)
+{
+    if (tc->ev_len == 0)
+        return 0;
+    *out = tc->events[tc->ev_head];
+    tc->ev_head = (tc->ev_head + 1) % MAX_EVENTS;
+    tc->ev_len--;
+    return 1;
+}
+
+uint64_t
+stoker_trainer_client_duplicates(const stoker_trainer_client *tc)
+{
+    return tc->duplicates;
+}
+
+uint64_t
+stoker_trainer_client_acks_refused(const stoker_trainer_client *tc)
+{
+    return tc->acks_refused;
+}
+
+int
+stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
+{
+    stoker_request req = {.method = STOKER_STATUS, .session = tc->opts.client.session};
+    conn_copy_str(req.token, sizeof(req.token), tc->token);
+    stoker_reply *rep = NULL;
+    char err[256];
+    int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,
+                       sizeof(err));
+    if (rv != STOKER_OK)
+        return rv;
+    if ((rv = rep->code) == STOKER_OK) {
+        stoker_status *st = calloc(1, sizeof(*st));
+        if (st == NULL) {
+            rv = STOKER_NOMEM;
+        } else {
+            st->counters = rep->counters;
+            st->n_producers = rep->n_producers;
+            st->producers = rep->producers;
+            rep->producers = NULL;
+            *out = st;
+        }
+    }
+    stoker_reply_free(rep);
+    return rv;
+}
+
+void
+stoker_trainer_client_destroy(stoker_trainer_client *tc)
+{
+    if (tc == NULL)
+        return;
+    stoker_trainer_client_flush(tc);
+    conn_close(&tc->conn); // aborts every pull in flight
+    for (uint32_t i = 0; i < tc->n_slots; i++) {
+        nng_aio_stop(tc->slots[i].aio);
+        nng_msg_free(tc->slots[i].reply);
+        nng_aio_free(tc->slots[i].aio);
+    }
+    idset_destroy(tc->seen);
+    pthread_cond_destroy(&tc->cond);
+    pthread_mutex_destroy(&tc->lock);
+    free(tc);
+}

@@ -1,0 +1,591 @@
+// The wire layer: stoker's requests and replies <-> protobuf-c messages <-> nng messages.
+// The only module that includes the generated code. Encoding packs straight into the nng message
+// body (one copy of tensor data); decoding keeps the unpacked protobuf message alive as the
+// owner that the returned struct's data pointers alias, so tensor bytes are not copied again.
+// Every count, length and enum from the peer is checked before use.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "stoker.pb-c.h"
+#include "stoker/error.h"
+#include "stoker/wire.h"
+
+// Bounds on repeated fields from a peer; generous, but they keep a hostile message from making
+// us allocate or loop over what it claims.
+#define MAX_ACKS      65536
+#define MAX_RUNS      (1u << 20)
+#define MAX_EVENTS    4096
+#define MAX_PRODUCERS 65536
+
+static int
+fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int
+fail(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err != NULL && err_len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return STOKER_INVALID;
+}
+
+static int
+copy_string(char *dst, size_t cap, const char *src, const char *what, char *err, size_t err_len)
+{
+    size_t len = src != NULL ? strlen(src) : 0;
+    if (len >= cap)
+        return fail(err, err_len, "%s longer than %zu bytes", what, cap - 1);
+    memcpy(dst, src != NULL ? src : "", len);
+    dst[len] = '\0';
+    return STOKER_OK;
+}
+
+// --- schema ---------------------------------------------------------------------------------
+
+typedef struct schema_pb {
+    Stoker__Schema schema;
+    Stoker__Field fields[STOKER_MAX_FIELDS];
+    Stoker__Field *field_ptrs[STOKER_MAX_FIELDS];
+} schema_pb;
+
+static void
+schema_to_pb(const stoker_schema *s, schema_pb *pb)
+{
+    stoker__schema__init(&pb->schema);
+    uint32_t n = s->n_fields <= STOKER_MAX_FIELDS ? s->n_fields : STOKER_MAX_FIELDS;
+    for (uint32_t i = 0; i < n; i++) {
+        Stoker__Field *f = &pb->fields[i];
+        stoker__field__init(f);
+        f->name = (char *)s->fields[i].name;
+        f->dtype = (uint32_t)s->fields[i].dtype;
+        f->n_shape = s->fields[i].rank;
+        f->shape = (uint32_t *)s->fields[i].shape;
+        pb->field_ptrs[i] = f;
+    }
+    pb->schema.n_fields = n;
+    pb->schema.fields = pb->field_ptrs;
+}
+
+static int
+schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, size_t err_len)
+{
+    stoker_schema s;
+    memset(&s, 0, sizeof(s));
+    if (pb->n_fields > STOKER_MAX_FIELDS)
+        return fail(err, err_len, "schema has %zu fields, at most %d allowed", pb->n_fields,
+                    STOKER_MAX_FIELDS);
+    for (size_t i = 0; i < pb->n_fields; i++) {
+        const Stoker__Field *f = pb->fields[i];
+        if (f == NULL)
+            return fail(err, err_len, "schema field %zu missing", i);
+        if (copy_string(s.fields[i].name, STOKER_NAME_MAX, f->name, "field name", err,
+                        err_len) != STOKER_OK)
+            return STOKER_INVALID;
+        if (f->dtype >= STOKER_DTYPE_COUNT)
+            return fail(err, err_len, "field '%s': unknown dtype %u", s.fields[i].name, f->dtype);
+        s.fields[i].dtype = (stoker_dtype)f->dtype;
+        if (f->n_shape > STOKER_MAX_RANK)
+            return fail(err, err_len, "field '%s': rank %zu over %d", s.fields[i].name,
+                        f->n_shape, STOKER_MAX_RANK);
+        s.fields[i].rank = (uint32_t)f->n_shape;
+        for (size_t d = 0; d < f->n_shape; d++)
+            s.fields[i].shape[d] = f->shape[d];
+    }
+    s.n_fields = (uint32_t)pb->n_fields;
+    int rv = stoker_schema_validate(&s, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    *out = s;
+    return STOKER_OK;
+}
+
+// --- chunk ----------------------------------------------------------------------------------
+
+typedef struct chunk_pb {
+    Stoker__Chunk chunk;
+    ProtobufCBinaryData data[STOKER_MAX_FIELDS];
+} chunk_pb;
+
+static void
+chunk_to_pb(const stoker_chunk *c, chunk_pb *pb)
+{
+    stoker__chunk__init(&pb->chunk);
+    pb->chunk.count = c->count;
+    uint32_t n = c->schema.n_fields <= STOKER_MAX_FIELDS ? c->schema.n_fields : STOKER_MAX_FIELDS;
+    for (uint32_t i = 0; i < n; i++) {
+        pb->data[i].len = stoker_field_bytes(&c->schema.fields[i]) * c->count;
+        pb->data[i].data = c->data[i];
+    }
+    pb->chunk.n_data = n;
+    pb->chunk.data = pb->data;
+}
+
+// Points chunk at the decoded blobs. The schema is not on the wire with the data: the receiver
+// checks data_len against its own schema (stoker_wire_bind_chunk below does that for clients).
+static int
+chunk_from_pb(const Stoker__Chunk *pb, stoker_chunk *c, uint32_t *n_data, size_t *data_len,
+              char *err, size_t err_len)
+{
+    if (pb->n_data > STOKER_MAX_FIELDS)
+        return fail(err, err_len, "chunk has %zu fields, at most %d allowed", pb->n_data,
+                    STOKER_MAX_FIELDS);
+    memset(c, 0, sizeof(*c));
+    c->count = pb->count;
+    c->capacity = pb->count;
+    c->owns_data = 0;
+    for (size_t i = 0; i < pb->n_data; i++) {
+        c->data[i] = pb->data[i].data;
+        data_len[i] = pb->data[i].len;
+    }
+    *n_data = (uint32_t)pb->n_data;
+    return STOKER_OK;
+}
+
+// --- requests -------------------------------------------------------------------------------
+
+static int
+pack_into_msg(const ProtobufCMessage *m, nng_msg **out)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, len);
+    if (rv != 0)
+        return stoker_err_from_nng(rv);
+    if (len > 0)
+        protobuf_c_message_pack(m, nng_msg_body(msg));
+    *out = msg;
+    return STOKER_OK;
+}
+
+int
+stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
+{
+    Stoker__Request r;
+    Stoker__Hello hello;
+    Stoker__Push push;
+    Stoker__Pull pull;
+    Stoker__Ack ack;
+    schema_pb spb;
+    chunk_pb cpb;
+
+    stoker__request__init(&r);
+    r.method = (Stoker__Method)req->method;
+    r.session = req->session;
+    switch (req->method) {
+    case STOKER_HELLO:
+        stoker__hello__init(&hello);
+        hello.role = (Stoker__Role)req->role;
+        hello.name = (char *)req->name;
+        hello.next_seq = req->next_seq;
+        hello.token = (char *)req->token;
+        if (req->has_schema) {
+            schema_to_pb(&req->schema, &spb);
+            hello.schema = &spb.schema;
+        }
+        r.hello = &hello;
+        break;
+    case STOKER_PUSH:
+        stoker__push__init(&push);
+        push.first_seq = req->first_seq;
+        chunk_to_pb(&req->chunk, &cpb);
+        push.chunk = &cpb.chunk;
+        r.push = &push;
+        break;
+    case STOKER_PULL:
+        stoker__pull__init(&pull);
+        pull.max_examples = req->max_examples;
+        pull.wait_ms = req->wait_ms;
+        pull.n_acks = req->n_acks;
+        pull.acks = (uint64_t *)req->acks;
+        r.pull = &pull;
+        break;
+    case STOKER_ACK:
+        stoker__ack__init(&ack);
+        ack.n_leases = req->n_acks;
+        ack.leases = (uint64_t *)req->acks;
+        r.ack = &ack;
+        break;
+    default:
+        break;
+    }
+    return pack_into_msg(&r.base, out);
+}
+
+int
+stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
+                           size_t err_len)
+{
+    Stoker__Request *r = stoker__request__unpack(NULL, len, buf);
+    if (r == NULL)
+        return fail(err, err_len, "not a valid stoker request (%zu bytes)", len);
+    stoker_request *req = calloc(1, sizeof(*req));
+    if (req == NULL) {
+        stoker__request__free_unpacked(r, NULL);
+        return STOKER_NOMEM;
+    }
+    req->owner = r;
+    req->method = (stoker_method)r->method;
+    req->session = r->session;
+    int rv = STOKER_OK;
+    switch (r->method) {
+    case STOKER__METHOD__HELLO:
+        if (r->hello == NULL) {
+            rv = fail(err, err_len, "hello request without hello body");
+            break;
+        }
+        if (r->hello->role < STOKER__ROLE__PRODUCER || r->hello->role > STOKER__ROLE__OBSERVER) {
+            rv = fail(err, err_len, "hello: unknown role %d", (int)r->hello->role);
+            break;
+        }
+        req->role = (stoker_role)r->hello->role;
+        req->next_seq = r->hello->next_seq;
+        if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
+                              err_len)) != STOKER_OK ||
+            (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token",
+                              err, err_len)) != STOKER_OK)
+            break;
+        if (r->hello->schema != NULL) {
+            rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
+            req->has_schema = rv == STOKER_OK;
+        }
+        break;
+    case STOKER__METHOD__PUSH:
+        if (r->push == NULL || r->push->chunk == NULL) {
+            rv = fail(err, err_len, "push request without a chunk");
+            break;
+        }
+        req->first_seq = r->push->first_seq;
+        rv = chunk_from_pb(r->push->chunk, &req->chunk, &req->n_data, req->data_len, err, err_len);
+        break;
+    case STOKER__METHOD__PULL:
+        if (r->pull == NULL) {
+            rv = fail(err, err_len, "pull request without pull body");
+            break;
+        }
+        if (r->pull->n_acks > MAX_ACKS) {
+            rv = fail(err, err_len, "pull carries %zu acks, at most %d", r->pull->n_acks,
+                      MAX_ACKS);
+            break;
+        }
+        req->max_examples = r->pull->max_examples;
+        req->wait_ms = r->pull->wait_ms;
+        req->n_acks = (uint32_t)r->pull->n_acks;
+        req->acks = r->pull->acks;
+        break;
+    case STOKER__METHOD__ACK:
+        if (r->ack == NULL || r->ack->n_leases > MAX_ACKS) {
+            rv = fail(err, err_len, "ack request without leases or with too many");
+            break;
+        }
+        req->n_acks = (uint32_t)r->ack->n_leases;
+        req->acks = r->ack->leases;
+        break;
+    case STOKER__METHOD__STATUS:
+    case STOKER__METHOD__GOODBYE:
+    case STOKER__METHOD__HEARTBEAT:
+        break;
+    default:
+        rv = fail(err, err_len, "unknown method %d", (int)r->method);
+        break;
+    }
+    if (rv != STOKER_OK) {
+        stoker_request_free(req);
+        return rv;
+    }
+    *out = req;
+    return STOKER_OK;
+}
+
+void
+stoker_request_free(stoker_request *req)
+{
+    if (req == NULL)
+        return;
+    if (req->owner != NULL)
+        stoker__request__free_unpacked(req->owner, NULL);
+    free(req);
+}
+
+// --- replies --------------------------------------------------------------------------------
+
+int
+stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
+{
+    Stoker__Reply r;
+    schema_pb spb;
+    chunk_pb cpb;
+    Stoker__Counters counters;
+    int rv = STOKER_NOMEM;
+
+    stoker__reply__init(&r);
+    r.code = (uint32_t)rep->code;
+    r.message = (char *)rep->message;
+    r.peer_id = rep->peer_id;
+    r.next_seq = rep->next_seq;
+    r.heartbeat_ms = rep->heartbeat_ms;
+    r.acked_through = rep->acked_through;
+    r.lease = rep->lease;
+    r.acks_refused = rep->acks_refused;
+    if (rep->has_schema) {
+        schema_to_pb(&rep->schema, &spb);
+        r.schema = &spb.schema;
+    }
+    if (rep->chunk.count > 0) {
+        chunk_to_pb(&rep->chunk, &cpb);
+        r.chunk = &cpb.chunk;
+    }
+    if (rep->has_counters) {
+        stoker__counters__init(&counters);
+        const stoker_counters *c = &rep->counters;
+        counters.produced = c->produced;
+        counters.acknowledged = c->acknowledged;
+        counters.queued = c->queued;
+        counters.in_flight = c->in_flight;
+        counters.redelivered = c->redelivered;
+        counters.delivered = c->delivered;
+        counters.queued_bytes = c->queued_bytes;
+        counters.producers_alive = c->producers_alive;
+        counters.trainers = c->trainers;
+        counters.refused = c->refused;
+        r.counters = &counters;
+    }
+
+    // Repeated sub-messages need arrays of structs and of pointers: one allocation each.
+    Stoker__Run *runs = NULL;
+    Stoker__Run **run_ptrs = NULL;
+    Stoker__Event *events = NULL;
+    Stoker__Event **event_ptrs = NULL;
+    Stoker__ProducerState *prods = NULL;
+    Stoker__ProducerState **prod_ptrs = NULL;
+    if (rep->n_runs > 0) {
+        runs = calloc(rep->n_runs, sizeof(*runs));
+        run_ptrs = calloc(rep->n_runs, sizeof(*run_ptrs));
+        if (runs == NULL || run_ptrs == NULL)
+            goto out;
+        for (uint32_t i = 0; i < rep->n_runs; i++) {
+            stoker__run__init(&runs[i]);
+            runs[i].producer = rep->runs[i].producer;
+            runs[i].session = rep->runs[i].session;
+            runs[i].first_seq = rep->runs[i].first_seq;
+            runs[i].count = rep->runs[i].count;
+            run_ptrs[i] = &runs[i];
+        }
+        r.n_runs = rep->n_runs;
+        r.runs = run_ptrs;
+    }
+    if (rep->n_events > 0) {
+        events = calloc(rep->n_events, sizeof(*events));
+        event_ptrs = calloc(rep->n_events, sizeof(*event_ptrs));
+        if (events == NULL || event_ptrs == NULL)
+            goto out;
+        for (uint32_t i = 0; i < rep->n_events; i++) {
+            const stoker_event *e = &rep->events[i];
+            stoker__event__init(&events[i]);
+            events[i].index = e->index;
+            events[i].kind = (uint32_t)e->kind;
+            events[i].producer = e->producer;
+            events[i].name = (char *)e->name;
+            events[i].at_s = e->at_s;
+            events[i].reason = (char *)e->reason;
+            event_ptrs[i] = &events[i];
+        }
+        r.n_events = rep->n_events;
+        r.events = event_ptrs;
+    }
+    if (rep->n_producers > 0) {
+        prods = calloc(rep->n_producers, sizeof(*prods));
+        prod_ptrs = calloc(rep->n_producers, sizeof(*prod_ptrs));
+        if (prods == NULL || prod_ptrs == NULL)
+            goto out;
+        for (uint32_t i = 0; i < rep->n_producers; i++) {
+            const stoker_producer_info *p = &rep->producers[i];
+            stoker__producer_state__init(&prods[i]);
+            prods[i].id = p->id;
+            prods[i].name = (char *)p->name;
+            prods[i].session = p->session;
+            prods[i].state = (uint32_t)p->status;
+            prods[i].queued = p->queued;
+            prods[i].accepted = p->accepted;
+            prods[i].delivered = p->delivered;
+            prods[i].acknowledged = p->acknowledged;
+            prods[i].redelivered = p->redelivered;
+            prods[i].next_seq = p->next_seq;
+            prod_ptrs[i] = &prods[i];
+        }
+        r.n_producers = rep->n_producers;
+        r.producers = prod_ptrs;
+    }
+    rv = pack_into_msg(&r.base, out);
+out:
+    free(runs);
+    free(run_ptrs);
+    free(events);
+    free(event_ptrs);
+    free(prods);
+    free(prod_ptrs);
+    return rv;
+}
+
+int
+stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err,
+                         size_t err_len)
+{
+    Stoker__Reply *r = stoker__reply__unpack(NULL, len, buf);
+    if (r == NULL)
+        return fail(err, err_len, "not a valid stoker reply (%zu bytes)", len);
+    stoker_reply *rep = calloc(1, sizeof(*rep));
+    if (rep == NULL) {
+        stoker__reply__free_unpacked(r, NULL);
+        return STOKER_NOMEM;
+    }
+    rep->owner = r;
+    int rv = STOKER_OK;
+    rep->code = r->code < STOKER_ERR_COUNT ? (int)r->code : STOKER_INTERNAL;
+    if ((rv = copy_string(rep->message, sizeof(rep->message), r->message, "reply message", err,
+                          err_len)) != STOKER_OK)
+        goto fail;
+    rep->peer_id = r->peer_id;
+    rep->next_seq = r->next_seq;
+    rep->heartbeat_ms = r->heartbeat_ms;
+    rep->acked_through = r->acked_through;
+    rep->lease = r->lease;
+    rep->acks_refused = r->acks_refused;
+    if (r->schema != NULL) {
+        if ((rv = schema_from_pb(r->schema, &rep->schema, err, err_len)) != STOKER_OK)
+            goto fail;
+        rep->has_schema = 1;
+    }
+    if (r->chunk != NULL &&
+        (rv = chunk_from_pb(r->chunk, &rep->chunk, &rep->n_data, rep->data_len, err, err_len)) !=
+            STOKER_OK)
+        goto fail;
+    if (r->n_runs > MAX_RUNS || r->n_events > MAX_EVENTS || r->n_producers > MAX_PRODUCERS) {
+        rv = fail(err, err_len, "reply lists too many runs, events or producers");
+        goto fail;
+    }
+    if (r->n_runs > 0) {
+        rep->runs = calloc(r->n_runs, sizeof(*rep->runs));
+        if (rep->runs == NULL) {
+            rv = STOKER_NOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < r->n_runs; i++) {
+            rep->runs[i].producer = r->runs[i]->producer;
+            rep->runs[i].session = r->runs[i]->session;
+            rep->runs[i].first_seq = r->runs[i]->first_seq;
+            rep->runs[i].count = r->runs[i]->count;
+        }
+        rep->n_runs = (uint32_t)r->n_runs;
+    }
+    if (r->n_events > 0) {
+        rep->events = calloc(r->n_events, sizeof(*rep->events));
+        if (rep->events == NULL) {
+            rv = STOKER_NOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < r->n_events; i++) {
+            const Stoker__Event *e = r->events[i];
+            stoker_event *d = &rep->events[i];
+            d->index = e->index;
+            d->kind = e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED ? (stoker_event_kind)e->kind
+                                                                   : STOKER_EVENT_NONE;
+            d->producer = e->producer;
+            d->at_s = e->at_s;
+            snprintf(d->name, sizeof(d->name), "%s", e->name != NULL ? e->name : "");
+            snprintf(d->reason, sizeof(d->reason), "%s", e->reason != NULL ? e->reason : "");
+        }
+        rep->n_events = (uint32_t)r->n_events;
+    }
+    if (r->counters != NULL) {
+        const Stoker__Counters *c = r->counters;
+        rep->has_counters = 1;
+        rep->counters = (stoker_counters){
+            .produced = c->produced,
+            .acknowledged = c->acknowledged,
+            .queued = c->queued,
+            .in_flight = c->in_flight,
+            .redelivered = c->redelivered,
+            .delivered = c->delivered,
+            .queued_bytes = c->queued_bytes,
+            .producers_alive = c->producers_alive,
+            .trainers = c->trainers,
+            .refused = c->refused,
+        };
+    }
+    if (r->n_producers > 0) {
+        rep->producers = calloc(r->n_producers, sizeof(*rep->producers));
+        if (rep->producers == NULL) {
+            rv = STOKER_NOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < r->n_producers; i++) {
+            const Stoker__ProducerState *p = r->producers[i];
+            stoker_producer_info *d = &rep->producers[i];
+            d->id = p->id;
+            snprintf(d->name, sizeof(d->name), "%s", p->name != NULL ? p->name : "");
+            d->session = p->session;
+            d->status = p->state <= STOKER_PRODUCER_FINISHED ? (stoker_producer_status)p->state
+                                                             : STOKER_PRODUCER_LOST;
+            d->queued = p->queued;
+            d->accepted = p->accepted;
+            d->delivered = p->delivered;
+            d->acknowledged = p->acknowledged;
+            d->redelivered = p->redelivered;
+            d->next_seq = p->next_seq;
+        }
+        rep->n_producers = (uint32_t)r->n_producers;
+    }
+    *out = rep;
+    return STOKER_OK;
+fail:
+    stoker_reply_free(rep);
+    return rv;
+}
+
+void
+stoker_reply_free(stoker_reply *rep)
+{
+    if (rep == NULL)
+        return;
+    if (rep->owner != NULL)
+        stoker__reply__free_unpacked(rep->owner, NULL);
+    free(rep->runs);
+    free(rep->events);
+    free(rep->producers);
+    free(rep);
+}
+
+int
+stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
+                       const stoker_schema *schema, char *err, size_t err_len)
+{
+    if (n_data != schema->n_fields)
+        return fail(err, err_len, "chunk has %u fields, schema has %u", n_data, schema->n_fields);
+    for (uint32_t i = 0; i < n_data; i++) {
+        size_t want = stoker_field_bytes(&schema->fields[i]) * (size_t)c->count;
+        if (data_len[i] != want)
+            return fail(err, err_len, "field '%s': %zu bytes for %u examples, expected %zu",
+                        schema->fields[i].name, data_len[i], c->count, want);
+    }
+    c->schema = *schema;
+    return STOKER_OK;
+}
+
+void
+stoker_batch_destroy(stoker_batch *batch)
+{
+    if (batch == NULL)
+        return;
+    if (batch->chunk.owns_data)
+        stoker_chunk_fini(&batch->chunk);
+    stoker_reply_free(batch->owner);
+    free(batch->runs);
+    free(batch);
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages stoker needs to build and test, only those missing.
+# Sourced or run by scripts/run.sh and scripts/test.sh; safe to run again.
+set -euo pipefail
+
+STOKER_PKGS=(meson ninja-build cmake pkg-config gcc libnng-dev libprotobuf-c-dev protobuf-c-compiler
+    libcriterion-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev iproute2 python3 procps)
+STOKER_PKGS_NORECOMMENDS=(docker-compose)
+
+missing=()
+for p in "${STOKER_PKGS[@]}" "${STOKER_PKGS_NORECOMMENDS[@]}" ${STOKER_EXTRA_PKGS:-}; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing ${missing[*]}" >&2
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "deps: missing packages and not root; run: sudo apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
