@@ -1,0 +1,73 @@
+// The broker's state machine: producers with bounded queues, trainers with leases, parked
+// requests, events and the accounting of DESIGN.md. It knows nothing of sockets: the transport
+// (server.c) hands it decoded requests with an opaque token for the reply, and it answers by
+// appending (token, encoded reply) pairs to an outbox that the transport sends after unlocking.
+// Not thread-safe: the caller serializes every call with one lock.
+#ifndef BROKER_H
+#define BROKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/protocol.h"
+#include "stoker/wire.h"
+
+struct nng_msg;
+
+typedef struct broker broker;
+
+typedef struct broker_config {
+    uint32_t queue_depth;         // examples per producer queue
+    uint64_t max_bytes;           // examples' bytes queued in all (in-flight not counted)
+    uint32_t producer_timeout_ms; // silence before a producer is lost
+    uint32_t trainer_timeout_ms;  // silence before a trainer is dropped (leases redelivered)
+    uint32_t park_ms;             // a push that does not fit waits this long, then RETRY
+    uint32_t max_pull_wait_ms;    // cap on a pull's requested wait
+    uint32_t max_producers;
+    uint32_t max_trainers;
+    uint32_t max_chunk_examples;
+    uint32_t max_parked; // requests that may wait at once (the transport's spare contexts)
+    int has_schema;
+    stoker_schema schema;
+    const char *token; // NULL or "": no authentication (borrowed)
+} broker_config;
+
+// Defaults: depth 64, 1 GiB, producer 3000 ms, trainer 10000 ms, park 250 ms, pull wait cap
+// 5000 ms, 1024 producers, 64 trainers, 1M examples per chunk, 512 parked.
+void broker_config_init(broker_config *cfg);
+
+typedef struct broker_outbox {
+    struct {
+        void *token;
+        struct nng_msg *msg;
+    } *items;
+    size_t n, cap;
+} broker_outbox;
+
+void broker_outbox_fini(broker_outbox *out);
+
+// Returns a new broker, or NULL when out of memory.
+broker *broker_create(const broker_config *cfg, uint64_t now_ms);
+// Frees everything; parked requests' tokens are appended to out with a NULL msg (the transport
+// drops them).
+void broker_destroy(broker *b, broker_outbox *out);
+
+// Handles a decoded request that arrived on pipe. Takes ownership of req. The reply (now or
+// later, when a parked request completes) goes to out with this token.
+void broker_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                   broker_outbox *out);
+// Answers a request that could not be decoded: code with message, logged, counted.
+void broker_refuse(broker *b, void *token, uint32_t pipe, int code, const char *message,
+                   broker_outbox *out);
+// A transport connection closed: its producer is lost, its trainer dropped.
+void broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out);
+// Expires parked requests and silent peers. Call every few milliseconds.
+void broker_tick(broker *b, uint64_t now_ms, broker_outbox *out);
+
+void broker_counters(const broker *b, stoker_counters *out);
+// Appends Prometheus text / a JSON status object to a malloc'd string; returns it (caller frees)
+// or NULL when out of memory.
+char *broker_metrics_text(const broker *b, uint64_t now_ms);
+char *broker_status_json(const broker *b, uint64_t now_ms);
+
+#endif

@@ -1,0 +1,331 @@
+// nng plumbing of the broker (see server.h).
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <nng/supplemental/http/http.h>
+
+#include "server.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+typedef struct rctx {
+    server *srv;
+    nng_ctx ctx;
+    nng_aio *aio;
+    int sending;
+} rctx;
+
+struct server {
+    nng_socket sock;
+    int sock_open;
+    rctx *ctxs;
+    uint32_t n_ctxs;
+    pthread_mutex_t lock; // guards b
+    broker *b;
+    pthread_t tick_thread;
+    int tick_started;
+    atomic_int stopping;
+    nng_http_server *http;
+};
+
+static void
+recv_next(rctx *c)
+{
+    c->sending = 0;
+    nng_ctx_recv(c->ctx, c->aio);
+}
+
+// Sends the replies collected under the lock.
+static void
+flush(broker_outbox *out)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        rctx *c = out->items[i].token;
+        nng_msg *msg = out->items[i].msg;
+        out->items[i].msg = NULL;
+        if (msg == NULL) { // could not encode: let the client time out, take the next request
+            if (!atomic_load(&c->srv->stopping))
+                recv_next(c);
+            continue;
+        }
+        c->sending = 1;
+        nng_aio_set_msg(c->aio, msg);
+        nng_ctx_send(c->ctx, c->aio);
+    }
+    broker_outbox_fini(out);
+}
+
+static void
+ctx_cb(void *arg)
+{
+    rctx *c = arg;
+    server *s = c->srv;
+    int rv = nng_aio_result(c->aio);
+    if (c->sending) {
+        if (rv != 0) // peer gone: the reply is dropped, as it would be anyway
+            nng_msg_free(nng_aio_get_msg(c->aio));
+        nng_aio_set_msg(c->aio, NULL);
+        if (rv != NNG_ECLOSED)
+            recv_next(c);
+        return;
+    }
+    if (rv != 0) {
+        if (rv != NNG_ECLOSED)
+            recv_next(c);
+        return;
+    }
+    nng_msg *msg = nng_aio_get_msg(c->aio);
+    nng_aio_set_msg(c->aio, NULL);
+    uint32_t pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
+    stoker_request *req = NULL;
+    char err[256];
+    // Decoding (and its copy of the data) happens outside the lock.
+    int drv = stoker_wire_decode_request(nng_msg_body(msg), nng_msg_len(msg), &req, err,
+                                         sizeof(err));
+    nng_msg_free(msg);
+    broker_outbox out = {0};
+    pthread_mutex_lock(&s->lock);
+    if (drv == STOKER_OK)
+        broker_handle(s->b, c, pipe, req, stoker_now_ms(), &out);
+    else
+        broker_refuse(s->b, c, pipe, drv, err, &out);
+    pthread_mutex_unlock(&s->lock);
+    flush(&out);
+}
+
+static void
+pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
+{
+    server *s = arg;
+    if (ev != NNG_PIPE_EV_REM_POST || atomic_load(&s->stopping))
+        return;
+    broker_outbox out = {0};
+    pthread_mutex_lock(&s->lock);
+    broker_pipe_closed(s->b, (uint32_t)nng_pipe_id(pipe), stoker_now_ms(), &out);
+    pthread_mutex_unlock(&s->lock);
+    flush(&out);
+}
+
+static void *
+tick_main(void *arg)
+{
+    server *s = arg;
+    while (!atomic_load(&s->stopping)) {
+        broker_outbox out = {0};
+        pthread_mutex_lock(&s->lock);
+        broker_tick(s->b, stoker_now_ms(), &out);
+        pthread_mutex_unlock(&s->lock);
+        flush(&out);
+        stoker_sleep_ms(5, NULL);
+    }
+    return NULL;
+}
+
+// --- HTTP ---------------------------------------------------------------------------------------
+
+static void
+http_reply(nng_aio *aio, char *body, const char *type)
+{
+    nng_http_res *res;
+    if (body == NULL || nng_http_res_alloc(&res) != 0) {
+        free(body);
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    nng_http_res_set_header(res, "Content-Type", type);
+    nng_http_res_copy_data(res, body, strlen(body));
+    free(body);
+    nng_aio_set_output(aio, 0, res);
+    nng_aio_finish(aio, 0);
+}
+
+static void
+http_metrics(nng_aio *aio)
+{
+    server *s = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+    pthread_mutex_lock(&s->lock);
+    char *text = broker_metrics_text(s->b, stoker_now_ms());
+    pthread_mutex_unlock(&s->lock);
+    http_reply(aio, text, "text/plain; version=0.0.4");
+}
+
+static void
+http_status(nng_aio *aio)
+{
+    server *s = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+    pthread_mutex_lock(&s->lock);
+    char *text = broker_status_json(s->b, stoker_now_ms());
+    pthread_mutex_unlock(&s->lock);
+    http_reply(aio, text, "application/json");
+}
+
+static int
+start_http(server *s, const char *url_text, char *err, size_t err_len)
+{
+    nng_url *url;
+    int rv;
+    if ((rv = nng_url_parse(&url, url_text)) != 0 || strcmp(url->u_scheme, "http") != 0) {
+        if (rv == 0)
+            nng_url_free(url);
+        snprintf(err, err_len, "--metrics: '%s' is not an http://HOST:PORT URL", url_text);
+        return STOKER_INVALID;
+    }
+    rv = nng_http_server_hold(&s->http, url);
+    nng_url_free(url);
+    if (rv != 0) {
+        snprintf(err, err_len, "--metrics %s: %s", url_text, nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    struct {
+        const char *path;
+        void (*cb)(nng_aio *);
+    } routes[] = {{"/metrics", http_metrics}, {"/status", http_status}};
+    for (size_t i = 0; i < 2; i++) {
+        nng_http_handler *h;
+        if ((rv = nng_http_handler_alloc(&h, routes[i].path, routes[i].cb)) != 0 ||
+            (rv = nng_http_handler_set_method(h, "GET")) != 0 ||
+            (rv = nng_http_handler_set_data(h, s, NULL)) != 0 ||
+            (rv = nng_http_server_add_handler(s->http, h)) != 0) {
+            snprintf(err, err_len, "--metrics: %s", nng_strerror(rv));
+            return stoker_err_from_nng(rv);
+        }
+    }
+    if ((rv = nng_http_server_start(s->http)) != 0) {
+        snprintf(err, err_len, "--metrics %s: cannot listen: %s", url_text, nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    nng_sockaddr sa;
+    char host[64] = "";
+    if (nng_http_server_get_addr(s->http, &sa) == 0 && sa.s_family == NNG_AF_INET) {
+        const uint8_t *a = (const uint8_t *)&sa.s_in.sa_addr;
+        snprintf(host, sizeof(host), "%u.%u.%u.%u:%u", a[0], a[1], a[2], a[3],
+                 (unsigned)((sa.s_in.sa_port >> 8) | ((sa.s_in.sa_port & 0xff) << 8)) & 0xffff);
+        printf("metrics http://%s\n", host);
+    } else {
+        printf("metrics %s\n", url_text);
+    }
+    return STOKER_OK;
+}
+
+// --- lifecycle ----------------------------------------------------------------------------------
+
+static int
+start_listener(server *s, const char *url, size_t max_message_bytes, char *err, size_t err_len)
+{
+    nng_listener l;
+    int rv;
+    if ((rv = nng_listener_create(&l, s->sock, url)) != 0) {
+        snprintf(err, err_len, "--listen '%s': %s", url, nng_strerror(rv));
+        return STOKER_INVALID;
+    }
+    nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    if ((rv = nng_listener_start(l, 0)) != 0) {
+        snprintf(err, err_len, "--listen '%s': cannot listen: %s", url, nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    int port = 0;
+    if (strncmp(url, "tcp://", 6) == 0 &&
+        nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
+        // Print the URL with the port the system chose (for --listen tcp://HOST:0).
+        const char *colon = strrchr(url, ':');
+        printf("listening %.*s:%d\n", (int)(colon - url), url, port);
+    } else {
+        printf("listening %s\n", url);
+    }
+    return STOKER_OK;
+}
+
+int
+server_start(const server_config *cfg, server **out, char *err, size_t err_len)
+{
+    int rv;
+    server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return STOKER_NOMEM;
+    pthread_mutex_init(&s->lock, NULL);
+    broker_config bc = cfg->broker;
+    bc.max_parked = cfg->contexts > 64 ? cfg->contexts - 32 : cfg->contexts / 2;
+    if ((s->b = broker_create(&bc, stoker_now_ms())) == NULL) {
+        rv = STOKER_NOMEM;
+        goto fail;
+    }
+    if ((rv = nng_rep0_open(&s->sock)) != 0) {
+        snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
+        rv = stoker_err_from_nng(rv);
+        goto fail;
+    }
+    s->sock_open = 1;
+    nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, cfg->max_message_bytes);
+    nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+    s->n_ctxs = cfg->contexts;
+    if ((s->ctxs = calloc(s->n_ctxs, sizeof(*s->ctxs))) == NULL) {
+        rv = STOKER_NOMEM;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < s->n_ctxs; i++) {
+        rctx *c = &s->ctxs[i];
+        c->srv = s;
+        if ((rv = nng_ctx_open(&c->ctx, s->sock)) != 0 ||
+            (rv = nng_aio_alloc(&c->aio, ctx_cb, c)) != 0) {
+            snprintf(err, err_len, "cannot create context: %s", nng_strerror(rv));
+            rv = stoker_err_from_nng(rv);
+            goto fail;
+        }
+    }
+    for (uint32_t i = 0; i < cfg->n_listen; i++) {
+        if ((rv = start_listener(s, cfg->listen[i], cfg->max_message_bytes, err, err_len)) !=
+            STOKER_OK)
+            goto fail;
+    }
+    if (cfg->metrics_url != NULL &&
+        (rv = start_http(s, cfg->metrics_url, err, err_len)) != STOKER_OK)
+        goto fail;
+    fflush(stdout);
+    for (uint32_t i = 0; i < s->n_ctxs; i++)
+        recv_next(&s->ctxs[i]);
+    if (pthread_create(&s->tick_thread, NULL, tick_main, s) != 0) {
+        rv = STOKER_NOMEM;
+        goto fail;
+    }
+    s->tick_started = 1;
+    *out = s;
+    return STOKER_OK;
+fail:
+    server_stop(s);
+    return rv;
+}
+
+void
+server_stop(server *s)
+{
+    if (s == NULL)
+        return;
+    atomic_store(&s->stopping, 1);
+    if (s->tick_started)
+        pthread_join(s->tick_thread, NULL);
+    if (s->http != NULL) {
+        nng_http_server_stop(s->http);
+        nng_http_server_release(s->http);
+    }
+    if (s->sock_open)
+        nng_close(s->sock);
+    for (uint32_t i = 0; s->ctxs != NULL && i < s->n_ctxs; i++) {
+        if (s->ctxs[i].aio != NULL) {
+            nng_aio_stop(s->ctxs[i].aio);
+            nng_msg_free(nng_aio_get_msg(s->ctxs[i].aio));
+            nng_aio_free(s->ctxs[i].aio);
+        }
+    }
+    free(s->ctxs);
+    broker_outbox out = {0};
+    broker_destroy(s->b, &out);
+    broker_outbox_fini(&out);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
