@@ -42,7 +42,9 @@ struct stoker_trainer_client {
     stoker_schema schema;
     uint32_t id;
     int need_hello;
-    int supply_ended; // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA once seen
+    int supply_ended;  // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA, once returned
+    int ending;        // the same, seen but not returned while other pulls are in flight
+    char end_reason[STOKER_MESSAGE_MAX];
     uint64_t last_batch_ms;
     uint32_t wait_ms;
     uint32_t failures; // consecutive transport failures, for backoff
@@ -380,9 +382,19 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         uint64_t stall_at = tc->last_batch_ms + tc->opts.stall_timeout_ms;
 
         pthread_mutex_lock(&tc->lock);
+        uint32_t busy = 0;
         for (uint32_t i = 0; i < tc->n_slots; i++) {
-            if (tc->slots[i].state == SLOT_IDLE)
+            if (tc->slots[i].state == SLOT_IDLE && !tc->ending)
                 issue(tc, &tc->slots[i]);
+            busy += tc->slots[i].state != SLOT_IDLE;
+        }
+        if (tc->ending && busy == 0) {
+            // Replies can overtake each other: the end was only final once every pull that
+            // was in flight with it came back (with the last batches, if any).
+            pthread_mutex_unlock(&tc->lock);
+            stoker_info("supply-ended: %s", tc->end_reason);
+            tc->supply_ended = tc->ending;
+            return tc->supply_ended;
         }
         while (tc->done_len == 0 && !stopped(tc)) {
             uint64_t now = stoker_now_ms();
@@ -441,8 +453,10 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         rv = rep->code;
         if (rv == STOKER_OK && rep->chunk.count > 0) {
             rv = make_batch(tc, rep, out);
-            if (rv == STOKER_OK)
+            if (rv == STOKER_OK) {
                 tc->last_batch_ms = stoker_now_ms();
+                tc->ending = 0; // more data came after all (a producer reconnected)
+            }
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
@@ -450,10 +464,11 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             continue;
         }
         if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA) {
-            stoker_info("supply-ended: %s", rep->message);
-            tc->supply_ended = rv;
+            if (!tc->ending)
+                snprintf(tc->end_reason, sizeof(tc->end_reason), "%s", rep->message);
+            tc->ending = rv;
             stoker_reply_free(rep);
-            return rv;
+            continue;
         }
         if (rv == STOKER_UNKNOWN_PEER) {
             tc->need_hello = 1;

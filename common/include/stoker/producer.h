@@ -1,0 +1,48 @@
+// Running a generator as a producer: the loop every stoker producer uses, the built-in
+// generators and yours. It connects, fills chunks, pushes them (idempotent by seq, so retries,
+// RETRY answers and reconnects never duplicate or lose examples), and says goodbye when done.
+//
+//   stoker_producer_config cfg;
+//   stoker_producer_config_init(&cfg);
+//   cfg.client.url = "tcp://gpu-box:7070";
+//   cfg.client.name = "aug-1";
+//   stoker_generator gen = {.kind = "mine", .schema = schema, .fill = my_fill, .user = &state};
+//   return stoker_producer_run(&cfg, &gen, NULL) == STOKER_OK ? 0 : 1;
+#ifndef STOKER_PRODUCER_H
+#define STOKER_PRODUCER_H
+
+#include <stdint.h>
+
+#include "stoker/client.h"
+#include "stoker/generator.h"
+
+typedef struct stoker_producer_config {
+    stoker_client_options client; // url (required), name, token, session, stop
+    uint32_t chunk;               // examples per push (default 3)
+    uint64_t max_examples;        // stop after this many (0: until the generator ends or stop)
+    uint64_t seed;                // run seed; example seeds derive from (seed, name, seq)
+    int handle_signals;           // install SIGINT/SIGTERM handlers that stop the run cleanly
+} stoker_producer_config;
+
+typedef struct stoker_producer_stats {
+    uint64_t examples; // pushed and acknowledged by the broker
+    uint64_t pushes;
+    double seconds;
+} stoker_producer_stats;
+
+void stoker_producer_config_init(stoker_producer_config *cfg);
+
+// The flag the signal handlers set (nonzero after SIGINT/SIGTERM when handle_signals is on).
+// Generators with long waits may watch it.
+const volatile int *stoker_producer_stop_flag(void);
+
+// Runs gen (borrowed) until max_examples were pushed, the generator returns STOKER_END_OF_DATA,
+// or a stop is requested: then pushes what was made, says goodbye (the broker reports the
+// producer finished) and returns STOKER_OK. A generator error pushes the good examples made
+// before it and returns the error without goodbye (the broker reports the producer lost).
+// Connection trouble is retried with backoff until client.give_up_ms, then STOKER_CONNECTION.
+// stats (may be NULL) is written in every case.
+int stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *gen,
+                        stoker_producer_stats *stats);
+
+#endif
