@@ -1,0 +1,36 @@
+#!/usr/bin/env python3
+"""Counts test cases from meson's testlog.json: criterion suites by their own Synthesis line,
+other tests one each. Prints the plain closing line "N passed, N failed, N skipped" and exits 1
+when anything failed."""
+import json
+import re
+import sys
+
+SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
+
+passed = failed = skipped = 0
+failures = []
+with open(sys.argv[1]) as f:
+    for line in f:
+        t = json.loads(line)
+        out = (t.get("stdout") or "") + (t.get("stderr") or "")
+        m = SYNTH.findall(out)
+        result = t.get("result")
+        if m:
+            tested, ok, bad, crashed = map(int, m[-1])
+            passed += ok
+            failed += bad + crashed
+            if result not in ("OK", "EXPECTEDFAIL") and bad + crashed == 0:
+                failed += 1  # the binary failed outside any test (e.g. a leak check)
+        elif result == "SKIP":
+            skipped += 1
+        elif result in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        else:
+            failed += 1
+        if result not in ("OK", "SKIP", "EXPECTEDFAIL"):
+            failures.append(f"{t.get('name')}: {result}")
+for name in failures:
+    print("failed:", name)
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, builds, runs every test that needs no GPU (GPU
+# tests skip with a reason when no device is present) and ends with "N passed, N failed".
+#   scripts/test.sh              the suite
+#   scripts/test.sh --sanitize   the same under AddressSanitizer + UBSan (build-asan/)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=build
+opts=()
+if [ "${1:-}" = "--sanitize" ]; then
+    build=build-asan
+    opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled)
+fi
+STOKER_BUILD=$build bash scripts/build.sh "${opts[@]}" || { echo "0 passed, 1 failed"; exit 1; }
+# ASan: leaks are checked by the suites themselves (see tests/core/helpers.c).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+meson test -C "$build" --print-errorlogs --num-processes 2 -t 2 2>&1 | tail -n 40
+status=${PIPESTATUS[0]}
+python3 scripts/test-summary.py "$build/meson-logs/testlog.json"
+summary=$?
+[ "$status" -eq 0 ] && [ "$summary" -eq 0 ]

@@ -1,0 +1,89 @@
+// The training loop of stoker-trainer: pulls batches (from the broker, or generates them inline
+// for the baseline), steps the MLP, counts rounds NetTrain-style, watches the stop conditions
+// (rounds, time goal, supply end, stall, signal), saves the weights and fills a summary. It
+// never does data work beyond copying a batch, and every wait in it is bounded.
+#ifndef STOKER_TRAINER_TRAIN_H
+#define STOKER_TRAINER_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mlp.h"
+#include "stoker/protocol.h"
+
+#define TRAIN_MAX_EVENTS 1024
+
+typedef enum train_status {
+    TRAIN_COMPLETED = 0,
+    TRAIN_TIME_GOAL,
+    TRAIN_SUPPLY_ENDED,
+    TRAIN_STALLED,
+    TRAIN_INTERRUPTED,
+    TRAIN_ERROR,
+} train_status;
+
+typedef struct train_config {
+    // Source: a broker, or the synthetic generator inline (the baseline).
+    const char *broker_url;
+    const char *token;
+    int inline_mode;
+    double delay_min_s, delay_max_s; // inline only
+    // NetTrain-like control.
+    uint32_t batch_size;   // 4
+    uint32_t round_length; // examples per round, 20
+    uint32_t rounds;       // 100
+    double time_goal_s;    // 0: none
+    // Network.
+    const char *device; // auto | cpu | gpu
+    uint32_t hidden[MLP_MAX_LAYERS];
+    uint32_t n_hidden;
+    float lr;
+    uint64_t seed;
+    const char *input_field;  // "input"
+    const char *target_field; // "output"
+    uint32_t classes;         // > 0: cross-entropy on an int32 target
+    // Feeding.
+    uint32_t prefetch;
+    uint32_t stall_timeout_ms;
+    // Output.
+    const char *weights_path; // may be NULL
+    int progress;             // 1: live status line, 0: one line per round
+    const volatile int *stop; // set by the signal handler
+} train_config;
+
+// Defaults of DESIGN.md's command line.
+void train_config_init(train_config *cfg);
+
+typedef struct train_event {
+    stoker_event_kind kind;
+    uint32_t producer;
+    char name[STOKER_NAME_MAX];
+    double at_s; // seconds since training started, when the trainer heard of it
+    char reason[STOKER_REASON_MAX];
+} train_event;
+
+typedef struct train_result {
+    train_status status;
+    char reason[512];
+    char device[16]; // "cpu" | "gpu"
+    uint64_t rounds, batches, examples;
+    double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;
+    int has_audit;
+    uint64_t produced, acknowledged, still_queued, in_flight, redelivered, duplicates_seen;
+    int64_t discrepancy;
+    uint32_t n_events;
+    train_event events[TRAIN_MAX_EVENTS];
+} train_result;
+
+// Runs training as configured. Always fills *result (status and reason say how it ended) and
+// returns the process exit code: 0 completed or time goal, 3 supply ended, 4 stalled,
+// 130 interrupted, 1 any other error.
+int train_run(const train_config *cfg, train_result *result);
+
+// "completed", "time_goal", "supply_ended", "stalled", "interrupted", "error".
+const char *train_status_name(train_status status);
+
+// Writes result as DESIGN.md's JSON summary object (one line) to f.
+void train_write_json(const train_result *result, FILE *f);
+
+#endif
