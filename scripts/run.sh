@@ -45,17 +45,27 @@ echo "== parallel: broker + $producers producers (delay $delay s per example) + 
 "$bin/server/stoker-broker" --listen "$url" --queue-depth 12 --log-level warn >"$work/broker.out" &
 pids+=($!)
 for _ in $(seq 50); do grep -q listening "$work/broker.out" 2>/dev/null && break; sleep 0.1; done
-for i in $(seq "$producers"); do
-    "$bin/producer/stoker-producer" --broker "$url" --name "producer-$i" --delay "$delay" \
-        --chunk 3 --seed "$i" --log-level warn &
-    pids+=($!)
-done
-set +e
+# The trainer starts first and waits for the first producer, so its clock does not include
+# examples the producers queued before it was there.
 "$bin/trainer/stoker-trainer" --broker "$url" --batch-size 4 --round-length 20 --rounds 100 \
     --time-goal "$time_goal" --device "$device" --progress off --log-level warn \
-    --json "$work/parallel.json" 2>"$work/parallel.log"
+    --stall-timeout 10 --json "$work/parallel.json" 2>"$work/parallel.log" &
+trainer=$!
+pids+=($trainer)
+sleep 1 # the trainer probes the GPU before it connects; producers start once it waits for them
+producer_pids=()
+for i in $(seq "$producers"); do
+    "$bin/producer/stoker-producer" --broker "$url" --name "producer-$i" --delay "$delay" \
+        --chunk 3 --seed "$i" --log-level error &
+    producer_pids+=($!)
+done
+pids+=("${producer_pids[@]}")
+set +e
+wait "$trainer"
 parallel_rc=$?
 set -e
+for p in "${producer_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+wait "${producer_pids[@]}" 2>/dev/null || true
 tail -n 3 "$work/parallel.log" >&2 || true
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true

@@ -199,6 +199,16 @@ train_run(const train_config *cfg, train_result *res)
     backend *be = NULL;
     mlp *net = NULL;
 
+    // The device first: probing CUDA takes a while, and the clock of a training run should not
+    // include it (nor the examples producers queue meanwhile).
+    if ((rv = backend_create(cfg->device, &be, why, sizeof(why))) != STOKER_OK) {
+        set_reason(res, TRAIN_ERROR, "--device %s: %s", cfg->device, why);
+        goto done;
+    }
+    if (why[0] != '\0')
+        stoker_info("backend-fallback: %s", why);
+    snprintf(res->device, sizeof(res->device), "%s", be->name);
+    stoker_info("backend: %s (%s)", be->name, be->device);
     if (cfg->inline_mode) {
         stoker_synthetic_generator(&gen, &synth);
         schema = gen.schema;
@@ -240,14 +250,6 @@ train_run(const train_config *cfg, train_result *res)
         set_reason(res, TRAIN_ERROR, "%s", why);
         goto done;
     }
-    if ((rv = backend_create(cfg->device, &be, why, sizeof(why))) != STOKER_OK) {
-        set_reason(res, TRAIN_ERROR, "--device %s: %s", cfg->device, why);
-        goto done;
-    }
-    if (why[0] != '\0')
-        stoker_info("backend-fallback: %s", why);
-    snprintf(res->device, sizeof(res->device), "%s", be->name);
-    stoker_info("backend: %s (%s)", be->name, be->device);
     mlp_config mc = {
         .input = in_dim,
         .hidden = cfg->hidden,
