@@ -817,8 +817,11 @@ take_lease(broker *b, trainer *t, uint32_t max)
             break;
         uint32_t need = n - l->chunk.count;
         uint32_t share = (need + nonempty - 1) / nonempty;
+        // The pass walks from where it started; b->rr moves as producers are served and must
+        // not shift the walk itself (that skipped producers).
+        uint32_t start = b->rr;
         for (uint32_t k = 0; k < b->n_producers && l->chunk.count < n; k++) {
-            uint32_t i = (b->rr + k) % b->n_producers;
+            uint32_t i = (start + k) % b->n_producers;
             producer *p = b->producers[i];
             uint32_t want = share;
             if (want > n - l->chunk.count)
