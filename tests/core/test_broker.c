@@ -1,0 +1,641 @@
+// server/broker.c, the state machine, driven directly: requests are encoded and decoded as the
+// transport would, tokens are fake (small integers), time is a number the test advances. After
+// every step the accounting identity produced == acknowledged + queued + in_flight is checked.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "broker.h"
+#include "helpers.h"
+#include "stoker/error.h"
+
+#define MAX_REPLIES 256
+
+// Producers' sessions are 11, 12, 13...; trainers' 21, 22...; pipes equal sessions.
+#define P1 11
+#define P2 12
+#define P3 13
+#define T1 21
+#define T2 22
+
+static stoker_schema schema;
+static broker *b;
+static uint64_t now_ms;
+static uintptr_t next_token;
+static struct {
+    uintptr_t token;
+    stoker_reply *rep;
+} replies[MAX_REPLIES];
+static size_t n_replies;
+
+static void
+check_identity(const char *after)
+{
+    stoker_counters c;
+    broker_counters(b, &c);
+    cr_assert_eq(c.produced, c.acknowledged + c.queued + c.in_flight,
+                 "after %s: produced %llu != acknowledged %llu + queued %llu + in_flight %llu",
+                 after, (unsigned long long)c.produced, (unsigned long long)c.acknowledged,
+                 (unsigned long long)c.queued, (unsigned long long)c.in_flight);
+}
+
+// Decodes everything the broker wants to send and keeps it by token.
+static void
+collect(broker_outbox *out)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        cr_assert_not_null(out->items[i].msg, "the broker could not encode a reply");
+        cr_assert_lt(n_replies, MAX_REPLIES);
+        stoker_reply *rep = NULL;
+        char err[256];
+        nng_msg *msg = out->items[i].msg;
+        cr_assert_eq(stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err,
+                                              sizeof(err)),
+                     STOKER_OK, "undecodable reply: %s", err);
+        replies[n_replies].token = (uintptr_t)out->items[i].token;
+        replies[n_replies].rep = rep;
+        n_replies++;
+    }
+    broker_outbox_fini(out);
+}
+
+static void
+make_broker(uint32_t queue_depth)
+{
+    broker_config cfg;
+    broker_config_init(&cfg);
+    cfg.queue_depth = queue_depth;
+    cfg.park_ms = 250;
+    cfg.producer_timeout_ms = 3000;
+    cfg.trainer_timeout_ms = 10000;
+    now_ms = 1000;
+    b = broker_create(&cfg, now_ms);
+    cr_assert_not_null(b);
+}
+
+static void
+setup(void)
+{
+    h_setup();
+    h_schema(&schema);
+    next_token = 1;
+    n_replies = 0;
+    make_broker(64);
+}
+
+static void
+teardown(void)
+{
+    broker_outbox out = {0};
+    broker_destroy(b, &out);
+    broker_outbox_fini(&out);
+    for (size_t i = 0; i < n_replies; i++)
+        stoker_reply_free(replies[i].rep);
+    n_replies = 0;
+    h_teardown();
+}
+
+#define SUITE(name) TestSuite(name, .init = setup, .fini = teardown, .timeout = 10)
+SUITE(push);
+SUITE(backpressure);
+SUITE(lease);
+SUITE(redelivery);
+SUITE(fairness);
+SUITE(supply);
+SUITE(schema);
+SUITE(refuse);
+
+// Replaces the broker with one whose queues hold depth examples.
+static void
+remake(uint32_t depth)
+{
+    broker_outbox out = {0};
+    broker_destroy(b, &out);
+    broker_outbox_fini(&out);
+    make_broker(depth);
+}
+
+// Hands req to the broker on pipe; returns the token its reply will carry.
+static uintptr_t
+handle(uint32_t pipe, stoker_request *req)
+{
+    uintptr_t token = next_token++;
+    broker_outbox out = {0};
+    broker_handle(b, (void *)token, pipe, req, now_ms, &out);
+    collect(&out);
+    check_identity("a request");
+    return token;
+}
+
+static void
+tick(uint64_t advance_ms)
+{
+    now_ms += advance_ms;
+    broker_outbox out = {0};
+    broker_tick(b, now_ms, &out);
+    collect(&out);
+    check_identity("a tick");
+}
+
+static void
+pipe_closed(uint32_t pipe)
+{
+    broker_outbox out = {0};
+    broker_pipe_closed(b, pipe, now_ms, &out);
+    collect(&out);
+    check_identity("a closed pipe");
+}
+
+// The reply for token (owned by the test until teardown), or NULL if not answered yet.
+static stoker_reply *
+reply(uintptr_t token)
+{
+    for (size_t i = 0; i < n_replies; i++) {
+        if (replies[i].token == token)
+            return replies[i].rep;
+    }
+    return NULL;
+}
+
+// The reply for token, which must exist, with its code.
+static stoker_reply *
+answered(uintptr_t token, int code)
+{
+    stoker_reply *rep = reply(token);
+    cr_assert_not_null(rep, "request %lu was not answered", (unsigned long)token);
+    cr_assert_eq(rep->code, code, "request %lu answered %s (%s), expected %s",
+                 (unsigned long)token, stoker_errname(rep->code), rep->message,
+                 stoker_errname(code));
+    return rep;
+}
+
+static stoker_counters
+counters(void)
+{
+    stoker_counters c;
+    broker_counters(b, &c);
+    return c;
+}
+
+static void
+hello_producer(uint64_t session, const char *name)
+{
+    answered(handle((uint32_t)session, h_hello_producer(session, name, &schema)), STOKER_OK);
+}
+
+static void
+hello_trainer(uint64_t session)
+{
+    answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
+}
+
+static uintptr_t
+push(uint64_t session, uint64_t first_seq, uint32_t count)
+{
+    return handle((uint32_t)session, h_push(session, &schema, first_seq, count));
+}
+
+static uintptr_t
+pull(uint64_t session, uint32_t max, uint32_t wait_ms)
+{
+    return handle((uint32_t)session, h_pull(session, max, wait_ms, 0, NULL));
+}
+
+// Checks that a pull reply's runs describe its examples' tags.
+static void
+check_batch(const stoker_reply *rep)
+{
+    stoker_chunk c = rep->chunk;
+    char err[256];
+    cr_assert_eq(stoker_wire_bind_chunk(&c, rep->n_data, rep->data_len, &schema, err, sizeof(err)),
+                 STOKER_OK, "%s", err);
+    uint32_t i = 0;
+    for (uint32_t r = 0; r < rep->n_runs; r++) {
+        for (uint32_t k = 0; k < rep->runs[r].count; k++, i++)
+            cr_assert_eq(h_chunk_tag(&c, i),
+                         h_tag(rep->runs[r].session, rep->runs[r].first_seq + k),
+                         "example %u does not match its run", i);
+    }
+    cr_assert_eq(i, c.count, "runs cover %u examples, the batch has %u", i, c.count);
+}
+
+// --- idempotent push ----------------------------------------------------------------------------
+
+Test(push, resent_push_is_acknowledged_but_not_appended)
+{
+    hello_producer(P1, "p1");
+    stoker_reply *rep = answered(push(P1, 0, 3), STOKER_OK);
+    cr_assert_eq(rep->acked_through, 3);
+    rep = answered(push(P1, 0, 3), STOKER_OK);
+    cr_assert_eq(rep->acked_through, 3, "a resend is acknowledged through what is held");
+    stoker_counters c = counters();
+    cr_assert_eq(c.produced, 3);
+    cr_assert_eq(c.queued, 3);
+}
+
+Test(push, overlapping_push_appends_only_the_new_tail)
+{
+    hello_producer(P1, "p1");
+    answered(push(P1, 0, 3), STOKER_OK);
+    stoker_reply *rep = answered(push(P1, 1, 4), STOKER_OK); // seqs 1..4: 3 and 4 are new
+    cr_assert_eq(rep->acked_through, 5);
+    cr_assert_eq(counters().produced, 5);
+    hello_trainer(T1);
+    rep = answered(pull(T1, 5, 0), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 5);
+    check_batch(rep);
+    uint64_t expect = 0;
+    for (uint32_t r = 0; r < rep->n_runs; r++) {
+        cr_assert_eq(rep->runs[r].first_seq, expect);
+        expect += rep->runs[r].count;
+    }
+    cr_assert_eq(expect, 5);
+}
+
+Test(push, push_with_a_gap_in_seq_is_refused)
+{
+    hello_producer(P1, "p1");
+    answered(push(P1, 0, 3), STOKER_OK);
+    stoker_reply *rep = answered(push(P1, 5, 2), STOKER_SEQ_GAP);
+    cr_assert(strstr(rep->message, "expects 3") != NULL, "message: %s", rep->message);
+    stoker_counters c = counters();
+    cr_assert_eq(c.produced, 3);
+    cr_assert_eq(c.queued, 3);
+    cr_assert_eq(c.refused, 1);
+}
+
+Test(push, push_from_an_unknown_session_is_refused)
+{
+    hello_producer(P1, "p1");
+    answered(push(P2, 0, 3), STOKER_UNKNOWN_PEER);
+    cr_assert_eq(counters().produced, 0);
+}
+
+Test(push, chunk_larger_than_the_queue_is_refused)
+{
+    remake(4);
+    hello_producer(P1, "p1");
+    answered(push(P1, 0, 5), STOKER_TOO_LARGE);
+    cr_assert_eq(counters().produced, 0);
+}
+
+// --- backpressure -------------------------------------------------------------------------------
+
+Test(backpressure, push_beyond_queue_depth_waits_then_gets_retry)
+{
+    remake(4);
+    hello_producer(P1, "p1");
+    answered(push(P1, 0, 3), STOKER_OK);
+    uintptr_t parked = push(P1, 3, 3);
+    cr_assert_null(reply(parked), "a push that does not fit must wait");
+    tick(249);
+    cr_assert_null(reply(parked), "answered before the park time expired");
+    tick(1);
+    answered(parked, STOKER_RETRY);
+    stoker_counters c = counters();
+    cr_assert_eq(c.produced, 3);
+    cr_assert_eq(c.queued, 3, "the queue never holds more than its depth");
+}
+
+Test(backpressure, room_freed_by_a_pull_lets_the_parked_push_in)
+{
+    remake(4);
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    uintptr_t parked = push(P1, 4, 2);
+    cr_assert_null(reply(parked));
+    tick(100);
+    cr_assert_null(reply(parked));
+    stoker_reply *rep = answered(pull(T1, 2, 0), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 2);
+    rep = answered(parked, STOKER_OK);
+    cr_assert_eq(rep->acked_through, 6);
+    stoker_counters c = counters();
+    cr_assert_eq(c.produced, 6);
+    cr_assert_eq(c.queued, 4);
+    cr_assert_eq(c.in_flight, 2);
+}
+
+Test(backpressure, a_later_push_does_not_overtake_a_parked_one)
+{
+    remake(4);
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    uintptr_t first = push(P1, 4, 2);
+    uintptr_t resend = push(P1, 4, 2); // the client gave up waiting and resent
+    cr_assert_null(reply(first));
+    cr_assert_null(reply(resend));
+    answered(pull(T1, 4, 0), STOKER_OK);
+    cr_assert_eq(answered(first, STOKER_OK)->acked_through, 6);
+    cr_assert_eq(answered(resend, STOKER_OK)->acked_through, 6);
+    cr_assert_eq(counters().produced, 6, "the resend appended nothing");
+}
+
+// --- leases -------------------------------------------------------------------------------------
+
+Test(lease, ack_frees_the_examples_once)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    stoker_reply *rep = answered(pull(T1, 4, 0), STOKER_OK);
+    uint64_t lease = rep->lease;
+    cr_assert_neq(lease, 0);
+    cr_assert_eq(counters().in_flight, 4);
+    answered(handle(T1, h_ack(T1, 1, &lease)), STOKER_OK);
+    stoker_counters c = counters();
+    cr_assert_eq(c.acknowledged, 4);
+    cr_assert_eq(c.in_flight, 0);
+}
+
+Test(lease, double_ack_is_refused_and_changes_nothing)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    answered(push(P1, 4, 4), STOKER_OK);
+    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    answered(pull(T1, 2, 0), STOKER_OK); // another lease stays in flight
+    answered(handle(T1, h_ack(T1, 1, &lease)), STOKER_OK);
+    stoker_counters before = counters();
+    stoker_reply *rep = answered(handle(T1, h_ack(T1, 1, &lease)), STOKER_NOT_FOUND);
+    cr_assert_eq(rep->acks_refused, 1);
+    stoker_counters after = counters();
+    cr_assert_eq(after.acknowledged, before.acknowledged);
+    cr_assert_eq(after.in_flight, before.in_flight);
+    cr_assert_eq(after.queued, before.queued);
+    cr_assert_eq(after.produced, before.produced);
+    cr_assert_eq(after.refused, before.refused + 1);
+}
+
+Test(lease, unknown_lease_is_refused_and_changes_nothing)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    answered(pull(T1, 4, 0), STOKER_OK);
+    stoker_counters before = counters();
+    uint64_t bogus = 987654321;
+    stoker_reply *rep = answered(handle(T1, h_ack(T1, 1, &bogus)), STOKER_NOT_FOUND);
+    cr_assert_eq(rep->acks_refused, 1);
+    cr_assert(strstr(rep->message, "unknown or already acknowledged") != NULL, "message: %s",
+              rep->message);
+    stoker_counters after = counters();
+    cr_assert_eq(after.acknowledged, before.acknowledged);
+    cr_assert_eq(after.in_flight, before.in_flight);
+}
+
+Test(lease, ack_of_another_trainers_lease_is_refused)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    hello_trainer(T2);
+    answered(push(P1, 0, 4), STOKER_OK);
+    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    answered(handle(T2, h_ack(T2, 1, &lease)), STOKER_NOT_FOUND);
+    cr_assert_eq(counters().in_flight, 4);
+}
+
+Test(lease, piggybacked_refused_ack_is_reported_in_the_pull_reply)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 8), STOKER_OK);
+    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    uint64_t acks[2] = {lease, lease};
+    stoker_reply *rep = answered(handle(T1, h_pull(T1, 4, 0, 2, acks)), STOKER_OK);
+    cr_assert_eq(rep->acks_refused, 1, "the second ack of the same lease is refused");
+    cr_assert_eq(rep->chunk.count, 4);
+    stoker_counters c = counters();
+    cr_assert_eq(c.acknowledged, 4);
+    cr_assert_eq(c.in_flight, 4);
+}
+
+// --- redelivery ---------------------------------------------------------------------------------
+
+Test(redelivery, closed_trainer_pipe_returns_leases_to_the_head_of_the_queue)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    hello_trainer(T2);
+    answered(push(P1, 0, 6), STOKER_OK);
+    answered(pull(T1, 2, 0), STOKER_OK); // seqs 0, 1
+    answered(pull(T1, 2, 0), STOKER_OK); // seqs 2, 3
+    cr_assert_eq(counters().in_flight, 4);
+    pipe_closed(T1);
+    stoker_counters c = counters();
+    cr_assert_eq(c.in_flight, 0);
+    cr_assert_eq(c.queued, 6);
+    cr_assert_eq(c.redelivered, 4);
+    cr_assert_eq(c.trainers, 1);
+    stoker_reply *rep = answered(pull(T2, 6, 0), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 6);
+    check_batch(rep);
+    uint64_t expect = 0;
+    for (uint32_t r = 0; r < rep->n_runs; r++) {
+        cr_assert_eq(rep->runs[r].first_seq, expect, "redelivered examples come first, in order");
+        expect += rep->runs[r].count;
+    }
+}
+
+Test(redelivery, ack_after_redelivery_is_refused)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    pipe_closed(T1);
+    // The trainer reconnects on a new pipe and acknowledges what it had: too late.
+    answered(handle(T1 + 100, h_ack(T1, 1, &lease)), STOKER_NOT_FOUND);
+    stoker_counters c = counters();
+    cr_assert_eq(c.acknowledged, 0);
+    cr_assert_eq(c.queued, 4);
+}
+
+Test(redelivery, silent_trainer_is_dropped_and_its_leases_redelivered)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    answered(pull(T1, 4, 0), STOKER_OK);
+    answered(handle(P1, h_simple(STOKER_HEARTBEAT, P1)), STOKER_OK);
+    tick(10001);
+    stoker_counters c = counters();
+    cr_assert_eq(c.redelivered, 4);
+    cr_assert_eq(c.queued, 4);
+    cr_assert_eq(c.trainers, 0);
+}
+
+// --- fairness -----------------------------------------------------------------------------------
+
+Test(fairness, pulls_mix_producers_round_robin)
+{
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_producer(P3, "p3");
+    hello_trainer(T1);
+    // P1 is much faster than the others.
+    answered(push(P1, 0, 30), STOKER_OK);
+    answered(push(P2, 0, 6), STOKER_OK);
+    answered(push(P3, 0, 6), STOKER_OK);
+    for (int round = 0; round < 4; round++) {
+        stoker_reply *rep = answered(pull(T1, 3, 0), STOKER_OK);
+        check_batch(rep);
+        uint32_t per[3] = {0};
+        for (uint32_t r = 0; r < rep->n_runs; r++)
+            per[rep->runs[r].session - P1] += rep->runs[r].count;
+        cr_assert(per[0] == 1 && per[1] == 1 && per[2] == 1,
+                  "round %d: a pull of 3 took %u, %u, %u from the three producers", round, per[0],
+                  per[1], per[2]);
+    }
+    // A pull of 6 takes two of each.
+    stoker_reply *rep = answered(pull(T1, 6, 0), STOKER_OK);
+    uint32_t per[3] = {0};
+    for (uint32_t r = 0; r < rep->n_runs; r++)
+        per[rep->runs[r].session - P1] += rep->runs[r].count;
+    cr_assert(per[0] == 2 && per[1] == 2 && per[2] == 2, "took %u, %u, %u", per[0], per[1],
+              per[2]);
+}
+
+Test(fairness, an_empty_queue_does_not_hold_back_the_others)
+{
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_trainer(T1);
+    answered(push(P1, 0, 10), STOKER_OK);
+    stoker_reply *rep = answered(pull(T1, 5, 0), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 5);
+}
+
+// --- supply end ---------------------------------------------------------------------------------
+
+Test(supply, all_producers_finished_and_empty_queues_give_end_of_data)
+{
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_trainer(T1);
+    answered(push(P1, 0, 2), STOKER_OK);
+    answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    answered(handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
+    // What is left comes first, even short of a full batch.
+    stoker_reply *rep = answered(pull(T1, 4, 1000), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 2);
+    answered(pull(T1, 4, 1000), STOKER_END_OF_DATA);
+}
+
+Test(supply, a_lost_producer_and_empty_queues_give_no_producers)
+{
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_trainer(T1);
+    answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    // The news of P1's goodbye comes back at once, with no examples and no end.
+    stoker_reply *news = answered(pull(T1, 4, 1000), STOKER_OK);
+    cr_assert_eq(news->n_events, 1);
+    cr_assert_eq(news->events[0].kind, STOKER_EVENT_PRODUCER_FINISHED);
+    cr_assert_eq(news->chunk.count, 0);
+    uintptr_t waiting = pull(T1, 4, 1000);
+    cr_assert_null(reply(waiting), "P2 is alive: the pull waits");
+    pipe_closed(P2);
+    // The waiting pull is answered at once with the end and the news of the loss.
+    stoker_reply *rep = answered(waiting, STOKER_NO_PRODUCERS);
+    cr_assert_eq(rep->n_events, 1, "the waiting pull brings the loss");
+    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_LOST);
+    cr_assert_str_eq(rep->events[0].name, "p2");
+    rep = answered(pull(T1, 4, 1000), STOKER_NO_PRODUCERS);
+    cr_assert(strstr(rep->message, "1 lost, 1 finished") != NULL, "message: %s", rep->message);
+}
+
+Test(supply, silent_producer_is_lost_after_the_timeout)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 2), STOKER_OK);
+    tick(2999);
+    cr_assert_eq(counters().producers_alive, 1);
+    tick(2);
+    cr_assert_eq(counters().producers_alive, 0);
+    // Its queued examples stay deliverable.
+    stoker_reply *rep = answered(pull(T1, 4, 0), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 2);
+    int lost = 0;
+    for (uint32_t i = 0; i < rep->n_events; i++)
+        lost += rep->events[i].kind == STOKER_EVENT_PRODUCER_LOST;
+    cr_assert_eq(lost, 1);
+    answered(pull(T1, 4, 0), STOKER_NO_PRODUCERS);
+}
+
+Test(supply, no_producer_yet_is_not_the_end)
+{
+    hello_trainer(T1);
+    uintptr_t t = handle(T1, h_pull(T1, 4, 100, 0, NULL));
+    // No schema yet: the broker asks for a hello first; no end of supply is reported.
+    stoker_reply *rep = reply(t);
+    if (rep != NULL)
+        cr_assert(rep->code != STOKER_NO_PRODUCERS && rep->code != STOKER_END_OF_DATA,
+                  "answered %s", stoker_errname(rep->code));
+}
+
+// --- schema -------------------------------------------------------------------------------------
+
+Test(schema, mismatch_is_refused_with_a_message_naming_both_schemas)
+{
+    hello_producer(P1, "p1");
+    stoker_schema other;
+    h_schema_parse("input:float32[12],output:float32[1]", &other);
+    stoker_reply *rep =
+        answered(handle(P2, h_hello_producer(P2, "aug-3", &other)), STOKER_SCHEMA_MISMATCH);
+    char want[512], got[512];
+    stoker_schema_format(&schema, want, sizeof(want));
+    stoker_schema_format(&other, got, sizeof(got));
+    cr_assert(strstr(rep->message, want) != NULL, "message does not name the broker's schema "
+              "%s: %s", want, rep->message);
+    cr_assert(strstr(rep->message, got) != NULL, "message does not name the producer's schema "
+              "%s: %s", got, rep->message);
+    cr_assert(strstr(rep->message, "aug-3") != NULL, "message does not name the producer: %s",
+              rep->message);
+    answered(push(P2, 0, 1), STOKER_UNKNOWN_PEER);
+}
+
+Test(schema, broker_started_with_a_schema_refuses_another)
+{
+    broker_outbox out = {0};
+    broker_destroy(b, &out);
+    broker_outbox_fini(&out);
+    broker_config cfg;
+    broker_config_init(&cfg);
+    cfg.has_schema = 1;
+    h_schema_parse("x:uint8[4]", &cfg.schema);
+    b = broker_create(&cfg, now_ms);
+    cr_assert_not_null(b);
+    stoker_reply *rep =
+        answered(handle(P1, h_hello_producer(P1, "p1", &schema)), STOKER_SCHEMA_MISMATCH);
+    cr_assert(strstr(rep->message, "x:uint8[4]") != NULL, "message: %s", rep->message);
+}
+
+// --- bad requests -------------------------------------------------------------------------------
+
+Test(refuse, undecodable_request_is_answered_and_counted)
+{
+    broker_outbox out = {0};
+    broker_refuse(b, (void *)(uintptr_t)99, 5, STOKER_INVALID, "not a valid stoker request", &out);
+    collect(&out);
+    stoker_reply *rep = answered(99, STOKER_INVALID);
+    cr_assert_str_eq(rep->message, "not a valid stoker request");
+    cr_assert_eq(counters().refused, 1);
+}
+
+Test(refuse, push_whose_blobs_do_not_fit_the_schema_is_refused)
+{
+    hello_producer(P1, "p1");
+    stoker_schema small;
+    h_schema_parse("input:float32[2],output:float32[1]", &small);
+    answered(handle(P1, h_push(P1, &small, 0, 2)), STOKER_INVALID);
+    stoker_counters c = counters();
+    cr_assert_eq(c.produced, 0);
+    cr_assert_eq(c.queued, 0);
+}

@@ -1,0 +1,187 @@
+// server/queue.c: one producer's queue of examples as segments in seq order. Examples carry
+// their tag (h_tag) in every float32 field, so order and integrity are visible after each move.
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+#include "queue.h"
+#include "stoker/error.h"
+
+#define SESSION 7
+
+static stoker_schema schema;
+static queue q;
+
+static void
+setup(void)
+{
+    h_setup();
+    h_schema(&schema);
+    queue_init(&q, &schema);
+}
+
+static void
+teardown(void)
+{
+    queue_fini(&q);
+    h_teardown();
+}
+
+TestSuite(queue, .init = setup, .fini = teardown, .timeout = 10);
+
+// Appends examples first_seq .. first_seq + count - 1, skipping the first skip of them.
+static void
+append(uint64_t first_seq, uint32_t count, uint32_t skip)
+{
+    stoker_request *req = h_push(SESSION, &schema, first_seq, count);
+    char err[256];
+    cr_assert_eq(stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &schema, err,
+                                        sizeof(err)),
+                 STOKER_OK, "%s", err);
+    cr_assert_eq(queue_append_request(&q, req, skip), STOKER_OK);
+}
+
+// Takes up to max examples into a fresh chunk; checks the tags match the seqs reported.
+static uint32_t
+take(stoker_chunk *dst, uint32_t max, uint64_t *first_seq)
+{
+    uint32_t before = dst->count;
+    uint32_t n = queue_take(&q, max, dst, first_seq);
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert_eq(h_chunk_tag(dst, before + i), h_tag(SESSION, *first_seq + i),
+                     "example %u carries the wrong data", before + i);
+        float out;
+        memcpy(&out, stoker_chunk_at(dst, 1, before + i), sizeof(out));
+        cr_assert_eq(out, h_tag(SESSION, *first_seq + i), "field 1 of example %u is wrong",
+                     before + i);
+    }
+    return n;
+}
+
+Test(queue, append_counts_examples_and_bytes)
+{
+    size_t eb = stoker_schema_example_bytes(&schema);
+    append(0, 3, 0);
+    append(3, 5, 0);
+    cr_assert_eq(q.examples, 8);
+    cr_assert_eq(q.bytes, 8 * eb);
+}
+
+Test(queue, append_with_skip_keeps_only_the_new_examples)
+{
+    append(0, 4, 0);
+    append(2, 4, 2); // seqs 2, 3 already held: only 4, 5 are new
+    cr_assert_eq(q.examples, 6);
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 16), STOKER_OK);
+    uint64_t first;
+    cr_assert_eq(take(&dst, 16, &first), 4);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(take(&dst, 16, &first), 2);
+    cr_assert_eq(first, 4);
+    cr_assert_eq(q.examples, 0);
+    stoker_chunk_fini(&dst);
+}
+
+Test(queue, take_moves_one_run_at_a_time_across_segments)
+{
+    size_t eb = stoker_schema_example_bytes(&schema);
+    append(0, 3, 0);
+    append(3, 3, 0);
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 16), STOKER_OK);
+    uint64_t first;
+    // Part of the first segment, then its rest (a take never spans two segments), then the next.
+    cr_assert_eq(take(&dst, 2, &first), 2);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(q.examples, 4);
+    cr_assert_eq(q.bytes, 4 * eb);
+    cr_assert_eq(take(&dst, 5, &first), 1);
+    cr_assert_eq(first, 2);
+    cr_assert_eq(take(&dst, 5, &first), 3);
+    cr_assert_eq(first, 3);
+    cr_assert_eq(dst.count, 6);
+    for (uint32_t i = 0; i < 6; i++)
+        cr_assert_eq(h_chunk_tag(&dst, i), h_tag(SESSION, i));
+    cr_assert_eq(q.examples, 0);
+    cr_assert_eq(q.bytes, 0);
+    cr_assert_null(q.head);
+    cr_assert_null(q.tail);
+    stoker_chunk_fini(&dst);
+}
+
+Test(queue, take_from_an_empty_queue_moves_nothing)
+{
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);
+    uint64_t first = 12345;
+    cr_assert_eq(queue_take(&q, 4, &dst, &first), 0);
+    cr_assert_eq(dst.count, 0);
+    stoker_chunk_fini(&dst);
+}
+
+Test(queue, take_stops_when_the_destination_is_full)
+{
+    append(0, 6, 0);
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);
+    uint64_t first;
+    cr_assert_eq(take(&dst, 10, &first), 4);
+    cr_assert_eq(take(&dst, 10, &first), 0);
+    cr_assert_eq(q.examples, 2);
+    stoker_chunk_fini(&dst);
+}
+
+Test(queue, prepend_copy_puts_examples_back_at_the_head_in_order)
+{
+    size_t eb = stoker_schema_example_bytes(&schema);
+    append(0, 8, 0);
+    stoker_chunk lease;
+    cr_assert_eq(stoker_chunk_init(&lease, &schema, 8), STOKER_OK);
+    uint64_t a, b;
+    cr_assert_eq(take(&lease, 3, &a), 3); // seqs 0..2
+    cr_assert_eq(take(&lease, 2, &b), 2); // seqs 3..4
+    cr_assert_eq(q.examples, 3);
+    // Returned last run first, as the broker does, so the queue is back in seq order.
+    cr_assert_eq(queue_prepend_copy(&q, &lease, 3, 2, b), STOKER_OK);
+    cr_assert_eq(queue_prepend_copy(&q, &lease, 0, 3, a), STOKER_OK);
+    cr_assert_eq(q.examples, 8);
+    cr_assert_eq(q.bytes, 8 * eb);
+    stoker_chunk_fini(&lease);
+
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 8), STOKER_OK);
+    uint64_t expect = 0, first;
+    uint32_t n;
+    while ((n = take(&dst, 8, &first)) > 0) {
+        cr_assert_eq(first, expect, "run starts at seq %llu, expected %llu",
+                     (unsigned long long)first, (unsigned long long)expect);
+        expect += n;
+    }
+    cr_assert_eq(expect, 8);
+    cr_assert_eq(q.examples, 0);
+    stoker_chunk_fini(&dst);
+}
+
+Test(queue, prepend_copy_into_an_empty_queue_sets_head_and_tail)
+{
+    append(0, 2, 0);
+    stoker_chunk lease;
+    cr_assert_eq(stoker_chunk_init(&lease, &schema, 2), STOKER_OK);
+    uint64_t first;
+    cr_assert_eq(take(&lease, 2, &first), 2);
+    cr_assert_null(q.head);
+    cr_assert_eq(queue_prepend_copy(&q, &lease, 0, 2, first), STOKER_OK);
+    cr_assert_not_null(q.head);
+    cr_assert_eq(q.head, q.tail);
+    append(2, 1, 0); // appends after the copied segment
+    stoker_chunk_fini(&lease);
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);
+    cr_assert_eq(take(&dst, 4, &first), 2);
+    cr_assert_eq(first, 0);
+    cr_assert_eq(take(&dst, 4, &first), 1);
+    cr_assert_eq(first, 2);
+    stoker_chunk_fini(&dst);
+}
