@@ -1,0 +1,676 @@
+// The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API) and
+// JPEG (libjpeg-turbo) files into memory once, then makes each example from those pixels with a
+// random resized crop, flip and color jitter. Decoding everything up front keeps fill free of
+// I/O and allocation (it is benchmarked per core); the price is memory, bounded by
+// IMAGES_MAX_DECODED_BYTES. No antialiasing when shrinking: plain bilinear, like the request.
+#include "images.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+#include <png.h>
+
+#include "stoker/error.h"
+#include "stoker/log.h"
+#include "stoker/rng.h"
+#include "stoker/schema.h"
+
+#define MAX_IMAGE_SIDE 65535u // per side; protects the size arithmetic from hostile headers
+
+typedef struct image {
+    uint8_t *rgb; // (height, width, 3)
+    uint32_t width, height;
+    int32_t label;
+} image;
+
+typedef struct images_gen {
+    uint32_t size;
+    uint32_t n_classes;
+    size_t n_images, cap_images;
+    image *images;
+    size_t decoded_bytes;
+    // Per-example sampling tables, reused by every fill: for output column x, the byte offsets in
+    // a source row of its two neighbours and the weight of the second; the same for rows.
+    uint32_t *col0, *col1, *row0, *row1;
+    float *wx, *wy;
+} images_gen;
+
+// ImageNet statistics (torchvision's Normalize for its pretrained models).
+static const float MEAN[3] = {0.485f, 0.456f, 0.406f};
+static const float STD[3] = {0.229f, 0.224f, 0.225f};
+// ITU-R 601-2 luma, as torchvision's rgb_to_grayscale (used by adjust_contrast).
+static const float LUMA[3] = {0.299f, 0.587f, 0.114f};
+
+static void
+set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void
+set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+    if (err == NULL || err_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+static void
+images_destroy(void *user)
+{
+    images_gen *g = user;
+    if (g == NULL)
+        return;
+    for (size_t i = 0; i < g->n_images; i++)
+        free(g->images[i].rgb);
+    free(g->images);
+    free(g->col0);
+    free(g->col1);
+    free(g->row0);
+    free(g->row1);
+    free(g->wx);
+    free(g->wy);
+    free(g);
+}
+
+// ---- listing folders ----
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+} name_list;
+
+static void
+names_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->names[i]);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+static int
+cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool
+has_image_extension(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    return dot != NULL && (strcasecmp(dot, ".png") == 0 || strcasecmp(dot, ".jpg") == 0 ||
+                           strcasecmp(dot, ".jpeg") == 0);
+}
+
+// Lists the non-hidden entries of dir that are folders (want_dirs) or regular image files,
+// sorted by name. STOKER_OK, STOKER_INVALID (dir unreadable: err written), STOKER_NOMEM.
+static int
+list_dir(const char *dir, bool want_dirs, name_list *out, char *err, size_t err_len)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        if (errno == ENOENT)
+            set_err(err, err_len, "images: folder '%s' does not exist", dir);
+        else if (errno == ENOTDIR)
+            set_err(err, err_len, "images: '%s' is not a folder", dir);
+        else
+            set_err(err, err_len, "images: cannot open folder '%s': %s", dir, strerror(errno));
+        return STOKER_INVALID;
+    }
+    name_list l = {0};
+    struct dirent *e;
+    int rv = STOKER_OK;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        if (!want_dirs && !has_image_extension(e->d_name))
+            continue;
+        char *path;
+        struct stat st;
+        if (asprintf(&path, "%s/%s", dir, e->d_name) < 0) {
+            rv = STOKER_NOMEM;
+            break;
+        }
+        bool keep = stat(path, &st) == 0 && (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+        free(path);
+        if (!keep)
+            continue;
+        if (l.n == l.cap) {
+            size_t cap = l.cap ? l.cap * 2 : 16;
+            char **names = realloc(l.names, cap * sizeof *names);
+            if (names == NULL) {
+                rv = STOKER_NOMEM;
+                break;
+            }
+            l.names = names;
+            l.cap = cap;
+        }
+        if ((l.names[l.n] = strdup(e->d_name)) == NULL) {
+            rv = STOKER_NOMEM;
+            break;
+        }
+        l.n++;
+    }
+    closedir(d);
+    if (rv != STOKER_OK) {
+        set_err(err, err_len, "images: out of memory listing '%s'", dir);
+        names_free(&l);
+        return rv;
+    }
+    if (l.n > 0)
+        qsort(l.names, l.n, sizeof *l.names, cmp_names);
+    *out = l;
+    return STOKER_OK;
+}
+
+// ---- decoding ----
+
+// Reserves bytes of the decoded-pixel budget for the image at path.
+static int
+reserve(images_gen *g, const char *path, uint32_t width, uint32_t height, size_t *bytes, char *err,
+        size_t err_len)
+{
+    if (width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE) {
+        set_err(err, err_len, "images: '%s': unsupported dimensions %ux%u", path, width, height);
+        return STOKER_INVALID;
+    }
+    size_t need = (size_t)width * height * 3;
+    if (need > IMAGES_MAX_DECODED_BYTES - g->decoded_bytes) {
+        set_err(err, err_len,
+                "images: the decoded images need more than %zu MiB (limit reached at '%s', after "
+                "%zu images); use fewer or smaller images",
+                IMAGES_MAX_DECODED_BYTES >> 20, path, g->n_images);
+        return STOKER_TOO_LARGE;
+    }
+    *bytes = need;
+    return STOKER_OK;
+}
+
+static int
+decode_png(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
+           size_t err_len)
+{
+    png_image png;
+    memset(&png, 0, sizeof png);
+    png.version = PNG_IMAGE_VERSION;
+    if (!png_image_begin_read_from_memory(&png, data, len)) {
+        set_err(err, err_len, "images: '%s': corrupt or unsupported PNG: %s", path, png.message);
+        png_image_free(&png);
+        return STOKER_INVALID;
+    }
+    size_t bytes;
+    int rv = reserve(g, path, png.width, png.height, &bytes, err, err_len);
+    if (rv != STOKER_OK) {
+        png_image_free(&png);
+        return rv;
+    }
+    // With alpha, read RGBA and drop the alpha (what PIL's convert("RGB") does) rather than let
+    // libpng composite onto whatever the buffer holds.
+    bool alpha = (png.format & PNG_FORMAT_FLAG_ALPHA) != 0;
+    png.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
+    uint8_t *buf = malloc(PNG_IMAGE_SIZE(png));
+    if (buf == NULL) {
+        png_image_free(&png);
+        set_err(err, err_len, "images: out of memory decoding '%s'", path);
+        return STOKER_NOMEM;
+    }
+    if (!png_image_finish_read(&png, NULL, buf, 0, NULL)) {
+        set_err(err, err_len, "images: '%s': corrupt PNG: %s", path, png.message);
+        png_image_free(&png);
+        free(buf);
+        return STOKER_INVALID;
+    }
+    if (alpha) {
+        size_t n = (size_t)png.width * png.height;
+        for (size_t i = 0; i < n; i++) {
+            buf[3 * i] = buf[4 * i];
+            buf[3 * i + 1] = buf[4 * i + 1];
+            buf[3 * i + 2] = buf[4 * i + 2];
+        }
+        uint8_t *shrunk = realloc(buf, bytes);
+        if (shrunk != NULL)
+            buf = shrunk;
+    }
+    im->rgb = buf;
+    im->width = png.width;
+    im->height = png.height;
+    g->decoded_bytes += bytes;
+    return STOKER_OK;
+}
+
+typedef struct jpeg_err {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} jpeg_err;
+
+static void
+jpeg_fail(j_common_ptr cinfo)
+{
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    e->pub.format_message(cinfo, e->message);
+    longjmp(e->jump, 1);
+}
+
+// Warnings are tolerated (as PIL does), except a truncated file: that is corruption.
+static void
+jpeg_note(j_common_ptr cinfo, int level)
+{
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    if (level < 0 && e->pub.msg_code == JWRN_JPEG_EOF)
+        jpeg_fail(cinfo);
+    if (level < 0)
+        e->pub.num_warnings++;
+}
+
+static void
+jpeg_quiet(j_common_ptr cinfo)
+{
+    (void)cinfo;
+}
+
+static int
+decode_jpeg(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im,
+            char *err, size_t err_len)
+{
+    struct jpeg_decompress_struct cinfo;
+    jpeg_err jerr;
+    // Changed between setjmp and a possible longjmp: volatile, so their values survive the jump.
+    uint8_t *volatile buf = NULL;
+    uint8_t *volatile cmyk_row = NULL;
+    volatile int rv = STOKER_OK;
+
+    cinfo.err = jpeg_std_error(&jerr.pub);
+    jerr.pub.error_exit = jpeg_fail;
+    jerr.pub.emit_message = jpeg_note;
+    jerr.pub.output_message = jpeg_quiet;
+    if (setjmp(jerr.jump)) {
+        set_err(err, err_len, "images: '%s': corrupt JPEG: %s", path, jerr.message);
+        jpeg_destroy_decompress(&cinfo);
+        free(buf);
+        free(cmyk_row);
+        return STOKER_INVALID;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)len);
+    jpeg_read_header(&cinfo, TRUE);
+    bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    size_t bytes;
+    rv = reserve(g, path, cinfo.output_width, cinfo.output_height, &bytes, err, err_len);
+    if (rv == STOKER_OK) {
+        buf = malloc(bytes);
+        if (cmyk)
+            cmyk_row = malloc((size_t)cinfo.output_width * 4);
+        if (buf == NULL || (cmyk && cmyk_row == NULL)) {
+            set_err(err, err_len, "images: out of memory decoding '%s'", path);
+            rv = STOKER_NOMEM;
+        }
+    }
+    if (rv != STOKER_OK) {
+        jpeg_destroy_decompress(&cinfo);
+        free(buf);
+        free(cmyk_row);
+        return rv;
+    }
+    size_t stride = (size_t)cinfo.output_width * 3;
+    while (cinfo.output_scanline < cinfo.output_height) {
+        uint8_t *row = buf + (size_t)cinfo.output_scanline * stride;
+        JSAMPROW rows[1] = {cmyk ? cmyk_row : row};
+        jpeg_read_scanlines(&cinfo, rows, 1);
+        if (cmyk) {
+            // Adobe writes inverted CMYK: each channel times K gives RGB.
+            for (uint32_t x = 0; x < cinfo.output_width; x++) {
+                const uint8_t *p = cmyk_row + 4 * x;
+                row[3 * x] = (uint8_t)((p[0] * p[3] + 127) / 255);
+                row[3 * x + 1] = (uint8_t)((p[1] * p[3] + 127) / 255);
+                row[3 * x + 2] = (uint8_t)((p[2] * p[3] + 127) / 255);
+            }
+        }
+    }
+    jpeg_finish_decompress(&cinfo);
+    im->rgb = buf;
+    im->width = cinfo.output_width;
+    im->height = cinfo.output_height;
+    jpeg_destroy_decompress(&cinfo);
+    free(cmyk_row);
+    g->decoded_bytes += bytes;
+    return STOKER_OK;
+}
+
+static int
+read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_len)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (f == NULL || fstat(fileno(f), &st) != 0) {
+        set_err(err, err_len, "images: cannot read '%s': %s", path, strerror(errno));
+        if (f != NULL)
+            fclose(f);
+        return STOKER_IO;
+    }
+    size_t n = (size_t)st.st_size;
+    uint8_t *buf = malloc(n > 0 ? n : 1);
+    if (buf == NULL) {
+        fclose(f);
+        set_err(err, err_len, "images: out of memory reading '%s'", path);
+        return STOKER_NOMEM;
+    }
+    if (fread(buf, 1, n, f) != n) {
+        set_err(err, err_len, "images: cannot read '%s': short read", path);
+        fclose(f);
+        free(buf);
+        return STOKER_IO;
+    }
+    fclose(f);
+    *data = buf;
+    *len = n;
+    return STOKER_OK;
+}
+
+static int
+load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err_len)
+{
+    if (g->n_images == g->cap_images) {
+        size_t cap = g->cap_images ? g->cap_images * 2 : 64;
+        image *images = realloc(g->images, cap * sizeof *images);
+        if (images == NULL) {
+            set_err(err, err_len, "images: out of memory");
+            return STOKER_NOMEM;
+        }
+        g->images = images;
+        g->cap_images = cap;
+    }
+    uint8_t *data;
+    size_t len;
+    int rv = read_file(path, &data, &len, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    image im = {.label = label};
+    if (len >= 8 && memcmp(data, png_magic, 8) == 0) {
+        rv = decode_png(g, path, data, len, &im, err, err_len);
+    } else if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff) {
+        rv = decode_jpeg(g, path, data, len, &im, err, err_len);
+    } else {
+        set_err(err, err_len, "images: '%s' is not a PNG or JPEG file (%s)", path,
+                len == 0 ? "empty" : "unknown signature");
+        rv = STOKER_INVALID;
+    }
+    free(data);
+    if (rv == STOKER_OK)
+        g->images[g->n_images++] = im;
+    return rv;
+}
+
+static int
+load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
+{
+    name_list classes = {0};
+    int rv = list_dir(dir, true, &classes, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    if (classes.n == 0) {
+        set_err(err, err_len,
+                "images: '%s' has no class subfolders (expected one subfolder of PNG/JPEG images "
+                "per class)",
+                dir);
+        names_free(&classes);
+        return STOKER_INVALID;
+    }
+    if (classes.n > INT32_MAX) {
+        names_free(&classes);
+        return STOKER_INVALID;
+    }
+    for (size_t c = 0; c < classes.n && rv == STOKER_OK; c++) {
+        char *class_dir;
+        if (asprintf(&class_dir, "%s/%s", dir, classes.names[c]) < 0) {
+            rv = STOKER_NOMEM;
+            break;
+        }
+        name_list files = {0};
+        rv = list_dir(class_dir, false, &files, err, err_len);
+        if (rv == STOKER_OK && files.n == 0) {
+            set_err(err, err_len, "images: class folder '%s' has no .png, .jpg or .jpeg files",
+                    class_dir);
+            rv = STOKER_INVALID;
+        }
+        for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
+            char *path;
+            if (asprintf(&path, "%s/%s", class_dir, files.names[i]) < 0) {
+                rv = STOKER_NOMEM;
+                break;
+            }
+            rv = load_image(g, path, (int32_t)c, err, err_len);
+            free(path);
+        }
+        names_free(&files);
+        free(class_dir);
+    }
+    if (rv == STOKER_NOMEM)
+        set_err(err, err_len, "images: out of memory loading '%s'", dir);
+    g->n_classes = (uint32_t)classes.n;
+    names_free(&classes);
+    return rv;
+}
+
+// ---- augmentation ----
+
+typedef struct crop {
+    uint32_t top, left, height, width;
+} crop;
+
+// torchvision.transforms.RandomResizedCrop.get_params, scale (0.08, 1), ratio (3/4, 4/3).
+static crop
+random_crop(stoker_rng *rng, uint32_t width, uint32_t height)
+{
+    const double area = (double)width * height;
+    const double log_lo = log(3.0 / 4.0), log_hi = log(4.0 / 3.0);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * stoker_rng_range(rng, 0.08, 1.0);
+        double aspect = exp(stoker_rng_range(rng, log_lo, log_hi));
+        long w = lround(sqrt(target * aspect));
+        long h = lround(sqrt(target / aspect));
+        if (w > 0 && h > 0 && w <= (long)width && h <= (long)height) {
+            crop c = {.height = (uint32_t)h, .width = (uint32_t)w};
+            c.top = (uint32_t)(stoker_rng_u64(rng) % (height - c.height + 1));
+            c.left = (uint32_t)(stoker_rng_u64(rng) % (width - c.width + 1));
+            return c;
+        }
+    }
+    // Fallback: the largest center crop within the ratio range.
+    crop c = {.height = height, .width = width};
+    double in_ratio = (double)width / height;
+    if (in_ratio < 3.0 / 4.0) {
+        long h = lround(width / (3.0 / 4.0));
+        c.height = (uint32_t)(h < 1 ? 1 : h > (long)height ? (long)height : h);
+    } else if (in_ratio > 4.0 / 3.0) {
+        long w = lround(height * (4.0 / 3.0));
+        c.width = (uint32_t)(w < 1 ? 1 : w > (long)width ? (long)width : w);
+    }
+    c.top = (height - c.height) / 2;
+    c.left = (width - c.width) / 2;
+    return c;
+}
+
+// Bilinear sampling positions (half-pixel centers, edges clamped) of n outputs over a source span
+// of len pixels starting at first; offsets scaled by unit bytes. reversed fills them back to
+// front (the horizontal flip).
+static void
+sample_table(uint32_t n, uint32_t first, uint32_t len, uint32_t unit, bool reversed, uint32_t *i0,
+             uint32_t *i1, float *w)
+{
+    const double step = (double)len / n;
+    for (uint32_t k = 0; k < n; k++) {
+        double s = (k + 0.5) * step - 0.5;
+        if (s < 0)
+            s = 0;
+        if (s > len - 1)
+            s = len - 1;
+        uint32_t a = (uint32_t)s;
+        uint32_t b = a + 1 < len ? a + 1 : a;
+        uint32_t at = reversed ? n - 1 - k : k;
+        i0[at] = (first + a) * unit;
+        i1[at] = (first + b) * unit;
+        w[at] = (float)(s - a);
+    }
+}
+
+static inline float
+clamp255(float v)
+{
+    return v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+}
+
+static int
+images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+{
+    images_gen *g = user;
+    (void)seq;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+
+    const image *im = &g->images[stoker_rng_u64(&rng) % g->n_images];
+    crop c = random_crop(&rng, im->width, im->height);
+    bool flip = stoker_rng_uniform(&rng) < 0.5;
+    float brightness = (float)stoker_rng_range(&rng, 0.6, 1.4);
+    float contrast = (float)stoker_rng_range(&rng, 0.6, 1.4);
+    bool brightness_first = stoker_rng_uniform(&rng) < 0.5;
+
+    const uint32_t n = g->size;
+    const size_t plane = (size_t)n * n;
+    sample_table(n, c.left, c.width, 3, flip, g->col0, g->col1, g->wx);
+    sample_table(n, c.top, c.height, 1, false, g->row0, g->row1, g->wy);
+
+    // Pass 1: bilinear resample into the output, values in [0, 255]; (3, n, n).
+    float *out = fields[0];
+    float *out_r = out, *out_g = out + plane, *out_b = out + 2 * plane;
+    const size_t stride = (size_t)im->width * 3;
+    double gray_sum = 0;
+    for (uint32_t y = 0; y < n; y++) {
+        const uint8_t *r0 = im->rgb + g->row0[y] * stride;
+        const uint8_t *r1 = im->rgb + g->row1[y] * stride;
+        const float fy = g->wy[y];
+        float row_gray = 0;
+        for (uint32_t x = 0; x < n; x++) {
+            const uint8_t *a = r0 + g->col0[x], *b = r0 + g->col1[x];
+            const uint8_t *p = r1 + g->col0[x], *q = r1 + g->col1[x];
+            const float fx = g->wx[x];
+            float v[3];
+            for (int ch = 0; ch < 3; ch++) {
+                float top = a[ch] + (b[ch] - a[ch]) * fx;
+                float bottom = p[ch] + (q[ch] - p[ch]) * fx;
+                v[ch] = top + (bottom - top) * fy;
+            }
+            size_t at = (size_t)y * n + x;
+            out_r[at] = v[0];
+            out_g[at] = v[1];
+            out_b[at] = v[2];
+            row_gray += LUMA[0] * v[0] + LUMA[1] * v[1] + LUMA[2] * v[2];
+        }
+        gray_sum += row_gray;
+    }
+
+    // Contrast blends with the mean gray of the image as it is at that step (ColorJitter order).
+    float mean_gray;
+    if (brightness_first) {
+        double sum = 0;
+        for (size_t i = 0; i < plane; i++) {
+            float r = fminf(out_r[i] * brightness, 255.0f);
+            float gr = fminf(out_g[i] * brightness, 255.0f);
+            float b = fminf(out_b[i] * brightness, 255.0f);
+            sum += LUMA[0] * r + LUMA[1] * gr + LUMA[2] * b;
+        }
+        mean_gray = (float)(sum / plane);
+    } else {
+        mean_gray = (float)(gray_sum / plane);
+    }
+    const float shift = (1.0f - contrast) * mean_gray;
+
+    // Pass 2: jitter, then (v / 255 - mean) / std.
+    for (int ch = 0; ch < 3; ch++) {
+        float *o = out + ch * plane;
+        const float scale = 1.0f / (255.0f * STD[ch]), bias = -MEAN[ch] / STD[ch];
+        if (brightness_first) {
+            for (size_t i = 0; i < plane; i++) {
+                float v = fminf(o[i] * brightness, 255.0f);
+                v = clamp255(v * contrast + shift);
+                o[i] = v * scale + bias;
+            }
+        } else {
+            for (size_t i = 0; i < plane; i++) {
+                float v = clamp255(o[i] * contrast + shift);
+                v = fminf(v * brightness, 255.0f);
+                o[i] = v * scale + bias;
+            }
+        }
+    }
+    *(int32_t *)fields[1] = im->label;
+    return STOKER_OK;
+}
+
+int
+images_generator_create(const char *dir, uint32_t size, stoker_generator *out, char *err,
+                        size_t err_len)
+{
+    if (dir == NULL || dir[0] == '\0') {
+        set_err(err, err_len, "images: no folder given");
+        return STOKER_INVALID;
+    }
+    if (size == 0 || size > IMAGES_MAX_SIZE) {
+        set_err(err, err_len, "images: size %u is out of range (1..%u)", size, IMAGES_MAX_SIZE);
+        return STOKER_INVALID;
+    }
+    stoker_schema schema = {0};
+    const uint32_t image_shape[3] = {3, size, size}, label_shape[1] = {1};
+    if (stoker_schema_add(&schema, "image", STOKER_FLOAT32, 3, image_shape) != STOKER_OK ||
+        stoker_schema_add(&schema, "label", STOKER_INT32, 1, label_shape) != STOKER_OK) {
+        set_err(err, err_len, "images: cannot build the schema");
+        return STOKER_INTERNAL;
+    }
+
+    images_gen *g = calloc(1, sizeof *g);
+    if (g == NULL) {
+        set_err(err, err_len, "images: out of memory");
+        return STOKER_NOMEM;
+    }
+    g->size = size;
+    g->col0 = malloc(size * sizeof *g->col0);
+    g->col1 = malloc(size * sizeof *g->col1);
+    g->row0 = malloc(size * sizeof *g->row0);
+    g->row1 = malloc(size * sizeof *g->row1);
+    g->wx = malloc(size * sizeof *g->wx);
+    g->wy = malloc(size * sizeof *g->wy);
+    if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy) {
+        set_err(err, err_len, "images: out of memory");
+        images_destroy(g);
+        return STOKER_NOMEM;
+    }
+    int rv = load_tree(g, dir, err, err_len);
+    if (rv != STOKER_OK) {
+        images_destroy(g);
+        return rv;
+    }
+    stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded", dir, g->n_classes,
+                g->n_images, g->decoded_bytes / 1048576.0);
+
+    out->kind = "images";
+    out->schema = schema;
+    out->fill = images_fill;
+    out->user = g;
+    out->destroy = images_destroy;
+    return STOKER_OK;
+}
