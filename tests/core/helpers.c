@@ -100,23 +100,32 @@ h_chunk_tag(const stoker_chunk *chunk, uint32_t i)
     return v;
 }
 
-stoker_request *
-h_push(uint64_t session, const stoker_schema *schema, uint64_t first_seq, uint32_t count)
+// Fills req as a push of tagged examples (req->chunk owned: stoker_chunk_fini it).
+static void
+fill_push(stoker_request *req, uint64_t session, const stoker_schema *schema, uint64_t first_seq,
+          uint32_t count)
 {
-    stoker_request req = {.method = STOKER_PUSH, .session = session, .first_seq = first_seq};
-    int rv = stoker_chunk_init(&req.chunk, schema, count);
+    *req = (stoker_request){.method = STOKER_PUSH, .session = session, .first_seq = first_seq};
+    int rv = stoker_chunk_init(&req->chunk, schema, count);
     cr_assert_eq(rv, STOKER_OK);
-    req.chunk.count = count;
+    req->chunk.count = count;
     for (uint32_t f = 0; f < schema->n_fields; f++) {
         size_t fb = stoker_field_bytes(&schema->fields[f]);
-        memset(req.chunk.data[f], 0, (size_t)count * fb);
+        memset(req->chunk.data[f], 0, (size_t)count * fb);
         if (schema->fields[f].dtype != STOKER_FLOAT32)
             continue;
         for (uint32_t i = 0; i < count; i++) {
             float tag = h_tag(session, first_seq + i);
-            memcpy(stoker_chunk_at(&req.chunk, f, i), &tag, sizeof(tag));
+            memcpy(stoker_chunk_at(&req->chunk, f, i), &tag, sizeof(tag));
         }
     }
+}
+
+stoker_request *
+h_push(uint64_t session, const stoker_schema *schema, uint64_t first_seq, uint32_t count)
+{
+    stoker_request req;
+    fill_push(&req, session, schema, first_seq, count);
     stoker_request *out = h_roundtrip(&req);
     stoker_chunk_fini(&req.chunk);
     return out;
@@ -484,6 +493,17 @@ h_raw_send(nng_socket s, const void *buf, size_t len, stoker_reply **rep)
     rv = stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), rep, err, sizeof(err));
     nng_msg_free(msg);
     return rv;
+}
+
+stoker_reply *
+h_raw_push(nng_socket s, uint64_t session, const stoker_schema *schema, uint64_t first_seq,
+           uint32_t count)
+{
+    stoker_request req;
+    fill_push(&req, session, schema, first_seq, count);
+    stoker_reply *rep = h_raw_call(s, &req);
+    stoker_chunk_fini(&req.chunk);
+    return rep;
 }
 
 stoker_reply *

@@ -102,6 +102,9 @@ nng_socket h_raw_open(const char *url, int timeout_ms);
 int h_raw_send(nng_socket s, const void *buf, size_t len, stoker_reply **rep);
 // Encodes req and calls h_raw_send; fails the test if the call gets no reply.
 stoker_reply *h_raw_call(nng_socket s, const stoker_request *req);
+// A push of tagged examples (as h_push) sent with h_raw_call.
+stoker_reply *h_raw_push(nng_socket s, uint64_t session, const stoker_schema *schema,
+                         uint64_t first_seq, uint32_t count);
 
 // --- trainers -----------------------------------------------------------------------------------
 
