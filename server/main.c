@@ -10,6 +10,7 @@
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/process.h"
 #include "stoker/opts.h"
 #include "stoker/schema.h"
 
@@ -59,6 +60,7 @@ bad(const char *opt, const char *val, const char *want)
 int
 main(int argc, char **argv)
 {
+    stoker_process_init();
     enum {
         OPT_LISTEN = 1000,
         OPT_METRICS,

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/process.h"
 #include "stoker/opts.h"
 #include "train.h"
 
@@ -91,6 +92,7 @@ parse_hidden(const char *s, train_config *cfg)
 int
 main(int argc, char **argv)
 {
+    stoker_process_init();
     enum {
         OPT_BROKER = 1000,
         OPT_TOKEN,

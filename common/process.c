@@ -1,0 +1,13 @@
+// Process-wide settings (see process.h).
+#include <malloc.h>
+#include <signal.h>
+
+#include "stoker/process.h"
+
+void
+stoker_process_init(void)
+{
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
+    signal(SIGPIPE, SIG_IGN);
+}
