@@ -191,7 +191,7 @@ Test(backpressure, fast_producer_never_exceeds_queue_depth)
         }
         cr_assert_leq(st->counters.queued, 8);
         stoker_status_destroy(st);
-        stoker_sleep_ms(10, NULL); // the trainer is the slow side
+        stoker_sleep_ms(20, NULL); // the trainer is the slow side
     }
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
     cr_assert_eq(received, 150);
