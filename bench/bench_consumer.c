@@ -14,6 +14,15 @@
 #include "stoker/opts.h"
 #include "stoker/trainer_client.h"
 
+static void
+print_event(const stoker_event *e, void *arg)
+{
+    (void)arg;
+    printf("event %s %s %.6f\n", stoker_event_kind_name(e->kind), e->name,
+           (double)stoker_now_ns() / 1e9);
+    fflush(stdout);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -25,6 +34,7 @@ main(int argc, char **argv)
     };
     stoker_trainer_options o;
     stoker_trainer_options_init(&o);
+    o.on_event = print_event;
     uint64_t want = UINT64_MAX, u;
     double d;
     int opt;
@@ -71,12 +81,6 @@ main(int argc, char **argv)
     while (examples < want) {
         stoker_batch *b;
         rv = stoker_trainer_client_next(tc, &b);
-        stoker_event e;
-        while (stoker_trainer_client_poll_event(tc, &e)) {
-            printf("event %s %s %.6f\n", stoker_event_kind_name(e.kind), e.name,
-                   (double)stoker_now_ns() / 1e9);
-            fflush(stdout);
-        }
         if (rv != STOKER_OK)
             break;
         if (start == 0)

@@ -116,6 +116,10 @@ push_event(stoker_trainer_client *tc, const stoker_event *e)
         return; // already seen
     if (e->index > tc->last_event_index)
         tc->last_event_index = e->index;
+    if (tc->opts.on_event != NULL) {
+        tc->opts.on_event(e, tc->opts.on_event_arg);
+        return;
+    }
     if (tc->ev_len == MAX_EVENTS) {
         stoker_warn("trainer: event queue full, dropping the oldest event");
         tc->ev_head = (tc->ev_head + 1) % MAX_EVENTS;

@@ -144,6 +144,19 @@ record_event(train_result *res, const stoker_event *e, double at_s)
     t->at_s = at_s;
 }
 
+// Events are recorded the moment the client hears of them, even while it waits for a batch.
+typedef struct event_sink {
+    train_result *res;
+    uint64_t origin_ns;
+} event_sink;
+
+static void
+on_event(const stoker_event *e, void *arg)
+{
+    event_sink *sink = arg;
+    record_event(sink->res, e, (double)(stoker_now_ns() - sink->origin_ns) / 1e9);
+}
+
 typedef struct progress {
     int live;
     uint64_t last_status_ms;
@@ -198,6 +211,7 @@ train_run(const train_config *cfg, train_result *res)
     stoker_chunk inline_chunk = {0};
     backend *be = NULL;
     mlp *net = NULL;
+    event_sink sink = {res, stoker_now_ns()};
 
     // The device first: probing CUDA takes a while, and the clock of a training run should not
     // include it (nor the examples producers queue meanwhile).
@@ -230,6 +244,8 @@ train_run(const train_config *cfg, train_result *res)
         to.batch_size = cfg->batch_size;
         to.prefetch = cfg->prefetch;
         to.stall_timeout_ms = cfg->stall_timeout_ms;
+        to.on_event = on_event;
+        to.on_event_arg = &sink;
         rv = stoker_trainer_client_create(&to, &tc, why, sizeof(why));
         if (rv != STOKER_OK) {
             train_status st = rv == STOKER_INTERRUPTED ? TRAIN_INTERRUPTED
@@ -304,11 +320,6 @@ train_run(const train_config *cfg, train_result *res)
             chunk = batch != NULL ? &batch->chunk : NULL;
         }
         wait_ns += stoker_now_ns() - t0;
-        if (tc != NULL) {
-            stoker_event e;
-            while (stoker_trainer_client_poll_event(tc, &e))
-                record_event(res, &e, (double)(stoker_now_ns() - start_ns) / 1e9);
-        }
         if (rv != STOKER_OK) {
             switch (rv) {
             case STOKER_NO_PRODUCERS:
@@ -393,9 +404,6 @@ done:
             stoker_warn("audit: the broker did not answer Status; audit left out");
         }
         res->duplicates_seen = stoker_trainer_client_duplicates(tc);
-        stoker_event e;
-        while (stoker_trainer_client_poll_event(tc, &e))
-            record_event(res, &e, res->seconds);
         stoker_trainer_client_destroy(tc);
     }
     if (net != NULL && cfg->weights_path != NULL) {

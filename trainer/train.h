@@ -58,7 +58,7 @@ typedef struct train_event {
     stoker_event_kind kind;
     uint32_t producer;
     char name[STOKER_NAME_MAX];
-    double at_s; // seconds since training started, when the trainer heard of it
+    double at_s; // seconds since the trainer started, when it heard of the event
     char reason[STOKER_REASON_MAX];
 } train_event;
 

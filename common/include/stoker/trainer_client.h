@@ -16,6 +16,11 @@ typedef struct stoker_trainer_options {
     uint32_t batch_size;       // examples per batch (default 4)
     uint32_t prefetch;         // pull requests kept in flight (default 4, at most 64)
     uint32_t stall_timeout_ms; // no batch for this long: STOKER_STALLED (default 4000)
+    // Called for each event as soon as a reply brings it, from inside stoker_trainer_client_next
+    // (on the caller's thread), even while next keeps waiting for a batch. When NULL, events
+    // are queued for stoker_trainer_client_poll_event instead.
+    void (*on_event)(const stoker_event *event, void *arg);
+    void *on_event_arg;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);

@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""stoker's benchmarks. Each one runs stoker and its baseline side by side in the same run (this
+machine is shared and noisy: ratios, not absolute times, are the figures), prints a table with
+the target of ../shared/DESIGN.md beside each figure, and writes everything to a JSON file.
+
+    python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
+
+Benchmarks: seed, floor, large, wait, detect, images. Run scripts/build.sh first (or let
+bench/run.sh do it)."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, os.environ.get("STOKER_BUILD", "build"))
+BROKER = os.path.join(BUILD, "server", "stoker-broker")
+PRODUCER = os.path.join(BUILD, "producer", "stoker-producer")
+TRAINER = os.path.join(BUILD, "trainer", "stoker-trainer")
+BENCH_PRODUCER = os.path.join(BUILD, "bench", "stoker-bench-producer")
+CONSUMER = os.path.join(BUILD, "bench", "stoker-bench-consumer")
+NNG_RAW = os.path.join(BUILD, "bench", "nng-raw")
+
+SYNTH_BYTES = 44  # input float32[10] + output float32[1]
+
+
+class Procs:
+    """Starts processes and makes sure every one of them is gone at the end."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, args, **kw):
+        p = subprocess.Popen(args, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self, p, sig=signal.SIGTERM, timeout=5):
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + 5
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_broker(procs, url, *extra):
+    p = procs.start([BROKER, "--listen", url, "--log-level", "warn", *extra],
+                    stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line.startswith("listening"):
+        raise RuntimeError(f"broker did not start: {line!r}")
+    return p
+
+
+def endpoint(kind, tmp, name):
+    if kind == "ipc":
+        return f"ipc://{tmp}/{name}.ipc"
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def raw_nng(kind, tmp, producers, msg_bytes, messages):
+    """Raw nng PUSH/PULL: `producers` pushers, one puller, messages of msg_bytes."""
+    url = endpoint(kind, tmp, "raw")
+    per = messages // producers
+    with Procs() as procs:
+        pull = procs.start([NNG_RAW, "pull", url, str(per * producers)], stdout=subprocess.PIPE,
+                           text=True)
+        assert pull.stdout.readline().startswith("listening")
+        for _ in range(producers):
+            procs.start([NNG_RAW, "push", url, str(msg_bytes), str(per)])
+        out, _ = pull.communicate(timeout=300)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_trainer(args, timeout):
+    out = subprocess.run([TRAINER, *args, "--json", "-", "--progress", "off", "--log-level",
+                          "warn"], stdout=subprocess.PIPE, text=True, timeout=timeout)
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.returncode
+
+
+# --- benchmarks -----------------------------------------------------------------------------
+
+def bench_seed(opts, tmp):
+    """The reference experiment: 16 producers against the inline baseline."""
+    scale = 10 if opts.quick else 1
+    lo, hi = 0.05 / scale, 0.5 / scale
+    delay = f"{lo}:{hi}"
+    goal = str(60 / scale)
+    ideal = 16 / ((lo + hi) / 2)
+    url = endpoint("ipc", tmp, "seed")
+    common = ["--batch-size", "4", "--round-length", "20", "--rounds", "100", "--time-goal", goal,
+              "--device", "cpu"]
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "12")
+        trainer = procs.start([TRAINER, "--broker", url, *common, "--stall-timeout", "10",
+                               "--json", "-", "--progress", "off", "--log-level", "warn"],
+                              stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        for i in range(16):
+            procs.start([PRODUCER, "--broker", url, "--name", f"p{i}", "--delay", delay,
+                         "--seed", str(i + 1), "--log-level", "error"])
+        out, _ = trainer.communicate(timeout=200)
+        par = json.loads(out.strip().splitlines()[-1])
+    inl, _ = run_trainer(["--inline", "--delay", delay, *common], timeout=200)
+    return {
+        "delay_s": delay, "ideal_examples_per_second": ideal,
+        "parallel": par, "inline": inl,
+        "fraction_of_ideal": par["examples_per_second"] / ideal,
+        "speedup_over_inline": par["examples_per_second"] / inl["examples_per_second"],
+        "rows": [
+            ("seed: stoker rate / ideal (16 producers)", par["examples_per_second"] / ideal,
+             ">= 0.98", par["examples_per_second"] / ideal >= 0.98),
+            ("seed: speedup over inline", par["examples_per_second"] / inl["examples_per_second"],
+             "(prototype 13.5x)", None),
+            ("seed: duplicates + |discrepancy|",
+             par["audit"]["duplicates_seen"] + abs(par["audit"]["discrepancy"]), "0",
+             par["audit"]["duplicates_seen"] == 0 and par["audit"]["discrepancy"] == 0),
+        ],
+    }
+
+
+def bench_floor(opts, tmp):
+    """Generation cost zero, 44-byte examples, batch 256, trainer on the CPU doing real steps."""
+    total = 1_000_000 if opts.quick else 4_000_000
+    res = {"configs": [], "rows": []}
+    for kind in ("ipc", "tcp"):
+        for producers in (1, 2, 4):
+            url = endpoint(kind, tmp, f"floor{producers}")
+            with Procs() as procs:
+                start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536")
+                trainer = procs.start(
+                    [TRAINER, "--broker", url, "--batch-size", "256", "--round-length", "65536",
+                     "--rounds", str(total // 65536), "--device", "cpu", "--prefetch", "8",
+                     "--stall-timeout", "10", "--json", "-", "--progress", "off", "--log-level",
+                     "warn"], stdout=subprocess.PIPE, text=True)
+                time.sleep(1)
+                for i in range(producers):
+                    procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096", "--name",
+                                 f"p{i}"])
+                out, _ = trainer.communicate(timeout=300)
+                st = json.loads(out.strip().splitlines()[-1])
+            raw = raw_nng(kind, tmp, producers, 256 * SYNTH_BYTES, total // 256)
+            raw_eps = raw["messages_per_second"] * 256
+            eps = st["examples_per_second"]
+            cfg = {"transport": kind, "producers": producers, "examples_per_second": eps,
+                   "mb_per_second": eps * SYNTH_BYTES / 1e6,
+                   "raw_examples_per_second": raw_eps, "ratio_to_raw": eps / raw_eps,
+                   "overhead_us_per_example": 1e6 / eps, "trainer": st}
+            res["configs"].append(cfg)
+            target_ok = eps >= 1_000_000
+            res["rows"].append((f"floor {kind} P={producers}: examples/s", eps, ">= 1000000",
+                                target_ok))
+            res["rows"].append((f"floor {kind} P={producers}: ratio to raw nng", eps / raw_eps,
+                                "(figure)", None))
+            res["rows"].append((f"floor {kind} P={producers}: us per example", 1e6 / eps, "< 1",
+                                1e6 / eps < 1))
+    return res
+
+
+def bench_large(opts, tmp):
+    """150,528-byte examples (224x224x3 bytes), batch 32, tcp loopback, against raw nng."""
+    total = 8000 if opts.quick else 30000
+    url = endpoint("tcp", tmp, "large")
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "256", "--max-message", "268435456")
+        consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "32", "--examples",
+                                str(total), "--stall-timeout", "10"], stdout=subprocess.PIPE,
+                               text=True)
+        time.sleep(0.3)
+        procs.start([BENCH_PRODUCER, "--broker", url, "--schema", "image:uint8[224,224,3]",
+                     "--chunk", "32"])
+        out, _ = consumer.communicate(timeout=300)
+        st = json.loads(out.strip().splitlines()[-1])
+    raw = raw_nng("tcp", tmp, 1, 32 * 150528, total // 32)
+    ratio = st["bytes_per_second"] / raw["bytes_per_second"]
+    return {"stoker": st, "raw": raw, "ratio": ratio,
+            "rows": [("large: stoker MB/s", st["bytes_per_second"] / 1e6, "", None),
+                     ("large: raw nng MB/s", raw["bytes_per_second"] / 1e6, "", None),
+                     ("large: stoker / raw nng", ratio, ">= 0.80", ratio >= 0.80)]}
+
+
+def bench_wait(opts, tmp):
+    """Data wait when producers keep up, and the rate when they do not."""
+    url = endpoint("ipc", tmp, "wait-fast")
+    rounds = 20 if opts.quick else 60
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "4096")
+        for i in range(2):
+            procs.start([PRODUCER, "--broker", url, "--delay", "0:0", "--chunk", "256",
+                         "--name", f"fast{i}", "--log-level", "error"])
+        time.sleep(0.5)
+        # A trainer with real work per step (a 512x512 hidden layer pair on 256-example
+        # batches) is the bottleneck here: the supply should never make it wait.
+        fast, _ = run_trainer(["--broker", url, "--batch-size", "256", "--round-length", "2560",
+                               "--rounds", str(rounds), "--hidden", "512,512", "--device", "cpu"],
+                              timeout=300)
+    url = endpoint("ipc", tmp, "wait-slow")
+    producers, delay = 4, 0.01
+    ideal = producers / delay
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "64")
+        trainer = procs.start([TRAINER, "--broker", url, "--batch-size", "4", "--round-length",
+                               "200", "--rounds", "5" if opts.quick else "15", "--device", "cpu",
+                               "--json", "-", "--progress", "off", "--log-level", "warn"],
+                              stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        for i in range(producers):
+            procs.start([PRODUCER, "--broker", url, "--delay", f"{delay}:{delay}", "--chunk",
+                         "1", "--name", f"slow{i}", "--log-level", "error"])
+        out, _ = trainer.communicate(timeout=300)
+        slow = json.loads(out.strip().splitlines()[-1])
+    frac = slow["examples_per_second"] / ideal
+    return {"fast": fast, "slow": slow, "slow_ideal": ideal,
+            "rows": [("wait: data wait, producers faster", fast["data_wait_fraction"], "< 0.01",
+                      fast["data_wait_fraction"] < 0.01),
+                     ("wait: rate / producers' ideal, producers slower", frac, "~1.0",
+                      frac >= 0.95)]}
+
+
+def bench_detect(opts, tmp):
+    """SIGKILL a producer mid-run; time until the consumer sees producer_lost. Median of 10."""
+    url = endpoint("ipc", tmp, "detect")
+    latencies = []
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "64")
+        procs.start([PRODUCER, "--broker", url, "--delay", "0.01:0.01", "--name", "steady",
+                     "--log-level", "error"])
+        consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "4",
+                                "--stall-timeout", "30"], stdout=subprocess.PIPE, text=True)
+        for i in range(10):
+            victim = procs.start([PRODUCER, "--broker", url, "--delay", "0.005:0.005",
+                                  "--name", f"victim{i}", "--log-level", "error"])
+            time.sleep(0.5)
+            t_kill = time.monotonic()
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            while True:
+                line = consumer.stdout.readline()
+                if not line:
+                    raise RuntimeError("consumer ended")
+                parts = line.split()
+                if parts[:3] == ["event", "producer_lost", f"victim{i}"]:
+                    latencies.append(float(parts[3]) - t_kill)
+                    break
+        procs.stop(consumer, signal.SIGKILL)
+    med = statistics.median(latencies)
+    return {"latencies_s": latencies, "median_s": med,
+            "rows": [("detect: SIGKILL to producer_lost, median of 10 (ms)", med * 1000, "< 100",
+                      med < 0.1)]}
+
+
+def bench_images(opts, tmp):
+    """The images generator with real augmentation: 1 and 2 producers against inline."""
+    make = os.path.join(ROOT, "bench", "make_images.py")
+    images = os.path.join(tmp, "images")
+    subprocess.run([sys.executable, make, images], check=True)
+    n = 300 if opts.quick else 1500
+    rates = {}
+    for producers in (1, 2):
+        url = endpoint("ipc", tmp, f"img{producers}")
+        with Procs() as procs:
+            start_broker(procs, url, "--queue-depth", "256")
+            consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "32",
+                                    "--examples", str(n), "--stall-timeout", "20"],
+                                   stdout=subprocess.PIPE, text=True)
+            time.sleep(0.3)
+            for i in range(producers):
+                procs.start([PRODUCER, "--broker", url, "--generator", "images", "--images",
+                             images, "--size", "64", "--chunk", "16", "--name", f"img{i}",
+                             "--seed", str(i + 1), "--log-level", "error"])
+            out, _ = consumer.communicate(timeout=600)
+            rates[producers] = json.loads(out.strip().splitlines()[-1])["examples_per_second"]
+    # Inline: one process generating as fast as it can (the core-limited ideal per core).
+    url = endpoint("ipc", tmp, "img-inline")
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "256")
+        t0 = time.monotonic()
+        subprocess.run([PRODUCER, "--broker", url, "--generator", "images", "--images", images,
+                        "--size", "64", "--chunk", "16", "--max-examples", str(n // 2),
+                        "--log-level", "error"], check=True, timeout=600)
+        inline = (n // 2) / (time.monotonic() - t0)
+    cores = os.cpu_count() or 1
+    ideal = inline * min(2, cores)
+    return {"inline_examples_per_second": inline, "stoker": rates,
+            "rows": [("images: 1 producer / inline", rates[1] / inline, "", None),
+                     ("images: 2 producers / inline", rates[2] / inline, "", None),
+                     ("images: 2 producers / core-limited ideal", rates[2] / ideal, ">= 0.85",
+                      rates[2] / ideal >= 0.85)]}
+
+
+BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
+           "detect": bench_detect, "images": bench_images}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default=",".join(BENCHES), help="comma list of benchmarks")
+    ap.add_argument("--quick", action="store_true", help="smaller runs, for a look")
+    ap.add_argument("--json", default=None, help="where to write the results")
+    opts = ap.parse_args()
+    names = [n for n in opts.only.split(",") if n]
+    for n in names:
+        if n not in BENCHES:
+            ap.error(f"unknown benchmark '{n}' (choose from {', '.join(BENCHES)})")
+    for exe in (BROKER, PRODUCER, TRAINER, BENCH_PRODUCER, CONSUMER, NNG_RAW):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"bench: {exe} is missing: run scripts/build.sh first")
+    results = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+               "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
+               "quick": opts.quick, "benchmarks": {}}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="stoker-bench.") as tmp:
+        for n in names:
+            print(f"bench: {n} ...", file=sys.stderr, flush=True)
+            t0 = time.monotonic()
+            try:
+                r = BENCHES[n](opts, tmp)
+            except Exception as e:  # a broken benchmark is reported, the others still run
+                print(f"bench: {n} failed: {e}", file=sys.stderr)
+                results["benchmarks"][n] = {"error": str(e)}
+                rows.append((f"{n}: FAILED", float("nan"), str(e)[:40], False))
+                continue
+            r["wall_s"] = time.monotonic() - t0
+            rows.extend(r.pop("rows"))
+            results["benchmarks"][n] = r
+    print(f"\n{'figure':56} {'measured':>14}  {'target':>12}  met")
+    for name, value, target, ok in rows:
+        met = "" if ok is None else ("yes" if ok else "NO")
+        print(f"{name:56} {value:>14.4g}  {target:>12}  {met}")
+    path = opts.json or os.path.join(ROOT, "bench", "out",
+                                     f"results-{results['date'].replace(':', '')}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
