@@ -49,8 +49,8 @@ typedef struct exec_gen {
     int final_rv;     // STOKER_OK while running; the sticky result once ended
 } exec_gen;
 
-static void
-set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static void
 set_err(char *err, size_t err_len, const char *fmt, ...)
@@ -166,8 +166,9 @@ finish(exec_gen *g)
     if (WIFEXITED(status)) {
         int code = WEXITSTATUS(status);
         stoker_error("exec: command '%s' exited with status %d%s", g->cmd, code,
-                     code == 127 ? " (command not found?)"
-                                 : code == 126 ? " (not executable?)" : "");
+                     code == 127   ? " (command not found?)"
+                     : code == 126 ? " (not executable?)"
+                                   : "");
     } else if (WIFSIGNALED(status)) {
         stoker_error("exec: command '%s' was killed by signal %d (%s)", g->cmd, WTERMSIG(status),
                      strsignal(WTERMSIG(status)));
@@ -241,13 +242,26 @@ static bool
 int_range(stoker_dtype dtype, long long *lo, long long *hi)
 {
     switch (dtype) {
-    case STOKER_INT8: *lo = INT8_MIN, *hi = INT8_MAX; return true;
-    case STOKER_UINT8: *lo = 0, *hi = UINT8_MAX; return true;
-    case STOKER_INT16: *lo = INT16_MIN, *hi = INT16_MAX; return true;
-    case STOKER_UINT16: *lo = 0, *hi = UINT16_MAX; return true;
-    case STOKER_INT32: *lo = INT32_MIN, *hi = INT32_MAX; return true;
-    case STOKER_INT64: *lo = LLONG_MIN, *hi = LLONG_MAX; return true;
-    default: return false;
+    case STOKER_INT8:
+        *lo = INT8_MIN, *hi = INT8_MAX;
+        return true;
+    case STOKER_UINT8:
+        *lo = 0, *hi = UINT8_MAX;
+        return true;
+    case STOKER_INT16:
+        *lo = INT16_MIN, *hi = INT16_MAX;
+        return true;
+    case STOKER_UINT16:
+        *lo = 0, *hi = UINT16_MAX;
+        return true;
+    case STOKER_INT32:
+        *lo = INT32_MIN, *hi = INT32_MAX;
+        return true;
+    case STOKER_INT64:
+        *lo = LLONG_MIN, *hi = LLONG_MAX;
+        return true;
+    default:
+        return false;
     }
 }
 
@@ -262,13 +276,26 @@ static void
 store_int(void *dst, stoker_dtype dtype, long long v)
 {
     switch (dtype) {
-    case STOKER_INT8: STORE_AS(int8_t, dst, v); break;
-    case STOKER_UINT8: STORE_AS(uint8_t, dst, v); break;
-    case STOKER_INT16: STORE_AS(int16_t, dst, v); break;
-    case STOKER_UINT16: STORE_AS(uint16_t, dst, v); break;
-    case STOKER_INT32: STORE_AS(int32_t, dst, v); break;
-    case STOKER_INT64: STORE_AS(int64_t, dst, v); break;
-    default: break;
+    case STOKER_INT8:
+        STORE_AS(int8_t, dst, v);
+        break;
+    case STOKER_UINT8:
+        STORE_AS(uint8_t, dst, v);
+        break;
+    case STOKER_INT16:
+        STORE_AS(int16_t, dst, v);
+        break;
+    case STOKER_UINT16:
+        STORE_AS(uint16_t, dst, v);
+        break;
+    case STOKER_INT32:
+        STORE_AS(int32_t, dst, v);
+        break;
+    case STOKER_INT64:
+        STORE_AS(int64_t, dst, v);
+        break;
+    default:
+        break;
     }
 }
 
@@ -515,8 +542,7 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
         return STOKER_INVALID;
     }
     if (format != EXEC_TEXT && format != EXEC_RAW) {
-        set_err(err, err_len, "exec: unknown output format %d (expected text or raw)",
-                (int)format);
+        set_err(err, err_len, "exec: unknown output format %d (expected text or raw)", (int)format);
         return STOKER_INVALID;
     }
     if ((rv = stoker_schema_validate(schema, why, sizeof why)) != STOKER_OK) {

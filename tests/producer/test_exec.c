@@ -83,8 +83,7 @@ TestSuite(exec, .init = setup);
 Test(exec, text_lines_give_values_in_schema_order)
 {
     stoker_generator gen;
-    start(&gen,
-          "awk 'BEGIN { for (i = 0; i < 5; i++) printf \"%d, %d.5 %d\\n\", i, i, -10 * i }'",
+    start(&gen, "awk 'BEGIN { for (i = 0; i < 5; i++) printf \"%d, %d.5 %d\\n\", i, i, -10 * i }'",
           "input:float32[2],label:int32[1]", EXEC_TEXT);
     for (int i = 0; i < 5; i++) {
         float input[2] = {-1, -1};
@@ -360,8 +359,8 @@ Test(exec, child_dies_when_the_producer_is_killed)
         float x;
         void *fields[] = {&x};
         // One example first, so the child has surely exec'd before the pid is reported.
-        if (exec_generator_create("echo 1; while :; do sleep 0.05; done", &s, EXEC_TEXT, &gen,
-                                  NULL, 0) == STOKER_OK &&
+        if (exec_generator_create("echo 1; while :; do sleep 0.05; done", &s, EXEC_TEXT, &gen, NULL,
+                                  0) == STOKER_OK &&
             gen.fill(gen.user, 0, 0, fields) == STOKER_OK)
             child = exec_generator_pid(&gen);
         if (write(fds[1], &child, sizeof child) != (ssize_t)sizeof child)
