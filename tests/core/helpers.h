@@ -45,7 +45,7 @@ float h_chunk_tag(const stoker_chunk *chunk, uint32_t i);
 // --- child processes ----------------------------------------------------------------------------
 
 typedef struct h_child {
-    pid_t pid; // 0 when not running (reaped)
+    pid_t pid;  // 0 when not running (reaped)
     int out_fd; // read end of its stdout (brokers), -1 otherwise
     int status; // waitpid status once reaped
     char what[32];

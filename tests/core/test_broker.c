@@ -51,9 +51,9 @@ collect(broker_outbox *out)
         stoker_reply *rep = NULL;
         char err[256];
         nng_msg *msg = out->items[i].msg;
-        cr_assert_eq(stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err,
-                                              sizeof(err)),
-                     STOKER_OK, "undecodable reply: %s", err);
+        cr_assert_eq(
+            stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err, sizeof(err)),
+            STOKER_OK, "undecodable reply: %s", err);
         replies[n_replies].token = (uintptr_t)out->items[i].token;
         replies[n_replies].rep = rep;
         n_replies++;
@@ -165,9 +165,8 @@ answered(uintptr_t token, int code)
 {
     stoker_reply *rep = reply(token);
     cr_assert_not_null(rep, "request %lu was not answered", (unsigned long)token);
-    cr_assert_eq(rep->code, code, "request %lu answered %s (%s), expected %s",
-                 (unsigned long)token, stoker_errname(rep->code), rep->message,
-                 stoker_errname(code));
+    cr_assert_eq(rep->code, code, "request %lu answered %s (%s), expected %s", (unsigned long)token,
+                 stoker_errname(rep->code), rep->message, stoker_errname(code));
     return rep;
 }
 
@@ -497,8 +496,7 @@ Test(fairness, pulls_mix_producers_round_robin)
     uint32_t per[3] = {0};
     for (uint32_t r = 0; r < rep->n_runs; r++)
         per[rep->runs[r].session - P1] += rep->runs[r].count;
-    cr_assert(per[0] == 2 && per[1] == 2 && per[2] == 2, "took %u, %u, %u", per[0], per[1],
-              per[2]);
+    cr_assert(per[0] == 2 && per[1] == 2 && per[2] == 2, "took %u, %u, %u", per[0], per[1], per[2]);
 }
 
 Test(fairness, an_empty_queue_does_not_hold_back_the_others)
@@ -592,10 +590,14 @@ Test(schema, mismatch_is_refused_with_a_message_naming_both_schemas)
     char want[512], got[512];
     stoker_schema_format(&schema, want, sizeof(want));
     stoker_schema_format(&other, got, sizeof(got));
-    cr_assert(strstr(rep->message, want) != NULL, "message does not name the broker's schema "
-              "%s: %s", want, rep->message);
-    cr_assert(strstr(rep->message, got) != NULL, "message does not name the producer's schema "
-              "%s: %s", got, rep->message);
+    cr_assert(strstr(rep->message, want) != NULL,
+              "message does not name the broker's schema "
+              "%s: %s",
+              want, rep->message);
+    cr_assert(strstr(rep->message, got) != NULL,
+              "message does not name the producer's schema "
+              "%s: %s",
+              got, rep->message);
     cr_assert(strstr(rep->message, "aug-3") != NULL, "message does not name the producer: %s",
               rep->message);
     answered(push(P2, 0, 1), STOKER_UNKNOWN_PEER);
@@ -638,4 +640,72 @@ Test(refuse, push_whose_blobs_do_not_fit_the_schema_is_refused)
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 0);
     cr_assert_eq(c.queued, 0);
+}
+
+// --- more rules ---------------------------------------------------------------------------------
+
+Test(backpressure, max_bytes_bounds_all_queues_together)
+{
+    broker_outbox out = {0};
+    broker_destroy(b, &out);
+    broker_outbox_fini(&out);
+    broker_config cfg;
+    broker_config_init(&cfg);
+    cfg.max_bytes = 5 * stoker_schema_example_bytes(&schema); // room for 5 examples in all
+    b = broker_create(&cfg, now_ms);
+    cr_assert_not_null(b);
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    answered(push(P1, 0, 3), STOKER_OK);
+    uintptr_t parked = push(P2, 0, 3);
+    cr_assert_null(reply(parked), "6 examples would exceed max_bytes");
+    tick(250);
+    answered(parked, STOKER_RETRY);
+    answered(push(P2, 0, 2), STOKER_OK);
+    stoker_counters c = counters();
+    cr_assert_eq(c.queued, 5);
+    cr_assert_eq(c.queued_bytes, cfg.max_bytes);
+}
+
+Test(backpressure, parked_push_of_a_lost_producer_is_answered)
+{
+    remake(2);
+    hello_producer(P1, "p1");
+    answered(push(P1, 0, 2), STOKER_OK);
+    uintptr_t parked = push(P1, 2, 2);
+    cr_assert_null(reply(parked));
+    pipe_closed(P1);
+    answered(parked, STOKER_RETRY);
+    cr_assert_eq(counters().produced, 2);
+}
+
+Test(push, push_after_goodbye_is_refused)
+{
+    hello_producer(P1, "p1");
+    answered(push(P1, 0, 2), STOKER_OK);
+    answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    answered(push(P1, 2, 2), STOKER_INVALID);
+    cr_assert_eq(counters().produced, 2);
+}
+
+Test(push, reconnected_producer_resumes_its_seq_and_is_reported)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 3), STOKER_OK);
+    pipe_closed(P1);
+    cr_assert_eq(counters().producers_alive, 0);
+    // Hello again with the same session on a new pipe: the broker still knows seqs 0..2.
+    stoker_reply *rep = answered(handle(P1 + 100, h_hello_producer(P1, "p1", &schema)), STOKER_OK);
+    cr_assert_eq(rep->next_seq, 3);
+    cr_assert_eq(counters().producers_alive, 1);
+    answered(push(P1, 0, 3), STOKER_OK); // a resend from before the reconnect: nothing new
+    answered(push(P1, 3, 1), STOKER_OK);
+    cr_assert_eq(counters().produced, 4);
+    rep = answered(pull(T1, 4, 0), STOKER_OK);
+    int kinds[8] = {0};
+    for (uint32_t i = 0; i < rep->n_events; i++)
+        kinds[rep->events[i].kind]++;
+    cr_assert_eq(kinds[STOKER_EVENT_PRODUCER_LOST], 1);
+    cr_assert_eq(kinds[STOKER_EVENT_PRODUCER_RECONNECTED], 1);
 }

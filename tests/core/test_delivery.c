@@ -444,8 +444,8 @@ Test(bad_input, malformed_requests_are_refused_and_the_broker_keeps_serving)
     char url[256];
     const char *const bargs[] = {"--max-message", "4096", NULL};
     h_child *broker = h_broker_start(url, sizeof(url), bargs);
-    const char *const pargs[] = {"--delay", "0:0.002", "--chunk", "3", "--max-examples", "30",
-                                 NULL};
+    const char *const pargs[] = {"--delay",        "0:0.002", "--chunk", "3",
+                                 "--max-examples", "30",      NULL};
     h_child *producer = h_producer_start(url, "good", pargs);
     stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 4000);
     stoker_schema schema;
@@ -518,10 +518,10 @@ Test(supply, all_producers_finished_gives_end_of_data)
 {
     char url[256];
     h_child *broker = h_broker_start(url, sizeof(url), NULL);
-    const char *const a_args[] = {"--delay", "0:0.002", "--chunk", "3", "--max-examples", "10",
-                                  NULL};
-    const char *const b_args[] = {"--delay", "0:0.002", "--chunk", "2", "--max-examples", "7",
-                                  NULL};
+    const char *const a_args[] = {"--delay",        "0:0.002", "--chunk", "3",
+                                  "--max-examples", "10",      NULL};
+    const char *const b_args[] = {"--delay",        "0:0.002", "--chunk", "2",
+                                  "--max-examples", "7",       NULL};
     h_child *a = h_producer_start(url, "a", a_args);
     h_child *b = h_producer_start(url, "b", b_args);
     cr_assert(h_wait_producer(url, "a", 0, 5000) && h_wait_producer(url, "b", 0, 5000));
@@ -532,8 +532,7 @@ Test(supply, all_producers_finished_gives_end_of_data)
     cr_assert_eq(n, 17);
     cr_assert_eq(h_ids_duplicates(&ids), 0);
     stoker_batch *batch = NULL;
-    cr_assert_eq(stoker_trainer_client_next(tc, &batch), STOKER_END_OF_DATA,
-                 "the end is repeated");
+    cr_assert_eq(stoker_trainer_client_next(tc, &batch), STOKER_END_OF_DATA, "the end is repeated");
     h_ids_fini(&ids);
     stoker_trainer_client_destroy(tc);
     cr_assert(h_wait(a, 5000) && h_wait(b, 5000));
@@ -541,6 +540,33 @@ Test(supply, all_producers_finished_gives_end_of_data)
     for (uint32_t i = 0; i < st->n_producers; i++)
         cr_assert_eq(st->producers[i].status, STOKER_PRODUCER_FINISHED);
     stoker_status_destroy(st);
+    h_assert_identity(url);
+    h_broker_stop(broker);
+}
+
+Test(supply, every_producer_gone_gives_no_producers)
+{
+    char url[256];
+    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    const char *const done_args[] = {"--delay", "0:0", "--chunk", "2", "--max-examples", "4", NULL};
+    const char *const slow_args[] = {"--delay", "0.01:0.01", "--chunk", "1", NULL};
+    h_child *done = h_producer_start(url, "done", done_args);
+    h_child *doomed = h_producer_start(url, "doomed", slow_args);
+    cr_assert(h_wait_producer(url, "done", 4, 5000) && h_wait_producer(url, "doomed", 2, 5000));
+    cr_assert(h_wait(done, 5000), "the producer with a quota did not finish");
+    h_signal(doomed, SIGKILL);
+    cr_assert(h_wait(doomed, 2000));
+
+    stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 4000);
+    uint64_t n = 0;
+    cr_assert_eq(h_drain(tc, NULL, &n), STOKER_NO_PRODUCERS,
+                 "one producer lost and one finished: no producers, not the end of data");
+    stoker_batch *batch = NULL;
+    cr_assert_eq(stoker_trainer_client_next(tc, &batch), STOKER_NO_PRODUCERS);
+    stoker_trainer_client_destroy(tc);
+    stoker_counters c = counters(url);
+    cr_assert_eq(n, c.produced, "queued examples of the lost producer were not all delivered");
+    cr_assert_eq(c.queued, 0);
     h_assert_identity(url);
     h_broker_stop(broker);
 }

@@ -36,9 +36,9 @@ append(uint64_t first_seq, uint32_t count, uint32_t skip)
 {
     stoker_request *req = h_push(SESSION, &schema, first_seq, count);
     char err[256];
-    cr_assert_eq(stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &schema, err,
-                                        sizeof(err)),
-                 STOKER_OK, "%s", err);
+    cr_assert_eq(
+        stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &schema, err, sizeof(err)),
+        STOKER_OK, "%s", err);
     cr_assert_eq(queue_append_request(&q, req, skip), STOKER_OK);
 }
 
