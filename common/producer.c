@@ -102,7 +102,15 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !should_stop(&stop); i++)
             gen_rv = stoker_generator_fill_chunk(gen, &chunk, 1, first_seq + i, cfg->seed, name);
         if (chunk.count > 0) {
-            if ((rv = stoker_producer_client_push(pc, &chunk, first_seq)) != STOKER_OK) {
+            rv = stoker_producer_client_push(pc, &chunk, first_seq);
+            if (rv == STOKER_INTERRUPTED) {
+                // Stopped while the broker had no room: this chunk was not accepted (the seq
+                // rule makes that exact), everything before it was. Finish cleanly.
+                stoker_info("producer '%s': stopped with seq %llu.. not accepted (queue full)",
+                            name, (unsigned long long)first_seq);
+                break;
+            }
+            if (rv != STOKER_OK) {
                 stoker_error("producer '%s': push of seq %llu failed: %s (%s)", name,
                              (unsigned long long)first_seq, stoker_strerror(rv),
                              stoker_producer_client_error(pc));
