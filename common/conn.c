@@ -93,8 +93,8 @@ conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_re
     }
     msg = nng_aio_get_msg(aio);
     nng_aio_free(aio);
-    rv = stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), out, err, err_len);
-    nng_msg_free(msg);
+    if ((rv = stoker_wire_decode_reply_msg(msg, out, err, err_len)) != STOKER_OK)
+        nng_msg_free(msg);
     return rv;
 }
 

@@ -446,9 +446,10 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         tc->failures = 0;
 
         stoker_reply *rep = NULL;
-        int rv = stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err,
-                                          sizeof(err));
-        nng_msg_free(msg);
+        // The batch will point into msg: no copy between the socket and the training step.
+        int rv = stoker_wire_decode_reply_msg(msg, &rep, err, sizeof(err));
+        if (rv != STOKER_OK)
+            nng_msg_free(msg);
         if (rv != STOKER_OK) {
             stoker_error("trainer: undecodable reply from broker: %s", err);
             return rv;

@@ -1,9 +1,11 @@
 // The wire layer: stoker's requests and replies <-> protobuf-c messages <-> nng messages.
-// The only module that includes the generated code. Encoding packs straight into the nng message
-// body (one copy of tensor data); decoding keeps the unpacked protobuf message alive as the
-// owner that the returned struct's data pointers alias, so tensor bytes are not copied again.
-// Every count, length and enum from the peer is checked before use.
+// The only module that includes the generated code. A message is [u32 protobuf length]
+// [protobuf][tensor blobs, each 8-byte aligned] (see proto/stoker.proto). Encoding writes the
+// blobs straight into the nng message (the one copy of tensor data on each side); decoding keeps
+// the nng message alive as the owner the returned chunk points into, so nothing is copied again.
+// Every count, length, offset and enum from the peer is checked before use.
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,12 +108,28 @@ schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, size_t e
     return STOKER_OK;
 }
 
-// --- chunk ----------------------------------------------------------------------------------
+// --- chunk and framing ---------------------------------------------------------------------
+
+#define HEADER_BYTES 4
 
 typedef struct chunk_pb {
     Stoker__Chunk chunk;
-    ProtobufCBinaryData data[STOKER_MAX_FIELDS];
+    uint64_t sizes[STOKER_MAX_FIELDS];
 } chunk_pb;
+
+// What a chunk contributes to an encoded message: its sizes in the protobuf part, its blobs
+// after it (from the chunk itself, or from parts).
+typedef struct blob_source {
+    const stoker_chunk *chunk; // schema, count and (without parts) data
+    const stoker_chunk_part *parts;
+    uint32_t n_parts;
+} blob_source;
+
+static size_t
+align8(size_t n)
+{
+    return (n + 7) & ~(size_t)7;
+}
 
 static void
 chunk_to_pb(const stoker_chunk *c, chunk_pb *pb)
@@ -119,50 +137,168 @@ chunk_to_pb(const stoker_chunk *c, chunk_pb *pb)
     stoker__chunk__init(&pb->chunk);
     pb->chunk.count = c->count;
     uint32_t n = c->schema.n_fields <= STOKER_MAX_FIELDS ? c->schema.n_fields : STOKER_MAX_FIELDS;
-    for (uint32_t i = 0; i < n; i++) {
-        pb->data[i].len = stoker_field_bytes(&c->schema.fields[i]) * c->count;
-        pb->data[i].data = c->data[i];
-    }
-    pb->chunk.n_data = n;
-    pb->chunk.data = pb->data;
+    for (uint32_t i = 0; i < n; i++)
+        pb->sizes[i] = stoker_field_bytes(&c->schema.fields[i]) * c->count;
+    pb->chunk.n_sizes = n;
+    pb->chunk.sizes = pb->sizes;
 }
 
-// Points chunk at the decoded blobs. The schema is not on the wire with the data: the receiver
-// checks data_len against its own schema (stoker_wire_bind_chunk below does that for clients).
+// Packs m and the blobs of src (may be NULL) into a new nng message.
 static int
-chunk_from_pb(const Stoker__Chunk *pb, stoker_chunk *c, uint32_t *n_data, size_t *data_len,
-              char *err, size_t err_len)
+pack_into_msg(const ProtobufCMessage *m, const blob_source *src, nng_msg **out)
 {
-    if (pb->n_data > STOKER_MAX_FIELDS)
-        return fail(err, err_len, "chunk has %zu fields, at most %d allowed", pb->n_data,
+    size_t pb_len = protobuf_c_message_get_packed_size(m);
+    if (pb_len > UINT32_MAX)
+        return STOKER_TOO_LARGE;
+    size_t offsets[STOKER_MAX_FIELDS], sizes[STOKER_MAX_FIELDS];
+    uint32_t n_fields = 0;
+    size_t total = HEADER_BYTES + pb_len;
+    if (src != NULL) {
+        n_fields = src->chunk->schema.n_fields;
+        for (uint32_t i = 0; i < n_fields; i++) {
+            sizes[i] = stoker_field_bytes(&src->chunk->schema.fields[i]) * src->chunk->count;
+            offsets[i] = align8(total);
+            total = offsets[i] + sizes[i];
+        }
+    }
+    nng_msg *msg;
+    int rv = nng_msg_alloc(&msg, total);
+    if (rv != 0)
+        return stoker_err_from_nng(rv);
+    uint8_t *body = nng_msg_body(msg);
+    body[0] = (uint8_t)pb_len;
+    body[1] = (uint8_t)(pb_len >> 8);
+    body[2] = (uint8_t)(pb_len >> 16);
+    body[3] = (uint8_t)(pb_len >> 24);
+    if (pb_len > 0)
+        protobuf_c_message_pack(m, body + HEADER_BYTES);
+    size_t at = HEADER_BYTES + pb_len;
+    for (uint32_t i = 0; i < n_fields; i++) {
+        memset(body + at, 0, offsets[i] - at); // padding
+        uint8_t *dst = body + offsets[i];
+        if (src->n_parts == 0) {
+            memcpy(dst, src->chunk->data[i], sizes[i]);
+        } else {
+            size_t fb = stoker_field_bytes(&src->chunk->schema.fields[i]);
+            for (uint32_t k = 0; k < src->n_parts; k++) {
+                size_t n = fb * src->parts[k].count;
+                memcpy(dst, src->parts[k].data[i], n);
+                dst += n;
+            }
+        }
+        at = offsets[i] + sizes[i];
+    }
+    *out = msg;
+    return STOKER_OK;
+}
+
+// What a decoded struct owns: the unpacked protobuf part, the message its blobs live in, and an
+// aligned copy of the blobs in the rare case the message body itself is not 8-byte aligned.
+typedef struct wire_owner {
+    ProtobufCMessage *pb;
+    nng_msg *msg;
+    void *aligned;
+} wire_owner;
+
+static void
+owner_free(wire_owner *o)
+{
+    if (o == NULL)
+        return;
+    if (o->pb != NULL)
+        protobuf_c_message_free_unpacked(o->pb, NULL);
+    nng_msg_free(o->msg);
+    free(o->aligned);
+    free(o);
+}
+
+// Reads the header of msg: *pb and *pb_len give the protobuf part.
+static int
+frame_header(nng_msg *msg, const uint8_t **pb, size_t *pb_len, char *err, size_t err_len)
+{
+    size_t len = nng_msg_len(msg);
+    const uint8_t *body = nng_msg_body(msg);
+    if (len < HEADER_BYTES)
+        return fail(err, err_len, "message of %zu bytes is shorter than its header", len);
+    size_t n = (size_t)body[0] | (size_t)body[1] << 8 | (size_t)body[2] << 16 |
+               (size_t)body[3] << 24;
+    if (n > len - HEADER_BYTES)
+        return fail(err, err_len, "message header claims %zu bytes, %zu present", n,
+                    len - HEADER_BYTES);
+    *pb = body + HEADER_BYTES;
+    *pb_len = n;
+    return STOKER_OK;
+}
+
+// Points chunk at the blobs that follow the protobuf part (pb_end bytes into msg), after
+// checking that sizes describe exactly the rest of the message. The schema is not on the wire
+// with the data: the receiver checks data_len against its own (stoker_wire_bind_chunk).
+static int
+chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_chunk *c,
+              uint32_t *n_data, size_t *data_len, char *err, size_t err_len)
+{
+    if (pb->n_sizes > STOKER_MAX_FIELDS)
+        return fail(err, err_len, "chunk has %zu fields, at most %d allowed", pb->n_sizes,
                     STOKER_MAX_FIELDS);
+    size_t len = nng_msg_len(owner->msg);
+    uint8_t *body = nng_msg_body(owner->msg);
+    size_t offsets[STOKER_MAX_FIELDS];
+    size_t at = pb_end;
+    for (size_t i = 0; i < pb->n_sizes; i++) {
+        size_t off = align8(at);
+        if (off > len || pb->sizes[i] > len - off)
+            return fail(err, err_len, "chunk field %zu: %llu bytes claimed past the message end",
+                        i, (unsigned long long)pb->sizes[i]);
+        offsets[i] = off;
+        at = off + (size_t)pb->sizes[i];
+    }
+    if (at != len)
+        return fail(err, err_len, "chunk: %zu bytes after the last field", len - at);
+    if (((uintptr_t)body & 7) != 0 && pb->n_sizes > 0) {
+        // Blobs must be aligned for their dtype: copy them once into aligned memory.
+        size_t first = offsets[0];
+        owner->aligned = aligned_alloc(64, align8(len - first) + 64);
+        if (owner->aligned == NULL)
+            return STOKER_NOMEM;
+        memcpy(owner->aligned, body + first, len - first);
+        body = (uint8_t *)owner->aligned - first;
+    }
     memset(c, 0, sizeof(*c));
     c->count = pb->count;
     c->capacity = pb->count;
     c->owns_data = 0;
-    for (size_t i = 0; i < pb->n_data; i++) {
-        c->data[i] = pb->data[i].data;
-        data_len[i] = pb->data[i].len;
+    for (size_t i = 0; i < pb->n_sizes; i++) {
+        c->data[i] = body + offsets[i];
+        data_len[i] = (size_t)pb->sizes[i];
     }
-    *n_data = (uint32_t)pb->n_data;
+    *n_data = (uint32_t)pb->n_sizes;
     return STOKER_OK;
 }
 
-// --- requests -------------------------------------------------------------------------------
+// Checks that a message without a chunk has nothing after its protobuf part.
+static int
+no_trailing(nng_msg *msg, size_t pb_end, char *err, size_t err_len)
+{
+    if (nng_msg_len(msg) != pb_end)
+        return fail(err, err_len, "%zu unexpected bytes after the message",
+                    nng_msg_len(msg) - pb_end);
+    return STOKER_OK;
+}
 
 static int
-pack_into_msg(const ProtobufCMessage *m, nng_msg **out)
+copy_to_msg(const void *buf, size_t len, nng_msg **out)
 {
-    size_t len = protobuf_c_message_get_packed_size(m);
     nng_msg *msg;
     int rv = nng_msg_alloc(&msg, len);
     if (rv != 0)
         return stoker_err_from_nng(rv);
     if (len > 0)
-        protobuf_c_message_pack(m, nng_msg_body(msg));
+        memcpy(nng_msg_body(msg), buf, len);
     *out = msg;
     return STOKER_OK;
 }
+
+// --- requests -------------------------------------------------------------------------------
 
 int
 stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
@@ -174,6 +310,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
     Stoker__Ack ack;
     schema_pb spb;
     chunk_pb cpb;
+    blob_source blobs = {0}, *src = NULL;
 
     stoker__request__init(&r);
     r.method = (Stoker__Method)req->method;
@@ -197,6 +334,8 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         chunk_to_pb(&req->chunk, &cpb);
         push.chunk = &cpb.chunk;
         r.push = &push;
+        blobs.chunk = &req->chunk;
+        src = &blobs;
         break;
     case STOKER_PULL:
         stoker__pull__init(&pull);
@@ -215,22 +354,31 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
     default:
         break;
     }
-    return pack_into_msg(&r.base, out);
+    return pack_into_msg(&r.base, src, out);
 }
 
 int
-stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
-                           size_t err_len)
+stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, size_t err_len)
 {
-    Stoker__Request *r = stoker__request__unpack(NULL, len, buf);
+    const uint8_t *pb;
+    size_t pb_len;
+    if (frame_header(msg, &pb, &pb_len, err, err_len) != STOKER_OK)
+        return STOKER_INVALID;
+    Stoker__Request *r = stoker__request__unpack(NULL, pb_len, pb);
     if (r == NULL)
-        return fail(err, err_len, "not a valid stoker request (%zu bytes)", len);
+        return fail(err, err_len, "not a valid stoker request (%zu bytes)", nng_msg_len(msg));
     stoker_request *req = calloc(1, sizeof(*req));
-    if (req == NULL) {
+    wire_owner *owner = calloc(1, sizeof(*owner));
+    if (req == NULL || owner == NULL) {
         stoker__request__free_unpacked(r, NULL);
+        free(req);
+        free(owner);
         return STOKER_NOMEM;
     }
-    req->owner = r;
+    owner->pb = &r->base;
+    req->owner = owner;
+    size_t pb_end = HEADER_BYTES + pb_len;
+    int has_chunk = 0;
     req->method = (stoker_method)r->method;
     req->session = r->session;
     int rv = STOKER_OK;
@@ -262,7 +410,11 @@ stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, ch
             break;
         }
         req->first_seq = r->push->first_seq;
-        rv = chunk_from_pb(r->push->chunk, &req->chunk, &req->n_data, req->data_len, err, err_len);
+        owner->msg = msg; // provisionally: the chunk points into it
+        rv = chunk_from_pb(r->push->chunk, owner, pb_end, &req->chunk, &req->n_data,
+                           req->data_len, err, err_len);
+        owner->msg = NULL;
+        has_chunk = 1;
         break;
     case STOKER__METHOD__PULL:
         if (r->pull == NULL) {
@@ -295,21 +447,37 @@ stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, ch
         rv = fail(err, err_len, "unknown method %d", (int)r->method);
         break;
     }
+    if (rv == STOKER_OK && !has_chunk)
+        rv = no_trailing(msg, pb_end, err, err_len);
     if (rv != STOKER_OK) {
-        stoker_request_free(req);
+        stoker_request_free(req); // leaves msg to the caller
         return rv;
     }
+    owner->msg = msg;
     *out = req;
     return STOKER_OK;
 }
+
+int
+stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
+                           size_t err_len)
+{
+    nng_msg *msg;
+    int rv = copy_to_msg(buf, len, &msg);
+    if (rv != STOKER_OK)
+        return rv;
+    if ((rv = stoker_wire_decode_request_msg(msg, out, err, err_len)) != STOKER_OK)
+        nng_msg_free(msg);
+    return rv;
+}
+
 
 void
 stoker_request_free(stoker_request *req)
 {
     if (req == NULL)
         return;
-    if (req->owner != NULL)
-        stoker__request__free_unpacked(req->owner, NULL);
+    owner_free(req->owner);
     free(req);
 }
 
@@ -337,6 +505,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
     }
+    blob_source blobs = {.chunk = &rep->chunk, .parts = rep->parts, .n_parts = rep->n_parts};
     if (rep->chunk.count > 0) {
         chunk_to_pb(&rep->chunk, &cpb);
         r.chunk = &cpb.chunk;
@@ -422,7 +591,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         r.n_producers = rep->n_producers;
         r.producers = prod_ptrs;
     }
-    rv = pack_into_msg(&r.base, out);
+    rv = pack_into_msg(&r.base, rep->chunk.count > 0 ? &blobs : NULL, out);
 out:
     free(runs);
     free(run_ptrs);
@@ -434,18 +603,26 @@ out:
 }
 
 int
-stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err,
-                         size_t err_len)
+stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t err_len)
 {
-    Stoker__Reply *r = stoker__reply__unpack(NULL, len, buf);
+    const uint8_t *pb;
+    size_t pb_len;
+    if (frame_header(msg, &pb, &pb_len, err, err_len) != STOKER_OK)
+        return STOKER_INVALID;
+    Stoker__Reply *r = stoker__reply__unpack(NULL, pb_len, pb);
     if (r == NULL)
-        return fail(err, err_len, "not a valid stoker reply (%zu bytes)", len);
+        return fail(err, err_len, "not a valid stoker reply (%zu bytes)", nng_msg_len(msg));
     stoker_reply *rep = calloc(1, sizeof(*rep));
-    if (rep == NULL) {
+    wire_owner *owner = calloc(1, sizeof(*owner));
+    if (rep == NULL || owner == NULL) {
         stoker__reply__free_unpacked(r, NULL);
+        free(rep);
+        free(owner);
         return STOKER_NOMEM;
     }
-    rep->owner = r;
+    owner->pb = &r->base;
+    rep->owner = owner;
+    size_t pb_end = HEADER_BYTES + pb_len;
     int rv = STOKER_OK;
     rep->code = r->code < STOKER_ERR_COUNT ? (int)r->code : STOKER_INTERNAL;
     if ((rv = copy_string(rep->message, sizeof(rep->message), r->message, "reply message", err,
@@ -462,9 +639,12 @@ stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *
             goto fail;
         rep->has_schema = 1;
     }
-    if (r->chunk != NULL &&
-        (rv = chunk_from_pb(r->chunk, &rep->chunk, &rep->n_data, rep->data_len, err, err_len)) !=
-            STOKER_OK)
+    owner->msg = msg; // provisionally: the chunk points into it
+    rv = r->chunk != NULL ? chunk_from_pb(r->chunk, owner, pb_end, &rep->chunk, &rep->n_data,
+                                          rep->data_len, err, err_len)
+                          : no_trailing(msg, pb_end, err, err_len);
+    owner->msg = NULL;
+    if (rv != STOKER_OK)
         goto fail;
     if (r->n_runs > MAX_RUNS || r->n_events > MAX_EVENTS || r->n_producers > MAX_PRODUCERS) {
         rv = fail(err, err_len, "reply lists too many runs, events or producers");
@@ -542,20 +722,34 @@ stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *
         }
         rep->n_producers = (uint32_t)r->n_producers;
     }
+    owner->msg = msg;
     *out = rep;
     return STOKER_OK;
 fail:
-    stoker_reply_free(rep);
+    stoker_reply_free(rep); // leaves msg to the caller
     return rv;
 }
+
+int
+stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err,
+                         size_t err_len)
+{
+    nng_msg *msg;
+    int rv = copy_to_msg(buf, len, &msg);
+    if (rv != STOKER_OK)
+        return rv;
+    if ((rv = stoker_wire_decode_reply_msg(msg, out, err, err_len)) != STOKER_OK)
+        nng_msg_free(msg);
+    return rv;
+}
+
 
 void
 stoker_reply_free(stoker_reply *rep)
 {
     if (rep == NULL)
         return;
-    if (rep->owner != NULL)
-        stoker__reply__free_unpacked(rep->owner, NULL);
+    owner_free(rep->owner);
     free(rep->runs);
     free(rep->events);
     free(rep->producers);

@@ -35,12 +35,19 @@ typedef struct parked {
     uint32_t acks_refused;   // pulls: of the acknowledgements they carried
 } parked;
 
+// A lease refers to the examples it delivered (no copy): ranges of their producers' blocks.
+typedef struct lease_part {
+    queue_range range;
+    uint32_t producer;
+    uint64_t session;
+} lease_part;
+
 typedef struct lease {
     struct lease *next;
     uint64_t id;
-    stoker_chunk chunk; // the examples, owned
-    uint32_t n_runs;
-    stoker_run *runs;
+    uint32_t count; // examples
+    uint32_t n_parts, cap_parts;
+    lease_part *parts; // in example order
 } lease;
 
 typedef struct producer {
@@ -265,8 +272,9 @@ free_parked(parked *p)
 static void
 free_lease(lease *l)
 {
-    stoker_chunk_fini(&l->chunk);
-    free(l->runs);
+    for (uint32_t i = 0; i < l->n_parts; i++)
+        queue_range_release(&l->parts[i].range);
+    free(l->parts);
     free(l);
 }
 
@@ -728,15 +736,15 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
             continue;
         }
         *pp = l->next;
-        for (uint32_t r = 0; r < l->n_runs; r++) {
-            producer *p = find_producer_id(b, l->runs[r].producer);
+        for (uint32_t r = 0; r < l->n_parts; r++) {
+            producer *p = find_producer_id(b, l->parts[r].producer);
             if (p != NULL) {
-                p->acknowledged += l->runs[r].count;
-                p->in_flight -= l->runs[r].count;
+                p->acknowledged += l->parts[r].range.count;
+                p->in_flight -= l->parts[r].range.count;
             }
         }
-        b->c.acknowledged += l->chunk.count;
-        b->c.in_flight -= l->chunk.count;
+        b->c.acknowledged += l->count;
+        b->c.in_flight -= l->count;
         free_lease(l);
     }
     if (refused > 0)
@@ -745,40 +753,48 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
     return refused;
 }
 
-// Puts every lease of t back at the head of its producers' queues.
+// Puts the examples of lease l back at the head of their producers' queues and frees l.
+// Returns how many went back.
+static uint64_t
+return_lease(broker *b, lease *l)
+{
+    uint64_t total = 0;
+    // Parts go back last-first, so each queue ends up in its original order.
+    for (uint32_t r = l->n_parts; r-- > 0;) {
+        lease_part *part = &l->parts[r];
+        uint32_t n = part->range.count;
+        producer *p = find_producer_id(b, part->producer);
+        if (p == NULL || queue_put_back(&p->q, &part->range) != STOKER_OK) {
+            // Never expected: producers with examples in flight are not evicted, and a put back
+            // failing means we are out of memory. Say so and keep the books exact.
+            stoker_error("redeliver: lost %u examples of producer %u (out of memory)", n,
+                         part->producer);
+            b->c.in_flight -= n;
+            b->c.produced -= n;
+            continue;
+        }
+        part->range.block = NULL; // the queue holds the reference now
+        p->in_flight -= n;
+        p->redelivered += n;
+        b->c.in_flight -= n;
+        b->c.queued += n;
+        b->c.redelivered += n;
+        b->queued_bytes += (uint64_t)n * b->example_bytes;
+        total += n;
+    }
+    free_lease(l);
+    return total;
+}
+
+// Puts every lease of t back (newest first, so older examples end up nearer the head).
 static void
 redeliver(broker *b, trainer *t)
 {
-    // Leases are listed newest first and runs are prepended last-first, so the queues end up in
-    // their original order.
     uint64_t total = 0;
     lease *l = t->leases;
     while (l != NULL) {
         lease *next = l->next;
-        uint32_t offset = l->chunk.count;
-        for (uint32_t r = l->n_runs; r-- > 0;) {
-            const stoker_run *run = &l->runs[r];
-            offset -= run->count;
-            producer *p = find_producer_id(b, run->producer);
-            if (p == NULL || queue_prepend_copy(&p->q, &l->chunk, offset, run->count,
-                                                run->first_seq) != STOKER_OK) {
-                // Never expected: producers with examples in flight are not evicted, and a copy
-                // failing means we are out of memory. Count them as acknowledged-lost loudly.
-                stoker_error("redeliver: lost %u examples of producer %u (out of memory)",
-                             run->count, run->producer);
-                b->c.in_flight -= run->count;
-                b->c.produced -= run->count;
-                continue;
-            }
-            p->in_flight -= run->count;
-            p->redelivered += run->count;
-            b->c.in_flight -= run->count;
-            b->c.queued += run->count;
-            b->c.redelivered += run->count;
-            b->queued_bytes += (uint64_t)run->count * b->example_bytes;
-            total += run->count;
-        }
-        free_lease(l);
+        total += return_lease(b, l);
         l = next;
     }
     t->leases = NULL;
@@ -797,57 +813,47 @@ take_lease(broker *b, trainer *t, uint32_t max)
     if (n == 0)
         return NULL;
     lease *l = calloc(1, sizeof(*l));
-    if (l == NULL || stoker_chunk_init(&l->chunk, &b->schema, n) != STOKER_OK) {
-        free(l);
+    if (l == NULL)
         return NULL;
-    }
-    uint32_t cap_runs = 8;
-    l->runs = malloc(cap_runs * sizeof(*l->runs));
-    if (l->runs == NULL) {
-        free_lease(l);
+    l->cap_parts = 8;
+    l->parts = malloc(l->cap_parts * sizeof(*l->parts));
+    if (l->parts == NULL) {
+        free(l);
         return NULL;
     }
     // Fair mixing: each pass gives every non-empty queue an equal share of what is still
     // needed, starting after the producer that was served last.
-    while (l->chunk.count < n) {
+    while (l->count < n) {
         uint32_t nonempty = 0;
         for (uint32_t i = 0; i < b->n_producers; i++)
             nonempty += b->producers[i]->q.examples > 0;
         if (nonempty == 0)
             break;
-        uint32_t need = n - l->chunk.count;
+        uint32_t need = n - l->count;
         uint32_t share = (need + nonempty - 1) / nonempty;
-        // The pass walks from where it started; b->rr moves as producers are served and must
-        // not shift the walk itself (that skipped producers).
         uint32_t start = b->rr;
-        for (uint32_t k = 0; k < b->n_producers && l->chunk.count < n; k++) {
+        for (uint32_t k = 0; k < b->n_producers && l->count < n; k++) {
             uint32_t i = (start + k) % b->n_producers;
             producer *p = b->producers[i];
             uint32_t want = share;
-            if (want > n - l->chunk.count)
-                want = n - l->chunk.count;
+            if (want > n - l->count)
+                want = n - l->count;
             while (want > 0 && p->q.examples > 0) {
-                uint64_t first_seq;
-                uint32_t got = queue_take(&p->q, want, &l->chunk, &first_seq);
+                if (l->n_parts == l->cap_parts) {
+                    lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
+                    if (parts == NULL)
+                        goto done; // deliver what we have
+                    l->parts = parts;
+                    l->cap_parts *= 2;
+                }
+                lease_part *part = &l->parts[l->n_parts];
+                uint32_t got = queue_take(&p->q, want, &part->range);
                 if (got == 0)
                     break;
-                if (l->n_runs == cap_runs) {
-                    cap_runs *= 2;
-                    stoker_run *runs = realloc(l->runs, cap_runs * sizeof(*runs));
-                    if (runs == NULL) {
-                        // Put the examples back where they came from and stop here.
-                        l->chunk.count -= got;
-                        queue_prepend_copy(&p->q, &l->chunk, l->chunk.count, got, first_seq);
-                        goto done;
-                    }
-                    l->runs = runs;
-                }
-                l->runs[l->n_runs++] = (stoker_run){
-                    .producer = p->id,
-                    .session = p->session,
-                    .first_seq = first_seq,
-                    .count = got,
-                };
+                part->producer = p->id;
+                part->session = p->session;
+                l->n_parts++;
+                l->count += got;
                 p->delivered += got;
                 p->in_flight += got;
                 want -= got;
@@ -856,10 +862,14 @@ take_lease(broker *b, trainer *t, uint32_t max)
         }
     }
 done:
-    b->c.queued -= l->chunk.count;
-    b->queued_bytes -= (uint64_t)l->chunk.count * b->example_bytes;
-    b->c.in_flight += l->chunk.count;
-    b->c.delivered += l->chunk.count;
+    if (l->count == 0) {
+        free_lease(l);
+        return NULL;
+    }
+    b->c.queued -= l->count;
+    b->queued_bytes -= (uint64_t)l->count * b->example_bytes;
+    b->c.in_flight += l->count;
+    b->c.delivered += l->count;
     l->id = b->next_lease_id++;
     l->next = t->leases;
     t->leases = l;
@@ -916,13 +926,38 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         return 0;
     stoker_reply rep = {.code = STOKER_OK};
     lease *l = NULL;
+    stoker_chunk_part *parts = NULL;
+    stoker_run *runs = NULL;
     if (b->c.queued >= max || (!alive && b->c.queued > 0))
         l = take_lease(b, t, max);
     if (l != NULL) {
+        parts = calloc(l->n_parts, sizeof(*parts));
+        runs = calloc(l->n_parts, sizeof(*runs));
+        if (parts == NULL || runs == NULL) {
+            // Cannot describe the batch: give the examples back; the trainer asks again.
+            free(parts);
+            free(runs);
+            t->leases = l->next; // take_lease put it first
+            return_lease(b, l);
+            send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
+            return 1;
+        }
+        for (uint32_t i = 0; i < l->n_parts; i++) {
+            const lease_part *part = &l->parts[i];
+            for (uint32_t f = 0; f < b->schema.n_fields; f++)
+                parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
+            parts[i].count = part->range.count;
+            runs[i] = (stoker_run){.producer = part->producer, .session = part->session,
+                                   .first_seq = part->range.first_seq,
+                                   .count = part->range.count};
+        }
         rep.lease = l->id;
-        rep.chunk = l->chunk;
-        rep.n_runs = l->n_runs;
-        rep.runs = l->runs;
+        rep.chunk.schema = b->schema;
+        rep.chunk.count = l->count;
+        rep.parts = parts;
+        rep.n_parts = l->n_parts;
+        rep.n_runs = l->n_parts;
+        rep.runs = runs;
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);
@@ -933,6 +968,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     if (n_events > 0)
         t->event_cursor = events[n_events - 1].index;
     send_reply(b, out, k->token, &rep);
+    free(parts);
+    free(runs);
     (void)now_ms;
     return 1;
 }

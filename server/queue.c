@@ -1,18 +1,20 @@
-// Segment list of one producer's queued examples.
+// Ranges of reference-counted blocks (see queue.h). All calls happen under the broker's lock,
+// so reference counts are plain integers.
 #include <stdlib.h>
 #include <string.h>
 
 #include "queue.h"
 #include "stoker/error.h"
 
-struct segment {
-    segment *next;
-    uint64_t first_seq; // seq of data example 0
-    uint32_t first;     // index of the next example to take
-    uint32_t end;       // one past the last example
-    uint8_t *data[STOKER_MAX_FIELDS];
-    stoker_request *req; // owner of data when it came from a push
-    stoker_chunk copy;   // owner of data when it was copied back from a lease
+struct qblock {
+    uint32_t refs;
+    stoker_request *req; // the push the data belongs to
+    uint64_t first_seq;  // seq of example 0 of the block
+};
+
+struct qnode {
+    qnode *next;
+    queue_range range;
 };
 
 void
@@ -22,25 +24,41 @@ queue_init(queue *q, const stoker_schema *schema)
     q->schema = schema;
 }
 
-static void
-segment_free(segment *s)
+void
+queue_range_release(queue_range *r)
 {
-    stoker_request_free(s->req);
-    stoker_chunk_fini(&s->copy);
-    free(s);
+    if (r->block != NULL && --r->block->refs == 0) {
+        stoker_request_free(r->block->req);
+        free(r->block);
+    }
+    r->block = NULL;
 }
 
 void
 queue_fini(queue *q)
 {
-    segment *s = q->head;
-    while (s != NULL) {
-        segment *next = s->next;
-        segment_free(s);
-        s = next;
+    qnode *n = q->head;
+    while (n != NULL) {
+        qnode *next = n->next;
+        queue_range_release(&n->range);
+        free(n);
+        n = next;
     }
     q->head = q->tail = NULL;
     q->examples = q->bytes = 0;
+}
+
+static void
+account(queue *q, uint32_t n, int sign)
+{
+    uint64_t bytes = (uint64_t)n * stoker_schema_example_bytes(q->schema);
+    if (sign > 0) {
+        q->examples += n;
+        q->bytes += bytes;
+    } else {
+        q->examples -= n;
+        q->bytes -= bytes;
+    }
 }
 
 int
@@ -51,80 +69,70 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
         stoker_request_free(req);
         return STOKER_OK;
     }
-    segment *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return STOKER_NOMEM;
-    s->req = req;
-    s->first_seq = req->first_seq;
-    s->first = skip;
-    s->end = req->chunk.count;
-    for (uint32_t i = 0; i < q->schema->n_fields; i++)
-        s->data[i] = req->chunk.data[i];
-    if (q->tail != NULL)
-        q->tail->next = s;
-    else
-        q->head = s;
-    q->tail = s;
-    q->examples += n;
-    q->bytes += (uint64_t)n * stoker_schema_example_bytes(q->schema);
-    return STOKER_OK;
-}
-
-int
-queue_prepend_copy(queue *q, const stoker_chunk *src, uint32_t src_first, uint32_t count,
-                   uint64_t first_seq)
-{
-    if (count == 0)
-        return STOKER_OK;
-    segment *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return STOKER_NOMEM;
-    if (stoker_chunk_init(&s->copy, q->schema, count) != STOKER_OK ||
-        stoker_chunk_append(&s->copy, src, src_first, count) != STOKER_OK) {
-        stoker_chunk_fini(&s->copy);
-        free(s);
+    qblock *b = calloc(1, sizeof(*b));
+    qnode *node = calloc(1, sizeof(*node));
+    if (b == NULL || node == NULL) {
+        free(b);
+        free(node);
         return STOKER_NOMEM;
     }
-    s->first_seq = first_seq;
-    s->first = 0;
-    s->end = count;
-    for (uint32_t i = 0; i < q->schema->n_fields; i++)
-        s->data[i] = s->copy.data[i];
-    s->next = q->head;
-    q->head = s;
-    if (q->tail == NULL)
-        q->tail = s;
-    q->examples += count;
-    q->bytes += (uint64_t)count * stoker_schema_example_bytes(q->schema);
+    b->refs = 1;
+    b->req = req;
+    b->first_seq = req->first_seq;
+    node->range = (queue_range){.block = b, .first = skip, .count = n,
+                                .first_seq = req->first_seq + skip};
+    if (q->tail != NULL)
+        q->tail->next = node;
+    else
+        q->head = node;
+    q->tail = node;
+    account(q, n, +1);
     return STOKER_OK;
 }
 
 uint32_t
-queue_take(queue *q, uint32_t max, stoker_chunk *dst, uint64_t *first_seq)
+queue_take(queue *q, uint32_t max, queue_range *out)
 {
-    segment *s = q->head;
-    if (s == NULL || max == 0)
+    qnode *node = q->head;
+    if (node == NULL || max == 0)
         return 0;
-    uint32_t n = s->end - s->first;
-    if (n > max)
-        n = max;
-    if (n > dst->capacity - dst->count)
-        n = dst->capacity - dst->count;
-    for (uint32_t i = 0; i < q->schema->n_fields; i++) {
-        size_t fb = stoker_field_bytes(&q->schema->fields[i]);
-        memcpy(dst->data[i] + (size_t)dst->count * fb, s->data[i] + (size_t)s->first * fb,
-               (size_t)n * fb);
-    }
-    *first_seq = s->first_seq + s->first;
-    dst->count += n;
-    s->first += n;
-    q->examples -= n;
-    q->bytes -= (uint64_t)n * stoker_schema_example_bytes(q->schema);
-    if (s->first == s->end) {
-        q->head = s->next;
+    queue_range *r = &node->range;
+    uint32_t n = r->count < max ? r->count : max;
+    *out = (queue_range){.block = r->block, .first = r->first, .count = n,
+                         .first_seq = r->first_seq};
+    account(q, n, -1);
+    if (n == r->count) { // the whole range: its reference moves to *out
+        q->head = node->next;
         if (q->head == NULL)
             q->tail = NULL;
-        segment_free(s);
+        free(node);
+    } else {
+        r->block->refs++;
+        r->first += n;
+        r->count -= n;
+        r->first_seq += n;
     }
     return n;
+}
+
+int
+queue_put_back(queue *q, const queue_range *r)
+{
+    qnode *node = calloc(1, sizeof(*node));
+    if (node == NULL)
+        return STOKER_NOMEM;
+    node->range = *r;
+    node->next = q->head;
+    q->head = node;
+    if (q->tail == NULL)
+        q->tail = node;
+    account(q, r->count, +1);
+    return STOKER_OK;
+}
+
+const uint8_t *
+queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f)
+{
+    return r->block->req->chunk.data[f] +
+           (size_t)r->first * stoker_field_bytes(&schema->fields[f]);
 }

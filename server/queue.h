@@ -1,7 +1,9 @@
-// One producer's bounded queue of examples, as a list of segments in seq order. A segment is
-// the new part of one accepted push (its data still inside the decoded request, not copied) or
-// examples returned from a dropped lease (copied). Taking examples copies them out; a segment is
-// freed when its last example is taken. Bounds are enforced by the broker, not here.
+// One producer's bounded queue of examples, as a list of ranges in seq order. The examples stay
+// where they arrived: a range refers to part of a shared, reference-counted block (the decoded
+// push, whose data points into the received message, or a copy). Taking examples hands out a
+// range with its own reference instead of copying them: a lease holds ranges until it is
+// acknowledged (then they are released) or dropped (then they go back to the head of their
+// queue). Bounds are enforced by the broker, not here.
 #ifndef QUEUE_H
 #define QUEUE_H
 
@@ -10,29 +12,39 @@
 #include "stoker/chunk.h"
 #include "stoker/wire.h"
 
-typedef struct segment segment;
+typedef struct qblock qblock; // shared storage of one push (private)
+typedef struct qnode qnode;   // list node (private)
+
+typedef struct queue_range {
+    qblock *block;      // holds one reference while the range is held
+    uint32_t first;     // index of the first example within the block
+    uint32_t count;
+    uint64_t first_seq; // seq of the first example
+} queue_range;
 
 typedef struct queue {
     const stoker_schema *schema; // borrowed from the broker
-    segment *head, *tail;
+    qnode *head, *tail;
     uint64_t examples;
     uint64_t bytes;
 } queue;
 
 void queue_init(queue *q, const stoker_schema *schema);
-// Frees every segment; the queue is then empty.
+// Releases every range; the queue is then empty.
 void queue_fini(queue *q);
 
-// Appends examples skip .. chunk->count - 1 of req's chunk as seqs first_seq + skip ... Takes
+// Appends examples skip .. chunk.count - 1 of req's chunk (seqs first_seq + skip ...). Takes
 // ownership of req on success (STOKER_OK); on STOKER_NOMEM the caller still owns it.
 int queue_append_request(queue *q, stoker_request *req, uint32_t skip);
-// Puts count examples, copied from src (field-major, src_first .. of chunk src) with seqs
-// first_seq .., back at the head. STOKER_OK or STOKER_NOMEM (queue unchanged).
-int queue_prepend_copy(queue *q, const stoker_chunk *src, uint32_t src_first, uint32_t count,
-                       uint64_t first_seq);
 
-// Moves up to max examples from the head segment (one contiguous run of seqs) to the end of
-// dst, which must have room. Returns the number moved (0 when empty) and their first seq.
-uint32_t queue_take(queue *q, uint32_t max, stoker_chunk *dst, uint64_t *first_seq);
+// Takes up to max examples from the head (one contiguous run of seqs from one block) into *out,
+// which then holds a reference. Returns the number taken (0 when empty).
+uint32_t queue_take(queue *q, uint32_t max, queue_range *out);
+// Puts range r back at the head, taking over its reference. STOKER_NOMEM leaves r to the caller.
+int queue_put_back(queue *q, const queue_range *r);
+// Drops r's reference (the block is freed with its last one); accepts a zeroed range.
+void queue_range_release(queue_range *r);
+// Where field f of the range's first example is (the range's examples follow contiguously).
+const uint8_t *queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f);
 
 #endif

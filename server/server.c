@@ -85,10 +85,11 @@ ctx_cb(void *arg)
     uint32_t pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
     stoker_request *req = NULL;
     char err[256];
-    // Decoding (and its copy of the data) happens outside the lock.
-    int drv = stoker_wire_decode_request(nng_msg_body(msg), nng_msg_len(msg), &req, err,
-                                         sizeof(err));
-    nng_msg_free(msg);
+    // Decoding happens outside the lock. On success the request owns msg: a push's examples
+    // stay in the received message until the last of them is acknowledged.
+    int drv = stoker_wire_decode_request_msg(msg, &req, err, sizeof(err));
+    if (drv != STOKER_OK)
+        nng_msg_free(msg);
     broker_outbox out = {0};
     pthread_mutex_lock(&s->lock);
     if (drv == STOKER_OK)

@@ -1,5 +1,6 @@
-// server/queue.c: one producer's queue of examples as segments in seq order. Examples carry
-// their tag (h_tag) in every float32 field, so order and integrity are visible after each move.
+// server/queue.c: one producer's queue of examples as ranges of shared blocks in seq order.
+// Examples carry their tag (h_tag) in every float32 field, so order and integrity are visible
+// after each move.
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -42,12 +43,25 @@ append(uint64_t first_seq, uint32_t count, uint32_t skip)
     cr_assert_eq(queue_append_request(&q, req, skip), STOKER_OK);
 }
 
-// Takes up to max examples into a fresh chunk; checks the tags match the seqs reported.
+// Takes up to max examples as a range and copies them to the end of dst (as a pull reply does);
+// checks the tags match the seqs reported. The range is kept in *held when held is not NULL,
+// else released.
 static uint32_t
-take(stoker_chunk *dst, uint32_t max, uint64_t *first_seq)
+take_held(stoker_chunk *dst, uint32_t max, uint64_t *first_seq, queue_range *held)
 {
+    queue_range r;
     uint32_t before = dst->count;
-    uint32_t n = queue_take(&q, max, dst, first_seq);
+    uint32_t n = queue_take(&q, max, &r);
+    if (n == 0)
+        return 0;
+    cr_assert_eq(r.count, n);
+    cr_assert_leq(n, dst->capacity - dst->count);
+    *first_seq = r.first_seq;
+    for (uint32_t f = 0; f < schema.n_fields; f++) {
+        size_t fb = stoker_field_bytes(&schema.fields[f]);
+        memcpy(dst->data[f] + (size_t)before * fb, queue_range_field(&r, &schema, f), n * fb);
+    }
+    dst->count += n;
     for (uint32_t i = 0; i < n; i++) {
         cr_assert_eq(h_chunk_tag(dst, before + i), h_tag(SESSION, *first_seq + i),
                      "example %u carries the wrong data", before + i);
@@ -56,7 +70,17 @@ take(stoker_chunk *dst, uint32_t max, uint64_t *first_seq)
         cr_assert_eq(out, h_tag(SESSION, *first_seq + i), "field 1 of example %u is wrong",
                      before + i);
     }
+    if (held != NULL)
+        *held = r;
+    else
+        queue_range_release(&r);
     return n;
+}
+
+static uint32_t
+take(stoker_chunk *dst, uint32_t max, uint64_t *first_seq)
+{
+    return take_held(dst, max, first_seq, NULL);
 }
 
 Test(queue, append_counts_examples_and_bytes)
@@ -113,39 +137,56 @@ Test(queue, take_moves_one_run_at_a_time_across_segments)
 
 Test(queue, take_from_an_empty_queue_moves_nothing)
 {
-    stoker_chunk dst;
-    cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);
-    uint64_t first = 12345;
-    cr_assert_eq(queue_take(&q, 4, &dst, &first), 0);
-    cr_assert_eq(dst.count, 0);
-    stoker_chunk_fini(&dst);
+    queue_range r = {0};
+    cr_assert_eq(queue_take(&q, 4, &r), 0);
+    cr_assert_null(r.block);
 }
 
-Test(queue, take_stops_when_the_destination_is_full)
+Test(queue, take_stops_at_max)
 {
     append(0, 6, 0);
     stoker_chunk dst;
-    cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 8), STOKER_OK);
     uint64_t first;
-    cr_assert_eq(take(&dst, 10, &first), 4);
-    cr_assert_eq(take(&dst, 10, &first), 0);
+    cr_assert_eq(take(&dst, 4, &first), 4);
     cr_assert_eq(q.examples, 2);
+    cr_assert_eq(take(&dst, 4, &first), 2);
+    cr_assert_eq(first, 4);
     stoker_chunk_fini(&dst);
 }
 
-Test(queue, prepend_copy_puts_examples_back_at_the_head_in_order)
+Test(queue, a_taken_range_outlives_the_queue_until_released)
+{
+    append(0, 4, 0);
+    stoker_chunk dst;
+    cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);
+    uint64_t first;
+    queue_range held;
+    cr_assert_eq(take_held(&dst, 2, &first, &held), 2);
+    queue_fini(&q); // the queue lets go of the rest of the block ...
+    // ... but the range still reads its examples (ASan would catch a use after free).
+    float tag;
+    memcpy(&tag, queue_range_field(&held, &schema, 1), sizeof(tag));
+    cr_assert_eq(tag, h_tag(SESSION, 0));
+    queue_range_release(&held);
+    queue_init(&q, &schema);
+    stoker_chunk_fini(&dst);
+}
+
+Test(queue, put_back_returns_examples_to_the_head_in_order)
 {
     size_t eb = stoker_schema_example_bytes(&schema);
     append(0, 8, 0);
     stoker_chunk lease;
     cr_assert_eq(stoker_chunk_init(&lease, &schema, 8), STOKER_OK);
     uint64_t a, b;
-    cr_assert_eq(take(&lease, 3, &a), 3); // seqs 0..2
-    cr_assert_eq(take(&lease, 2, &b), 2); // seqs 3..4
+    queue_range ra, rb;
+    cr_assert_eq(take_held(&lease, 3, &a, &ra), 3); // seqs 0..2
+    cr_assert_eq(take_held(&lease, 2, &b, &rb), 2); // seqs 3..4
     cr_assert_eq(q.examples, 3);
     // Returned last run first, as the broker does, so the queue is back in seq order.
-    cr_assert_eq(queue_prepend_copy(&q, &lease, 3, 2, b), STOKER_OK);
-    cr_assert_eq(queue_prepend_copy(&q, &lease, 0, 3, a), STOKER_OK);
+    cr_assert_eq(queue_put_back(&q, &rb), STOKER_OK);
+    cr_assert_eq(queue_put_back(&q, &ra), STOKER_OK);
     cr_assert_eq(q.examples, 8);
     cr_assert_eq(q.bytes, 8 * eb);
     stoker_chunk_fini(&lease);
@@ -164,18 +205,19 @@ Test(queue, prepend_copy_puts_examples_back_at_the_head_in_order)
     stoker_chunk_fini(&dst);
 }
 
-Test(queue, prepend_copy_into_an_empty_queue_sets_head_and_tail)
+Test(queue, put_back_into_an_empty_queue_sets_head_and_tail)
 {
     append(0, 2, 0);
     stoker_chunk lease;
     cr_assert_eq(stoker_chunk_init(&lease, &schema, 2), STOKER_OK);
     uint64_t first;
-    cr_assert_eq(take(&lease, 2, &first), 2);
+    queue_range r;
+    cr_assert_eq(take_held(&lease, 2, &first, &r), 2);
     cr_assert_null(q.head);
-    cr_assert_eq(queue_prepend_copy(&q, &lease, 0, 2, first), STOKER_OK);
+    cr_assert_eq(queue_put_back(&q, &r), STOKER_OK);
     cr_assert_not_null(q.head);
     cr_assert_eq(q.head, q.tail);
-    append(2, 1, 0); // appends after the copied segment
+    append(2, 1, 0); // appends after the returned range
     stoker_chunk_fini(&lease);
     stoker_chunk dst;
     cr_assert_eq(stoker_chunk_init(&dst, &schema, 4), STOKER_OK);

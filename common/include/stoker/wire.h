@@ -1,6 +1,8 @@
 // The wire layer: converts stoker's requests and replies to and from nng messages. It is the
-// only module that sees protobuf-c. Decoding never trusts the peer: every length, count and
-// enum is checked, and a failure is a STOKER_INVALID with a message, never a crash.
+// only module that sees protobuf-c. Tensor data travels after the protobuf part, 8-byte aligned
+// (see proto/stoker.proto), so a decoded chunk points into the received message: no copy.
+// Decoding never trusts the peer: every length, count and enum is checked, and a failure is a
+// STOKER_INVALID with a message, never a crash.
 #ifndef STOKER_WIRE_H
 #define STOKER_WIRE_H
 
@@ -40,6 +42,13 @@ typedef struct stoker_request {
     void *owner;          // internal
 } stoker_request;
 
+// Part of a chunk to encode: count examples whose field i starts at data[i]. A reply built from
+// parts sends their concatenation without collating it first.
+typedef struct stoker_chunk_part {
+    const uint8_t *data[STOKER_MAX_FIELDS];
+    uint32_t count;
+} stoker_chunk_part;
+
 typedef struct stoker_reply {
     int code; // a stoker_err
     char message[STOKER_MESSAGE_MAX];
@@ -52,10 +61,13 @@ typedef struct stoker_reply {
     // PUSH
     uint64_t acked_through;
     // PULL: chunk data and runs alias the decoded message (or, when encoding, the caller's).
+    // When encoding with n_parts > 0, the data comes from parts (chunk gives schema and count).
     uint64_t lease;
     uint32_t n_data;
     size_t data_len[STOKER_MAX_FIELDS];
     stoker_chunk chunk;
+    const stoker_chunk_part *parts;
+    uint32_t n_parts;
     uint32_t n_runs;
     stoker_run *runs;
     uint32_t n_events;
@@ -72,15 +84,20 @@ typedef struct stoker_reply {
 // Encodes req into a new nng message (*out, owned by the caller on success). For PUSH the chunk's
 // schema must be set (it gives the field sizes).
 int stoker_wire_encode_request(const stoker_request *req, struct nng_msg **out);
-// Decodes a request from len bytes at buf. On success *out is a new request owned by the caller
-// (free with stoker_request_free). On failure returns STOKER_INVALID (or STOKER_NOMEM) and writes
-// the reason into err.
+// Decodes the request in msg. On success takes ownership of msg (the request's data points into
+// it) and *out is a new request owned by the caller (free with stoker_request_free). On failure
+// returns STOKER_INVALID (or STOKER_NOMEM) with the reason in err, and the caller still owns msg.
+int stoker_wire_decode_request_msg(struct nng_msg *msg, stoker_request **out, char *err,
+                                   size_t err_len);
+// The same from len bytes at buf (copied first); the caller keeps buf.
 int stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
                                size_t err_len);
 void stoker_request_free(stoker_request *req);
 
 // As above for replies. A PULL reply's chunk must have its schema set when encoding.
 int stoker_wire_encode_reply(const stoker_reply *rep, struct nng_msg **out);
+int stoker_wire_decode_reply_msg(struct nng_msg *msg, stoker_reply **out, char *err,
+                                 size_t err_len);
 int stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err,
                              size_t err_len);
 void stoker_reply_free(stoker_reply *rep);
