@@ -11,6 +11,7 @@
 #include <nng/protocol/pipeline0/push.h>
 
 #include "stoker/clock.h"
+#include "stoker/process.h"
 
 static int
 fail(const char *what, int rv)
@@ -24,6 +25,7 @@ main(int argc, char **argv)
 {
     nng_socket s;
     int rv;
+    stoker_process_init(); // the same malloc settings as stoker's processes: a fair baseline
     if (argc == 5 && strcmp(argv[1], "push") == 0) {
         size_t bytes = strtoull(argv[3], NULL, 10);
         unsigned long long count = strtoull(argv[4], NULL, 10);
