@@ -49,13 +49,16 @@ def check_summary(a):
         "examples": int, "seconds": float, "examples_per_second": float,
         "final_loss": float, "data_wait_fraction": float, "audit": dict, "events": list,
     }
+    if s.get("status") == "error" and s.get("audit", 0) is None:
+        # A run that failed before it reached a broker has nothing to audit.
+        want["audit"] = type(None)
     for k, t in want.items():
         if k not in s:
             fail("field %r missing from %s" % (k, text.strip()))
         v = s[k]
         ok = {str: lambda v: isinstance(v, str), int: lambda v: is_int(v) and v >= 0,
               float: is_num, dict: lambda v: isinstance(v, dict),
-              list: lambda v: isinstance(v, list)}[t](v)
+              list: lambda v: isinstance(v, list), type(None): lambda v: v is None}[t](v)
         if not ok:
             fail("field %r has the wrong type or value: %r" % (k, v))
     if s["status"] not in STATUSES:
@@ -69,6 +72,9 @@ def check_summary(a):
     if not 0 <= s["data_wait_fraction"] <= 1:
         fail("data_wait_fraction %r outside [0, 1]" % s["data_wait_fraction"])
     audit = s["audit"]
+    if audit is None:
+        audit = {"produced": 0, "acknowledged": 0, "still_queued": 0, "in_flight": 0,
+                 "redelivered": 0, "duplicates_seen": 0, "discrepancy": 0}
     for k in ("produced", "acknowledged", "still_queued", "in_flight", "redelivered",
               "duplicates_seen", "discrepancy"):
         if k not in audit or not is_int(audit[k]):

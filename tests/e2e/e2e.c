@@ -361,6 +361,22 @@ e2e_wait_producer(const char *url, const char *name, uint64_t min_accepted, int 
     }
 }
 
+int
+e2e_wait_trainers(const char *url, uint32_t n, int timeout_ms)
+{
+    uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        stoker_status *st = e2e_status(url);
+        int ok = st->counters.trainers >= n;
+        stoker_status_destroy(st);
+        if (ok)
+            return 1;
+        if (stoker_now_ms() >= deadline)
+            return 0;
+        stoker_sleep_ms(10, NULL);
+    }
+}
+
 // --- trainer clients ----------------------------------------------------------------------------
 
 stoker_trainer_client *

@@ -73,6 +73,9 @@ void e2e_assert_identity(const char *url);
 int e2e_wait_producer(const char *url, const char *name, uint64_t min_accepted, int status,
                       int timeout_ms);
 
+// Polls status until at least n trainers are connected (1) or timeout_ms passes (0).
+int e2e_wait_trainers(const char *url, uint32_t n, int timeout_ms);
+
 // A trainer client (fails the test if it cannot connect).
 stoker_trainer_client *e2e_trainer_client(const char *url, uint32_t batch_size,
                                           uint32_t stall_ms);
