@@ -1,4 +1,5 @@
 // A REQ socket to the broker, synchronous calls on contexts, and the status helper.
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "conn.h"
 #include "stoker/clock.h"
+#include "tls_config.h"
 #include "stoker/error.h"
 
 void
@@ -16,9 +18,24 @@ conn_copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src != NULL ? src : "");
 }
 
+// The host part of a tls+tcp://HOST:PORT URL, for checking the broker's certificate.
+static void
+url_host(const char *url, char *host, size_t cap)
+{
+    const char *p = strstr(url, "://");
+    p = p != NULL ? p + 3 : url;
+    const char *end = strrchr(p, ':');
+    size_t n = end != NULL ? (size_t)(end - p) : strlen(p);
+    if (n > 0 && p[0] == '[' && p[n - 1] == ']') { // [IPv6]
+        p++;
+        n -= 2;
+    }
+    snprintf(host, cap, "%.*s", (int)n, p);
+}
+
 int
 conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
-          char *err, size_t err_len)
+          const stoker_tls_options *tls, char *err, size_t err_len)
 {
     int rv;
     memset(c, 0, sizeof(*c));
@@ -36,6 +53,29 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
         return STOKER_INVALID;
     }
     nng_dialer_set_size(c->dialer, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    if (stoker_tls_url(url)) {
+        stoker_tls_options none = {0};
+        char host[256];
+        nng_tls_config *cfg;
+        url_host(url, host, sizeof(host));
+        // mbedTLS 2 cannot match a certificate to an IP address: for a broker given by address
+        // the certificate chain is verified, not the name.
+        unsigned char addr[16];
+        if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1)
+            host[0] = '\0';
+        if ((rv = stoker_tls_config_create(tls != NULL ? tls : &none, 0, host, &cfg, err,
+                                           err_len)) != STOKER_OK) {
+            nng_close(c->sock);
+            return rv;
+        }
+        rv = nng_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, cfg);
+        nng_tls_config_free(cfg); // the dialer holds its own reference
+        if (rv != 0) {
+            snprintf(err, err_len, "TLS on '%s': %s", url, nng_strerror(rv));
+            nng_close(c->sock);
+            return stoker_err_from_nng(rv);
+        }
+    }
     if ((rv = nng_dialer_start(c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
         snprintf(err, err_len, "cannot dial '%s': %s", url, nng_strerror(rv));
         nng_close(c->sock);
@@ -116,7 +156,7 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
     nng_ctx ctx;
     stoker_reply *rep = NULL;
     stoker_status *st = NULL;
-    int rv = conn_open(&c, url, 256u << 20, 100, err, err_len);
+    int rv = conn_open(&c, url, 256u << 20, 100, NULL, err, err_len);
     if (rv != STOKER_OK)
         return rv;
     if ((rv = nng_ctx_open(&ctx, c.sock)) != 0) {
@@ -124,8 +164,22 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
         return stoker_err_from_nng(rv);
     }
     stoker_request req = {.method = STOKER_STATUS};
-    conn_copy_str(req.token, sizeof(req.token), token);
-    rv = conn_call(ctx, &req, timeout_ms, &rep, err, err_len);
+    if (token != NULL && token[0] != '\0') {
+        // With a token, a connection says hello (as an observer) before anything else.
+        stoker_request hello = {.method = STOKER_HELLO, .role = STOKER_ROLE_OBSERVER,
+                                .session = 1};
+        conn_copy_str(hello.name, sizeof(hello.name), "status");
+        conn_copy_str(hello.token, sizeof(hello.token), token);
+        rv = conn_call(ctx, &hello, timeout_ms, &rep, err, err_len);
+        if (rv == STOKER_OK && rep->code != STOKER_OK) {
+            rv = rep->code;
+            snprintf(err, err_len, "%s", rep->message);
+        }
+        stoker_reply_free(rep);
+        rep = NULL;
+    }
+    if (rv == STOKER_OK)
+        rv = conn_call(ctx, &req, timeout_ms, &rep, err, err_len);
     if (rv == STOKER_OK && rep->code != STOKER_OK) {
         rv = rep->code;
         snprintf(err, err_len, "%s", rep->message);

@@ -17,9 +17,10 @@ typedef struct conn {
     int open;
 } conn;
 
-// Opens a REQ socket and starts dialing url in the background (returns at once).
+// Opens a REQ socket and starts dialing url in the background (returns at once). tls (may be
+// NULL) applies to tls+tcp:// URLs.
 int conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
-              char *err, size_t err_len);
+              const stoker_tls_options *tls, char *err, size_t err_len);
 void conn_close(conn *c);
 
 // Sends req on ctx and waits for the reply, at most timeout_ms in all. On STOKER_OK *out is the

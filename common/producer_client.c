@@ -113,8 +113,8 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->schema = *schema;
     pthread_mutex_init(&pc->lock, NULL);
     pthread_cond_init(&pc->cond, NULL);
-    if ((rv = conn_open(&pc->conn, pc->url, opts->max_message_bytes, opts->reconnect_max_ms, err,
-                        sizeof(err))) != STOKER_OK) {
+    if ((rv = conn_open(&pc->conn, pc->url, opts->max_message_bytes, opts->reconnect_max_ms,
+                        &opts->tls, err, sizeof(err))) != STOKER_OK) {
         stoker_error("producer: %s", err);
         goto fail_conn;
     }

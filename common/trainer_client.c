@@ -18,6 +18,10 @@
 #define MAX_PREFETCH 64
 #define MAX_EVENTS   1024
 #define MAX_ACKS     4096
+// Replies to the pulls in flight complete in any order, so events can arrive out of order: the
+// client remembers which of the last SEEN_EVENTS indices it saw (MAX_PREFETCH replies of at most
+// the broker's 64 events each) instead of only the highest.
+#define SEEN_EVENTS 4096
 
 typedef enum slot_state { SLOT_IDLE, SLOT_SENDING, SLOT_RECEIVING, SLOT_DONE } slot_state;
 
@@ -61,7 +65,9 @@ struct stoker_trainer_client {
 
     stoker_event events[MAX_EVENTS];
     uint32_t ev_head, ev_len;
-    uint64_t last_event_index;
+    uint64_t last_event_index;              // the highest event index seen
+    uint64_t seen_events[SEEN_EVENTS / 64]; // bit i % SEEN_EVENTS: event i seen, for the
+                                            // indices within SEEN_EVENTS below the highest
 
     idset *seen;
     uint64_t duplicates;
@@ -109,13 +115,32 @@ slot_cb(void *arg)
     pthread_mutex_unlock(&tc->lock);
 }
 
+// Whether event `index` was seen before; marks it seen.
+static int
+event_seen(stoker_trainer_client *tc, uint64_t index)
+{
+    if (index + SEEN_EVENTS <= tc->last_event_index)
+        return 1; // older than any reordering of replies can explain
+    if (index >= tc->last_event_index + SEEN_EVENTS) {
+        memset(tc->seen_events, 0, sizeof(tc->seen_events));
+        tc->last_event_index = index;
+    }
+    while (tc->last_event_index < index) { // the window moves up: forget what leaves it
+        uint64_t i = ++tc->last_event_index % SEEN_EVENTS;
+        tc->seen_events[i / 64] &= ~(UINT64_C(1) << (i % 64));
+    }
+    uint64_t i = index % SEEN_EVENTS, bit = UINT64_C(1) << (i % 64);
+    if (tc->seen_events[i / 64] & bit)
+        return 1;
+    tc->seen_events[i / 64] |= bit;
+    return 0;
+}
+
 static void
 push_event(stoker_trainer_client *tc, const stoker_event *e)
 {
-    if (e->index != 0 && e->index <= tc->last_event_index)
+    if (e->index != 0 && event_seen(tc, e->index))
         return; // already seen
-    if (e->index > tc->last_event_index)
-        tc->last_event_index = e->index;
     if (tc->opts.on_event != NULL) {
         tc->opts.on_event(e, tc->opts.on_event_arg);
         return;
@@ -201,7 +226,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         goto fail_seen;
     }
     if ((rv = conn_open(&tc->conn, tc->url, opts->client.max_message_bytes,
-                        opts->client.reconnect_max_ms, err, err_len)) != STOKER_OK)
+                        opts->client.reconnect_max_ms, &opts->client.tls, err, err_len)) !=
+        STOKER_OK)
         goto fail_conn;
     if ((rv = nng_ctx_open(&tc->ctl_ctx, tc->conn.sock)) != 0) {
         rv = stoker_err_from_nng(rv);
@@ -555,8 +581,8 @@ stoker_trainer_client_acks_refused(const stoker_trainer_client *tc)
 int
 stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
 {
+    // The connection said hello with the token already (the broker knows it by its pipe).
     stoker_request req = {.method = STOKER_STATUS, .session = tc->opts.client.session};
-    conn_copy_str(req.token, sizeof(req.token), tc->token);
     stoker_reply *rep = NULL;
     char err[256];
     int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,

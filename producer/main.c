@@ -15,6 +15,7 @@
 #include "stoker/opts.h"
 #include "stoker/producer.h"
 #include "stoker/synthetic.h"
+#include "stoker/tls.h"
 
 static void
 usage(FILE *f)
@@ -32,6 +33,8 @@ usage(FILE *f)
             "  --seed N                run seed; each example's seed derives from it, the name\n"
             "                          and the example's seq (default 1)\n"
             "  --token-file F          authenticate with the token in F\n"
+            "  --tls-cert F --tls-key F  client certificate and key (PEM) for tls+tcp://\n"
+            "  --tls-ca F              verify the broker's certificate with this CA (PEM)\n"
             "  --log-level L           error, warn, info (default), debug\n"
             "synthetic:\n"
             "  --delay MIN:MAX         seconds of simulated work per example (default 0.05:0.5)\n"
@@ -72,6 +75,9 @@ main(int argc, char **argv)
         OPT_FORMAT,
         OPT_IMAGES,
         OPT_SIZE,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_CA,
         OPT_HELP,
         OPT_VERSION,
     };
@@ -90,6 +96,9 @@ main(int argc, char **argv)
         {"format", required_argument, NULL, OPT_FORMAT},
         {"images", required_argument, NULL, OPT_IMAGES},
         {"size", required_argument, NULL, OPT_SIZE},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -177,6 +186,15 @@ main(int argc, char **argv)
             size = (uint32_t)u;
             size_given = 1;
             break;
+        case OPT_TLS_CERT:
+            cfg.client.tls.cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            cfg.client.tls.key = optarg;
+            break;
+        case OPT_TLS_CA:
+            cfg.client.tls.ca = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;
@@ -198,6 +216,13 @@ main(int argc, char **argv)
     if (cfg.client.url == NULL) {
         fprintf(stderr, "stoker-producer: --broker URL is required\n");
         usage(stderr);
+        return 2;
+    }
+    if (stoker_tls_url(cfg.client.url)
+            ? stoker_tls_check(&cfg.client.tls, 0, err, sizeof(err)) != STOKER_OK
+            : (cfg.client.tls.cert || cfg.client.tls.key || cfg.client.tls.ca) &&
+                  snprintf(err, sizeof(err), "--tls-* options need a tls+tcp:// --broker URL")) {
+        fprintf(stderr, "stoker-producer: %s\n", err);
         return 2;
     }
     // Options of one generator given to another are mistakes worth stopping for.

@@ -100,6 +100,10 @@ struct broker {
 
     stoker_counters c;
     uint64_t queued_bytes;
+
+    // With a token, the pipes (connections) that said hello with it; nothing else is served.
+    uint32_t *authed;
+    uint32_t n_authed, cap_authed;
 };
 
 void
@@ -310,6 +314,7 @@ broker_destroy(broker *b, broker_outbox *out)
     }
     free(b->producers);
     free(b->trainers);
+    free(b->authed);
     free(b);
 }
 
@@ -524,6 +529,53 @@ token_ok(const broker *b, const char *given)
     return diff == 0;
 }
 
+static int
+pipe_authed(const broker *b, uint32_t pipe)
+{
+    for (uint32_t i = 0; i < b->n_authed; i++) {
+        if (b->authed[i] == pipe)
+            return 1;
+    }
+    return 0;
+}
+
+static int
+authorize_pipe(broker *b, uint32_t pipe)
+{
+    if (pipe_authed(b, pipe))
+        return STOKER_OK;
+    if (b->n_authed == b->cap_authed) {
+        uint32_t cap = b->cap_authed ? b->cap_authed * 2 : 64;
+        uint32_t *a = realloc(b->authed, cap * sizeof(*a));
+        if (a == NULL)
+            return STOKER_NOMEM;
+        b->authed = a;
+        b->cap_authed = cap;
+    }
+    b->authed[b->n_authed++] = pipe;
+    return STOKER_OK;
+}
+
+static void
+forget_pipe(broker *b, uint32_t pipe)
+{
+    for (uint32_t i = 0; i < b->n_authed; i++) {
+        if (b->authed[i] == pipe) {
+            b->authed[i] = b->authed[--b->n_authed];
+            return;
+        }
+    }
+}
+
+static const char *
+peer(const broker *b, uint32_t pipe, char *buf, size_t len)
+{
+    snprintf(buf, len, "pipe %u", pipe);
+    if (b->cfg.describe_peer != NULL)
+        b->cfg.describe_peer(pipe, buf, len);
+    return buf;
+}
+
 static void
 hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
                broker_outbox *out)
@@ -667,10 +719,13 @@ static void
 handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
              broker_outbox *out)
 {
+    char who[96];
     if (!token_ok(b, req->token)) {
-        stoker_warn("unauthenticated: hello from '%s' (pipe %u) with a wrong token", req->name,
-                    pipe);
+        stoker_warn("unauthenticated: hello from '%s' at %s with a wrong or missing token",
+                    req->name, peer(b, pipe, who, sizeof(who)));
         send_code(b, out, token, STOKER_UNAUTHENTICATED, "wrong or missing token");
+    } else if (b->token[0] != '\0' && authorize_pipe(b, pipe) != STOKER_OK) {
+        send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
     } else if (req->session == 0) {
         send_code(b, out, token, STOKER_INVALID, "hello without a session id");
     } else if (req->role == STOKER_ROLE_PRODUCER) {
@@ -1137,8 +1192,9 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         handle_hello(b, token, pipe, req, now_ms, out);
         return;
     case STOKER_STATUS:
-        if (!token_ok(b, req->token)) {
-            send_code(b, out, token, STOKER_UNAUTHENTICATED, "wrong or missing token");
+        if (b->token[0] != '\0' && !pipe_authed(b, pipe)) {
+            send_code(b, out, token, STOKER_UNAUTHENTICATED,
+                      "status needs a hello with the token on this connection first");
             stoker_request_free(req);
             return;
         }
@@ -1146,6 +1202,18 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         return;
     default:
         break;
+    }
+    if (b->token[0] != '\0' && !pipe_authed(b, pipe)) {
+        // Every connection says hello with the token before anything else; a client whose
+        // connection was replaced (a reconnect) is told to say hello again.
+        char who[96];
+        stoker_warn("unauthenticated: %s request from %s before hello", 
+                    req->method == STOKER_PUSH ? "push" : req->method == STOKER_PULL ? "pull" : "a",
+                    peer(b, pipe, who, sizeof(who)));
+        send_code(b, out, token, STOKER_UNKNOWN_PEER,
+                  "unauthenticated connection: say hello with the token first");
+        stoker_request_free(req);
+        return;
     }
     if (!b->has_schema) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");
@@ -1225,6 +1293,7 @@ drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_
 void
 broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
 {
+    forget_pipe(b, pipe);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
         if (p->pipe == pipe && p->status == STOKER_PRODUCER_ALIVE)

@@ -30,6 +30,8 @@ typedef struct broker_config {
     int has_schema;
     stoker_schema schema;
     const char *token; // NULL or "": no authentication (borrowed)
+    // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
+    void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;
 
 // Defaults: depth 64, 1 GiB, producer 3000 ms, trainer 10000 ms, park 250 ms, pull wait cap

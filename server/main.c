@@ -13,6 +13,7 @@
 #include "stoker/process.h"
 #include "stoker/opts.h"
 #include "stoker/schema.h"
+#include "stoker/tls.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -42,6 +43,8 @@ usage(FILE *f)
             "                          'input:float32[10],output:float32[1]' (default: the first\n"
             "                          producer's)\n"
             "  --token-file F          require the token in F from every peer\n"
+            "  --tls-cert F --tls-key F  certificate and key (PEM) for tls+tcp:// listeners\n"
+            "  --tls-ca F              require client certificates signed by this CA (PEM)\n"
             "  --max-message N         largest request accepted in bytes (default 67108864)\n"
             "  --max-producers N       (default 1024)   --max-trainers N (default 64)\n"
             "  --max-chunk N           most examples in one push or pull (default 1048576)\n"
@@ -75,6 +78,9 @@ main(int argc, char **argv)
         OPT_MAX_TRAINERS,
         OPT_MAX_CHUNK,
         OPT_LOG,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_CA,
         OPT_HELP,
         OPT_VERSION,
     };
@@ -92,6 +98,9 @@ main(int argc, char **argv)
         {"max-trainers", required_argument, NULL, OPT_MAX_TRAINERS},
         {"max-chunk", required_argument, NULL, OPT_MAX_CHUNK},
         {"log-level", required_argument, NULL, OPT_LOG},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -171,6 +180,15 @@ main(int argc, char **argv)
             if (stoker_log_parse_level(optarg, &level) != STOKER_OK)
                 return bad("--log-level", optarg, "expected error, warn, info or debug");
             break;
+        case OPT_TLS_CERT:
+            cfg.tls.cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            cfg.tls.key = optarg;
+            break;
+        case OPT_TLS_CA:
+            cfg.tls.ca = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;
@@ -192,6 +210,17 @@ main(int argc, char **argv)
     if (cfg.n_listen == 0) {
         fprintf(stderr, "stoker-broker: --listen URL is required\n");
         usage(stderr);
+        return 2;
+    }
+    int any_tls = 0;
+    for (uint32_t i = 0; i < cfg.n_listen; i++)
+        any_tls |= stoker_tls_url(cfg.listen[i]);
+    if (any_tls && stoker_tls_check(&cfg.tls, 1, err, sizeof(err)) != STOKER_OK) {
+        fprintf(stderr, "stoker-broker: %s\n", err);
+        return 2;
+    }
+    if (!any_tls && (cfg.tls.cert || cfg.tls.key || cfg.tls.ca)) {
+        fprintf(stderr, "stoker-broker: --tls-* options need a tls+tcp:// --listen URL\n");
         return 2;
     }
     stoker_log_init("broker", level);

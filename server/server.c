@@ -13,6 +13,7 @@
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "tls_config.h"
 
 typedef struct rctx {
     server *srv;
@@ -98,6 +99,25 @@ ctx_cb(void *arg)
         broker_refuse(s->b, c, pipe, drv, err, &out);
     pthread_mutex_unlock(&s->lock);
     flush(&out);
+}
+
+// The remote address of a pipe, for the broker's log lines (called under the broker lock; nng's
+// option read does not call back into us).
+static void
+describe_peer(uint32_t pipe_id, char *buf, size_t len)
+{
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    nng_sockaddr sa;
+    p.id = pipe_id;
+    if (nng_pipe_get_addr(p, NNG_OPT_REMADDR, &sa) != 0)
+        return;
+    if (sa.s_family == NNG_AF_INET) {
+        const uint8_t *a = (const uint8_t *)&sa.s_in.sa_addr;
+        unsigned port = ((sa.s_in.sa_port & 0xff) << 8) | (sa.s_in.sa_port >> 8);
+        snprintf(buf, len, "%u.%u.%u.%u:%u (pipe %u)", a[0], a[1], a[2], a[3], port, pipe_id);
+    } else if (sa.s_family == NNG_AF_IPC) {
+        snprintf(buf, len, "ipc %s (pipe %u)", sa.s_ipc.sa_path, pipe_id);
+    }
 }
 
 static void
@@ -217,7 +237,8 @@ start_http(server *s, const char *url_text, char *err, size_t err_len)
 // --- lifecycle ----------------------------------------------------------------------------------
 
 static int
-start_listener(server *s, const char *url, size_t max_message_bytes, char *err, size_t err_len)
+start_listener(server *s, const char *url, size_t max_message_bytes,
+               const stoker_tls_options *tls, char *err, size_t err_len)
 {
     nng_listener l;
     int rv;
@@ -226,12 +247,23 @@ start_listener(server *s, const char *url, size_t max_message_bytes, char *err, 
         return STOKER_INVALID;
     }
     nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    if (stoker_tls_url(url)) {
+        nng_tls_config *cfg;
+        if ((rv = stoker_tls_config_create(tls, 1, NULL, &cfg, err, err_len)) != STOKER_OK)
+            return rv;
+        rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+        nng_tls_config_free(cfg); // the listener holds its own reference
+        if (rv != 0) {
+            snprintf(err, err_len, "--listen '%s': TLS: %s", url, nng_strerror(rv));
+            return stoker_err_from_nng(rv);
+        }
+    }
     if ((rv = nng_listener_start(l, 0)) != 0) {
         snprintf(err, err_len, "--listen '%s': cannot listen: %s", url, nng_strerror(rv));
         return stoker_err_from_nng(rv);
     }
     int port = 0;
-    if (strncmp(url, "tcp://", 6) == 0 &&
+    if ((strncmp(url, "tcp://", 6) == 0 || stoker_tls_url(url)) &&
         nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
         // Print the URL with the port the system chose (for --listen tcp://HOST:0).
         const char *colon = strrchr(url, ':');
@@ -251,6 +283,7 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         return STOKER_NOMEM;
     pthread_mutex_init(&s->lock, NULL);
     broker_config bc = cfg->broker;
+    bc.describe_peer = describe_peer;
     bc.max_parked = cfg->contexts > 64 ? cfg->contexts - 32 : cfg->contexts / 2;
     if ((s->b = broker_create(&bc, stoker_now_ms())) == NULL) {
         rv = STOKER_NOMEM;
@@ -280,8 +313,8 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         }
     }
     for (uint32_t i = 0; i < cfg->n_listen; i++) {
-        if ((rv = start_listener(s, cfg->listen[i], cfg->max_message_bytes, err, err_len)) !=
-            STOKER_OK)
+        if ((rv = start_listener(s, cfg->listen[i], cfg->max_message_bytes, &cfg->tls, err,
+                                 err_len)) != STOKER_OK)
             goto fail;
     }
     if (cfg->metrics_url != NULL &&

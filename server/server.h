@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "broker.h"
+#include "stoker/tls.h"
 
 #define SERVER_MAX_LISTEN 8
 
@@ -20,6 +21,7 @@ typedef struct server_config {
     const char *metrics_url; // http://HOST:PORT or NULL
     size_t max_message_bytes;
     uint32_t contexts; // requests handled or parked at once
+    stoker_tls_options tls; // for tls+tcp:// listeners
     broker_config broker;
 } server_config;
 

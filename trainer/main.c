@@ -36,6 +36,8 @@ usage(FILE *f)
             "\n"
             "  --broker URL          pull batches from this broker\n"
             "  --token-file F        authenticate with the token in F\n"
+            "  --tls-cert F --tls-key F  client certificate and key (PEM) for tls+tcp://\n"
+            "  --tls-ca F            verify the broker's certificate with this CA (PEM)\n"
             "  --inline              generate synthetic batches in the loop (the baseline)\n"
             "  --delay MIN:MAX       inline generation cost per example (default 0.05:0.5)\n"
             "  --batch-size N        examples per step (default 4)\n"
@@ -115,6 +117,9 @@ main(int argc, char **argv)
         OPT_JSON,
         OPT_PROGRESS,
         OPT_LOG,
+        OPT_TLS_CERT,
+        OPT_TLS_KEY,
+        OPT_TLS_CA,
         OPT_HELP,
         OPT_VERSION,
     };
@@ -140,6 +145,9 @@ main(int argc, char **argv)
         {"json", required_argument, NULL, OPT_JSON},
         {"progress", required_argument, NULL, OPT_PROGRESS},
         {"log-level", required_argument, NULL, OPT_LOG},
+        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
         {"help", no_argument, NULL, OPT_HELP},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -251,6 +259,15 @@ main(int argc, char **argv)
             if (stoker_log_parse_level(optarg, &level) != STOKER_OK)
                 return bad("--log-level", optarg, "expected error, warn, info or debug");
             break;
+        case OPT_TLS_CERT:
+            cfg.tls.cert = optarg;
+            break;
+        case OPT_TLS_KEY:
+            cfg.tls.key = optarg;
+            break;
+        case OPT_TLS_CA:
+            cfg.tls.ca = optarg;
+            break;
         case OPT_HELP:
             usage(stdout);
             return 0;
@@ -288,6 +305,16 @@ main(int argc, char **argv)
         fprintf(stderr, "stoker-trainer: --inline trains on the synthetic schema "
                         "input:float32[10],output:float32[1] only\n");
         return 2;
+    }
+    if (cfg.tls.cert || cfg.tls.key || cfg.tls.ca) {
+        if (!stoker_tls_url(cfg.broker_url)) {
+            fprintf(stderr, "stoker-trainer: --tls-* options need a tls+tcp:// --broker URL\n");
+            return 2;
+        }
+        if (stoker_tls_check(&cfg.tls, 0, err, sizeof(err)) != STOKER_OK) {
+            fprintf(stderr, "stoker-trainer: %s\n", err);
+            return 2;
+        }
     }
     FILE *json = NULL;
     if (json_path != NULL) {

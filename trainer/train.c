@@ -238,6 +238,7 @@ train_run(const train_config *cfg, train_result *res)
         to.client.url = cfg->broker_url;
         to.client.name = name;
         to.client.token = cfg->token;
+        to.client.tls = cfg->tls;
         to.client.stop = cfg->stop;
         // Connecting is bounded by the stall timeout too: a trainer never waits forever.
         to.client.give_up_ms = cfg->stall_timeout_ms;
@@ -390,7 +391,8 @@ done:
     if (tc != NULL) {
         stoker_trainer_client_flush(tc);
         stoker_status *st;
-        if (stoker_trainer_client_status(tc, &st) == STOKER_OK) {
+        int srv = stoker_trainer_client_status(tc, &st);
+        if (srv == STOKER_OK) {
             res->has_audit = 1;
             res->produced = st->counters.produced;
             res->acknowledged = st->counters.acknowledged;
@@ -401,7 +403,7 @@ done:
                                          st->counters.queued - st->counters.in_flight);
             stoker_status_destroy(st);
         } else {
-            stoker_warn("audit: the broker did not answer Status; audit left out");
+            stoker_warn("audit: Status failed (%s); audit left out", stoker_strerror(srv));
         }
         res->duplicates_seen = stoker_trainer_client_duplicates(tc);
         stoker_trainer_client_destroy(tc);

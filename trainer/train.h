@@ -10,6 +10,7 @@
 
 #include "mlp.h"
 #include "stoker/protocol.h"
+#include "stoker/tls.h"
 
 #define TRAIN_MAX_EVENTS 1024
 
@@ -26,6 +27,7 @@ typedef struct train_config {
     // Source: a broker, or the synthetic generator inline (the baseline).
     const char *broker_url;
     const char *token;
+    stoker_tls_options tls; // for tls+tcp:// brokers
     int inline_mode;
     double delay_min_s, delay_max_s; // inline only
     // NetTrain-like control.

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "stoker/protocol.h"
+#include "stoker/tls.h"
 
 typedef struct stoker_client_options {
     const char *url;   // broker URL: tcp://, ipc://, inproc://, tls+tcp:// (borrowed)
@@ -17,6 +18,7 @@ typedef struct stoker_client_options {
     uint32_t give_up_ms;         // how long a request is retried before STOKER_CONNECTION
     size_t max_message_bytes;    // largest reply accepted
     const volatile int *stop;    // when nonzero, blocking calls return STOKER_INTERRUPTED soon
+    stoker_tls_options tls;      // for tls+tcp:// URLs (paths borrowed)
 } stoker_client_options;
 
 // Fills defaults: request 3000 ms, reconnect cap 1000 ms, give up after 30000 ms,

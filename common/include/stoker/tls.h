@@ -1,0 +1,24 @@
+// TLS for tls+tcp:// endpoints (nng's TLS transport; Debian's nng uses mbedTLS). PEM files:
+// a certificate and its key identify this end; a CA file makes this end verify its peer (a
+// listener given a CA requires client certificates signed by it; a dialer given a CA checks
+// the broker's certificate and its name against the URL's host).
+#ifndef STOKER_TLS_H
+#define STOKER_TLS_H
+
+#include <stddef.h>
+
+struct nng_listener_s;
+struct nng_dialer_s;
+
+typedef struct stoker_tls_options {
+    const char *cert; // PEM certificate (chain) of this end; NULL for none
+    const char *key;  // PEM private key for cert (unencrypted)
+    const char *ca;   // PEM CA certificate(s) to verify the peer; NULL: do not verify
+} stoker_tls_options;
+
+// Nonzero when url uses TLS (tls+tcp://).
+int stoker_tls_url(const char *url);
+// Checks the combination (key with cert, files readable); STOKER_INVALID with a reason.
+int stoker_tls_check(const stoker_tls_options *tls, int listener, char *err, size_t err_len);
+
+#endif
