@@ -611,6 +611,15 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     if (tc == NULL)
         return;
     stoker_trainer_client_flush(tc);
+    // Goodbye: the broker hands what we still hold to other trainers at once and logs a clean
+    // leave instead of a lost connection. Bounded; without it the closed pipe does the same.
+    stoker_request bye = {.method = STOKER_GOODBYE, .session = tc->opts.client.session};
+    stoker_reply *rep = NULL;
+    char err[256];
+    uint32_t timeout = tc->opts.client.request_timeout_ms < 1000 ? tc->opts.client.request_timeout_ms
+                                                                 : 1000;
+    if (conn_call(tc->ctl_ctx, &bye, timeout, &rep, err, sizeof(err)) == STOKER_OK)
+        stoker_reply_free(rep);
     conn_close(&tc->conn); // aborts every pull in flight
     for (uint32_t i = 0; i < tc->n_slots; i++) {
         nng_aio_stop(tc->slots[i].aio);

@@ -738,11 +738,20 @@ handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_
     stoker_request_free(req);
 }
 
+static void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms,
+                         broker_outbox *out);
+
 static void
 handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
-    if (p == NULL) {
+    trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
+    if (t != NULL) {
+        // A trainer that stops: what it holds unacknowledged goes to the others.
+        if (t->connected)
+            drop_trainer(b, t, NULL, now_ms, out);
+        send_code(b, out, token, STOKER_OK, NULL);
+    } else if (p == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     } else {
         if (p->status != STOKER_PRODUCER_FINISHED) {
@@ -1270,10 +1279,15 @@ lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broke
     p->pushes = p->pushes_tail = NULL;
 }
 
+// Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
 static void
 drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out)
 {
-    stoker_warn("trainer-lost: trainer %u '%s': %s", t->id, t->name, reason);
+    if (reason != NULL)
+        stoker_warn("trainer-lost: trainer %u '%s': %s", t->id, t->name, reason);
+    else
+        stoker_info("trainer-left: trainer %u '%s' said goodbye", t->id, t->name);
+    reason = reason != NULL ? reason : "trainer left";
     t->connected = 0;
     parked *prev = NULL, *k = b->pulls;
     while (k != NULL) {

@@ -60,8 +60,8 @@ uint64_t stoker_trainer_client_acks_refused(const stoker_trainer_client *tc);
 // The broker's status, as stoker_status_fetch.
 int stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out);
 
-// Flushes acknowledgements (best effort, bounded), closes and frees; accepts NULL. Leases not
-// acknowledged are redelivered by the broker to other trainers.
+// Flushes acknowledgements and says goodbye (best effort, bounded by 1 s each), closes and
+// frees; accepts NULL. Leases not acknowledged are redelivered by the broker to other trainers.
 void stoker_trainer_client_destroy(stoker_trainer_client *tc);
 
 #endif
