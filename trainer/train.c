@@ -207,7 +207,7 @@ train_run(const train_config *cfg, train_result *res)
     stoker_schema schema;
     stoker_trainer_client *tc = NULL;
     stoker_synthetic synth = {cfg->delay_min_s, cfg->delay_max_s, cfg->stop};
-    stoker_generator gen;
+    stoker_generator gen = {0}; // zeroed: fini is safe on the paths that never set it up
     stoker_chunk inline_chunk = {0};
     backend *be = NULL;
     mlp *net = NULL;
