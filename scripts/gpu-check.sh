@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What to run on a machine with an NVIDIA GPU: builds the trainer core with CUDA and runs the
-# GPU-against-CPU tests (tests/trainer/test_gpu.c), writing logs and a summary under "$OUT"
+# GPU-against-CPU tests (tests/trainer/test_gpu.c) and, with the full build, a GPU training
+# benchmark against the CPU, writing logs and a summary under "$OUT"
 # (default ./gpu-out). Usage: scripts/gpu-check.sh   (env: OUT, BUILD, STOKER_GPU_CHECK_DIRECT)
 #
 # Assumptions, checked rather than trusted (the lent GPU machine is not this Debian box):
@@ -56,6 +57,27 @@ run_gpu_test() { # path of test_trainer_gpu
     esac
 }
 
+# The GPU training benchmark: the same MLP training (inline synthetic data with zero generation
+# cost, so the step itself is measured) on the GPU and on the CPU, side by side.
+run_gpu_bench() { # path of stoker-trainer
+    local trainer=$1 common=(--inline --delay 0:0 --batch-size 1024 --hidden 1024,1024
+        --round-length 102400 --progress off --log-level warn)
+    [ -x "$trainer" ] || { log "no stoker-trainer built: GPU benchmark skipped"; return; }
+    log "GPU training benchmark (batch 1024, hidden 1024,1024)"
+    "$trainer" "${common[@]}" --rounds 20 --device gpu --json "$OUT/bench-gpu.json" \
+        > "$OUT/bench-gpu.log" 2>&1
+    "$trainer" "${common[@]}" --rounds 2 --device cpu --json "$OUT/bench-cpu.json" \
+        > "$OUT/bench-cpu.log" 2>&1
+    python3 - "$OUT/bench-gpu.json" "$OUT/bench-cpu.json" > "$OUT/bench.txt" 2>&1 << 'PY'
+import json, sys
+g, c = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"gpu {g['device']}: {g['examples_per_second']:.0f} examples/s ({g['status']}); "
+      f"cpu: {c['examples_per_second']:.0f} examples/s; ratio {g['examples_per_second'] / c['examples_per_second']:.1f}x; "
+      f"final loss gpu {g['final_loss']:.4f} cpu {c['final_loss']:.4f}")
+PY
+    log "$(cat "$OUT/bench.txt")"
+}
+
 # ---- path 1: the project's meson build ----
 if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; then
     log "meson setup $BUILD -Dcuda=enabled"
@@ -64,12 +86,14 @@ if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; the
         targets=(tests/trainer/test_trainer_gpu)
         grep -q "criterion tests: YES" "$OUT/meson-setup.log" &&
             targets+=(tests/trainer/test_trainer_backend tests/trainer/test_trainer_mlp)
+        targets+=(trainer/stoker-trainer)
         if ninja -C "$BUILD" "${targets[@]}" > "$OUT/build.log" 2>&1; then
             # The CPU reference tests too, when criterion was there to build them.
             meson test -C "$BUILD" --suite trainer --no-rebuild --print-errorlogs \
                 > "$OUT/meson-test.log" 2>&1
             log "meson test --suite trainer: exit $? (see meson-test.log)"
             cp "$BUILD/meson-logs/testlog.txt" "$OUT/" 2>/dev/null
+            run_gpu_bench "$BUILD/trainer/stoker-trainer"
             run_gpu_test "$BUILD/tests/trainer/test_trainer_gpu"
         fi
         log "meson build failed (see build.log); trying the direct build"
