@@ -1375,7 +1375,8 @@ sbuf_printf(sbuf *sb, const char *fmt, ...)
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(sb->s + sb->len, sb->cap - sb->len, fmt, ap);
+        // Before the first allocation s is NULL: no arithmetic on it (undefined behaviour).
+        int n = vsnprintf(sb->s != NULL ? sb->s + sb->len : NULL, sb->cap - sb->len, fmt, ap);
         va_end(ap);
         if (n < 0) {
             sb->failed = 1;
