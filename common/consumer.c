@@ -1,0 +1,516 @@
+// The consumer API (see consumer.h): a flat, binding-friendly face of stoker_trainer_client.
+// It adds what a binding cannot do through the trainer client's structs: field access by index,
+// identities as arrays, events as plain values, the status as JSON, and error messages that
+// carry the broker's reason. It does no data work of its own: batches are the client's, unchanged.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stoker/client.h"
+#include "stoker/consumer.h"
+#include "stoker/opts.h"
+#include "stoker/protocol.h"
+#include "stoker/trainer_client.h"
+
+#define EVENT_RING 1024
+
+struct stoker_consumer_batch {
+    stoker_batch *batch;
+    int acked;
+};
+
+struct stoker_consumer {
+    stoker_trainer_client *tc;
+    volatile int stop;
+    char error[512];
+    // Events as they arrive (on_event runs on our thread, inside stoker_trainer_client_next).
+    stoker_event events[EVENT_RING];
+    uint32_t ev_head, ev_len;
+    // The broker's last word on producers that went away, for the supply-end message.
+    char last_gone[STOKER_NAME_MAX + STOKER_REASON_MAX + 64];
+    uint32_t stall_timeout_ms;
+};
+
+int
+stoker_consumer_api_version(void)
+{
+    return STOKER_API_VERSION;
+}
+
+void
+stoker_consumer_options_init(stoker_consumer_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->api_version = STOKER_API_VERSION;
+    o->batch_size = 4;
+    o->prefetch = 4;
+    o->stall_timeout_ms = 4000;
+}
+
+static void set_error(stoker_consumer *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void
+set_error(stoker_consumer *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof(c->error), fmt, ap);
+    va_end(ap);
+}
+
+static void
+on_event(const stoker_event *e, void *arg)
+{
+    stoker_consumer *c = arg;
+    if (e->kind == STOKER_EVENT_PRODUCER_LOST || e->kind == STOKER_EVENT_PRODUCER_FINISHED)
+        snprintf(c->last_gone, sizeof(c->last_gone), "producer %u '%s' %s%s%s", e->producer,
+                 e->name, e->kind == STOKER_EVENT_PRODUCER_LOST ? "lost" : "finished",
+                 e->reason[0] != '\0' ? ": " : "", e->reason);
+    if (c->ev_len == EVENT_RING) { // keep the newest
+        c->ev_head = (c->ev_head + 1) % EVENT_RING;
+        c->ev_len--;
+    }
+    c->events[(c->ev_head + c->ev_len) % EVENT_RING] = *e;
+    c->ev_len++;
+}
+
+int
+stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
+                     size_t err_len)
+{
+    char scratch[512];
+    if (err == NULL || err_len == 0) {
+        err = scratch;
+        err_len = sizeof(scratch);
+    }
+    err[0] = '\0';
+    if (opts == NULL || opts->api_version != STOKER_API_VERSION) {
+        snprintf(err, err_len, "consumer options of API version %u; this library is version %d",
+                 opts != NULL ? opts->api_version : 0u, STOKER_API_VERSION);
+        return STOKER_INVALID;
+    }
+    if (opts->url == NULL || opts->url[0] == '\0') {
+        snprintf(err, err_len, "consumer options: no broker URL");
+        return STOKER_INVALID;
+    }
+    char token[256] = "";
+    if (opts->token_file != NULL) {
+        int rv = stoker_read_token_file(opts->token_file, token, sizeof(token), err, err_len);
+        if (rv != STOKER_OK)
+            return STOKER_INVALID;
+    } else if (opts->token != NULL) {
+        snprintf(token, sizeof(token), "%s", opts->token);
+    }
+    stoker_consumer *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return STOKER_NOMEM;
+    char name[STOKER_NAME_MAX];
+    if (opts->name != NULL)
+        snprintf(name, sizeof(name), "%s", opts->name);
+    else
+        snprintf(name, sizeof(name), "consumer-%d", (int)getpid());
+
+    stoker_trainer_options to;
+    stoker_trainer_options_init(&to);
+    to.client.url = opts->url;
+    to.client.name = name;
+    to.client.token = token[0] != '\0' ? token : NULL;
+    to.client.stop = &c->stop;
+    to.batch_size = opts->batch_size;
+    to.prefetch = opts->prefetch;
+    to.stall_timeout_ms = opts->stall_timeout_ms;
+    // Connecting is bounded too: a consumer never waits forever for a broker.
+    to.client.give_up_ms =
+        opts->connect_timeout_ms != 0 ? opts->connect_timeout_ms : opts->stall_timeout_ms;
+    // One attempt of a request must not outlast a short connect timeout either.
+    if (opts->connect_timeout_ms != 0 && opts->connect_timeout_ms < to.client.request_timeout_ms)
+        to.client.request_timeout_ms = opts->connect_timeout_ms < 100 ? 100
+                                                                      : opts->connect_timeout_ms;
+    to.on_event = on_event;
+    to.on_event_arg = c;
+    c->stall_timeout_ms = opts->stall_timeout_ms;
+    int rv = stoker_trainer_client_create(&to, &c->tc, err, err_len);
+    if (rv != STOKER_OK) {
+        free(c);
+        return rv;
+    }
+    *out = c;
+    return STOKER_OK;
+}
+
+static const stoker_field *
+field_at(const stoker_consumer *c, uint32_t f)
+{
+    const stoker_schema *s = stoker_trainer_client_schema(c->tc);
+    return f < s->n_fields ? &s->fields[f] : NULL;
+}
+
+void
+stoker_consumer_schema(const stoker_consumer *c, char *buf, size_t len)
+{
+    stoker_schema_format(stoker_trainer_client_schema(c->tc), buf, len);
+}
+
+uint32_t
+stoker_consumer_n_fields(const stoker_consumer *c)
+{
+    return stoker_trainer_client_schema(c->tc)->n_fields;
+}
+
+const char *
+stoker_consumer_field_name(const stoker_consumer *c, uint32_t field)
+{
+    const stoker_field *f = field_at(c, field);
+    return f != NULL ? f->name : NULL;
+}
+
+int
+stoker_consumer_field_dtype(const stoker_consumer *c, uint32_t field)
+{
+    const stoker_field *f = field_at(c, field);
+    return f != NULL ? (int)f->dtype : STOKER_DTYPE_INVALID;
+}
+
+int
+stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32_t *shape,
+                            uint32_t cap)
+{
+    const stoker_field *f = field_at(c, field);
+    if (f == NULL)
+        return -1;
+    for (uint32_t i = 0; i < f->rank && i < cap; i++)
+        shape[i] = f->shape[i];
+    return (int)f->rank;
+}
+
+// The broker's account of the producers that went away: the last lost/finished event this
+// consumer heard of, or, when it heard none (it connected after they went), their states.
+static void
+describe_end(stoker_consumer *c, char *buf, size_t len)
+{
+    if (c->last_gone[0] != '\0') {
+        snprintf(buf, len, "%s", c->last_gone);
+        return;
+    }
+    snprintf(buf, len, "no producer connected");
+    stoker_status *st = NULL;
+    if (stoker_trainer_client_status(c->tc, &st) != STOKER_OK)
+        return;
+    size_t at = 0;
+    for (uint32_t i = 0; i < st->n_producers && at < len; i++) {
+        const stoker_producer_info *p = &st->producers[i];
+        if (i == 4) {
+            snprintf(buf + at, len - at, ", and %u more", st->n_producers - i);
+            break;
+        }
+        int n = snprintf(buf + at, len - at, "%sproducer %u '%s' %s", i > 0 ? ", " : "", p->id,
+                         p->name, stoker_producer_status_name(p->status));
+        at += n > 0 ? (size_t)n : 0;
+    }
+    stoker_status_destroy(st);
+}
+
+int
+stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
+{
+    c->error[0] = '\0';
+    stoker_consumer_batch *cb = malloc(sizeof(*cb));
+    if (cb == NULL) {
+        set_error(c, "out of memory");
+        return STOKER_NOMEM;
+    }
+    stoker_batch *b = NULL;
+    int rv = stoker_trainer_client_next(c->tc, &b);
+    if (rv == STOKER_OK) {
+        cb->batch = b;
+        cb->acked = 0;
+        *out = cb;
+        return STOKER_OK;
+    }
+    free(cb);
+    char gone[sizeof(c->last_gone)];
+    if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA)
+        describe_end(c, gone, sizeof(gone));
+    switch (rv) {
+    case STOKER_NO_PRODUCERS:
+        set_error(c, "data supply ended: every producer was lost and nothing is queued (last: %s)",
+                  gone);
+        break;
+    case STOKER_END_OF_DATA:
+        set_error(c,
+                  "data supply ended: every producer finished and nothing is queued (last: %s)",
+                  gone);
+        break;
+    case STOKER_STALLED:
+        set_error(c, "stalled: no batch within %.1f s", c->stall_timeout_ms / 1000.0);
+        break;
+    case STOKER_INTERRUPTED:
+        c->stop = 0; // one interruption per request: the consumer stays usable
+        set_error(c, "interrupted");
+        break;
+    default:
+        set_error(c, "feeding failed: %s", stoker_strerror(rv));
+        break;
+    }
+    return rv;
+}
+
+void
+stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b)
+{
+    if (b == NULL || b->acked)
+        return;
+    b->acked = 1;
+    stoker_trainer_client_ack(c->tc, b->batch->lease);
+}
+
+void
+stoker_consumer_batch_free(stoker_consumer_batch *b)
+{
+    if (b == NULL)
+        return;
+    stoker_batch_destroy(b->batch);
+    free(b);
+}
+
+void
+stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b)
+{
+    if (b == NULL)
+        return;
+    stoker_consumer_ack(c, b);
+    stoker_consumer_batch_free(b);
+}
+
+uint32_t
+stoker_consumer_batch_count(const stoker_consumer_batch *b)
+{
+    return b->batch->chunk.count;
+}
+
+int
+stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void **data,
+                            int *dtype, uint32_t *rank, uint32_t *shape, uint64_t *count,
+                            uint64_t *bytes)
+{
+    const stoker_chunk *ch = &b->batch->chunk;
+    if (field >= ch->schema.n_fields)
+        return STOKER_INVALID;
+    const stoker_field *f = &ch->schema.fields[field];
+    uint64_t elems = (uint64_t)ch->count * stoker_field_elems(f);
+    if (data != NULL)
+        *data = ch->data[field];
+    if (dtype != NULL)
+        *dtype = (int)f->dtype;
+    if (rank != NULL)
+        *rank = f->rank + 1;
+    if (shape != NULL) {
+        shape[0] = ch->count;
+        for (uint32_t i = 0; i < f->rank; i++)
+            shape[i + 1] = f->shape[i];
+    }
+    if (count != NULL)
+        *count = elems;
+    if (bytes != NULL)
+        *bytes = elems * stoker_dtype_size(f->dtype);
+    return STOKER_OK;
+}
+
+uint32_t
+stoker_consumer_batch_n_runs(const stoker_consumer_batch *b)
+{
+    return b->batch->n_runs;
+}
+
+int
+stoker_consumer_batch_run(const stoker_consumer_batch *b, uint32_t run, uint32_t *producer,
+                          uint64_t *session, uint64_t *first_seq, uint32_t *count)
+{
+    if (run >= b->batch->n_runs)
+        return STOKER_INVALID;
+    const stoker_run *r = &b->batch->runs[run];
+    if (producer != NULL)
+        *producer = r->producer;
+    if (session != NULL)
+        *session = r->session;
+    if (first_seq != NULL)
+        *first_seq = r->first_seq;
+    if (count != NULL)
+        *count = r->count;
+    return STOKER_OK;
+}
+
+uint32_t
+stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions,
+                                 uint64_t *seqs, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->batch->n_runs; i++) {
+        const stoker_run *r = &b->batch->runs[i];
+        for (uint32_t k = 0; k < r->count && n < cap; k++, n++) {
+            sessions[n] = r->session;
+            seqs[n] = r->first_seq + k;
+        }
+    }
+    return n;
+}
+
+static void
+copy_str(char *dst, size_t len, const char *src)
+{
+    if (dst != NULL && len > 0)
+        snprintf(dst, len, "%s", src);
+}
+
+int
+stoker_consumer_poll_event(stoker_consumer *c, int *kind, uint32_t *producer, char *name,
+                           size_t name_len, double *at_s, char *reason, size_t reason_len)
+{
+    if (c->ev_len == 0)
+        return 0;
+    const stoker_event *e = &c->events[c->ev_head];
+    if (kind != NULL)
+        *kind = (int)e->kind;
+    if (producer != NULL)
+        *producer = e->producer;
+    copy_str(name, name_len, e->name);
+    if (at_s != NULL)
+        *at_s = e->at_s;
+    copy_str(reason, reason_len, e->reason);
+    c->ev_head = (c->ev_head + 1) % EVENT_RING;
+    c->ev_len--;
+    return 1;
+}
+
+const char *
+stoker_consumer_error(const stoker_consumer *c)
+{
+    return c->error;
+}
+
+uint64_t
+stoker_consumer_duplicates(const stoker_consumer *c)
+{
+    return stoker_trainer_client_duplicates(c->tc);
+}
+
+// A growing text buffer that only counts once it is full, so the caller learns the length.
+typedef struct jbuf {
+    char *buf;
+    size_t cap, len;
+} jbuf;
+
+static void jprintf(jbuf *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+jprintf(jbuf *j, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = j->len < j->cap ? j->cap - j->len : 0;
+    int n = vsnprintf(room > 0 ? j->buf + j->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        j->len += (size_t)n;
+}
+
+// A JSON string: quotes, backslashes and control characters escaped.
+static void
+jstr(jbuf *j, const char *s)
+{
+    jprintf(j, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            jprintf(j, "\\%c", *p);
+        else if (*p < 0x20)
+            jprintf(j, "\\u%04x", *p);
+        else
+            jprintf(j, "%c", *p);
+    }
+    jprintf(j, "\"");
+}
+
+static int
+status_to_json(const stoker_status *st, char *buf, size_t cap, size_t *len)
+{
+    jbuf j = {buf, cap, 0};
+    const stoker_counters *k = &st->counters;
+    jprintf(&j,
+            "{\"counters\": {\"produced\": %llu, \"acknowledged\": %llu, \"queued\": %llu, "
+            "\"in_flight\": %llu, \"redelivered\": %llu, \"delivered\": %llu, "
+            "\"queued_bytes\": %llu, \"refused\": %llu, \"discrepancy\": %lld}, "
+            "\"producers_alive\": %u, \"trainers\": %u, \"producers\": [",
+            (unsigned long long)k->produced, (unsigned long long)k->acknowledged,
+            (unsigned long long)k->queued, (unsigned long long)k->in_flight,
+            (unsigned long long)k->redelivered, (unsigned long long)k->delivered,
+            (unsigned long long)k->queued_bytes, (unsigned long long)k->refused,
+            (long long)(k->produced - k->acknowledged - k->queued - k->in_flight),
+            k->producers_alive, k->trainers);
+    for (uint32_t i = 0; i < st->n_producers; i++) {
+        const stoker_producer_info *p = &st->producers[i];
+        jprintf(&j, "%s{\"id\": %u, \"name\": ", i > 0 ? ", " : "", p->id);
+        jstr(&j, p->name);
+        jprintf(&j,
+                ", \"session\": \"%016llx\", \"state\": \"%s\", \"queued\": %llu, "
+                "\"accepted\": %llu, \"delivered\": %llu, \"acknowledged\": %llu, "
+                "\"redelivered\": %llu, \"next_seq\": %llu}",
+                (unsigned long long)p->session, stoker_producer_status_name(p->status),
+                (unsigned long long)p->queued, (unsigned long long)p->accepted,
+                (unsigned long long)p->delivered, (unsigned long long)p->acknowledged,
+                (unsigned long long)p->redelivered, (unsigned long long)p->next_seq);
+    }
+    jprintf(&j, "]}");
+    if (len != NULL)
+        *len = j.len;
+    return j.len < cap ? STOKER_OK : STOKER_TOO_LARGE;
+}
+
+int
+stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *len)
+{
+    c->error[0] = '\0';
+    stoker_status *st = NULL;
+    int rv = stoker_trainer_client_status(c->tc, &st);
+    if (rv != STOKER_OK) {
+        set_error(c, "status: %s", stoker_strerror(rv));
+        return rv;
+    }
+    rv = status_to_json(st, buf, cap, len);
+    stoker_status_destroy(st);
+    return rv;
+}
+
+int
+stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf,
+                   size_t cap, size_t *len)
+{
+    char err[512] = "";
+    stoker_status *st = NULL;
+    int rv = stoker_status_fetch(url, token, timeout_ms, &st, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        if (buf != NULL && cap > 0)
+            snprintf(buf, cap, "%s", err[0] != '\0' ? err : stoker_strerror(rv));
+        return rv;
+    }
+    rv = status_to_json(st, buf, cap, len);
+    stoker_status_destroy(st);
+    return rv;
+}
+
+void
+stoker_consumer_interrupt(stoker_consumer *c)
+{
+    c->stop = 1;
+}
+
+void
+stoker_consumer_close(stoker_consumer *c)
+{
+    if (c == NULL)
+        return;
+    stoker_trainer_client_destroy(c->tc);
+    free(c);
+}

@@ -1,0 +1,125 @@
+// The consumer API: a small, stable C interface to pull batches from a broker into any training
+// loop, for bindings (Python's ctypes, a Wolfram LibraryLink, ...) and command-line tools.
+// It wraps stoker_trainer_client and uses plain C types only: no struct is passed or returned by
+// value, errors are ints (stoker_err codes; stoker_strerror for a text), strings are NUL-terminated.
+// Versioned: STOKER_API_VERSION changes whenever a declaration here changes incompatibly; a
+// binding compares stoker_consumer_api_version() with the version it was written for.
+// A consumer is used from one thread (stoker_consumer_interrupt excepted).
+#ifndef STOKER_CONSUMER_H
+#define STOKER_CONSUMER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/error.h"
+
+#define STOKER_API_VERSION 1
+
+typedef struct stoker_consumer stoker_consumer;
+typedef struct stoker_consumer_batch stoker_consumer_batch;
+
+// The version of this header the library was built from (STOKER_API_VERSION).
+int stoker_consumer_api_version(void);
+
+typedef struct stoker_consumer_options {
+    uint32_t api_version;       // STOKER_API_VERSION; open refuses others (layout check)
+    const char *url;            // broker URL (borrowed for the call)
+    const char *token;          // auth token, or NULL
+    const char *token_file;     // or read it from this file (first line); NULL for none
+    const char *name;           // shown in the broker's status; NULL for "consumer-PID"
+    uint32_t batch_size;        // examples per batch (default 4)
+    uint32_t prefetch;          // pulls in flight, 1..64 (default 4)
+    uint32_t stall_timeout_ms;  // no batch for this long: STOKER_STALLED (default 4000)
+    uint32_t connect_timeout_ms; // no broker answer for this long: STOKER_CONNECTION (default:
+                                 // the stall timeout)
+} stoker_consumer_options;
+
+// Fills defaults (and api_version).
+void stoker_consumer_options_init(stoker_consumer_options *opts);
+
+// Connects and says hello, then waits (within the stall timeout) until the broker knows the
+// schema. On STOKER_OK *out is a new consumer. Otherwise a reason is written into err (if
+// err != NULL): STOKER_INVALID (options, token file), STOKER_CONNECTION (no broker answered),
+// STOKER_UNAUTHENTICATED, STOKER_STALLED (no schema: no producer connected in time).
+int stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
+                         size_t err_len);
+
+// The broker's schema, as text ("input:float32[10],output:float32[1]") into buf (always
+// NUL-terminated; truncated if short), and field by field. Indices out of range give NULL / 0 /
+// STOKER_INVALID.
+void stoker_consumer_schema(const stoker_consumer *c, char *buf, size_t len);
+uint32_t stoker_consumer_n_fields(const stoker_consumer *c);
+const char *stoker_consumer_field_name(const stoker_consumer *c, uint32_t field); // borrowed
+int stoker_consumer_field_dtype(const stoker_consumer *c, uint32_t field);        // stoker_dtype
+// One example's shape: writes up to cap dims into shape and returns the rank (-1 if no field).
+int stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32_t *shape,
+                                uint32_t cap);
+
+// Waits for the next batch, never longer than the stall timeout. STOKER_OK: *out is a batch the
+// caller owns until stoker_consumer_release (or ack + batch_free). Otherwise *out is untouched:
+// STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended; repeated by later calls),
+// STOKER_STALLED, STOKER_INTERRUPTED (stoker_consumer_interrupt), or another error;
+// stoker_consumer_error tells why, with the broker's reason where it gave one.
+// Batches are independent of each other: holding one while pulling the next is fine, and its
+// memory is never reused until it is freed.
+int stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out);
+
+// Acknowledges b (sent with the next pull, or at close) and frees it. Accepts b == NULL.
+void stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b);
+// The two halves of release, for bindings that keep the memory alive past the acknowledgement:
+// ack once per batch (a second ack of the same batch is ignored), free when nothing points into
+// the batch any more. stoker_consumer_batch_free may be called after the consumer is closed.
+void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
+void stoker_consumer_batch_free(stoker_consumer_batch *b);
+
+// Examples in the batch (at most batch_size; fewer only at the end of the supply).
+uint32_t stoker_consumer_batch_count(const stoker_consumer_batch *b);
+// Field f of the batch: *data points to count elements of dtype (a stoker_dtype), C-contiguous
+// with shape (examples, field shape...): *rank = 1 + the field's rank, dims written into shape
+// (which must hold rank dims; 9 always do). *bytes = count * element size. Any out-pointer may be
+// NULL. Valid until the batch is freed. STOKER_INVALID if f is out of range (nothing written).
+int stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void **data,
+                                int *dtype, uint32_t *rank, uint32_t *shape, uint64_t *count,
+                                uint64_t *bytes);
+
+// Where the examples came from: runs (producer, session, first_seq .. first_seq + count - 1) in
+// example order. Returns STOKER_INVALID if run is out of range.
+uint32_t stoker_consumer_batch_n_runs(const stoker_consumer_batch *b);
+int stoker_consumer_batch_run(const stoker_consumer_batch *b, uint32_t run, uint32_t *producer,
+                              uint64_t *session, uint64_t *first_seq, uint32_t *count);
+// Every example's identity (session, seq), in example order, into the caller's arrays of
+// cap entries. Returns the number written (min(count, cap)).
+uint32_t stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions,
+                                          uint64_t *seqs, uint32_t cap);
+
+// Pops the oldest event not yet returned: 1 and the fields written (strings NUL-terminated,
+// truncated to their buffers; any pointer may be NULL), or 0 if none. kind is a
+// stoker_event_kind (stoker_event_kind_name gives "producer_lost", ...), at_s the broker's
+// uptime when it happened. Events are collected while stoker_consumer_next waits; the last 1024
+// are kept.
+int stoker_consumer_poll_event(stoker_consumer *c, int *kind, uint32_t *producer, char *name,
+                               size_t name_len, double *at_s, char *reason, size_t reason_len);
+
+// Why the last failed call failed (borrowed, valid until the next call; "" after success).
+const char *stoker_consumer_error(const stoker_consumer *c);
+// Identities this consumer saw twice (0 unless the delivery guarantee broke).
+uint64_t stoker_consumer_duplicates(const stoker_consumer *c);
+
+// The broker's status as one JSON object (counters, producers) into buf. Returns STOKER_OK and
+// the length in *len (excluding the NUL); STOKER_TOO_LARGE with the needed length in *len when
+// buf is short (call again with a larger one); or an error.
+int stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *len);
+// The same without a consumer: asks the broker at url directly (token may be NULL), within
+// timeout_ms. On an error, a reason is written into buf when it has room.
+int stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf,
+                       size_t cap, size_t *len);
+
+// Makes a stoker_consumer_next that is waiting (or the next one) return STOKER_INTERRUPTED soon.
+// Safe from any thread or a signal handler.
+void stoker_consumer_interrupt(stoker_consumer *c);
+
+// Sends pending acknowledgements (bounded), disconnects and frees; accepts NULL. Batches not
+// acknowledged are redelivered to other consumers; batches not freed stay valid.
+void stoker_consumer_close(stoker_consumer *c);
+
+#endif

@@ -1,0 +1,140 @@
+// Batch formatting for stoker-pull (see pull.h). Batches are field-major; both output formats
+// are example-major, so each example gathers one slice of every field.
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pull.h"
+#include "stoker/schema.h"
+
+typedef struct field_view {
+    const uint8_t *data;
+    int dtype;
+    size_t elem_bytes;
+    size_t elems; // per example
+} field_view;
+
+int
+pull_format_parse(const char *name, pull_format *out)
+{
+    if (strcmp(name, "text") == 0)
+        *out = PULL_TEXT;
+    else if (strcmp(name, "raw") == 0)
+        *out = PULL_RAW;
+    else
+        return STOKER_INVALID;
+    return STOKER_OK;
+}
+
+// Appends one element as text; returns the characters written (buf holds at least 40).
+static int
+format_elem(char *buf, int dtype, const uint8_t *p)
+{
+    switch (dtype) {
+    case STOKER_FLOAT32: {
+        float v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%.9g", (double)v);
+    }
+    case STOKER_FLOAT64: {
+        double v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%.17g", v);
+    }
+    case STOKER_INT32: {
+        int32_t v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%" PRId32, v);
+    }
+    case STOKER_INT64: {
+        int64_t v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%" PRId64, v);
+    }
+    case STOKER_UINT8:
+        return sprintf(buf, "%u", (unsigned)*p);
+    case STOKER_INT8:
+        return sprintf(buf, "%d", (int)(int8_t)*p);
+    case STOKER_INT16: {
+        int16_t v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%d", (int)v);
+    }
+    case STOKER_UINT16: {
+        uint16_t v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%u", (unsigned)v);
+    }
+    default:
+        return sprintf(buf, "nan");
+    }
+}
+
+// Copies one element in little-endian byte order.
+static void
+put_le(uint8_t *dst, const uint8_t *src, size_t bytes)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    for (size_t i = 0; i < bytes; i++)
+        dst[i] = src[bytes - 1 - i];
+#else
+    memcpy(dst, src, bytes);
+#endif
+}
+
+int
+pull_write(FILE *f, pull_format format, const stoker_consumer_batch *b, uint32_t n)
+{
+    field_view fields[STOKER_MAX_FIELDS];
+    uint32_t n_fields = 0;
+    size_t example_bytes = 0, example_elems = 0;
+    void *data;
+    int dtype;
+    uint64_t count;
+    while (n_fields < STOKER_MAX_FIELDS &&
+           stoker_consumer_batch_field(b, n_fields, &data, &dtype, NULL, NULL, &count, NULL) ==
+               STOKER_OK) {
+        field_view *v = &fields[n_fields++];
+        v->data = data;
+        v->dtype = dtype;
+        v->elem_bytes = stoker_dtype_size((stoker_dtype)dtype);
+        uint32_t examples = stoker_consumer_batch_count(b);
+        v->elems = examples > 0 ? (size_t)(count / examples) : 0;
+        example_bytes += v->elems * v->elem_bytes;
+        example_elems += v->elems;
+    }
+    if (n > stoker_consumer_batch_count(b))
+        n = stoker_consumer_batch_count(b);
+    // One example's worth of output at a time: raw bytes, or at most 40 characters a number.
+    size_t cap = format == PULL_RAW ? example_bytes : example_elems * 40 + 2;
+    uint8_t *buf = malloc(cap > 0 ? cap : 1);
+    if (buf == NULL)
+        return STOKER_NOMEM;
+    int rv = STOKER_OK;
+    for (uint32_t i = 0; i < n && rv == STOKER_OK; i++) {
+        size_t len = 0;
+        for (uint32_t fi = 0; fi < n_fields; fi++) {
+            const field_view *v = &fields[fi];
+            const uint8_t *p = v->data + (size_t)i * v->elems * v->elem_bytes;
+            for (size_t e = 0; e < v->elems; e++, p += v->elem_bytes) {
+                if (format == PULL_RAW) {
+                    put_le(buf + len, p, v->elem_bytes);
+                    len += v->elem_bytes;
+                } else {
+                    if (len > 0)
+                        buf[len++] = ' ';
+                    len += (size_t)format_elem((char *)buf + len, v->dtype, p);
+                }
+            }
+        }
+        if (format == PULL_TEXT)
+            buf[len++] = '\n';
+        if (fwrite(buf, 1, len, f) != len)
+            rv = STOKER_IO;
+    }
+    free(buf);
+    if (rv == STOKER_OK && fflush(f) != 0)
+        rv = STOKER_IO;
+    return rv;
+}

@@ -1,0 +1,27 @@
+"""stoker: feed your own training loop from a stoker broker.
+
+    import stoker
+    with stoker.Client("tcp://gpu-host:7070") as client:
+        for batch in client.batches(64):      # dict: field name -> numpy array (no copy)
+            train_step(batch["input"], batch["output"])
+
+Each batch is acknowledged when the loop asks for the next one. When the data supply ends the
+loop raises stoker.SupplyEnded; when nothing arrives within the stall timeout, stoker.Stalled
+(both stoker.StokerError, with the broker's reason). For PyTorch's DataLoader see
+stoker.torch.StokerIterableDataset. `python -m stoker.status URL` prints a broker's status.
+
+Pure Python over libstoker.so (ctypes); numpy and torch are used when installed.
+"""
+
+from ._lib import API_VERSION
+from .client import (Batch, Client, Event, Field, Run, Stalled, StokerError, SupplyEnded,
+                     status)
+
+__all__ = ["API_VERSION", "Batch", "Client", "Event", "Field", "Run", "Stalled", "StokerError",
+           "SupplyEnded", "status", "library_api_version"]
+
+
+def library_api_version():
+    """STOKER_API_VERSION of the loaded libstoker.so."""
+    from . import _lib
+    return _lib.load().stoker_consumer_api_version()

@@ -1,0 +1,146 @@
+"""Finding and describing libstoker.so for ctypes.
+
+The library is looked up in this order: the path in the environment variable STOKER_LIB; the
+build tree next to this package (../../build/common/libstoker.so, for a checkout built with
+meson in build/); the system's library path (ctypes.util.find_library, after `meson install`).
+Its API version (STOKER_API_VERSION in stoker/consumer.h) must be the one this package speaks.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+API_VERSION = 1
+
+# stoker_err codes (stoker/error.h) this package acts on.
+OK = 0
+NO_PRODUCERS = 2
+END_OF_DATA = 3
+TOO_LARGE = 10
+CONNECTION = 15
+STALLED = 16
+INTERRUPTED = 17
+
+# stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
+DTYPES = {
+    1: ("float32", "<f4", "f"),
+    2: ("float64", "<f8", "d"),
+    3: ("int32", "<i4", "i"),
+    4: ("int64", "<i8", "q"),
+    5: ("uint8", "|u1", "B"),
+    6: ("int8", "|i1", "b"),
+    7: ("int16", "<i2", "h"),
+    8: ("uint16", "<u2", "H"),
+}
+
+EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
+               4: "producer_reconnected"}
+
+MAX_RANK = 8  # STOKER_MAX_RANK
+
+
+class Options(ctypes.Structure):
+    """stoker_consumer_options."""
+    _fields_ = [
+        ("api_version", ctypes.c_uint32),
+        ("url", ctypes.c_char_p),
+        ("token", ctypes.c_char_p),
+        ("token_file", ctypes.c_char_p),
+        ("name", ctypes.c_char_p),
+        ("batch_size", ctypes.c_uint32),
+        ("prefetch", ctypes.c_uint32),
+        ("stall_timeout_ms", ctypes.c_uint32),
+        ("connect_timeout_ms", ctypes.c_uint32),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("STOKER_LIB")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.normpath(os.path.join(here, "..", "..", "build", "common", "libstoker.so"))
+    found = ctypes.util.find_library("stoker")
+    if found:
+        yield found
+
+
+def _declare(lib):
+    c = ctypes
+    P = c.c_void_p
+    u32, u64, i = c.c_uint32, c.c_uint64, c.c_int
+    sigs = {
+        "stoker_consumer_api_version": (i, []),
+        "stoker_consumer_options_init": (None, [c.POINTER(Options)]),
+        "stoker_consumer_open": (i, [c.POINTER(Options), c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_schema": (None, [P, c.c_char_p, c.c_size_t]),
+        "stoker_consumer_n_fields": (u32, [P]),
+        "stoker_consumer_field_name": (c.c_char_p, [P, u32]),
+        "stoker_consumer_field_dtype": (i, [P, u32]),
+        "stoker_consumer_field_shape": (i, [P, u32, c.POINTER(u32), u32]),
+        "stoker_consumer_next": (i, [P, c.POINTER(P)]),
+        "stoker_consumer_release": (None, [P, P]),
+        "stoker_consumer_ack": (None, [P, P]),
+        "stoker_consumer_batch_free": (None, [P]),
+        "stoker_consumer_batch_count": (u32, [P]),
+        "stoker_consumer_batch_field": (i, [P, u32, c.POINTER(P), c.POINTER(i), c.POINTER(u32),
+                                            c.POINTER(u32), c.POINTER(u64), c.POINTER(u64)]),
+        "stoker_consumer_batch_n_runs": (u32, [P]),
+        "stoker_consumer_batch_run": (i, [P, u32, c.POINTER(u32), c.POINTER(u64),
+                                          c.POINTER(u64), c.POINTER(u32)]),
+        "stoker_consumer_batch_identities": (u32, [P, c.POINTER(u64), c.POINTER(u64), u32]),
+        "stoker_consumer_poll_event": (i, [P, c.POINTER(i), c.POINTER(u32), c.c_char_p,
+                                           c.c_size_t, c.POINTER(c.c_double), c.c_char_p,
+                                           c.c_size_t]),
+        "stoker_consumer_error": (c.c_char_p, [P]),
+        "stoker_consumer_duplicates": (u64, [P]),
+        "stoker_consumer_status_json": (i, [P, c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]),
+        "stoker_status_json": (i, [c.c_char_p, c.c_char_p, u32, c.c_char_p, c.c_size_t,
+                                   c.POINTER(c.c_size_t)]),
+        "stoker_consumer_interrupt": (None, [P]),
+        "stoker_consumer_close": (None, [P]),
+        "stoker_strerror": (c.c_char_p, [i]),
+        "stoker_errname": (c.c_char_p, [i]),
+        "stoker_log_set_level": (None, [i]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+_lib = None
+
+
+def load():
+    """Returns the loaded library (loaded once); raises OSError naming where it looked."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        try:
+            _declare(lib)
+        except AttributeError as e:
+            tried.append("%s (not a stoker consumer library: %s)" % (path, e))
+            continue
+        version = lib.stoker_consumer_api_version()
+        if version != API_VERSION:
+            raise OSError("%s has stoker API version %d; this package speaks version %d"
+                          % (path, version, API_VERSION))
+        level = os.environ.get("STOKER_LOG_LEVEL", "warn").lower()
+        levels = {"error": 0, "warn": 1, "info": 2, "debug": 3}
+        lib.stoker_log_set_level(levels.get(level, 1))
+        _lib = lib
+        return lib
+    raise OSError("libstoker.so not found (set STOKER_LIB, build into build/, or meson install); "
+                  "tried: " + ("; ".join(tried) if tried else "nothing"))

@@ -1,0 +1,398 @@
+"""stoker.Client: batches from a stoker broker as dicts of numpy arrays (or memoryviews).
+
+Memory: a batch's arrays are views of the received message, not copies. The memory stays valid
+as long as anything refers to it (the batch or any of its arrays, or a tensor made from one with
+torch.from_numpy); it is freed when the last reference is gone, and never reused before. Release
+(acknowledgement) and memory are separate: releasing a batch tells the broker you are done with
+it, but keeping an array from it afterwards is still safe (it just keeps that memory alive).
+"""
+
+import ctypes
+import json
+import os
+from collections import namedtuple
+
+from . import _lib
+
+try:
+    import numpy as _np
+except ImportError:  # memoryviews instead
+    _np = None
+
+
+class StokerError(Exception):
+    """A stoker failure. code is the stoker_err code, name its word ("stalled", ...), reason the
+    message (with the broker's reason where it gave one)."""
+
+    def __init__(self, code, reason):
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+        lib = _lib._lib
+        self.name = lib.stoker_errname(code).decode() if lib is not None else str(code)
+
+
+class SupplyEnded(StokerError):
+    """The data supply ended: every producer was lost or finished and nothing is queued.
+    finished is True when all of them finished cleanly (END_OF_DATA)."""
+
+    @property
+    def finished(self):
+        return self.code == _lib.END_OF_DATA
+
+
+class Stalled(StokerError):
+    """No batch arrived within the stall timeout."""
+
+
+Event = namedtuple("Event", "kind producer name at reason")
+Event.__doc__ = """A broker event: kind is "producer_joined", "producer_lost", "producer_finished"
+or "producer_reconnected"; producer the broker's id, name the producer's name, at the broker's
+uptime in seconds, reason the broker's reason (for producer_lost)."""
+
+Run = namedtuple("Run", "producer session first_seq count")
+Run.__doc__ = "Examples first_seq .. first_seq + count - 1 of producer session `session`."
+
+Field = namedtuple("Field", "name dtype shape")
+
+
+def _raise(code, reason):
+    if code in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
+        raise SupplyEnded(code, reason)
+    if code == _lib.STALLED:
+        raise Stalled(code, reason)
+    raise StokerError(code, reason)
+
+
+class _Memory:
+    """Owns one C batch; frees it when the last view of it is gone."""
+
+    __slots__ = ("ptr", "lib", "__weakref__")
+
+    def __init__(self, lib, ptr):
+        self.lib = lib
+        self.ptr = ptr
+
+    def __del__(self):
+        if self.ptr:
+            try:
+                self.lib.stoker_consumer_batch_free(self.ptr)
+            except Exception:  # interpreter shutdown
+                pass
+            self.ptr = None
+
+
+_buffer_types = {}
+
+
+def _view(memory, address, nbytes):
+    """A ctypes byte array over address..address+nbytes that keeps memory alive."""
+    t = _buffer_types.get(nbytes)
+    if t is None:
+        t = type("StokerBuffer%d" % nbytes, (ctypes.c_ubyte * nbytes,), {})
+        if len(_buffer_types) < 1024:
+            _buffer_types[nbytes] = t
+    buf = t.from_address(address)
+    buf._stoker_memory = memory
+    return buf
+
+
+class Batch(dict):
+    """One batch: a dict from field name to an array of shape (examples, field shape...), a
+    numpy array when numpy is installed, else a memoryview. Attributes: count (examples), runs
+    (list of Run), lease state. identities() gives each example's (session, seq).
+    Release it (or let Client.batches do it) when you have trained on it."""
+
+    def __init__(self, client, memory):
+        super().__init__()
+        lib = client._lib
+        self._client = client
+        self._memory = memory
+        self._released = False
+        ptr = memory.ptr
+        self.count = lib.stoker_consumer_batch_count(ptr)
+        data = ctypes.c_void_p()
+        dtype = ctypes.c_int()
+        rank = ctypes.c_uint32()
+        shape = (ctypes.c_uint32 * (_lib.MAX_RANK + 1))()
+        count = ctypes.c_uint64()
+        nbytes = ctypes.c_uint64()
+        for i, name in enumerate(client._field_names):
+            lib.stoker_consumer_batch_field(ptr, i, ctypes.byref(data), ctypes.byref(dtype),
+                                            ctypes.byref(rank), shape, ctypes.byref(count),
+                                            ctypes.byref(nbytes))
+            dims = tuple(shape[k] for k in range(rank.value))
+            _, npdtype, fmt = _lib.DTYPES[dtype.value]
+            if nbytes.value == 0 or not data.value:
+                arr = _np.zeros(dims, dtype=npdtype) if _np is not None else memoryview(b"")
+            else:
+                buf = _view(memory, data.value, nbytes.value)
+                if _np is not None:
+                    arr = _np.frombuffer(buf, dtype=npdtype).reshape(dims)
+                else:
+                    arr = memoryview(buf).cast("B").cast(fmt, dims)
+            self[name] = arr
+        self.runs = []
+        n_runs = lib.stoker_consumer_batch_n_runs(ptr)
+        producer, n = ctypes.c_uint32(), ctypes.c_uint32()
+        session, first = ctypes.c_uint64(), ctypes.c_uint64()
+        for r in range(n_runs):
+            lib.stoker_consumer_batch_run(ptr, r, ctypes.byref(producer), ctypes.byref(session),
+                                          ctypes.byref(first), ctypes.byref(n))
+            self.runs.append(Run(producer.value, session.value, first.value, n.value))
+
+    def identities(self):
+        """Every example's identity, in example order: (sessions, seqs) as two uint64 numpy
+        arrays, or a list of (session, seq) pairs without numpy."""
+        n = self.count
+        sessions = (ctypes.c_uint64 * n)()
+        seqs = (ctypes.c_uint64 * n)()
+        got = self._client._lib.stoker_consumer_batch_identities(self._memory.ptr, sessions,
+                                                                 seqs, n)
+        if _np is not None:
+            return (_np.frombuffer(sessions, dtype=_np.uint64)[:got].copy(),
+                    _np.frombuffer(seqs, dtype=_np.uint64)[:got].copy())
+        return list(zip(sessions[:got], seqs[:got]))
+
+    @property
+    def released(self):
+        return self._released
+
+    def release(self):
+        """Acknowledges the batch (the broker frees its examples; sent with the next pull or at
+        close). Idempotent. The arrays stay readable as long as you hold them."""
+        if self._released:
+            return
+        self._released = True
+        client = self._client
+        if client._handle is not None:
+            client._lib.stoker_consumer_ack(client._handle, self._memory.ptr)
+        if client._held is self:
+            client._held = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.release()
+        return False
+
+    def __repr__(self):
+        shapes = ", ".join("%s: %s" % (k, tuple(getattr(v, "shape", ()))) for k, v in self.items())
+        return "<stoker.Batch %d examples {%s}%s>" % (self.count, shapes,
+                                                      " released" if self._released else "")
+
+    # A Batch compares and hashes as an object, not as a dict of arrays.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
+class Client:
+    """A consumer of a stoker broker.
+
+    Client(url, token_file=None, prefetch=4, stall_timeout=4.0) connects on first use (the batch
+    size is fixed then; it is the first batches()/next_batch() argument, or batch_size here).
+    Events (producers joining, lost, finishing) go to on_event(Event) as soon as a pull brings
+    them, from the thread that pulls; without on_event they are kept for events().
+    Use it from one thread. As a context manager, leaving the block closes it; a batch still
+    held then is acknowledged unless the block ended with an exception (then the broker
+    redelivers it to another consumer).
+    """
+
+    def __init__(self, url, token_file=None, prefetch=4, stall_timeout=4.0, *, batch_size=None,
+                 token=None, name=None, connect_timeout=None, on_event=None):
+        self._lib = _lib.load()
+        self.url = url
+        self.token_file = os.fspath(token_file) if token_file is not None else None
+        self.token = token
+        self.prefetch = int(prefetch)
+        self.stall_timeout = float(stall_timeout)
+        self.connect_timeout = connect_timeout
+        self.name = name
+        self.on_event = on_event
+        self.batch_size = None
+        self._handle = None
+        self._held = None  # the last batch batches() yielded, until the next is requested
+        self._events = []
+        self._field_names = []
+        self.fields = []
+        self.schema = None
+        if batch_size is not None:
+            self._open(batch_size)
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _open(self, batch_size):
+        if self._handle is not None:
+            if batch_size is not None and int(batch_size) != self.batch_size:
+                raise ValueError("this client pulls batches of %d (fixed when it connected); "
+                                 "use another Client for batches of %d"
+                                 % (self.batch_size, batch_size))
+            return
+        if batch_size is None:
+            raise ValueError("give a batch size (batches(batch_size))")
+        lib = self._lib
+        o = _lib.Options()
+        lib.stoker_consumer_options_init(ctypes.byref(o))
+        keep = []  # the byte strings the options point to, alive during the call
+
+        def cstr(s):
+            if s is None:
+                return None
+            b = s.encode() if isinstance(s, str) else bytes(s)
+            keep.append(b)
+            return b
+
+        o.url = cstr(self.url)
+        o.token = cstr(self.token)
+        o.token_file = cstr(self.token_file)
+        o.name = cstr(self.name)
+        o.batch_size = int(batch_size)
+        o.prefetch = self.prefetch
+        o.stall_timeout_ms = max(1, int(round(self.stall_timeout * 1000)))
+        if self.connect_timeout is not None:
+            o.connect_timeout_ms = max(1, int(round(self.connect_timeout * 1000)))
+        handle = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        if rv != _lib.OK:
+            _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
+        self._handle = handle.value
+        self.batch_size = int(batch_size)
+        spec = ctypes.create_string_buffer(4096)
+        lib.stoker_consumer_schema(self._handle, spec, len(spec))
+        self.schema = spec.value.decode()
+        shape = (ctypes.c_uint32 * _lib.MAX_RANK)()
+        for i in range(lib.stoker_consumer_n_fields(self._handle)):
+            name = lib.stoker_consumer_field_name(self._handle, i).decode()
+            dtype = _lib.DTYPES[lib.stoker_consumer_field_dtype(self._handle, i)][0]
+            rank = lib.stoker_consumer_field_shape(self._handle, i, shape, _lib.MAX_RANK)
+            self.fields.append(Field(name, dtype, tuple(shape[k] for k in range(rank))))
+            self._field_names.append(name)
+
+    def close(self, acknowledge_held=True):
+        """Sends pending acknowledgements and disconnects. Batches already pulled stay readable.
+        Idempotent."""
+        if self._handle is None:
+            return
+        if self._held is not None and acknowledge_held:
+            self._held.release()
+        self._held = None
+        self._lib.stoker_consumer_close(self._handle)
+        self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close(acknowledge_held=exc_type is None)
+        return False
+
+    def __del__(self):
+        try:
+            self.close(acknowledge_held=False)
+        except Exception:
+            pass
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def _dispatch_events(self):
+        lib, h = self._lib, self._handle
+        kind, producer, at = ctypes.c_int(), ctypes.c_uint32(), ctypes.c_double()
+        name = ctypes.create_string_buffer(64)
+        reason = ctypes.create_string_buffer(160)
+        while lib.stoker_consumer_poll_event(h, ctypes.byref(kind), ctypes.byref(producer), name,
+                                             len(name), ctypes.byref(at), reason, len(reason)):
+            e = Event(_lib.EVENT_KINDS.get(kind.value, str(kind.value)), producer.value,
+                      name.value.decode(errors="replace"), at.value,
+                      reason.value.decode(errors="replace"))
+            if self.on_event is not None:
+                self.on_event(e)
+            else:
+                self._events.append(e)
+
+    def events(self):
+        """Events not yet returned (only when no on_event callback was given)."""
+        out, self._events = self._events, []
+        return out
+
+    def next_batch(self, batch_size=None):
+        """Waits (at most the stall timeout) for the next batch and returns it; you own it and
+        must release() it. Raises SupplyEnded, Stalled or StokerError."""
+        self._open(batch_size if batch_size is not None else self.batch_size)
+        ptr = ctypes.c_void_p()
+        rv = self._lib.stoker_consumer_next(self._handle, ctypes.byref(ptr))
+        reason = self._lib.stoker_consumer_error(self._handle).decode(errors="replace")
+        self._dispatch_events()
+        if rv != _lib.OK:
+            _raise(rv, reason)
+        return Batch(self, _Memory(self._lib, ptr.value))
+
+    def batches(self, batch_size=None, max_batches=None):
+        """Yields batches until the supply ends (SupplyEnded), nothing arrives within the stall
+        timeout (Stalled), or max_batches were yielded.
+
+        Acknowledgement: each batch is acknowledged when you ask for the next one (the loop comes
+        back for more), so a batch you were training on when your loop crashed is redelivered to
+        another consumer. The batch you leave the loop with is acknowledged by the next request,
+        by close(), or by leaving the Client's `with` block without an exception."""
+        n = 0
+        while max_batches is None or n < max_batches:
+            if self._held is not None:
+                self._held.release()
+            b = self.next_batch(batch_size)
+            self._held = b
+            n += 1
+            yield b
+
+    # -- information --------------------------------------------------------------------------
+
+    def duplicates(self):
+        """Identities this client saw twice (0 unless delivery broke its guarantee)."""
+        return self._lib.stoker_consumer_duplicates(self._handle) if self._handle else 0
+
+    def status(self, timeout=3.0):
+        """The broker's status as a dict: counters (produced, acknowledged, queued, in_flight,
+        redelivered, delivered, queued_bytes, refused, discrepancy), producers_alive, trainers,
+        producers (a list of dicts: id, name, session, state, queued, accepted, delivered,
+        acknowledged, redelivered, next_seq)."""
+        if self._handle is not None:
+            return _status_json(self._lib, lambda buf, n, ln: self._lib.stoker_consumer_status_json(
+                self._handle, buf, n, ln), lambda buf: self._lib.stoker_consumer_error(
+                    self._handle).decode(errors="replace"))
+        return status(self.url, token=self._token_value(), timeout=timeout)
+
+    def _token_value(self):
+        if self.token is not None:
+            return self.token
+        if self.token_file is not None:
+            with open(self.token_file) as f:
+                return f.readline().rstrip()
+        return None
+
+    def __iter__(self):
+        return self.batches()
+
+
+def _status_json(lib, call, why):
+    cap = 1 << 16
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        ln = ctypes.c_size_t()
+        rv = call(buf, cap, ctypes.byref(ln))
+        if rv == _lib.TOO_LARGE:
+            cap = ln.value + 1
+            continue
+        if rv != _lib.OK:
+            _raise(rv, "status: " + why(buf))
+        return json.loads(buf.value.decode())
+
+
+def status(url, token=None, timeout=3.0):
+    """The status of the broker at url (see Client.status), without connecting as a consumer."""
+    lib = _lib.load()
+    u = url.encode()
+    t = token.encode() if token is not None else None
+    return _status_json(lib, lambda buf, n, ln: lib.stoker_status_json(
+        u, t, int(timeout * 1000), buf, n, ln), lambda buf: buf.value.decode(errors="replace"))

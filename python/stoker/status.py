@@ -1,0 +1,75 @@
+"""python -m stoker.status URL [--token-file F] [--json] [--timeout SEC]
+
+Prints a stoker broker's status: its counters, then one row per producer.
+Exit codes: 0 printed, 1 the broker did not answer, 2 usage.
+"""
+
+import argparse
+import json
+import sys
+
+from .client import StokerError, status
+
+COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "delivered",
+            "queued_bytes", "refused", "discrepancy"]
+PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
+                    "redelivered", "next_seq", "session"]
+
+
+def table(rows, headers):
+    """Formats rows (lists of values) under headers as an aligned text table."""
+    cells = [[str(h) for h in headers]] + [[str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r):
+        return "  ".join(c.rjust(w) if c.lstrip("-").isdigit() else c.ljust(w)
+                         for c, w in zip(r, widths)).rstrip()
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def format_status(st, url=""):
+    c = st["counters"]
+    lines = ["broker %s: %d producers alive, %d trainers" % (url, st["producers_alive"],
+                                                             st["trainers"]), ""]
+    lines.append(table([[k, c.get(k, "")] for k in COUNTERS], ["counter", "value"]))
+    lines.append("")
+    if st["producers"]:
+        lines.append(table([[p.get(k, "") for k in PRODUCER_COLUMNS] for p in st["producers"]],
+                           PRODUCER_COLUMNS))
+    else:
+        lines.append("no producers")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m stoker.status",
+                                 description="Print a stoker broker's status as a table.")
+    ap.add_argument("url", help="the broker, e.g. tcp://gpu-host:7070")
+    ap.add_argument("--token-file", help="authenticate with the token in this file")
+    ap.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
+    ap.add_argument("--json", action="store_true", help="print the raw JSON instead")
+    args = ap.parse_args(argv)
+    token = None
+    if args.token_file:
+        try:
+            with open(args.token_file) as f:
+                token = f.readline().rstrip()
+        except OSError as e:
+            ap.error("--token-file: %s" % e)
+    try:
+        st = status(args.url, token=token, timeout=args.timeout)
+    except StokerError as e:
+        print("stoker.status: %s: %s" % (args.url, e.reason), file=sys.stderr)
+        return 1
+    except OSError as e:
+        print("stoker.status: %s" % e, file=sys.stderr)
+        return 1
+    print(json.dumps(st, indent=2) if args.json else format_status(st, args.url))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

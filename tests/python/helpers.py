@@ -1,0 +1,106 @@
+"""Shared fixtures of the Python tests: a real broker and real producers on an ipc:// path in a
+fresh temporary directory, and a tiny runner (test_* functions; prints "N passed, N failed";
+exit 77 when a module the tests need is missing, so meson reports a skip with the reason).
+Binaries and the library come from the environment set by tests/python/meson.build."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+BROKER = os.environ.get("STOKER_BROKER_BIN", "build/server/stoker-broker")
+PRODUCER = os.environ.get("STOKER_PRODUCER_BIN", "build/producer/stoker-producer")
+PULL = os.environ.get("STOKER_PULL_BIN", "build/consumer/stoker-pull")
+SKIP = 77
+
+
+def require(module):
+    """Imports module or exits 77 with the reason."""
+    try:
+        return __import__(module)
+    except ImportError as e:
+        print("SKIP: %s is not importable by %s (%s); install python3-%s" %
+              (module, sys.executable, e, module))
+        sys.exit(SKIP)
+
+
+class Cluster:
+    """A broker with producers; close() (or the with block) leaves no process behind."""
+
+    def __init__(self, *broker_args):
+        self.dir = tempfile.mkdtemp(prefix="stoker-py-")
+        self.url = "ipc://" + os.path.join(self.dir, "broker.ipc")
+        self.producers = []
+        self.broker = subprocess.Popen([BROKER, "--listen", self.url, "--log-level", "error"]
+                                       + list(broker_args), stdout=subprocess.DEVNULL)
+        import stoker
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                stoker.status(self.url, timeout=0.2)
+                break
+            except stoker.StokerError:
+                if time.monotonic() > deadline or self.broker.poll() is not None:
+                    self.close()
+                    raise RuntimeError("the broker did not start")
+                time.sleep(0.02)
+
+    def producer(self, *args, name=None, **popen):
+        name = name or "p%d" % (len(self.producers) + 1)
+        p = subprocess.Popen([PRODUCER, "--broker", self.url, "--name", name, "--log-level",
+                              "error"] + list(args), **popen)
+        self.producers.append(p)
+        return p
+
+    def wait_producers(self, n, timeout=10):
+        """Waits until the broker has heard n producers say hello."""
+        import stoker
+        deadline = time.monotonic() + timeout
+        while len(stoker.status(self.url)["producers"]) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("producers did not connect")
+            time.sleep(0.02)
+
+    def signal_producers(self, sig):
+        for p in self.producers:
+            if p.poll() is None:
+                p.send_signal(sig)
+
+    def close(self):
+        for p in self.producers + [self.broker]:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def run(namespace):
+    """Runs every test_* function of namespace in order; exits 0 or 1."""
+    tests = [(k, v) for k, v in namespace.items() if k.startswith("test_") and callable(v)]
+    passed = failed = 0
+    for name, fn in tests:
+        t0 = time.monotonic()
+        try:
+            fn()
+        except Exception:
+            failed += 1
+            print("FAIL %s (%.2f s)" % (name, time.monotonic() - t0))
+            traceback.print_exc(file=sys.stdout)
+        else:
+            passed += 1
+            print("ok   %s (%.2f s)" % (name, time.monotonic() - t0))
+        sys.stdout.flush()
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(1 if failed else 0)
