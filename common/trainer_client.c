@@ -55,6 +55,7 @@ struct stoker_trainer_client {
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
+    int closing; // set by destroy: callbacks start no new operation
     slot slots[MAX_PREFETCH];
     uint32_t n_slots;
     uint32_t done[MAX_PREFETCH]; // FIFO of completed slot indices
@@ -97,6 +98,17 @@ slot_cb(void *arg)
     stoker_trainer_client *tc = s->tc;
     int rv = nng_aio_result(s->aio);
     pthread_mutex_lock(&tc->lock);
+    if (tc->closing) {
+        // stoker_trainer_client_destroy is stopping the aios: start nothing new.
+        if (s->state == SLOT_SENDING)
+            nng_msg_free(nng_aio_get_msg(s->aio));
+        else if (rv == 0)
+            nng_msg_free(nng_aio_get_msg(s->aio));
+        nng_aio_set_msg(s->aio, NULL);
+        s->state = SLOT_IDLE;
+        pthread_mutex_unlock(&tc->lock);
+        return;
+    }
     if (s->state == SLOT_SENDING && rv == 0) {
         s->state = SLOT_RECEIVING;
         pthread_mutex_unlock(&tc->lock);
@@ -620,9 +632,15 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
                                                                  : 1000;
     if (conn_call(tc->ctl_ctx, &bye, timeout, &rep, err, sizeof(err)) == STOKER_OK)
         stoker_reply_free(rep);
-    conn_close(&tc->conn); // aborts every pull in flight
-    for (uint32_t i = 0; i < tc->n_slots; i++) {
+    // Stop the pulls in flight before closing the socket, so no callback runs (and restarts an
+    // operation) while nng tears the contexts down.
+    pthread_mutex_lock(&tc->lock);
+    tc->closing = 1;
+    pthread_mutex_unlock(&tc->lock);
+    for (uint32_t i = 0; i < tc->n_slots; i++)
         nng_aio_stop(tc->slots[i].aio);
+    conn_close(&tc->conn);
+    for (uint32_t i = 0; i < tc->n_slots; i++) {
         nng_msg_free(tc->slots[i].reply);
         nng_aio_free(tc->slots[i].aio);
     }
