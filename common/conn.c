@@ -193,6 +193,9 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
             st->n_producers = rep->n_producers;
             st->producers = rep->producers; // take ownership
             rep->producers = NULL;
+            st->n_events = rep->n_events;
+            st->events = rep->events;
+            rep->events = NULL;
             rep->n_producers = 0;
             *out = st;
         }
@@ -209,5 +212,6 @@ stoker_status_destroy(stoker_status *st)
     if (st == NULL)
         return;
     free(st->producers);
+    free(st->events);
     free(st);
 }

@@ -610,6 +610,9 @@ stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
             st->n_producers = rep->n_producers;
             st->producers = rep->producers;
             rep->producers = NULL;
+            st->n_events = rep->n_events;
+            st->events = rep->events;
+            rep->events = NULL;
             *out = st;
         }
     }

@@ -1176,6 +1176,12 @@ handle_status(broker *b, void *token, stoker_request *req, broker_outbox *out)
         d->next_seq = p->next_seq;
     }
     rep.n_producers = b->n_producers;
+    // The latest events too (the trainer also gets them in pull replies as they happen).
+    stoker_event events[EVENTS_PER_REPLY];
+    uint64_t from = b->n_events > EVENTS_PER_REPLY ? b->n_events - EVENTS_PER_REPLY + 1 : 1;
+    for (uint64_t i = from; i <= b->n_events; i++)
+        events[rep.n_events++] = b->events[(i - 1) % EVENT_LOG];
+    rep.events = events;
     send_reply(b, out, token, &rep);
     free(rep.producers);
     stoker_request_free(req);

@@ -29,6 +29,8 @@ typedef struct stoker_status {
     stoker_counters counters;
     uint32_t n_producers;
     stoker_producer_info *producers;
+    uint32_t n_events; // the broker's latest events, oldest first (at most 64)
+    stoker_event *events;
 } stoker_status;
 
 // Asks the broker at url for its status, within timeout_ms. *out (owned by the caller, free
