@@ -49,7 +49,6 @@ struct stoker_trainer_client {
     int supply_ended;  // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA, once returned
     int ending;        // the same, seen but not returned while other pulls are in flight
     char end_reason[STOKER_MESSAGE_MAX];
-    uint64_t last_batch_ms;
     uint32_t wait_ms;
     uint32_t failures; // consecutive transport failures, for backoff
 
@@ -300,7 +299,6 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
             rv != STOKER_CONNECTION)
             goto fail_slots;
     }
-    tc->last_batch_ms = stoker_now_ms();
     *out = tc;
     return STOKER_OK;
 
@@ -409,6 +407,7 @@ int
 stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
 {
     char err[256];
+    uint64_t wait_start = stoker_now_ms();
     for (;;) {
         if (tc->supply_ended)
             return tc->supply_ended;
@@ -421,7 +420,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
                 return rv;
             }
         }
-        uint64_t stall_at = tc->last_batch_ms + tc->opts.stall_timeout_ms;
+        // The stall clock runs while the caller waits, not during its training step.
+        uint64_t stall_at = wait_start + tc->opts.stall_timeout_ms;
 
         pthread_mutex_lock(&tc->lock);
         uint32_t busy = 0;
@@ -496,10 +496,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         rv = rep->code;
         if (rv == STOKER_OK && rep->chunk.count > 0) {
             rv = make_batch(tc, rep, out);
-            if (rv == STOKER_OK) {
-                tc->last_batch_ms = stoker_now_ms();
+            if (rv == STOKER_OK)
                 tc->ending = 0; // more data came after all (a producer reconnected)
-            }
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events

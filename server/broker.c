@@ -972,6 +972,21 @@ supply_state(const broker *b, char *why, size_t why_len)
     return lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
 }
 
+// Nonzero when no queue can take more: every alive producer's queue is at its depth, or all of
+// them together are at max_bytes.
+static int
+queues_full(const broker *b)
+{
+    if (b->queued_bytes + b->example_bytes > b->cfg.max_bytes)
+        return 1;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples < b->cfg.queue_depth)
+            return 0;
+    }
+    return 1;
+}
+
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
 static int
 try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
@@ -983,16 +998,19 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint32_t n_events = pending_events(b, t, events);
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, why, sizeof(why));
-    // A full batch, or what is left once no producer can add more, or news, or the end.
-    int ready = b->c.queued >= max || (!alive && b->c.queued > 0) || n_events > 0 ||
-                ended != STOKER_OK;
+    // A batch goes out when it is full; short when no more can come soon: no producer left,
+    // every queue full (a batch larger than the queues could ever hold), or the pull's wait is
+    // over (data trickles in slower than the batch fills: a short batch beats a false stall).
+    int partial = b->c.queued > 0 && (!alive || final || queues_full(b));
+    int take = b->c.queued >= max || partial;
+    int ready = take || n_events > 0 || ended != STOKER_OK;
     if (!ready && !final)
         return 0;
     stoker_reply rep = {.code = STOKER_OK};
     lease *l = NULL;
     stoker_chunk_part *parts = NULL;
     stoker_run *runs = NULL;
-    if (b->c.queued >= max || (!alive && b->c.queued > 0))
+    if (take)
         l = take_lease(b, t, max);
     if (l != NULL) {
         parts = calloc(l->n_parts, sizeof(*parts));

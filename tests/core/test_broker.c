@@ -709,3 +709,51 @@ Test(push, reconnected_producer_resumes_its_seq_and_is_reported)
     cr_assert_eq(kinds[STOKER_EVENT_PRODUCER_LOST], 1);
     cr_assert_eq(kinds[STOKER_EVENT_PRODUCER_RECONNECTED], 1);
 }
+
+// --- short batches ------------------------------------------------------------------------------
+
+SUITE(short_batch);
+
+Test(short_batch, a_full_batch_waits_while_more_can_come)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 3), STOKER_OK);
+    uintptr_t t = pull(T1, 8, 500);
+    cr_assert_null(reply(t), "a pull of 8 with 3 queued was answered at once");
+    answered(push(P1, 3, 5), STOKER_OK);
+    stoker_reply *rep = answered(t, STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 8);
+    check_batch(rep);
+}
+
+Test(short_batch, a_pull_whose_wait_is_over_gets_what_is_queued)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 3), STOKER_OK);
+    uintptr_t t = pull(T1, 8, 500);
+    tick(499);
+    cr_assert_null(reply(t), "answered before its wait was over");
+    tick(1);
+    stoker_reply *rep = answered(t, STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 3, "data that trickles in slower than a batch fills is not "
+                                      "held back (a trainer would report a false stall)");
+    check_batch(rep);
+}
+
+Test(short_batch, a_batch_larger_than_the_queues_can_hold_is_delivered_short)
+{
+    remake(4);
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    uintptr_t t = pull(T1, 16, 5000);
+    cr_assert_null(reply(t), "answered while P2's queue could still take examples");
+    answered(push(P2, 0, 4), STOKER_OK);
+    // Both queues are full: waiting longer can never fill a batch of 16.
+    stoker_reply *rep = answered(t, STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 8);
+    check_batch(rep);
+}

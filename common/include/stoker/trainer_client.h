@@ -15,7 +15,7 @@ typedef struct stoker_trainer_options {
     stoker_client_options client;
     uint32_t batch_size;       // examples per batch (default 4)
     uint32_t prefetch;         // pull requests kept in flight (default 4, at most 64)
-    uint32_t stall_timeout_ms; // no batch for this long: STOKER_STALLED (default 4000)
+    uint32_t stall_timeout_ms; // waiting this long for a batch: STOKER_STALLED (default 4000)
     // Called for each event as soon as a reply brings it, from inside stoker_trainer_client_next
     // (on the caller's thread), even while next keeps waiting for a batch. When NULL, events
     // are queued for stoker_trainer_client_poll_event instead.
@@ -37,10 +37,12 @@ int stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trai
 const stoker_schema *stoker_trainer_client_schema(const stoker_trainer_client *tc);
 
 // Waits for the next batch. On STOKER_OK *out is a batch owned by the caller (at most
-// batch_size examples; fewer only at the end of the supply): train on it, then pass its lease to
+// batch_size examples; fewer when the supply ends, when the broker's queues cannot hold a full
+// batch, or when data trickles in slower than a pull waits): train on it, then pass its lease to
 // stoker_trainer_client_ack and free it with stoker_batch_destroy. Otherwise:
 // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended; repeated on later calls),
-// STOKER_STALLED (no batch for stall_timeout_ms), STOKER_INTERRUPTED (*stop set), or an error.
+// STOKER_STALLED (no batch within stall_timeout_ms of this call), STOKER_INTERRUPTED (*stop
+// set), or an error.
 // Never blocks longer than the stall timeout.
 int stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out);
 
