@@ -257,7 +257,7 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
     if (((uintptr_t)body & 7) != 0 && pb->n_sizes > 0) {
         // Blobs must be aligned for their dtype: copy them once into aligned memory.
         size_t first = offsets[0];
-        owner->aligned = aligned_alloc(64, align8(len - first) + 64);
+        owner->aligned = aligned_alloc(64, (len - first + 64) & ~(size_t)63);
         if (owner->aligned == NULL)
             return STOKER_NOMEM;
         memcpy(owner->aligned, body + first, len - first);
