@@ -1,0 +1,162 @@
+// TLS: a throwaway CA and certificates made by the test with openssl; the broker listens on
+// tls+tcp://127.0.0.1:0 requiring client certificates from its CA (and on ipc:// for the test's
+// status requests). A client with a certificate from another CA, or with none, never connects
+// and never gets data, while the broker keeps serving the right clients, which train end to end.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "helpers.h"
+#include "proc.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+
+static void
+setup(void)
+{
+    h_setup();
+}
+
+static void
+teardown(void)
+{
+    p_teardown();
+    h_teardown();
+}
+
+TestSuite(tls, .init = setup, .fini = teardown, .timeout = 120);
+
+// Makes DIR/NAME.key and DIR/NAME.crt signed by DIR/CA (CN cn, SAN IP 127.0.0.1 and localhost).
+static void
+make_cert(const char *ca, const char *name, const char *cn)
+{
+    int rv = p_sh("cd '%s' && openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                  "-nodes -keyout %s.key -out %s.csr -subj '/CN=%s' 2>>openssl.log && "
+                  "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > %s.ext && "
+                  "openssl x509 -req -in %s.csr -CA %s.crt -CAkey %s.key -CAcreateserial "
+                  "-days 2 -extfile %s.ext -out %s.crt 2>>openssl.log",
+                  h_dir(), name, name, cn, name, name, ca, ca, name, name);
+    cr_assert_eq(rv, 0, "openssl could not make %s (see %s/openssl.log)", name, h_dir());
+}
+
+static void
+make_ca(const char *name)
+{
+    int rv = p_sh("cd '%s' && openssl req -x509 -newkey ec -pkeyopt "
+                  "ec_paramgen_curve:prime256v1 -nodes -keyout %s.key -out %s.crt -days 2 "
+                  "-subj '/CN=%s' 2>>openssl.log",
+                  h_dir(), name, name, name);
+    cr_assert_eq(rv, 0, "openssl could not make the CA %s", name);
+}
+
+static char tls_url[256], ipc_url[256];
+
+static const char *
+file(int slot, const char *name)
+{
+    return p_path(slot, name);
+}
+
+static void
+start_broker(void)
+{
+    cr_assert_eq(p_sh("command -v openssl >/dev/null"), 0,
+                 "openssl is missing (scripts/deps.sh installs it)");
+    make_ca("ca");
+    make_ca("rogue-ca");
+    make_cert("ca", "server", "localhost");
+    make_cert("ca", "client", "stoker-client");
+    make_cert("rogue-ca", "rogue", "stoker-client");
+    char ipc[256];
+    snprintf(ipc, sizeof(ipc), "ipc://%s/b.sock", h_dir());
+    char cert[512], key[512], ca[512];
+    snprintf(cert, sizeof(cert), "%s", file(0, "server.crt"));
+    snprintf(key, sizeof(key), "%s", file(0, "server.key"));
+    snprintf(ca, sizeof(ca), "%s", file(0, "ca.crt"));
+    const char *argv[] = {getenv("STOKER_BROKER_BIN"), "--listen", "tls+tcp://127.0.0.1:0",
+                          "--listen", ipc, "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca,
+                          "--log-level", "info", NULL};
+    cr_assert_not_null(argv[0]);
+    p_child *b = p_spawn("broker", argv, 1, "broker.log");
+    char urls[2][256];
+    p_listening(b, 2, urls);
+    snprintf(tls_url, sizeof(tls_url), "%s", urls[0]);
+    snprintf(ipc_url, sizeof(ipc_url), "%s", urls[1]);
+    cr_assert(strncmp(tls_url, "tls+tcp://127.0.0.1:", 20) == 0, "first URL: %s", tls_url);
+}
+
+// A trainer client in this process with the given certificate (NULL: none); its create result.
+static int
+try_trainer(const char *cert_name)
+{
+    char cert[512] = "", key[512] = "", ca[512];
+    if (cert_name != NULL) {
+        snprintf(cert, sizeof(cert), "%s/%s.crt", h_dir(), cert_name);
+        snprintf(key, sizeof(key), "%s/%s.key", h_dir(), cert_name);
+    }
+    snprintf(ca, sizeof(ca), "%s/ca.crt", h_dir());
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = tls_url;
+    o.client.name = "tls-trainer";
+    o.client.give_up_ms = 2500;
+    o.client.request_timeout_ms = 1000;
+    o.client.tls.cert = cert_name != NULL ? cert : NULL;
+    o.client.tls.key = cert_name != NULL ? key : NULL;
+    o.client.tls.ca = ca;
+    o.batch_size = 4;
+    o.stall_timeout_ms = 3000;
+    stoker_trainer_client *tc = NULL;
+    char err[512] = "";
+    int rv = stoker_trainer_client_create(&o, &tc, err, sizeof(err));
+    stoker_trainer_client_destroy(tc);
+    return rv;
+}
+
+Test(tls, other_ca_refused_right_client_trains)
+{
+    start_broker();
+    // A producer with a certificate from another CA, started first and left trying throughout.
+    char rogue_cert[512], rogue_key[512], ca[512];
+    snprintf(rogue_cert, sizeof(rogue_cert), "%s", file(0, "rogue.crt"));
+    snprintf(rogue_key, sizeof(rogue_key), "%s", file(0, "rogue.key"));
+    snprintf(ca, sizeof(ca), "%s", file(0, "ca.crt"));
+    const char *rogue[] = {getenv("STOKER_PRODUCER_BIN"), "--broker", tls_url, "--name", "rogue",
+                           "--tls-cert", rogue_cert, "--tls-key", rogue_key, "--tls-ca", ca,
+                           "--delay", "0:0", NULL};
+    p_spawn("rogue producer", rogue, 0, "rogue.log");
+
+    // In-process trainers: another CA's certificate, and none at all, never get through.
+    cr_assert_eq(try_trainer("rogue"), STOKER_CONNECTION, "a rogue certificate connected");
+    cr_assert_eq(try_trainer(NULL), STOKER_CONNECTION, "a client without certificate connected");
+
+    // The right producer and trainer train end to end over TLS meanwhile.
+    char cert[512], key[512];
+    snprintf(cert, sizeof(cert), "%s", file(0, "client.crt"));
+    snprintf(key, sizeof(key), "%s", file(0, "client.key"));
+    const char *json = file(1, "summary.json");
+    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"), "--broker", tls_url, "--name", "good",
+                              "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--delay",
+                              "0:0", "--chunk", "4", "--max-examples", "200", NULL};
+    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"), "--broker", tls_url, "--tls-cert",
+                             cert, "--tls-key", key, "--tls-ca", ca, "--device", "cpu",
+                             "--rounds", "5", "--round-length", "20", "--stall-timeout", "10",
+                             "--json", json, NULL};
+    p_spawn("producer", producer, 0, "producer.log");
+    p_child *t = p_spawn("trainer", trainer, 0, "trainer.log");
+    cr_assert(p_wait(t, 60000), "the TLS trainer did not finish within 60 s");
+    cr_assert_eq(p_exit_code(t), 0, "TLS trainer exit %d (log %s/trainer.log)", p_exit_code(t),
+                 h_dir());
+    cr_assert(p_file_contains(json, "\"status\": \"completed\""), "summary: not completed");
+    cr_assert(p_file_contains(json, "\"examples\": 100"), "summary: not 100 examples");
+    cr_assert(p_file_contains(json, "\"duplicates_seen\": 0"));
+
+    // The rogue producer never said hello: only 'good' is known to the broker.
+    stoker_status *st = h_status(ipc_url);
+    cr_assert_not_null(h_status_producer(st, "good"), "the good producer is not in status");
+    cr_assert_null(h_status_producer(st, "rogue"), "the rogue producer got through");
+    cr_assert_eq(st->n_producers, 1);
+    stoker_status_destroy(st);
+}
