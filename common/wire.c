@@ -275,6 +275,21 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
     return STOKER_OK;
 }
 
+// Makes owner the owner of msg on a successful decode. When the blobs were copied to aligned
+// memory (an nng REP body starts 4 bytes into its buffer, after the request id is moved to the
+// header), nothing points into msg any more: free it now, or every queued push would hold its
+// data twice and the broker's memory would reach twice --max-bytes.
+static void
+keep_msg(wire_owner *owner, nng_msg *msg)
+{
+    if (owner->aligned != NULL) {
+        nng_msg_free(msg);
+        owner->msg = NULL;
+    } else {
+        owner->msg = msg;
+    }
+}
+
 // Checks that a message without a chunk has nothing after its protobuf part.
 static int
 no_trailing(nng_msg *msg, size_t pb_end, char *err, size_t err_len)
@@ -453,7 +468,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         stoker_request_free(req); // leaves msg to the caller
         return rv;
     }
-    owner->msg = msg;
+    keep_msg(owner, msg);
     *out = req;
     return STOKER_OK;
 }
@@ -722,7 +737,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
         }
         rep->n_producers = (uint32_t)r->n_producers;
     }
-    owner->msg = msg;
+    keep_msg(owner, msg);
     *out = rep;
     return STOKER_OK;
 fail:
