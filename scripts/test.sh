@@ -14,6 +14,7 @@ fi
 STOKER_BUILD=$build bash scripts/build.sh "${opts[@]}" || { echo "0 passed, 1 failed"; exit 1; }
 # ASan: leaks are checked by the suites themselves (see tests/core/helpers.c).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 meson test -C "$build" --print-errorlogs --num-processes 2 -t 2 2>&1 | tail -n 40
 status=${PIPESTATUS[0]}
