@@ -104,6 +104,7 @@ fuzz_broker_run(const uint8_t *data, size_t size)
     uint8_t flags = data[0];
     broker_config cfg;
     broker_config_init(&cfg);
+    cfg.first_lease_id = 1; // deterministic, so corpus inputs can name leases
     cfg.token = (flags & FUZZ_FLAG_TOKEN) ? FUZZ_TOKEN : NULL;
     if (flags & FUZZ_FLAG_SMALL) {
         cfg.queue_depth = 8;

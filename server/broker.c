@@ -21,6 +21,7 @@
 #include "queue.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/rng.h"
 
 #define EVENT_LOG         4096 // events remembered
 #define EVENTS_PER_REPLY  64
@@ -262,7 +263,8 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
     }
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
-    b->next_lease_id = 1;
+    b->next_lease_id = cfg->first_lease_id != 0 ? cfg->first_lease_id
+                                                : (stoker_random_u64() >> 16) | 1;
     return b;
 }
 

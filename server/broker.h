@@ -30,6 +30,9 @@ typedef struct broker_config {
     int has_schema;
     stoker_schema schema;
     const char *token; // NULL or "": no authentication (borrowed)
+    // Id of the first lease; 0 (the default) draws a random 48-bit start, so that an ack a
+    // trainer still holds from a broker that restarted can never match a lease of the new one.
+    uint64_t first_lease_id;
     // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;

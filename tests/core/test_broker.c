@@ -757,3 +757,22 @@ Test(short_batch, a_batch_larger_than_the_queues_can_hold_is_delivered_short)
     cr_assert_eq(rep->chunk.count, 8);
     check_batch(rep);
 }
+
+Test(lease, a_restarted_broker_never_accepts_an_ack_meant_for_its_predecessor)
+{
+    // Broker A hands out a lease; the trainer's ack of it reaches a new broker B (A restarted
+    // on the same address): it must not acknowledge B's lease, which the trainer never saw.
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 0, 4), STOKER_OK);
+    uint64_t old_lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    remake(64);
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    answered(push(P1, 4, 4), STOKER_OK);
+    uint64_t new_lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    cr_assert_neq(old_lease, new_lease, "a new broker reused lease id %llu",
+                  (unsigned long long)new_lease);
+    answered(handle(T1, h_ack(T1, 1, &old_lease)), STOKER_NOT_FOUND);
+    cr_assert_eq(counters().in_flight, 4, "the new broker's lease stays in flight");
+}

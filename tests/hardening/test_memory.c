@@ -44,6 +44,11 @@ TestSuite(memory, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(memory, broker_rss_bounded_by_max_bytes)
 {
+#ifdef __SANITIZE_ADDRESS__
+    // The broker under test is built the same way: AddressSanitizer's shadow memory and
+    // quarantine (freed blocks held back on purpose) say nothing about the broker's own bound.
+    cr_skip_test("resident memory is not meaningful under AddressSanitizer (quarantine, shadow)");
+#endif
     char listen[256], url[256], max_bytes[32];
     snprintf(listen, sizeof(listen), "ipc://%s/b.sock", h_dir());
     snprintf(max_bytes, sizeof(max_bytes), "%llu", MAX_BYTES);
