@@ -302,14 +302,14 @@ def bench_images(opts, tmp):
             out, _ = consumer.communicate(timeout=600)
             rates[producers] = json.loads(out.strip().splitlines()[-1])["examples_per_second"]
     # Inline: one process generating as fast as it can (the core-limited ideal per core).
-    url = endpoint("ipc", tmp, "img-inline")
-    with Procs() as procs:
-        start_broker(procs, url, "--queue-depth", "256")
-        t0 = time.monotonic()
-        subprocess.run([PRODUCER, "--broker", url, "--generator", "images", "--images", images,
-                        "--size", "64", "--chunk", "16", "--max-examples", str(n // 2),
-                        "--log-level", "error"], check=True, timeout=600)
-        inline = (n // 2) / (time.monotonic() - t0)
+    # The queue holds every example, so the producer never waits on backpressure: this is one
+    # core generating flat out, the rate an inline loop would get at best.
+    # Inline: one process generating flat out (stoker-producer --measure: the generator alone,
+    # no broker), the rate an inline training loop would get at best.
+    out = subprocess.run([PRODUCER, "--generator", "images", "--images", images, "--size", "64",
+                          "--chunk", "16", "--measure", str(n), "--log-level", "error"],
+                         check=True, timeout=600, stdout=subprocess.PIPE, text=True)
+    inline = json.loads(out.stdout.strip().splitlines()[-1])["examples_per_second"]
     cores = os.cpu_count() or 1
     ideal = inline * min(2, cores)
     return {"inline_examples_per_second": inline, "stoker": rates,
@@ -340,6 +340,14 @@ def main():
                "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
                "quick": opts.quick, "benchmarks": {}}
     rows = []
+    path = opts.json or os.path.join(ROOT, "bench", "out",
+                                     f"results-{results['date'].replace(':', '')}.json")
+
+    def save(res):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(res, f, indent=1, default=str)
+
     with tempfile.TemporaryDirectory(prefix="stoker-bench.") as tmp:
         for n in names:
             print(f"bench: {n} ...", file=sys.stderr, flush=True)
@@ -354,15 +362,12 @@ def main():
             r["wall_s"] = time.monotonic() - t0
             rows.extend(r.pop("rows"))
             results["benchmarks"][n] = r
+            save(results)  # after each benchmark, so a later failure loses nothing
     print(f"\n{'figure':56} {'measured':>14}  {'target':>12}  met")
     for name, value, target, ok in rows:
         met = "" if ok is None else ("yes" if ok else "NO")
         print(f"{name:56} {value:>14.4g}  {target:>12}  {met}")
-    path = opts.json or os.path.join(ROOT, "bench", "out",
-                                     f"results-{results['date'].replace(':', '')}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1, default=str)
+    save(results)
     print(f"\nresults: {path}")
 
 

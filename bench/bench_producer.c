@@ -14,6 +14,7 @@
 
 typedef struct bench_gen {
     size_t bytes[STOKER_MAX_FIELDS];
+    int is_float32[STOKER_MAX_FIELDS];
     uint32_t n_fields;
 } bench_gen;
 
@@ -22,8 +23,16 @@ fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
     const bench_gen *g = user;
     (void)seed;
-    for (uint32_t i = 0; i < g->n_fields; i++)
-        memset(fields[i], (int)(seq & 0xff), g->bytes[i]);
+    for (uint32_t i = 0; i < g->n_fields; i++) {
+        if (g->is_float32[i]) {
+            // Finite values in [0, 1), so a trainer's real step on them stays finite.
+            float v = (float)(seq % 1000) / 1000.0f, *f = fields[i];
+            for (size_t k = 0; k < g->bytes[i] / sizeof(float); k++)
+                f[k] = v;
+        } else {
+            memset(fields[i], (int)(seq & 0xff), g->bytes[i]);
+        }
+    }
     return STOKER_OK;
 }
 
@@ -78,8 +87,10 @@ main(int argc, char **argv)
         return 2;
     }
     g.n_fields = gen.schema.n_fields;
-    for (uint32_t i = 0; i < g.n_fields; i++)
+    for (uint32_t i = 0; i < g.n_fields; i++) {
         g.bytes[i] = stoker_field_bytes(&gen.schema.fields[i]);
+        g.is_float32[i] = gen.schema.fields[i].dtype == STOKER_FLOAT32;
+    }
     return stoker_producer_run(&cfg, &gen, NULL) == STOKER_OK ? 0 : 1;
 usage:
     fprintf(stderr, "usage: stoker-bench-producer --broker URL [--schema SPEC] [--chunk N] "

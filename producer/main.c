@@ -9,6 +9,7 @@
 #include "config.h"
 #include "exec.h"
 #include "images.h"
+#include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/process.h"
@@ -36,6 +37,8 @@ usage(FILE *f)
             "  --tls-cert F --tls-key F  client certificate and key (PEM) for tls+tcp://\n"
             "  --tls-ca F              verify the broker's certificate with this CA (PEM)\n"
             "  --log-level L           error, warn, info (default), debug\n"
+            "  --measure N             generate N examples without a broker and print the\n"
+            "                          generator's rate as JSON (how fast is my generator?)\n"
             "synthetic:\n"
             "  --delay MIN:MAX         seconds of simulated work per example (default 0.05:0.5)\n"
             "exec:\n"
@@ -46,6 +49,33 @@ usage(FILE *f)
             "  --images DIR            one subfolder of PNG/JPEG files per class\n"
             "  --size N                output side in pixels (default 64)\n"
             "  --help, --version\n");
+}
+
+// --measure: the generator alone, in chunks as it would push them, no broker.
+static int
+measure_generator(const stoker_generator *gen, const stoker_producer_config *cfg, uint64_t n)
+{
+    stoker_chunk chunk;
+    int rv = stoker_chunk_init(&chunk, &gen->schema, cfg->chunk);
+    if (rv != STOKER_OK)
+        return rv;
+    uint64_t done = 0, start = stoker_now_ns();
+    while (done < n && rv == STOKER_OK) {
+        uint32_t k = n - done < cfg->chunk ? (uint32_t)(n - done) : cfg->chunk;
+        chunk.count = 0;
+        rv = stoker_generator_fill_chunk(gen, &chunk, k, done, cfg->seed, cfg->client.name);
+        done += chunk.count;
+    }
+    double s = (double)(stoker_now_ns() - start) / 1e9;
+    stoker_chunk_fini(&chunk);
+    if (rv != STOKER_OK && rv != STOKER_END_OF_DATA) {
+        stoker_error("measure: generator failed after %llu examples: %s",
+                     (unsigned long long)done, stoker_strerror(rv));
+        return rv;
+    }
+    printf("{\"examples\": %llu, \"seconds\": %.6f, \"examples_per_second\": %.1f}\n",
+           (unsigned long long)done, s, s > 0 ? done / s : 0);
+    return STOKER_OK;
 }
 
 static int
@@ -75,6 +105,7 @@ main(int argc, char **argv)
         OPT_FORMAT,
         OPT_IMAGES,
         OPT_SIZE,
+        OPT_MEASURE,
         OPT_TLS_CERT,
         OPT_TLS_KEY,
         OPT_TLS_CA,
@@ -96,6 +127,7 @@ main(int argc, char **argv)
         {"format", required_argument, NULL, OPT_FORMAT},
         {"images", required_argument, NULL, OPT_IMAGES},
         {"size", required_argument, NULL, OPT_SIZE},
+        {"measure", required_argument, NULL, OPT_MEASURE},
         {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
         {"tls-key", required_argument, NULL, OPT_TLS_KEY},
         {"tls-ca", required_argument, NULL, OPT_TLS_CA},
@@ -115,7 +147,7 @@ main(int argc, char **argv)
     stoker_synthetic synth = {.delay_min_s = 0.05, .delay_max_s = 0.5};
     stoker_log_level level = STOKER_LOG_INFO;
     char token[256] = "", name[64] = "", err[512];
-    uint64_t u;
+    uint64_t u, measure = 0;
     int opt;
 
     opterr = 0;
@@ -186,6 +218,10 @@ main(int argc, char **argv)
             size = (uint32_t)u;
             size_given = 1;
             break;
+        case OPT_MEASURE:
+            if (stoker_parse_u64(optarg, 1, UINT64_MAX / 2, &measure) != STOKER_OK)
+                return bad("--measure", optarg, "expected a positive integer");
+            break;
         case OPT_TLS_CERT:
             cfg.client.tls.cert = optarg;
             break;
@@ -213,12 +249,12 @@ main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (cfg.client.url == NULL) {
+    if (cfg.client.url == NULL && measure == 0) {
         fprintf(stderr, "stoker-producer: --broker URL is required\n");
         usage(stderr);
         return 2;
     }
-    if (stoker_tls_url(cfg.client.url)
+    if (cfg.client.url != NULL && stoker_tls_url(cfg.client.url)
             ? stoker_tls_check(&cfg.client.tls, 0, err, sizeof(err)) != STOKER_OK
             : (cfg.client.tls.cert || cfg.client.tls.key || cfg.client.tls.ca) &&
                   snprintf(err, sizeof(err), "--tls-* options need a tls+tcp:// --broker URL")) {
@@ -274,6 +310,11 @@ main(int argc, char **argv)
     } else {
         synth.stop = stoker_producer_stop_flag();
         stoker_synthetic_generator(&gen, &synth);
+    }
+    if (measure > 0) {
+        int mrv = measure_generator(&gen, &cfg, measure);
+        stoker_generator_fini(&gen);
+        return mrv == STOKER_OK ? 0 : 1;
     }
     stoker_producer_stats stats;
     int rv = stoker_producer_run(&cfg, &gen, &stats);
