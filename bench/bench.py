@@ -103,9 +103,9 @@ def raw_nng(kind, tmp, producers, msg_bytes, messages):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def run_trainer(args, timeout):
+def run_trainer(args, timeout, env=None):
     out = subprocess.run([TRAINER, *args, "--json", "-", "--progress", "off", "--log-level",
-                          "warn"], stdout=subprocess.PIPE, text=True, timeout=timeout)
+                          "warn"], stdout=subprocess.PIPE, text=True, timeout=timeout, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1]), out.returncode
 
 
@@ -221,10 +221,12 @@ def bench_wait(opts, tmp):
                          "--name", f"fast{i}", "--log-level", "error"])
         time.sleep(0.5)
         # A trainer with real work per step (a 512x512 hidden layer pair on 256-example
-        # batches) is the bottleneck here: the supply should never make it wait.
+        # batches) is the bottleneck here: the supply should never make it wait. OpenBLAS is
+        # held to one thread, as a GPU trainer leaves the CPU to the data path: on 2 cores a
+        # multi-threaded CPU step would starve the producers instead.
         fast, _ = run_trainer(["--broker", url, "--batch-size", "256", "--round-length", "2560",
                                "--rounds", str(rounds), "--hidden", "512,512", "--device", "cpu"],
-                              timeout=300)
+                              timeout=300, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
     url = endpoint("ipc", tmp, "wait-slow")
     producers, delay = 4, 0.01
     ideal = producers / delay
@@ -237,7 +239,7 @@ def bench_wait(opts, tmp):
         time.sleep(1)
         for i in range(producers):
             procs.start([PRODUCER, "--broker", url, "--delay", f"{delay}:{delay}", "--chunk",
-                         "1", "--name", f"slow{i}", "--log-level", "error"])
+                         "4", "--name", f"slow{i}", "--log-level", "error"])
         out, _ = trainer.communicate(timeout=300)
         slow = json.loads(out.strip().splitlines()[-1])
     frac = slow["examples_per_second"] / ideal
