@@ -310,47 +310,14 @@ e2e_file_exists(const char *path)
 
 // --- status -------------------------------------------------------------------------------------
 
-stoker_status *
-e2e_status(const char *url)
-{
-    stoker_status *st = NULL;
-    char err[256] = "";
-    int rv = stoker_status_fetch(url, NULL, 3000, &st, err, sizeof(err));
-    cr_assert_eq(rv, STOKER_OK, "status from %s: %s (%s)", url, stoker_strerror(rv), err);
-    return st;
-}
-
-const stoker_producer_info *
-e2e_status_producer(const stoker_status *st, const char *name)
-{
-    for (uint32_t i = 0; i < st->n_producers; i++) {
-        if (strcmp(st->producers[i].name, name) == 0)
-            return &st->producers[i];
-    }
-    return NULL;
-}
-
-void
-e2e_assert_identity(const char *url)
-{
-    stoker_status *st = e2e_status(url);
-    stoker_counters c = st->counters;
-    stoker_status_destroy(st);
-    cr_assert_eq(c.produced, c.acknowledged + c.queued + c.in_flight,
-                 "accounting identity broken: produced %llu != acknowledged %llu + queued %llu "
-                 "+ in_flight %llu",
-                 (unsigned long long)c.produced, (unsigned long long)c.acknowledged,
-                 (unsigned long long)c.queued, (unsigned long long)c.in_flight);
-}
-
 int
 e2e_wait_producer(const char *url, const char *name, uint64_t min_accepted, int status,
                   int timeout_ms)
 {
     uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
-        stoker_status *st = e2e_status(url);
-        const stoker_producer_info *p = e2e_status_producer(st, name);
+        stoker_status *st = h_status(url);
+        const stoker_producer_info *p = h_status_producer(st, name);
         int ok = p != NULL && p->accepted >= min_accepted && (status < 0 || (int)p->status == status);
         stoker_status_destroy(st);
         if (ok)
@@ -366,7 +333,7 @@ e2e_wait_trainers(const char *url, uint32_t n, int timeout_ms)
 {
     uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
-        stoker_status *st = e2e_status(url);
+        stoker_status *st = h_status(url);
         int ok = st->counters.trainers >= n;
         stoker_status_destroy(st);
         if (ok)

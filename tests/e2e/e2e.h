@@ -15,6 +15,8 @@
 #include "stoker/client.h"
 #include "stoker/trainer_client.h"
 
+#include "helpers.h"
+
 // A NULL-terminated argument list: E2E_ARGS("--delay", "0:0").
 #define E2E_ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
@@ -63,11 +65,8 @@ char *e2e_read_file(const char *path);
 // 1 when the file exists.
 int e2e_file_exists(const char *path);
 
-// The broker's status (fails the test if not fetched within 3 s).
-stoker_status *e2e_status(const char *url);
-const stoker_producer_info *e2e_status_producer(const stoker_status *st, const char *name);
-// Asserts produced == acknowledged + queued + in_flight in a fresh snapshot.
-void e2e_assert_identity(const char *url);
+// Status snapshots and the accounting identity come from the core suite's helpers:
+// h_status, h_status_producer, h_assert_identity (tests/core/helpers.h).
 // Polls status (every 10 ms, at most timeout_ms) until the producer called name exists with at
 // least min_accepted examples and, if status >= 0, that status. 1 when seen, 0 on timeout.
 int e2e_wait_producer(const char *url, const char *name, uint64_t min_accepted, int status,

@@ -33,8 +33,8 @@ SUITE(producer_cli);
 static stoker_producer_info
 producer_info(const char *url, const char *name)
 {
-    stoker_status *st = e2e_status(url);
-    const stoker_producer_info *p = e2e_status_producer(st, name);
+    stoker_status *st = h_status(url);
+    const stoker_producer_info *p = h_status_producer(st, name);
     cr_assert_not_null(p, "the broker does not know producer '%s'", name);
     stoker_producer_info copy = *p;
     stoker_status_destroy(st);
@@ -93,7 +93,7 @@ Test(producer, max_examples_stops_after_exactly_n_and_reports_finished)
     cr_assert_eq(stoker_trainer_client_duplicates(tc), 0);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -131,7 +131,7 @@ Test(producer, sigterm_says_goodbye_and_loses_nothing)
     assert_contiguous(&ex, 0, pushed);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -151,7 +151,7 @@ run_and_collect(const char *broker_name, const char *const *pargs, const char *n
     int rv = e2e_drain(tc, ex, 10000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
     e2e_examples_sort(ex);
 }
@@ -189,7 +189,7 @@ Test(seeding, producers_with_different_names_never_send_equal_inputs)
     cr_assert_eq(equal, 0, "%zu pairs of examples have equal inputs", equal);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -268,7 +268,7 @@ Test(exec, awk_text_generator_feeds_the_broker_intact)
     assert_exec_values(&ex);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -305,7 +305,7 @@ Test(exec, malformed_line_7_is_named_and_the_6_good_examples_arrive)
     assert_exec_values(&ex);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -326,13 +326,13 @@ Test(exec, missing_command_exits_1_with_a_clear_message)
                   strstr(err, "No such file") != NULL,
               "stderr does not say the command was not found:\n%s", err);
     free(err);
-    stoker_status *st = e2e_status(url);
-    const stoker_producer_info *info = e2e_status_producer(st, "nocmd");
+    stoker_status *st = h_status(url);
+    const stoker_producer_info *info = h_status_producer(st, "nocmd");
     if (info != NULL)
         cr_assert_eq(info->status != STOKER_PRODUCER_FINISHED, 1,
                      "a producer whose command failed is reported finished");
     stoker_status_destroy(st);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -378,7 +378,7 @@ Test(exec, child_is_gone_after_the_producer_stops)
     cr_assert(kill(child, 0) == -1 && errno == ESRCH,
               "the generator child %d still exists after the producer stopped", child);
     cr_assert_eq(producer_info(url, "endless").status, STOKER_PRODUCER_FINISHED);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -433,7 +433,7 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq,
     assert_contiguous(&ex, first, after.accepted);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 

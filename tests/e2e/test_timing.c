@@ -38,7 +38,7 @@ wait_acknowledged(const char *url, uint64_t n, int timeout_ms)
 {
     uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
-        stoker_status *st = e2e_status(url);
+        stoker_status *st = h_status(url);
         int ok = st->counters.acknowledged >= n;
         stoker_status_destroy(st);
         if (ok)
@@ -88,7 +88,7 @@ Test(synthetic, producer_pays_the_delays_end_to_end)
               "mean delay %.3f ms, expected %.3f ms (at least 90 %%)", mean * 1e3, want * 1e3);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -171,7 +171,7 @@ Test(supply, killing_every_producer_ends_training_with_3_within_a_second)
     cr_assert(e2e_file_exists(weights), "no weights file after the supply ended");
     check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs",
                       "1"));
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -207,6 +207,6 @@ Test(supply, frozen_producers_stall_the_trainer_with_4_after_the_timeout)
     e2e_signal(p2, SIGCONT);
     e2e_stop(p1, 3000);
     e2e_stop(p2, 3000);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }

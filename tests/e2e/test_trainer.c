@@ -71,7 +71,7 @@ Test(training, loss_halves_through_a_broker_and_four_producers)
     check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "32,32", "--outputs",
                       "1"));
     stop_all(producers, 4);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -116,7 +116,7 @@ Test(summary, counts_every_example_once_when_the_data_ends)
     cr_assert_eq(acknowledged, 90);
     cr_assert_geq(batches, 12, "%llu batches of at most 8 cannot hold 90 examples", batches);
     e2e_assert_exit(producers[0], 0, 5000);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -136,7 +136,7 @@ Test(summary, completed_run_has_every_field_and_valid_weights)
     check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "8,6,4", "--outputs",
                       "1"));
     stop_all(producers, 2);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
@@ -154,7 +154,7 @@ Test(signals, sigterm_interrupts_with_130_and_saves_the_weights)
     // Until it has trained a little.
     uint64_t deadline = stoker_now_ms() + 15000;
     for (;;) {
-        stoker_status *st = e2e_status(url);
+        stoker_status *st = h_status(url);
         int ok = st->counters.acknowledged >= 40;
         stoker_status_destroy(st);
         if (ok)
@@ -169,7 +169,7 @@ Test(signals, sigterm_interrupts_with_130_and_saves_the_weights)
     check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs",
                       "1"));
     stop_all(producers, 2);
-    e2e_assert_identity(url);
+    h_assert_identity(url);
     e2e_broker_stop(broker);
 }
 
