@@ -1,0 +1,201 @@
+// The chaos test's consumer: a trainer built on libstoker's trainer client that records exactly
+// what it trained and what the broker acknowledged, in a log that survives SIGKILL.
+//
+//   chaos-consumer --broker URL --log PATH [--batch N] [--prefetch N] [--train-ms MIN:MAX]
+//                  [--seed N]
+//
+// For every batch it appends (one write() each, O_APPEND, so a line is either there or not):
+//   "B <lease> <session-hex>:<first_seq>:<count> ..."  before the batch counts as trained;
+//   then it "trains" (sleeps MIN..MAX ms), acknowledges the lease and flushes the
+//   acknowledgement, and appends
+//   "A <lease>"           once the flush returned OK with no acknowledgement refused, or
+//   "N <lease> <code>"    when the acknowledgement failed or was refused (not acknowledged).
+// It also appends "D <n>" when the client's duplicate counter grew by n and "C" each time it
+// connects with a new trainer client.
+// The supply ending (no producers) or any error other than a stall closes the client and
+// connects again; SIGTERM / SIGINT end it cleanly (exit 0). Every wait is bounded by the
+// client's stall timeout.
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+#include "stoker/rng.h"
+#include "stoker/trainer_client.h"
+
+static volatile int stop_flag;
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
+static int log_fd = -1;
+
+static void
+put_line(const char *line, size_t len)
+{
+    // One write per line: after a SIGKILL a line is either complete or absent.
+    while (len > 0) {
+        ssize_t n = write(log_fd, line, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "chaos-consumer: write to log: %s\n", strerror(errno));
+            exit(1);
+        }
+        line += n;
+        len -= (size_t)n;
+    }
+}
+
+static void
+put_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void
+put_fmt(const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        n = (int)strlen(line);
+    put_line(line, (size_t)n);
+}
+
+static void
+usage(void)
+{
+    fprintf(stderr, "usage: chaos-consumer --broker URL --log PATH [--batch N] [--prefetch N] "
+                    "[--train-ms MIN:MAX] [--seed N]\n");
+    exit(2);
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *url = NULL, *log_path = NULL;
+    unsigned batch = 8, prefetch = 4, train_min = 0, train_max = 3;
+    uint64_t seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL)
+            usage();
+        if (strcmp(a, "--broker") == 0)
+            url = v;
+        else if (strcmp(a, "--log") == 0)
+            log_path = v;
+        else if (strcmp(a, "--batch") == 0)
+            batch = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--prefetch") == 0)
+            prefetch = (unsigned)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--train-ms") == 0) {
+            if (sscanf(v, "%u:%u", &train_min, &train_max) != 2 || train_max < train_min)
+                usage();
+        } else if (strcmp(a, "--seed") == 0)
+            seed = strtoull(v, NULL, 10);
+        else
+            usage();
+        i++;
+    }
+    if (url == NULL || log_path == NULL || batch == 0 || prefetch == 0)
+        usage();
+    log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+        fprintf(stderr, "chaos-consumer: %s: %s\n", log_path, strerror(errno));
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    stoker_log_init("chaos-consumer", STOKER_LOG_WARN);
+
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+    char line[8192];
+    while (!stop_flag) {
+        stoker_trainer_options opts;
+        stoker_trainer_options_init(&opts);
+        opts.client.url = url;
+        opts.client.name = "chaos-consumer";
+        opts.client.stop = &stop_flag;
+        opts.client.request_timeout_ms = 2000;
+        opts.client.reconnect_max_ms = 100;
+        opts.client.give_up_ms = 5000;
+        opts.batch_size = batch;
+        opts.prefetch = prefetch;
+        opts.stall_timeout_ms = 1000;
+        stoker_trainer_client *tc = NULL;
+        char err[256] = "";
+        int rv = stoker_trainer_client_create(&opts, &tc, err, sizeof(err));
+        if (rv != STOKER_OK) {
+            if (rv != STOKER_INTERRUPTED)
+                fprintf(stderr, "chaos-consumer: connect: %s (%s)\n", stoker_strerror(rv), err);
+            stoker_sleep_ms(50, &stop_flag);
+            continue;
+        }
+        put_line("C\n", 2);
+        uint64_t dups_logged = 0;
+        while (!stop_flag) {
+            stoker_batch *b = NULL;
+            rv = stoker_trainer_client_next(tc, &b);
+            if (rv == STOKER_STALLED)
+                continue;
+            if (rv != STOKER_OK)
+                break;
+            size_t len = (size_t)snprintf(line, sizeof(line), "B %" PRIu64, b->lease);
+            uint64_t covered = 0;
+            for (uint32_t i = 0; i < b->n_runs && len < sizeof(line) - 64; i++) {
+                len += (size_t)snprintf(line + len, sizeof(line) - len,
+                                        " %016" PRIx64 ":%" PRIu64 ":%u", b->runs[i].session,
+                                        b->runs[i].first_seq, b->runs[i].count);
+                covered += b->runs[i].count;
+            }
+            line[len++] = '\n';
+            put_line(line, len);
+            if (covered != b->chunk.count)
+                fprintf(stderr, "chaos-consumer: lease %" PRIu64 ": runs cover %" PRIu64
+                        " examples, batch has %u\n", b->lease, covered, b->chunk.count);
+            uint64_t d = stoker_trainer_client_duplicates(tc);
+            if (d > dups_logged) {
+                put_fmt("D %" PRIu64 "\n", d - dups_logged);
+                dups_logged = d;
+            }
+            // Training: hold the lease a little while, so kills find leases in flight.
+            unsigned ms = train_min + (unsigned)(stoker_rng_u64(&rng) % (train_max - train_min + 1));
+            if (ms > 0)
+                stoker_sleep_ms(ms, NULL);
+            uint64_t refused = stoker_trainer_client_acks_refused(tc);
+            stoker_trainer_client_ack(tc, b->lease);
+            int frv = stoker_trainer_client_flush(tc);
+            if (frv == STOKER_OK && stoker_trainer_client_acks_refused(tc) == refused)
+                put_fmt("A %" PRIu64 "\n", b->lease);
+            else
+                put_fmt("N %" PRIu64 " %d\n", b->lease, frv);
+            stoker_batch_destroy(b);
+        }
+        if (rv != STOKER_OK && rv != STOKER_INTERRUPTED && rv != STOKER_NO_PRODUCERS &&
+            rv != STOKER_END_OF_DATA)
+            fprintf(stderr, "chaos-consumer: next: %s\n", stoker_strerror(rv));
+        stoker_trainer_client_destroy(tc);
+        // The supply ended (every producer gone, nothing queued) or an error: connect again.
+        if (!stop_flag)
+            stoker_sleep_ms(20, &stop_flag);
+    }
+    close(log_fd);
+    return 0;
+}
