@@ -28,9 +28,12 @@ main(int argc, char **argv)
 {
     stoker_process_init();
     static const struct option longopts[] = {
-        {"broker", required_argument, NULL, 'b'},   {"batch-size", required_argument, NULL, 'B'},
-        {"prefetch", required_argument, NULL, 'p'}, {"examples", required_argument, NULL, 'n'},
-        {"stall-timeout", required_argument, NULL, 's'}, {NULL, 0, NULL, 0},
+        {"broker", required_argument, NULL, 'b'},
+        {"batch-size", required_argument, NULL, 'B'},
+        {"prefetch", required_argument, NULL, 'p'},
+        {"examples", required_argument, NULL, 'n'},
+        {"stall-timeout", required_argument, NULL, 's'},
+        {NULL, 0, NULL, 0},
     };
     stoker_trainer_options o;
     stoker_trainer_options_init(&o);

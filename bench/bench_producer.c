@@ -41,9 +41,9 @@ main(int argc, char **argv)
 {
     stoker_process_init();
     static const struct option longopts[] = {
-        {"broker", required_argument, NULL, 'b'},  {"schema", required_argument, NULL, 's'},
-        {"chunk", required_argument, NULL, 'c'},   {"max-examples", required_argument, NULL, 'm'},
-        {"name", required_argument, NULL, 'n'},    {NULL, 0, NULL, 0},
+        {"broker", required_argument, NULL, 'b'}, {"schema", required_argument, NULL, 's'},
+        {"chunk", required_argument, NULL, 'c'},  {"max-examples", required_argument, NULL, 'm'},
+        {"name", required_argument, NULL, 'n'},   {NULL, 0, NULL, 0},
     };
     stoker_producer_config cfg;
     stoker_producer_config_init(&cfg);

@@ -166,8 +166,7 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
     stoker_request req = {.method = STOKER_STATUS};
     if (token != NULL && token[0] != '\0') {
         // With a token, a connection says hello (as an observer) before anything else.
-        stoker_request hello = {.method = STOKER_HELLO, .role = STOKER_ROLE_OBSERVER,
-                                .session = 1};
+        stoker_request hello = {.method = STOKER_HELLO, .role = STOKER_ROLE_OBSERVER, .session = 1};
         conn_copy_str(hello.name, sizeof(hello.name), "status");
         conn_copy_str(hello.token, sizeof(hello.token), token);
         rv = conn_call(ctx, &hello, timeout_ms, &rep, err, err_len);

@@ -127,8 +127,8 @@ stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out,
         opts->connect_timeout_ms != 0 ? opts->connect_timeout_ms : opts->stall_timeout_ms;
     // One attempt of a request must not outlast a short connect timeout either.
     if (opts->connect_timeout_ms != 0 && opts->connect_timeout_ms < to.client.request_timeout_ms)
-        to.client.request_timeout_ms = opts->connect_timeout_ms < 100 ? 100
-                                                                      : opts->connect_timeout_ms;
+        to.client.request_timeout_ms =
+            opts->connect_timeout_ms < 100 ? 100 : opts->connect_timeout_ms;
     to.on_event = on_event;
     to.on_event_arg = c;
     c->stall_timeout_ms = opts->stall_timeout_ms;
@@ -175,8 +175,7 @@ stoker_consumer_field_dtype(const stoker_consumer *c, uint32_t field)
 }
 
 int
-stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32_t *shape,
-                            uint32_t cap)
+stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32_t *shape, uint32_t cap)
 {
     const stoker_field *f = field_at(c, field);
     if (f == NULL)
@@ -240,8 +239,7 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
                   gone);
         break;
     case STOKER_END_OF_DATA:
-        set_error(c,
-                  "data supply ended: every producer finished and nothing is queued (last: %s)",
+        set_error(c, "data supply ended: every producer finished and nothing is queued (last: %s)",
                   gone);
         break;
     case STOKER_STALLED:
@@ -292,9 +290,8 @@ stoker_consumer_batch_count(const stoker_consumer_batch *b)
 }
 
 int
-stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void **data,
-                            int *dtype, uint32_t *rank, uint32_t *shape, uint64_t *count,
-                            uint64_t *bytes)
+stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void **data, int *dtype,
+                            uint32_t *rank, uint32_t *shape, uint64_t *count, uint64_t *bytes)
 {
     const stoker_chunk *ch = &b->batch->chunk;
     if (field >= ch->schema.n_fields)
@@ -344,8 +341,8 @@ stoker_consumer_batch_run(const stoker_consumer_batch *b, uint32_t run, uint32_t
 }
 
 uint32_t
-stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions,
-                                 uint64_t *seqs, uint32_t cap)
+stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions, uint64_t *seqs,
+                                 uint32_t cap)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < b->batch->n_runs; i++) {
@@ -484,8 +481,8 @@ stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *l
 }
 
 int
-stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf,
-                   size_t cap, size_t *len)
+stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf, size_t cap,
+                   size_t *len)
 {
     char err[512] = "";
     stoker_status *st = NULL;

@@ -135,9 +135,9 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     rv = STOKER_OK;
     stoker_info("producer '%s' finished: %llu examples in %llu pushes (%s)", name,
                 (unsigned long long)st.examples, (unsigned long long)st.pushes,
-                should_stop(&stop)                 ? "stopped"
-                : gen_rv == STOKER_END_OF_DATA     ? "generator ended"
-                                                   : "max examples reached");
+                should_stop(&stop)             ? "stopped"
+                : gen_rv == STOKER_END_OF_DATA ? "generator ended"
+                                               : "max examples reached");
 out:
     stoker_producer_client_destroy(pc);
     st.seconds = (double)(stoker_now_ns() - start_ns) / 1e9;

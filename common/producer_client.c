@@ -33,8 +33,8 @@ struct stoker_producer_client {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int closing;
-    uint32_t heartbeat_ms;            // from the broker's hello reply; 0 before it
-    _Atomic uint64_t last_sent_ms;    // when the last request went out
+    uint32_t heartbeat_ms;         // from the broker's hello reply; 0 before it
+    _Atomic uint64_t last_sent_ms; // when the last request went out
 };
 
 static int
@@ -47,8 +47,8 @@ static void
 backoff(stoker_producer_client *pc, uint32_t *delay_ms)
 {
     stoker_sleep_ms(*delay_ms, pc->opts.stop);
-    *delay_ms = *delay_ms * 2 > pc->opts.reconnect_max_ms ? pc->opts.reconnect_max_ms
-                                                          : *delay_ms * 2;
+    *delay_ms =
+        *delay_ms * 2 > pc->opts.reconnect_max_ms ? pc->opts.reconnect_max_ms : *delay_ms * 2;
 }
 
 static void *

@@ -17,10 +17,14 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[STOKER_DTYPE_COUNT] = {
-    [STOKER_DTYPE_INVALID] = {"invalid", 0}, [STOKER_FLOAT32] = {"float32", 4},
-    [STOKER_FLOAT64] = {"float64", 8},       [STOKER_INT32] = {"int32", 4},
-    [STOKER_INT64] = {"int64", 8},           [STOKER_UINT8] = {"uint8", 1},
-    [STOKER_INT8] = {"int8", 1},             [STOKER_INT16] = {"int16", 2},
+    [STOKER_DTYPE_INVALID] = {"invalid", 0},
+    [STOKER_FLOAT32] = {"float32", 4},
+    [STOKER_FLOAT64] = {"float64", 8},
+    [STOKER_INT32] = {"int32", 4},
+    [STOKER_INT64] = {"int64", 8},
+    [STOKER_UINT8] = {"uint8", 1},
+    [STOKER_INT8] = {"int8", 1},
+    [STOKER_INT16] = {"int16", 2},
     [STOKER_UINT16] = {"uint16", 2},
 };
 
@@ -72,8 +76,8 @@ stoker_schema_example_bytes(const stoker_schema *schema)
     return n;
 }
 
-static int
-fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static int
 fail(char *err, size_t err_len, const char *fmt, ...)

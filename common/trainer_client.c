@@ -46,8 +46,8 @@ struct stoker_trainer_client {
     stoker_schema schema;
     uint32_t id;
     int need_hello;
-    int supply_ended;  // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA, once returned
-    int ending;        // the same, seen but not returned while other pulls are in flight
+    int supply_ended; // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA, once returned
+    int ending;       // the same, seen but not returned while other pulls are in flight
     char end_reason[STOKER_MESSAGE_MAX];
     uint32_t wait_ms;
     uint32_t failures; // consecutive transport failures, for backoff
@@ -209,8 +209,10 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     int rv;
     if (opts->client.url == NULL || opts->batch_size == 0 || opts->prefetch == 0 ||
         opts->prefetch > MAX_PREFETCH || opts->stall_timeout_ms == 0) {
-        snprintf(err, err_len, "trainer options: need a URL, batch size > 0, prefetch 1..%d and "
-                 "a stall timeout", MAX_PREFETCH);
+        snprintf(err, err_len,
+                 "trainer options: need a URL, batch size > 0, prefetch 1..%d and "
+                 "a stall timeout",
+                 MAX_PREFETCH);
         return STOKER_INVALID;
     }
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
@@ -279,8 +281,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
             goto fail_slots;
         }
         stoker_sleep_ms(delay, opts->client.stop);
-        delay = delay * 2 > opts->client.reconnect_max_ms ? opts->client.reconnect_max_ms
-                                                          : delay * 2;
+        delay =
+            delay * 2 > opts->client.reconnect_max_ms ? opts->client.reconnect_max_ms : delay * 2;
     }
     uint64_t schema_deadline = stoker_now_ms() + opts->stall_timeout_ms;
     while (tc->schema.n_fields == 0) {
@@ -289,8 +291,10 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
             goto fail_slots;
         }
         if (stoker_now_ms() >= schema_deadline) {
-            snprintf(err, err_len, "the broker has no schema yet (no producer connected within "
-                     "%u ms)", opts->stall_timeout_ms);
+            snprintf(err, err_len,
+                     "the broker has no schema yet (no producer connected within "
+                     "%u ms)",
+                     opts->stall_timeout_ms);
             rv = STOKER_STALLED;
             goto fail_slots;
         }
@@ -385,8 +389,8 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     b->owner = rep;
     uint64_t counted = 0;
     for (uint32_t i = 0; i < b->n_runs; i++) {
-        uint64_t dup = idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq,
-                                 b->runs[i].count);
+        uint64_t dup =
+            idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count);
         if (dup == UINT64_MAX) {
             stoker_warn("trainer: out of memory tracking identities; duplicates not counted");
         } else if (dup > 0) {
@@ -551,8 +555,8 @@ stoker_trainer_client_flush(stoker_trainer_client *tc)
         .method = STOKER_ACK, .session = tc->opts.client.session, .n_acks = n, .acks = acks};
     stoker_reply *rep = NULL;
     char err[256];
-    int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,
-                       sizeof(err));
+    int rv =
+        conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
     if (rv != STOKER_OK) {
         stoker_warn("trainer: could not acknowledge %u leases: %s", n, err);
         return rv;
@@ -595,8 +599,8 @@ stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
     stoker_request req = {.method = STOKER_STATUS, .session = tc->opts.client.session};
     stoker_reply *rep = NULL;
     char err[256];
-    int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,
-                       sizeof(err));
+    int rv =
+        conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
     if (rv != STOKER_OK)
         return rv;
     if ((rv = rep->code) == STOKER_OK) {
@@ -629,8 +633,8 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     stoker_request bye = {.method = STOKER_GOODBYE, .session = tc->opts.client.session};
     stoker_reply *rep = NULL;
     char err[256];
-    uint32_t timeout = tc->opts.client.request_timeout_ms < 1000 ? tc->opts.client.request_timeout_ms
-                                                                 : 1000;
+    uint32_t timeout =
+        tc->opts.client.request_timeout_ms < 1000 ? tc->opts.client.request_timeout_ms : 1000;
     if (conn_call(tc->ctl_ctx, &bye, timeout, &rep, err, sizeof(err)) == STOKER_OK)
         stoker_reply_free(rep);
     // Stop the pulls in flight before closing the socket, so no callback runs (and restarts an

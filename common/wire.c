@@ -23,8 +23,8 @@
 #define MAX_EVENTS    4096
 #define MAX_PRODUCERS 65536
 
-static int
-fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 static int
 fail(char *err, size_t err_len, const char *fmt, ...)
@@ -87,15 +87,15 @@ schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, size_t e
         const Stoker__Field *f = pb->fields[i];
         if (f == NULL)
             return fail(err, err_len, "schema field %zu missing", i);
-        if (copy_string(s.fields[i].name, STOKER_NAME_MAX, f->name, "field name", err,
-                        err_len) != STOKER_OK)
+        if (copy_string(s.fields[i].name, STOKER_NAME_MAX, f->name, "field name", err, err_len) !=
+            STOKER_OK)
             return STOKER_INVALID;
         if (f->dtype >= STOKER_DTYPE_COUNT)
             return fail(err, err_len, "field '%s': unknown dtype %u", s.fields[i].name, f->dtype);
         s.fields[i].dtype = (stoker_dtype)f->dtype;
         if (f->n_shape > STOKER_MAX_RANK)
-            return fail(err, err_len, "field '%s': rank %zu over %d", s.fields[i].name,
-                        f->n_shape, STOKER_MAX_RANK);
+            return fail(err, err_len, "field '%s': rank %zu over %d", s.fields[i].name, f->n_shape,
+                        STOKER_MAX_RANK);
         s.fields[i].rank = (uint32_t)f->n_shape;
         for (size_t d = 0; d < f->n_shape; d++)
             s.fields[i].shape[d] = f->shape[d];
@@ -220,8 +220,8 @@ frame_header(nng_msg *msg, const uint8_t **pb, size_t *pb_len, char *err, size_t
     const uint8_t *body = nng_msg_body(msg);
     if (len < HEADER_BYTES)
         return fail(err, err_len, "message of %zu bytes is shorter than its header", len);
-    size_t n = (size_t)body[0] | (size_t)body[1] << 8 | (size_t)body[2] << 16 |
-               (size_t)body[3] << 24;
+    size_t n =
+        (size_t)body[0] | (size_t)body[1] << 8 | (size_t)body[2] << 16 | (size_t)body[3] << 24;
     if (n > len - HEADER_BYTES)
         return fail(err, err_len, "message header claims %zu bytes, %zu present", n,
                     len - HEADER_BYTES);
@@ -247,8 +247,8 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
     for (size_t i = 0; i < pb->n_sizes; i++) {
         size_t off = align8(at);
         if (off > len || pb->sizes[i] > len - off)
-            return fail(err, err_len, "chunk field %zu: %llu bytes claimed past the message end",
-                        i, (unsigned long long)pb->sizes[i]);
+            return fail(err, err_len, "chunk field %zu: %llu bytes claimed past the message end", i,
+                        (unsigned long long)pb->sizes[i]);
         offsets[i] = off;
         at = off + (size_t)pb->sizes[i];
     }
@@ -411,8 +411,8 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         req->next_seq = r->hello->next_seq;
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
-            (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token",
-                              err, err_len)) != STOKER_OK)
+            (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
+                              err_len)) != STOKER_OK)
             break;
         if (r->hello->schema != NULL) {
             rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
@@ -426,8 +426,8 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         }
         req->first_seq = r->push->first_seq;
         owner->msg = msg; // provisionally: the chunk points into it
-        rv = chunk_from_pb(r->push->chunk, owner, pb_end, &req->chunk, &req->n_data,
-                           req->data_len, err, err_len);
+        rv = chunk_from_pb(r->push->chunk, owner, pb_end, &req->chunk, &req->n_data, req->data_len,
+                           err, err_len);
         owner->msg = NULL;
         has_chunk = 1;
         break;
@@ -437,8 +437,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
             break;
         }
         if (r->pull->n_acks > MAX_ACKS) {
-            rv = fail(err, err_len, "pull carries %zu acks, at most %d", r->pull->n_acks,
-                      MAX_ACKS);
+            rv = fail(err, err_len, "pull carries %zu acks, at most %d", r->pull->n_acks, MAX_ACKS);
             break;
         }
         req->max_examples = r->pull->max_examples;
@@ -485,7 +484,6 @@ stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, ch
         nng_msg_free(msg);
     return rv;
 }
-
 
 void
 stoker_request_free(stoker_request *req)
@@ -746,8 +744,7 @@ fail:
 }
 
 int
-stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err,
-                         size_t err_len)
+stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err, size_t err_len)
 {
     nng_msg *msg;
     int rv = copy_to_msg(buf, len, &msg);
@@ -757,7 +754,6 @@ stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *
         nng_msg_free(msg);
     return rv;
 }
-
 
 void
 stoker_reply_free(stoker_reply *rep)

@@ -32,8 +32,8 @@ check(run *r, broker_outbox *out)
             continue;
         stoker_reply *rep = NULL;
         char err[256];
-        if (stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err,
-                                     sizeof(err)) != STOKER_OK) {
+        if (stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err, sizeof(err)) !=
+            STOKER_OK) {
             fprintf(stderr, "fuzz: the broker sent a reply that does not decode: %s\n", err);
             abort();
         }

@@ -32,8 +32,7 @@ encode(const stoker_request *req)
 }
 
 nng_msg *
-fuzz_hello(uint64_t session, stoker_role role, const char *name, const char *token,
-           int with_schema)
+fuzz_hello(uint64_t session, stoker_role role, const char *name, const char *token, int with_schema)
 {
     stoker_request req = {.method = STOKER_HELLO, .session = session, .role = role};
     snprintf(req.name, sizeof(req.name), "%s", name);
@@ -64,16 +63,19 @@ nng_msg *
 fuzz_pull(uint64_t session, uint32_t max_examples, uint32_t wait_ms, uint32_t n_acks,
           const uint64_t *acks)
 {
-    stoker_request req = {.method = STOKER_PULL, .session = session, .max_examples = max_examples,
-                          .wait_ms = wait_ms, .n_acks = n_acks, .acks = acks};
+    stoker_request req = {.method = STOKER_PULL,
+                          .session = session,
+                          .max_examples = max_examples,
+                          .wait_ms = wait_ms,
+                          .n_acks = n_acks,
+                          .acks = acks};
     return encode(&req);
 }
 
 nng_msg *
 fuzz_ack(uint64_t session, uint32_t n_acks, const uint64_t *acks)
 {
-    stoker_request req = {.method = STOKER_ACK, .session = session, .n_acks = n_acks,
-                          .acks = acks};
+    stoker_request req = {.method = STOKER_ACK, .session = session, .n_acks = n_acks, .acks = acks};
     return encode(&req);
 }
 

@@ -21,34 +21,35 @@
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-            "usage: stoker-producer --broker URL [options]\n"
-            "\n"
-            "Generates training examples and pushes them to a stoker broker.\n"
-            "\n"
-            "  --broker URL            the broker (tcp://HOST:PORT, ipc:///path, ...)\n"
-            "  --generator KIND        synthetic (default), exec or images\n"
-            "  --name S                name shown in events and status (default: host-pid)\n"
-            "  --chunk N               examples per push (default 3)\n"
-            "  --max-examples N        stop after N examples and say goodbye (default: no limit)\n"
-            "  --seed N                run seed; each example's seed derives from it, the name\n"
-            "                          and the example's seq (default 1)\n"
-            "  --token-file F          authenticate with the token in F\n"
-            "  --tls-cert F --tls-key F  client certificate and key (PEM) for tls+tcp://\n"
-            "  --tls-ca F              verify the broker's certificate with this CA (PEM)\n"
-            "  --log-level L           error, warn, info (default), debug\n"
-            "  --measure N             generate N examples without a broker and print the\n"
-            "                          generator's rate as JSON (how fast is my generator?)\n"
-            "synthetic:\n"
-            "  --delay MIN:MAX         seconds of simulated work per example (default 0.05:0.5)\n"
-            "exec:\n"
-            "  --exec 'CMD'            run CMD with /bin/sh -c and read examples from its stdout\n"
-            "  --schema SPEC           e.g. 'input:float32[10],output:float32[1]'\n"
-            "  --format text|raw       one example per line, or little-endian records (default text)\n"
-            "images:\n"
-            "  --images DIR            one subfolder of PNG/JPEG files per class\n"
-            "  --size N                output side in pixels (default 64)\n"
-            "  --help, --version\n");
+    fprintf(
+        f,
+        "usage: stoker-producer --broker URL [options]\n"
+        "\n"
+        "Generates training examples and pushes them to a stoker broker.\n"
+        "\n"
+        "  --broker URL            the broker (tcp://HOST:PORT, ipc:///path, ...)\n"
+        "  --generator KIND        synthetic (default), exec or images\n"
+        "  --name S                name shown in events and status (default: host-pid)\n"
+        "  --chunk N               examples per push (default 3)\n"
+        "  --max-examples N        stop after N examples and say goodbye (default: no limit)\n"
+        "  --seed N                run seed; each example's seed derives from it, the name\n"
+        "                          and the example's seq (default 1)\n"
+        "  --token-file F          authenticate with the token in F\n"
+        "  --tls-cert F --tls-key F  client certificate and key (PEM) for tls+tcp://\n"
+        "  --tls-ca F              verify the broker's certificate with this CA (PEM)\n"
+        "  --log-level L           error, warn, info (default), debug\n"
+        "  --measure N             generate N examples without a broker and print the\n"
+        "                          generator's rate as JSON (how fast is my generator?)\n"
+        "synthetic:\n"
+        "  --delay MIN:MAX         seconds of simulated work per example (default 0.05:0.5)\n"
+        "exec:\n"
+        "  --exec 'CMD'            run CMD with /bin/sh -c and read examples from its stdout\n"
+        "  --schema SPEC           e.g. 'input:float32[10],output:float32[1]'\n"
+        "  --format text|raw       one example per line, or little-endian records (default text)\n"
+        "images:\n"
+        "  --images DIR            one subfolder of PNG/JPEG files per class\n"
+        "  --size N                output side in pixels (default 64)\n"
+        "  --help, --version\n");
 }
 
 // --measure: the generator alone, in chunks as it would push them, no broker.
@@ -69,8 +70,8 @@ measure_generator(const stoker_generator *gen, const stoker_producer_config *cfg
     double s = (double)(stoker_now_ns() - start) / 1e9;
     stoker_chunk_fini(&chunk);
     if (rv != STOKER_OK && rv != STOKER_END_OF_DATA) {
-        stoker_error("measure: generator failed after %llu examples: %s",
-                     (unsigned long long)done, stoker_strerror(rv));
+        stoker_error("measure: generator failed after %llu examples: %s", (unsigned long long)done,
+                     stoker_strerror(rv));
         return rv;
     }
     printf("{\"examples\": %llu, \"seconds\": %.6f, \"examples_per_second\": %.1f}\n",
@@ -183,8 +184,7 @@ main(int argc, char **argv)
             cfg.seed = u;
             break;
         case OPT_TOKEN:
-            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) !=
-                STOKER_OK)
+            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) != STOKER_OK)
                 return bad("--token-file", optarg, err);
             cfg.client.token = token;
             break;
@@ -297,8 +297,7 @@ main(int argc, char **argv)
         stoker_schema schema;
         if (stoker_schema_parse(schema_spec, &schema, err, sizeof(err)) != STOKER_OK)
             return bad("--schema", schema_spec, err);
-        if (exec_generator_create(exec_cmd, &schema, format, &gen, err, sizeof(err)) !=
-            STOKER_OK) {
+        if (exec_generator_create(exec_cmd, &schema, format, &gen, err, sizeof(err)) != STOKER_OK) {
             stoker_error("exec: %s", err);
             return 1;
         }

@@ -166,8 +166,7 @@ send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep)
     outbox_add(out, token, msg);
 }
 
-static void
-send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
+static void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 static void
@@ -190,8 +189,7 @@ uptime_s(const broker *b, uint64_t now_ms)
 }
 
 static void
-add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms,
-          const char *reason)
+add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms, const char *reason)
 {
     stoker_event *e = &b->events[b->n_events % EVENT_LOG];
     memset(e, 0, sizeof(*e));
@@ -263,8 +261,8 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
     }
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
-    b->next_lease_id = cfg->first_lease_id != 0 ? cfg->first_lease_id
-                                                : (stoker_random_u64() >> 16) | 1;
+    b->next_lease_id =
+        cfg->first_lease_id != 0 ? cfg->first_lease_id : (stoker_random_u64() >> 16) | 1;
     return b;
 }
 
@@ -651,8 +649,8 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         if (req->next_seq > p->next_seq) {
             // The producer went on without us (we lost examples it sent, e.g. a restart of
             // ours is impossible here since we know it). Follow it, loudly.
-            stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu",
-                        p->id, p->name, (unsigned long long)req->next_seq,
+            stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu", p->id,
+                        p->name, (unsigned long long)req->next_seq,
                         (unsigned long long)p->next_seq);
             p->next_seq = req->next_seq;
         }
@@ -1031,7 +1029,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
             for (uint32_t f = 0; f < b->schema.n_fields; f++)
                 parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
             parts[i].count = part->range.count;
-            runs[i] = (stoker_run){.producer = part->producer, .session = part->session,
+            runs[i] = (stoker_run){.producer = part->producer,
+                                   .session = part->session,
                                    .first_seq = part->range.first_seq,
                                    .count = part->range.count};
         }
@@ -1207,8 +1206,8 @@ handle_status(broker *b, void *token, stoker_request *req, broker_outbox *out)
     stoker_request_free(req);
 }
 
-static void dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req,
-                     uint64_t now_ms, broker_outbox *out);
+static void dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                     broker_outbox *out);
 
 void
 broker_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
@@ -1242,8 +1241,10 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         // Every connection says hello with the token before anything else; a client whose
         // connection was replaced (a reconnect) is told to say hello again.
         char who[96];
-        stoker_warn("unauthenticated: %s request from %s before hello", 
-                    req->method == STOKER_PUSH ? "push" : req->method == STOKER_PULL ? "pull" : "a",
+        stoker_warn("unauthenticated: %s request from %s before hello",
+                    req->method == STOKER_PUSH   ? "push"
+                    : req->method == STOKER_PULL ? "pull"
+                                                 : "a",
                     peer(b, pipe, who, sizeof(who)));
         send_code(b, out, token, STOKER_UNKNOWN_PEER,
                   "unauthenticated connection: say hello with the token first");
@@ -1292,8 +1293,8 @@ static void
 lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broker_outbox *out)
 {
     p->status = STOKER_PRODUCER_LOST;
-    stoker_warn("producer-lost: producer %u '%s': %s (%llu examples still queued)", p->id,
-                p->name, reason, (unsigned long long)p->q.examples);
+    stoker_warn("producer-lost: producer %u '%s': %s (%llu examples still queued)", p->id, p->name,
+                reason, (unsigned long long)p->q.examples);
     add_event(b, STOKER_EVENT_PRODUCER_LOST, p, now_ms, reason);
     // Its parked pushes are answered so their contexts come free; a live peer resends.
     for (parked *k = p->pushes, *next; k != NULL; k = next) {
@@ -1464,18 +1465,20 @@ broker_metrics_text(const broker *b, uint64_t now_ms)
          offsetof(stoker_counters, delivered)},
         {"redelivered_total", "counter", "Examples returned to queues from dropped leases",
          offsetof(stoker_counters, redelivered)},
-        {"queued", "gauge", "Examples waiting in producer queues", offsetof(stoker_counters, queued)},
+        {"queued", "gauge", "Examples waiting in producer queues",
+         offsetof(stoker_counters, queued)},
         {"in_flight", "gauge", "Examples leased to trainers, not yet acknowledged",
          offsetof(stoker_counters, in_flight)},
-        {"queued_bytes", "gauge", "Bytes of queued examples", offsetof(stoker_counters, queued_bytes)},
+        {"queued_bytes", "gauge", "Bytes of queued examples",
+         offsetof(stoker_counters, queued_bytes)},
         {"refused_total", "counter", "Requests refused with an error",
          offsetof(stoker_counters, refused)},
     };
     for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
         uint64_t v = *(const uint64_t *)((const char *)&c + totals[i].offset);
         sbuf_printf(&sb, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\nstoker_%s %llu\n",
-                    totals[i].name, totals[i].help, totals[i].name, totals[i].type,
-                    totals[i].name, (unsigned long long)v);
+                    totals[i].name, totals[i].help, totals[i].name, totals[i].type, totals[i].name,
+                    (unsigned long long)v);
     }
     sbuf_printf(&sb,
                 "# HELP stoker_producers_alive Producers connected and sending\n"
@@ -1500,8 +1503,8 @@ broker_metrics_text(const broker *b, uint64_t now_ms)
                     per[m].name, per[m].type);
         for (uint32_t i = 0; i < b->n_producers; i++) {
             const producer *p = b->producers[i];
-            uint64_t v[] = {p->q.examples, p->accepted, p->delivered, p->acknowledged,
-                            p->redelivered, p->status == STOKER_PRODUCER_ALIVE};
+            uint64_t v[] = {p->q.examples,   p->accepted,    p->delivered,
+                            p->acknowledged, p->redelivered, p->status == STOKER_PRODUCER_ALIVE};
             char name[STOKER_NAME_MAX];
             clean_name(name, sizeof(name), p->name);
             sbuf_printf(&sb, "stoker_%s{producer=\"%u\",name=\"%s\"} %llu\n", per[m].name, p->id,
@@ -1548,8 +1551,7 @@ broker_status_json(const broker *b, uint64_t now_ms)
                     stoker_producer_status_name(p->status), (unsigned long long)p->q.examples,
                     (unsigned long long)p->accepted, (unsigned long long)p->delivered,
                     (unsigned long long)p->acknowledged, (unsigned long long)p->redelivered,
-                    (unsigned long long)p->next_seq,
-                    (double)(now_ms - p->last_seen_ms) / 1000.0);
+                    (unsigned long long)p->next_seq, (double)(now_ms - p->last_seen_ms) / 1000.0);
     }
     sbuf_printf(&sb, "], \"events\": [");
     uint64_t from = b->n_events > 100 ? b->n_events - 100 + 1 : 1;

@@ -45,7 +45,7 @@ typedef struct broker_outbox {
     struct {
         void *token;
         struct nng_msg *msg;
-    } *items;
+    } * items;
     size_t n, cap;
 } broker_outbox;
 

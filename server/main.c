@@ -26,30 +26,31 @@ on_signal(int sig)
 static void
 usage(FILE *f)
 {
-    fprintf(f,
-            "usage: stoker-broker --listen URL [--listen URL ...] [options]\n"
-            "\n"
-            "Keeps one bounded queue per producer and hands batches to trainers with\n"
-            "acknowledged delivery.\n"
-            "\n"
-            "  --listen URL            tcp://HOST:PORT, ipc:///path, inproc://name, tls+tcp://...\n"
-            "                          (port 0 picks a free port; the real URL is printed)\n"
-            "  --metrics URL           serve /metrics and /status at http://HOST:PORT\n"
-            "  --queue-depth N         examples per producer queue (default 64)\n"
-            "  --max-bytes N           bytes queued in all (default 1073741824)\n"
-            "  --producer-timeout SEC  silence before a producer is lost (default 3)\n"
-            "  --trainer-timeout SEC   silence before a trainer's leases are redelivered (default 10)\n"
-            "  --schema SPEC           accept only this schema, e.g.\n"
-            "                          'input:float32[10],output:float32[1]' (default: the first\n"
-            "                          producer's)\n"
-            "  --token-file F          require the token in F from every peer\n"
-            "  --tls-cert F --tls-key F  certificate and key (PEM) for tls+tcp:// listeners\n"
-            "  --tls-ca F              require client certificates signed by this CA (PEM)\n"
-            "  --max-message N         largest request accepted in bytes (default 67108864)\n"
-            "  --max-producers N       (default 1024)   --max-trainers N (default 64)\n"
-            "  --max-chunk N           most examples in one push or pull (default 1048576)\n"
-            "  --log-level L           error, warn, info (default), debug\n"
-            "  --help, --version\n");
+    fprintf(
+        f,
+        "usage: stoker-broker --listen URL [--listen URL ...] [options]\n"
+        "\n"
+        "Keeps one bounded queue per producer and hands batches to trainers with\n"
+        "acknowledged delivery.\n"
+        "\n"
+        "  --listen URL            tcp://HOST:PORT, ipc:///path, inproc://name, tls+tcp://...\n"
+        "                          (port 0 picks a free port; the real URL is printed)\n"
+        "  --metrics URL           serve /metrics and /status at http://HOST:PORT\n"
+        "  --queue-depth N         examples per producer queue (default 64)\n"
+        "  --max-bytes N           bytes queued in all (default 1073741824)\n"
+        "  --producer-timeout SEC  silence before a producer is lost (default 3)\n"
+        "  --trainer-timeout SEC   silence before a trainer's leases are redelivered (default 10)\n"
+        "  --schema SPEC           accept only this schema, e.g.\n"
+        "                          'input:float32[10],output:float32[1]' (default: the first\n"
+        "                          producer's)\n"
+        "  --token-file F          require the token in F from every peer\n"
+        "  --tls-cert F --tls-key F  certificate and key (PEM) for tls+tcp:// listeners\n"
+        "  --tls-ca F              require client certificates signed by this CA (PEM)\n"
+        "  --max-message N         largest request accepted in bytes (default 67108864)\n"
+        "  --max-producers N       (default 1024)   --max-trainers N (default 64)\n"
+        "  --max-chunk N           most examples in one push or pull (default 1048576)\n"
+        "  --log-level L           error, warn, info (default), debug\n"
+        "  --help, --version\n");
 }
 
 static int
@@ -151,8 +152,7 @@ main(int argc, char **argv)
             cfg.broker.has_schema = 1;
             break;
         case OPT_TOKEN:
-            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) !=
-                STOKER_OK)
+            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) != STOKER_OK)
                 return bad("--token-file", optarg, err);
             cfg.broker.token = token;
             break;
@@ -196,8 +196,7 @@ main(int argc, char **argv)
             printf("stoker-broker %s\n", STOKER_VERSION);
             return 0;
         default:
-            fprintf(stderr, "stoker-broker: unknown or incomplete option '%s'\n",
-                    argv[optind - 1]);
+            fprintf(stderr, "stoker-broker: unknown or incomplete option '%s'\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }

@@ -79,8 +79,8 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
     b->refs = 1;
     b->req = req;
     b->first_seq = req->first_seq;
-    node->range = (queue_range){.block = b, .first = skip, .count = n,
-                                .first_seq = req->first_seq + skip};
+    node->range =
+        (queue_range){.block = b, .first = skip, .count = n, .first_seq = req->first_seq + skip};
     if (q->tail != NULL)
         q->tail->next = node;
     else
@@ -98,8 +98,8 @@ queue_take(queue *q, uint32_t max, queue_range *out)
         return 0;
     queue_range *r = &node->range;
     uint32_t n = r->count < max ? r->count : max;
-    *out = (queue_range){.block = r->block, .first = r->first, .count = n,
-                         .first_seq = r->first_seq};
+    *out =
+        (queue_range){.block = r->block, .first = r->first, .count = n, .first_seq = r->first_seq};
     account(q, n, -1);
     if (n == r->count) { // the whole range: its reference moves to *out
         q->head = node->next;
@@ -133,6 +133,5 @@ queue_put_back(queue *q, const queue_range *r)
 const uint8_t *
 queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f)
 {
-    return r->block->req->chunk.data[f] +
-           (size_t)r->first * stoker_field_bytes(&schema->fields[f]);
+    return r->block->req->chunk.data[f] + (size_t)r->first * stoker_field_bytes(&schema->fields[f]);
 }

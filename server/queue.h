@@ -16,8 +16,8 @@ typedef struct qblock qblock; // shared storage of one push (private)
 typedef struct qnode qnode;   // list node (private)
 
 typedef struct queue_range {
-    qblock *block;      // holds one reference while the range is held
-    uint32_t first;     // index of the first example within the block
+    qblock *block;  // holds one reference while the range is held
+    uint32_t first; // index of the first example within the block
     uint32_t count;
     uint64_t first_seq; // seq of the first example
 } queue_range;

@@ -248,8 +248,8 @@ start_http(server *s, const char *url_text, char *err, size_t err_len)
 // --- lifecycle ----------------------------------------------------------------------------------
 
 static int
-start_listener(server *s, const char *url, size_t max_message_bytes,
-               const stoker_tls_options *tls, char *err, size_t err_len)
+start_listener(server *s, const char *url, size_t max_message_bytes, const stoker_tls_options *tls,
+               char *err, size_t err_len)
 {
     nng_listener l;
     int rv;

@@ -169,8 +169,7 @@ main(int argc, char **argv)
             cfg.broker_url = optarg;
             break;
         case OPT_TOKEN:
-            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) !=
-                STOKER_OK)
+            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) != STOKER_OK)
                 return bad("--token-file", optarg, err);
             cfg.token = token;
             break;
@@ -324,8 +323,8 @@ main(int argc, char **argv)
             return 2;
         }
     }
-    cfg.progress = strcmp(progress, "on") == 0 || (strcmp(progress, "auto") == 0 &&
-                                                   isatty(STDERR_FILENO));
+    cfg.progress =
+        strcmp(progress, "on") == 0 || (strcmp(progress, "auto") == 0 && isatty(STDERR_FILENO));
     stoker_log_init("trainer", level);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
@@ -344,9 +343,9 @@ main(int argc, char **argv)
     if (code == 0)
         stoker_info("%s: %s; %llu examples in %.2f s (%.1f/s), final loss %.5f, data wait "
                     "%.1f%%",
-                    train_status_name(res->status), res->reason,
-                    (unsigned long long)res->examples, res->seconds, res->examples_per_second,
-                    res->final_loss, 100 * res->data_wait_fraction);
+                    train_status_name(res->status), res->reason, (unsigned long long)res->examples,
+                    res->seconds, res->examples_per_second, res->final_loss,
+                    100 * res->data_wait_fraction);
     else
         stoker_error("%s: %s (after %llu examples in %.2f s)", train_status_name(res->status),
                      res->reason, (unsigned long long)res->examples, res->seconds);

@@ -38,8 +38,8 @@ train_config_init(train_config *cfg)
 const char *
 train_status_name(train_status status)
 {
-    static const char *const names[] = {"completed",   "time_goal", "supply_ended",
-                                        "stalled",     "interrupted", "error"};
+    static const char *const names[] = {"completed", "time_goal",   "supply_ended",
+                                        "stalled",   "interrupted", "error"};
     return status <= TRAIN_ERROR ? names[status] : "error";
 }
 
@@ -249,10 +249,9 @@ train_run(const train_config *cfg, train_result *res)
         to.on_event_arg = &sink;
         rv = stoker_trainer_client_create(&to, &tc, why, sizeof(why));
         if (rv != STOKER_OK) {
-            train_status st = rv == STOKER_INTERRUPTED ? TRAIN_INTERRUPTED
-                              : rv == STOKER_STALLED || rv == STOKER_CONNECTION
-                                  ? TRAIN_STALLED
-                                  : TRAIN_ERROR;
+            train_status st = rv == STOKER_INTERRUPTED                          ? TRAIN_INTERRUPTED
+                              : rv == STOKER_STALLED || rv == STOKER_CONNECTION ? TRAIN_STALLED
+                                                                                : TRAIN_ERROR;
             set_reason(res, st, "cannot start feeding from %s: %s", cfg->broker_url, why);
             tc = NULL;
             goto done;
@@ -459,7 +458,8 @@ train_write_json(const train_result *r, FILE *f)
             "\"first_round_loss\": %.9g, \"data_wait_fraction\": %.6f",
             r->device, (unsigned long long)r->rounds, (unsigned long long)r->batches,
             (unsigned long long)r->examples, r->seconds, r->examples_per_second,
-            finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss), r->data_wait_fraction);
+            finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
+            r->data_wait_fraction);
     if (r->has_audit)
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "

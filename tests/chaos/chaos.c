@@ -48,11 +48,11 @@
 #include "stoker/error.h"
 #include "stoker/rng.h"
 
-#define MAX_PRODUCERS    4
-#define MAX_CONSUMERS    8
-#define MAX_SESSIONS     256
-#define MAX_SEQ          (1u << 22)
-#define LEASE_NEAR       1000000u // leases of one broker lie within this of each other
+#define MAX_PRODUCERS 4
+#define MAX_CONSUMERS 8
+#define MAX_SESSIONS  256
+#define MAX_SEQ       (1u << 22)
+#define LEASE_NEAR    1000000u // leases of one broker lie within this of each other
 
 // ---- failure, watchdog ---------------------------------------------------------------------
 
@@ -60,8 +60,7 @@ static char tmpdir[256];
 static int keep_dir;
 static int run_failed;
 
-static void
-fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Records a failed assertion of the current run (the run goes on to report everything).
 static void
@@ -77,8 +76,7 @@ fail(const char *fmt, ...)
     run_failed = 1;
 }
 
-static void
-die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 // A fixture that cannot do its job: stop the whole test (children die with us).
 static void
@@ -275,7 +273,7 @@ typedef struct run_state {
     proc consumer;
     consumer_rec consumers[MAX_CONSUMERS];
     int n_consumers;
-    int marker_consumer; // consumer running when the broker was killed (-1 before)
+    int marker_consumer;  // consumer running when the broker was killed (-1 before)
     stoker_status *held;  // the killed broker's status while everything was frozen
     stoker_status *final; // the surviving broker's status after the drain
     // chaos counts
@@ -294,8 +292,9 @@ start_broker(run_state *r)
 {
     size_t before = 0;
     free(read_file(r->broker_log, &before));
-    const char *argv[] = {broker_bin,           "--listen", r->url, "--producer-timeout", "2",
-                          "--queue-depth",      "48",       "--log-level", "info", NULL};
+    const char *argv[] = {
+        broker_bin,    "--listen", r->url, "--producer-timeout", "2", "--queue-depth", "48",
+        "--log-level", "info",     NULL};
     r->broker.pid = spawn(argv, r->broker_log);
     r->broker.frozen = 0;
     r->broker_gen++;
@@ -324,9 +323,9 @@ start_producer(run_state *r, int slot)
     snprintf(seed, sizeof(seed), "%" PRIu64, rnd(r, 1, 1000000));
     snprintf(chunk, sizeof(chunk), "%" PRIu64, rnd(r, 1, 6));
     snprintf(log, sizeof(log), "%s/run%d-producers.log", tmpdir, r->index);
-    const char *argv[] = {producer_bin, "--broker",    r->url,  "--name",  name,
-                          "--delay",    "0.002:0.01",  "--chunk", chunk,   "--seed",
-                          seed,         "--log-level", "warn",  NULL};
+    const char *argv[] = {producer_bin, "--broker",    r->url,    "--name", name,
+                          "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
+                          seed,         "--log-level", "warn",    NULL};
     r->producers[slot].pid = spawn(argv, log);
     r->producers[slot].frozen = 0;
     r->restart_at[slot] = 0;
@@ -345,8 +344,9 @@ start_consumer(run_state *r)
     char seed[32], errlog[300];
     snprintf(seed, sizeof(seed), "%" PRIu64, rnd(r, 1, 1000000));
     snprintf(errlog, sizeof(errlog), "%s/run%d-consumers.err", tmpdir, r->index);
-    const char *argv[] = {consumer_bin, "--broker",   r->url, "--log",  c->log, "--batch", "8",
-                          "--prefetch", "4",          "--train-ms", r->train_ms, "--seed", seed, NULL};
+    const char *argv[] = {consumer_bin, "--broker", r->url,       "--log", c->log,
+                          "--batch",    "8",        "--prefetch", "4",     "--train-ms",
+                          r->train_ms,  "--seed",   seed,         NULL};
     r->consumer.pid = spawn(argv, errlog);
     r->consumer.frozen = 0;
 }
@@ -443,8 +443,7 @@ reap_unexpected(run_state *r)
     }
     if (r->broker.pid > 0 && waitpid(r->broker.pid, &st, WNOHANG) == r->broker.pid) {
         r->broker.pid = 0;
-        die("run %d: the broker died on its own (status %d; see %s)", r->index, st,
-            r->broker_log);
+        die("run %d: the broker died on its own (status %d; see %s)", r->index, st, r->broker_log);
     }
 }
 
@@ -563,8 +562,8 @@ drain_phase(run_state *r)
 // ---- the check -----------------------------------------------------------------------------
 
 typedef struct idrec {
-    uint32_t n[3];    // deliveries per broker lifetime (1, 2)
-    int32_t last[3];  // batch of the latest delivery per lifetime, -1 none
+    uint32_t n[3];   // deliveries per broker lifetime (1, 2)
+    int32_t last[3]; // batch of the latest delivery per lifetime, -1 none
 } idrec;
 
 typedef struct sess {
@@ -755,12 +754,12 @@ check_run(run_state *r, totals *tot)
     for (size_t i = 0; i < c->n_batches; i++) {
         batch *b = &c->batches[i];
         if (b->lifetime == 0) {
-            b->lifetime = min1 != UINT64_MAX && b->lease >= min1 && b->lease <= max1 + LEASE_NEAR
-                              ? 1
-                              : 2;
+            b->lifetime =
+                min1 != UINT64_MAX && b->lease >= min1 && b->lease <= max1 + LEASE_NEAR ? 1 : 2;
             if (b->lifetime == 1 && b->consumer > r->marker_consumer)
                 fail("run %d: consumer %d, started after the broker's kill, has lease %" PRIu64
-                     " of the killed broker", r->index, b->consumer, b->lease);
+                     " of the killed broker",
+                     r->index, b->consumer, b->lease);
         }
         if (b->lifetime == 2) {
             min2 = b->lease < min2 ? b->lease : min2;
@@ -825,7 +824,8 @@ check_run(run_state *r, totals *tot)
                 const stoker_status *st = l == 1 ? s1 : s2;
                 if (!accepted_by(st, s->session, q) && (l == 1 ? bad1++ : bad2++) < 5)
                     fail("run %d: identity %016" PRIx64 ":%" PRIu64 " trained in broker "
-                         "lifetime %d, which never accepted it", r->index, s->session, q, l);
+                         "lifetime %d, which never accepted it",
+                         r->index, s->session, q, l);
             }
             if (id->n[1] > 0 && id->n[2] > 0) {
                 twice_across++;
@@ -864,24 +864,26 @@ check_run(run_state *r, totals *tot)
         const stoker_producer_info *p2 = status_session(s2, p->session);
         if (p2 != NULL && p2->next_seq - p2->accepted > p->next_seq)
             fail("run %d: session %016" PRIx64 " resumed at seq %" PRIu64 " with the new broker, "
-                 "the killed one held only up to %" PRIu64 " (examples skipped)", r->index,
-                 p->session, p2->next_seq - p2->accepted, p->next_seq);
+                 "the killed one held only up to %" PRIu64 " (examples skipped)",
+                 r->index, p->session, p2->next_seq - p2->accepted, p->next_seq);
     }
     if (sum1 != k1->produced)
         fail("run %d: killed broker: producers' accepted sum to %" PRIu64 ", produced %" PRIu64,
              r->index, sum1, k1->produced);
     if (trained[1] < k1->acknowledged)
-        fail("run %d: killed broker acknowledged %" PRIu64 " examples, consumers trained only %"
-             PRIu64, r->index, k1->acknowledged, trained[1]);
+        fail("run %d: killed broker acknowledged %" PRIu64
+             " examples, consumers trained only %" PRIu64,
+             r->index, k1->acknowledged, trained[1]);
     if (acked[1] > k1->acknowledged)
         fail("run %d: consumers logged %" PRIu64 " acknowledged examples, the killed broker "
-             "counted %" PRIu64, r->index, acked[1], k1->acknowledged);
+             "counted %" PRIu64,
+             r->index, acked[1], k1->acknowledged);
     uint64_t trained_unacked = trained[1] - k1->acknowledged;
     if (lost + trained_unacked + repushed != held)
         fail("run %d: the killed broker held %" PRIu64 " (queued %" PRIu64 " + in flight %" PRIu64
              "); lost %" PRIu64 " + trained unacknowledged %" PRIu64 " + re-pushed %" PRIu64
-             " should equal it", r->index, held, k1->queued, k1->in_flight, lost,
-             trained_unacked, repushed);
+             " should equal it",
+             r->index, held, k1->queued, k1->in_flight, lost, trained_unacked, repushed);
 
     // The surviving broker, drained.
     const stoker_counters *k2 = &s2->counters;
@@ -896,26 +898,29 @@ check_run(run_state *r, totals *tot)
         sum2 += p->accepted;
         if (p->accepted > p->next_seq)
             fail("run %d: surviving broker: session %016" PRIx64 " accepted %" PRIu64
-                 " > next_seq %" PRIu64, r->index, p->session, p->accepted, p->next_seq);
+                 " > next_seq %" PRIu64,
+                 r->index, p->session, p->accepted, p->next_seq);
         for (uint64_t q = p->next_seq - p->accepted; q < p->next_seq; q++) {
             idrec *id = find_id(c, p->session, q, 0);
             if (id == NULL || id->n[2] == 0) {
                 if (missing2++ < 5)
                     fail("run %d: identity %016" PRIx64 ":%" PRIu64 " accepted by the "
-                         "surviving broker was never delivered", r->index, p->session, q);
+                         "surviving broker was never delivered",
+                         r->index, p->session, q);
             }
         }
     }
     if (sum2 != k2->produced)
-        fail("run %d: surviving broker: producers' accepted sum to %" PRIu64 ", produced %"
-             PRIu64, r->index, sum2, k2->produced);
+        fail("run %d: surviving broker: producers' accepted sum to %" PRIu64 ", produced %" PRIu64,
+             r->index, sum2, k2->produced);
     if (trained[2] != k2->produced || k2->acknowledged != k2->produced)
         fail("run %d: surviving broker: produced %" PRIu64 ", acknowledged %" PRIu64
-             ", identities trained %" PRIu64, r->index, k2->produced, k2->acknowledged,
-             trained[2]);
+             ", identities trained %" PRIu64,
+             r->index, k2->produced, k2->acknowledged, trained[2]);
     if (acked[2] > k2->acknowledged)
         fail("run %d: consumers logged %" PRIu64 " acknowledged examples, the surviving broker "
-             "counted %" PRIu64, r->index, acked[2], k2->acknowledged);
+             "counted %" PRIu64,
+             r->index, acked[2], k2->acknowledged);
 
     printf("chaos: run %d: %zu batches, %" PRIu64 " examples trained (%" PRIu64 " + %" PRIu64
            " distinct per broker); producers: %d started, %d killed, %d frozen, %d replaced; "
@@ -923,20 +928,19 @@ check_run(run_state *r, totals *tot)
            r->index, c->n_batches, examples, trained[1], trained[2], r->producer_starts,
            r->producer_kills, r->producer_freezes, r->producer_replacements, r->consumer_kills,
            r->broker_kills);
-    printf("chaos: run %d: redelivered to the next consumer: %" PRIu64 " (killed before 'A') + %"
-           PRIu64 " (ack refused/failed, %" PRIu64 " batches); broker counted %" PRIu64 " + %"
-           PRIu64 " redelivered\n",
+    printf("chaos: run %d: redelivered to the next consumer: %" PRIu64
+           " (killed before 'A') + %" PRIu64 " (ack refused/failed, %" PRIu64
+           " batches); broker counted %" PRIu64 " + %" PRIu64 " redelivered\n",
            r->index, redel_killed, redel_nack, nacks, k1->redelivered, k2->redelivered);
     printf("chaos: run %d: killed broker held %" PRIu64 " (queued %" PRIu64 ", in flight %" PRIu64
            "): %" PRIu64 " trained but unacknowledged, %" PRIu64 " re-pushed to the new broker, "
            "%" PRIu64 " LOST; trained under both brokers %" PRIu64 "; trainer-counted "
            "duplicates %" PRIu64 "\n",
-           r->index, held, k1->queued, k1->in_flight, trained_unacked, repushed, lost,
-           twice_across, c->dup_seen);
+           r->index, held, k1->queued, k1->in_flight, trained_unacked, repushed, lost, twice_across,
+           c->dup_seen);
     printf("chaos: run %d: surviving broker: produced %" PRIu64 " = acknowledged %" PRIu64
            ", queued %" PRIu64 ", in flight %" PRIu64 ", discrepancy %" PRId64 "\n",
-           r->index, k2->produced, k2->acknowledged, k2->queued, k2->in_flight,
-           discrepancy(k2));
+           r->index, k2->produced, k2->acknowledged, k2->queued, k2->in_flight, discrepancy(k2));
 
     tot->batches += c->n_batches;
     tot->examples_trained += examples;
@@ -989,7 +993,8 @@ main(void)
     if (run_ms < 2000)
         run_ms = 2000;
     printf("chaos: seed %" PRIu64 " (STOKER_CHAOS_SEED=%" PRIu64 " repeats it), %" PRIu64
-           " runs of %" PRIu64 " ms\n", seed, seed, runs, run_ms);
+           " runs of %" PRIu64 " ms\n",
+           seed, seed, runs, run_ms);
 
     // Every run ends within run_ms + ~1 s of broker restart + 2 x 8 s of drain + stops (5 s
     // each at most); the watchdog bounds the whole test whatever happens.
@@ -1049,8 +1054,8 @@ main(void)
            " examples trained; producers started %d, killed %d, frozen %d, replaced %d; "
            "consumers killed %d; brokers killed %d\n",
            seed, runs, failed_runs, tot.batches, tot.examples_trained, tot.producer_starts,
-           tot.producer_kills, tot.producer_freezes, tot.producer_replacements,
-           tot.consumer_kills, tot.broker_kills);
+           tot.producer_kills, tot.producer_freezes, tot.producer_replacements, tot.consumer_kills,
+           tot.broker_kills);
     printf("chaos: redelivered identities: %" PRIu64 " from killed consumers' unacknowledged "
            "batches, %" PRIu64 " after a refused/failed ack (%" PRIu64 " batches); broker-counted "
            "redeliveries %" PRIu64 "\n",
@@ -1059,8 +1064,7 @@ main(void)
     printf("chaos: killed brokers held %" PRIu64 ": trained but unacknowledged %" PRIu64
            ", re-pushed %" PRIu64 ", lost %" PRIu64 "; trained under both brokers %" PRIu64
            "; trainer-counted duplicates %" PRIu64 "\n",
-           tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.twice_across,
-           tot.dup_seen);
+           tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.twice_across, tot.dup_seen);
     if (failed_runs == 0 && !keep_dir) {
         char cmd[400];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

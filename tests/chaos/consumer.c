@@ -59,8 +59,7 @@ put_line(const char *line, size_t len)
     }
 }
 
-static void
-put_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void put_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 static void
 put_fmt(const char *fmt, ...)
@@ -168,15 +167,18 @@ main(int argc, char **argv)
             line[len++] = '\n';
             put_line(line, len);
             if (covered != b->chunk.count)
-                fprintf(stderr, "chaos-consumer: lease %" PRIu64 ": runs cover %" PRIu64
-                        " examples, batch has %u\n", b->lease, covered, b->chunk.count);
+                fprintf(stderr,
+                        "chaos-consumer: lease %" PRIu64 ": runs cover %" PRIu64
+                        " examples, batch has %u\n",
+                        b->lease, covered, b->chunk.count);
             uint64_t d = stoker_trainer_client_duplicates(tc);
             if (d > dups_logged) {
                 put_fmt("D %" PRIu64 "\n", d - dups_logged);
                 dups_logged = d;
             }
             // Training: hold the lease a little while, so kills find leases in flight.
-            unsigned ms = train_min + (unsigned)(stoker_rng_u64(&rng) % (train_max - train_min + 1));
+            unsigned ms =
+                train_min + (unsigned)(stoker_rng_u64(&rng) % (train_max - train_min + 1));
             if (ms > 0)
                 stoker_sleep_ms(ms, NULL);
             uint64_t refused = stoker_trainer_client_acks_refused(tc);

@@ -737,8 +737,9 @@ Test(short_batch, a_pull_whose_wait_is_over_gets_what_is_queued)
     cr_assert_null(reply(t), "answered before its wait was over");
     tick(1);
     stoker_reply *rep = answered(t, STOKER_OK);
-    cr_assert_eq(rep->chunk.count, 3, "data that trickles in slower than a batch fills is not "
-                                      "held back (a trainer would report a false stall)");
+    cr_assert_eq(rep->chunk.count, 3,
+                 "data that trickles in slower than a batch fills is not "
+                 "held back (a trainer would report a false stall)");
     check_batch(rep);
 }
 

@@ -318,7 +318,8 @@ e2e_wait_producer(const char *url, const char *name, uint64_t min_accepted, int 
     for (;;) {
         stoker_status *st = h_status(url);
         const stoker_producer_info *p = h_status_producer(st, name);
-        int ok = p != NULL && p->accepted >= min_accepted && (status < 0 || (int)p->status == status);
+        int ok =
+            p != NULL && p->accepted >= min_accepted && (status < 0 || (int)p->status == status);
         stoker_status_destroy(st);
         if (ok)
             return 1;

@@ -76,8 +76,7 @@ int e2e_wait_producer(const char *url, const char *name, uint64_t min_accepted, 
 int e2e_wait_trainers(const char *url, uint32_t n, int timeout_ms);
 
 // A trainer client (fails the test if it cannot connect).
-stoker_trainer_client *e2e_trainer_client(const char *url, uint32_t batch_size,
-                                          uint32_t stall_ms);
+stoker_trainer_client *e2e_trainer_client(const char *url, uint32_t batch_size, uint32_t stall_ms);
 
 // Examples pulled by a trainer client: identities and each example's bytes (fields in schema
 // order, concatenated).

@@ -110,8 +110,10 @@ Test(producer, sigterm_says_goodbye_and_loses_nothing)
     e2e_assert_exit(p, 0, 5000);
 
     stoker_producer_info info = producer_info(url, "term");
-    cr_assert_eq(info.status, STOKER_PRODUCER_FINISHED, "status %s after SIGTERM, expected "
-                 "finished (goodbye)", stoker_producer_status_name(info.status));
+    cr_assert_eq(info.status, STOKER_PRODUCER_FINISHED,
+                 "status %s after SIGTERM, expected "
+                 "finished (goodbye)",
+                 stoker_producer_status_name(info.status));
     // What the producer says it pushed is what the broker accepted.
     char *err = e2e_read_file(p->err_path);
     cr_assert_not_null(err);
@@ -161,8 +163,7 @@ Test(seeding, producers_with_different_names_never_send_equal_inputs)
     char url[256];
     e2e_broker_url(url, sizeof(url), "broker");
     e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", "100000"));
-    const char *const pargs[] = {"--delay", "0:0", "--seed", "42", "--max-examples", "300",
-                                 NULL};
+    const char *const pargs[] = {"--delay", "0:0", "--seed", "42", "--max-examples", "300", NULL};
     e2e_child *a = e2e_producer_start(url, "twin-a", pargs);
     e2e_child *b = e2e_producer_start(url, "twin-b", pargs);
     e2e_assert_exit(a, 0, 10000);
@@ -198,12 +199,13 @@ Test(seeding, same_name_and_seed_give_the_same_bytes_whatever_the_timing)
     e2e_examples fast = {0}, slow = {0}, other = {0};
     // Different pace, different chunking: the bytes of example seq depend only on
     // (seed, name, seq).
-    run_and_collect("fast", E2E_ARGS("--delay", "0:0", "--chunk", "7", "--seed", "7",
-                                     "--max-examples", "60"),
-                    "same", &fast);
-    run_and_collect("slow", E2E_ARGS("--delay", "0.001:0.004", "--chunk", "2", "--seed", "7",
-                                     "--max-examples", "60"),
-                    "same", &slow);
+    run_and_collect(
+        "fast", E2E_ARGS("--delay", "0:0", "--chunk", "7", "--seed", "7", "--max-examples", "60"),
+        "same", &fast);
+    run_and_collect(
+        "slow",
+        E2E_ARGS("--delay", "0.001:0.004", "--chunk", "2", "--seed", "7", "--max-examples", "60"),
+        "same", &slow);
     run_and_collect("other", E2E_ARGS("--delay", "0:0", "--seed", "8", "--max-examples", "60"),
                     "same", &other);
     cr_assert_eq(fast.n, 60);
@@ -251,9 +253,9 @@ Test(exec, awk_text_generator_feeds_the_broker_intact)
     const char *cmd = "awk 'BEGIN { for (i = 0; i < 40; i++) { s = \"\"; "
                       "for (j = 0; j < 10; j++) s = s (i * 100 + j) (j % 2 ? \" \" : \",\"); "
                       "print s (i + 0.5) } }'";
-    e2e_child *p = e2e_producer_start(url, "awk", E2E_ARGS("--generator", "exec", "--exec", cmd,
-                                                           "--schema", EXEC_SCHEMA, "--format",
-                                                           "text", "--chunk", "4"));
+    e2e_child *p = e2e_producer_start(url, "awk",
+                                      E2E_ARGS("--generator", "exec", "--exec", cmd, "--schema",
+                                               EXEC_SCHEMA, "--format", "text", "--chunk", "4"));
     e2e_assert_exit(p, 0, 10000);
     stoker_producer_info info = producer_info(url, "awk");
     cr_assert_eq(info.status, STOKER_PRODUCER_FINISHED, "a child that ended cleanly: status %s",
@@ -282,9 +284,9 @@ Test(exec, malformed_line_7_is_named_and_the_6_good_examples_arrive)
     const char *cmd = "awk 'BEGIN { for (i = 0; i < 10; i++) { if (i == 6) { print \"1 2 oops\"; "
                       "continue } s = \"\"; for (j = 0; j < 10; j++) s = s (i * 100 + j) \" \"; "
                       "print s (i + 0.5) } }'";
-    e2e_child *p = e2e_producer_start(url, "bad7", E2E_ARGS("--generator", "exec", "--exec", cmd,
-                                                            "--schema", EXEC_SCHEMA, "--chunk",
-                                                            "4"));
+    e2e_child *p = e2e_producer_start(
+        url, "bad7",
+        E2E_ARGS("--generator", "exec", "--exec", cmd, "--schema", EXEC_SCHEMA, "--chunk", "4"));
     cr_assert(e2e_wait(p, 10000), "the producer did not exit within 10 s");
     char *err = e2e_read_file(p->err_path);
     cr_assert(WIFEXITED(p->status) && WEXITSTATUS(p->status) != 0,
@@ -294,8 +296,10 @@ Test(exec, malformed_line_7_is_named_and_the_6_good_examples_arrive)
 
     e2e_examples ex = {0};
     int rv = e2e_drain(tc, &ex, 10000);
-    cr_assert_eq(rv, STOKER_NO_PRODUCERS, "the supply ended with %s, expected no_producers (the "
-                 "producer is lost, not finished)", stoker_errname(rv));
+    cr_assert_eq(rv, STOKER_NO_PRODUCERS,
+                 "the supply ended with %s, expected no_producers (the "
+                 "producer is lost, not finished)",
+                 stoker_errname(rv));
     cr_assert(has_event(&ex, STOKER_EVENT_PRODUCER_LOST, "bad7"), "no producer_lost event");
     stoker_producer_info info = producer_info(url, "bad7");
     cr_assert_eq(info.status, STOKER_PRODUCER_LOST, "status %s, expected lost",
@@ -314,10 +318,10 @@ Test(exec, missing_command_exits_1_with_a_clear_message)
     char url[256];
     e2e_broker_url(url, sizeof(url), "broker");
     e2e_child *broker = e2e_broker_start(url, NULL);
-    e2e_child *p = e2e_producer_start(
-        url, "nocmd",
-        E2E_ARGS("--generator", "exec", "--exec", "/nonexistent/stoker-no-such-generator",
-                 "--schema", EXEC_SCHEMA));
+    e2e_child *p = e2e_producer_start(url, "nocmd",
+                                      E2E_ARGS("--generator", "exec", "--exec",
+                                               "/nonexistent/stoker-no-such-generator", "--schema",
+                                               EXEC_SCHEMA));
     e2e_assert_exit(p, 1, 10000);
     char *err = e2e_read_file(p->err_path);
     cr_assert(strstr(err, "stoker-no-such-generator") != NULL,
@@ -384,15 +388,14 @@ Test(exec, child_is_gone_after_the_producer_stops)
 
 // --- broker restart -----------------------------------------------------------------------------
 
-Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq,
-     .timeout = 40)
+Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .timeout = 40)
 {
     char url[256];
     e2e_broker_url(url, sizeof(url), "broker");
     const char *const bargs[] = {"--queue-depth", "100000", NULL};
     e2e_child *broker = e2e_broker_start(url, bargs);
-    e2e_child *p = e2e_producer_start(url, "survivor",
-                                      E2E_ARGS("--delay", "0.001:0.002", "--chunk", "3"));
+    e2e_child *p =
+        e2e_producer_start(url, "survivor", E2E_ARGS("--delay", "0.001:0.002", "--chunk", "3"));
     cr_assert(e2e_wait_producer(url, "survivor", 30, -1, 10000), "no examples in 10 s");
     stoker_producer_info before = producer_info(url, "survivor");
 
@@ -427,9 +430,10 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq,
     // chunk in flight at the kill is held by both brokers, none is skipped.
     e2e_examples_sort(&ex);
     uint64_t first = ex.v[0].seq;
-    cr_assert_geq(first + 3, before.accepted, "the producer resumed at seq %llu, the old broker "
-                  "had %llu already", (unsigned long long)first,
-                  (unsigned long long)before.accepted);
+    cr_assert_geq(first + 3, before.accepted,
+                  "the producer resumed at seq %llu, the old broker "
+                  "had %llu already",
+                  (unsigned long long)first, (unsigned long long)before.accepted);
     assert_contiguous(&ex, first, after.accepted);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);

@@ -53,15 +53,16 @@ Test(synthetic, producer_pays_the_delays_end_to_end)
 {
     char url[256];
     e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--schema", SCHEMA, "--queue-depth",
-                                                       "1000"));
+    e2e_child *broker =
+        e2e_broker_start(url, E2E_ARGS("--schema", SCHEMA, "--queue-depth", "1000"));
     // The trainer client is there first so it hears the producer's joined and finished events,
     // stamped by the broker. With one chunk of 200, the time between them is the 200 delays
     // plus one push and a goodbye.
     stoker_trainer_client *tc = e2e_trainer_client(url, 50, 10000);
     const double lo = 0.002, hi = 0.006, n = 200;
-    e2e_child *p = e2e_producer_start(url, "paced", E2E_ARGS("--delay", "0.002:0.006", "--chunk",
-                                                             "200", "--max-examples", "200"));
+    e2e_child *p = e2e_producer_start(
+        url, "paced",
+        E2E_ARGS("--delay", "0.002:0.006", "--chunk", "200", "--max-examples", "200"));
     e2e_examples ex = {0};
     int rv = e2e_drain(tc, &ex, 15000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
@@ -125,9 +126,10 @@ Test(synthetic, delay_distribution_is_uniform_in_the_range)
     }
     stoker_generator_fini(&gen);
     double mean = sum / 200, want = (lo + hi) / 2;
-    fprintf(stderr, "synthetic: delays %.3f..%.3f ms, mean %.3f ms (expected %.3f), %d below 3 ms, "
-            "%d above 5 ms\n", min_d * 1e3, max_d * 1e3, mean * 1e3, want * 1e3, below_3ms,
-            above_5ms);
+    fprintf(stderr,
+            "synthetic: delays %.3f..%.3f ms, mean %.3f ms (expected %.3f), %d below 3 ms, "
+            "%d above 5 ms\n",
+            min_d * 1e3, max_d * 1e3, mean * 1e3, want * 1e3, below_3ms, above_5ms);
     cr_assert(mean > 0.9 * want && mean < 1.1 * want,
               "mean delay %.3f ms, expected %.3f ms within 10 %%", mean * 1e3, want * 1e3);
     // Uniform over [2, 6] ms puts a quarter of the delays in each end millisecond.
@@ -146,9 +148,9 @@ Test(supply, killing_every_producer_ends_training_with_3_within_a_second)
     e2e_child *p2 = e2e_producer_start(url, "doomed-2", E2E_ARGS("--delay", "0.002:0.004"));
     const char *json = e2e_path("summary.json");
     const char *weights = e2e_path("weights.safetensors");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000",
-                                              "--stall-timeout", "10", "--device", "cpu",
-                                              "--json", json, "--weights", weights));
+    e2e_child *t =
+        e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000", "--stall-timeout", "10",
+                                   "--device", "cpu", "--json", json, "--weights", weights));
     cr_assert(wait_acknowledged(url, 100, 15000), "the trainer acknowledged < 100 in 15 s");
     uint64_t kill_ms = stoker_now_ms();
     e2e_signal(p1, SIGKILL);
@@ -169,8 +171,8 @@ Test(supply, killing_every_producer_ends_training_with_3_within_a_second)
     cr_assert_eq(lost, 2, "%d producer_lost events in the summary, expected 2: %s", lost, s);
     free(s);
     cr_assert(e2e_file_exists(weights), "no weights file after the supply ended");
-    check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs",
-                      "1"));
+    check_ok(
+        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs", "1"));
     h_assert_identity(url);
     e2e_broker_stop(broker);
 }
@@ -189,10 +191,9 @@ Test(supply, frozen_producers_stall_the_trainer_with_4_after_the_timeout)
     // A trainer slower than the producers (a wide network): batches are still queued when the
     // producers freeze, so its last batch comes after the freeze and the stall timeout counts
     // from a moment after it.
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000",
-                                              "--batch-size", "32", "--hidden", "256,256",
-                                              "--stall-timeout", "1", "--device", "cpu",
-                                              "--json", json));
+    e2e_child *t = e2e_trainer_start(
+        E2E_ARGS("--broker", url, "--rounds", "1000000", "--batch-size", "32", "--hidden",
+                 "256,256", "--stall-timeout", "1", "--device", "cpu", "--json", json));
     cr_assert(wait_acknowledged(url, 200, 15000), "the trainer acknowledged < 200 in 15 s");
     uint64_t stop_ms = stoker_now_ms();
     e2e_signal(p1, SIGSTOP);
@@ -200,8 +201,10 @@ Test(supply, frozen_producers_stall_the_trainer_with_4_after_the_timeout)
     e2e_assert_exit(t, 4, 10000);
     double took = (double)(stoker_now_ms() - stop_ms) / 1000.0;
     fprintf(stderr, "stall: the trainer exited %.3f s after the producers froze\n", took);
-    cr_assert(took >= 1.0 && took <= 3.0, "the trainer exited %.3f s after the freeze, expected "
-              "within [1, 3] s (stall timeout 1 s)", took);
+    cr_assert(took >= 1.0 && took <= 3.0,
+              "the trainer exited %.3f s after the freeze, expected "
+              "within [1, 3] s (stall timeout 1 s)",
+              took);
     check_ok(E2E_ARGS("summary", json, "--status", "stalled", "--batch-size", "32"));
     e2e_signal(p1, SIGCONT);
     e2e_signal(p2, SIGCONT);

@@ -68,8 +68,8 @@ Test(training, loss_halves_through_a_broker_and_four_producers)
     e2e_assert_exit(t, 0, 45000);
     check_ok(E2E_ARGS("summary", json, "--status", "completed", "--rounds", "30", "--batch-size",
                       "32", "--round-length", "640", "--loss-halved"));
-    check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "32,32", "--outputs",
-                      "1"));
+    check_ok(
+        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "32,32", "--outputs", "1"));
     stop_all(producers, 4);
     h_assert_identity(url);
     e2e_broker_stop(broker);
@@ -81,9 +81,9 @@ Test(summary, counts_every_example_once_when_the_data_ends)
     e2e_child *producers[1];
     e2e_child *broker = supply(url, sizeof(url), 0, NULL, producers);
     const char *json = e2e_path("summary.json");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--broker", url, "--batch-size", "8",
-                                              "--round-length", "20", "--rounds", "1000",
-                                              "--device", "cpu", "--json", json));
+    e2e_child *t =
+        e2e_trainer_start(E2E_ARGS("--broker", url, "--batch-size", "8", "--round-length", "20",
+                                   "--rounds", "1000", "--device", "cpu", "--json", json));
     // The trainer connects first, so it hears the producers join and finish (a trainer does not
     // get the events from before it connected). The broker knows the schema: the trainer can
     // connect before any producer.
@@ -91,8 +91,8 @@ Test(summary, counts_every_example_once_when_the_data_ends)
     // 90 examples, not a multiple of the batch size: the last batch is short. (One producer:
     // with two, the first could finish before the second said hello, and the broker would
     // rightly end the supply then.)
-    producers[0] = e2e_producer_start(url, "finite",
-                                      E2E_ARGS("--delay", "0:0.001", "--max-examples", "90"));
+    producers[0] =
+        e2e_producer_start(url, "finite", E2E_ARGS("--delay", "0:0.001", "--max-examples", "90"));
     e2e_assert_exit(t, 3, 20000);
     check_ok(E2E_ARGS("summary", json, "--status", "supply_ended", "--batch-size", "8",
                       "--round-length", "20"));
@@ -127,14 +127,14 @@ Test(summary, completed_run_has_every_field_and_valid_weights)
     e2e_child *broker = supply(url, sizeof(url), 2, E2E_ARGS("--delay", "0:0"), producers);
     const char *json = e2e_path("summary.json");
     const char *weights = e2e_path("w.safetensors");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS(
-        "--broker", url, "--batch-size", "4", "--round-length", "20", "--rounds", "10",
-        "--hidden", "8,6,4", "--device", "cpu", "--json", json, "--weights", weights));
+    e2e_child *t = e2e_trainer_start(
+        E2E_ARGS("--broker", url, "--batch-size", "4", "--round-length", "20", "--rounds", "10",
+                 "--hidden", "8,6,4", "--device", "cpu", "--json", json, "--weights", weights));
     e2e_assert_exit(t, 0, 20000);
     check_ok(E2E_ARGS("summary", json, "--status", "completed", "--rounds", "10", "--batch-size",
                       "4", "--round-length", "20"));
-    check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "8,6,4", "--outputs",
-                      "1"));
+    check_ok(
+        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "8,6,4", "--outputs", "1"));
     stop_all(producers, 2);
     h_assert_identity(url);
     e2e_broker_stop(broker);
@@ -144,13 +144,11 @@ Test(signals, sigterm_interrupts_with_130_and_saves_the_weights)
 {
     char url[256];
     e2e_child *producers[2];
-    e2e_child *broker = supply(url, sizeof(url), 2, E2E_ARGS("--delay", "0.001:0.002"),
-                               producers);
+    e2e_child *broker = supply(url, sizeof(url), 2, E2E_ARGS("--delay", "0.001:0.002"), producers);
     const char *json = e2e_path("summary.json");
     const char *weights = e2e_path("weights.safetensors");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000",
-                                              "--device", "cpu", "--json", json, "--weights",
-                                              weights));
+    e2e_child *t = e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000", "--device",
+                                              "cpu", "--json", json, "--weights", weights));
     // Until it has trained a little.
     uint64_t deadline = stoker_now_ms() + 15000;
     for (;;) {
@@ -166,8 +164,8 @@ Test(signals, sigterm_interrupts_with_130_and_saves_the_weights)
     e2e_assert_exit(t, 130, 5000);
     check_ok(E2E_ARGS("summary", json, "--status", "interrupted", "--batch-size", "4"));
     cr_assert(e2e_file_exists(weights), "no weights written after SIGTERM");
-    check_ok(E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs",
-                      "1"));
+    check_ok(
+        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs", "1"));
     stop_all(producers, 2);
     h_assert_identity(url);
     e2e_broker_stop(broker);
@@ -176,8 +174,8 @@ Test(signals, sigterm_interrupts_with_130_and_saves_the_weights)
 Test(trainer_inline, baseline_completes_and_reports_its_device)
 {
     const char *json = e2e_path("summary.json");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--inline", "--delay", "0:0", "--rounds", "5",
-                                              "--device", "cpu", "--json", json));
+    e2e_child *t = e2e_trainer_start(
+        E2E_ARGS("--inline", "--delay", "0:0", "--rounds", "5", "--device", "cpu", "--json", json));
     e2e_assert_exit(t, 0, 20000);
     check_ok(E2E_ARGS("summary", json, "--status", "completed", "--rounds", "5", "--batch-size",
                       "4", "--round-length", "20"));
@@ -189,8 +187,8 @@ Test(trainer_inline, baseline_completes_and_reports_its_device)
 Test(trainer_inline, forced_gpu_without_one_exits_1_with_a_message)
 {
     const char *json = e2e_path("summary.json");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--inline", "--delay", "0:0", "--rounds", "1",
-                                              "--device", "gpu", "--json", json));
+    e2e_child *t = e2e_trainer_start(
+        E2E_ARGS("--inline", "--delay", "0:0", "--rounds", "1", "--device", "gpu", "--json", json));
     cr_assert(e2e_wait(t, 60000), "the trainer did not exit within 60 s");
     char *err = e2e_read_file(t->err_path);
     if (WIFEXITED(t->status) && WEXITSTATUS(t->status) == 0) {

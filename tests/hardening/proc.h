@@ -11,9 +11,9 @@
 #include <sys/types.h>
 
 typedef struct p_child {
-    pid_t pid;   // 0 once reaped
-    int status;  // waitpid status once reaped
-    int out_fd;  // read end of its stdout when captured, else -1
+    pid_t pid;  // 0 once reaped
+    int status; // waitpid status once reaped
+    int out_fd; // read end of its stdout when captured, else -1
     char what[32];
 } p_child;
 

@@ -42,8 +42,16 @@ start_broker(char urls[2][256])
     const char *token = p_write_file(0, "token", TOKEN "\n");
     char ipc[256];
     snprintf(ipc, sizeof(ipc), "ipc://%s/b.sock", h_dir());
-    const char *argv[] = {getenv("STOKER_BROKER_BIN"), "--listen", "tcp://127.0.0.1:0",
-                          "--listen", ipc, "--token-file", token, "--log-level", "info", NULL};
+    const char *argv[] = {getenv("STOKER_BROKER_BIN"),
+                          "--listen",
+                          "tcp://127.0.0.1:0",
+                          "--listen",
+                          ipc,
+                          "--token-file",
+                          token,
+                          "--log-level",
+                          "info",
+                          NULL};
     cr_assert_not_null(argv[0], "STOKER_BROKER_BIN not set");
     p_child *b = p_spawn("broker", argv, 1, "broker.log");
     p_listening(b, 2, urls);
@@ -123,8 +131,8 @@ Test(auth, nothing_works_on_a_connection_before_hello)
     for (int attempt = 0; attempt < 2; attempt++) {
         nng_socket bad = h_raw_open(urls[0], 3000);
         if (attempt == 1)
-            expect(hello(bad, 0x43, STOKER_ROLE_TRAINER, "bad", "wrong"),
-                   STOKER_UNAUTHENTICATED, "wrong-token hello");
+            expect(hello(bad, 0x43, STOKER_ROLE_TRAINER, "bad", "wrong"), STOKER_UNAUTHENTICATED,
+                   "wrong-token hello");
         expect(h_raw_push(bad, 0x42, &schema, 3, 3), STOKER_UNKNOWN_PEER, "push before hello");
         stoker_request pull = {.method = STOKER_PULL, .session = 0x43, .max_examples = 3};
         expect(h_raw_call(bad, &pull), STOKER_UNKNOWN_PEER, "pull before hello");
@@ -214,12 +222,36 @@ Test(auth, right_token_trains_end_to_end)
     start_broker(urls);
     const char *token = p_path(0, "token");
     const char *json = p_path(2, "summary.json");
-    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"), "--broker", urls[0], "--name", "p1",
-                              "--token-file", token, "--delay", "0:0", "--chunk", "4",
-                              "--max-examples", "200", NULL};
-    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"), "--broker", urls[0], "--token-file",
-                             token, "--device", "cpu", "--rounds", "5", "--round-length", "20",
-                             "--stall-timeout", "10", "--json", json, NULL};
+    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"),
+                              "--broker",
+                              urls[0],
+                              "--name",
+                              "p1",
+                              "--token-file",
+                              token,
+                              "--delay",
+                              "0:0",
+                              "--chunk",
+                              "4",
+                              "--max-examples",
+                              "200",
+                              NULL};
+    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"),
+                             "--broker",
+                             urls[0],
+                             "--token-file",
+                             token,
+                             "--device",
+                             "cpu",
+                             "--rounds",
+                             "5",
+                             "--round-length",
+                             "20",
+                             "--stall-timeout",
+                             "10",
+                             "--json",
+                             json,
+                             NULL};
     cr_assert_not_null(producer[0]);
     cr_assert_not_null(trainer[0]);
     p_spawn("producer", producer, 0, "producer.log");

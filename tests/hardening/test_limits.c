@@ -45,8 +45,7 @@ start_broker(char *url, const char *const *extra)
 {
     char listen[256];
     snprintf(listen, sizeof(listen), "ipc://%s/b.sock", h_dir());
-    const char *argv[32] = {getenv("STOKER_BROKER_BIN"), "--listen", listen, "--log-level",
-                            "warn"};
+    const char *argv[32] = {getenv("STOKER_BROKER_BIN"), "--listen", listen, "--log-level", "warn"};
     int n = 5;
     for (int i = 0; extra != NULL && extra[i] != NULL; i++)
         argv[n++] = extra[i];
@@ -155,8 +154,7 @@ Test(limits, chunk_and_pull_sizes)
     stoker_request pull = {.method = STOKER_PULL, .session = 2, .max_examples = 9};
     rep = h_raw_call(s, &pull);
     cr_assert_eq(rep->code, STOKER_INVALID, "pull of 9: %s", stoker_errname(rep->code));
-    cr_assert(strstr(rep->message, "pull of 9 examples: must be 1..8") != NULL, "%s",
-              rep->message);
+    cr_assert(strstr(rep->message, "pull of 9 examples: must be 1..8") != NULL, "%s", rep->message);
     stoker_reply_free(rep);
     nng_close(s);
     h_assert_identity(url);

@@ -22,10 +22,10 @@
 #include "stoker/clock.h"
 #include "stoker/error.h"
 
-#define SCHEMA      "input:float32[16383],output:float32[1]" // 65,536 bytes per example
-#define MAX_BYTES   (64ull << 20)
-#define PRODUCERS   3
-#define RUN_MS      8000
+#define SCHEMA    "input:float32[16383],output:float32[1]" // 65,536 bytes per example
+#define MAX_BYTES (64ull << 20)
+#define PRODUCERS 3
+#define RUN_MS    8000
 
 static void
 setup(void)
@@ -52,9 +52,18 @@ Test(memory, broker_rss_bounded_by_max_bytes)
     char listen[256], url[256], max_bytes[32];
     snprintf(listen, sizeof(listen), "ipc://%s/b.sock", h_dir());
     snprintf(max_bytes, sizeof(max_bytes), "%llu", MAX_BYTES);
-    const char *argv[] = {getenv("STOKER_BROKER_BIN"), "--listen", listen, "--schema", SCHEMA,
-                          "--max-bytes", max_bytes, "--queue-depth", "100000", "--log-level",
-                          "warn", NULL};
+    const char *argv[] = {getenv("STOKER_BROKER_BIN"),
+                          "--listen",
+                          listen,
+                          "--schema",
+                          SCHEMA,
+                          "--max-bytes",
+                          max_bytes,
+                          "--queue-depth",
+                          "100000",
+                          "--log-level",
+                          "warn",
+                          NULL};
     cr_assert_not_null(argv[0]);
     p_child *b = p_spawn("broker", argv, 1, "broker.log");
     char urls[1][256];
@@ -67,9 +76,23 @@ Test(memory, broker_rss_bounded_by_max_bytes)
     for (int i = 0; i < PRODUCERS; i++) {
         char name[16];
         snprintf(name, sizeof(name), "zero-%d", i);
-        const char *prod[] = {getenv("STOKER_PRODUCER_BIN"), "--broker", url, "--name", name,
-                              "--generator", "exec", "--exec", "cat /dev/zero", "--format",
-                              "raw", "--schema", SCHEMA, "--chunk", "16", "--log-level", "warn",
+        const char *prod[] = {getenv("STOKER_PRODUCER_BIN"),
+                              "--broker",
+                              url,
+                              "--name",
+                              name,
+                              "--generator",
+                              "exec",
+                              "--exec",
+                              "cat /dev/zero",
+                              "--format",
+                              "raw",
+                              "--schema",
+                              SCHEMA,
+                              "--chunk",
+                              "16",
+                              "--log-level",
+                              "warn",
                               NULL};
         p_spawn("producer", prod, 0, "producers.log");
     }

@@ -75,9 +75,20 @@ start_broker(void)
     snprintf(cert, sizeof(cert), "%s", file(0, "server.crt"));
     snprintf(key, sizeof(key), "%s", file(0, "server.key"));
     snprintf(ca, sizeof(ca), "%s", file(0, "ca.crt"));
-    const char *argv[] = {getenv("STOKER_BROKER_BIN"), "--listen", "tls+tcp://127.0.0.1:0",
-                          "--listen", ipc, "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca,
-                          "--log-level", "info", NULL};
+    const char *argv[] = {getenv("STOKER_BROKER_BIN"),
+                          "--listen",
+                          "tls+tcp://127.0.0.1:0",
+                          "--listen",
+                          ipc,
+                          "--tls-cert",
+                          cert,
+                          "--tls-key",
+                          key,
+                          "--tls-ca",
+                          ca,
+                          "--log-level",
+                          "info",
+                          NULL};
     cr_assert_not_null(argv[0]);
     p_child *b = p_spawn("broker", argv, 1, "broker.log");
     char urls[2][256];
@@ -123,9 +134,20 @@ Test(tls, other_ca_refused_right_client_trains)
     snprintf(rogue_cert, sizeof(rogue_cert), "%s", file(0, "rogue.crt"));
     snprintf(rogue_key, sizeof(rogue_key), "%s", file(0, "rogue.key"));
     snprintf(ca, sizeof(ca), "%s", file(0, "ca.crt"));
-    const char *rogue[] = {getenv("STOKER_PRODUCER_BIN"), "--broker", tls_url, "--name", "rogue",
-                           "--tls-cert", rogue_cert, "--tls-key", rogue_key, "--tls-ca", ca,
-                           "--delay", "0:0", NULL};
+    const char *rogue[] = {getenv("STOKER_PRODUCER_BIN"),
+                           "--broker",
+                           tls_url,
+                           "--name",
+                           "rogue",
+                           "--tls-cert",
+                           rogue_cert,
+                           "--tls-key",
+                           rogue_key,
+                           "--tls-ca",
+                           ca,
+                           "--delay",
+                           "0:0",
+                           NULL};
     p_spawn("rogue producer", rogue, 0, "rogue.log");
 
     // In-process trainers: another CA's certificate, and none at all, never get through.
@@ -137,13 +159,44 @@ Test(tls, other_ca_refused_right_client_trains)
     snprintf(cert, sizeof(cert), "%s", file(0, "client.crt"));
     snprintf(key, sizeof(key), "%s", file(0, "client.key"));
     const char *json = file(1, "summary.json");
-    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"), "--broker", tls_url, "--name", "good",
-                              "--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, "--delay",
-                              "0:0", "--chunk", "4", "--max-examples", "200", NULL};
-    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"), "--broker", tls_url, "--tls-cert",
-                             cert, "--tls-key", key, "--tls-ca", ca, "--device", "cpu",
-                             "--rounds", "5", "--round-length", "20", "--stall-timeout", "10",
-                             "--json", json, NULL};
+    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"),
+                              "--broker",
+                              tls_url,
+                              "--name",
+                              "good",
+                              "--tls-cert",
+                              cert,
+                              "--tls-key",
+                              key,
+                              "--tls-ca",
+                              ca,
+                              "--delay",
+                              "0:0",
+                              "--chunk",
+                              "4",
+                              "--max-examples",
+                              "200",
+                              NULL};
+    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"),
+                             "--broker",
+                             tls_url,
+                             "--tls-cert",
+                             cert,
+                             "--tls-key",
+                             key,
+                             "--tls-ca",
+                             ca,
+                             "--device",
+                             "cpu",
+                             "--rounds",
+                             "5",
+                             "--round-length",
+                             "20",
+                             "--stall-timeout",
+                             "10",
+                             "--json",
+                             json,
+                             NULL};
     p_spawn("producer", producer, 0, "producer.log");
     p_child *t = p_spawn("trainer", trainer, 0, "trainer.log");
     cr_assert(p_wait(t, 60000), "the TLS trainer did not finish within 60 s");

@@ -1,10 +1,10 @@
 // The consumer API: a small, stable C interface to pull batches from a broker into any training
 // loop, for bindings (Python's ctypes, a Wolfram LibraryLink, ...) and command-line tools.
 // It wraps stoker_trainer_client and uses plain C types only: no struct is passed or returned by
-// value, errors are ints (stoker_err codes; stoker_strerror for a text), strings are NUL-terminated.
-// Versioned: STOKER_API_VERSION changes whenever a declaration here changes incompatibly; a
-// binding compares stoker_consumer_api_version() with the version it was written for.
-// A consumer is used from one thread (stoker_consumer_interrupt excepted).
+// value, errors are ints (stoker_err codes; stoker_strerror for a text), strings are
+// NUL-terminated. Versioned: STOKER_API_VERSION changes whenever a declaration here changes
+// incompatibly; a binding compares stoker_consumer_api_version() with the version it was written
+// for. A consumer is used from one thread (stoker_consumer_interrupt excepted).
 #ifndef STOKER_CONSUMER_H
 #define STOKER_CONSUMER_H
 
@@ -22,14 +22,14 @@ typedef struct stoker_consumer_batch stoker_consumer_batch;
 int stoker_consumer_api_version(void);
 
 typedef struct stoker_consumer_options {
-    uint32_t api_version;       // STOKER_API_VERSION; open refuses others (layout check)
-    const char *url;            // broker URL (borrowed for the call)
-    const char *token;          // auth token, or NULL
-    const char *token_file;     // or read it from this file (first line); NULL for none
-    const char *name;           // shown in the broker's status; NULL for "consumer-PID"
-    uint32_t batch_size;        // examples per batch (default 4)
-    uint32_t prefetch;          // pulls in flight, 1..64 (default 4)
-    uint32_t stall_timeout_ms;  // no batch for this long: STOKER_STALLED (default 4000)
+    uint32_t api_version;        // STOKER_API_VERSION; open refuses others (layout check)
+    const char *url;             // broker URL (borrowed for the call)
+    const char *token;           // auth token, or NULL
+    const char *token_file;      // or read it from this file (first line); NULL for none
+    const char *name;            // shown in the broker's status; NULL for "consumer-PID"
+    uint32_t batch_size;         // examples per batch (default 4)
+    uint32_t prefetch;           // pulls in flight, 1..64 (default 4)
+    uint32_t stall_timeout_ms;   // no batch for this long: STOKER_STALLED (default 4000)
     uint32_t connect_timeout_ms; // no broker answer for this long: STOKER_CONNECTION (default:
                                  // the stall timeout)
 } stoker_consumer_options;

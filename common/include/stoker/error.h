@@ -18,13 +18,13 @@ typedef enum stoker_err {
     STOKER_TOO_LARGE = 10,      // message or chunk over a limit
     STOKER_LIMIT = 11,          // too many producers / trainers
     STOKER_NOMEM = 12,
-    STOKER_TIMEOUT = 13,        // a bounded wait expired
-    STOKER_CLOSED = 14,         // the object was closed
-    STOKER_CONNECTION = 15,     // transport failure (peer gone, connection reset)
-    STOKER_STALLED = 16,        // no data within the stall timeout
-    STOKER_INTERRUPTED = 17,    // stopped by a signal or by the caller
-    STOKER_IO = 18,             // file or pipe I/O failed
-    STOKER_DEVICE = 19,         // GPU or backend failure
+    STOKER_TIMEOUT = 13,     // a bounded wait expired
+    STOKER_CLOSED = 14,      // the object was closed
+    STOKER_CONNECTION = 15,  // transport failure (peer gone, connection reset)
+    STOKER_STALLED = 16,     // no data within the stall timeout
+    STOKER_INTERRUPTED = 17, // stopped by a signal or by the caller
+    STOKER_IO = 18,          // file or pipe I/O failed
+    STOKER_DEVICE = 19,      // GPU or backend failure
     STOKER_INTERNAL = 20,
     STOKER_ERR_COUNT
 } stoker_err;

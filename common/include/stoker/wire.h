@@ -30,7 +30,7 @@ typedef struct stoker_request {
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
-    uint32_t n_data;            // blobs received (must equal the schema's field count)
+    uint32_t n_data; // blobs received (must equal the schema's field count)
     size_t data_len[STOKER_MAX_FIELDS];
     stoker_chunk chunk;
     // PULL
