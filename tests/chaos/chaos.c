@@ -356,8 +356,10 @@ fetch_status(run_state *r)
 {
     stoker_status *st = NULL;
     char err[256] = "";
+    // Generous: on a loaded 2-core machine (the rest of the suite, a build) a live broker can
+    // be starved for seconds; a broker that never answers still fails the run after 15 s.
     for (int attempt = 0; attempt < 3; attempt++) {
-        int rv = stoker_status_fetch(r->url, NULL, 2000, &st, err, sizeof(err));
+        int rv = stoker_status_fetch(r->url, NULL, 5000, &st, err, sizeof(err));
         if (rv == STOKER_OK)
             return st;
         stoker_sleep_ms(50, NULL);
