@@ -155,7 +155,6 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
     conn c;
     nng_ctx ctx;
     stoker_reply *rep = NULL;
-    stoker_status *st = NULL;
     int rv = conn_open(&c, url, 256u << 20, 100, NULL, err, err_len);
     if (rv != STOKER_OK)
         return rv;
@@ -183,26 +182,31 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
         rv = rep->code;
         snprintf(err, err_len, "%s", rep->message);
     }
-    if (rv == STOKER_OK) {
-        st = calloc(1, sizeof(*st));
-        if (st == NULL) {
-            rv = STOKER_NOMEM;
-        } else {
-            st->counters = rep->counters;
-            st->n_producers = rep->n_producers;
-            st->producers = rep->producers; // take ownership
-            rep->producers = NULL;
-            st->n_events = rep->n_events;
-            st->events = rep->events;
-            rep->events = NULL;
-            rep->n_producers = 0;
-            *out = st;
-        }
-    }
+    if (rv == STOKER_OK)
+        rv = conn_status_from_reply(rep, out);
     stoker_reply_free(rep);
     nng_ctx_close(ctx);
     conn_close(&c);
     return rv;
+}
+
+int
+conn_status_from_reply(stoker_reply *rep, stoker_status **out)
+{
+    stoker_status *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return STOKER_NOMEM;
+    st->counters = rep->counters;
+    st->n_producers = rep->n_producers;
+    st->producers = rep->producers; // take ownership
+    rep->producers = NULL;
+    rep->n_producers = 0;
+    st->n_events = rep->n_events;
+    st->events = rep->events;
+    rep->events = NULL;
+    rep->n_events = 0;
+    *out = st;
+    return STOKER_OK;
 }
 
 void

@@ -29,6 +29,10 @@ void conn_close(conn *c);
 int conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_reply **out,
               char *err, size_t err_len);
 
+// Moves the counters, producers and events of a successful STATUS reply into a new status
+// (*out, owned by the caller). STOKER_OK or STOKER_NOMEM (rep unchanged).
+int conn_status_from_reply(stoker_reply *rep, stoker_status **out);
+
 // Copies src into dst (cap bytes, always terminated).
 void conn_copy_str(char *dst, size_t cap, const char *src);
 

@@ -603,21 +603,8 @@ stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
         conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
     if (rv != STOKER_OK)
         return rv;
-    if ((rv = rep->code) == STOKER_OK) {
-        stoker_status *st = calloc(1, sizeof(*st));
-        if (st == NULL) {
-            rv = STOKER_NOMEM;
-        } else {
-            st->counters = rep->counters;
-            st->n_producers = rep->n_producers;
-            st->producers = rep->producers;
-            rep->producers = NULL;
-            st->n_events = rep->n_events;
-            st->events = rep->events;
-            rep->events = NULL;
-            *out = st;
-        }
-    }
+    if ((rv = rep->code) == STOKER_OK)
+        rv = conn_status_from_reply(rep, out);
     stoker_reply_free(rep);
     return rv;
 }
