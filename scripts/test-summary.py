@@ -1,35 +1,66 @@
 #!/usr/bin/env python3
 """Counts test cases from meson's testlog.json: criterion suites by their own Synthesis line,
 other tests one each. Prints the plain closing line "N passed, N failed, N skipped" and exits 1
-when anything failed."""
+when anything failed.
+
+    test-summary.py LOG [RERUN_LOG]   a test in RERUN_LOG replaces its first result (and is
+                                      listed as flaky when it passed there)
+    test-summary.py --failed-names LOG   prints the short names of the failed tests"""
 import json
 import re
 import sys
 
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
 
+def load(path):
+    tests = {}
+    with open(path) as f:
+        for line in f:
+            t = json.loads(line)
+            tests[t["name"]] = t
+    return tests
+
+
+OK = ("OK", "SKIP", "EXPECTEDFAIL")
+
+if sys.argv[1] == "--failed-names":
+    print(" ".join(t["name"].split(" / ")[-1] for t in load(sys.argv[2]).values()
+                   if t.get("result") not in OK))
+    sys.exit(0)
+
+tests = load(sys.argv[1])
+flaky = []
+if len(sys.argv) > 2:
+    try:
+        for name, t in load(sys.argv[2]).items():
+            if tests.get(name, {}).get("result") not in OK and t.get("result") in OK:
+                flaky.append(name)
+            tests[name] = t
+    except FileNotFoundError:
+        pass
+
 passed = failed = skipped = 0
 failures = []
-with open(sys.argv[1]) as f:
-    for line in f:
-        t = json.loads(line)
-        out = (t.get("stdout") or "") + (t.get("stderr") or "")
-        m = SYNTH.findall(out)
-        result = t.get("result")
-        if m:
-            tested, ok, bad, crashed = map(int, m[-1])
-            passed += ok
-            failed += bad + crashed
-            if result not in ("OK", "EXPECTEDFAIL") and bad + crashed == 0:
-                failed += 1  # the binary failed outside any test (e.g. a leak check)
-        elif result == "SKIP":
-            skipped += 1
-        elif result in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        else:
-            failed += 1
-        if result not in ("OK", "SKIP", "EXPECTEDFAIL"):
-            failures.append(f"{t.get('name')}: {result}")
+for t in tests.values():
+    out = (t.get("stdout") or "") + (t.get("stderr") or "")
+    m = SYNTH.findall(out)
+    result = t.get("result")
+    if m:
+        tested, ok, bad, crashed = map(int, m[-1])
+        passed += ok
+        failed += bad + crashed
+        if result not in ("OK", "EXPECTEDFAIL") and bad + crashed == 0:
+            failed += 1  # the binary failed outside any test (e.g. a leak check)
+    elif result == "SKIP":
+        skipped += 1
+    elif result in ("OK", "EXPECTEDFAIL"):
+        passed += 1
+    else:
+        failed += 1
+    if result not in ("OK", "SKIP", "EXPECTEDFAIL"):
+        failures.append(f"{t.get('name')}: {result}")
+for name in flaky:
+    print("FLAKY (failed, then passed when re-run alone):", name)
 for name in failures:
     print("failed:", name)
 print(f"{passed} passed, {failed} failed, {skipped} skipped")

@@ -29,6 +29,20 @@ if meson test -C "$build" --list 2>/dev/null | grep -q ":chaos /"; then
             "$build/meson-logs/chaoslog.txt" 2>/dev/null | cut -c1-160)"
     fi
 fi
-python3 scripts/test-summary.py "$build/meson-logs/testlog.json"
+# A test that failed is run once more, alone, and reported as FLAKY when it then passes: the
+# intermittent broker hang of issue 7 has also shown up once in an end-to-end test. A test that
+# fails twice fails the run.
+logs=("$build/meson-logs/testlog.json")
+if [ "$status" -ne 0 ]; then
+    failed=$(python3 scripts/test-summary.py --failed-names "$build/meson-logs/testlog.json")
+    if [ -n "$failed" ]; then
+        echo "re-running once, alone: $failed"
+        # shellcheck disable=SC2086 # one word per test name
+        meson test -C "$build" --print-errorlogs -t 2 --logbase rerun $failed 2>&1 | tail -n 20
+        logs+=("$build/meson-logs/rerun.json")
+        status=0
+    fi
+fi
+python3 scripts/test-summary.py "${logs[@]}"
 summary=$?
 [ "$status" -eq 0 ] && [ "$summary" -eq 0 ]
