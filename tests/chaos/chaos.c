@@ -351,6 +351,36 @@ start_consumer(run_state *r)
     r->consumer.frozen = 0;
 }
 
+// A broker that stops answering is a bug to find, not just a failure: where each of its
+// threads is (gdb, when installed) and how much CPU each used over a second (a spinning thread
+// or a blocked one) are printed before the test stops.
+static void
+dump_threads(pid_t pid, const char *log)
+{
+    char cmd[512];
+    printf("chaos: the broker (pid %d) does not answer; its threads' CPU ticks over 1 s:\n",
+           (int)pid);
+    fflush(stdout);
+    snprintf(cmd, sizeof(cmd),
+             "cd /proc/%d/task 2>/dev/null && for t in *; do echo \"$t $(cut -d' ' -f2,14,15 "
+             "$t/stat)\"; done > /tmp/chaos-ticks.$$; sleep 1; for t in *; do "
+             "echo \"  thread $t $(cut -d' ' -f2,14,15 $t/stat)  (1 s before: $(grep \"^$t \" "
+             "/tmp/chaos-ticks.$$ | cut -d' ' -f3-))\"; done; rm -f /tmp/chaos-ticks.$$",
+             (int)pid);
+    if (system(cmd) != 0)
+        printf("chaos: (no /proc entry for pid %d)\n", (int)pid);
+    snprintf(cmd, sizeof(cmd),
+             "command -v gdb >/dev/null && timeout 60 gdb -p %d -batch -ex 'thread apply all bt' "
+             "2>&1 | grep -E '^(Thread|#)' | head -n 300",
+             (int)pid);
+    printf("chaos: backtraces (gdb):\n");
+    fflush(stdout);
+    if (system(cmd) != 0)
+        printf("chaos: (gdb not installed or could not attach)\n");
+    printf("chaos: the broker's log: %s\n", log);
+    fflush(stdout);
+}
+
 static stoker_status *
 fetch_status(run_state *r)
 {
@@ -364,6 +394,7 @@ fetch_status(run_state *r)
             return st;
         stoker_sleep_ms(50, NULL);
     }
+    dump_threads(r->broker.pid, r->broker_log);
     die("run %d: no Status from the broker: %s", r->index, err);
 }
 
