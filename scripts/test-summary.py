@@ -1,11 +1,9 @@
 #!/usr/bin/env python3
-"""Counts test cases from meson's testlog.json: criterion suites by their own Synthesis line,
-other tests one each. Prints the plain closing line "N passed, N failed, N skipped" and exits 1
-when anything failed.
+"""Counts test cases from meson's testlog.json files: criterion suites by their own Synthesis
+line, other tests one each. Prints the plain closing line "N passed, N failed, N skipped" and
+exits 1 when anything failed.
 
-    test-summary.py LOG [RERUN_LOG]   a test in RERUN_LOG replaces its first result (and is
-                                      listed as flaky when it passed there)
-    test-summary.py --failed-names LOG   prints the short names of the failed tests"""
+    test-summary.py LOG [LOG ...]   the logs of separate meson test runs (e.g. the chaos suite's)"""
 import json
 import re
 import sys
@@ -23,21 +21,9 @@ def load(path):
 
 OK = ("OK", "SKIP", "EXPECTEDFAIL")
 
-if sys.argv[1] == "--failed-names":
-    print(" ".join(t["name"].split(" / ")[-1] for t in load(sys.argv[2]).values()
-                   if t.get("result") not in OK))
-    sys.exit(0)
-
-tests = load(sys.argv[1])
-flaky = []
-if len(sys.argv) > 2:
-    try:
-        for name, t in load(sys.argv[2]).items():
-            if tests.get(name, {}).get("result") not in OK and t.get("result") in OK:
-                flaky.append(name)
-            tests[name] = t
-    except FileNotFoundError:
-        pass
+tests = {}
+for path in sys.argv[1:]:
+    tests.update(load(path))
 
 passed = failed = skipped = 0
 failures = []
@@ -59,8 +45,6 @@ for t in tests.values():
         failed += 1
     if result not in ("OK", "SKIP", "EXPECTEDFAIL"):
         failures.append(f"{t.get('name')}: {result}")
-for name in flaky:
-    print("FLAKY (failed, then passed when re-run alone):", name)
 for name in failures:
     print("failed:", name)
 print(f"{passed} passed, {failed} failed, {skipped} skipped")

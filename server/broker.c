@@ -1331,14 +1331,18 @@ drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_
     redeliver(b, t);
 }
 
-void
-broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
+static void
+pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, broker_outbox *out)
 {
     forget_pipe(b, pipe);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
-        if (p->pipe == pipe && p->status == STOKER_PRODUCER_ALIVE)
+        if (p->pipe != pipe || p->status != STOKER_PRODUCER_ALIVE)
+            continue;
+        if (lose_producers)
             lose_producer(b, p, now_ms, "connection closed", out);
+        else
+            p->pipe = 0; // its next push or heartbeat, on a new connection, sets it again
     }
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         trainer *t = b->trainers[i];
@@ -1346,6 +1350,20 @@ broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out
             drop_trainer(b, t, "connection closed", now_ms, out);
     }
     settle(b, now_ms, out);
+}
+
+void
+broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
+{
+    pipe_gone(b, pipe, now_ms, 1, out);
+}
+
+void
+broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
+{
+    stoker_info("connection-reset: pipe %u closed by the listener restart; its peer reconnects",
+                pipe);
+    pipe_gone(b, pipe, now_ms, 0, out);
 }
 
 void

@@ -66,6 +66,11 @@ void broker_refuse(broker *b, void *token, uint32_t pipe, int code, const char *
                    broker_outbox *out);
 // A transport connection closed: its producer is lost, its trainer dropped.
 void broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out);
+// The broker closed connection `pipe` itself (a listener restart, see server.c): a producer on
+// it is not lost, since it reconnects on its own (its silence decides, as for any peer not heard
+// from); a trainer on it is dropped as on any closed connection (a reply in flight on it is gone,
+// so its leases are redelivered).
+void broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out);
 // Expires parked requests and silent peers. Call every few milliseconds.
 void broker_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 

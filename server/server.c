@@ -1,10 +1,16 @@
 // nng plumbing of the broker (see server.h).
+#include <errno.h>
 #include <malloc.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
@@ -23,17 +29,40 @@ typedef struct rctx {
     int sending;
 } rctx;
 
+// A listener and what the watchdog knows of it (see "listener watchdog" below).
+typedef struct watched {
+    nng_listener l;
+    atomic_uint id;        // l's id, read by pipe_cb
+    atomic_ulong accepted; // connections it accepted (pipe_cb counts them)
+    const char *url;       // borrowed from the configuration
+    uint64_t errors;       // its accept errors as last read
+    int strikes;           // probes in a row that got no answer
+} watched;
+
+#define RETIRED_MAX 16
+#define LINGER_MAX  16
+
 struct server {
     nng_socket sock;
     int sock_open;
     rctx *ctxs;
     uint32_t n_ctxs;
-    pthread_mutex_t lock; // guards b
+    pthread_mutex_t lock; // guards b and retired
     broker *b;
     pthread_t tick_thread;
     int tick_started;
     atomic_int stopping;
     nng_http_server *http;
+    size_t max_message_bytes;
+    stoker_tls_options tls;
+    watched listeners[SERVER_MAX_LISTEN];
+    uint32_t n_listeners;
+    uint32_t retired[RETIRED_MAX]; // ids of listeners closed by a restart (a ring)
+    uint32_t n_retired;
+    nng_listener lingering[LINGER_MAX]; // stopped ipc listeners kept for their connections
+    uint32_t n_lingering;
+    pthread_t watch_thread;
+    int watch_started;
 };
 
 static void
@@ -121,15 +150,35 @@ describe_peer(uint32_t pipe_id, char *buf, size_t len)
     }
 }
 
+static int
+is_retired(const server *s, uint32_t listener_id)
+{
+    uint32_t n = s->n_retired < RETIRED_MAX ? s->n_retired : RETIRED_MAX;
+    for (uint32_t i = 0; i < n; i++)
+        if (s->retired[i] == listener_id)
+            return 1;
+    return 0;
+}
+
 static void
 pipe_cb(nng_pipe pipe, nng_pipe_ev ev, void *arg)
 {
     server *s = arg;
+    uint32_t listener_id = (uint32_t)nng_listener_id(nng_pipe_listener(pipe));
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        for (uint32_t i = 0; i < s->n_listeners; i++)
+            if (atomic_load(&s->listeners[i].id) == listener_id)
+                atomic_fetch_add(&s->listeners[i].accepted, 1);
+        return;
+    }
     if (ev != NNG_PIPE_EV_REM_POST || atomic_load(&s->stopping))
         return;
     broker_outbox out = {0};
     pthread_mutex_lock(&s->lock);
-    broker_pipe_closed(s->b, (uint32_t)nng_pipe_id(pipe), stoker_now_ms(), &out);
+    if (listener_id != 0 && is_retired(s, listener_id))
+        broker_pipe_reset(s->b, (uint32_t)nng_pipe_id(pipe), stoker_now_ms(), &out);
+    else
+        broker_pipe_closed(s->b, (uint32_t)nng_pipe_id(pipe), stoker_now_ms(), &out);
     pthread_mutex_unlock(&s->lock);
     flush(&out);
 }
@@ -247,9 +296,10 @@ start_http(server *s, const char *url_text, char *err, size_t err_len)
 
 // --- lifecycle ----------------------------------------------------------------------------------
 
+// Creates and starts a listener on url; prints "listening URL" when announce is set.
 static int
-start_listener(server *s, const char *url, size_t max_message_bytes, const stoker_tls_options *tls,
-               char *err, size_t err_len)
+start_listener(server *s, const char *url, int announce, nng_listener *out, char *err,
+               size_t err_len)
 {
     nng_listener l;
     int rv;
@@ -257,10 +307,11 @@ start_listener(server *s, const char *url, size_t max_message_bytes, const stoke
         snprintf(err, err_len, "--listen '%s': %s", url, nng_strerror(rv));
         return STOKER_INVALID;
     }
-    nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    *out = l;
+    nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, s->max_message_bytes);
     if (stoker_tls_url(url)) {
         nng_tls_config *cfg;
-        if ((rv = stoker_tls_config_create(tls, 1, NULL, &cfg, err, err_len)) != STOKER_OK)
+        if ((rv = stoker_tls_config_create(&s->tls, 1, NULL, &cfg, err, err_len)) != STOKER_OK)
             return rv;
         rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
         nng_tls_config_free(cfg); // the listener holds its own reference
@@ -274,8 +325,10 @@ start_listener(server *s, const char *url, size_t max_message_bytes, const stoke
         return stoker_err_from_nng(rv);
     }
     int port = 0;
-    if ((strncmp(url, "tcp://", 6) == 0 || stoker_tls_url(url)) &&
-        nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
+    if (!announce) {
+        return STOKER_OK;
+    } else if ((strncmp(url, "tcp://", 6) == 0 || stoker_tls_url(url)) &&
+               nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0) {
         // Print the URL with the port the system chose (for --listen tcp://HOST:0).
         const char *colon = strrchr(url, ':');
         printf("listening %.*s:%d\n", (int)(colon - url), url, port);
@@ -283,6 +336,244 @@ start_listener(server *s, const char *url, size_t max_message_bytes, const stoke
         printf("listening %s\n", url);
     }
     return STOKER_OK;
+}
+
+// --- listener watchdog --------------------------------------------------------------------------
+//
+// nng 1.5.2 (Debian 12's) ends a listener's accept loop for good when a connection fails during
+// the SP handshake with NNG_ECLOSED, which its listener takes for "listener closed". On ipc://
+// that is what a peer causes that connects and is gone before the broker has written its 8-byte
+// header: the write fails with EPIPE, which nng maps to NNG_ECLOSED. From then on no new
+// connection is accepted while the open ones keep working: a killed client, a client that gave up
+// at the wrong moment, or any local process can silently shut the broker to newcomers (the chaos
+// test found it as a broker that stopped answering Status). The watchdog notices and restarts the
+// listener: once a second it reads the listener's accept-error counters (nng's statistics); when
+// they moved, it probes the listener with a raw connection that completes the SP handshake, and
+// when the socket did not accept it (twice in a row for tcp://), it replaces the listener. An
+// ipc:// listener is replaced without disturbing anyone: the stopped one stays open for the
+// connections it carries and a new one takes over its path. Elsewhere (tcp://, where this has not
+// been seen) the stopped listener is closed with its connections: their producers are not counted
+// as lost (broker_pipe_reset) and every peer reconnects on its own. tls+tcp:// listeners are not
+// probed (a probe would need a TLS handshake).
+
+#define WATCH_PERIOD_MS 1000
+#define PROBE_WAIT_MS   2000
+
+// The statistics scope of listener id under st. (nng 1.5.2's nng_stat_find_listener returns
+// the first listener's scope whatever the id.)
+static nng_stat *
+find_listener_stats(nng_stat *st, uint64_t id)
+{
+    for (; st != NULL; st = nng_stat_next(st)) {
+        if (nng_stat_type(st) == NNG_STAT_SCOPE && strcmp(nng_stat_name(st), "listener") == 0) {
+            nng_stat *sid = nng_stat_find(st, "id");
+            if (sid != NULL && nng_stat_value(sid) == id)
+                return st;
+        }
+        nng_stat *found = find_listener_stats(nng_stat_child(st), id);
+        if (found != NULL)
+            return found;
+    }
+    return NULL;
+}
+
+// The listener's accept errors so far ("other" and "canceled" in nng's statistics), or
+// UINT64_MAX when statistics cannot be read (then every check probes).
+static uint64_t
+listener_errors(nng_listener l)
+{
+    nng_stat *root;
+    if (nng_stats_get(&root) != 0)
+        return UINT64_MAX;
+    uint64_t n = UINT64_MAX;
+    nng_stat *ls = find_listener_stats(root, (uint64_t)nng_listener_id(l));
+    if (ls != NULL) {
+        nng_stat *other = nng_stat_find(ls, "other");
+        nng_stat *canceled = nng_stat_find(ls, "canceled");
+        n = (other != NULL ? nng_stat_value(other) : 0) +
+            (canceled != NULL ? nng_stat_value(canceled) : 0);
+    }
+    nng_stats_free(root);
+    return n;
+}
+
+// Waits until fd is ready for events or deadline_ms passes. Returns 1 when ready.
+static int
+wait_fd(int fd, short events, uint64_t deadline_ms)
+{
+    for (;;) {
+        uint64_t now = stoker_now_ms();
+        if (now >= deadline_ms)
+            return 0;
+        struct pollfd p = {.fd = fd, .events = events};
+        int rv = poll(&p, 1, (int)(deadline_ms - now));
+        if (rv > 0)
+            return 1;
+        if (rv < 0 && errno != EINTR)
+            return 0;
+    }
+}
+
+// Connects to the listener as a REQ peer would (the SP headers both ways). Returns 1 when the
+// socket then accepted the connection (a pipe from this listener was added: the transport alone
+// still answers the handshake when the listener has stopped), 0 when that did not happen within
+// PROBE_WAIT_MS, -1 when the listener cannot be probed. The probe is an ordinary short
+// connection for the broker.
+static int
+probe_listener(watched *w)
+{
+    nng_sockaddr sa;
+    unsigned long accepted_before = atomic_load(&w->accepted);
+    if (nng_listener_get_addr(w->l, NNG_OPT_LOCADDR, &sa) != 0)
+        return -1;
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    socklen_t len;
+    if (sa.s_family == NNG_AF_IPC) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&ss;
+        un->sun_family = AF_UNIX;
+        if (strlen(sa.s_ipc.sa_path) >= sizeof(un->sun_path))
+            return -1;
+        strcpy(un->sun_path, sa.s_ipc.sa_path);
+        len = sizeof(*un);
+    } else if (sa.s_family == NNG_AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        in->sin_family = AF_INET;
+        in->sin_port = sa.s_in.sa_port; // both in network order
+        in->sin_addr.s_addr = sa.s_in.sa_addr != 0 ? sa.s_in.sa_addr : htonl(INADDR_LOOPBACK);
+        len = sizeof(*in);
+    } else if (sa.s_family == NNG_AF_INET6) {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = sa.s_in6.sa_port;
+        memcpy(&in6->sin6_addr, sa.s_in6.sa_addr, 16);
+        if (IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr))
+            in6->sin6_addr = in6addr_loopback;
+        len = sizeof(*in6);
+    } else {
+        return -1;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    uint64_t deadline = stoker_now_ms() + PROBE_WAIT_MS;
+    int alive = 0;
+    if (connect(fd, (struct sockaddr *)&ss, len) == 0 ||
+        (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline))) {
+        uint8_t head[8];
+        size_t got = 0;
+        while (got < sizeof(head) && wait_fd(fd, POLLIN, deadline)) {
+            ssize_t n = recv(fd, head + got, sizeof(head) - got, 0);
+            if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN)))
+                break;
+            if (n > 0)
+                got += (size_t)n;
+        }
+        static const uint8_t req0[8] = {0, 'S', 'P', 0, 0x00, 0x30, 0, 0}; // REQ v0
+        if (got == sizeof(head) && head[0] == 0 && head[1] == 'S' && head[2] == 'P' &&
+            head[3] == 0 && send(fd, req0, sizeof(req0), MSG_NOSIGNAL) == sizeof(req0)) {
+            while (!(alive = atomic_load(&w->accepted) != accepted_before) &&
+                   stoker_now_ms() < deadline)
+                stoker_sleep_ms(5, NULL);
+        }
+    }
+    close(fd);
+    return alive;
+}
+
+// An ipc:// listener whose accept loop stopped still carries its connections: it is left open
+// and a new listener takes its path (the old socket file is removed first), so no connection is
+// disturbed. Returns 1 when that worked.
+static int
+replace_ipc_listener(server *s, watched *w)
+{
+    if (strncmp(w->url, "ipc://", 6) != 0 || s->n_lingering == LINGER_MAX)
+        return 0;
+    if (unlink(w->url + 6) != 0 && errno != ENOENT)
+        return 0;
+    nng_listener l = NNG_LISTENER_INITIALIZER;
+    char err[256];
+    if (start_listener(s, w->url, 0, &l, err, sizeof(err)) != STOKER_OK) {
+        if (nng_listener_id(l) > 0)
+            nng_listener_close(l);
+        stoker_warn("listener-restart: a new listener on %s failed (%s); closing the old one",
+                    w->url, err);
+        return 0;
+    }
+    s->lingering[s->n_lingering++] = w->l;
+    w->l = l;
+    atomic_store(&w->id, (unsigned)nng_listener_id(l));
+    w->errors = listener_errors(l);
+    stoker_warn("listener-restarted: %s had stopped accepting connections (nng 1.5.2 ends a "
+                "listener's accept loop when a peer leaves mid-handshake); a new listener took "
+                "its path, open connections are kept",
+                w->url);
+    return 1;
+}
+
+// Closes the stopped listener (and with it the connections it had accepted: pipe_cb hands them
+// to broker_pipe_reset) and starts a new one on the same address.
+static void
+restart_listener(server *s, watched *w)
+{
+    if (replace_ipc_listener(s, w))
+        return;
+    uint32_t old_id = (uint32_t)nng_listener_id(w->l);
+    pthread_mutex_lock(&s->lock);
+    s->retired[s->n_retired++ % RETIRED_MAX] = old_id;
+    pthread_mutex_unlock(&s->lock);
+    nng_listener_close(w->l); // its connections close (pipe_cb: broker_pipe_reset)
+    char err[256];
+    for (int attempt = 0; attempt < 50 && !atomic_load(&s->stopping); attempt++) {
+        nng_listener l = NNG_LISTENER_INITIALIZER;
+        if (start_listener(s, w->url, 0, &l, err, sizeof(err)) == STOKER_OK) {
+            w->l = l;
+            atomic_store(&w->id, (unsigned)nng_listener_id(l));
+            w->errors = listener_errors(l);
+            stoker_warn("listener-restarted: %s had stopped accepting connections (nng 1.5.2 "
+                        "ends a listener's accept loop when a peer leaves mid-handshake); its "
+                        "connections were closed and reconnect",
+                        w->url);
+            return;
+        }
+        if (nng_listener_id(l) > 0)
+            nng_listener_close(l);
+        stoker_sleep_ms(100, NULL); // the old one may still hold the address for a moment
+    }
+    stoker_error("listener-lost: %s could not be restarted: %s", w->url, err);
+}
+
+static void *
+watch_main(void *arg)
+{
+    server *s = arg;
+    while (!atomic_load(&s->stopping)) {
+        for (int i = 0; i < WATCH_PERIOD_MS / 100 && !atomic_load(&s->stopping); i++)
+            stoker_sleep_ms(100, NULL);
+        for (uint32_t i = 0; i < s->n_listeners && !atomic_load(&s->stopping); i++) {
+            watched *w = &s->listeners[i];
+            if (stoker_tls_url(w->url))
+                continue;
+            uint64_t errors = listener_errors(w->l);
+            if (errors != UINT64_MAX && errors == w->errors && w->strikes == 0)
+                continue; // no accept error since the last look: nothing can have stopped it
+            w->errors = errors;
+            int alive = probe_listener(w);
+            stoker_debug("listener-probe: %s: %s (accept errors %llu)", w->url,
+                         alive > 0    ? "accepted"
+                         : alive == 0 ? "NOT accepted"
+                                      : "cannot probe",
+                         (unsigned long long)errors);
+            w->strikes = alive == 0 ? w->strikes + 1 : 0;
+            // A stopped ipc:// listener is replaced without disturbing anyone, so one probe
+            // decides; elsewhere a restart closes connections, so a second probe confirms.
+            if (w->strikes >= (strncmp(w->url, "ipc://", 6) == 0 ? 1 : 2)) {
+                w->strikes = 0;
+                restart_listener(s, w);
+            }
+        }
+    }
+    return NULL;
 }
 
 int
@@ -308,6 +599,7 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     s->sock_open = 1;
     nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, cfg->max_message_bytes);
     nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+    nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, s);
     s->n_ctxs = cfg->contexts;
     if ((s->ctxs = calloc(s->n_ctxs, sizeof(*s->ctxs))) == NULL) {
         rv = STOKER_NOMEM;
@@ -323,10 +615,16 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
             goto fail;
         }
     }
-    for (uint32_t i = 0; i < cfg->n_listen; i++) {
-        if ((rv = start_listener(s, cfg->listen[i], cfg->max_message_bytes, &cfg->tls, err,
-                                 err_len)) != STOKER_OK)
+    s->max_message_bytes = cfg->max_message_bytes;
+    s->tls = cfg->tls;
+    for (uint32_t i = 0; i < cfg->n_listen && i < SERVER_MAX_LISTEN; i++) {
+        watched *w = &s->listeners[s->n_listeners];
+        w->url = cfg->listen[i];
+        if ((rv = start_listener(s, w->url, 1, &w->l, err, err_len)) != STOKER_OK)
             goto fail;
+        atomic_store(&w->id, (unsigned)nng_listener_id(w->l));
+        w->errors = listener_errors(w->l);
+        s->n_listeners++;
     }
     if (cfg->metrics_url != NULL &&
         (rv = start_http(s, cfg->metrics_url, err, err_len)) != STOKER_OK)
@@ -339,6 +637,11 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         goto fail;
     }
     s->tick_started = 1;
+    if (pthread_create(&s->watch_thread, NULL, watch_main, s) != 0) {
+        rv = STOKER_NOMEM;
+        goto fail;
+    }
+    s->watch_started = 1;
     *out = s;
     return STOKER_OK;
 fail:
@@ -354,6 +657,8 @@ server_stop(server *s)
     atomic_store(&s->stopping, 1);
     if (s->tick_started)
         pthread_join(s->tick_thread, NULL);
+    if (s->watch_started)
+        pthread_join(s->watch_thread, NULL);
     if (s->http != NULL) {
         nng_http_server_stop(s->http);
         nng_http_server_release(s->http);
