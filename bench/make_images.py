@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes a small folder of PNG images for the images benchmark (stdlib only: zlib + struct),
-one subfolder per class: make_images.py DIR [CLASSES] [PER_CLASS]. Images are 320x240 RGB with
-smooth gradients and noise, so decoding and augmentation do real work."""
+one subfolder per class: make_images.py DIR [CLASSES] [PER_CLASS] [WIDTH HEIGHT]. Images are RGB
+(320x240 by default) with smooth gradients and noise, so decoding and augmentation do real
+work."""
 import os
 import random
 import struct
@@ -37,11 +38,13 @@ def main():
     root = sys.argv[1]
     classes = int(sys.argv[2]) if len(sys.argv) > 2 else 4
     per = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+    width = int(sys.argv[4]) if len(sys.argv) > 4 else 320
+    height = int(sys.argv[5]) if len(sys.argv) > 5 else 240
     for k in range(classes):
         d = os.path.join(root, f"class{k}")
         os.makedirs(d, exist_ok=True)
         for i in range(per):
-            png(os.path.join(d, f"img{i}.png"), 320, 240, k * 1000 + i)
+            png(os.path.join(d, f"img{i}.png"), width, height, k * 1000 + i)
 
 
 if __name__ == "__main__":

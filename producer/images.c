@@ -1,9 +1,11 @@
 // The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API) and
 // JPEG (libjpeg-turbo) files into memory once, then makes each example from those pixels with a
 // random resized crop, flip and color jitter. Decoding everything up front keeps fill free of
-// I/O and allocation (it is benchmarked per core); the price is memory, bounded by
-// IMAGES_MAX_DECODED_BYTES. Shrinking is plain bilinear without antialiasing (torchvision's
-// antialias=False), which is cheaper than PIL's filter and fine for augmentation.
+// I/O and allocation; the price is memory, bounded by IMAGES_MAX_DECODED_BYTES. With
+// decode_each the files' bytes are kept instead and each example decodes its image, as a data
+// loader reading a dataset does (the same bytes come out either way). Shrinking is plain bilinear
+// without antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine
+// for augmentation.
 #include "images.h"
 
 #include <dirent.h>
@@ -35,13 +37,16 @@
 #define PIXEL_PAD      1      // bytes after each image: a pixel is read as 4 bytes (RGB + 1)
 
 typedef struct image {
-    uint8_t *rgb; // (height, width, 3), then PIXEL_PAD zero bytes
+    uint8_t *rgb;  // (height, width, 3), then PIXEL_PAD zero bytes; NULL when decoded per example
+    uint8_t *file; // the file's bytes, kept when decoded per example (else NULL)
+    size_t file_len;
     uint32_t width, height;
     int32_t label;
 } image;
 
 typedef struct images_gen {
     uint32_t size;
+    bool decode_each;
     uint32_t n_classes;
     size_t n_images, cap_images;
     image *images;
@@ -78,8 +83,10 @@ images_destroy(void *user)
     images_gen *g = user;
     if (g == NULL)
         return;
-    for (size_t i = 0; i < g->n_images; i++)
+    for (size_t i = 0; i < g->n_images; i++) {
         free(g->images[i].rgb);
+        free(g->images[i].file);
+    }
     free(g->images);
     free(g->col0);
     free(g->col1);
@@ -389,6 +396,21 @@ read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_l
     return STOKER_OK;
 }
 
+// Decodes a PNG or JPEG file (by its signature) into im.
+static int
+decode_any(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
+           size_t err_len)
+{
+    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (len >= 8 && memcmp(data, png_magic, 8) == 0)
+        return decode_png(g, path, data, len, im, err, err_len);
+    if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
+        return decode_jpeg(g, path, data, len, im, err, err_len);
+    set_err(err, err_len, "images: '%s' is not a PNG or JPEG file (%s)", path,
+            len == 0 ? "empty" : "unknown signature");
+    return STOKER_INVALID;
+}
+
 static int
 load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err_len)
 {
@@ -407,16 +429,24 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
     int rv = read_file(path, &data, &len, err, err_len);
     if (rv != STOKER_OK)
         return rv;
-    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     image im = {.label = label};
-    if (len >= 8 && memcmp(data, png_magic, 8) == 0) {
-        rv = decode_png(g, path, data, len, &im, err, err_len);
-    } else if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff) {
-        rv = decode_jpeg(g, path, data, len, &im, err, err_len);
-    } else {
-        set_err(err, err_len, "images: '%s' is not a PNG or JPEG file (%s)", path,
-                len == 0 ? "empty" : "unknown signature");
-        rv = STOKER_INVALID;
+    rv = decode_any(g, path, data, len, &im, err, err_len);
+    if (rv == STOKER_OK && g->decode_each) {
+        // Decoded once to check it and learn its size; kept as file bytes from now on.
+        g->decoded_bytes -= (size_t)im.width * im.height * 3;
+        free(im.rgb);
+        im.rgb = NULL;
+        if (len > IMAGES_MAX_DECODED_BYTES - g->decoded_bytes) {
+            set_err(err, err_len,
+                    "images: the files need more than %zu MiB (limit reached at '%s')",
+                    IMAGES_MAX_DECODED_BYTES >> 20, path);
+            rv = STOKER_TOO_LARGE;
+        } else {
+            im.file = data;
+            im.file_len = len;
+            data = NULL;
+            g->decoded_bytes += len;
+        }
     }
     free(data);
     if (rv == STOKER_OK)
@@ -654,6 +684,20 @@ images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     stoker_rng_seed(&rng, seed);
 
     const image *im = &g->images[stoker_rng_u64(&rng) % g->n_images];
+    image decoded = {0};
+    if (g->decode_each) {
+        // As a data loader reading its dataset: the file is decoded for this example only. It
+        // decoded at creation, so only memory can fail here.
+        char err[256];
+        int rv = decode_any(g, "(an image of the folder)", im->file, im->file_len, &decoded, err,
+                            sizeof err);
+        if (rv != STOKER_OK) {
+            stoker_error("%s", err);
+            return rv;
+        }
+        decoded.label = im->label;
+        im = &decoded;
+    }
     crop box = random_crop(&rng, im->width, im->height);
     bool flip = stoker_rng_uniform(&rng) < 0.5;
     float brightness = (float)stoker_rng_range(&rng, 0.6, 1.4);
@@ -715,12 +759,16 @@ images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
         jitter_plane(out + ch * plane, plane, brightness_first, brightness, contrast, shift,
                      1.0f / (255.0f * STD[ch]), -MEAN[ch] / STD[ch]);
     *(int32_t *)fields[1] = im->label;
+    if (g->decode_each) {
+        free(decoded.rgb);
+        g->decoded_bytes -= (size_t)decoded.width * decoded.height * 3;
+    }
     return STOKER_OK;
 }
 
 int
-images_generator_create(const char *dir, uint32_t size, stoker_generator *out, char *err,
-                        size_t err_len)
+images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
+                        char *err, size_t err_len)
 {
     if (dir == NULL || dir[0] == '\0') {
         set_err(err, err_len, "images: no folder given");
@@ -744,6 +792,7 @@ images_generator_create(const char *dir, uint32_t size, stoker_generator *out, c
         return STOKER_NOMEM;
     }
     g->size = size;
+    g->decode_each = decode_each;
     g->col0 = malloc(size * sizeof *g->col0);
     g->col1 = malloc(size * sizeof *g->col1);
     g->row0 = malloc(size * sizeof *g->row0);
@@ -760,8 +809,9 @@ images_generator_create(const char *dir, uint32_t size, stoker_generator *out, c
         images_destroy(g);
         return rv;
     }
-    stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded", dir, g->n_classes,
-                g->n_images, g->decoded_bytes / 1048576.0);
+    stoker_info("images: %s: %u classes, %zu images, %.1f MiB %s", dir, g->n_classes, g->n_images,
+                g->decoded_bytes / 1048576.0,
+                decode_each ? "of files, decoded for each example" : "decoded");
 
     out->kind = "images";
     out->schema = schema;

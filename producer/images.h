@@ -1,10 +1,12 @@
 // The `images` generator: real CPU augmentation of a folder of PNG and JPEG files, the way a
 // torchvision ImageNet training pipeline does it (RandomResizedCrop, horizontal flip, brightness
-// and contrast jitter, normalization). Every image is decoded once, at creation, into memory;
-// examples are then made from those pixels only. It does not watch the folder for changes.
+// and contrast jitter, normalization). Every image is decoded once, at creation, into memory, and
+// examples are made from those pixels (or, with decode_each, each example decodes its image from
+// the file's bytes held in memory). It does not watch the folder for changes.
 #ifndef PRODUCER_IMAGES_H
 #define PRODUCER_IMAGES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,7 +36,11 @@
 // (x - mean) / std per channel with ImageNet's mean (0.485, 0.456, 0.406) and std (0.229, 0.224,
 // 0.225). image is channel-first (3, size, size); label is the class index. The same seed gives
 // the same bytes. It allocates nothing; one generator must not be filled from two threads at once.
-int images_generator_create(const char *dir, uint32_t size, stoker_generator *out, char *err,
-                            size_t err_len);
+//
+// decode_each: keep the files' bytes (bounded by the same budget) instead of their pixels, and
+// decode the chosen image for every example, the cost a data loader reading its dataset pays;
+// fill then allocates the decoded image and frees it. The examples are the same bytes.
+int images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
+                            char *err, size_t err_len);
 
 #endif

@@ -1,6 +1,7 @@
 // stoker-producer: parses options, builds the chosen generator (synthetic, exec or images) and
 // runs it with stoker_producer_run.
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,8 @@ usage(FILE *f)
         "images:\n"
         "  --images DIR            one subfolder of PNG/JPEG files per class\n"
         "  --size N                output side in pixels (default 64)\n"
+        "  --decode once|each      decode every file once at start (default), or for each\n"
+        "                          example as a data loader reading its dataset does\n"
         "  --help, --version\n");
 }
 
@@ -106,6 +109,7 @@ main(int argc, char **argv)
         OPT_FORMAT,
         OPT_IMAGES,
         OPT_SIZE,
+        OPT_DECODE,
         OPT_MEASURE,
         OPT_TLS_CERT,
         OPT_TLS_KEY,
@@ -128,6 +132,7 @@ main(int argc, char **argv)
         {"format", required_argument, NULL, OPT_FORMAT},
         {"images", required_argument, NULL, OPT_IMAGES},
         {"size", required_argument, NULL, OPT_SIZE},
+        {"decode", required_argument, NULL, OPT_DECODE},
         {"measure", required_argument, NULL, OPT_MEASURE},
         {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
         {"tls-key", required_argument, NULL, OPT_TLS_KEY},
@@ -145,6 +150,8 @@ main(int argc, char **argv)
     exec_format format = EXEC_TEXT;
     int format_given = 0, delay_given = 0, size_given = 0;
     uint32_t size = 64;
+    bool decode_each = false;
+    int decode_given = 0;
     stoker_synthetic synth = {.delay_min_s = 0.05, .delay_max_s = 0.5};
     stoker_log_level level = STOKER_LOG_INFO;
     char token[256] = "", name[64] = "", err[512];
@@ -218,6 +225,12 @@ main(int argc, char **argv)
             size = (uint32_t)u;
             size_given = 1;
             break;
+        case OPT_DECODE:
+            if (strcmp(optarg, "once") != 0 && strcmp(optarg, "each") != 0)
+                return bad("--decode", optarg, "expected once or each");
+            decode_each = strcmp(optarg, "each") == 0;
+            decode_given = 1;
+            break;
         case OPT_MEASURE:
             if (stoker_parse_u64(optarg, 1, UINT64_MAX / 2, &measure) != STOKER_OK)
                 return bad("--measure", optarg, "expected a positive integer");
@@ -267,8 +280,8 @@ main(int argc, char **argv)
         fprintf(stderr, "stoker-producer: --exec, --schema and --format need --generator exec\n");
         return 2;
     }
-    if (!is_images && (images_dir || size_given)) {
-        fprintf(stderr, "stoker-producer: --images and --size need --generator images\n");
+    if (!is_images && (images_dir || size_given || decode_given)) {
+        fprintf(stderr, "stoker-producer: --images, --size and --decode need --generator images\n");
         return 2;
     }
     if ((is_exec || is_images) && delay_given) {
@@ -302,7 +315,8 @@ main(int argc, char **argv)
             return 1;
         }
     } else if (is_images) {
-        if (images_generator_create(images_dir, size, &gen, err, sizeof(err)) != STOKER_OK) {
+        if (images_generator_create(images_dir, size, decode_each, &gen, err, sizeof(err)) !=
+            STOKER_OK) {
             stoker_error("images: %s", err);
             return 1;
         }

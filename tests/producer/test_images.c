@@ -152,7 +152,7 @@ static void
 create(stoker_generator *gen, uint32_t size)
 {
     char err[512] = "";
-    int rv = images_generator_create(root, size, gen, err, sizeof err);
+    int rv = images_generator_create(root, size, false, gen, err, sizeof err);
     cr_assert_eq(rv, STOKER_OK, "create: %s", err);
 }
 
@@ -250,6 +250,30 @@ Test(images, same_seed_same_bytes)
     stoker_generator_fini(&b);
 }
 
+// --decode each (a data loader decoding its files for every example) makes the same examples
+// as decoding once: same image choice, crop, flip, jitter and label for a seed.
+Test(images, decode_each_makes_the_same_bytes)
+{
+    make_three_classes();
+    stoker_generator once, each;
+    create(&once, SIZE);
+    char err[512] = "";
+    cr_assert_eq(images_generator_create(root, SIZE, true, &each, err, sizeof err), STOKER_OK,
+                 "create: %s", err);
+    for (uint64_t seed = 1; seed < 41; seed++) {
+        int32_t la, lb;
+        float *x = example(&once, seed, &la);
+        float *y = example(&each, seed, &lb);
+        cr_expect_eq(la, lb, "seed %llu", (unsigned long long)seed);
+        cr_expect_eq(memcmp(x, y, 3 * SIZE * SIZE * sizeof *x), 0, "seed %llu",
+                     (unsigned long long)seed);
+        free(x);
+        free(y);
+    }
+    stoker_generator_fini(&once);
+    stoker_generator_fini(&each);
+}
+
 Test(images, seeds_vary_crop_and_flip)
 {
     // One image: red rises left to right, so a flip shows as red falling.
@@ -345,7 +369,7 @@ expect_error(uint32_t size, int want_rv, const char *want1, const char *want2)
 {
     stoker_generator gen = {0};
     char err[512] = "";
-    int rv = images_generator_create(root, size, &gen, err, sizeof err);
+    int rv = images_generator_create(root, size, false, &gen, err, sizeof err);
     cr_expect_eq(rv, want_rv, "rv %d, err: %s", rv, err);
     cr_expect(strstr(err, want1) != NULL, "err '%s' lacks '%s'", err, want1);
     if (want2 != NULL)
@@ -359,7 +383,8 @@ Test(images, missing_folder_is_named)
     snprintf(missing, sizeof missing, "%s/nope", root);
     stoker_generator gen = {0};
     char err[512] = "";
-    cr_expect_eq(images_generator_create(missing, SIZE, &gen, err, sizeof err), STOKER_INVALID);
+    cr_expect_eq(images_generator_create(missing, SIZE, false, &gen, err, sizeof err),
+                 STOKER_INVALID);
     cr_expect(strstr(err, missing) && strstr(err, "does not exist"), "%s", err);
 }
 
