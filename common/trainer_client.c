@@ -1,8 +1,11 @@
 // Trainer client: hello, then `prefetch` pull requests kept in flight on their own contexts, so
 // a batch is usually waiting when a training step ends. Acknowledgements ride on the next pull.
 // nng completes each pull on its own threads (slot_cb); the training thread takes completed
-// slots in completion order under one lock. Every wait ends at the stall deadline.
+// slots in completion order under one lock. Sending the next pulls is the issuer thread's job
+// (it was a tenth of a millisecond per batch of the training thread's time: encoding and the
+// socket write); the training thread only asks for it. Every wait ends at the stall deadline.
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,15 +49,20 @@ struct stoker_trainer_client {
     stoker_schema schema;
     uint32_t id;
     int need_hello;
-    int supply_ended; // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA, once returned
-    int ending;       // the same, seen but not returned while other pulls are in flight
+    int supply_ended;  // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA, once returned
+    atomic_int ending; // the same, seen but not returned while other pulls are in flight
+                       // (read by the issuer thread)
     char end_reason[STOKER_MESSAGE_MAX];
     uint32_t wait_ms;
     uint32_t failures; // consecutive transport failures, for backoff
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int closing; // set by destroy: callbacks start no new operation
+    int closing;               // set by destroy: callbacks start no new operation
+    pthread_cond_t issue_cond; // wakes the issuer thread
+    int issue_requested;       // next() wants the idle slots' pulls sent
+    pthread_t issuer;
+    int issuer_started;
     slot slots[MAX_PREFETCH];
     uint32_t n_slots;
     uint32_t done[MAX_PREFETCH]; // FIFO of completed slot indices
@@ -202,6 +210,8 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     return rv;
 }
 
+static void *issuer_main(void *arg);
+
 int
 stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_client **out,
                              char *err, size_t err_len)
@@ -234,6 +244,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         tc->wait_ms = 10;
     pthread_mutex_init(&tc->lock, NULL);
     pthread_cond_init(&tc->cond, NULL);
+    pthread_cond_init(&tc->issue_cond, NULL);
     if ((tc->seen = idset_create()) == NULL) {
         rv = STOKER_NOMEM;
         goto fail_seen;
@@ -303,6 +314,11 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
             rv != STOKER_CONNECTION)
             goto fail_slots;
     }
+    if (pthread_create(&tc->issuer, NULL, issuer_main, tc) != 0) {
+        rv = STOKER_NOMEM;
+        goto fail_slots;
+    }
+    tc->issuer_started = 1;
     *out = tc;
     return STOKER_OK;
 
@@ -315,6 +331,7 @@ fail_slots:
 fail_conn:
     idset_destroy(tc->seen);
 fail_seen:
+    pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
     free(tc);
@@ -353,6 +370,27 @@ issue(stoker_trainer_client *tc, slot *s)
     s->state = SLOT_SENDING;
     nng_aio_set_msg(s->aio, msg);
     nng_ctx_send(s->ctx, s->aio);
+}
+
+// The issuer thread: sends a pull on every idle slot when next() asks, until destroy.
+static void *
+issuer_main(void *arg)
+{
+    stoker_trainer_client *tc = arg;
+    pthread_mutex_lock(&tc->lock);
+    for (;;) {
+        while (!tc->issue_requested && !tc->closing)
+            pthread_cond_wait(&tc->issue_cond, &tc->lock);
+        if (tc->closing)
+            break;
+        tc->issue_requested = 0;
+        for (uint32_t i = 0; i < tc->n_slots; i++) {
+            if (tc->slots[i].state == SLOT_IDLE && !tc->ending)
+                issue(tc, &tc->slots[i]);
+        }
+    }
+    pthread_mutex_unlock(&tc->lock);
+    return NULL;
 }
 
 static void
@@ -428,11 +466,18 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         uint64_t stall_at = wait_start + tc->opts.stall_timeout_ms;
 
         pthread_mutex_lock(&tc->lock);
-        uint32_t busy = 0;
+        uint32_t busy = 0, idle = 0;
         for (uint32_t i = 0; i < tc->n_slots; i++) {
-            if (tc->slots[i].state == SLOT_IDLE && !tc->ending)
-                issue(tc, &tc->slots[i]);
-            busy += tc->slots[i].state != SLOT_IDLE;
+            if (tc->slots[i].state != SLOT_IDLE)
+                busy++;
+            else if (!tc->ending)
+                idle++;
+        }
+        if (idle > 0) {
+            // The issuer sends them; the training thread goes on to wait for a reply.
+            tc->issue_requested = 1;
+            pthread_cond_signal(&tc->issue_cond);
+            busy += idle;
         }
         if (tc->ending && busy == 0) {
             // Replies can overtake each other: the end was only final once every pull that
@@ -628,7 +673,10 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     // operation) while nng tears the contexts down.
     pthread_mutex_lock(&tc->lock);
     tc->closing = 1;
+    pthread_cond_signal(&tc->issue_cond);
     pthread_mutex_unlock(&tc->lock);
+    if (tc->issuer_started)
+        pthread_join(tc->issuer, NULL);
     for (uint32_t i = 0; i < tc->n_slots; i++)
         nng_aio_stop(tc->slots[i].aio);
     conn_close(&tc->conn);
@@ -637,6 +685,7 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
         nng_aio_free(tc->slots[i].aio);
     }
     idset_destroy(tc->seen);
+    pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
     free(tc);
