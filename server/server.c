@@ -487,6 +487,19 @@ probe_listener(watched *w)
     return alive;
 }
 
+// Makes l the watched listener in place of the stopped one and says so.
+static void
+adopt_listener(watched *w, nng_listener l, const char *how)
+{
+    w->l = l;
+    atomic_store(&w->id, (unsigned)nng_listener_id(l));
+    w->errors = listener_errors(l);
+    w->strikes = 0;
+    stoker_warn("listener-restarted: %s had stopped accepting connections (nng 1.5.2 ends a "
+                "listener's accept loop when a peer leaves mid-handshake); %s",
+                w->url, how);
+}
+
 // An ipc:// listener whose accept loop stopped still carries its connections: it is left open
 // and a new listener takes its path (the old socket file is removed first), so no connection is
 // disturbed. Returns 1 when that worked.
@@ -507,13 +520,7 @@ replace_ipc_listener(server *s, watched *w)
         return 0;
     }
     s->lingering[s->n_lingering++] = w->l;
-    w->l = l;
-    atomic_store(&w->id, (unsigned)nng_listener_id(l));
-    w->errors = listener_errors(l);
-    stoker_warn("listener-restarted: %s had stopped accepting connections (nng 1.5.2 ends a "
-                "listener's accept loop when a peer leaves mid-handshake); a new listener took "
-                "its path, open connections are kept",
-                w->url);
+    adopt_listener(w, l, "a new listener took its path, open connections are kept");
     return 1;
 }
 
@@ -533,13 +540,7 @@ restart_listener(server *s, watched *w)
     for (int attempt = 0; attempt < 50 && !atomic_load(&s->stopping); attempt++) {
         nng_listener l = NNG_LISTENER_INITIALIZER;
         if (start_listener(s, w->url, 0, &l, err, sizeof(err)) == STOKER_OK) {
-            w->l = l;
-            atomic_store(&w->id, (unsigned)nng_listener_id(l));
-            w->errors = listener_errors(l);
-            stoker_warn("listener-restarted: %s had stopped accepting connections (nng 1.5.2 "
-                        "ends a listener's accept loop when a peer leaves mid-handshake); its "
-                        "connections were closed and reconnect",
-                        w->url);
+            adopt_listener(w, l, "its connections were closed and reconnect");
             return;
         }
         if (nng_listener_id(l) > 0)

@@ -166,6 +166,20 @@ example(stoker_generator *gen, uint64_t seed, int32_t *label)
     return img;
 }
 
+// Expects generators a and b to make the same example (bytes and label) for seed.
+static void
+expect_same_example(stoker_generator *a, stoker_generator *b, uint64_t seed)
+{
+    int32_t la, lb;
+    float *x = example(a, seed, &la);
+    float *y = example(b, seed, &lb);
+    cr_expect_eq(la, lb, "seed %llu", (unsigned long long)seed);
+    cr_expect_eq(memcmp(x, y, 3 * SIZE * SIZE * sizeof *x), 0, "seed %llu",
+                 (unsigned long long)seed);
+    free(x);
+    free(y);
+}
+
 // Mean of channel c over the image, back in [0, 1] units.
 static double
 channel_mean(const float *img, int c)
@@ -235,16 +249,9 @@ Test(images, same_seed_same_bytes)
     create(&a, SIZE);
     create(&b, SIZE);
     for (uint64_t seed = 7; seed < 17; seed++) {
-        int32_t la, lb;
-        float *x = example(&a, seed, &la);
-        float *junk = example(&a, seed + 1000, &lb); // state from other examples must not leak
-        free(junk);
-        float *y = example(&b, seed, &lb);
-        cr_expect_eq(la, lb);
-        cr_expect_eq(memcmp(x, y, 3 * SIZE * SIZE * sizeof *x), 0, "seed %llu",
-                     (unsigned long long)seed);
-        free(x);
-        free(y);
+        int32_t label;
+        free(example(&a, seed + 1000, &label)); // state from other examples must not leak
+        expect_same_example(&a, &b, seed);
     }
     stoker_generator_fini(&a);
     stoker_generator_fini(&b);
@@ -260,16 +267,8 @@ Test(images, decode_each_makes_the_same_bytes)
     char err[512] = "";
     cr_assert_eq(images_generator_create(root, SIZE, true, &each, err, sizeof err), STOKER_OK,
                  "create: %s", err);
-    for (uint64_t seed = 1; seed < 41; seed++) {
-        int32_t la, lb;
-        float *x = example(&once, seed, &la);
-        float *y = example(&each, seed, &lb);
-        cr_expect_eq(la, lb, "seed %llu", (unsigned long long)seed);
-        cr_expect_eq(memcmp(x, y, 3 * SIZE * SIZE * sizeof *x), 0, "seed %llu",
-                     (unsigned long long)seed);
-        free(x);
-        free(y);
-    }
+    for (uint64_t seed = 1; seed < 41; seed++)
+        expect_same_example(&once, &each, seed);
     stoker_generator_fini(&once);
     stoker_generator_fini(&each);
 }
