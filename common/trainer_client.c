@@ -383,14 +383,26 @@ issuer_main(void *arg)
             pthread_cond_wait(&tc->issue_cond, &tc->lock);
         if (tc->closing)
             break;
-        tc->issue_requested = 0;
         for (uint32_t i = 0; i < tc->n_slots; i++) {
             if (tc->slots[i].state == SLOT_IDLE && !tc->ending)
                 issue(tc, &tc->slots[i]);
         }
+        tc->issue_requested = 0;
+        pthread_cond_broadcast(&tc->cond); // for wait_issued
     }
     pthread_mutex_unlock(&tc->lock);
     return NULL;
+}
+
+// Waits until the pulls next() asked for are sent, so that a request made after them (an ack,
+// a status, a goodbye) reaches the broker after them, as when next() sent them itself.
+static void
+wait_issued(stoker_trainer_client *tc)
+{
+    pthread_mutex_lock(&tc->lock);
+    while (tc->issue_requested && !tc->closing)
+        pthread_cond_wait(&tc->cond, &tc->lock);
+    pthread_mutex_unlock(&tc->lock);
 }
 
 static void
@@ -588,6 +600,7 @@ stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
 int
 stoker_trainer_client_flush(stoker_trainer_client *tc)
 {
+    wait_issued(tc);
     uint64_t acks[MAX_ACKS];
     pthread_mutex_lock(&tc->lock);
     uint32_t n = tc->n_pending_acks;
@@ -640,6 +653,7 @@ stoker_trainer_client_acks_refused(const stoker_trainer_client *tc)
 int
 stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
 {
+    wait_issued(tc);
     // The connection said hello with the token already (the broker knows it by its pipe).
     stoker_request req = {.method = STOKER_STATUS, .session = tc->opts.client.session};
     stoker_reply *rep = NULL;
@@ -654,12 +668,40 @@ stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
     return rv;
 }
 
+// Before the goodbye: waits (at most a pull's wait at the broker, plus a little) until the pulls
+// in flight that carry acknowledgements are answered, which tells that the broker applied them.
+// It handles a connection's requests on parallel contexts, so such a pull could otherwise reach
+// it after the goodbye, when it has already handed those leases to other trainers.
+static void
+wait_inflight_acks(stoker_trainer_client *tc)
+{
+    uint64_t deadline = stoker_now_ms() + tc->wait_ms + 200;
+    pthread_mutex_lock(&tc->lock);
+    for (;;) {
+        int carrying = 0;
+        for (uint32_t i = 0; i < tc->n_slots; i++) {
+            const slot *s = &tc->slots[i];
+            carrying |= (s->state == SLOT_SENDING || s->state == SLOT_RECEIVING) && s->n_acks > 0;
+        }
+        if (!carrying || stoker_now_ms() >= deadline)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&tc->cond, &tc->lock, &ts);
+    }
+    pthread_mutex_unlock(&tc->lock);
+}
+
 void
 stoker_trainer_client_destroy(stoker_trainer_client *tc)
 {
     if (tc == NULL)
         return;
     stoker_trainer_client_flush(tc);
+    wait_inflight_acks(tc);
     // Goodbye: the broker hands what we still hold to other trainers at once and logs a clean
     // leave instead of a lost connection. Bounded; without it the closed pipe does the same.
     stoker_request bye = {.method = STOKER_GOODBYE, .session = tc->opts.client.session};
