@@ -126,3 +126,21 @@ idset_add(idset *s, uint64_t session, uint64_t first, uint64_t count)
     ss->iv[i].hi = mhi;
     return dup;
 }
+
+int
+idset_has(const idset *s, uint64_t session, uint64_t seq)
+{
+    uint64_t key = session != 0 ? session : ~0ull;
+    const session_set *ss = find(s->slots, s->cap, session);
+    if (ss->session != key)
+        return 0;
+    uint32_t lo = 0, hi = ss->n; // first interval with hi > seq
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (ss->iv[mid].hi <= seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < ss->n && ss->iv[lo].lo <= seq;
+}

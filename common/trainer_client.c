@@ -413,6 +413,53 @@ requeue_acks(stoker_trainer_client *tc, slot *s)
     s->n_acks = 0;
 }
 
+// Removes from batch b the dups examples whose identities this client saw before, so that a
+// trainer never trains on an identity twice: the broker gives a dropped trainer's leases to
+// others, and this trainer may be one of them when it comes back; and when a broker dies, a
+// producer whose push acknowledgement died with it pushes those examples again to the next
+// broker, which cannot know they were trained. Counted as duplicates (duplicates_seen).
+static void
+drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
+{
+    stoker_chunk *c = &b->chunk;
+    stoker_run *runs = calloc((size_t)b->n_runs + dups, sizeof(*runs));
+    if (runs == NULL) {
+        stoker_warn("trainer: out of memory dropping %llu examples seen before; kept",
+                    (unsigned long long)dups);
+        return;
+    }
+    uint32_t n_runs = 0, kept = 0, at = 0;
+    for (uint32_t i = 0; i < b->n_runs; i++) {
+        const stoker_run *r = &b->runs[i];
+        for (uint64_t q = r->first_seq; q < r->first_seq + r->count; q++, at++) {
+            if (idset_has(tc->seen, r->session, q))
+                continue;
+            for (uint32_t f = 0; f < c->schema.n_fields; f++) {
+                size_t w = stoker_field_bytes(&c->schema.fields[f]);
+                if (kept != at)
+                    memmove(c->data[f] + (size_t)kept * w, c->data[f] + (size_t)at * w, w);
+            }
+            stoker_run *last = n_runs > 0 ? &runs[n_runs - 1] : NULL;
+            if (last != NULL && last->session == r->session && last->producer == r->producer &&
+                last->first_seq + last->count == q)
+                last->count++;
+            else
+                runs[n_runs++] = (stoker_run){
+                    .producer = r->producer, .session = r->session, .first_seq = q, .count = 1};
+            kept++;
+        }
+    }
+    tc->duplicates += dups;
+    stoker_warn("duplicate-identity: %llu examples seen before were dropped from batch %llu "
+                "(given back after this trainer was dropped, or pushed again after a broker "
+                "restart)",
+                (unsigned long long)dups, (unsigned long long)b->lease);
+    free(b->runs);
+    b->runs = runs;
+    b->n_runs = n_runs;
+    c->count = kept;
+}
+
 // Turns a successful pull reply into a batch. Takes ownership of rep.
 static int
 make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
@@ -437,22 +484,26 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     b->runs = rep->runs;
     rep->runs = NULL;
     b->owner = rep;
-    uint64_t counted = 0;
-    for (uint32_t i = 0; i < b->n_runs; i++) {
-        uint64_t dup =
-            idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count);
-        if (dup == UINT64_MAX) {
-            stoker_warn("trainer: out of memory tracking identities; duplicates not counted");
-        } else if (dup > 0) {
-            tc->duplicates += dup;
-            stoker_warn("duplicate-identity: %llu examples of session %016llx seen again",
-                        (unsigned long long)dup, (unsigned long long)b->runs[i].session);
-        }
+    uint64_t counted = 0, dups = 0;
+    for (uint32_t i = 0; i < b->n_runs; i++)
         counted += b->runs[i].count;
-    }
-    if (counted != b->chunk.count)
+    if (counted != b->chunk.count) {
         stoker_warn("trainer: batch runs cover %llu examples, batch has %u",
                     (unsigned long long)counted, b->chunk.count);
+    } else {
+        for (uint32_t i = 0; i < b->n_runs; i++) {
+            const stoker_run *r = &b->runs[i];
+            for (uint64_t q = r->first_seq; q < r->first_seq + r->count; q++)
+                dups += idset_has(tc->seen, r->session, q);
+        }
+        if (dups > 0)
+            drop_seen(tc, b, dups);
+    }
+    for (uint32_t i = 0; i < b->n_runs; i++) {
+        if (idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count) ==
+            UINT64_MAX)
+            stoker_warn("trainer: out of memory tracking identities; duplicates not counted");
+    }
     *out = b;
     return STOKER_OK;
 }
@@ -559,6 +610,13 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             rv = make_batch(tc, rep, out);
             if (rv == STOKER_OK)
                 tc->ending = 0; // more data came after all (a producer reconnected)
+            if (rv == STOKER_OK && (*out)->chunk.count == 0) {
+                // Every example was seen before (drop_seen): nothing to train, done with it.
+                stoker_trainer_client_ack(tc, (*out)->lease);
+                stoker_batch_destroy(*out);
+                *out = NULL;
+                continue;
+            }
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events

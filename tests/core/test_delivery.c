@@ -257,6 +257,39 @@ Test(redelivery, disconnected_trainers_examples_go_to_another_trainer)
     h_broker_stop(broker);
 }
 
+// A trainer the broker dropped (silent past --trainer-timeout) while it still held batches gets
+// those examples again when it comes back (the broker redelivered them): the client drops the
+// identities it saw before, counts them, and the trainer trains every example exactly once.
+Test(redelivery, a_returning_trainer_never_gets_an_identity_twice)
+{
+    char url[256];
+    const char *const bargs[] = {"--trainer-timeout", "1", NULL};
+    h_child *broker = h_broker_start(url, sizeof(url), bargs);
+    const char *const pargs[] = {"--delay", "0:0", "--chunk", "4", "--max-examples", "32", NULL};
+    h_child *producer = h_producer_start(url, "p", pargs);
+    cr_assert(h_wait(producer, 5000), "the producer did not finish its 32 examples");
+    stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 8000);
+    h_ids ids = {0};
+    uint64_t n = 0;
+    stoker_batch *held = NULL;
+    cr_assert_eq(stoker_trainer_client_next(tc, &held), STOKER_OK);
+    h_ids_add_batch(&ids, held);
+    n += held->chunk.count;
+    // Silent with its batches unacknowledged: the broker drops the trainer, redelivers them.
+    cr_assert(h_wait_redelivered(url, 4, 5000), "the silent trainer was not dropped within 5 s");
+    stoker_trainer_client_ack(tc, held->lease); // too late: refused, changes nothing
+    stoker_batch_destroy(held);
+    cr_assert_eq(h_drain(tc, &ids, &n), STOKER_END_OF_DATA);
+    cr_assert_eq(h_ids_duplicates(&ids), 0, "%zu identities trained twice", h_ids_duplicates(&ids));
+    cr_assert_eq(n, 32, "trained %llu examples, not the 32 made", (unsigned long long)n);
+    cr_assert_gt(stoker_trainer_client_duplicates(tc), 0,
+                 "the redelivered examples were not seen again (the test did not test)");
+    stoker_trainer_client_destroy(tc);
+    h_ids_fini(&ids);
+    h_assert_identity(url);
+    h_broker_stop(broker);
+}
+
 Test(redelivery, closed_raw_socket_returns_its_lease)
 {
     char url[256];
