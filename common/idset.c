@@ -127,20 +127,26 @@ idset_add(idset *s, uint64_t session, uint64_t first, uint64_t count)
     return dup;
 }
 
-int
-idset_has(const idset *s, uint64_t session, uint64_t seq)
+uint64_t
+idset_count(const idset *s, uint64_t session, uint64_t first, uint64_t count)
 {
     uint64_t key = session != 0 ? session : ~0ull;
     const session_set *ss = find(s->slots, s->cap, session);
-    if (ss->session != key)
+    if (ss->session != key || count == 0)
         return 0;
-    uint32_t lo = 0, hi = ss->n; // first interval with hi > seq
+    uint32_t lo = 0, hi = ss->n; // the first interval ending after first
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (ss->iv[mid].hi <= seq)
+        if (ss->iv[mid].hi <= first)
             lo = mid + 1;
         else
             hi = mid;
     }
-    return lo < ss->n && ss->iv[lo].lo <= seq;
+    uint64_t end = first + count, n = 0;
+    for (uint32_t i = lo; i < ss->n && ss->iv[i].lo < end; i++) {
+        uint64_t a = ss->iv[i].lo > first ? ss->iv[i].lo : first;
+        uint64_t b = ss->iv[i].hi < end ? ss->iv[i].hi : end;
+        n += b - a;
+    }
+    return n;
 }

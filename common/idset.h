@@ -12,7 +12,7 @@ void idset_destroy(idset *s);
 // Adds [first, first + count) for session; returns how many of them were already present.
 // Returns UINT64_MAX when out of memory (nothing added).
 uint64_t idset_add(idset *s, uint64_t session, uint64_t first, uint64_t count);
-// 1 if (session, seq) was added before.
-int idset_has(const idset *s, uint64_t session, uint64_t seq);
+// How many of [first, first + count) for session were added before (nothing is added).
+uint64_t idset_count(const idset *s, uint64_t session, uint64_t first, uint64_t count);
 
 #endif

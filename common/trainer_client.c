@@ -432,7 +432,7 @@ drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
     for (uint32_t i = 0; i < b->n_runs; i++) {
         const stoker_run *r = &b->runs[i];
         for (uint64_t q = r->first_seq; q < r->first_seq + r->count; q++, at++) {
-            if (idset_has(tc->seen, r->session, q))
+            if (idset_count(tc->seen, r->session, q, 1) > 0)
                 continue;
             for (uint32_t f = 0; f < c->schema.n_fields; f++) {
                 size_t w = stoker_field_bytes(&c->schema.fields[f]);
@@ -491,11 +491,9 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
         stoker_warn("trainer: batch runs cover %llu examples, batch has %u",
                     (unsigned long long)counted, b->chunk.count);
     } else {
-        for (uint32_t i = 0; i < b->n_runs; i++) {
-            const stoker_run *r = &b->runs[i];
-            for (uint64_t q = r->first_seq; q < r->first_seq + r->count; q++)
-                dups += idset_has(tc->seen, r->session, q);
-        }
+        for (uint32_t i = 0; i < b->n_runs; i++)
+            dups +=
+                idset_count(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count);
         if (dups > 0)
             drop_seen(tc, b, dups);
     }
