@@ -353,17 +353,17 @@ start_listener(server *s, const char *url, int announce, nng_listener *out, char
 // connection is accepted while the open ones keep working: a killed client, a client that gave up
 // at the wrong moment, or any local process can silently shut the broker to newcomers (the chaos
 // test found it as a broker that stopped answering Status). The watchdog notices and restarts the
-// listener: once a second it reads the listener's accept-error counters (nng's statistics); when
-// they moved, it probes the listener with a raw connection that completes the SP handshake, and
-// when the socket did not accept it (twice in a row for tcp://), it replaces the listener. An
+// listener: four times a second it reads the listener's accept-error counters (nng's statistics);
+// when they moved, it probes the listener with a raw connection that completes the SP handshake,
+// and when the socket did not accept it (twice in a row for tcp://), it replaces the listener. An
 // ipc:// listener is replaced without disturbing anyone: the stopped one stays open for the
 // connections it carries and a new one takes over its path. Elsewhere (tcp://, where this has not
 // been seen) the stopped listener is closed with its connections: their producers are not counted
 // as lost (broker_pipe_reset) and every peer reconnects on its own. tls+tcp:// listeners are not
 // probed (a probe would need a TLS handshake).
 
-#define WATCH_PERIOD_MS 1000
-#define PROBE_WAIT_MS   2000
+#define WATCH_PERIOD_MS 250
+#define PROBE_WAIT_MS   1000
 
 // The statistics scope of listener id under st. (nng 1.5.2's nng_stat_find_listener returns
 // the first listener's scope whatever the id.)
@@ -555,8 +555,8 @@ watch_main(void *arg)
 {
     server *s = arg;
     while (!atomic_load(&s->stopping)) {
-        for (int i = 0; i < WATCH_PERIOD_MS / 100 && !atomic_load(&s->stopping); i++)
-            stoker_sleep_ms(100, NULL);
+        for (int i = 0; i < WATCH_PERIOD_MS / 50 && !atomic_load(&s->stopping); i++)
+            stoker_sleep_ms(50, NULL);
         for (uint32_t i = 0; i < s->n_listeners && !atomic_load(&s->stopping); i++) {
             watched *w = &s->listeners[i];
             if (stoker_tls_url(w->url))

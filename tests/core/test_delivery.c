@@ -455,7 +455,10 @@ Test(schema, mismatched_producer_is_refused_naming_both_schemas)
 static int
 send_bad(const char *url, const char *what, const void *buf, size_t len)
 {
-    nng_socket s = h_raw_open(url, 1000);
+    // A client whose connection nng dropped (the oversized message) redials at once; closing it
+    // mid-handshake can stop the broker's listener (nng 1.5.2), which the broker then replaces
+    // within about a second and a half: wait long enough for that.
+    nng_socket s = h_raw_open(url, 5000);
     stoker_reply *rep = NULL;
     int rv = h_raw_send(s, buf, len, &rep);
     int code = -1;
