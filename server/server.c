@@ -40,7 +40,6 @@ typedef struct watched {
 } watched;
 
 #define RETIRED_MAX 16
-#define LINGER_MAX  16
 
 struct server {
     nng_socket sock;
@@ -60,8 +59,6 @@ struct server {
     uint32_t n_listeners;
     uint32_t retired[RETIRED_MAX]; // ids of listeners closed by a restart (a ring)
     uint32_t n_retired;
-    nng_listener lingering[LINGER_MAX]; // stopped ipc listeners kept for their connections
-    uint32_t n_lingering;
     pthread_t watch_thread;
     int watch_started;
 };
@@ -353,17 +350,18 @@ start_listener(server *s, const char *url, int announce, nng_listener *out, char
 // connection is accepted while the open ones keep working: a killed client, a client that gave up
 // at the wrong moment, or any local process can silently shut the broker to newcomers (the chaos
 // test found it as a broker that stopped answering Status). The watchdog notices and restarts the
-// listener: four times a second it reads the listener's accept-error counters (nng's statistics);
-// when they moved, it probes the listener with a raw connection that completes the SP handshake,
-// and when the socket did not accept it (twice in a row for tcp://), it replaces the listener. An
-// ipc:// listener is replaced without disturbing anyone: the stopped one stays open for the
-// connections it carries and a new one takes over its path. Elsewhere (tcp://, where this has not
-// been seen) the stopped listener is closed with its connections: their producers are not counted
-// as lost (broker_pipe_reset) and every peer reconnects on its own. tls+tcp:// listeners are not
-// probed (a probe would need a TLS handshake).
+// listener: four times a second it reads the listener's accept-error counters (nng's
+// statistics); when they moved, it probes the listener with a raw connection that completes the
+// SP handshake, and when the socket did not accept it twice in a row, it closes the stopped
+// listener and starts a new one on the same address. Closing it also closes the connections it
+// had accepted, and those that reached it after it stopped (they would wait forever: the
+// transport answered their handshake, the socket never saw them): every peer reconnects on its
+// own; producers are not counted as lost (broker_pipe_reset); a trainer's leases are redelivered,
+// and the trainer client drops what it had seen before. tls+tcp:// listeners are not probed (a
+// probe would need a TLS handshake).
 
 #define WATCH_PERIOD_MS 250
-#define PROBE_WAIT_MS   1000
+#define PROBE_WAIT_MS   750
 
 // The statistics scope of listener id under st. (nng 1.5.2's nng_stat_find_listener returns
 // the first listener's scope whatever the id.)
@@ -500,37 +498,11 @@ adopt_listener(watched *w, nng_listener l, const char *how)
                 w->url, how);
 }
 
-// An ipc:// listener whose accept loop stopped still carries its connections: it is left open
-// and a new listener takes its path (the old socket file is removed first), so no connection is
-// disturbed. Returns 1 when that worked.
-static int
-replace_ipc_listener(server *s, watched *w)
-{
-    if (strncmp(w->url, "ipc://", 6) != 0 || s->n_lingering == LINGER_MAX)
-        return 0;
-    if (unlink(w->url + 6) != 0 && errno != ENOENT)
-        return 0;
-    nng_listener l = NNG_LISTENER_INITIALIZER;
-    char err[256];
-    if (start_listener(s, w->url, 0, &l, err, sizeof(err)) != STOKER_OK) {
-        if (nng_listener_id(l) > 0)
-            nng_listener_close(l);
-        stoker_warn("listener-restart: a new listener on %s failed (%s); closing the old one",
-                    w->url, err);
-        return 0;
-    }
-    s->lingering[s->n_lingering++] = w->l;
-    adopt_listener(w, l, "a new listener took its path, open connections are kept");
-    return 1;
-}
-
 // Closes the stopped listener (and with it the connections it had accepted: pipe_cb hands them
 // to broker_pipe_reset) and starts a new one on the same address.
 static void
 restart_listener(server *s, watched *w)
 {
-    if (replace_ipc_listener(s, w))
-        return;
     uint32_t old_id = (uint32_t)nng_listener_id(w->l);
     pthread_mutex_lock(&s->lock);
     s->retired[s->n_retired++ % RETIRED_MAX] = old_id;
@@ -572,9 +544,8 @@ watch_main(void *arg)
                                       : "cannot probe",
                          (unsigned long long)errors);
             w->strikes = alive == 0 ? w->strikes + 1 : 0;
-            // A stopped ipc:// listener is replaced without disturbing anyone, so one probe
-            // decides; elsewhere a restart closes connections, so a second probe confirms.
-            if (w->strikes >= (strncmp(w->url, "ipc://", 6) == 0 ? 1 : 2)) {
+            // A restart closes connections: a second probe confirms.
+            if (w->strikes >= 2) {
                 w->strikes = 0;
                 restart_listener(s, w);
             }
