@@ -57,13 +57,10 @@ static stoker_reply *
 raw_pull(nng_socket s, uint64_t session, uint32_t max, uint32_t wait_ms, uint32_t n_acks,
          const uint64_t *acks)
 {
-    stoker_request req = {.method = STOKER_PULL,
-                          .session = session,
-                          .max_examples = max,
-                          .wait_ms = wait_ms,
-                          .n_acks = n_acks,
-                          .acks = acks};
-    return h_raw_call(s, &req);
+    stoker_request *req = h_pull(session, max, wait_ms, n_acks, acks);
+    stoker_reply *rep = h_raw_call(s, req);
+    stoker_request_free(req);
+    return rep;
 }
 
 static stoker_reply *

@@ -219,3 +219,43 @@ p_sh(const char *fmt, ...)
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+// Appends the NULL-terminated list more to argv (n entries so far, room for cap).
+static int
+append_args(const char **argv, int n, int cap, const char *const *more)
+{
+    for (; more != NULL && *more != NULL; more++) {
+        cr_assert_lt(n, cap - 1, "too many arguments");
+        argv[n++] = *more;
+    }
+    argv[n] = NULL;
+    return n;
+}
+
+void
+p_train_end_to_end(const char *url, const char *name, const char *const *client_args,
+                   const char *json)
+{
+    const char *producer[32] = {getenv("STOKER_PRODUCER_BIN"), "--broker", url, "--name", name};
+    const char *const producer_rest[] = {"--delay",        "0:0", "--chunk", "4",
+                                         "--max-examples", "200", NULL};
+    int n = append_args(producer, 5, 32, client_args);
+    append_args(producer, n, 32, producer_rest);
+    const char *trainer[32] = {getenv("STOKER_TRAINER_BIN"), "--broker", url};
+    const char *const trainer_rest[] = {
+        "--device", "cpu",    "--rounds", "5", "--round-length", "20", "--stall-timeout",
+        "10",       "--json", json,       NULL};
+    n = append_args(trainer, 3, 32, client_args);
+    append_args(trainer, n, 32, trainer_rest);
+    cr_assert_not_null(producer[0]);
+    cr_assert_not_null(trainer[0]);
+    p_spawn("producer", producer, 0, "producer.log");
+    p_child *t = p_spawn("trainer", trainer, 0, "trainer.log");
+    cr_assert(p_wait(t, 60000), "the trainer did not finish within 60 s");
+    cr_assert_eq(p_exit_code(t), 0, "trainer exit %d (log: %s)", p_exit_code(t),
+                 p_path(7, "trainer.log"));
+    cr_assert(p_file_contains(json, "\"status\": \"completed\""), "summary: not completed");
+    cr_assert(p_file_contains(json, "\"examples\": 100"), "summary: not 100 examples");
+    cr_assert(p_file_contains(json, "\"duplicates_seen\": 0"), "summary: duplicates");
+    cr_assert(p_file_contains(json, "\"discrepancy\": 0"), "summary: discrepancy");
+}

@@ -45,4 +45,11 @@ int p_file_contains(const char *path, const char *needle);
 // Runs a shell command (bounded by the caller's command itself); returns its exit code.
 int p_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// Runs a synthetic producer called name (200 examples, no delay) and a CPU trainer (5 rounds of
+// 20) against url, both with client_args (NULL-terminated client flags: the token file, the TLS
+// files); asserts within 60 s that the trainer completed 100 examples with no duplicate and
+// discrepancy 0 (its JSON summary goes to json).
+void p_train_end_to_end(const char *url, const char *name, const char *const *client_args,
+                        const char *json);
+
 #endif

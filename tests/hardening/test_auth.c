@@ -222,47 +222,8 @@ Test(auth, right_token_trains_end_to_end)
     start_broker(urls);
     const char *token = p_path(0, "token");
     const char *json = p_path(2, "summary.json");
-    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"),
-                              "--broker",
-                              urls[0],
-                              "--name",
-                              "p1",
-                              "--token-file",
-                              token,
-                              "--delay",
-                              "0:0",
-                              "--chunk",
-                              "4",
-                              "--max-examples",
-                              "200",
-                              NULL};
-    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"),
-                             "--broker",
-                             urls[0],
-                             "--token-file",
-                             token,
-                             "--device",
-                             "cpu",
-                             "--rounds",
-                             "5",
-                             "--round-length",
-                             "20",
-                             "--stall-timeout",
-                             "10",
-                             "--json",
-                             json,
-                             NULL};
-    cr_assert_not_null(producer[0]);
-    cr_assert_not_null(trainer[0]);
-    p_spawn("producer", producer, 0, "producer.log");
-    p_child *t = p_spawn("trainer", trainer, 0, "trainer.log");
-    cr_assert(p_wait(t, 60000), "the trainer did not finish within 60 s");
-    cr_assert_eq(p_exit_code(t), 0, "trainer exit %d (log: %s)", p_exit_code(t),
-                 p_path(3, "trainer.log"));
-    cr_assert(p_file_contains(json, "\"status\": \"completed\""), "summary: not completed");
-    cr_assert(p_file_contains(json, "\"duplicates_seen\": 0"), "summary: duplicates");
-    cr_assert(p_file_contains(json, "\"discrepancy\": 0"), "summary: discrepancy");
-    cr_assert(p_file_contains(json, "\"examples\": 100"), "summary: not 100 examples");
+    const char *const client_args[] = {"--token-file", token, NULL};
+    p_train_end_to_end(urls[0], "p1", client_args, json);
     cr_assert(!p_file_contains(p_path(1, "broker.log"), "unauthenticated"),
               "the broker refused a client that had the token");
 }

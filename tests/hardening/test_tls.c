@@ -159,52 +159,8 @@ Test(tls, other_ca_refused_right_client_trains)
     snprintf(cert, sizeof(cert), "%s", file(0, "client.crt"));
     snprintf(key, sizeof(key), "%s", file(0, "client.key"));
     const char *json = file(1, "summary.json");
-    const char *producer[] = {getenv("STOKER_PRODUCER_BIN"),
-                              "--broker",
-                              tls_url,
-                              "--name",
-                              "good",
-                              "--tls-cert",
-                              cert,
-                              "--tls-key",
-                              key,
-                              "--tls-ca",
-                              ca,
-                              "--delay",
-                              "0:0",
-                              "--chunk",
-                              "4",
-                              "--max-examples",
-                              "200",
-                              NULL};
-    const char *trainer[] = {getenv("STOKER_TRAINER_BIN"),
-                             "--broker",
-                             tls_url,
-                             "--tls-cert",
-                             cert,
-                             "--tls-key",
-                             key,
-                             "--tls-ca",
-                             ca,
-                             "--device",
-                             "cpu",
-                             "--rounds",
-                             "5",
-                             "--round-length",
-                             "20",
-                             "--stall-timeout",
-                             "10",
-                             "--json",
-                             json,
-                             NULL};
-    p_spawn("producer", producer, 0, "producer.log");
-    p_child *t = p_spawn("trainer", trainer, 0, "trainer.log");
-    cr_assert(p_wait(t, 60000), "the TLS trainer did not finish within 60 s");
-    cr_assert_eq(p_exit_code(t), 0, "TLS trainer exit %d (log %s/trainer.log)", p_exit_code(t),
-                 h_dir());
-    cr_assert(p_file_contains(json, "\"status\": \"completed\""), "summary: not completed");
-    cr_assert(p_file_contains(json, "\"examples\": 100"), "summary: not 100 examples");
-    cr_assert(p_file_contains(json, "\"duplicates_seen\": 0"));
+    const char *const client_args[] = {"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca, NULL};
+    p_train_end_to_end(tls_url, "good", client_args, json);
 
     // The rogue producer never said hello: only 'good' is known to the broker.
     stoker_status *st = h_status(ipc_url);
