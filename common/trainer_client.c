@@ -394,8 +394,8 @@ issuer_main(void *arg)
     return NULL;
 }
 
-// Waits until the pulls next() asked for are sent, so that a request made after them (an ack,
-// a status, a goodbye) reaches the broker after them, as when next() sent them itself.
+// Waits until the pulls next() asked for are sent, so that a status request made after them
+// reaches the broker after them, as when next() sent them itself.
 static void
 wait_issued(stoker_trainer_client *tc)
 {
@@ -656,7 +656,8 @@ stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
 int
 stoker_trainer_client_flush(stoker_trainer_client *tc)
 {
-    wait_issued(tc);
+    // Takes the pending acknowledgements at once (a pull the issuer sends meanwhile does not
+    // carry them), so that an OK here means the broker applied them.
     uint64_t acks[MAX_ACKS];
     pthread_mutex_lock(&tc->lock);
     uint32_t n = tc->n_pending_acks;
