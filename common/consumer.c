@@ -10,6 +10,7 @@
 
 #include "stoker/client.h"
 #include "stoker/consumer.h"
+#include "stoker/error.h"
 #include "stoker/opts.h"
 #include "stoker/protocol.h"
 #include "stoker/trainer_client.h"
@@ -47,18 +48,6 @@ stoker_consumer_options_init(stoker_consumer_options *o)
     o->batch_size = 4;
     o->prefetch = 4;
     o->stall_timeout_ms = 4000;
-}
-
-static void set_error(stoker_consumer *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void
-set_error(stoker_consumer *c, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->error, sizeof(c->error), fmt, ap);
-    va_end(ap);
 }
 
 static void
@@ -218,8 +207,7 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
     c->error[0] = '\0';
     stoker_consumer_batch *cb = malloc(sizeof(*cb));
     if (cb == NULL) {
-        set_error(c, "out of memory");
-        return STOKER_NOMEM;
+        return stoker_errorf(c->error, sizeof(c->error), STOKER_NOMEM, "out of memory");
     }
     stoker_batch *b = NULL;
     int rv = stoker_trainer_client_next(c->tc, &b);
@@ -235,22 +223,25 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
         describe_end(c, gone, sizeof(gone));
     switch (rv) {
     case STOKER_NO_PRODUCERS:
-        set_error(c, "data supply ended: every producer was lost and nothing is queued (last: %s)",
-                  gone);
+        stoker_errorf(c->error, sizeof(c->error), rv,
+                      "data supply ended: every producer was lost and nothing is queued (last: %s)",
+                      gone);
         break;
     case STOKER_END_OF_DATA:
-        set_error(c, "data supply ended: every producer finished and nothing is queued (last: %s)",
-                  gone);
+        stoker_errorf(c->error, sizeof(c->error), rv,
+                      "data supply ended: every producer finished and nothing is queued (last: %s)",
+                      gone);
         break;
     case STOKER_STALLED:
-        set_error(c, "stalled: no batch within %.1f s", c->stall_timeout_ms / 1000.0);
+        stoker_errorf(c->error, sizeof(c->error), rv, "stalled: no batch within %.1f s",
+                      c->stall_timeout_ms / 1000.0);
         break;
     case STOKER_INTERRUPTED:
         c->stop = 0; // one interruption per request: the consumer stays usable
-        set_error(c, "interrupted");
+        stoker_errorf(c->error, sizeof(c->error), rv, "interrupted");
         break;
     default:
-        set_error(c, "feeding failed: %s", stoker_strerror(rv));
+        stoker_errorf(c->error, sizeof(c->error), rv, "feeding failed: %s", stoker_strerror(rv));
         break;
     }
     return rv;
@@ -472,8 +463,7 @@ stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *l
     stoker_status *st = NULL;
     int rv = stoker_trainer_client_status(c->tc, &st);
     if (rv != STOKER_OK) {
-        set_error(c, "status: %s", stoker_strerror(rv));
-        return rv;
+        return stoker_errorf(c->error, sizeof(c->error), rv, "status: %s", stoker_strerror(rv));
     }
     rv = status_to_json(st, buf, cap, len);
     stoker_status_destroy(st);

@@ -1,5 +1,8 @@
-// stoker_err names and messages, and the translation of nng's codes.
-#include <nng/nng.h>
+// stoker_err names and messages, and stoker_errorf, the one way a failure's message is written.
+// Plain C, no nng (its codes are translated in error_nng.c): the trainer core, which the GPU
+// machine builds without nng, compiles this file too.
+#include <stdarg.h>
+#include <stdio.h>
 
 #include "stoker/error.h"
 
@@ -46,28 +49,14 @@ stoker_errname(int err)
     return errors[err].name;
 }
 
-stoker_err
-stoker_err_from_nng(int rv)
+int
+stoker_errorf(char *err, size_t err_len, int code, const char *fmt, ...)
 {
-    switch (rv) {
-    case 0:
-        return STOKER_OK;
-    case NNG_ENOMEM:
-        return STOKER_NOMEM;
-    case NNG_ETIMEDOUT:
-        return STOKER_TIMEOUT;
-    case NNG_ECLOSED:
-    case NNG_ECANCELED:
-        return STOKER_CLOSED;
-    case NNG_EINVAL:
-    case NNG_EADDRINVAL:
-    case NNG_ENOTSUP:
-        return STOKER_INVALID;
-    case NNG_EMSGSIZE:
-        return STOKER_TOO_LARGE;
-    case NNG_EINTR:
-        return STOKER_INTERRUPTED;
-    default:
-        return STOKER_CONNECTION;
+    if (err != NULL && err_len > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
     }
+    return code;
 }

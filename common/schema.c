@@ -2,7 +2,6 @@
 // checked here so nothing downstream multiplies unchecked sizes from a peer.
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,63 +75,56 @@ stoker_schema_example_bytes(const stoker_schema *schema)
     return n;
 }
 
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-fail(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err != NULL && err_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return STOKER_INVALID;
-}
-
 int
 stoker_schema_validate(const stoker_schema *s, char *err, size_t err_len)
 {
     if (s->n_fields == 0)
-        return fail(err, err_len, "schema has no fields");
+        return stoker_errorf(err, err_len, STOKER_INVALID, "schema has no fields");
     if (s->n_fields > STOKER_MAX_FIELDS)
-        return fail(err, err_len, "schema has %u fields, at most %d allowed", s->n_fields,
-                    STOKER_MAX_FIELDS);
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "schema has %u fields, at most %d allowed", s->n_fields,
+                             STOKER_MAX_FIELDS);
     uint64_t total = 0;
     for (uint32_t i = 0; i < s->n_fields; i++) {
         const stoker_field *f = &s->fields[i];
         size_t len = strnlen(f->name, STOKER_NAME_MAX);
         if (len == 0 || len == STOKER_NAME_MAX)
-            return fail(err, err_len, "field %u: name empty or longer than %d bytes", i,
-                        STOKER_NAME_MAX - 1);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "field %u: name empty or longer than %d bytes", i,
+                                 STOKER_NAME_MAX - 1);
         for (size_t k = 0; k < len; k++) {
             unsigned char c = (unsigned char)f->name[k];
             if (!(isalnum(c) || c == '_' || c == '-' || c == '.'))
-                return fail(err, err_len, "field '%s': name may hold only letters, digits, _ - .",
-                            f->name);
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "field '%s': name may hold only letters, digits, _ - .",
+                                     f->name);
         }
         if (stoker_dtype_size(f->dtype) == 0)
-            return fail(err, err_len, "field '%s': unknown dtype %d", f->name, (int)f->dtype);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': unknown dtype %d",
+                                 f->name, (int)f->dtype);
         if (f->rank > STOKER_MAX_RANK)
-            return fail(err, err_len, "field '%s': rank %u over %d", f->name, f->rank,
-                        STOKER_MAX_RANK);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': rank %u over %d",
+                                 f->name, f->rank, STOKER_MAX_RANK);
         uint64_t bytes = stoker_dtype_size(f->dtype);
         for (uint32_t d = 0; d < f->rank; d++) {
             if (f->shape[d] == 0)
-                return fail(err, err_len, "field '%s': dimension %u is 0", f->name, d);
+                return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': dimension %u is 0",
+                                     f->name, d);
             bytes *= f->shape[d];
             if (bytes > EXAMPLE_BYTES_MAX)
-                return fail(err, err_len, "field '%s': over %llu bytes per example", f->name,
-                            (unsigned long long)EXAMPLE_BYTES_MAX);
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "field '%s': over %llu bytes per example", f->name,
+                                     (unsigned long long)EXAMPLE_BYTES_MAX);
         }
         total += bytes;
         if (total > EXAMPLE_BYTES_MAX)
-            return fail(err, err_len, "schema: over %llu bytes per example",
-                        (unsigned long long)EXAMPLE_BYTES_MAX);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "schema: over %llu bytes per example",
+                                 (unsigned long long)EXAMPLE_BYTES_MAX);
         for (uint32_t j = 0; j < i; j++) {
             if (strcmp(s->fields[j].name, f->name) == 0)
-                return fail(err, err_len, "field '%s' appears twice", f->name);
+                return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s' appears twice",
+                                     f->name);
         }
     }
     return STOKER_OK;
@@ -152,11 +144,12 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
     stoker_schema s;
     memset(&s, 0, sizeof(s));
     if (spec == NULL)
-        return fail(err, err_len, "schema: empty");
+        return stoker_errorf(err, err_len, STOKER_INVALID, "schema: empty");
     const char *p = skip_space(spec);
     while (*p != '\0') {
         if (s.n_fields == STOKER_MAX_FIELDS)
-            return fail(err, err_len, "schema: more than %d fields", STOKER_MAX_FIELDS);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "schema: more than %d fields",
+                                 STOKER_MAX_FIELDS);
         stoker_field *f = &s.fields[s.n_fields];
         // name
         const char *start = p;
@@ -164,11 +157,13 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
             p++;
         size_t len = (size_t)(p - start);
         if (len == 0 || len >= STOKER_NAME_MAX)
-            return fail(err, err_len, "schema: expected a field name at '%s'", start);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "schema: expected a field name at '%s'", start);
         memcpy(f->name, start, len);
         p = skip_space(p);
         if (*p != ':')
-            return fail(err, err_len, "schema: field '%s': expected ':dtype[shape]'", f->name);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "schema: field '%s': expected ':dtype[shape]'", f->name);
         p = skip_space(p + 1);
         // dtype
         start = p;
@@ -177,13 +172,15 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
         char dname[16] = {0};
         len = (size_t)(p - start);
         if (len == 0 || len >= sizeof(dname))
-            return fail(err, err_len, "schema: field '%s': expected a dtype", f->name);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "schema: field '%s': expected a dtype", f->name);
         memcpy(dname, start, len);
         if (stoker_dtype_parse(dname, &f->dtype) != STOKER_OK)
-            return fail(err, err_len,
-                        "schema: field '%s': unknown dtype '%s' (float32, float64, int32, int64, "
-                        "uint8, int8, int16, uint16)",
-                        f->name, dname);
+            return stoker_errorf(
+                err, err_len, STOKER_INVALID,
+                "schema: field '%s': unknown dtype '%s' (float32, float64, int32, int64, "
+                "uint8, int8, int16, uint16)",
+                f->name, dname);
         p = skip_space(p);
         // shape: [d0,d1,...]; a missing shape means a scalar, [1].
         if (*p == '[') {
@@ -198,11 +195,12 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
                 errno = 0;
                 unsigned long v = strtoul(p, &end, 10);
                 if (end == p || errno != 0 || v == 0 || v > 0xffffffffUL || *p == '-')
-                    return fail(err, err_len, "schema: field '%s': bad dimension at '%s'", f->name,
-                                p);
+                    return stoker_errorf(err, err_len, STOKER_INVALID,
+                                         "schema: field '%s': bad dimension at '%s'", f->name, p);
                 if (f->rank == STOKER_MAX_RANK)
-                    return fail(err, err_len, "schema: field '%s': more than %d dimensions",
-                                f->name, STOKER_MAX_RANK);
+                    return stoker_errorf(err, err_len, STOKER_INVALID,
+                                         "schema: field '%s': more than %d dimensions", f->name,
+                                         STOKER_MAX_RANK);
                 f->shape[f->rank++] = (uint32_t)v;
                 p = skip_space(end);
                 if (*p == ',') {
@@ -213,8 +211,8 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
                     p++;
                     break;
                 }
-                return fail(err, err_len, "schema: field '%s': expected ',' or ']' at '%s'",
-                            f->name, p);
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "schema: field '%s': expected ',' or ']' at '%s'", f->name, p);
             }
         } else {
             f->rank = 1;
@@ -225,11 +223,11 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
         if (*p == ',') {
             p = skip_space(p + 1);
             if (*p == '\0')
-                return fail(err, err_len, "schema: trailing ','");
+                return stoker_errorf(err, err_len, STOKER_INVALID, "schema: trailing ','");
             continue;
         }
         if (*p != '\0')
-            return fail(err, err_len, "schema: unexpected '%s'", p);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "schema: unexpected '%s'", p);
     }
     int rv = stoker_schema_validate(&s, err, err_len);
     if (rv != STOKER_OK)

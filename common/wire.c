@@ -4,7 +4,6 @@
 // blobs straight into the nng message (the one copy of tensor data on each side); decoding keeps
 // the nng message alive as the owner the returned chunk points into, so nothing is copied again.
 // Every count, length, offset and enum from the peer is checked before use.
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,27 +22,13 @@
 #define MAX_EVENTS    4096
 #define MAX_PRODUCERS 65536
 
-static int fail(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int
-fail(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err != NULL && err_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return STOKER_INVALID;
-}
-
 static int
 copy_string(char *dst, size_t cap, const char *src, const char *what, char *err, size_t err_len)
 {
     size_t len = src != NULL ? strlen(src) : 0;
     if (len >= cap)
-        return fail(err, err_len, "%s longer than %zu bytes", what, cap - 1);
+        return stoker_errorf(err, err_len, STOKER_INVALID, "%s longer than %zu bytes", what,
+                             cap - 1);
     memcpy(dst, src != NULL ? src : "", len);
     dst[len] = '\0';
     return STOKER_OK;
@@ -81,21 +66,23 @@ schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, size_t e
     stoker_schema s;
     memset(&s, 0, sizeof(s));
     if (pb->n_fields > STOKER_MAX_FIELDS)
-        return fail(err, err_len, "schema has %zu fields, at most %d allowed", pb->n_fields,
-                    STOKER_MAX_FIELDS);
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "schema has %zu fields, at most %d allowed", pb->n_fields,
+                             STOKER_MAX_FIELDS);
     for (size_t i = 0; i < pb->n_fields; i++) {
         const Stoker__Field *f = pb->fields[i];
         if (f == NULL)
-            return fail(err, err_len, "schema field %zu missing", i);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "schema field %zu missing", i);
         if (copy_string(s.fields[i].name, STOKER_NAME_MAX, f->name, "field name", err, err_len) !=
             STOKER_OK)
             return STOKER_INVALID;
         if (f->dtype >= STOKER_DTYPE_COUNT)
-            return fail(err, err_len, "field '%s': unknown dtype %u", s.fields[i].name, f->dtype);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': unknown dtype %u",
+                                 s.fields[i].name, f->dtype);
         s.fields[i].dtype = (stoker_dtype)f->dtype;
         if (f->n_shape > STOKER_MAX_RANK)
-            return fail(err, err_len, "field '%s': rank %zu over %d", s.fields[i].name, f->n_shape,
-                        STOKER_MAX_RANK);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': rank %zu over %d",
+                                 s.fields[i].name, f->n_shape, STOKER_MAX_RANK);
         s.fields[i].rank = (uint32_t)f->n_shape;
         for (size_t d = 0; d < f->n_shape; d++)
             s.fields[i].shape[d] = f->shape[d];
@@ -219,12 +206,13 @@ frame_header(nng_msg *msg, const uint8_t **pb, size_t *pb_len, char *err, size_t
     size_t len = nng_msg_len(msg);
     const uint8_t *body = nng_msg_body(msg);
     if (len < HEADER_BYTES)
-        return fail(err, err_len, "message of %zu bytes is shorter than its header", len);
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "message of %zu bytes is shorter than its header", len);
     size_t n =
         (size_t)body[0] | (size_t)body[1] << 8 | (size_t)body[2] << 16 | (size_t)body[3] << 24;
     if (n > len - HEADER_BYTES)
-        return fail(err, err_len, "message header claims %zu bytes, %zu present", n,
-                    len - HEADER_BYTES);
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "message header claims %zu bytes, %zu present", n, len - HEADER_BYTES);
     *pb = body + HEADER_BYTES;
     *pb_len = n;
     return STOKER_OK;
@@ -238,8 +226,9 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
               uint32_t *n_data, size_t *data_len, char *err, size_t err_len)
 {
     if (pb->n_sizes > STOKER_MAX_FIELDS)
-        return fail(err, err_len, "chunk has %zu fields, at most %d allowed", pb->n_sizes,
-                    STOKER_MAX_FIELDS);
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "chunk has %zu fields, at most %d allowed", pb->n_sizes,
+                             STOKER_MAX_FIELDS);
     size_t len = nng_msg_len(owner->msg);
     uint8_t *body = nng_msg_body(owner->msg);
     size_t offsets[STOKER_MAX_FIELDS];
@@ -247,13 +236,15 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
     for (size_t i = 0; i < pb->n_sizes; i++) {
         size_t off = align8(at);
         if (off > len || pb->sizes[i] > len - off)
-            return fail(err, err_len, "chunk field %zu: %llu bytes claimed past the message end", i,
-                        (unsigned long long)pb->sizes[i]);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "chunk field %zu: %llu bytes claimed past the message end", i,
+                                 (unsigned long long)pb->sizes[i]);
         offsets[i] = off;
         at = off + (size_t)pb->sizes[i];
     }
     if (at != len)
-        return fail(err, err_len, "chunk: %zu bytes after the last field", len - at);
+        return stoker_errorf(err, err_len, STOKER_INVALID, "chunk: %zu bytes after the last field",
+                             len - at);
     if (((uintptr_t)body & 7) != 0 && pb->n_sizes > 0) {
         // Blobs must be aligned for their dtype: copy them once into aligned memory.
         size_t first = offsets[0];
@@ -295,8 +286,8 @@ static int
 no_trailing(nng_msg *msg, size_t pb_end, char *err, size_t err_len)
 {
     if (nng_msg_len(msg) != pb_end)
-        return fail(err, err_len, "%zu unexpected bytes after the message",
-                    nng_msg_len(msg) - pb_end);
+        return stoker_errorf(err, err_len, STOKER_INVALID, "%zu unexpected bytes after the message",
+                             nng_msg_len(msg) - pb_end);
     return STOKER_OK;
 }
 
@@ -381,7 +372,8 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         return STOKER_INVALID;
     Stoker__Request *r = stoker__request__unpack(NULL, pb_len, pb);
     if (r == NULL)
-        return fail(err, err_len, "not a valid stoker request (%zu bytes)", nng_msg_len(msg));
+        return stoker_errorf(err, err_len, STOKER_INVALID, "not a valid stoker request (%zu bytes)",
+                             nng_msg_len(msg));
     stoker_request *req = calloc(1, sizeof(*req));
     wire_owner *owner = calloc(1, sizeof(*owner));
     if (req == NULL || owner == NULL) {
@@ -400,11 +392,12 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
     switch (r->method) {
     case STOKER__METHOD__HELLO:
         if (r->hello == NULL) {
-            rv = fail(err, err_len, "hello request without hello body");
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "hello request without hello body");
             break;
         }
         if (r->hello->role < STOKER__ROLE__PRODUCER || r->hello->role > STOKER__ROLE__OBSERVER) {
-            rv = fail(err, err_len, "hello: unknown role %d", (int)r->hello->role);
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "hello: unknown role %d",
+                               (int)r->hello->role);
             break;
         }
         req->role = (stoker_role)r->hello->role;
@@ -421,7 +414,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         break;
     case STOKER__METHOD__PUSH:
         if (r->push == NULL || r->push->chunk == NULL) {
-            rv = fail(err, err_len, "push request without a chunk");
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "push request without a chunk");
             break;
         }
         req->first_seq = r->push->first_seq;
@@ -433,11 +426,12 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         break;
     case STOKER__METHOD__PULL:
         if (r->pull == NULL) {
-            rv = fail(err, err_len, "pull request without pull body");
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "pull request without pull body");
             break;
         }
         if (r->pull->n_acks > MAX_ACKS) {
-            rv = fail(err, err_len, "pull carries %zu acks, at most %d", r->pull->n_acks, MAX_ACKS);
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "pull carries %zu acks, at most %d",
+                               r->pull->n_acks, MAX_ACKS);
             break;
         }
         req->max_examples = r->pull->max_examples;
@@ -447,7 +441,8 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         break;
     case STOKER__METHOD__ACK:
         if (r->ack == NULL || r->ack->n_leases > MAX_ACKS) {
-            rv = fail(err, err_len, "ack request without leases or with too many");
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "ack request without leases or with too many");
             break;
         }
         req->n_acks = (uint32_t)r->ack->n_leases;
@@ -458,7 +453,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
     case STOKER__METHOD__HEARTBEAT:
         break;
     default:
-        rv = fail(err, err_len, "unknown method %d", (int)r->method);
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "unknown method %d", (int)r->method);
         break;
     }
     if (rv == STOKER_OK && !has_chunk)
@@ -624,7 +619,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
         return STOKER_INVALID;
     Stoker__Reply *r = stoker__reply__unpack(NULL, pb_len, pb);
     if (r == NULL)
-        return fail(err, err_len, "not a valid stoker reply (%zu bytes)", nng_msg_len(msg));
+        return stoker_errorf(err, err_len, STOKER_INVALID, "not a valid stoker reply (%zu bytes)",
+                             nng_msg_len(msg));
     stoker_reply *rep = calloc(1, sizeof(*rep));
     wire_owner *owner = calloc(1, sizeof(*owner));
     if (rep == NULL || owner == NULL) {
@@ -660,7 +656,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     if (rv != STOKER_OK)
         goto fail;
     if (r->n_runs > MAX_RUNS || r->n_events > MAX_EVENTS || r->n_producers > MAX_PRODUCERS) {
-        rv = fail(err, err_len, "reply lists too many runs, events or producers");
+        rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                           "reply lists too many runs, events or producers");
         goto fail;
     }
     if (r->n_runs > 0) {
@@ -772,12 +769,14 @@ stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
                        const stoker_schema *schema, char *err, size_t err_len)
 {
     if (n_data != schema->n_fields)
-        return fail(err, err_len, "chunk has %u fields, schema has %u", n_data, schema->n_fields);
+        return stoker_errorf(err, err_len, STOKER_INVALID, "chunk has %u fields, schema has %u",
+                             n_data, schema->n_fields);
     for (uint32_t i = 0; i < n_data; i++) {
         size_t want = stoker_field_bytes(&schema->fields[i]) * (size_t)c->count;
         if (data_len[i] != want)
-            return fail(err, err_len, "field '%s': %zu bytes for %u examples, expected %zu",
-                        schema->fields[i].name, data_len[i], c->count, want);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "field '%s': %zu bytes for %u examples, expected %zu",
+                                 schema->fields[i].name, data_len[i], c->count, want);
     }
     c->schema = *schema;
     return STOKER_OK;

@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,20 +47,6 @@ typedef struct exec_gen {
     uint64_t line;    // lines (text) or records (raw) read so far
     int final_rv;     // STOKER_OK while running; the sticky result once ended
 } exec_gen;
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 int
 exec_format_parse(const char *name, exec_format *out)
@@ -538,24 +523,22 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
     char why[256];
     int rv;
     if (cmd == NULL || cmd[0] == '\0') {
-        set_err(err, err_len, "exec: no command given");
-        return STOKER_INVALID;
+        return stoker_errorf(err, err_len, STOKER_INVALID, "exec: no command given");
     }
     if (format != EXEC_TEXT && format != EXEC_RAW) {
-        set_err(err, err_len, "exec: unknown output format %d (expected text or raw)", (int)format);
-        return STOKER_INVALID;
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "exec: unknown output format %d (expected text or raw)", (int)format);
     }
     if ((rv = stoker_schema_validate(schema, why, sizeof why)) != STOKER_OK) {
-        set_err(err, err_len, "exec: bad schema: %s", why);
-        return rv;
+        return stoker_errorf(err, err_len, rv, "exec: bad schema: %s", why);
     }
     for (uint32_t f = 0; f < schema->n_fields; f++) {
         stoker_dtype d = schema->fields[f].dtype;
         long long lo, hi;
         if (d != STOKER_FLOAT32 && d != STOKER_FLOAT64 && !int_range(d, &lo, &hi)) {
-            set_err(err, err_len, "exec: field %s has dtype %s, which exec cannot read",
-                    schema->fields[f].name, stoker_dtype_name(d));
-            return STOKER_INVALID;
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "exec: field %s has dtype %s, which exec cannot read",
+                                 schema->fields[f].name, stoker_dtype_name(d));
         }
     }
 
@@ -581,22 +564,20 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
 
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
-        set_err(err, err_len, "exec: pipe: %s", strerror(errno));
-        rv = STOKER_IO;
+        rv = stoker_errorf(err, err_len, STOKER_IO, "exec: pipe: %s", strerror(errno));
         goto fail_pipe;
     }
     int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd < 0) {
-        set_err(err, err_len, "exec: /dev/null: %s", strerror(errno));
-        rv = STOKER_IO;
+        rv = stoker_errorf(err, err_len, STOKER_IO, "exec: /dev/null: %s", strerror(errno));
         goto fail_null;
     }
     char *argv[] = {"sh", "-c", g->cmd, NULL};
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
-        set_err(err, err_len, "exec: fork for '%s': %s", cmd, strerror(errno));
-        rv = STOKER_IO;
+        rv =
+            stoker_errorf(err, err_len, STOKER_IO, "exec: fork for '%s': %s", cmd, strerror(errno));
         goto fail_fork;
     }
     if (pid == 0)
@@ -625,7 +606,7 @@ fail_pipe:
     exec_destroy(g);
     return rv;
 fail_alloc:
-    set_err(err, err_len, "exec: out of memory");
+    stoker_errorf(err, err_len, STOKER_NOMEM, "exec: out of memory");
     exec_destroy(g);
     return STOKER_NOMEM;
 }

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,20 +61,6 @@ static const float MEAN[3] = {0.485f, 0.456f, 0.406f};
 static const float STD[3] = {0.229f, 0.224f, 0.225f};
 // ITU-R 601-2 luma, as torchvision's rgb_to_grayscale (used by adjust_contrast).
 static const float LUMA[3] = {0.299f, 0.587f, 0.114f};
-
-static void set_err(char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void
-set_err(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 static void
 images_destroy(void *user)
@@ -135,12 +120,12 @@ list_dir(const char *dir, bool want_dirs, name_list *out, char *err, size_t err_
     DIR *d = opendir(dir);
     if (d == NULL) {
         if (errno == ENOENT)
-            set_err(err, err_len, "images: folder '%s' does not exist", dir);
-        else if (errno == ENOTDIR)
-            set_err(err, err_len, "images: '%s' is not a folder", dir);
-        else
-            set_err(err, err_len, "images: cannot open folder '%s': %s", dir, strerror(errno));
-        return STOKER_INVALID;
+            return stoker_errorf(err, err_len, STOKER_INVALID, "images: folder '%s' does not exist",
+                                 dir);
+        if (errno == ENOTDIR)
+            return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s' is not a folder", dir);
+        return stoker_errorf(err, err_len, STOKER_INVALID, "images: cannot open folder '%s': %s",
+                             dir, strerror(errno));
     }
     name_list l = {0};
     struct dirent *e;
@@ -178,7 +163,7 @@ list_dir(const char *dir, bool want_dirs, name_list *out, char *err, size_t err_
     }
     closedir(d);
     if (rv != STOKER_OK) {
-        set_err(err, err_len, "images: out of memory listing '%s'", dir);
+        stoker_errorf(err, err_len, rv, "images: out of memory listing '%s'", dir);
         names_free(&l);
         return rv;
     }
@@ -196,16 +181,16 @@ reserve(images_gen *g, const char *path, uint32_t width, uint32_t height, size_t
         size_t err_len)
 {
     if (width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE) {
-        set_err(err, err_len, "images: '%s': unsupported dimensions %ux%u", path, width, height);
-        return STOKER_INVALID;
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "images: '%s': unsupported dimensions %ux%u", path, width, height);
     }
     size_t need = (size_t)width * height * 3;
     if (need > IMAGES_MAX_DECODED_BYTES - g->decoded_bytes) {
-        set_err(err, err_len,
-                "images: the decoded images need more than %zu MiB (limit reached at '%s', after "
-                "%zu images); use fewer or smaller images",
-                IMAGES_MAX_DECODED_BYTES >> 20, path, g->n_images);
-        return STOKER_TOO_LARGE;
+        return stoker_errorf(
+            err, err_len, STOKER_TOO_LARGE,
+            "images: the decoded images need more than %zu MiB (limit reached at '%s', after "
+            "%zu images); use fewer or smaller images",
+            IMAGES_MAX_DECODED_BYTES >> 20, path, g->n_images);
     }
     *bytes = need;
     return STOKER_OK;
@@ -219,7 +204,8 @@ decode_png(images_gen *g, const char *path, const uint8_t *data, size_t len, ima
     memset(&png, 0, sizeof png);
     png.version = PNG_IMAGE_VERSION;
     if (!png_image_begin_read_from_memory(&png, data, len)) {
-        set_err(err, err_len, "images: '%s': corrupt or unsupported PNG: %s", path, png.message);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt or unsupported PNG: %s",
+                      path, png.message);
         png_image_free(&png);
         return STOKER_INVALID;
     }
@@ -236,11 +222,12 @@ decode_png(images_gen *g, const char *path, const uint8_t *data, size_t len, ima
     uint8_t *buf = malloc(PNG_IMAGE_SIZE(png) + PIXEL_PAD);
     if (buf == NULL) {
         png_image_free(&png);
-        set_err(err, err_len, "images: out of memory decoding '%s'", path);
-        return STOKER_NOMEM;
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'",
+                             path);
     }
     if (!png_image_finish_read(&png, NULL, buf, 0, NULL)) {
-        set_err(err, err_len, "images: '%s': corrupt PNG: %s", path, png.message);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt PNG: %s", path,
+                      png.message);
         png_image_free(&png);
         free(buf);
         return STOKER_INVALID;
@@ -311,7 +298,8 @@ decode_jpeg(images_gen *g, const char *path, const uint8_t *data, size_t len, im
     jerr.pub.emit_message = jpeg_note;
     jerr.pub.output_message = jpeg_quiet;
     if (setjmp(jerr.jump)) {
-        set_err(err, err_len, "images: '%s': corrupt JPEG: %s", path, jerr.message);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt JPEG: %s", path,
+                      jerr.message);
         jpeg_destroy_decompress(&cinfo);
         free(buf);
         free(cmyk_row);
@@ -330,8 +318,8 @@ decode_jpeg(images_gen *g, const char *path, const uint8_t *data, size_t len, im
         if (cmyk)
             cmyk_row = malloc((size_t)cinfo.output_width * 4);
         if (buf == NULL || (cmyk && cmyk_row == NULL)) {
-            set_err(err, err_len, "images: out of memory decoding '%s'", path);
-            rv = STOKER_NOMEM;
+            rv = stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'",
+                               path);
         }
     }
     if (rv != STOKER_OK) {
@@ -372,7 +360,8 @@ read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_l
     FILE *f = fopen(path, "rb");
     struct stat st;
     if (f == NULL || fstat(fileno(f), &st) != 0) {
-        set_err(err, err_len, "images: cannot read '%s': %s", path, strerror(errno));
+        stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
+                      strerror(errno));
         if (f != NULL)
             fclose(f);
         return STOKER_IO;
@@ -381,11 +370,11 @@ read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_l
     uint8_t *buf = malloc(n > 0 ? n : 1);
     if (buf == NULL) {
         fclose(f);
-        set_err(err, err_len, "images: out of memory reading '%s'", path);
-        return STOKER_NOMEM;
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory reading '%s'",
+                             path);
     }
     if (fread(buf, 1, n, f) != n) {
-        set_err(err, err_len, "images: cannot read '%s': short read", path);
+        stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': short read", path);
         fclose(f);
         free(buf);
         return STOKER_IO;
@@ -406,9 +395,9 @@ decode_any(images_gen *g, const char *path, const uint8_t *data, size_t len, ima
         return decode_png(g, path, data, len, im, err, err_len);
     if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
         return decode_jpeg(g, path, data, len, im, err, err_len);
-    set_err(err, err_len, "images: '%s' is not a PNG or JPEG file (%s)", path,
-            len == 0 ? "empty" : "unknown signature");
-    return STOKER_INVALID;
+    return stoker_errorf(err, err_len, STOKER_INVALID,
+                         "images: '%s' is not a PNG or JPEG file (%s)", path,
+                         len == 0 ? "empty" : "unknown signature");
 }
 
 static int
@@ -418,14 +407,13 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
         size_t cap = g->cap_images ? g->cap_images * 2 : 64;
         image *images = realloc(g->images, cap * sizeof *images);
         if (images == NULL) {
-            set_err(err, err_len, "images: out of memory");
-            return STOKER_NOMEM;
+            return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
         }
         g->images = images;
         g->cap_images = cap;
     }
-    uint8_t *data;
-    size_t len;
+    uint8_t *data = NULL;
+    size_t len = 0;
     int rv = read_file(path, &data, &len, err, err_len);
     if (rv != STOKER_OK)
         return rv;
@@ -437,10 +425,9 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
         free(im.rgb);
         im.rgb = NULL;
         if (len > IMAGES_MAX_DECODED_BYTES - g->decoded_bytes) {
-            set_err(err, err_len,
-                    "images: the files need more than %zu MiB (limit reached at '%s')",
-                    IMAGES_MAX_DECODED_BYTES >> 20, path);
-            rv = STOKER_TOO_LARGE;
+            rv = stoker_errorf(err, err_len, STOKER_TOO_LARGE,
+                               "images: the files need more than %zu MiB (limit reached at '%s')",
+                               IMAGES_MAX_DECODED_BYTES >> 20, path);
         } else {
             im.file = data;
             im.file_len = len;
@@ -462,10 +449,11 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
     if (rv != STOKER_OK)
         return rv;
     if (classes.n == 0) {
-        set_err(err, err_len,
-                "images: '%s' has no class subfolders (expected one subfolder of PNG/JPEG images "
-                "per class)",
-                dir);
+        stoker_errorf(
+            err, err_len, STOKER_INVALID,
+            "images: '%s' has no class subfolders (expected one subfolder of PNG/JPEG images "
+            "per class)",
+            dir);
         names_free(&classes);
         return STOKER_INVALID;
     }
@@ -482,9 +470,9 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         name_list files = {0};
         rv = list_dir(class_dir, false, &files, err, err_len);
         if (rv == STOKER_OK && files.n == 0) {
-            set_err(err, err_len, "images: class folder '%s' has no .png, .jpg or .jpeg files",
-                    class_dir);
-            rv = STOKER_INVALID;
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "images: class folder '%s' has no .png, .jpg or .jpeg files",
+                               class_dir);
         }
         for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
             char *path;
@@ -499,7 +487,7 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         free(class_dir);
     }
     if (rv == STOKER_NOMEM)
-        set_err(err, err_len, "images: out of memory loading '%s'", dir);
+        stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory loading '%s'", dir);
     g->n_classes = (uint32_t)classes.n;
     names_free(&classes);
     return rv;
@@ -771,25 +759,22 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
                         char *err, size_t err_len)
 {
     if (dir == NULL || dir[0] == '\0') {
-        set_err(err, err_len, "images: no folder given");
-        return STOKER_INVALID;
+        return stoker_errorf(err, err_len, STOKER_INVALID, "images: no folder given");
     }
     if (size == 0 || size > IMAGES_MAX_SIZE) {
-        set_err(err, err_len, "images: size %u is out of range (1..%u)", size, IMAGES_MAX_SIZE);
-        return STOKER_INVALID;
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "images: size %u is out of range (1..%u)", size, IMAGES_MAX_SIZE);
     }
     stoker_schema schema = {0};
     const uint32_t image_shape[3] = {3, size, size}, label_shape[1] = {1};
     if (stoker_schema_add(&schema, "image", STOKER_FLOAT32, 3, image_shape) != STOKER_OK ||
         stoker_schema_add(&schema, "label", STOKER_INT32, 1, label_shape) != STOKER_OK) {
-        set_err(err, err_len, "images: cannot build the schema");
-        return STOKER_INTERNAL;
+        return stoker_errorf(err, err_len, STOKER_INTERNAL, "images: cannot build the schema");
     }
 
     images_gen *g = calloc(1, sizeof *g);
     if (g == NULL) {
-        set_err(err, err_len, "images: out of memory");
-        return STOKER_NOMEM;
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
     }
     g->size = size;
     g->decode_each = decode_each;
@@ -800,7 +785,7 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     g->wx = malloc(size * sizeof *g->wx);
     g->wy = malloc(size * sizeof *g->wy);
     if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy) {
-        set_err(err, err_len, "images: out of memory");
+        stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
         images_destroy(g);
         return STOKER_NOMEM;
     }

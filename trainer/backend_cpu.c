@@ -8,7 +8,6 @@
 #include "stoker/error.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,21 +21,12 @@ typedef struct cpu_backend {
 } cpu_backend;
 
 static int
-fail(backend *be, int err, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(be->error, sizeof(be->error), fmt, ap);
-    va_end(ap);
-    return err;
-}
-
-static int
 cpu_alloc(backend *be, size_t count, float **out_dev)
 {
     float *p = calloc(count ? count : 1, sizeof(float));
     if (p == NULL)
-        return fail(be, STOKER_NOMEM, "cpu: cannot allocate %zu floats", count);
+        return stoker_errorf(be->error, sizeof(be->error), STOKER_NOMEM,
+                             "cpu: cannot allocate %zu floats", count);
     *out_dev = p;
     return STOKER_OK;
 }
@@ -197,8 +187,8 @@ cpu_crossentropy_loss(backend *be, float *loss, float *dlogits, const float *log
         float *drow = dlogits + (size_t)b * classes;
         int32_t label = labels[b];
         if (label < 0 || (uint32_t)label >= classes)
-            return fail(be, STOKER_INVALID, "label %d of example %u outside [0, %u)", label, b,
-                        classes);
+            return stoker_errorf(be->error, sizeof(be->error), STOKER_INVALID,
+                                 "label %d of example %u outside [0, %u)", label, b, classes);
         // Subtracting the row maximum keeps exp() finite.
         float max = row[0];
         for (uint32_t c = 1; c < classes; c++)

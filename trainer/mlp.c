@@ -10,7 +10,6 @@
 #include "stoker/error.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,16 +46,6 @@ struct mlp {
 
     char error[256];
 };
-
-static int
-fail(mlp *net, int rv, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(net->error, sizeof(net->error), fmt, ap);
-    va_end(ap);
-    return rv;
-}
 
 // A backend operation failed: keep its message.
 static int
@@ -258,7 +247,8 @@ reserve_activations(mlp *net, uint32_t batch)
     total += 2 * (size_t)batch * widest + 1;
     // cuBLAS takes int sizes.
     if ((size_t)batch * widest > INT32_MAX || (size_t)batch * net->input > INT32_MAX)
-        return fail(net, STOKER_INVALID, "batch %u too large for this network", batch);
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "batch %u too large for this network", batch);
 
     float *mem = NULL;
     int rv = net->be->ops->alloc(net->be, total, &mem);
@@ -289,15 +279,15 @@ prepare(mlp *net, const float *x, const void *y, uint32_t batch, const float **x
 {
     net->error[0] = '\0';
     if (batch == 0 || x == NULL)
-        return fail(net, STOKER_INVALID, "empty batch");
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID, "empty batch");
     size_t y_bytes = 0;
     if (y != NULL && net->classes > 0) {
         const int32_t *labels = y;
         for (uint32_t b = 0; b < batch; b++)
             if (labels[b] < 0 || (uint32_t)labels[b] >= net->classes)
-                return fail(net, STOKER_INVALID,
-                            "label %d of example %u is outside [0, %u): check --classes", labels[b],
-                            b, net->classes);
+                return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                                     "label %d of example %u is outside [0, %u): check --classes",
+                                     labels[b], b, net->classes);
         y_bytes = (size_t)batch * sizeof(int32_t);
     } else if (y != NULL) {
         y_bytes = (size_t)batch * net->output * sizeof(float);
@@ -379,7 +369,8 @@ mlp_step(mlp *net, const float *x, const void *y, uint32_t batch, float *loss_ou
     const float *x_dev;
     const void *y_dev;
     if (y == NULL)
-        return fail(net, STOKER_INVALID, "mlp_step needs targets");
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "mlp_step needs targets");
     int rv = prepare(net, x, y, batch, &x_dev, &y_dev);
     if (rv == STOKER_OK)
         rv = forward(net, x_dev, batch);
@@ -401,7 +392,8 @@ int
 mlp_last_loss(mlp *net, float *loss_out)
 {
     if (!net->have_loss)
-        return fail(net, STOKER_INVALID, "no loss computed yet");
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "no loss computed yet");
     return backend_failed(net, net->be->ops->download(net->be, loss_out, net->loss, 1));
 }
 
@@ -426,7 +418,8 @@ mlp_loss(mlp *net, const float *x, const void *y, uint32_t batch, float *loss_ou
     const float *x_dev;
     const void *y_dev;
     if (y == NULL)
-        return fail(net, STOKER_INVALID, "mlp_loss needs targets");
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "mlp_loss needs targets");
     int rv = prepare(net, x, y, batch, &x_dev, &y_dev);
     if (rv == STOKER_OK)
         rv = forward(net, x_dev, batch);
@@ -444,7 +437,8 @@ mlp_gradients(mlp *net, const float *x, const void *y, uint32_t batch, float *lo
     const float *x_dev;
     const void *y_dev;
     if (y == NULL)
-        return fail(net, STOKER_INVALID, "mlp_gradients needs targets");
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "mlp_gradients needs targets");
     int rv = prepare(net, x, y, batch, &x_dev, &y_dev);
     if (rv == STOKER_OK)
         rv = forward(net, x_dev, batch);
@@ -470,8 +464,9 @@ int
 mlp_get_params(mlp *net, float *params, size_t count)
 {
     if (count != net->param_count)
-        return fail(net, STOKER_INVALID, "asked for %zu parameters, the network has %zu", count,
-                    net->param_count);
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "asked for %zu parameters, the network has %zu", count,
+                             net->param_count);
     return backend_failed(net, net->be->ops->download(net->be, params, net->params, count));
 }
 
@@ -479,8 +474,8 @@ int
 mlp_set_params(mlp *net, const float *params, size_t count)
 {
     if (count != net->param_count)
-        return fail(net, STOKER_INVALID, "got %zu parameters, the network has %zu", count,
-                    net->param_count);
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "got %zu parameters, the network has %zu", count, net->param_count);
     return backend_failed(net, net->be->ops->upload(net->be, net->params, params, count));
 }
 
@@ -529,7 +524,8 @@ mlp_save(mlp *net, const char *path)
 {
     float *host = malloc(net->param_count * sizeof(float));
     if (host == NULL)
-        return fail(net, STOKER_NOMEM, "%s: out of memory", path);
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_NOMEM, "%s: out of memory",
+                             path);
     int rv = mlp_get_params(net, host, net->param_count);
     if (rv != STOKER_OK) {
         free(host);

@@ -8,7 +8,6 @@
 #include "stoker/error.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,18 +20,6 @@
 #endif
 
 #define MAX_HEADER_BYTES (100u * 1024 * 1024)
-
-static int
-say(char *err, size_t err_len, int rv, const char *fmt, ...)
-{
-    if (err_len > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return rv;
-}
 
 static uint64_t
 element_count(const safetensors_tensor *t)
@@ -110,21 +97,21 @@ safetensors_write(const char *path, const safetensors_tensor *tensors, size_t co
         err[0] = '\0';
     const safetensors_tensor **sorted = malloc((count ? count : 1) * sizeof(*sorted));
     if (sorted == NULL)
-        return say(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
     for (size_t i = 0; i < count; i++) {
         if (!plain_name(tensors[i].name) || tensors[i].ndim > SAFETENSORS_MAX_DIMS) {
             free(sorted);
-            return say(err, err_len, STOKER_INVALID,
-                       "%s: tensor %zu: name '%s' or %u dims not writable", path, i,
-                       tensors[i].name ? tensors[i].name : "(null)", tensors[i].ndim);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "%s: tensor %zu: name '%s' or %u dims not writable", path, i,
+                                 tensors[i].name ? tensors[i].name : "(null)", tensors[i].ndim);
         }
         sorted[i] = &tensors[i];
     }
     qsort(sorted, count, sizeof(*sorted), by_name);
     for (size_t i = 1; i < count; i++) {
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-            int rv = say(err, err_len, STOKER_INVALID, "%s: tensor name '%s' appears twice", path,
-                         sorted[i]->name);
+            int rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                                   "%s: tensor name '%s' appears twice", path, sorted[i]->name);
             free(sorted);
             return rv;
         }
@@ -135,27 +122,28 @@ safetensors_write(const char *path, const safetensors_tensor *tensors, size_t co
     int rv = build_header(sorted, count, &header, &header_len);
     if (rv != STOKER_OK) {
         free(sorted);
-        return say(err, err_len, rv, "%s: out of memory", path);
+        return stoker_errorf(err, err_len, rv, "%s: out of memory", path);
     }
 
     size_t tmp_len = strlen(path) + 16;
     char *tmp = malloc(tmp_len);
     if (tmp == NULL) {
-        rv = say(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
+        rv = stoker_errorf(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
         goto free_header;
     }
     snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        rv = say(err, err_len, STOKER_IO, "%s: cannot create a temporary file beside it: %s", path,
-                 strerror(errno));
+        rv = stoker_errorf(err, err_len, STOKER_IO,
+                           "%s: cannot create a temporary file beside it: %s", path,
+                           strerror(errno));
         goto free_tmp;
     }
     // mkstemp makes the file 0600; a weights file is meant to be shared like any output.
     (void)fchmod(fd, 0644);
     FILE *f = fdopen(fd, "wb");
     if (f == NULL) {
-        rv = say(err, err_len, STOKER_IO, "%s: %s", tmp, strerror(errno));
+        rv = stoker_errorf(err, err_len, STOKER_IO, "%s: %s", tmp, strerror(errno));
         close(fd);
         goto unlink_tmp;
     }
@@ -172,12 +160,12 @@ safetensors_write(const char *path, const safetensors_tensor *tensors, size_t co
         saved = errno;
     }
     if (!ok) {
-        rv = say(err, err_len, STOKER_IO, "%s: write failed: %s", tmp, strerror(saved));
+        rv = stoker_errorf(err, err_len, STOKER_IO, "%s: write failed: %s", tmp, strerror(saved));
         goto unlink_tmp;
     }
     if (rename(tmp, path) != 0) {
-        rv = say(err, err_len, STOKER_IO, "%s: cannot rename %s into place: %s", path, tmp,
-                 strerror(errno));
+        rv = stoker_errorf(err, err_len, STOKER_IO, "%s: cannot rename %s into place: %s", path,
+                           tmp, strerror(errno));
         goto unlink_tmp;
     }
     rv = STOKER_OK;
@@ -228,8 +216,8 @@ expect(parser *ps, char c)
 static int
 bad(parser *ps, const char *what)
 {
-    return say(ps->err, ps->err_len, STOKER_INVALID, "malformed header: %s at byte %td", what,
-               ps->p - ps->start);
+    return stoker_errorf(ps->err, ps->err_len, STOKER_INVALID, "malformed header: %s at byte %td",
+                         what, ps->p - ps->start);
 }
 
 // Parses a string into a malloc'd copy (*out), decoding the simple escapes.
@@ -391,8 +379,8 @@ parse_tensor(parser *ps, safetensors_tensor *t, uint64_t *begin, uint64_t *end)
             char *dtype = NULL;
             rv = parse_string(ps, &dtype);
             if (rv == STOKER_OK && strcmp(dtype, "F32") != 0)
-                rv = say(ps->err, ps->err_len, STOKER_INVALID, "dtype %s not supported (only F32)",
-                         dtype);
+                rv = stoker_errorf(ps->err, ps->err_len, STOKER_INVALID,
+                                   "dtype %s not supported (only F32)", dtype);
             free(dtype);
             have_dtype = true;
         } else if (strcmp(key, "shape") == 0) {
@@ -464,11 +452,12 @@ parse_header(parser *ps, safetensors_file *f, uint64_t data_bytes)
         uint64_t bytes = 0;
         if (end < begin || end > data_bytes || begin % sizeof(float) != 0 ||
             __builtin_mul_overflow(element_count(t), sizeof(float), &bytes) || bytes != end - begin)
-            return say(ps->err, ps->err_len, STOKER_INVALID,
-                       "tensor '%s': data_offsets [%llu, %llu] do not fit its shape or the "
-                       "%llu data bytes",
-                       name, (unsigned long long)begin, (unsigned long long)end,
-                       (unsigned long long)data_bytes);
+            return stoker_errorf(
+                ps->err, ps->err_len, STOKER_INVALID,
+                "tensor '%s': data_offsets [%llu, %llu] do not fit its shape or the "
+                "%llu data bytes",
+                name, (unsigned long long)begin, (unsigned long long)end,
+                (unsigned long long)data_bytes);
         t->data = f->data + begin / sizeof(float);
     } while (expect(ps, ','));
     if (!expect(ps, '}'))
@@ -491,7 +480,7 @@ safetensors_read(const char *path, safetensors_file **out, char *err, size_t err
     char *header = NULL;
     FILE *in = fopen(path, "rb");
     if (in == NULL)
-        return say(err, err_len, STOKER_IO, "%s: %s", path, strerror(errno));
+        return stoker_errorf(err, err_len, STOKER_IO, "%s: %s", path, strerror(errno));
     safetensors_file *f = calloc(1, sizeof(*f));
     if (f == NULL) {
         rv = STOKER_NOMEM;
@@ -500,32 +489,33 @@ safetensors_read(const char *path, safetensors_file **out, char *err, size_t err
 
     unsigned char len_le[8];
     if (fread(len_le, 1, 8, in) != 8) {
-        rv = say(err, err_len, STOKER_INVALID, "%s: shorter than 8 bytes", path);
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "%s: shorter than 8 bytes", path);
         goto destroy;
     }
     uint64_t header_len = 0;
     for (int i = 0; i < 8; i++)
         header_len |= (uint64_t)len_le[i] << (8 * i);
     if (fseek(in, 0, SEEK_END) != 0) {
-        rv = say(err, err_len, STOKER_IO, "%s: %s", path, strerror(errno));
+        rv = stoker_errorf(err, err_len, STOKER_IO, "%s: %s", path, strerror(errno));
         goto destroy;
     }
     long file_len = ftell(in);
     if (file_len < 0 || header_len > MAX_HEADER_BYTES || 8 + header_len > (uint64_t)file_len) {
-        rv = say(err, err_len, STOKER_INVALID, "%s: header length %llu does not fit the file", path,
-                 (unsigned long long)header_len);
+        rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                           "%s: header length %llu does not fit the file", path,
+                           (unsigned long long)header_len);
         goto destroy;
     }
     uint64_t data_bytes = (uint64_t)file_len - 8 - header_len;
     header = malloc(header_len + 1);
     f->data = malloc(data_bytes ? data_bytes : 1);
     if (header == NULL || f->data == NULL) {
-        rv = say(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
+        rv = stoker_errorf(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
         goto destroy;
     }
     if (fseek(in, 8, SEEK_SET) != 0 || fread(header, 1, header_len, in) != header_len ||
         fread(f->data, 1, data_bytes, in) != data_bytes) {
-        rv = say(err, err_len, STOKER_IO, "%s: read failed", path);
+        rv = stoker_errorf(err, err_len, STOKER_IO, "%s: read failed", path);
         goto destroy;
     }
     header[header_len] = '\0';
@@ -537,12 +527,13 @@ safetensors_read(const char *path, safetensors_file **out, char *err, size_t err
                  .err = why,
                  .err_len = sizeof(why)};
     if ((rv = parse_header(&ps, f, data_bytes)) != STOKER_OK) {
-        say(err, err_len, rv, "%s: %s", path, why[0] ? why : "out of memory");
+        stoker_errorf(err, err_len, rv, "%s: %s", path, why[0] ? why : "out of memory");
         goto destroy;
     }
     skip_ws(&ps);
     if (ps.p != ps.end) {
-        rv = say(err, err_len, STOKER_INVALID, "%s: trailing bytes after the JSON header", path);
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "%s: trailing bytes after the JSON header",
+                           path);
         goto destroy;
     }
     qsort(f->tensors, f->count, sizeof(*f->tensors), by_tensor_name);

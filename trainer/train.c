@@ -4,15 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend.h"
+#include "source.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
-#include "stoker/rng.h"
-#include "stoker/synthetic.h"
-#include "stoker/trainer_client.h"
 #include "train.h"
 
 void
@@ -144,7 +141,7 @@ record_event(train_result *res, const stoker_event *e, double at_s)
     t->at_s = at_s;
 }
 
-// Events are recorded the moment the client hears of them, even while it waits for a batch.
+// Events are recorded the moment the source hears of them, even while it waits for a batch.
 typedef struct event_sink {
     train_result *res;
     uint64_t origin_ns;
@@ -166,18 +163,13 @@ typedef struct progress {
 } progress;
 
 static void
-report(const train_config *cfg, progress *pg, stoker_trainer_client *tc, const train_result *res,
+report(const train_config *cfg, progress *pg, source *src, const train_result *res,
        double round_loss, double elapsed_s, double wait_s, int round_done)
 {
     uint64_t now = stoker_now_ms();
-    if (tc != NULL && now >= pg->last_status_ms + 1000) {
-        stoker_status *st;
-        if (stoker_trainer_client_status(tc, &st) == STOKER_OK) {
-            pg->producers_alive = st->counters.producers_alive;
-            pg->queued = st->counters.queued;
+    if (now >= pg->last_status_ms + 1000) {
+        if (src->ops->supply(src, &pg->producers_alive, &pg->queued) == STOKER_OK)
             pg->have_status = 1;
-            stoker_status_destroy(st);
-        }
         pg->last_status_ms = now;
     }
     char supply[96] = "";
@@ -204,11 +196,7 @@ train_run(const train_config *cfg, train_result *res)
     snprintf(res->device, sizeof(res->device), "cpu");
     char why[512] = "";
     int rv;
-    stoker_schema schema;
-    stoker_trainer_client *tc = NULL;
-    stoker_synthetic synth = {cfg->delay_min_s, cfg->delay_max_s, cfg->stop};
-    stoker_generator gen = {0}; // zeroed: fini is safe on the paths that never set it up
-    stoker_chunk inline_chunk = {0};
+    source *src = NULL;
     backend *be = NULL;
     mlp *net = NULL;
     event_sink sink = {res, stoker_now_ns()};
@@ -223,46 +211,20 @@ train_run(const train_config *cfg, train_result *res)
         stoker_info("backend-fallback: %s", why);
     snprintf(res->device, sizeof(res->device), "%s", be->name);
     stoker_info("backend: %s (%s)", be->name, be->device);
-    if (cfg->inline_mode) {
-        stoker_synthetic_generator(&gen, &synth);
-        schema = gen.schema;
-        if (stoker_chunk_init(&inline_chunk, &schema, cfg->batch_size) != STOKER_OK) {
-            set_reason(res, TRAIN_ERROR, "out of memory");
-            goto done;
-        }
-    } else {
-        stoker_trainer_options to;
-        stoker_trainer_options_init(&to);
-        char name[STOKER_NAME_MAX];
-        snprintf(name, sizeof(name), "trainer-%d", (int)getpid());
-        to.client.url = cfg->broker_url;
-        to.client.name = name;
-        to.client.token = cfg->token;
-        to.client.tls = cfg->tls;
-        to.client.stop = cfg->stop;
-        // Connecting is bounded by the stall timeout too: a trainer never waits forever.
-        to.client.give_up_ms = cfg->stall_timeout_ms;
-        to.batch_size = cfg->batch_size;
-        to.prefetch = cfg->prefetch;
-        to.stall_timeout_ms = cfg->stall_timeout_ms;
-        to.on_event = on_event;
-        to.on_event_arg = &sink;
-        rv = stoker_trainer_client_create(&to, &tc, why, sizeof(why));
-        if (rv != STOKER_OK) {
-            train_status st = rv == STOKER_INTERRUPTED                          ? TRAIN_INTERRUPTED
-                              : rv == STOKER_STALLED || rv == STOKER_CONNECTION ? TRAIN_STALLED
-                                                                                : TRAIN_ERROR;
-            set_reason(res, st, "cannot start feeding from %s: %s", cfg->broker_url, why);
-            tc = NULL;
-            goto done;
-        }
-        schema = *stoker_trainer_client_schema(tc);
+    // The one place that knows there are two kinds of source.
+    source_open_fn open_source = cfg->inline_mode ? source_inline_open : source_broker_open;
+    if ((rv = open_source(cfg, on_event, &sink, &src, why, sizeof(why))) != STOKER_OK) {
+        train_status st = rv == STOKER_INTERRUPTED                          ? TRAIN_INTERRUPTED
+                          : rv == STOKER_STALLED || rv == STOKER_CONNECTION ? TRAIN_STALLED
+                                                                            : TRAIN_ERROR;
+        set_reason(res, st, "%s", why);
+        goto done;
     }
 
     int in_idx, tgt_idx;
     uint32_t in_dim, out_dim;
-    if (check_fields(cfg, &schema, &in_idx, &tgt_idx, &in_dim, &out_dim, why, sizeof(why)) !=
-        STOKER_OK) {
+    if (check_fields(cfg, src->ops->schema(src), &in_idx, &tgt_idx, &in_dim, &out_dim, why,
+                     sizeof(why)) != STOKER_OK) {
         set_reason(res, TRAIN_ERROR, "%s", why);
         goto done;
     }
@@ -286,7 +248,6 @@ train_run(const train_config *cfg, train_result *res)
     uint64_t wait_ns = 0;
     double round_loss_sum = 0;
     uint64_t round_batches = 0;
-    uint64_t inline_seq = 0;
     for (;;) {
         double elapsed_s = (double)(stoker_now_ns() - start_ns) / 1e9;
         if (cfg->stop != NULL && *cfg->stop) {
@@ -302,23 +263,8 @@ train_run(const train_config *cfg, train_result *res)
             break;
         }
         uint64_t t0 = stoker_now_ns();
-        stoker_batch *batch = NULL;
-        const stoker_chunk *chunk;
-        if (cfg->inline_mode) {
-            inline_chunk.count = 0;
-            rv = stoker_generator_fill_chunk(&gen, &inline_chunk, cfg->batch_size, inline_seq,
-                                             cfg->seed, "inline");
-            inline_seq += inline_chunk.count;
-            if (rv == STOKER_INTERRUPTED || (cfg->stop != NULL && *cfg->stop)) {
-                wait_ns += stoker_now_ns() - t0;
-                set_reason(res, TRAIN_INTERRUPTED, "stopped by a signal");
-                break;
-            }
-            chunk = &inline_chunk;
-        } else {
-            rv = stoker_trainer_client_next(tc, &batch);
-            chunk = batch != NULL ? &batch->chunk : NULL;
-        }
+        const stoker_chunk *chunk = NULL;
+        rv = src->ops->next(src, &chunk);
         wait_ns += stoker_now_ns() - t0;
         if (rv != STOKER_OK) {
             switch (rv) {
@@ -348,10 +294,7 @@ train_run(const train_config *cfg, train_result *res)
         const void *y = chunk->data[tgt_idx];
         rv = mlp_step(net, x, y, chunk->count, &loss);
         uint32_t n = chunk->count;
-        if (batch != NULL) {
-            stoker_trainer_client_ack(tc, batch->lease);
-            stoker_batch_destroy(batch);
-        }
+        src->ops->settle(src);
         if (rv != STOKER_OK) {
             set_reason(res, TRAIN_ERROR, "training step failed: %s", mlp_error(net));
             break;
@@ -369,7 +312,7 @@ train_run(const train_config *cfg, train_result *res)
         }
         double now_s = (double)(stoker_now_ns() - start_ns) / 1e9;
         if (round_done || pg.live)
-            report(cfg, &pg, tc, res, res->final_loss, now_s, (double)wait_ns / 1e9, round_done);
+            report(cfg, &pg, src, res, res->final_loss, now_s, (double)wait_ns / 1e9, round_done);
         if (round_done) {
             round_loss_sum = 0;
             round_batches = 0;
@@ -382,30 +325,9 @@ train_run(const train_config *cfg, train_result *res)
     res->data_wait_fraction = res->seconds > 0 ? (double)wait_ns / 1e9 / res->seconds : 0;
 
 done:
-    if (cfg->inline_mode && res->status != TRAIN_ERROR) {
-        // No broker: everything generated was trained on, once.
-        res->has_audit = 1;
-        res->produced = res->acknowledged = res->examples;
-    }
-    if (tc != NULL) {
-        stoker_trainer_client_flush(tc);
-        stoker_status *st;
-        int srv = stoker_trainer_client_status(tc, &st);
-        if (srv == STOKER_OK) {
-            res->has_audit = 1;
-            res->produced = st->counters.produced;
-            res->acknowledged = st->counters.acknowledged;
-            res->still_queued = st->counters.queued;
-            res->in_flight = st->counters.in_flight;
-            res->redelivered = st->counters.redelivered;
-            res->discrepancy = (int64_t)(st->counters.produced - st->counters.acknowledged -
-                                         st->counters.queued - st->counters.in_flight);
-            stoker_status_destroy(st);
-        } else {
-            stoker_warn("audit: Status failed (%s); audit left out", stoker_strerror(srv));
-        }
-        res->duplicates_seen = stoker_trainer_client_duplicates(tc);
-        stoker_trainer_client_destroy(tc);
+    if (src != NULL) {
+        src->ops->audit(src, res);
+        src->ops->destroy(src);
     }
     if (net != NULL && cfg->weights_path != NULL) {
         if (mlp_save(net, cfg->weights_path) == STOKER_OK) {
@@ -419,9 +341,6 @@ done:
     }
     mlp_destroy(net);
     backend_destroy(be);
-    stoker_chunk_fini(&inline_chunk);
-    if (cfg->inline_mode)
-        stoker_generator_fini(&gen);
     return exit_code(res->status);
 }
 

@@ -4,6 +4,8 @@
 #ifndef STOKER_ERROR_H
 #define STOKER_ERROR_H
 
+#include <stddef.h>
+
 typedef enum stoker_err {
     STOKER_OK = 0,
     STOKER_RETRY = 1,           // broker busy (queue full): send the same request again
@@ -35,7 +37,14 @@ const char *stoker_strerror(int err);
 // Stable lowercase word for err ("retry", "no_producers", ...), for logs and JSON.
 const char *stoker_errname(int err);
 
-// Translates an nng error code (0 -> STOKER_OK).
+// Writes a printf-style message into err (err_len bytes, truncated and always NUL-terminated;
+// nothing is written when err is NULL or err_len is 0) and returns code, so a failing path reads
+// `return stoker_errorf(err, err_len, STOKER_INVALID, "...", ...);`.
+int stoker_errorf(char *err, size_t err_len, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+// Translates an nng error code (0 -> STOKER_OK). Defined in error_nng.c, the one part of this
+// module that needs nng.
 stoker_err stoker_err_from_nng(int nng_rv);
 
 #endif

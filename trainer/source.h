@@ -1,0 +1,67 @@
+// Where the training loop's batches come from: a small table of operations with two
+// implementations, the broker's trainer client (source_broker.c) and the synthetic generator run
+// inline, the baseline without a broker (source_inline.c). train.c picks one when it opens the
+// source and never asks which it has. A source only hands out batches and accounts for them; the
+// loop's timing, stop conditions and the summary's wording stay in train.c.
+#ifndef STOKER_TRAINER_SOURCE_H
+#define STOKER_TRAINER_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/chunk.h"
+#include "stoker/protocol.h"
+#include "stoker/schema.h"
+#include "train.h"
+
+typedef struct source source;
+
+// Called for each producer event as soon as the source hears of it (possibly from inside next),
+// on the training thread.
+typedef void (*source_event_fn)(const stoker_event *e, void *arg);
+
+typedef struct source_ops {
+    // The schema of the batches (borrowed, valid while the source lives).
+    const stoker_schema *(*schema)(const source *src);
+    // Waits for the next batch, bounded by the stall timeout. On STOKER_OK *chunk is borrowed
+    // until settle, which the caller calls once after training on it. Otherwise no batch is held:
+    // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended), STOKER_STALLED,
+    // STOKER_INTERRUPTED (cfg->stop set), or another error.
+    int (*next)(source *src, const stoker_chunk **chunk);
+    // Done with the batch next returned (trained on or not): acknowledges it and frees it.
+    void (*settle)(source *src);
+    // The supply as the far end sees it, for the progress line: STOKER_OK with *producers_alive
+    // and *queued filled, or an error when there is nothing (or nothing now) to report. May take
+    // one request to the broker.
+    int (*supply)(source *src, uint32_t *producers_alive, uint64_t *queued);
+    // After the run: fills res's audit fields (has_audit, produced, ...) from what the source
+    // knows; res->status says how the run ended. May leave has_audit 0.
+    void (*audit)(source *src, train_result *res);
+    // Says goodbye where there is someone to say it to, and frees src.
+    void (*destroy)(source *src);
+} source_ops;
+
+// Implementations embed this as their first member.
+struct source {
+    const source_ops *ops;
+};
+
+// Opens a source as cfg says (cfg and the callback's arg are borrowed and must outlive it). On
+// success *out is owned by the caller (ops->destroy). On failure why (why_len bytes) holds the
+// whole reason, ready for the summary, and the code says its kind: STOKER_INTERRUPTED (stopped
+// by a signal), STOKER_STALLED or STOKER_CONNECTION (no broker within the stall timeout), or
+// another error.
+typedef int (*source_open_fn)(const train_config *cfg, source_event_fn on_event, void *arg,
+                              source **out, char *why, size_t why_len);
+
+// The synthetic generator, inline: never waits on anyone but its own delays, never ends; its
+// audit says everything made was trained on once (unless the run failed).
+int source_inline_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
+                       char *why, size_t why_len);
+
+// The broker at cfg->broker_url, through a trainer client; connecting is bounded by the stall
+// timeout. Its audit is the broker's counters after acknowledgements were flushed.
+int source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
+                       char *why, size_t why_len);
+
+#endif

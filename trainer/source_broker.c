@@ -1,0 +1,143 @@
+// The broker batch source (see source.h): batches come through libstoker's trainer client, each
+// one's lease acknowledged once the loop settles it, and the audit is the broker's own counters.
+// Connecting, prefetching, redelivery and duplicate checks are the client's business, not this
+// file's.
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "source.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+#include "stoker/trainer_client.h"
+
+typedef struct broker_source {
+    source base;
+    stoker_trainer_client *tc;
+    stoker_batch *batch; // the one next handed out, until settle; NULL when none
+} broker_source;
+
+static const stoker_schema *
+broker_schema(const source *src)
+{
+    const broker_source *s = (const broker_source *)src;
+    return stoker_trainer_client_schema(s->tc);
+}
+
+static int
+broker_next(source *src, const stoker_chunk **chunk)
+{
+    broker_source *s = (broker_source *)src;
+    stoker_batch *batch = NULL;
+    int rv = stoker_trainer_client_next(s->tc, &batch);
+    if (rv != STOKER_OK)
+        return rv;
+    s->batch = batch;
+    *chunk = &batch->chunk;
+    return STOKER_OK;
+}
+
+static void
+broker_settle(source *src)
+{
+    broker_source *s = (broker_source *)src;
+    if (s->batch == NULL)
+        return;
+    stoker_trainer_client_ack(s->tc, s->batch->lease);
+    stoker_batch_destroy(s->batch);
+    s->batch = NULL;
+}
+
+static int
+broker_supply(source *src, uint32_t *producers_alive, uint64_t *queued)
+{
+    broker_source *s = (broker_source *)src;
+    stoker_status *st;
+    int rv = stoker_trainer_client_status(s->tc, &st);
+    if (rv != STOKER_OK)
+        return rv;
+    *producers_alive = st->counters.producers_alive;
+    *queued = st->counters.queued;
+    stoker_status_destroy(st);
+    return STOKER_OK;
+}
+
+// Flushes first, so the broker's counters include every acknowledgement this trainer made.
+static void
+broker_audit(source *src, train_result *res)
+{
+    broker_source *s = (broker_source *)src;
+    stoker_trainer_client_flush(s->tc);
+    stoker_status *st;
+    int rv = stoker_trainer_client_status(s->tc, &st);
+    if (rv == STOKER_OK) {
+        res->has_audit = 1;
+        res->produced = st->counters.produced;
+        res->acknowledged = st->counters.acknowledged;
+        res->still_queued = st->counters.queued;
+        res->in_flight = st->counters.in_flight;
+        res->redelivered = st->counters.redelivered;
+        res->discrepancy = (int64_t)(st->counters.produced - st->counters.acknowledged -
+                                     st->counters.queued - st->counters.in_flight);
+        stoker_status_destroy(st);
+    } else {
+        stoker_warn("audit: Status failed (%s); audit left out", stoker_strerror(rv));
+    }
+    res->duplicates_seen = stoker_trainer_client_duplicates(s->tc);
+}
+
+static void
+broker_destroy(source *src)
+{
+    broker_source *s = (broker_source *)src;
+    if (s == NULL)
+        return;
+    stoker_batch_destroy(s->batch);
+    stoker_trainer_client_destroy(s->tc);
+    free(s);
+}
+
+static const source_ops broker_ops = {
+    .schema = broker_schema,
+    .next = broker_next,
+    .settle = broker_settle,
+    .supply = broker_supply,
+    .audit = broker_audit,
+    .destroy = broker_destroy,
+};
+
+int
+source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
+                   char *why, size_t why_len)
+{
+    broker_source *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return stoker_errorf(why, why_len, STOKER_NOMEM, "cannot start feeding from %s: %s",
+                             cfg->broker_url, stoker_strerror(STOKER_NOMEM));
+    s->base.ops = &broker_ops;
+    stoker_trainer_options to;
+    stoker_trainer_options_init(&to);
+    char name[STOKER_NAME_MAX];
+    snprintf(name, sizeof(name), "trainer-%d", (int)getpid());
+    to.client.url = cfg->broker_url;
+    to.client.name = name;
+    to.client.token = cfg->token;
+    to.client.tls = cfg->tls;
+    to.client.stop = cfg->stop;
+    // Connecting is bounded by the stall timeout too: a trainer never waits forever.
+    to.client.give_up_ms = cfg->stall_timeout_ms;
+    to.batch_size = cfg->batch_size;
+    to.prefetch = cfg->prefetch;
+    to.stall_timeout_ms = cfg->stall_timeout_ms;
+    to.on_event = on_event;
+    to.on_event_arg = arg;
+    char err[512] = "";
+    int rv = stoker_trainer_client_create(&to, &s->tc, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        free(s);
+        return stoker_errorf(why, why_len, rv, "cannot start feeding from %s: %s", cfg->broker_url,
+                             err[0] != '\0' ? err : stoker_strerror(rv));
+    }
+    *out = &s->base;
+    return STOKER_OK;
+}
