@@ -111,35 +111,34 @@ check_config(const mlp_config *cfg, uint32_t *output, char *why, size_t why_len)
     *output = cfg->output;
     if (cfg->classes > 0) {
         if (cfg->output != 0 && cfg->output != cfg->classes) {
-            snprintf(why, why_len, "output %u differs from classes %u", cfg->output, cfg->classes);
-            return STOKER_INVALID;
+            return stoker_errorf(why, why_len, STOKER_INVALID, "output %u differs from classes %u",
+                                 cfg->output, cfg->classes);
         }
         if (cfg->classes < 2) {
-            snprintf(why, why_len, "classes %u: cross-entropy needs at least 2", cfg->classes);
-            return STOKER_INVALID;
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "classes %u: cross-entropy needs at least 2", cfg->classes);
         }
         *output = cfg->classes;
     }
     if (cfg->input == 0 || cfg->input > MLP_MAX_WIDTH || *output == 0 || *output > MLP_MAX_WIDTH) {
-        snprintf(why, why_len, "input %u and output %u must be within 1..%u", cfg->input, *output,
-                 MLP_MAX_WIDTH);
-        return STOKER_INVALID;
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "input %u and output %u must be within 1..%u", cfg->input, *output,
+                             MLP_MAX_WIDTH);
     }
     if (cfg->hidden_count + 1 > MLP_MAX_LAYERS || (cfg->hidden_count > 0 && !cfg->hidden)) {
-        snprintf(why, why_len, "%u hidden layers: at most %u", cfg->hidden_count,
-                 MLP_MAX_LAYERS - 1);
-        return STOKER_INVALID;
+        return stoker_errorf(why, why_len, STOKER_INVALID, "%u hidden layers: at most %u",
+                             cfg->hidden_count, MLP_MAX_LAYERS - 1);
     }
     for (uint32_t i = 0; i < cfg->hidden_count; i++) {
         if (cfg->hidden[i] == 0 || cfg->hidden[i] > MLP_MAX_WIDTH) {
-            snprintf(why, why_len, "hidden layer %u has width %u: must be within 1..%u", i,
-                     cfg->hidden[i], MLP_MAX_WIDTH);
-            return STOKER_INVALID;
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "hidden layer %u has width %u: must be within 1..%u", i,
+                                 cfg->hidden[i], MLP_MAX_WIDTH);
         }
     }
     if (!(cfg->lr > 0.0f) || !isfinite(cfg->lr)) {
-        snprintf(why, why_len, "learning rate %g must be positive", (double)cfg->lr);
-        return STOKER_INVALID;
+        return stoker_errorf(why, why_len, STOKER_INVALID, "learning rate %g must be positive",
+                             (double)cfg->lr);
     }
     return STOKER_OK;
 }

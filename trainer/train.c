@@ -81,39 +81,38 @@ check_fields(const train_config *cfg, const stoker_schema *schema, int *in_idx, 
     *in_idx = stoker_schema_find(schema, cfg->input_field);
     *tgt_idx = stoker_schema_find(schema, cfg->target_field);
     if (*in_idx < 0) {
-        snprintf(why, why_len, "input field '%s' is not in the schema %s (choose one with --input)",
-                 cfg->input_field, spec);
-        return STOKER_INVALID;
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "input field '%s' is not in the schema %s (choose one with --input)",
+                             cfg->input_field, spec);
     }
     if (*tgt_idx < 0) {
-        snprintf(why, why_len,
-                 "target field '%s' is not in the schema %s (choose one with --target)",
-                 cfg->target_field, spec);
-        return STOKER_INVALID;
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "target field '%s' is not in the schema %s (choose one with --target)",
+                             cfg->target_field, spec);
     }
     const stoker_field *in = &schema->fields[*in_idx], *tgt = &schema->fields[*tgt_idx];
     if (in->dtype != STOKER_FLOAT32) {
-        snprintf(why, why_len, "input field '%s' is %s; the trainer takes float32 (schema %s)",
-                 in->name, stoker_dtype_name(in->dtype), spec);
-        return STOKER_INVALID;
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "input field '%s' is %s; the trainer takes float32 (schema %s)",
+                             in->name, stoker_dtype_name(in->dtype), spec);
     }
     *in_dim = (uint32_t)stoker_field_elems(in);
     if (cfg->classes > 0) {
         if (tgt->dtype != STOKER_INT32 || stoker_field_elems(tgt) != 1) {
-            snprintf(why, why_len,
-                     "--classes needs an int32[1] class label; target '%s' is %s[%zu] "
-                     "(schema %s)",
-                     tgt->name, stoker_dtype_name(tgt->dtype), stoker_field_elems(tgt), spec);
-            return STOKER_INVALID;
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "--classes needs an int32[1] class label; target '%s' is %s[%zu] "
+                                 "(schema %s)",
+                                 tgt->name, stoker_dtype_name(tgt->dtype), stoker_field_elems(tgt),
+                                 spec);
         }
         *out_dim = cfg->classes;
     } else {
         if (tgt->dtype != STOKER_FLOAT32) {
-            snprintf(why, why_len,
-                     "target '%s' is %s: float32 targets train with MSE; for class labels give "
-                     "--classes N (schema %s)",
-                     tgt->name, stoker_dtype_name(tgt->dtype), spec);
-            return STOKER_INVALID;
+            return stoker_errorf(
+                why, why_len, STOKER_INVALID,
+                "target '%s' is %s: float32 targets train with MSE; for class labels give "
+                "--classes N (schema %s)",
+                tgt->name, stoker_dtype_name(tgt->dtype), spec);
         }
         *out_dim = (uint32_t)stoker_field_elems(tgt);
     }
@@ -221,8 +220,8 @@ train_run(const train_config *cfg, train_result *res)
         goto done;
     }
 
-    int in_idx, tgt_idx;
-    uint32_t in_dim, out_dim;
+    int in_idx = -1, tgt_idx = -1;
+    uint32_t in_dim = 0, out_dim = 0;
     if (check_fields(cfg, src->ops->schema(src), &in_idx, &tgt_idx, &in_dim, &out_dim, why,
                      sizeof(why)) != STOKER_OK) {
         set_reason(res, TRAIN_ERROR, "%s", why);
