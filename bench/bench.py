@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """stoker's benchmarks. Each one runs stoker and its baseline side by side in the same run (this
 machine is shared and noisy: ratios, not absolute times, are the figures), prints a table with
-the target of ../shared/DESIGN.md beside each figure, and writes everything to a JSON file.
+the target of docs/design.md beside each figure, and writes everything to a JSON file.
 
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 

@@ -1,6 +1,7 @@
 // The reference synthetic workload (see synthetic.h for the target function).
 #include <math.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -25,6 +26,26 @@ stoker_synthetic_target(const float x[STOKER_SYNTHETIC_INPUTS])
     return (float)y;
 }
 
+// Sleeps until the absolute monotonic deadline end_ns (clock_nanosleep with TIMER_ABSTIME wakes
+// within tens of microseconds of it, so nothing spins and the pause costs no CPU), in slices of
+// at most 20 ms so a stop flag set by a signal handler is seen soon. Returns 0 when the deadline
+// was reached, -1 when stop was set first.
+static int
+pause_until(uint64_t end_ns, const volatile int *stop)
+{
+    for (;;) {
+        if (stop != NULL && *stop)
+            return -1;
+        uint64_t now_ns = stoker_now_ns();
+        if (now_ns >= end_ns)
+            return 0;
+        uint64_t wake_ns = end_ns - now_ns > 20000000u ? now_ns + 20000000u : end_ns;
+        struct timespec ts = {(time_t)(wake_ns / 1000000000u), (long)(wake_ns % 1000000000u)};
+        // EINTR (a signal) or an early wake-up: the loop checks the flag and the clock again.
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+    }
+}
+
 int
 stoker_synthetic_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
@@ -41,17 +62,9 @@ stoker_synthetic_fill(void *user, uint64_t seq, uint64_t seed, void *const field
         // The delay stands in for expensive augmentation: drawn from the example's own seed so
         // the cost, like the data, does not depend on timing.
         double delay_s = stoker_rng_range(&rng, synth->delay_min_s, synth->delay_max_s);
-        uint64_t ns = (uint64_t)(delay_s * 1e9);
-        uint64_t end = stoker_now_ns() + ns;
-        while (stoker_now_ns() + 1000000 < end) {
-            if (synth->stop != NULL && *synth->stop)
-                return STOKER_INTERRUPTED;
-            uint64_t left_ms = (end - stoker_now_ns()) / 1000000;
-            stoker_sleep_ms(left_ms > 20 ? 20 : left_ms, synth->stop);
-        }
-        // Sub-millisecond remainder: spin on the clock for accuracy.
-        while (stoker_now_ns() < end)
-            ;
+        uint64_t end_ns = stoker_now_ns() + (uint64_t)(delay_s * 1e9);
+        if (pause_until(end_ns, synth->stop) != 0)
+            return STOKER_INTERRUPTED;
     }
     return STOKER_OK;
 }

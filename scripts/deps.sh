@@ -3,9 +3,11 @@
 # Sourced or run by scripts/run.sh and scripts/test.sh; safe to run again.
 set -euo pipefail
 
+# clang and libclang-rt-14-dev build the libFuzzer target whose replay is in the test suite
+# (fuzz/meson.build) and which scripts/fuzz.sh fuzzes with.
 STOKER_PKGS=(meson ninja-build cmake pkg-config gcc libnng-dev libprotobuf-c-dev protobuf-c-compiler
     libcriterion-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev iproute2 python3 procps
-    python3-numpy python3-torch openssl)
+    python3-numpy python3-torch openssl clang libclang-rt-14-dev)
 STOKER_PKGS_NORECOMMENDS=(docker-compose)
 
 missing=()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: the reference experiment of ../shared/seed/parallel-nettrain.txt, run locally.
+# The main job: the reference experiment stoker grew from (docs/design.md), run locally.
 # A broker, N synthetic producers (default 16) and the trainer over ipc://, then the inline
 # baseline with the same settings (batch 4, round length 20, 100 rounds, one-minute time goal),
 # and a side-by-side table. Installs what is missing and builds first.
@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
     --producers) producers=${2:?--producers needs a number}; shift 2 ;;
     --quick) quick=1; shift ;;
     --device) device=${2:?--device needs auto, cpu or gpu}; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -3,8 +3,9 @@
 
   check.py summary PATH [--status S] [--rounds N] [--batch-size N] [--loss-halved]
                         [--no-audit-identity]
-      PATH holds DESIGN.md's JSON summary: every field present with the right type, the audit
-      consistent (discrepancy 0, duplicates_seen 0), examples consistent with batches.
+      PATH holds the trainer's JSON summary (docs/design.md): every field present with the right
+      type, the audit consistent (discrepancy 0, duplicates_seen 0), examples consistent with
+      batches.
   check.py safetensors PATH --inputs N --hidden A,B,... --outputs N
       The header JSON, dtype F32, contiguous offsets covering the data, tensor names
       layers.N.weight / layers.N.bias with the MLP's shapes; numpy's reading when importable.
