@@ -20,8 +20,8 @@ static const stoker_cli_option log_row[] = {
 };
 
 const stoker_cli_option stoker_cli_broker_rows[2] = {
-    {"broker", "URL", "the broker (tcp://HOST:PORT, ipc:///path, tls+tcp://...)",
-     STOKER_CLI_STRING, STOKER_CLI_AT(stoker_client_options, url)},
+    {"broker", "URL", "the broker (tcp://HOST:PORT, ipc:///path, tls+tcp://...)", STOKER_CLI_STRING,
+     STOKER_CLI_AT(stoker_client_options, url)},
     {"token-file", "F", "authenticate with the token in F", STOKER_CLI_TOKEN_FILE,
      STOKER_CLI_AT(stoker_client_options, token)},
 };
@@ -403,9 +403,9 @@ stoker_cli_parse(stoker_cli *cli, int argc, char **argv)
     for (size_t k = 0; k < n; k++) {
         const stoker_cli_group *g;
         const stoker_cli_option *o = row_at(cli, k, &g);
-        longopts[k] = (struct option){o->name, o->kind == STOKER_CLI_FLAG ? no_argument
-                                                                          : required_argument,
-                                      NULL, OPT_ROW + (int)k};
+        longopts[k] =
+            (struct option){o->name, o->kind == STOKER_CLI_FLAG ? no_argument : required_argument,
+                            NULL, OPT_ROW + (int)k};
     }
     longopts[n] = (struct option){"help", no_argument, NULL, OPT_HELP};
     longopts[n + 1] = (struct option){"version", no_argument, NULL, OPT_VERSION};

@@ -53,7 +53,8 @@ typedef struct stoker_cli_option {
 } stoker_cli_option;
 
 // Row helpers: the field's offset and size in type.
-#define STOKER_CLI_AT(type, member) .offset = offsetof(type, member), .size = sizeof(((type *)0)->member)
+#define STOKER_CLI_AT(type, member)                                                                \
+    .offset = offsetof(type, member), .size = sizeof(((type *)0)->member)
 
 #define STOKER_CLI_MAX_GROUPS 8
 #define STOKER_CLI_MAX_ROWS   64
