@@ -45,7 +45,7 @@ _Static_assert(EXEC_TEXT == 0 && EXEC_RAW == 1, "formats[] is indexed by exec_fo
 
 #define AT(member) STOKER_CLI_AT(producer_options, member)
 static const stoker_cli_option rows[] = {
-    {"generator", "KIND", "what makes the examples", STOKER_CLI_CHOICE, AT(generator),
+    {"generator", "KIND", "synthetic, exec or images", STOKER_CLI_CHOICE, AT(generator),
      .choices = generators},
     {"name", "S", "name shown in events and status (default: host-pid)", STOKER_CLI_STRING,
      AT(run.client.name), .imin = 1, .imax = 63},

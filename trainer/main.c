@@ -125,9 +125,17 @@ check(const stoker_cli *cli, const trainer_options *o)
     return -1;
 }
 
-static void
-report(const train_result *res, int code)
+// Trains, logs how it ended and writes the JSON summary to json (closed unless stdout; may be
+// NULL): the exit code.
+static int
+train_and_report(const train_config *cfg, FILE *json)
 {
+    train_result *res = malloc(sizeof(*res));
+    if (res == NULL) {
+        fprintf(stderr, "stoker-trainer: out of memory\n");
+        return 1;
+    }
+    int code = train_run(cfg, res);
     if (code == 0)
         stoker_info("%s: %s; %llu examples in %.2f s (%.1f/s), final loss %.5f, data wait "
                     "%.1f%%",
@@ -137,6 +145,15 @@ report(const train_result *res, int code)
     else
         stoker_error("%s: %s (after %llu examples in %.2f s)", train_status_name(res->status),
                      res->reason, (unsigned long long)res->examples, res->seconds);
+    if (json != NULL) {
+        train_write_json(res, json);
+        if (json != stdout)
+            fclose(json);
+        else
+            fflush(stdout);
+    }
+    free(res);
+    return code;
 }
 
 int
@@ -164,32 +181,14 @@ main(int argc, char **argv)
     o.train.broker_url = o.client.url;
     o.train.token = o.client.token;
     o.train.tls = o.client.tls;
-    FILE *json = NULL;
-    if (o.json_path != NULL) {
-        json = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w");
-        if (json == NULL)
-            return stoker_cli_fail(&cli, "--json '%s': cannot open for writing", o.json_path);
-    }
     o.train.progress =
         strcmp(o.progress, "on") == 0 || (strcmp(o.progress, "auto") == 0 && isatty(STDERR_FILENO));
+    FILE *json = NULL;
+    if (o.json_path != NULL &&
+        (json = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w")) == NULL)
+        return stoker_cli_fail(&cli, "--json '%s': cannot open for writing", o.json_path);
     stoker_log_init("trainer", cli.log_level);
     stoker_process_on_stop(on_signal);
     o.train.stop = &stop_requested;
-
-    train_result *res = malloc(sizeof(*res));
-    if (res == NULL) {
-        fprintf(stderr, "stoker-trainer: out of memory\n");
-        return 1;
-    }
-    code = train_run(&o.train, res);
-    report(res, code);
-    if (json != NULL) {
-        train_write_json(res, json);
-        if (json != stdout)
-            fclose(json);
-        else
-            fflush(stdout);
-    }
-    free(res);
-    return code;
+    return train_and_report(&o.train, json);
 }
