@@ -61,18 +61,26 @@ n_rows(const stoker_cli *cli)
     return n;
 }
 
-void
-stoker_cli_add(stoker_cli *cli, const char *heading, const stoker_cli_option *rows, size_t n,
-               void *base)
+static void
+add_group(stoker_cli *cli, const char *heading, const stoker_cli_option *rows, size_t n, void *base)
 {
-    // Leave room for the --log-level row parse adds.
-    if (cli->n_groups == STOKER_CLI_MAX_GROUPS - 1 || n_rows(cli) + n >= STOKER_CLI_MAX_ROWS)
+    if (cli->n_groups == STOKER_CLI_MAX_GROUPS || n_rows(cli) + n > STOKER_CLI_MAX_ROWS)
         abort();
     for (size_t i = 0; i < n; i++)
         if ((rows[i].kind == STOKER_CLI_UINT || rows[i].kind == STOKER_CLI_BYTES) &&
             (rows[i].size != 4 && rows[i].size != 8))
             abort();
     cli->groups[cli->n_groups++] = (stoker_cli_group){heading, rows, n, base};
+}
+
+void
+stoker_cli_add(stoker_cli *cli, const char *heading, const stoker_cli_option *rows, size_t n,
+               void *base)
+{
+    // Leaves room for the --log-level row parse adds.
+    if (cli->n_groups + 1 == STOKER_CLI_MAX_GROUPS || n_rows(cli) + n + 1 > STOKER_CLI_MAX_ROWS)
+        abort();
+    add_group(cli, heading, rows, n, base);
 }
 
 // --- one row -------------------------------------------------------------------------------
@@ -391,7 +399,7 @@ stoker_cli_parse(stoker_cli *cli, int argc, char **argv)
 {
     enum { OPT_HELP = 1000, OPT_VERSION, OPT_TABLE, OPT_ROW = 2000 };
     // --log-level goes with the general rows, before the first group with a heading.
-    stoker_cli_add(cli, NULL, log_row, 1, cli);
+    add_group(cli, NULL, log_row, 1, cli);
     size_t at = 0;
     while (at + 1 < cli->n_groups && cli->groups[at].heading == NULL)
         at++;

@@ -97,11 +97,11 @@ void stoker_cli_init(stoker_cli *cli, const char *prog, const char *synopsis, co
 void stoker_cli_add(stoker_cli *cli, const char *heading, const stoker_cli_option *rows,
                     size_t n_rows, void *base);
 
-// Parses argv into the groups' structs. Returns -1 when the program should go on; otherwise the
-// exit code main returns: 0 after --help (usage to stdout) or --version, 2 after a usage error
-// (the message names the flag, the value and what is accepted, then the synopsis, on stderr).
-// A hidden --cli-table prints the rows (tab-separated: name, kind, metavar, imin, imax, dmin,
-// dmax, choices) for the cli test and returns 0.
+// Parses argv into the groups' structs (once per cli: it adds the --log-level row). Returns -1 when
+// the program should go on; otherwise the exit code main returns: 0 after --help (usage to stdout)
+// or --version, 2 after a usage error (the message names the flag, the value and what is accepted,
+// then the synopsis, on stderr). A hidden --cli-table prints the rows (tab-separated: name, kind,
+// metavar, imin, imax, dmin, dmax, choices) for the cli test and returns 0.
 int stoker_cli_parse(stoker_cli *cli, int argc, char **argv);
 
 // Whether the flag (name without "--") was given.
