@@ -12,11 +12,27 @@
 #include "stoker/opts.h"
 #include "stoker/tls.h"
 
-static const char *const log_levels[] = {"error", "warn", "info", "debug", NULL};
+// --log-level is log.c's parser (any case, "warning" too), so a custom row.
+static int
+parse_log_level(const char *value, void *base, char *err, size_t err_len)
+{
+    (void)err;
+    (void)err_len;
+    return stoker_log_parse_level(value, &((stoker_cli *)base)->log_level) != STOKER_OK;
+}
+
+static void
+show_log_level(const void *base, char *buf, size_t len)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    stoker_log_level level = ((const stoker_cli *)base)->log_level;
+    snprintf(buf, len, "%s", names[level <= STOKER_LOG_DEBUG ? level : STOKER_LOG_DEBUG]);
+}
 
 static const stoker_cli_option log_row[] = {
-    {"log-level", "L", "log level: error, warn, info or debug", STOKER_CLI_ENUM,
-     STOKER_CLI_AT(stoker_cli, log_level), .choices = log_levels},
+    {"log-level", "L", "log level: error, warn, info or debug", STOKER_CLI_CUSTOM,
+     STOKER_CLI_AT(stoker_cli, log_level), .expect = "expected error, warn, info or debug",
+     .parse = parse_log_level, .show = show_log_level},
 };
 
 const stoker_cli_option stoker_cli_broker_rows[2] = {

@@ -159,6 +159,10 @@ def test_every_binary_follows_its_table():
                 assert out.returncode == 2, (prog, unknown, out.returncode)
                 assert unknown[0] in out.stderr and "usage: %s" % prog in out.stderr, (
                     prog, unknown, out.stderr)
+            # log.c's level names, in any case, as before the table.
+            for level in ("ERROR", "Warning", "info", "debug"):
+                out = run(prog, "--log-level", level, "--help")
+                assert out.returncode == 0, (prog, level, out.stderr)
             out = run(prog, "--version")
             assert out.returncode == 0 and out.stdout.startswith(prog + " "), (prog, out.stdout)
             versions[prog] = out.stdout.split()[1]
