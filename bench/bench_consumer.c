@@ -2,7 +2,6 @@
 // JSON line with what it measured. Events are printed as they arrive with the CLOCK_MONOTONIC
 // time they were seen ("event KIND NAME T"), which the harness compares with the time it sent a
 // signal (Python's time.monotonic() reads the same clock).
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +10,7 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/process.h"
-#include "stoker/opts.h"
+#include "stoker/cli.h"
 #include "stoker/trainer_client.h"
 
 static void
@@ -23,65 +22,55 @@ print_event(const stoker_event *e, void *arg)
     fflush(stdout);
 }
 
+typedef struct bench_options {
+    stoker_trainer_options feed;
+    uint64_t examples; // stop after this many (UINT64_MAX: until the supply ends)
+} bench_options;
+
+#define AT(member) STOKER_CLI_AT(bench_options, member)
+static const stoker_cli_option rows[] = {
+    {"batch-size", "N", "examples per pull", STOKER_CLI_UINT, AT(feed.batch_size), .imin = 1,
+     .imax = 1u << 20},
+    {"prefetch", "N", "pull requests in flight", STOKER_CLI_UINT, AT(feed.prefetch), .imin = 1,
+     .imax = 64},
+    {"examples", "N", "stop after N examples (default: until the supply ends)", STOKER_CLI_UINT,
+     AT(examples), .imin = 1, .imax = UINT64_MAX},
+    {"stall-timeout", "SEC", "stop when no batch arrives for this long", STOKER_CLI_SECONDS_MS,
+     AT(feed.stall_timeout_ms), .dmin = 0.05, .dmax = 3600},
+};
+
 int
 main(int argc, char **argv)
 {
     stoker_process_init();
-    static const struct option longopts[] = {
-        {"broker", required_argument, NULL, 'b'},
-        {"batch-size", required_argument, NULL, 'B'},
-        {"prefetch", required_argument, NULL, 'p'},
-        {"examples", required_argument, NULL, 'n'},
-        {"stall-timeout", required_argument, NULL, 's'},
-        {NULL, 0, NULL, 0},
-    };
-    stoker_trainer_options o;
-    stoker_trainer_options_init(&o);
-    o.on_event = print_event;
-    uint64_t want = UINT64_MAX, u;
-    double d;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'b':
-            o.client.url = optarg;
-            break;
-        case 'B':
-            if (stoker_parse_u64(optarg, 1, 1u << 20, &u) != STOKER_OK)
-                goto usage;
-            o.batch_size = (uint32_t)u;
-            break;
-        case 'p':
-            if (stoker_parse_u64(optarg, 1, 64, &u) != STOKER_OK)
-                goto usage;
-            o.prefetch = (uint32_t)u;
-            break;
-        case 'n':
-            if (stoker_parse_u64(optarg, 1, UINT64_MAX, &want) != STOKER_OK)
-                goto usage;
-            break;
-        case 's':
-            if (stoker_parse_double(optarg, 0.05, 3600, &d) != STOKER_OK)
-                goto usage;
-            o.stall_timeout_ms = (uint32_t)(d * 1000);
-            break;
-        default:
-            goto usage;
-        }
-    }
-    if (o.client.url == NULL || optind != argc)
-        goto usage;
-    stoker_log_init("bench-consumer", STOKER_LOG_WARN);
+    bench_options o = {.examples = UINT64_MAX};
+    stoker_trainer_options_init(&o.feed);
+    o.feed.on_event = print_event;
+    stoker_cli cli;
+    stoker_cli_init(&cli, "stoker-bench-consumer", "--broker URL [options]",
+                    "Pulls and acknowledges batches, doing nothing else, and prints one JSON "
+                    "line\nwith what it measured.",
+                    STOKER_LOG_WARN);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.feed.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.feed.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
+    int code = stoker_cli_parse(&cli, argc, argv);
+    if (code >= 0)
+        return code;
+    if (stoker_cli_require(&cli, "broker", NULL) != 0 ||
+        stoker_cli_check_tls(&cli, &o.feed.client) != 0)
+        return 2;
+    stoker_log_init("bench-consumer", cli.log_level);
     stoker_trainer_client *tc;
     char err[256];
-    int rv = stoker_trainer_client_create(&o, &tc, err, sizeof(err));
+    int rv = stoker_trainer_client_create(&o.feed, &tc, err, sizeof(err));
     if (rv != STOKER_OK) {
         fprintf(stderr, "stoker-bench-consumer: %s\n", err);
         return 1;
     }
     uint64_t examples = 0, bytes = 0, batches = 0;
     uint64_t start = 0, end = 0;
-    while (examples < want) {
+    while (examples < o.examples) {
         stoker_batch *b;
         rv = stoker_trainer_client_next(tc, &b);
         if (rv != STOKER_OK)
@@ -106,8 +95,4 @@ main(int argc, char **argv)
            (unsigned long long)stoker_trainer_client_duplicates(tc));
     stoker_trainer_client_destroy(tc);
     return 0;
-usage:
-    fprintf(stderr, "usage: stoker-bench-consumer --broker URL [--batch-size N] [--prefetch N] "
-                    "[--examples N] [--stall-timeout SEC]\n");
-    return 2;
 }

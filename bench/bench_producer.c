@@ -1,7 +1,6 @@
 // stoker-bench-producer: a producer with generation cost (nearly) zero, for measuring stoker's
 // own overhead. Each example's fields are filled with a byte derived from its seq (a memset), so
 // the data is defined and distinguishable without costing more than writing it once.
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,7 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/process.h"
-#include "stoker/opts.h"
+#include "stoker/cli.h"
 #include "stoker/producer.h"
 
 typedef struct bench_gen {
@@ -36,64 +35,50 @@ fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     return STOKER_OK;
 }
 
+typedef struct bench_options {
+    stoker_producer_config run;
+    const char *schema;
+} bench_options;
+
+#define AT(member) STOKER_CLI_AT(bench_options, member)
+static const stoker_cli_option rows[] = {
+    {"schema", "SPEC", "the examples' schema", STOKER_CLI_STRING, AT(schema)},
+    {"chunk", "N", "examples per push", STOKER_CLI_UINT, AT(run.chunk), .imin = 1,
+     .imax = 1u << 20},
+    {"max-examples", "N", "stop after N examples (default: no limit)", STOKER_CLI_UINT,
+     AT(run.max_examples), .imin = 1, .imax = UINT64_MAX / 2},
+    {"name", "S", "name shown in events and status", STOKER_CLI_STRING, AT(run.client.name)},
+};
+
 int
 main(int argc, char **argv)
 {
     stoker_process_init();
-    static const struct option longopts[] = {
-        {"broker", required_argument, NULL, 'b'}, {"schema", required_argument, NULL, 's'},
-        {"chunk", required_argument, NULL, 'c'},  {"max-examples", required_argument, NULL, 'm'},
-        {"name", required_argument, NULL, 'n'},   {NULL, 0, NULL, 0},
-    };
-    stoker_producer_config cfg;
-    stoker_producer_config_init(&cfg);
-    cfg.handle_signals = 1;
-    const char *spec = "input:float32[10],output:float32[1]";
-    char err[256];
-    uint64_t u;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'b':
-            cfg.client.url = optarg;
-            break;
-        case 's':
-            spec = optarg;
-            break;
-        case 'c':
-            if (stoker_parse_u64(optarg, 1, 1u << 20, &u) != STOKER_OK)
-                goto usage;
-            cfg.chunk = (uint32_t)u;
-            break;
-        case 'm':
-            if (stoker_parse_u64(optarg, 1, UINT64_MAX / 2, &u) != STOKER_OK)
-                goto usage;
-            cfg.max_examples = u;
-            break;
-        case 'n':
-            cfg.client.name = optarg;
-            break;
-        default:
-            goto usage;
-        }
-    }
-    if (cfg.client.url == NULL || optind != argc)
-        goto usage;
-    stoker_log_init("bench-producer", STOKER_LOG_WARN);
+    bench_options o = {.schema = "input:float32[10],output:float32[1]"};
+    stoker_producer_config_init(&o.run);
+    o.run.handle_signals = 1;
+    stoker_cli cli;
+    stoker_cli_init(&cli, "stoker-bench-producer", "--broker URL [options]",
+                    "Pushes examples that cost (nearly) nothing to make.", STOKER_LOG_WARN);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.run.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.run.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
+    int code = stoker_cli_parse(&cli, argc, argv);
+    if (code >= 0)
+        return code;
+    if (stoker_cli_require(&cli, "broker", NULL) != 0 ||
+        stoker_cli_check_tls(&cli, &o.run.client) != 0)
+        return 2;
+    stoker_log_init("bench-producer", cli.log_level);
     bench_gen g = {0};
     stoker_generator gen = {.kind = "bench", .fill = fill, .user = &g};
-    if (stoker_schema_parse(spec, &gen.schema, err, sizeof(err)) != STOKER_OK) {
-        fprintf(stderr, "stoker-bench-producer: --schema: %s\n", err);
-        return 2;
-    }
+    char err[256];
+    if (stoker_schema_parse(o.schema, &gen.schema, err, sizeof(err)) != STOKER_OK)
+        return stoker_cli_fail(&cli, "--schema '%s': %s", o.schema, err);
     g.n_fields = gen.schema.n_fields;
     for (uint32_t i = 0; i < g.n_fields; i++) {
         g.bytes[i] = stoker_field_bytes(&gen.schema.fields[i]);
         g.is_float32[i] = gen.schema.fields[i].dtype == STOKER_FLOAT32;
     }
-    return stoker_producer_run(&cfg, &gen, NULL) == STOKER_OK ? 0 : 1;
-usage:
-    fprintf(stderr, "usage: stoker-bench-producer --broker URL [--schema SPEC] [--chunk N] "
-                    "[--max-examples N] [--name S]\n");
-    return 2;
+    return stoker_producer_run(&o.run, &gen, NULL) == STOKER_OK ? 0 : 1;
 }

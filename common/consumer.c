@@ -43,11 +43,13 @@ stoker_consumer_api_version(void)
 void
 stoker_consumer_options_init(stoker_consumer_options *o)
 {
+    stoker_trainer_options feed; // the defaults are the trainer client's, written once there
+    stoker_trainer_options_init(&feed);
     memset(o, 0, sizeof(*o));
     o->api_version = STOKER_API_VERSION;
-    o->batch_size = 4;
-    o->prefetch = 4;
-    o->stall_timeout_ms = 4000;
+    o->batch_size = feed.batch_size;
+    o->prefetch = feed.prefetch;
+    o->stall_timeout_ms = feed.stall_timeout_ms;
 }
 
 static void

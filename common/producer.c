@@ -10,6 +10,7 @@
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/process.h"
 #include "stoker/producer.h"
 #include "stoker/producer_client.h"
 
@@ -211,14 +212,8 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         stoker_error("producer: chunk must be at least 1 and the generator needs a fill function");
         return STOKER_INVALID;
     }
-    if (cfg->handle_signals) {
-        struct sigaction sa = {0};
-        sa.sa_handler = on_signal;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
-        signal(SIGPIPE, SIG_IGN);
-    }
+    if (cfg->handle_signals)
+        stoker_process_on_stop(on_signal);
     stoker_producer_client *pc;
     if ((rv = stoker_producer_client_create(&copts, &gen->schema, &pc)) != STOKER_OK) {
         stoker_error("producer '%s': cannot start a client for %s: %s", name,

@@ -76,6 +76,12 @@ synthetic_destroy(void *user)
 }
 
 void
+stoker_synthetic_init(stoker_synthetic *synth)
+{
+    *synth = (stoker_synthetic){.delay_min_s = 0.05, .delay_max_s = 0.5};
+}
+
+void
 stoker_synthetic_generator(stoker_generator *gen, stoker_synthetic *synth)
 {
     *gen = (stoker_generator){0};

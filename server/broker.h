@@ -37,8 +37,8 @@ typedef struct broker_config {
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;
 
-// Defaults: depth 64, 1 GiB, producer 3000 ms, trainer 10000 ms, park 250 ms, pull wait cap
-// 5000 ms, 1024 producers, 64 trainers, 1M examples per chunk, 512 parked.
+// Fills the defaults. They are written only there: stoker-broker --help prints them from the
+// initialised config.
 void broker_config_init(broker_config *cfg);
 
 typedef struct broker_outbox {

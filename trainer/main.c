@@ -1,18 +1,16 @@
-// stoker-trainer: parses options, installs the signal handlers, runs the training loop
-// (train.c) and writes the JSON summary. Exit codes: 0 completed or time goal, 3 data supply
-// ended, 4 stalled, 130 interrupted, 1 other errors, 2 usage.
-#include <getopt.h>
-#include <signal.h>
+// stoker-trainer: parses the option table, installs the signal handlers, runs the training
+// loop (train.c) and writes the JSON summary. Exit codes: 0 completed or time goal, 3 data
+// supply ended, 4 stalled, 130 interrupted, 1 other errors, 2 usage.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "stoker/cli.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
-#include "stoker/process.h"
 #include "stoker/opts.h"
+#include "stoker/process.h"
 #include "train.h"
 
 static volatile int stop_requested;
@@ -24,57 +22,21 @@ on_signal(int sig)
     stop_requested = 1;
 }
 
-static void
-usage(FILE *f)
-{
-    fprintf(f,
-            "usage: stoker-trainer (--broker URL [--token-file F] | --inline [--delay MIN:MAX])\n"
-            "                      [options]\n"
-            "\n"
-            "Trains an MLP with Adam on batches pulled from a stoker broker (or generated inline,\n"
-            "the baseline), on the GPU when one is usable.\n"
-            "\n"
-            "  --broker URL          pull batches from this broker\n"
-            "  --token-file F        authenticate with the token in F\n"
-            "  --tls-cert F --tls-key F  client certificate and key (PEM) for tls+tcp://\n"
-            "  --tls-ca F            verify the broker's certificate with this CA (PEM)\n"
-            "  --inline              generate synthetic batches in the loop (the baseline)\n"
-            "  --delay MIN:MAX       inline generation cost per example (default 0.05:0.5)\n"
-            "  --batch-size N        examples per step (default 4)\n"
-            "  --round-length N      examples per round (default 20)\n"
-            "  --rounds N            rounds to train (default 100)\n"
-            "  --time-goal SEC       stop after this long (default: none)\n"
-            "  --device D            auto (default), cpu or gpu\n"
-            "  --hidden N[,N...]     hidden layer widths (default 16)\n"
-            "  --lr X                Adam learning rate (default 0.001)\n"
-            "  --seed N              weight initialisation seed (default 1)\n"
-            "  --stall-timeout SEC   stop when no batch arrives for this long (default 4)\n"
-            "  --input NAME          input field (default input)\n"
-            "  --target NAME         target field (default output)\n"
-            "  --classes N           the target is an int32 class label in [0, N): softmax\n"
-            "                        cross-entropy (default: float target, MSE)\n"
-            "  --prefetch N          pull requests in flight (default 4)\n"
-            "  --weights PATH        save the weights there as safetensors when stopping\n"
-            "  --json PATH|-         write the summary as JSON (- for stdout)\n"
-            "  --progress auto|on|off  live status line (auto: when stderr is a terminal)\n"
-            "  --log-level L         error, warn, info (default), debug\n"
-            "  --help, --version\n"
-            "\n"
-            "Exit codes: 0 completed or time goal, 3 data supply ended, 4 stalled,\n"
-            "130 interrupted, 1 error, 2 usage.\n");
-}
+// Everything the command line sets: the training loop's config, the shared client flags
+// (copied into it after parsing) and the output choices.
+typedef struct trainer_options {
+    train_config train;
+    stoker_client_options client;
+    const char *json_path;
+    const char *progress; // auto | on | off
+} trainer_options;
 
 static int
-bad(const char *opt, const char *val, const char *want)
+parse_hidden(const char *s, void *base, char *err, size_t err_len)
 {
-    fprintf(stderr, "stoker-trainer: %s '%s': %s\n", opt, val, want);
-    usage(stderr);
-    return 2;
-}
-
-static int
-parse_hidden(const char *s, train_config *cfg)
-{
+    train_config *cfg = &((trainer_options *)base)->train;
+    (void)err;
+    (void)err_len;
     char buf[256];
     if (strlen(s) >= sizeof(buf))
         return STOKER_INVALID;
@@ -91,255 +53,89 @@ parse_hidden(const char *s, train_config *cfg)
     return cfg->n_hidden > 0 ? STOKER_OK : STOKER_INVALID;
 }
 
-int
-main(int argc, char **argv)
+static void
+show_hidden(const void *base, char *buf, size_t len)
 {
-    stoker_process_init();
-    enum {
-        OPT_BROKER = 1000,
-        OPT_TOKEN,
-        OPT_INLINE,
-        OPT_DELAY,
-        OPT_BATCH,
-        OPT_ROUND,
-        OPT_ROUNDS,
-        OPT_TIME_GOAL,
-        OPT_DEVICE,
-        OPT_HIDDEN,
-        OPT_LR,
-        OPT_SEED,
-        OPT_STALL,
-        OPT_INPUT,
-        OPT_TARGET,
-        OPT_CLASSES,
-        OPT_PREFETCH,
-        OPT_WEIGHTS,
-        OPT_JSON,
-        OPT_PROGRESS,
-        OPT_LOG,
-        OPT_TLS_CERT,
-        OPT_TLS_KEY,
-        OPT_TLS_CA,
-        OPT_HELP,
-        OPT_VERSION,
-    };
-    static const struct option longopts[] = {
-        {"broker", required_argument, NULL, OPT_BROKER},
-        {"token-file", required_argument, NULL, OPT_TOKEN},
-        {"inline", no_argument, NULL, OPT_INLINE},
-        {"delay", required_argument, NULL, OPT_DELAY},
-        {"batch-size", required_argument, NULL, OPT_BATCH},
-        {"round-length", required_argument, NULL, OPT_ROUND},
-        {"rounds", required_argument, NULL, OPT_ROUNDS},
-        {"time-goal", required_argument, NULL, OPT_TIME_GOAL},
-        {"device", required_argument, NULL, OPT_DEVICE},
-        {"hidden", required_argument, NULL, OPT_HIDDEN},
-        {"lr", required_argument, NULL, OPT_LR},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"stall-timeout", required_argument, NULL, OPT_STALL},
-        {"input", required_argument, NULL, OPT_INPUT},
-        {"target", required_argument, NULL, OPT_TARGET},
-        {"classes", required_argument, NULL, OPT_CLASSES},
-        {"prefetch", required_argument, NULL, OPT_PREFETCH},
-        {"weights", required_argument, NULL, OPT_WEIGHTS},
-        {"json", required_argument, NULL, OPT_JSON},
-        {"progress", required_argument, NULL, OPT_PROGRESS},
-        {"log-level", required_argument, NULL, OPT_LOG},
-        {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
-        {"tls-key", required_argument, NULL, OPT_TLS_KEY},
-        {"tls-ca", required_argument, NULL, OPT_TLS_CA},
-        {"help", no_argument, NULL, OPT_HELP},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {NULL, 0, NULL, 0},
-    };
-    train_config cfg;
-    train_config_init(&cfg);
-    const char *json_path = NULL, *progress = "auto";
-    stoker_log_level level = STOKER_LOG_INFO;
-    char token[256], err[512];
-    int delay_given = 0;
-    uint64_t u;
-    double d;
-    int opt;
+    const train_config *cfg = &((const trainer_options *)base)->train;
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < cfg->n_hidden && at < len; i++)
+        at += snprintf(buf + at, len - at, "%s%u", i ? "," : "", cfg->hidden[i]);
+}
 
-    opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (opt) {
-        case OPT_BROKER:
-            cfg.broker_url = optarg;
-            break;
-        case OPT_TOKEN:
-            if (stoker_read_token_file(optarg, token, sizeof(token), err, sizeof(err)) != STOKER_OK)
-                return bad("--token-file", optarg, err);
-            cfg.token = token;
-            break;
-        case OPT_INLINE:
-            cfg.inline_mode = 1;
-            break;
-        case OPT_DELAY:
-            if (stoker_parse_range(optarg, 3600, &cfg.delay_min_s, &cfg.delay_max_s) != STOKER_OK)
-                return bad("--delay", optarg, "expected MIN:MAX seconds, 0 <= MIN <= MAX");
-            delay_given = 1;
-            break;
-        case OPT_BATCH:
-            if (stoker_parse_u64(optarg, 1, 1u << 20, &u) != STOKER_OK)
-                return bad("--batch-size", optarg, "expected an integer 1..1048576");
-            cfg.batch_size = (uint32_t)u;
-            break;
-        case OPT_ROUND:
-            if (stoker_parse_u64(optarg, 1, 1u << 30, &u) != STOKER_OK)
-                return bad("--round-length", optarg, "expected a positive integer");
-            cfg.round_length = (uint32_t)u;
-            break;
-        case OPT_ROUNDS:
-            if (stoker_parse_u64(optarg, 1, 1u << 30, &u) != STOKER_OK)
-                return bad("--rounds", optarg, "expected a positive integer");
-            cfg.rounds = (uint32_t)u;
-            break;
-        case OPT_TIME_GOAL:
-            if (stoker_parse_double(optarg, 0.001, 1e7, &d) != STOKER_OK)
-                return bad("--time-goal", optarg, "expected seconds > 0");
-            cfg.time_goal_s = d;
-            break;
-        case OPT_DEVICE:
-            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "cpu") != 0 &&
-                strcmp(optarg, "gpu") != 0)
-                return bad("--device", optarg, "expected auto, cpu or gpu");
-            cfg.device = optarg;
-            break;
-        case OPT_HIDDEN:
-            if (parse_hidden(optarg, &cfg) != STOKER_OK)
-                return bad("--hidden", optarg, "expected widths like 16 or 64,32 (1..65536)");
-            break;
-        case OPT_LR:
-            if (stoker_parse_double(optarg, 1e-12, 10, &d) != STOKER_OK)
-                return bad("--lr", optarg, "expected a learning rate in (0, 10]");
-            cfg.lr = (float)d;
-            break;
-        case OPT_SEED:
-            if (stoker_parse_u64(optarg, 0, UINT64_MAX, &u) != STOKER_OK)
-                return bad("--seed", optarg, "expected a non-negative integer");
-            cfg.seed = u;
-            break;
-        case OPT_STALL:
-            if (stoker_parse_double(optarg, 0.05, 86400, &d) != STOKER_OK)
-                return bad("--stall-timeout", optarg, "expected seconds, 0.05..86400");
-            cfg.stall_timeout_ms = (uint32_t)(d * 1000);
-            break;
-        case OPT_INPUT:
-            cfg.input_field = optarg;
-            break;
-        case OPT_TARGET:
-            cfg.target_field = optarg;
-            break;
-        case OPT_CLASSES:
-            if (stoker_parse_u64(optarg, 2, MLP_MAX_WIDTH, &u) != STOKER_OK)
-                return bad("--classes", optarg, "expected an integer 2..65536");
-            cfg.classes = (uint32_t)u;
-            break;
-        case OPT_PREFETCH:
-            if (stoker_parse_u64(optarg, 1, 64, &u) != STOKER_OK)
-                return bad("--prefetch", optarg, "expected an integer 1..64");
-            cfg.prefetch = (uint32_t)u;
-            break;
-        case OPT_WEIGHTS:
-            cfg.weights_path = optarg;
-            break;
-        case OPT_JSON:
-            json_path = optarg;
-            break;
-        case OPT_PROGRESS:
-            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "on") != 0 &&
-                strcmp(optarg, "off") != 0)
-                return bad("--progress", optarg, "expected auto, on or off");
-            progress = optarg;
-            break;
-        case OPT_LOG:
-            if (stoker_log_parse_level(optarg, &level) != STOKER_OK)
-                return bad("--log-level", optarg, "expected error, warn, info or debug");
-            break;
-        case OPT_TLS_CERT:
-            cfg.tls.cert = optarg;
-            break;
-        case OPT_TLS_KEY:
-            cfg.tls.key = optarg;
-            break;
-        case OPT_TLS_CA:
-            cfg.tls.ca = optarg;
-            break;
-        case OPT_HELP:
-            usage(stdout);
-            return 0;
-        case OPT_VERSION:
-            printf("stoker-trainer %s\n", STOKER_VERSION);
-            return 0;
-        default:
-            fprintf(stderr, "stoker-trainer: unknown or incomplete option '%s'\n",
-                    argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "stoker-trainer: unexpected argument '%s'\n", argv[optind]);
-        usage(stderr);
-        return 2;
-    }
-    if ((cfg.broker_url == NULL) == (cfg.inline_mode == 0)) {
-        fprintf(stderr, "stoker-trainer: give exactly one of --broker URL or --inline\n");
-        usage(stderr);
-        return 2;
-    }
-    if (cfg.broker_url != NULL && delay_given) {
-        fprintf(stderr, "stoker-trainer: --delay applies to --inline only (producers set their "
-                        "own)\n");
-        return 2;
-    }
-    if (cfg.inline_mode && cfg.token != NULL) {
-        fprintf(stderr, "stoker-trainer: --token-file applies to --broker only\n");
-        return 2;
-    }
-    if (cfg.inline_mode && (strcmp(cfg.input_field, "input") != 0 ||
-                            strcmp(cfg.target_field, "output") != 0 || cfg.classes > 0)) {
-        fprintf(stderr, "stoker-trainer: --inline trains on the synthetic schema "
-                        "input:float32[10],output:float32[1] only\n");
-        return 2;
-    }
-    if (cfg.tls.cert || cfg.tls.key || cfg.tls.ca) {
-        if (!stoker_tls_url(cfg.broker_url)) {
-            fprintf(stderr, "stoker-trainer: --tls-* options need a tls+tcp:// --broker URL\n");
-            return 2;
-        }
-        if (stoker_tls_check(&cfg.tls, 0, err, sizeof(err)) != STOKER_OK) {
-            fprintf(stderr, "stoker-trainer: %s\n", err);
-            return 2;
-        }
-    }
-    FILE *json = NULL;
-    if (json_path != NULL) {
-        json = strcmp(json_path, "-") == 0 ? stdout : fopen(json_path, "w");
-        if (json == NULL) {
-            fprintf(stderr, "stoker-trainer: --json '%s': cannot open for writing\n", json_path);
-            return 2;
-        }
-    }
-    cfg.progress =
-        strcmp(progress, "on") == 0 || (strcmp(progress, "auto") == 0 && isatty(STDERR_FILENO));
-    stoker_log_init("trainer", level);
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    cfg.stop = &stop_requested;
+static const char *const devices[] = {"auto", "cpu", "gpu", NULL};
+static const char *const progresses[] = {"auto", "on", "off", NULL};
 
+#define AT(member) STOKER_CLI_AT(trainer_options, member)
+static const stoker_cli_option rows[] = {
+    {"inline", NULL, "generate synthetic batches in the loop (the baseline)", STOKER_CLI_FLAG,
+     AT(train.inline_mode)},
+    {"delay", "MIN:MAX", "inline generation cost per example", STOKER_CLI_RANGE,
+     AT(train.delay_min_s), .offset2 = offsetof(trainer_options, train.delay_max_s), .dmax = 3600},
+    {"batch-size", "N", "examples per step", STOKER_CLI_UINT, AT(train.batch_size), .imin = 1,
+     .imax = 1u << 20},
+    {"round-length", "N", "examples per round", STOKER_CLI_UINT, AT(train.round_length), .imin = 1,
+     .imax = 1u << 30},
+    {"rounds", "N", "rounds to train", STOKER_CLI_UINT, AT(train.rounds), .imin = 1,
+     .imax = 1u << 30},
+    {"time-goal", "SEC", "stop after this long (default: none)", STOKER_CLI_NUMBER,
+     AT(train.time_goal_s), .dmin = 0.001, .dmax = 1e7, .expect = "expected seconds > 0"},
+    {"device", "D", "auto, cpu or gpu", STOKER_CLI_CHOICE, AT(train.device), .choices = devices},
+    {"hidden", "N[,N...]", "hidden layer widths", STOKER_CLI_CUSTOM, AT(train.hidden),
+     .expect = "expected widths like 16 or 64,32 (1..65536)", .parse = parse_hidden,
+     .show = show_hidden},
+    {"lr", "X", "Adam learning rate", STOKER_CLI_NUMBER, AT(train.lr), .dmin = 1e-12, .dmax = 10,
+     .expect = "expected a learning rate in (0, 10]"},
+    {"seed", "N", "weight initialisation seed", STOKER_CLI_UINT, AT(train.seed),
+     .imax = UINT64_MAX},
+    {"stall-timeout", "SEC", "stop when no batch arrives for this long", STOKER_CLI_SECONDS_MS,
+     AT(train.stall_timeout_ms), .dmin = 0.05, .dmax = 86400},
+    {"input", "NAME", "input field", STOKER_CLI_STRING, AT(train.input_field)},
+    {"target", "NAME", "target field", STOKER_CLI_STRING, AT(train.target_field)},
+    {"classes", "N",
+     "the target is an int32 class label in [0, N): softmax\n"
+     "cross-entropy (default: float target, MSE)",
+     STOKER_CLI_UINT, AT(train.classes), .imin = 2, .imax = MLP_MAX_WIDTH},
+    {"prefetch", "N", "pull requests in flight", STOKER_CLI_UINT, AT(train.prefetch), .imin = 1,
+     .imax = 64},
+    {"weights", "PATH", "save the weights there as safetensors when stopping", STOKER_CLI_STRING,
+     AT(train.weights_path)},
+    {"json", "PATH|-", "write the summary as JSON (- for stdout)", STOKER_CLI_STRING,
+     AT(json_path)},
+    {"progress", "auto|on|off", "live status line (auto: when stderr is a terminal)",
+     STOKER_CLI_CHOICE, AT(progress), .choices = progresses},
+};
+
+// What the table cannot say: which flags go with --broker and which with --inline.
+static int
+check(const stoker_cli *cli, const trainer_options *o)
+{
+    const train_config *cfg = &o->train;
+    if (stoker_cli_one_of(cli, "broker", "inline") != 0 ||
+        stoker_cli_exclude(cli, "broker", "delay",
+                           "--delay applies to --inline only (producers set their own)") != 0 ||
+        stoker_cli_exclude(cli, "inline", "token-file", "--token-file applies to --broker only") !=
+            0 ||
+        stoker_cli_check_tls(cli, &o->client) != 0)
+        return 2;
+    if (cfg->inline_mode && (strcmp(cfg->input_field, "input") != 0 ||
+                             strcmp(cfg->target_field, "output") != 0 || cfg->classes > 0))
+        return stoker_cli_fail(cli, "--inline trains on the synthetic schema "
+                                    "input:float32[10],output:float32[1] only");
+    return -1;
+}
+
+// Trains, logs how it ended and writes the JSON summary to json (closed unless stdout; may be
+// NULL): the exit code.
+static int
+train_and_report(const train_config *cfg, FILE *json)
+{
     train_result *res = malloc(sizeof(*res));
     if (res == NULL) {
         fprintf(stderr, "stoker-trainer: out of memory\n");
         return 1;
     }
-    int code = train_run(&cfg, res);
+    int code = train_run(cfg, res);
     if (code == 0)
         stoker_info("%s: %s; %llu examples in %.2f s (%.1f/s), final loss %.5f, data wait "
                     "%.1f%%",
@@ -358,4 +154,41 @@ main(int argc, char **argv)
     }
     free(res);
     return code;
+}
+
+int
+main(int argc, char **argv)
+{
+    stoker_process_init();
+    trainer_options o = {.progress = "auto"};
+    train_config_init(&o.train);
+    stoker_client_options_init(&o.client);
+    stoker_cli cli;
+    stoker_cli_init(&cli, "stoker-trainer",
+                    "(--broker URL [--token-file F] | --inline [--delay MIN:MAX])\n"
+                    "                      [options]",
+                    "Trains an MLP with Adam on batches pulled from a stoker broker (or generated "
+                    "inline,\nthe baseline), on the GPU when one is usable.",
+                    STOKER_LOG_INFO);
+    cli.epilog = "Exit codes: 0 completed or time goal, 3 data supply ended, 4 stalled,\n"
+                 "130 interrupted, 1 error, 2 usage.";
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
+    int code = stoker_cli_parse(&cli, argc, argv);
+    if (code >= 0 || (code = check(&cli, &o)) >= 0)
+        return code;
+    o.train.broker_url = o.client.url;
+    o.train.token = o.client.token;
+    o.train.tls = o.client.tls;
+    o.train.progress =
+        strcmp(o.progress, "on") == 0 || (strcmp(o.progress, "auto") == 0 && isatty(STDERR_FILENO));
+    FILE *json = NULL;
+    if (o.json_path != NULL &&
+        (json = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w")) == NULL)
+        return stoker_cli_fail(&cli, "--json '%s': cannot open for writing", o.json_path);
+    stoker_log_init("trainer", cli.log_level);
+    stoker_process_on_stop(on_signal);
+    o.train.stop = &stop_requested;
+    return train_and_report(&o.train, json);
 }

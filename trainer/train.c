@@ -10,15 +10,22 @@
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/synthetic.h"
+#include "stoker/trainer_client.h"
 #include "train.h"
 
 void
 train_config_init(train_config *cfg)
 {
+    // The feeding and inline defaults are the library's, written once there.
+    stoker_trainer_options feed;
+    stoker_trainer_options_init(&feed);
+    stoker_synthetic synth;
+    stoker_synthetic_init(&synth);
     memset(cfg, 0, sizeof(*cfg));
-    cfg->delay_min_s = 0.05;
-    cfg->delay_max_s = 0.5;
-    cfg->batch_size = 4;
+    cfg->delay_min_s = synth.delay_min_s;
+    cfg->delay_max_s = synth.delay_max_s;
+    cfg->batch_size = feed.batch_size;
     cfg->round_length = 20;
     cfg->rounds = 100;
     cfg->device = "auto";
@@ -28,8 +35,8 @@ train_config_init(train_config *cfg)
     cfg->seed = 1;
     cfg->input_field = "input";
     cfg->target_field = "output";
-    cfg->prefetch = 4;
-    cfg->stall_timeout_ms = 4000;
+    cfg->prefetch = feed.prefetch;
+    cfg->stall_timeout_ms = feed.stall_timeout_ms;
 }
 
 const char *

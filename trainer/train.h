@@ -31,7 +31,7 @@ typedef struct train_config {
     int inline_mode;
     double delay_min_s, delay_max_s; // inline only
     // NetTrain-like control.
-    uint32_t batch_size;   // 4
+    uint32_t batch_size;   // defaults: train_config_init (feeding ones from the library)
     uint32_t round_length; // examples per round, 20
     uint32_t rounds;       // 100
     double time_goal_s;    // 0: none

@@ -113,6 +113,14 @@ def _declare(lib):
 _lib = None
 
 
+def defaults():
+    """The library's consumer defaults (an Options filled by stoker_consumer_options_init): the
+    Python API reads its defaults from here, so they are written once, in libstoker."""
+    o = Options()
+    load().stoker_consumer_options_init(ctypes.byref(o))
+    return o
+
+
 def load():
     """Returns the loaded library (loaded once); raises OSError naming where it looked."""
     global _lib

@@ -191,8 +191,9 @@ class Batch(dict):
 class Client:
     """A consumer of a stoker broker.
 
-    Client(url, token_file=None, prefetch=4, stall_timeout=4.0) connects on first use (the batch
-    size is fixed then; it is the first batches()/next_batch() argument, or batch_size here).
+    Client(url, token_file=None, prefetch=None, stall_timeout=None) connects on first use (the
+    batch size is fixed then; it is the first batches()/next_batch() argument, or batch_size
+    here). prefetch and stall_timeout (seconds) default to libstoker's (4 and 4.0).
     Events (producers joining, lost, finishing) go to on_event(Event) as soon as a pull brings
     them, from the thread that pulls; without on_event they are kept for events().
     Use it from one thread. As a context manager, leaving the block closes it; a batch still
@@ -200,14 +201,16 @@ class Client:
     redelivers it to another consumer).
     """
 
-    def __init__(self, url, token_file=None, prefetch=4, stall_timeout=4.0, *, batch_size=None,
+    def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
                  token=None, name=None, connect_timeout=None, on_event=None):
         self._lib = _lib.load()
         self.url = url
         self.token_file = os.fspath(token_file) if token_file is not None else None
         self.token = token
-        self.prefetch = int(prefetch)
-        self.stall_timeout = float(stall_timeout)
+        lib_defaults = _lib.defaults()
+        self.prefetch = int(prefetch) if prefetch is not None else lib_defaults.prefetch
+        self.stall_timeout = (float(stall_timeout) if stall_timeout is not None
+                              else lib_defaults.stall_timeout_ms / 1000.0)
         self.connect_timeout = connect_timeout
         self.name = name
         self.on_event = on_event

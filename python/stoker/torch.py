@@ -31,7 +31,7 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
     stoker.Event for producers joining, lost, finishing. Each batch is acknowledged when the
     next is requested."""
 
-    def __init__(self, url, batch_size, token_file=None, prefetch=4, stall_timeout=4.0, *,
+    def __init__(self, url, batch_size, token_file=None, prefetch=None, stall_timeout=None, *,
                  fields=None, max_batches=None, stop_on_supply_end=False, on_event=None,
                  copy=False, name=None):
         super().__init__()

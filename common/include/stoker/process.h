@@ -8,4 +8,9 @@
 // return, not a signal). Call once, early in main.
 void stoker_process_init(void);
 
+// Installs handler for SIGINT and SIGTERM (without SA_RESTART: blocking calls return EINTR) and
+// ignores SIGPIPE: every executable's stop signals, set up in one place. handler must be
+// async-signal-safe (set a flag, interrupt a client).
+void stoker_process_on_stop(void (*handler)(int sig));
+
 #endif

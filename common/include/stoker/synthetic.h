@@ -18,6 +18,8 @@ typedef struct stoker_synthetic {
     const volatile int *stop; // when set to nonzero, pauses end early (may be NULL)
 } stoker_synthetic;
 
+// The reference experiment's delays, 0.05:0.5 s, no stop flag.
+void stoker_synthetic_init(stoker_synthetic *synth);
 // input:float32[10],output:float32[1]
 void stoker_synthetic_schema(stoker_schema *out);
 // The noiseless target function above.
