@@ -387,17 +387,22 @@ h_trainer(const char *url, const char *name, uint32_t batch_size, uint32_t prefe
 }
 
 void
+h_ids_add(h_ids *ids, uint64_t session, uint64_t seq)
+{
+    if (ids->n == ids->cap) {
+        ids->cap = ids->cap ? ids->cap * 2 : 256;
+        ids->v = realloc(ids->v, ids->cap * sizeof(*ids->v));
+        cr_assert_not_null(ids->v);
+    }
+    ids->v[ids->n++] = (h_id){session, seq};
+}
+
+void
 h_ids_add_batch(h_ids *ids, const stoker_batch *batch)
 {
     for (uint32_t r = 0; r < batch->n_runs; r++) {
-        for (uint32_t i = 0; i < batch->runs[r].count; i++) {
-            if (ids->n == ids->cap) {
-                ids->cap = ids->cap ? ids->cap * 2 : 256;
-                ids->v = realloc(ids->v, ids->cap * sizeof(*ids->v));
-                cr_assert_not_null(ids->v);
-            }
-            ids->v[ids->n++] = (h_id){batch->runs[r].session, batch->runs[r].first_seq + i};
-        }
+        for (uint32_t i = 0; i < batch->runs[r].count; i++)
+            h_ids_add(ids, batch->runs[r].session, batch->runs[r].first_seq + i);
     }
 }
 

@@ -113,6 +113,7 @@ typedef struct h_ids {
     h_id *v;
     size_t n, cap;
 } h_ids;
+void h_ids_add(h_ids *ids, uint64_t session, uint64_t seq);
 void h_ids_add_batch(h_ids *ids, const stoker_batch *batch);
 // Number of identities recorded more than once.
 size_t h_ids_duplicates(const h_ids *ids);

@@ -187,16 +187,11 @@ e2e_examples_sort(e2e_examples *ex)
 size_t
 e2e_duplicates(const e2e_examples *ex)
 {
-    if (ex->n < 2)
-        return 0;
-    e2e_example *v = malloc(ex->n * sizeof(*v));
-    cr_assert_not_null(v);
-    memcpy(v, ex->v, ex->n * sizeof(*v));
-    qsort(v, ex->n, sizeof(*v), cmp_example);
-    size_t dups = 0;
-    for (size_t i = 1; i < ex->n; i++)
-        dups += cmp_example(&v[i - 1], &v[i]) == 0;
-    free(v);
+    h_ids ids = {0};
+    for (size_t i = 0; i < ex->n; i++)
+        h_ids_add(&ids, ex->v[i].session, ex->v[i].seq);
+    size_t dups = h_ids_duplicates(&ids);
+    h_ids_fini(&ids);
     return dups;
 }
 
