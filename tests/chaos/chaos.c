@@ -40,15 +40,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "stoker/client.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/rng.h"
+
+#include "proc.h"
+#include "testdir.h"
 
 #define MAX_PRODUCERS 4
 #define MAX_CONSUMERS 8
@@ -94,6 +94,13 @@ die(const char *fmt, ...)
     _exit(1); // children die with us (PR_SET_PDEATHSIG)
 }
 
+// The test library's failures (a child that cannot be started, killed or stopped) end the test.
+static void
+die_hook(const char *msg)
+{
+    die("%s", msg);
+}
+
 static void
 on_alarm(int sig)
 {
@@ -107,62 +114,25 @@ on_alarm(int sig)
 // ---- processes -----------------------------------------------------------------------------
 
 typedef struct proc {
-    pid_t pid; // 0 when not running
+    proc_child child; // child.pid 0 when not running
     int frozen;
     uint64_t thaw_at;
 } proc;
 
 static const char *broker_bin, *producer_bin, *consumer_bin;
 
-// fork+exec (nng is not fork-safe); stdout and stderr to log (appended); dies with us.
-static pid_t
-spawn(const char *const *argv, const char *log)
+// stdout and stderr appended to log; dies with us (the test library's PR_SET_PDEATHSIG).
+static void
+spawn(proc *p, const char *what, const char *const *argv, const char *log)
 {
-    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-        die("open %s: %s", log, strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() == 1)
-            _exit(127);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(fd);
-    return pid;
-}
-
-// Waits at most timeout_ms for pid to end; 1 if it did (*status written).
-static int
-wait_pid(pid_t pid, int timeout_ms, int *status)
-{
-    uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        pid_t r = waitpid(pid, status, WNOHANG);
-        if (r == pid || (r < 0 && errno == ECHILD))
-            return 1;
-        if (stoker_now_ms() >= deadline)
-            return 0;
-        stoker_sleep_ms(2, NULL);
-    }
+    proc_start(&p->child, what, argv, &(proc_io){.log = log});
+    p->frozen = 0;
 }
 
 static void
 kill_proc(proc *p)
 {
-    if (p->pid <= 0)
-        return;
-    int st;
-    kill(p->pid, SIGKILL);
-    if (!wait_pid(p->pid, 5000, &st))
-        die("pid %d did not die of SIGKILL within 5 s", (int)p->pid);
-    p->pid = 0;
+    proc_kill(&p->child);
     p->frozen = 0;
 }
 
@@ -170,75 +140,16 @@ kill_proc(proc *p)
 static int
 stop_proc(proc *p, int timeout_ms)
 {
-    if (p->pid <= 0)
-        return 1;
-    int st;
-    kill(p->pid, SIGCONT);
-    kill(p->pid, SIGTERM);
-    if (wait_pid(p->pid, timeout_ms, &st)) {
-        p->pid = 0;
-        p->frozen = 0;
-        return 1;
-    }
-    kill_proc(p);
-    return 0;
-}
-
-// The process state letter from /proc/PID/stat ('T' when stopped), or 0.
-static char
-proc_state(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' ? p[2] : 0;
+    int exited = proc_stop(&p->child, timeout_ms);
+    p->frozen = 0;
+    return exited;
 }
 
 // Waits (bounded) until a SIGSTOPped process is really stopped.
 static void
-wait_stopped(pid_t pid)
+wait_stopped(const proc *p)
 {
-    uint64_t deadline = stoker_now_ms() + 2000;
-    while (stoker_now_ms() < deadline) {
-        char s = proc_state(pid);
-        if (s == 'T' || s == 't' || s == 0 || s == 'Z')
-            return;
-        stoker_sleep_ms(1, NULL);
-    }
-    die("pid %d did not stop within 2 s of SIGSTOP", (int)pid);
-}
-
-static char *
-read_file(const char *path, size_t *len_out)
-{
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-        }
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        if (n == 0)
-            break;
-        len += n;
-    }
-    fclose(f);
-    buf[len] = '\0';
-    if (len_out != NULL)
-        *len_out = len;
-    return buf;
+    proc_wait_stopped(&p->child, 2000);
 }
 
 static void
@@ -292,29 +203,12 @@ rnd(run_state *r, uint64_t lo, uint64_t hi) // uniform in [lo, hi]
 static void
 start_broker(run_state *r)
 {
-    size_t before = 0;
-    free(read_file(r->broker_log, &before));
     const char *argv[] = {
         broker_bin,    "--listen", r->url, "--producer-timeout", "2", "--queue-depth", "48",
         "--log-level", "info",     NULL};
-    r->broker.pid = spawn(argv, r->broker_log);
-    r->broker.frozen = 0;
+    spawn(&r->broker, "broker", argv, r->broker_log);
     r->broker_gen++;
-    uint64_t deadline = stoker_now_ms() + 10000;
-    for (;;) {
-        size_t len = 0;
-        char *text = read_file(r->broker_log, &len);
-        int ok = text != NULL && len > before && strstr(text + before, "listening ") != NULL;
-        free(text);
-        if (ok)
-            return;
-        int st;
-        if (waitpid(r->broker.pid, &st, WNOHANG) == r->broker.pid)
-            die("run %d: broker exited before listening (see %s)", r->index, r->broker_log);
-        if (stoker_now_ms() >= deadline)
-            die("run %d: broker did not print 'listening' within 10 s", r->index);
-        stoker_sleep_ms(5, NULL);
-    }
+    proc_listening(&r->broker.child, 1, NULL); // in what it appended to its log (at most 10 s)
 }
 
 static void
@@ -328,8 +222,7 @@ start_producer(run_state *r, int slot)
     const char *argv[] = {producer_bin, "--broker",    r->url,    "--name", name,
                           "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
                           seed,         "--log-level", "warn",    NULL};
-    r->producers[slot].pid = spawn(argv, log);
-    r->producers[slot].frozen = 0;
+    spawn(&r->producers[slot], "producer", argv, log);
     r->restart_at[slot] = 0;
     r->producer_starts++;
 }
@@ -349,8 +242,7 @@ start_consumer(run_state *r)
     const char *argv[] = {consumer_bin, "--broker", r->url,       "--log", c->log,
                           "--batch",    "8",        "--prefetch", "4",     "--train-ms",
                           r->train_ms,  "--seed",   seed,         NULL};
-    r->consumer.pid = spawn(argv, errlog);
-    r->consumer.frozen = 0;
+    spawn(&r->consumer, "consumer", argv, errlog);
 }
 
 // A broker that stops answering is a bug to find, not just a failure: where each of its
@@ -396,7 +288,7 @@ fetch_status(run_state *r)
             return st;
         stoker_sleep_ms(50, NULL);
     }
-    dump_threads(r->broker.pid, r->broker_log);
+    dump_threads(r->broker.child.pid, r->broker_log);
     die("run %d: no Status from the broker: %s", r->index, err);
 }
 
@@ -416,17 +308,17 @@ static void
 kill_broker(run_state *r)
 {
     for (int i = 0; i < r->n_producers; i++) {
-        if (r->producers[i].pid > 0) {
-            kill(r->producers[i].pid, SIGSTOP);
+        if (r->producers[i].child.pid > 0) {
+            kill(r->producers[i].child.pid, SIGSTOP);
             r->producers[i].frozen = 1;
         }
     }
-    kill(r->consumer.pid, SIGSTOP);
+    kill(r->consumer.child.pid, SIGSTOP);
     for (int i = 0; i < r->n_producers; i++) {
-        if (r->producers[i].pid > 0)
-            wait_stopped(r->producers[i].pid);
+        if (r->producers[i].child.pid > 0)
+            wait_stopped(&r->producers[i]);
     }
-    wait_stopped(r->consumer.pid);
+    wait_stopped(&r->consumer);
     // Let the broker finish what was already in its sockets, then wait for a stable snapshot.
     stoker_sleep_ms(100, NULL);
     stoker_status *st = fetch_status(r);
@@ -447,12 +339,12 @@ kill_broker(run_state *r)
     append_file(r->consumers[r->marker_consumer].log, "K\n");
     r->broker_kills++;
     for (int i = 0; i < r->n_producers; i++) {
-        if (r->producers[i].pid > 0) {
-            kill(r->producers[i].pid, SIGCONT);
+        if (r->producers[i].child.pid > 0) {
+            kill(r->producers[i].child.pid, SIGCONT);
             r->producers[i].frozen = 0;
         }
     }
-    kill(r->consumer.pid, SIGCONT);
+    kill(r->consumer.child.pid, SIGCONT);
 }
 
 // Reaps children that ended on their own (none should): a producer slot restarts, a consumer
@@ -460,26 +352,23 @@ kill_broker(run_state *r)
 static void
 reap_unexpected(run_state *r)
 {
-    int st;
     for (int i = 0; i < r->n_producers; i++) {
         proc *p = &r->producers[i];
-        if (p->pid > 0 && waitpid(p->pid, &st, WNOHANG) == p->pid) {
+        if (p->child.pid > 0 && proc_wait(&p->child, 0)) {
             printf("chaos: run %d: producer slot %d exited on its own (status %d); restarting\n",
-                   r->index, i, st);
-            p->pid = 0;
+                   r->index, i, p->child.status);
             p->frozen = 0;
             r->restart_at[i] = stoker_now_ms() + 100;
         }
     }
-    if (r->consumer.pid > 0 && waitpid(r->consumer.pid, &st, WNOHANG) == r->consumer.pid) {
-        fail("run %d: the consumer exited on its own (status %d)", r->index, st);
-        r->consumer.pid = 0;
+    if (r->consumer.child.pid > 0 && proc_wait(&r->consumer.child, 0)) {
+        fail("run %d: the consumer exited on its own (status %d)", r->index,
+             r->consumer.child.status);
         start_consumer(r);
     }
-    if (r->broker.pid > 0 && waitpid(r->broker.pid, &st, WNOHANG) == r->broker.pid) {
-        r->broker.pid = 0;
-        die("run %d: the broker died on its own (status %d; see %s)", r->index, st, r->broker_log);
-    }
+    if (r->broker.child.pid > 0 && proc_wait(&r->broker.child, 0))
+        die("run %d: the broker died on its own (status %d; see %s)", r->index,
+            r->broker.child.status, r->broker_log);
 }
 
 static void
@@ -503,11 +392,11 @@ chaos_phase(run_state *r, uint64_t run_ms)
         reap_unexpected(r);
         for (int i = 0; i < r->n_producers; i++) {
             proc *p = &r->producers[i];
-            if (p->pid > 0 && p->frozen && now >= p->thaw_at) {
-                kill(p->pid, SIGCONT);
+            if (p->child.pid > 0 && p->frozen && now >= p->thaw_at) {
+                kill(p->child.pid, SIGCONT);
                 p->frozen = 0;
             }
-            if (p->pid == 0 && r->restart_at[i] != 0 && now >= r->restart_at[i])
+            if (p->child.pid == 0 && r->restart_at[i] != 0 && now >= r->restart_at[i])
                 start_producer(r, i);
         }
         if (broker_start_at != 0 && now >= broker_start_at) {
@@ -531,7 +420,7 @@ chaos_phase(run_state *r, uint64_t run_ms)
             int i = (int)rnd(r, 0, (uint64_t)r->n_producers - 1);
             proc *p = &r->producers[i];
             uint64_t what = rnd(r, 0, 99);
-            if (p->pid == 0) {
+            if (p->child.pid == 0) {
                 // dead, waiting for its restart
             } else if (what < 30) { // kill; a new one later
                 kill_proc(p);
@@ -539,7 +428,7 @@ chaos_phase(run_state *r, uint64_t run_ms)
                 r->producer_kills++;
             } else if (what < 75) { // freeze, sometimes beyond --producer-timeout (2 s)
                 if (!p->frozen) {
-                    kill(p->pid, SIGSTOP);
+                    kill(p->child.pid, SIGSTOP);
                     p->frozen = 1;
                     p->thaw_at = now + (rnd(r, 0, 9) == 0 ? rnd(r, 2100, 3000) : rnd(r, 20, 1200));
                     r->producer_freezes++;
@@ -673,7 +562,7 @@ static void
 parse_log(check *c, run_state *r, int ci)
 {
     size_t len = 0;
-    char *text = read_file(r->consumers[ci].log, &len);
+    char *text = testdir_read(r->consumers[ci].log, &len);
     if (text == NULL)
         return; // killed before it opened its log
     int before_kill = ci < r->marker_consumer;
@@ -1020,6 +909,7 @@ int
 main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    proc_set_fail(die_hook);
     broker_bin = getenv("STOKER_BROKER_BIN");
     producer_bin = getenv("STOKER_PRODUCER_BIN");
     consumer_bin = getenv("STOKER_CHAOS_CONSUMER_BIN");

@@ -1,17 +1,9 @@
-// Fixtures of the core tests (see helpers.h). Children are started with fork+exec (nng is not
-// fork-safe, and the test process may already run nng threads), die with the test process
-// (PR_SET_PDEATHSIG), and are killed and reaped by h_teardown whatever the test did.
-#include <dirent.h>
+// Fixtures of the core tests (see helpers.h). Children and the temporary directory are the test
+// library's (tests/lib); h_teardown kills and reaps every child whatever the test did.
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <nng/nng.h>
@@ -27,11 +19,6 @@
 #include "stoker/log.h"
 #include "stoker/synthetic.h"
 
-#define MAX_CHILDREN 16
-
-static char test_dir[64];
-static h_child children[MAX_CHILDREN];
-static int n_children;
 static int n_brokers;
 
 // --- requests and examples ----------------------------------------------------------------------
@@ -160,61 +147,29 @@ h_simple(stoker_method method, uint64_t session)
     return h_roundtrip(&req);
 }
 
-// --- child processes ----------------------------------------------------------------------------
+// --- the test's directory and children (tests/lib) --------------------------------------------
+
+// The test library's fixtures fail the criterion test that called them.
+static void
+fail_test(const char *msg)
+{
+    cr_assert_fail("%s", msg);
+}
 
 void
 h_setup(void)
 {
     stoker_log_init("test", STOKER_LOG_WARN);
-    snprintf(test_dir, sizeof(test_dir), "/tmp/stoker-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(test_dir), "mkdtemp: %s", strerror(errno));
-    n_children = 0;
+    proc_set_fail(fail_test);
+    testdir_create("stoker-test");
     n_brokers = 0;
-}
-
-static void
-remove_dir(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return;
-    struct dirent *e;
-    char file[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
-        unlink(file);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
-static void
-reap(h_child *c)
-{
-    if (c->out_fd >= 0) {
-        close(c->out_fd);
-        c->out_fd = -1;
-    }
-    c->pid = 0;
 }
 
 void
 h_teardown(void)
 {
-    for (int i = 0; i < n_children; i++) {
-        h_child *c = &children[i];
-        if (c->pid > 0) {
-            kill(c->pid, SIGKILL);
-            waitpid(c->pid, &c->status, 0);
-        }
-        reap(c);
-    }
-    n_children = 0;
-    if (test_dir[0] != '\0')
-        remove_dir(test_dir);
-    test_dir[0] = '\0';
+    proc_kill_all();
+    testdir_remove();
 #if defined(__SANITIZE_ADDRESS__)
     // LeakSanitizer's report at exit does not fail a test, nor does an assertion here in .fini
     // (criterion 2.4 still counts the test as passing); a crash makes the run exit nonzero.
@@ -225,170 +180,19 @@ h_teardown(void)
 #endif
 }
 
-const char *
-h_dir(void)
-{
-    return test_dir;
-}
-
-static const char *
-binary(const char *env)
-{
-    const char *path = getenv(env);
-    cr_assert(path != NULL && path[0] != '\0',
-              "%s is not set: run the tests with meson test (tests/core/meson.build sets it)", env);
-    return path;
-}
-
-// Starts argv[0] with argv; its stdout goes to a pipe when capture_stdout.
-static h_child *
-spawn(const char *what, char *const argv[], int capture_stdout)
-{
-    cr_assert_lt(n_children, MAX_CHILDREN, "too many child processes in one test");
-    int fds[2] = {-1, -1};
-    if (capture_stdout)
-        cr_assert_eq(pipe2(fds, O_CLOEXEC), 0, "pipe: %s", strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        // Only async-signal-safe calls until exec.
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (capture_stdout)
-            dup2(fds[1], STDOUT_FILENO);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    h_child *c = &children[n_children++];
-    memset(c, 0, sizeof(*c));
-    c->pid = pid;
-    c->out_fd = -1;
-    snprintf(c->what, sizeof(c->what), "%s", what);
-    if (capture_stdout) {
-        close(fds[1]);
-        c->out_fd = fds[0];
-    }
-    return c;
-}
-
-#define MAX_ARGS 48
-
-static int
-add_args(char **argv, int argc, const char *const *extra)
-{
-    for (int i = 0; extra != NULL && extra[i] != NULL; i++) {
-        cr_assert_lt(argc, MAX_ARGS - 1, "too many arguments");
-        argv[argc++] = (char *)extra[i];
-    }
-    argv[argc] = NULL;
-    return argc;
-}
-
-h_child *
+proc_child *
 h_broker_start(char *url, size_t url_len, const char *const *extra)
 {
-    char *argv[MAX_ARGS];
-    int argc = 0;
-    snprintf(url, url_len, "ipc://%s/broker-%d.sock", test_dir, n_brokers++);
-    argv[argc++] = (char *)binary("STOKER_BROKER_BIN");
-    argv[argc++] = "--listen";
-    argv[argc++] = url;
-    argv[argc++] = "--log-level";
-    argv[argc++] = "warn";
-    add_args(argv, argc, extra);
-    h_child *c = spawn("broker", argv, 1);
-
-    // Wait for "listening URL" on its stdout.
-    char buf[1024];
-    size_t len = 0;
-    uint64_t deadline = stoker_now_ms() + 10000;
-    for (;;) {
-        buf[len] = '\0';
-        char *line = strstr(buf, "listening ");
-        if (line != NULL && strchr(line, '\n') != NULL)
-            break;
-        uint64_t now = stoker_now_ms();
-        cr_assert_lt(now, deadline, "the broker printed no 'listening' line within 10 s");
-        struct pollfd p = {.fd = c->out_fd, .events = POLLIN};
-        int n = poll(&p, 1, (int)(deadline - now));
-        if (n <= 0)
-            continue;
-        ssize_t got = read(c->out_fd, buf + len, sizeof(buf) - 1 - len);
-        if (got <= 0) {
-            int exited = h_wait(c, 1000);
-            cr_assert_fail("the broker closed its stdout before listening (exited: %d, status "
-                           "%d); output: %s",
-                           exited, c->status, buf);
-        }
-        len += (size_t)got;
-        cr_assert_lt(len, sizeof(buf) - 1, "the broker printed too much before listening");
-    }
-    return c;
+    char name[32];
+    snprintf(name, sizeof(name), "broker-%d", n_brokers++);
+    testdir_ipc_url(url, url_len, name);
+    return proc_broker_start(url, extra, &(proc_io){.capture = 1});
 }
 
-h_child *
+proc_child *
 h_producer_start(const char *url, const char *name, const char *const *extra)
 {
-    char *argv[MAX_ARGS];
-    int argc = 0;
-    argv[argc++] = (char *)binary("STOKER_PRODUCER_BIN");
-    argv[argc++] = "--broker";
-    argv[argc++] = (char *)url;
-    argv[argc++] = "--name";
-    argv[argc++] = (char *)name;
-    argv[argc++] = "--log-level";
-    argv[argc++] = "warn";
-    add_args(argv, argc, extra);
-    return spawn("producer", argv, 0);
-}
-
-void
-h_signal(h_child *c, int sig)
-{
-    cr_assert_gt(c->pid, 0, "%s is not running", c->what);
-    cr_assert_eq(kill(c->pid, sig), 0, "kill: %s", strerror(errno));
-}
-
-int
-h_wait(h_child *c, int timeout_ms)
-{
-    if (c->pid <= 0)
-        return 1;
-    uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        pid_t r = waitpid(c->pid, &c->status, WNOHANG);
-        if (r == c->pid) {
-            reap(c);
-            return 1;
-        }
-        if (stoker_now_ms() >= deadline)
-            return 0;
-        stoker_sleep_ms(2, NULL);
-    }
-}
-
-int
-h_stop(h_child *c, int timeout_ms)
-{
-    if (c->pid <= 0)
-        return 1;
-    kill(c->pid, SIGTERM);
-    if (h_wait(c, timeout_ms))
-        return 1;
-    kill(c->pid, SIGKILL);
-    waitpid(c->pid, &c->status, 0);
-    reap(c);
-    return 0;
-}
-
-void
-h_broker_stop(h_child *c)
-{
-    int exited = h_stop(c, 5000);
-    cr_assert(exited, "the broker did not stop within 5 s of SIGTERM");
-    cr_assert(WIFEXITED(c->status) && WEXITSTATUS(c->status) == 0,
-              "the broker did not exit cleanly (status %#x; exit code %d)", c->status,
-              WIFEXITED(c->status) ? WEXITSTATUS(c->status) : -1);
+    return proc_producer_start(url, name, extra, NULL);
 }
 
 // --- status -------------------------------------------------------------------------------------
@@ -427,13 +231,12 @@ h_assert_identity(const char *url)
 }
 
 int
-h_wait_producer(const char *url, const char *name, uint64_t min_accepted, int timeout_ms)
+h_wait_status(const char *url, h_status_ready ready, const void *arg, int timeout_ms)
 {
     uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
         stoker_status *st = h_status(url);
-        const stoker_producer_info *p = h_status_producer(st, name);
-        int ok = p != NULL && p->accepted >= min_accepted;
+        int ok = ready(st, arg);
         stoker_status_destroy(st);
         if (ok)
             return 1;
@@ -443,20 +246,60 @@ h_wait_producer(const char *url, const char *name, uint64_t min_accepted, int ti
     }
 }
 
+typedef struct producer_wanted {
+    const char *name;
+    uint64_t min_accepted;
+} producer_wanted;
+
+static int
+producer_ready(const stoker_status *st, const void *arg)
+{
+    const producer_wanted *w = arg;
+    const stoker_producer_info *p = h_status_producer(st, w->name);
+    return p != NULL && p->accepted >= w->min_accepted;
+}
+
+int
+h_wait_producer(const char *url, const char *name, uint64_t min_accepted, int timeout_ms)
+{
+    producer_wanted w = {name, min_accepted};
+    return h_wait_status(url, producer_ready, &w, timeout_ms);
+}
+
+static int
+redelivered_ready(const stoker_status *st, const void *arg)
+{
+    return st->counters.in_flight == 0 && st->counters.redelivered >= *(const uint64_t *)arg;
+}
+
 int
 h_wait_redelivered(const char *url, uint64_t min_redelivered, int timeout_ms)
 {
-    uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        stoker_status *st = h_status(url);
-        int ok = st->counters.in_flight == 0 && st->counters.redelivered >= min_redelivered;
-        stoker_status_destroy(st);
-        if (ok)
-            return 1;
-        if (stoker_now_ms() >= deadline)
-            return 0;
-        stoker_sleep_ms(10, NULL);
-    }
+    return h_wait_status(url, redelivered_ready, &min_redelivered, timeout_ms);
+}
+
+static int
+acknowledged_ready(const stoker_status *st, const void *arg)
+{
+    return st->counters.acknowledged >= *(const uint64_t *)arg;
+}
+
+int
+h_wait_acknowledged(const char *url, uint64_t n, int timeout_ms)
+{
+    return h_wait_status(url, acknowledged_ready, &n, timeout_ms);
+}
+
+static int
+trainers_ready(const stoker_status *st, const void *arg)
+{
+    return st->counters.trainers >= *(const uint32_t *)arg;
+}
+
+int
+h_wait_trainers(const char *url, uint32_t n, int timeout_ms)
+{
+    return h_wait_status(url, trainers_ready, &n, timeout_ms);
 }
 
 // --- raw requests -------------------------------------------------------------------------------
@@ -544,17 +387,22 @@ h_trainer(const char *url, const char *name, uint32_t batch_size, uint32_t prefe
 }
 
 void
+h_ids_add(h_ids *ids, uint64_t session, uint64_t seq)
+{
+    if (ids->n == ids->cap) {
+        ids->cap = ids->cap ? ids->cap * 2 : 256;
+        ids->v = realloc(ids->v, ids->cap * sizeof(*ids->v));
+        cr_assert_not_null(ids->v);
+    }
+    ids->v[ids->n++] = (h_id){session, seq};
+}
+
+void
 h_ids_add_batch(h_ids *ids, const stoker_batch *batch)
 {
     for (uint32_t r = 0; r < batch->n_runs; r++) {
-        for (uint32_t i = 0; i < batch->runs[r].count; i++) {
-            if (ids->n == ids->cap) {
-                ids->cap = ids->cap ? ids->cap * 2 : 256;
-                ids->v = realloc(ids->v, ids->cap * sizeof(*ids->v));
-                cr_assert_not_null(ids->v);
-            }
-            ids->v[ids->n++] = (h_id){batch->runs[r].session, batch->runs[r].first_seq + i};
-        }
+        for (uint32_t i = 0; i < batch->runs[r].count; i++)
+            h_ids_add(ids, batch->runs[r].session, batch->runs[r].first_seq + i);
     }
 }
 

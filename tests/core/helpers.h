@@ -12,9 +12,11 @@
 
 #include <nng/nng.h>
 
+#include "proc.h"
 #include "stoker/client.h"
 #include "stoker/trainer_client.h"
 #include "stoker/wire.h"
+#include "testdir.h"
 
 // --- requests and examples ----------------------------------------------------------------------
 
@@ -42,40 +44,25 @@ float h_tag(uint64_t session, uint64_t seq);
 // The tag of example i of a float32 chunk's field 0.
 float h_chunk_tag(const stoker_chunk *chunk, uint32_t i);
 
-// --- child processes ----------------------------------------------------------------------------
+// --- the test's directory and children ---------------------------------------------------------
 
-typedef struct h_child {
-    pid_t pid;  // 0 when not running (reaped)
-    int out_fd; // read end of its stdout (brokers), -1 otherwise
-    int status; // waitpid status once reaped
-    char what[32];
-} h_child;
+// Children, waits and signals are the test library's (tests/lib/proc.h: proc_wait, proc_signal,
+// proc_stop, proc_broker_stop, ...), the temporary directory too (tests/lib/testdir.h).
 
-// Call from a suite's .init / .fini: makes a fresh temporary directory; kills (SIGKILL) and reaps
-// every child still running, removes the directory and, under AddressSanitizer, fails the test
-// if leaks are found.
+// Call from a suite's .init / .fini: makes a fresh temporary directory and sends the test
+// library's failures to criterion; kills (SIGKILL) and reaps every child still running, removes
+// the directory and, under AddressSanitizer, fails the test if leaks are found.
 void h_setup(void);
 void h_teardown(void);
-// The temporary directory of this test.
-const char *h_dir(void);
 
 // Starts stoker-broker (STOKER_BROKER_BIN) listening on ipc://DIR/broker-N.sock with extra
 // arguments (NULL-terminated list, may be NULL), waits (at most 10 s) for its "listening" line
-// and writes the URL to url. Fails the test on any problem.
-h_child *h_broker_start(char *url, size_t url_len, const char *const *extra);
+// and writes the URL to url. Its stdout is captured, its stderr is the test's. Fails the test on
+// any problem.
+proc_child *h_broker_start(char *url, size_t url_len, const char *const *extra);
 // Starts stoker-producer (STOKER_PRODUCER_BIN) --broker url --name name with extra arguments.
 // Returns at once (the producer connects in the background).
-h_child *h_producer_start(const char *url, const char *name, const char *const *extra);
-// Sends sig to a running child.
-void h_signal(h_child *c, int sig);
-// Waits at most timeout_ms for the child to exit; 1 if it did (status in c->status), 0 if not.
-int h_wait(h_child *c, int timeout_ms);
-// SIGTERM, wait at most timeout_ms, then SIGKILL and reap. Returns 1 when it exited on its own
-// after SIGTERM, 0 when it had to be killed.
-int h_stop(h_child *c, int timeout_ms);
-// Stops a broker with SIGTERM and asserts a clean exit with code 0 (under AddressSanitizer a
-// leak in the broker makes this fail).
-void h_broker_stop(h_child *c);
+proc_child *h_producer_start(const char *url, const char *name, const char *const *extra);
 
 // --- status -------------------------------------------------------------------------------------
 
@@ -85,12 +72,18 @@ stoker_status *h_status(const char *url);
 const stoker_producer_info *h_status_producer(const stoker_status *st, const char *name);
 // Asserts produced == acknowledged + queued + in_flight in a fresh status snapshot.
 void h_assert_identity(const char *url);
-// Polls status (every 10 ms, at most timeout_ms) until the producer called name exists with
-// at least min_accepted examples accepted. Returns 1 when seen, 0 on timeout.
+// Polls status (every 10 ms, at most timeout_ms) until ready(snapshot, arg) returns nonzero.
+// Returns 1 when it did, 0 on timeout. The waits below are this with one condition each.
+typedef int (*h_status_ready)(const stoker_status *st, const void *arg);
+int h_wait_status(const char *url, h_status_ready ready, const void *arg, int timeout_ms);
+// Until the producer called name exists with at least min_accepted examples accepted.
 int h_wait_producer(const char *url, const char *name, uint64_t min_accepted, int timeout_ms);
-// Polls status until every counter says in_flight == 0 and at least min_redelivered were
-// redelivered. 1 when seen, 0 on timeout.
+// Until every counter says in_flight == 0 and at least min_redelivered were redelivered.
 int h_wait_redelivered(const char *url, uint64_t min_redelivered, int timeout_ms);
+// Until trainers acknowledged at least n examples.
+int h_wait_acknowledged(const char *url, uint64_t n, int timeout_ms);
+// Until at least n trainers are connected.
+int h_wait_trainers(const char *url, uint32_t n, int timeout_ms);
 
 // --- raw requests -------------------------------------------------------------------------------
 
@@ -120,6 +113,7 @@ typedef struct h_ids {
     h_id *v;
     size_t n, cap;
 } h_ids;
+void h_ids_add(h_ids *ids, uint64_t session, uint64_t seq);
 void h_ids_add_batch(h_ids *ids, const stoker_batch *batch);
 // Number of identities recorded more than once.
 size_t h_ids_duplicates(const h_ids *ids);

@@ -84,7 +84,7 @@ counters(const char *url)
 Test(delivery, resent_push_is_not_duplicated)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     stoker_schema schema;
     h_schema(&schema);
     const uint64_t session = 0x5e55100000000001ull;
@@ -127,13 +127,13 @@ Test(delivery, resent_push_is_not_duplicated)
     stoker_trainer_client_destroy(tc);
     nng_close(p);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(delivery, push_with_a_gap_in_seq_is_refused)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     stoker_schema schema;
     h_schema(&schema);
     const uint64_t session = 0x5e55100000000002ull;
@@ -155,7 +155,7 @@ Test(delivery, push_with_a_gap_in_seq_is_refused)
     cr_assert_eq(counters(url).produced, 6);
     nng_close(p);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- backpressure -------------------------------------------------------------------------------
@@ -164,9 +164,9 @@ Test(backpressure, fast_producer_never_exceeds_queue_depth)
 {
     char url[256];
     const char *const bargs[] = {"--queue-depth", "8", NULL};
-    h_child *broker = h_broker_start(url, sizeof(url), bargs);
+    proc_child *broker = h_broker_start(url, sizeof(url), bargs);
     const char *const pargs[] = {"--delay", "0:0", "--chunk", "3", "--max-examples", "150", NULL};
-    h_child *producer = h_producer_start(url, "fast", pargs);
+    proc_child *producer = h_producer_start(url, "fast", pargs);
     stoker_trainer_client *tc = h_trainer(url, "slow", 4, 2, 5000);
 
     uint64_t received = 0, max_queued = 0;
@@ -196,10 +196,10 @@ Test(backpressure, fast_producer_never_exceeds_queue_depth)
                  (unsigned long long)max_queued);
     cr_assert_eq(stoker_trainer_client_duplicates(tc), 0);
     stoker_trainer_client_destroy(tc);
-    cr_assert(h_wait(producer, 5000), "the producer did not exit after its quota");
+    cr_assert(proc_wait(producer, 5000), "the producer did not exit after its quota");
     cr_assert(WIFEXITED(producer->status) && WEXITSTATUS(producer->status) == 0);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- redelivery ---------------------------------------------------------------------------------
@@ -207,10 +207,10 @@ Test(backpressure, fast_producer_never_exceeds_queue_depth)
 Test(redelivery, disconnected_trainers_examples_go_to_another_trainer)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     const char *const pargs[] = {"--delay", "0:0", "--chunk", "4", "--max-examples", "24", NULL};
-    h_child *producer = h_producer_start(url, "p", pargs);
-    cr_assert(h_wait(producer, 5000), "the producer did not finish its 24 examples");
+    proc_child *producer = h_producer_start(url, "p", pargs);
+    cr_assert(proc_wait(producer, 5000), "the producer did not finish its 24 examples");
 
     // Trainer A takes two batches and disconnects without acknowledging them.
     stoker_trainer_client *a = h_trainer(url, "a", 4, 2, 4000);
@@ -251,7 +251,7 @@ Test(redelivery, disconnected_trainers_examples_go_to_another_trainer)
     h_ids_fini(&held);
     h_ids_fini(&got);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // A trainer the broker dropped (silent past --trainer-timeout) while it still held batches gets
@@ -261,10 +261,10 @@ Test(redelivery, a_returning_trainer_never_gets_an_identity_twice)
 {
     char url[256];
     const char *const bargs[] = {"--trainer-timeout", "1", NULL};
-    h_child *broker = h_broker_start(url, sizeof(url), bargs);
+    proc_child *broker = h_broker_start(url, sizeof(url), bargs);
     const char *const pargs[] = {"--delay", "0:0", "--chunk", "4", "--max-examples", "32", NULL};
-    h_child *producer = h_producer_start(url, "p", pargs);
-    cr_assert(h_wait(producer, 5000), "the producer did not finish its 32 examples");
+    proc_child *producer = h_producer_start(url, "p", pargs);
+    cr_assert(proc_wait(producer, 5000), "the producer did not finish its 32 examples");
     stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 8000);
     h_ids ids = {0};
     uint64_t n = 0;
@@ -284,13 +284,13 @@ Test(redelivery, a_returning_trainer_never_gets_an_identity_twice)
     stoker_trainer_client_destroy(tc);
     h_ids_fini(&ids);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(redelivery, closed_raw_socket_returns_its_lease)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     stoker_schema schema;
     h_schema(&schema);
     const uint64_t ps = 0x5e55100000000003ull, ts = 0x7a1e000000000003ull;
@@ -322,7 +322,7 @@ Test(redelivery, closed_raw_socket_returns_its_lease)
     cr_assert_eq(c.acknowledged, 8);
     nng_close(p);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- leases -------------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ same_accounting(stoker_counters a, stoker_counters b)
 Test(lease, second_ack_and_unknown_lease_are_refused_and_change_nothing)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     stoker_schema schema;
     h_schema(&schema);
     const uint64_t ps = 0x5e55100000000004ull, ts = 0x7a1e000000000004ull;
@@ -399,7 +399,7 @@ Test(lease, second_ack_and_unknown_lease_are_refused_and_change_nothing)
     cr_assert_eq(counters(url).acknowledged, 12);
     nng_close(p);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- schema -------------------------------------------------------------------------------------
@@ -407,9 +407,9 @@ Test(lease, second_ack_and_unknown_lease_are_refused_and_change_nothing)
 Test(schema, mismatched_producer_is_refused_naming_both_schemas)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     const char *const pargs[] = {"--delay", "0:0", "--chunk", "2", "--max-examples", "6", NULL};
-    h_child *good = h_producer_start(url, "good", pargs);
+    proc_child *good = h_producer_start(url, "good", pargs);
     cr_assert(h_wait_producer(url, "good", 0, 5000), "the first producer never said hello");
 
     stoker_schema other;
@@ -440,9 +440,9 @@ Test(schema, mismatched_producer_is_refused_naming_both_schemas)
     stoker_status *st = h_status(url);
     cr_assert_eq(st->n_producers, 1, "the refused producer was registered");
     stoker_status_destroy(st);
-    cr_assert(h_wait(good, 5000));
+    cr_assert(proc_wait(good, 5000));
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- bad input ----------------------------------------------------------------------------------
@@ -488,10 +488,10 @@ Test(bad_input, malformed_requests_are_refused_and_the_broker_keeps_serving)
 {
     char url[256];
     const char *const bargs[] = {"--max-message", "4096", NULL};
-    h_child *broker = h_broker_start(url, sizeof(url), bargs);
+    proc_child *broker = h_broker_start(url, sizeof(url), bargs);
     const char *const pargs[] = {"--delay",        "0:0.002", "--chunk", "3",
                                  "--max-examples", "30",      NULL};
-    h_child *producer = h_producer_start(url, "good", pargs);
+    proc_child *producer = h_producer_start(url, "good", pargs);
     stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 4000);
     stoker_schema schema;
     h_schema(&schema);
@@ -548,13 +548,13 @@ Test(bad_input, malformed_requests_are_refused_and_the_broker_keeps_serving)
     cr_assert_eq(h_ids_duplicates(&ids), 0);
     h_ids_fini(&ids);
     stoker_trainer_client_destroy(tc);
-    cr_assert(h_wait(producer, 5000));
+    cr_assert(proc_wait(producer, 5000));
     cr_assert(WIFEXITED(producer->status) && WEXITSTATUS(producer->status) == 0);
     stoker_counters c = counters(url);
     cr_assert_geq(c.refused, 4, "refused %llu requests", (unsigned long long)c.refused);
     cr_assert_eq(c.acknowledged, 30);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- supply end ---------------------------------------------------------------------------------
@@ -562,13 +562,13 @@ Test(bad_input, malformed_requests_are_refused_and_the_broker_keeps_serving)
 Test(supply, all_producers_finished_gives_end_of_data)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     const char *const a_args[] = {"--delay",        "0:0.002", "--chunk", "3",
                                   "--max-examples", "10",      NULL};
     const char *const b_args[] = {"--delay",        "0:0.002", "--chunk", "2",
                                   "--max-examples", "7",       NULL};
-    h_child *a = h_producer_start(url, "a", a_args);
-    h_child *b = h_producer_start(url, "b", b_args);
+    proc_child *a = h_producer_start(url, "a", a_args);
+    proc_child *b = h_producer_start(url, "b", b_args);
     cr_assert(h_wait_producer(url, "a", 0, 5000) && h_wait_producer(url, "b", 0, 5000));
     stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 4000);
     h_ids ids = {0};
@@ -580,27 +580,27 @@ Test(supply, all_producers_finished_gives_end_of_data)
     cr_assert_eq(stoker_trainer_client_next(tc, &batch), STOKER_END_OF_DATA, "the end is repeated");
     h_ids_fini(&ids);
     stoker_trainer_client_destroy(tc);
-    cr_assert(h_wait(a, 5000) && h_wait(b, 5000));
+    cr_assert(proc_wait(a, 5000) && proc_wait(b, 5000));
     stoker_status *st = h_status(url);
     for (uint32_t i = 0; i < st->n_producers; i++)
         cr_assert_eq(st->producers[i].status, STOKER_PRODUCER_FINISHED);
     stoker_status_destroy(st);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(supply, every_producer_gone_gives_no_producers)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     const char *const done_args[] = {"--delay", "0:0", "--chunk", "2", "--max-examples", "4", NULL};
     const char *const slow_args[] = {"--delay", "0.01:0.01", "--chunk", "1", NULL};
-    h_child *done = h_producer_start(url, "done", done_args);
-    h_child *doomed = h_producer_start(url, "doomed", slow_args);
+    proc_child *done = h_producer_start(url, "done", done_args);
+    proc_child *doomed = h_producer_start(url, "doomed", slow_args);
     cr_assert(h_wait_producer(url, "done", 4, 5000) && h_wait_producer(url, "doomed", 2, 5000));
-    cr_assert(h_wait(done, 5000), "the producer with a quota did not finish");
-    h_signal(doomed, SIGKILL);
-    cr_assert(h_wait(doomed, 2000));
+    cr_assert(proc_wait(done, 5000), "the producer with a quota did not finish");
+    proc_signal(doomed, SIGKILL);
+    cr_assert(proc_wait(doomed, 2000));
 
     stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 4000);
     uint64_t n = 0;
@@ -613,5 +613,5 @@ Test(supply, every_producer_gone_gives_no_producers)
     cr_assert_eq(n, c.produced, "queued examples of the lost producer were not all delivered");
     cr_assert_eq(c.queued, 0);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }

@@ -63,9 +63,9 @@ drop_events(stoker_trainer_client *tc)
 Test(liveness, killed_producer_is_reported_within_100ms)
 {
     char url[256];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     const char *const pargs[] = {"--delay", "0.01:0.01", "--chunk", "1", NULL};
-    h_child *victim = h_producer_start(url, "victim", pargs);
+    proc_child *victim = h_producer_start(url, "victim", pargs);
     stoker_trainer_client *tc = h_trainer(url, "t", 2, 4, 4000);
 
     // Mid-run: batches are flowing.
@@ -80,7 +80,7 @@ Test(liveness, killed_producer_is_reported_within_100ms)
     drop_events(tc);
 
     uint64_t t0 = stoker_now_ns();
-    h_signal(victim, SIGKILL);
+    proc_signal(victim, SIGKILL);
     int last_rv;
     uint64_t t1 = wait_lost(tc, "victim", &examples, &last_rv);
     double ms = (double)(t1 - t0) / 1e6;
@@ -91,7 +91,7 @@ Test(liveness, killed_producer_is_reported_within_100ms)
     cr_assert_eq(drain_rest(tc, &examples, last_rv), STOKER_NO_PRODUCERS);
     stoker_batch *b = NULL;
     cr_assert_eq(stoker_trainer_client_next(tc, &b), STOKER_NO_PRODUCERS);
-    cr_assert(h_wait(victim, 2000));
+    cr_assert(proc_wait(victim, 2000));
     cr_assert(WIFSIGNALED(victim->status) && WTERMSIG(victim->status) == SIGKILL);
 
     stoker_status *st = h_status(url);
@@ -106,22 +106,22 @@ Test(liveness, killed_producer_is_reported_within_100ms)
     cr_assert_eq(stoker_trainer_client_duplicates(tc), 0);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(liveness, stopped_producer_is_lost_within_the_producer_timeout_and_its_examples_delivered)
 {
     char url[256];
     const char *const bargs[] = {"--producer-timeout", "1", NULL};
-    h_child *broker = h_broker_start(url, sizeof(url), bargs);
+    proc_child *broker = h_broker_start(url, sizeof(url), bargs);
     const char *const pargs[] = {"--delay", "0.01:0.01", "--chunk", "2", NULL};
-    h_child *sleeper = h_producer_start(url, "sleeper", pargs);
+    proc_child *sleeper = h_producer_start(url, "sleeper", pargs);
     stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 5000);
     // Let examples pile up (the trainer has not pulled yet), so some are queued at the stop.
     cr_assert(h_wait_producer(url, "sleeper", 16, 5000), "the producer made too few examples");
 
     uint64_t t0 = stoker_now_ns();
-    h_signal(sleeper, SIGSTOP);
+    proc_signal(sleeper, SIGSTOP);
     uint64_t examples = 0;
     int last_rv;
     uint64_t t1 = wait_lost(tc, "sleeper", &examples, &last_rv);
@@ -143,9 +143,9 @@ Test(liveness, stopped_producer_is_lost_within_the_producer_timeout_and_its_exam
     stoker_trainer_client_destroy(tc);
 
     // SIGKILL ends a stopped process too; SIGCONT lets the kernel finish it at once.
-    h_signal(sleeper, SIGKILL);
+    proc_signal(sleeper, SIGKILL);
     kill(sleeper->pid, SIGCONT);
-    cr_assert(h_wait(sleeper, 2000));
+    cr_assert(proc_wait(sleeper, 2000));
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }

@@ -69,14 +69,14 @@ has_event(const e2e_examples *ex, stoker_event_kind kind, const char *name)
 Test(producer, max_examples_stops_after_exactly_n_and_reports_finished)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
+    testdir_ipc_url(url, sizeof(url), "broker");
     // The schema up front: the trainer client connects before any producer.
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--schema", EXEC_SCHEMA));
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", EXEC_SCHEMA));
     stoker_trainer_client *tc = e2e_trainer_client(url, 8, 5000);
     // 50 is not a multiple of the chunk: the last push is a short one.
-    e2e_child *p = e2e_producer_start(
-        url, "quota", E2E_ARGS("--delay", "0:0", "--chunk", "7", "--max-examples", "50"));
-    e2e_assert_exit(p, 0, 10000);
+    proc_child *p = e2e_producer_start(
+        url, "quota", PROC_ARGS("--delay", "0:0", "--chunk", "7", "--max-examples", "50"));
+    proc_assert_exit(p, 0, 10000);
 
     stoker_producer_info info = producer_info(url, "quota");
     cr_assert_eq(info.status, STOKER_PRODUCER_FINISHED, "status %s, expected finished",
@@ -94,20 +94,20 @@ Test(producer, max_examples_stops_after_exactly_n_and_reports_finished)
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(producer, sigterm_says_goodbye_and_loses_nothing)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
+    testdir_ipc_url(url, sizeof(url), "broker");
     // Room for everything: the producer is never held back by a full queue.
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", "100000"));
-    e2e_child *p = e2e_producer_start(
-        url, "term", E2E_ARGS("--delay", "0.001:0.003", "--chunk", "5", "--log-level", "info"));
-    cr_assert(e2e_wait_producer(url, "term", 40, -1, 10000), "the producer pushed < 40 in 10 s");
-    e2e_signal(p, SIGTERM);
-    e2e_assert_exit(p, 0, 5000);
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "100000"));
+    proc_child *p = e2e_producer_start(
+        url, "term", PROC_ARGS("--delay", "0.001:0.003", "--chunk", "5", "--log-level", "info"));
+    cr_assert(h_wait_producer(url, "term", 40, 10000), "the producer pushed < 40 in 10 s");
+    proc_signal(p, SIGTERM);
+    proc_assert_exit(p, 0, 5000);
 
     stoker_producer_info info = producer_info(url, "term");
     cr_assert_eq(info.status, STOKER_PRODUCER_FINISHED,
@@ -115,7 +115,7 @@ Test(producer, sigterm_says_goodbye_and_loses_nothing)
                  "finished (goodbye)",
                  stoker_producer_status_name(info.status));
     // What the producer says it pushed is what the broker accepted.
-    char *err = e2e_read_file(p->err_path);
+    char *err = testdir_read(p->err_path, NULL);
     cr_assert_not_null(err);
     const char *line = strstr(err, "finished: ");
     cr_assert_not_null(line, "no 'finished:' line in the producer's log:\n%s", err);
@@ -134,7 +134,7 @@ Test(producer, sigterm_says_goodbye_and_loses_nothing)
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- seeding ------------------------------------------------------------------------------------
@@ -145,29 +145,29 @@ run_and_collect(const char *broker_name, const char *const *pargs, const char *n
                 e2e_examples *ex)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), broker_name);
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", "100000"));
-    e2e_child *p = e2e_producer_start(url, name, pargs);
-    e2e_assert_exit(p, 0, 15000);
+    testdir_ipc_url(url, sizeof(url), broker_name);
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "100000"));
+    proc_child *p = e2e_producer_start(url, name, pargs);
+    proc_assert_exit(p, 0, 15000);
     stoker_trainer_client *tc = e2e_trainer_client(url, 32, 5000);
     int rv = e2e_drain(tc, ex, 10000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
     e2e_examples_sort(ex);
 }
 
 Test(seeding, producers_with_different_names_never_send_equal_inputs)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", "100000"));
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "100000"));
     const char *const pargs[] = {"--delay", "0:0", "--seed", "42", "--max-examples", "300", NULL};
-    e2e_child *a = e2e_producer_start(url, "twin-a", pargs);
-    e2e_child *b = e2e_producer_start(url, "twin-b", pargs);
-    e2e_assert_exit(a, 0, 10000);
-    e2e_assert_exit(b, 0, 10000);
+    proc_child *a = e2e_producer_start(url, "twin-a", pargs);
+    proc_child *b = e2e_producer_start(url, "twin-b", pargs);
+    proc_assert_exit(a, 0, 10000);
+    proc_assert_exit(b, 0, 10000);
     stoker_trainer_client *tc = e2e_trainer_client(url, 32, 5000);
     e2e_examples ex = {0};
     int rv = e2e_drain(tc, &ex, 10000);
@@ -191,7 +191,7 @@ Test(seeding, producers_with_different_names_never_send_equal_inputs)
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(seeding, same_name_and_seed_give_the_same_bytes_whatever_the_timing)
@@ -200,13 +200,13 @@ Test(seeding, same_name_and_seed_give_the_same_bytes_whatever_the_timing)
     // Different pace, different chunking: the bytes of example seq depend only on
     // (seed, name, seq).
     run_and_collect(
-        "fast", E2E_ARGS("--delay", "0:0", "--chunk", "7", "--seed", "7", "--max-examples", "60"),
+        "fast", PROC_ARGS("--delay", "0:0", "--chunk", "7", "--seed", "7", "--max-examples", "60"),
         "same", &fast);
     run_and_collect(
         "slow",
-        E2E_ARGS("--delay", "0.001:0.004", "--chunk", "2", "--seed", "7", "--max-examples", "60"),
+        PROC_ARGS("--delay", "0.001:0.004", "--chunk", "2", "--seed", "7", "--max-examples", "60"),
         "same", &slow);
-    run_and_collect("other", E2E_ARGS("--delay", "0:0", "--seed", "8", "--max-examples", "60"),
+    run_and_collect("other", PROC_ARGS("--delay", "0:0", "--seed", "8", "--max-examples", "60"),
                     "same", &other);
     cr_assert_eq(fast.n, 60);
     cr_assert_eq(slow.n, 60);
@@ -247,16 +247,16 @@ assert_exec_values(const e2e_examples *ex)
 Test(exec, awk_text_generator_feeds_the_broker_intact)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", "1000"));
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "1000"));
     // Spaces and commas both separate numbers.
     const char *cmd = "awk 'BEGIN { for (i = 0; i < 40; i++) { s = \"\"; "
                       "for (j = 0; j < 10; j++) s = s (i * 100 + j) (j % 2 ? \" \" : \",\"); "
                       "print s (i + 0.5) } }'";
-    e2e_child *p = e2e_producer_start(url, "awk",
-                                      E2E_ARGS("--generator", "exec", "--exec", cmd, "--schema",
-                                               EXEC_SCHEMA, "--format", "text", "--chunk", "4"));
-    e2e_assert_exit(p, 0, 10000);
+    proc_child *p = e2e_producer_start(url, "awk",
+                                       PROC_ARGS("--generator", "exec", "--exec", cmd, "--schema",
+                                                 EXEC_SCHEMA, "--format", "text", "--chunk", "4"));
+    proc_assert_exit(p, 0, 10000);
     stoker_producer_info info = producer_info(url, "awk");
     cr_assert_eq(info.status, STOKER_PRODUCER_FINISHED, "a child that ended cleanly: status %s",
                  stoker_producer_status_name(info.status));
@@ -271,24 +271,24 @@ Test(exec, awk_text_generator_feeds_the_broker_intact)
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(exec, malformed_line_7_is_named_and_the_6_good_examples_arrive)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--schema", EXEC_SCHEMA));
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", EXEC_SCHEMA));
     stoker_trainer_client *tc = e2e_trainer_client(url, 8, 5000);
     // Six good lines, a bad seventh, then good lines that must never be pushed.
     const char *cmd = "awk 'BEGIN { for (i = 0; i < 10; i++) { if (i == 6) { print \"1 2 oops\"; "
                       "continue } s = \"\"; for (j = 0; j < 10; j++) s = s (i * 100 + j) \" \"; "
                       "print s (i + 0.5) } }'";
-    e2e_child *p = e2e_producer_start(
+    proc_child *p = e2e_producer_start(
         url, "bad7",
-        E2E_ARGS("--generator", "exec", "--exec", cmd, "--schema", EXEC_SCHEMA, "--chunk", "4"));
-    cr_assert(e2e_wait(p, 10000), "the producer did not exit within 10 s");
-    char *err = e2e_read_file(p->err_path);
+        PROC_ARGS("--generator", "exec", "--exec", cmd, "--schema", EXEC_SCHEMA, "--chunk", "4"));
+    cr_assert(proc_wait(p, 10000), "the producer did not exit within 10 s");
+    char *err = testdir_read(p->err_path, NULL);
     cr_assert(WIFEXITED(p->status) && WEXITSTATUS(p->status) != 0,
               "expected a non-zero exit, got status %#x; stderr:\n%s", p->status, err);
     cr_assert(strstr(err, "line 7") != NULL, "stderr does not name line 7:\n%s", err);
@@ -310,20 +310,20 @@ Test(exec, malformed_line_7_is_named_and_the_6_good_examples_arrive)
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(exec, missing_command_exits_1_with_a_clear_message)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, NULL);
-    e2e_child *p = e2e_producer_start(url, "nocmd",
-                                      E2E_ARGS("--generator", "exec", "--exec",
-                                               "/nonexistent/stoker-no-such-generator", "--schema",
-                                               EXEC_SCHEMA));
-    e2e_assert_exit(p, 1, 10000);
-    char *err = e2e_read_file(p->err_path);
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    proc_child *p = e2e_producer_start(url, "nocmd",
+                                       PROC_ARGS("--generator", "exec", "--exec",
+                                                 "/nonexistent/stoker-no-such-generator",
+                                                 "--schema", EXEC_SCHEMA));
+    proc_assert_exit(p, 1, 10000);
+    char *err = testdir_read(p->err_path, NULL);
     cr_assert(strstr(err, "stoker-no-such-generator") != NULL,
               "stderr does not name the command:\n%s", err);
     cr_assert(strstr(err, "127") != NULL || strstr(err, "not found") != NULL ||
@@ -337,7 +337,7 @@ Test(exec, missing_command_exits_1_with_a_clear_message)
                      "a producer whose command failed is reported finished");
     stoker_status_destroy(st);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 static pid_t
@@ -345,7 +345,7 @@ read_pid(const char *path, int timeout_ms)
 {
     uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
-        char *s = e2e_read_file(path);
+        char *s = testdir_read(path, NULL);
         long pid = s != NULL && strchr(s, '\n') != NULL ? strtol(s, NULL, 10) : 0;
         free(s);
         if (pid > 0)
@@ -358,23 +358,23 @@ read_pid(const char *path, int timeout_ms)
 Test(exec, child_is_gone_after_the_producer_stops)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", "100000"));
-    const char *pidfile = e2e_path("child.pid");
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "100000"));
+    const char *pidfile = testdir_file("child.pid");
     char cmd[512];
     // An endless generator; `exec awk` keeps the pid the shell wrote.
     snprintf(cmd, sizeof(cmd),
              "echo $$ > %s; exec awk 'BEGIN { for (;;) { print \"1 2 3 4 5 6 7 8 9 10 11\"; "
              "fflush(); system(\"sleep 0.01\") } }'",
              pidfile);
-    e2e_child *p = e2e_producer_start(
-        url, "endless", E2E_ARGS("--generator", "exec", "--exec", cmd, "--schema", EXEC_SCHEMA));
+    proc_child *p = e2e_producer_start(
+        url, "endless", PROC_ARGS("--generator", "exec", "--exec", cmd, "--schema", EXEC_SCHEMA));
     pid_t child = read_pid(pidfile, 5000);
-    cr_assert(e2e_wait_producer(url, "endless", 10, -1, 10000), "no examples arrived in 10 s");
+    cr_assert(h_wait_producer(url, "endless", 10, 10000), "no examples arrived in 10 s");
     cr_assert_eq(kill(child, 0), 0, "the generator %d is not running while producing", child);
 
-    e2e_signal(p, SIGTERM);
-    e2e_assert_exit(p, 0, 5000);
+    proc_signal(p, SIGTERM);
+    proc_assert_exit(p, 0, 5000);
     // The producer reaps its child: it must not exist any more (not even as an orphan).
     uint64_t deadline = stoker_now_ms() + 2000;
     while (kill(child, 0) == 0 && stoker_now_ms() < deadline)
@@ -383,7 +383,7 @@ Test(exec, child_is_gone_after_the_producer_stops)
               "the generator child %d still exists after the producer stopped", child);
     cr_assert_eq(producer_info(url, "endless").status, STOKER_PRODUCER_FINISHED);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- broker restart -----------------------------------------------------------------------------
@@ -391,30 +391,30 @@ Test(exec, child_is_gone_after_the_producer_stops)
 Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .timeout = 40)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
+    testdir_ipc_url(url, sizeof(url), "broker");
     const char *const bargs[] = {"--queue-depth", "100000", NULL};
-    e2e_child *broker = e2e_broker_start(url, bargs);
-    e2e_child *p =
-        e2e_producer_start(url, "survivor", E2E_ARGS("--delay", "0.001:0.002", "--chunk", "3"));
-    cr_assert(e2e_wait_producer(url, "survivor", 30, -1, 10000), "no examples in 10 s");
+    proc_child *broker = e2e_broker_start(url, bargs);
+    proc_child *p =
+        e2e_producer_start(url, "survivor", PROC_ARGS("--delay", "0.001:0.002", "--chunk", "3"));
+    cr_assert(h_wait_producer(url, "survivor", 30, 10000), "no examples in 10 s");
     stoker_producer_info before = producer_info(url, "survivor");
 
-    e2e_signal(broker, SIGKILL);
-    cr_assert(e2e_wait(broker, 5000));
+    proc_signal(broker, SIGKILL);
+    cr_assert(proc_wait(broker, 5000));
     stoker_sleep_ms(200, NULL); // the producer is pushing into nothing meanwhile
     uint64_t restart_ms = stoker_now_ms();
     broker = e2e_broker_start(url, bargs);
-    cr_assert(e2e_wait_producer(url, "survivor", 1, -1, 10000),
+    cr_assert(h_wait_producer(url, "survivor", 1, 10000),
               "the producer did not come back within 10 s of the restart");
     uint64_t back_ms = stoker_now_ms() - restart_ms;
-    cr_assert(e2e_wait_producer(url, "survivor", 30, -1, 10000),
+    cr_assert(h_wait_producer(url, "survivor", 30, 10000),
               "the producer pushed < 30 to the new broker in 10 s");
     fprintf(stderr, "restart: the producer was back %llu ms after the broker restarted\n",
             (unsigned long long)back_ms);
     cr_assert_lt(back_ms, 3000, "reconnecting took %llu ms", (unsigned long long)back_ms);
 
-    e2e_signal(p, SIGTERM);
-    e2e_assert_exit(p, 0, 5000);
+    proc_signal(p, SIGTERM);
+    proc_assert_exit(p, 0, 5000);
     stoker_producer_info after = producer_info(url, "survivor");
     cr_assert_eq(after.session, before.session, "the producer changed its session id");
     cr_assert_eq(after.status, STOKER_PRODUCER_FINISHED);
@@ -438,7 +438,7 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // --- command lines ------------------------------------------------------------------------------
@@ -448,9 +448,9 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .
 static void
 assert_refused(const char *const *args, int code, const char *want)
 {
-    e2e_child *p = e2e_start("producer", "STOKER_PRODUCER_BIN", args);
-    e2e_assert_exit(p, code, 5000);
-    char *err = e2e_read_file(p->err_path);
+    proc_child *p = e2e_start("producer", "STOKER_PRODUCER_BIN", args);
+    proc_assert_exit(p, code, 5000);
+    char *err = testdir_read(p->err_path, NULL);
     cr_assert(strstr(err, want) != NULL, "stderr does not mention '%s':\n%s", want, err);
     free(err);
 }
@@ -458,19 +458,19 @@ assert_refused(const char *const *args, int code, const char *want)
 Test(producer_cli, bad_flags_exit_2_naming_the_flag)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "nobody");
-    assert_refused(E2E_ARGS("--broker", url, "--chunk", "0"), 2, "--chunk");
-    assert_refused(E2E_ARGS("--broker", url, "--delay", "5:1"), 2, "--delay");
-    assert_refused(E2E_ARGS("--broker", url, "--no-such-flag"), 2, "--no-such-flag");
-    assert_refused(E2E_ARGS("--broker", url, "--generator", "nope"), 2, "--generator");
-    assert_refused(E2E_ARGS("--broker", url, "--max-examples", "-3"), 2, "--max-examples");
-    assert_refused(E2E_ARGS("--delay", "0:0"), 2, "--broker");
+    testdir_ipc_url(url, sizeof(url), "nobody");
+    assert_refused(PROC_ARGS("--broker", url, "--chunk", "0"), 2, "--chunk");
+    assert_refused(PROC_ARGS("--broker", url, "--delay", "5:1"), 2, "--delay");
+    assert_refused(PROC_ARGS("--broker", url, "--no-such-flag"), 2, "--no-such-flag");
+    assert_refused(PROC_ARGS("--broker", url, "--generator", "nope"), 2, "--generator");
+    assert_refused(PROC_ARGS("--broker", url, "--max-examples", "-3"), 2, "--max-examples");
+    assert_refused(PROC_ARGS("--delay", "0:0"), 2, "--broker");
 }
 
 Test(producer_cli, missing_image_folder_exits_1_naming_it)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "nobody");
-    const char *dir = e2e_path("no-such-images");
-    assert_refused(E2E_ARGS("--broker", url, "--generator", "images", "--images", dir), 1, dir);
+    testdir_ipc_url(url, sizeof(url), "nobody");
+    const char *dir = testdir_file("no-such-images");
+    assert_refused(PROC_ARGS("--broker", url, "--generator", "images", "--images", dir), 1, dir);
 }

@@ -20,53 +20,24 @@ SUITE(supply);
 
 #define SCHEMA "input:float32[10],output:float32[1]"
 
-// The check.py verdict on a file, asserted.
-static void
-check_ok(const char *const *args)
-{
-    int rv = e2e_check(args);
-    if (rv == 77) {
-        fprintf(stderr, "python3 not available: check.py %s %s skipped\n", args[0], args[1]);
-        return;
-    }
-    cr_assert_eq(rv, 0, "check.py %s %s failed (message above)", args[0], args[1]);
-}
-
-// Polls the broker until trainers acknowledged at least n examples (1) or timeout_ms passes (0).
-static int
-wait_acknowledged(const char *url, uint64_t n, int timeout_ms)
-{
-    uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        stoker_status *st = h_status(url);
-        int ok = st->counters.acknowledged >= n;
-        stoker_status_destroy(st);
-        if (ok)
-            return 1;
-        if (stoker_now_ms() >= deadline)
-            return 0;
-        stoker_sleep_ms(10, NULL);
-    }
-}
-
 Test(synthetic, producer_pays_the_delays_end_to_end)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker =
-        e2e_broker_start(url, E2E_ARGS("--schema", SCHEMA, "--queue-depth", "1000"));
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA, "--queue-depth", "1000"));
     // The trainer client is there first so it hears the producer's joined and finished events,
     // stamped by the broker. With one chunk of 200, the time between them is the 200 delays
     // plus one push and a goodbye.
     stoker_trainer_client *tc = e2e_trainer_client(url, 50, 10000);
     const double lo = 0.002, hi = 0.006, n = 200;
-    e2e_child *p = e2e_producer_start(
+    proc_child *p = e2e_producer_start(
         url, "paced",
-        E2E_ARGS("--delay", "0.002:0.006", "--chunk", "200", "--max-examples", "200"));
+        PROC_ARGS("--delay", "0.002:0.006", "--chunk", "200", "--max-examples", "200"));
     e2e_examples ex = {0};
     int rv = e2e_drain(tc, &ex, 15000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
-    e2e_assert_exit(p, 0, 5000);
+    proc_assert_exit(p, 0, 5000);
     cr_assert_eq(ex.n, 200);
     double joined = -1, finished = -1;
     for (int i = 0; i < ex.n_events; i++) {
@@ -90,7 +61,7 @@ Test(synthetic, producer_pays_the_delays_end_to_end)
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 // The same 200 examples the producer above makes (seed 1, name "paced"), timed one by one in
@@ -141,75 +112,75 @@ Test(synthetic, delay_distribution_is_uniform_in_the_range)
 Test(supply, killing_every_producer_ends_training_with_3_within_a_second)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
-    e2e_child *broker = e2e_broker_start(url, NULL);
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
     // Slower producers than the trainer: the queues are near empty when they die.
-    e2e_child *p1 = e2e_producer_start(url, "doomed-1", E2E_ARGS("--delay", "0.002:0.004"));
-    e2e_child *p2 = e2e_producer_start(url, "doomed-2", E2E_ARGS("--delay", "0.002:0.004"));
-    const char *json = e2e_path("summary.json");
-    const char *weights = e2e_path("weights.safetensors");
-    e2e_child *t =
-        e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000", "--stall-timeout", "10",
-                                   "--device", "cpu", "--json", json, "--weights", weights));
-    cr_assert(wait_acknowledged(url, 100, 15000), "the trainer acknowledged < 100 in 15 s");
+    proc_child *p1 = e2e_producer_start(url, "doomed-1", PROC_ARGS("--delay", "0.002:0.004"));
+    proc_child *p2 = e2e_producer_start(url, "doomed-2", PROC_ARGS("--delay", "0.002:0.004"));
+    const char *json = testdir_file("summary.json");
+    const char *weights = testdir_file("weights.safetensors");
+    proc_child *t =
+        e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "1000000", "--stall-timeout", "10",
+                                    "--device", "cpu", "--json", json, "--weights", weights));
+    cr_assert(h_wait_acknowledged(url, 100, 15000), "the trainer acknowledged < 100 in 15 s");
     uint64_t kill_ms = stoker_now_ms();
-    e2e_signal(p1, SIGKILL);
-    e2e_signal(p2, SIGKILL);
-    e2e_assert_exit(t, 3, 10000);
+    proc_signal(p1, SIGKILL);
+    proc_signal(p2, SIGKILL);
+    proc_assert_exit(t, 3, 10000);
     uint64_t took = stoker_now_ms() - kill_ms;
     fprintf(stderr, "supply: the trainer exited %llu ms after the producers were killed\n",
             (unsigned long long)took);
     cr_assert_lt(took, 1000, "the trainer took %llu ms to stop after the supply died",
                  (unsigned long long)took);
 
-    check_ok(E2E_ARGS("summary", json, "--status", "supply_ended", "--batch-size", "4"));
-    char *s = e2e_read_file(json);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "supply_ended", "--batch-size", "4"));
+    char *s = testdir_read(json, NULL);
     cr_assert_not_null(s);
     int lost = 0;
     for (const char *at = s; (at = strstr(at, "\"producer_lost\"")) != NULL; at++)
         lost++;
     cr_assert_eq(lost, 2, "%d producer_lost events in the summary, expected 2: %s", lost, s);
     free(s);
-    cr_assert(e2e_file_exists(weights), "no weights file after the supply ended");
-    check_ok(
-        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs", "1"));
+    cr_assert(testdir_exists(weights), "no weights file after the supply ended");
+    e2e_check_ok(
+        PROC_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs", "1"));
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(supply, frozen_producers_stall_the_trainer_with_4_after_the_timeout)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
+    testdir_ipc_url(url, sizeof(url), "broker");
     // A producer timeout far beyond the stall timeout: frozen producers are not declared lost
     // (which would end the supply instead).
-    e2e_child *broker =
-        e2e_broker_start(url, E2E_ARGS("--producer-timeout", "30", "--schema", SCHEMA));
-    e2e_child *p1 = e2e_producer_start(url, "frozen-1", E2E_ARGS("--delay", "0:0"));
-    e2e_child *p2 = e2e_producer_start(url, "frozen-2", E2E_ARGS("--delay", "0:0"));
-    const char *json = e2e_path("summary.json");
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--producer-timeout", "30", "--schema", SCHEMA));
+    proc_child *p1 = e2e_producer_start(url, "frozen-1", PROC_ARGS("--delay", "0:0"));
+    proc_child *p2 = e2e_producer_start(url, "frozen-2", PROC_ARGS("--delay", "0:0"));
+    const char *json = testdir_file("summary.json");
     // A trainer slower than the producers (a wide network): batches are still queued when the
     // producers freeze, so its last batch comes after the freeze and the stall timeout counts
     // from a moment after it.
-    e2e_child *t = e2e_trainer_start(
-        E2E_ARGS("--broker", url, "--rounds", "1000000", "--batch-size", "32", "--hidden",
-                 "256,256", "--stall-timeout", "1", "--device", "cpu", "--json", json));
-    cr_assert(wait_acknowledged(url, 200, 15000), "the trainer acknowledged < 200 in 15 s");
+    proc_child *t = e2e_trainer_start(
+        PROC_ARGS("--broker", url, "--rounds", "1000000", "--batch-size", "32", "--hidden",
+                  "256,256", "--stall-timeout", "1", "--device", "cpu", "--json", json));
+    cr_assert(h_wait_acknowledged(url, 200, 15000), "the trainer acknowledged < 200 in 15 s");
     uint64_t stop_ms = stoker_now_ms();
-    e2e_signal(p1, SIGSTOP);
-    e2e_signal(p2, SIGSTOP);
-    e2e_assert_exit(t, 4, 10000);
+    proc_signal(p1, SIGSTOP);
+    proc_signal(p2, SIGSTOP);
+    proc_assert_exit(t, 4, 10000);
     double took = (double)(stoker_now_ms() - stop_ms) / 1000.0;
     fprintf(stderr, "stall: the trainer exited %.3f s after the producers froze\n", took);
     cr_assert(took >= 1.0 && took <= 3.0,
               "the trainer exited %.3f s after the freeze, expected "
               "within [1, 3] s (stall timeout 1 s)",
               took);
-    check_ok(E2E_ARGS("summary", json, "--status", "stalled", "--batch-size", "32"));
-    e2e_signal(p1, SIGCONT);
-    e2e_signal(p2, SIGCONT);
-    e2e_stop(p1, 3000);
-    e2e_stop(p2, 3000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "stalled", "--batch-size", "32"));
+    proc_signal(p1, SIGCONT);
+    proc_signal(p2, SIGCONT);
+    proc_stop(p1, 3000);
+    proc_stop(p2, 3000);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }

@@ -23,23 +23,12 @@ SUITE(trainer_cli);
 
 #define SCHEMA "input:float32[10],output:float32[1]"
 
-static void
-check_ok(const char *const *args)
-{
-    int rv = e2e_check(args);
-    if (rv == 77) {
-        fprintf(stderr, "python3 not available: check.py %s %s skipped\n", args[0], args[1]);
-        return;
-    }
-    cr_assert_eq(rv, 0, "check.py %s %s failed (message above)", args[0], args[1]);
-}
-
 // A broker (knowing the synthetic schema up front) and n producers with extra arguments.
-static e2e_child *
-supply(char *url, size_t len, int n, const char *const *pargs, e2e_child **producers)
+static proc_child *
+supply(char *url, size_t len, int n, const char *const *pargs, proc_child **producers)
 {
-    e2e_broker_url(url, len, "broker");
-    e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--schema", SCHEMA));
+    testdir_ipc_url(url, len, "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
     for (int i = 0; i < n; i++) {
         char name[32];
         snprintf(name, sizeof(name), "synth-%d", i);
@@ -49,54 +38,54 @@ supply(char *url, size_t len, int n, const char *const *pargs, e2e_child **produ
 }
 
 static void
-stop_all(e2e_child **producers, int n)
+stop_all(proc_child **producers, int n)
 {
     for (int i = 0; i < n; i++)
-        e2e_stop(producers[i], 5000);
+        proc_stop(producers[i], 5000);
 }
 
 Test(training, loss_halves_through_a_broker_and_four_producers)
 {
     char url[256];
-    e2e_child *producers[4];
-    e2e_child *broker = supply(url, sizeof(url), 4, E2E_ARGS("--delay", "0:0"), producers);
-    const char *json = e2e_path("summary.json");
-    const char *weights = e2e_path("weights.safetensors");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS(
+    proc_child *producers[4];
+    proc_child *broker = supply(url, sizeof(url), 4, PROC_ARGS("--delay", "0:0"), producers);
+    const char *json = testdir_file("summary.json");
+    const char *weights = testdir_file("weights.safetensors");
+    proc_child *t = e2e_trainer_start(PROC_ARGS(
         "--broker", url, "--batch-size", "32", "--round-length", "640", "--rounds", "30", "--lr",
         "0.01", "--hidden", "32,32", "--device", "cpu", "--json", json, "--weights", weights));
-    e2e_assert_exit(t, 0, 45000);
-    check_ok(E2E_ARGS("summary", json, "--status", "completed", "--rounds", "30", "--batch-size",
-                      "32", "--round-length", "640", "--loss-halved"));
-    check_ok(
-        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "32,32", "--outputs", "1"));
+    proc_assert_exit(t, 0, 45000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "completed", "--rounds", "30",
+                           "--batch-size", "32", "--round-length", "640", "--loss-halved"));
+    e2e_check_ok(
+        PROC_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "32,32", "--outputs", "1"));
     stop_all(producers, 4);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(summary, counts_every_example_once_when_the_data_ends)
 {
     char url[256];
-    e2e_child *producers[1];
-    e2e_child *broker = supply(url, sizeof(url), 0, NULL, producers);
-    const char *json = e2e_path("summary.json");
-    e2e_child *t =
-        e2e_trainer_start(E2E_ARGS("--broker", url, "--batch-size", "8", "--round-length", "20",
-                                   "--rounds", "1000", "--device", "cpu", "--json", json));
+    proc_child *producers[1];
+    proc_child *broker = supply(url, sizeof(url), 0, NULL, producers);
+    const char *json = testdir_file("summary.json");
+    proc_child *t =
+        e2e_trainer_start(PROC_ARGS("--broker", url, "--batch-size", "8", "--round-length", "20",
+                                    "--rounds", "1000", "--device", "cpu", "--json", json));
     // The trainer connects first, so it hears the producers join and finish (a trainer does not
     // get the events from before it connected). The broker knows the schema: the trainer can
     // connect before any producer.
-    cr_assert(e2e_wait_trainers(url, 1, 15000), "the trainer did not connect within 15 s");
+    cr_assert(h_wait_trainers(url, 1, 15000), "the trainer did not connect within 15 s");
     // 90 examples, not a multiple of the batch size: the last batch is short. (One producer:
     // with two, the first could finish before the second said hello, and the broker would
     // rightly end the supply then.)
     producers[0] =
-        e2e_producer_start(url, "finite", E2E_ARGS("--delay", "0:0.001", "--max-examples", "90"));
-    e2e_assert_exit(t, 3, 20000);
-    check_ok(E2E_ARGS("summary", json, "--status", "supply_ended", "--batch-size", "8",
-                      "--round-length", "20"));
-    char *s = e2e_read_file(json);
+        e2e_producer_start(url, "finite", PROC_ARGS("--delay", "0:0.001", "--max-examples", "90"));
+    proc_assert_exit(t, 3, 20000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "supply_ended", "--batch-size", "8",
+                           "--round-length", "20"));
+    char *s = testdir_read(json, NULL);
     cr_assert_not_null(s);
     unsigned long long examples = 0, batches = 0, acknowledged = 0, produced = 0;
     const char *at = strstr(s, "\"examples\": ");
@@ -115,84 +104,76 @@ Test(summary, counts_every_example_once_when_the_data_ends)
     cr_assert_eq(examples, 90, "trained on %llu examples, 90 were produced", examples);
     cr_assert_eq(acknowledged, 90);
     cr_assert_geq(batches, 12, "%llu batches of at most 8 cannot hold 90 examples", batches);
-    e2e_assert_exit(producers[0], 0, 5000);
+    proc_assert_exit(producers[0], 0, 5000);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(summary, completed_run_has_every_field_and_valid_weights)
 {
     char url[256];
-    e2e_child *producers[2];
-    e2e_child *broker = supply(url, sizeof(url), 2, E2E_ARGS("--delay", "0:0"), producers);
-    const char *json = e2e_path("summary.json");
-    const char *weights = e2e_path("w.safetensors");
-    e2e_child *t = e2e_trainer_start(
-        E2E_ARGS("--broker", url, "--batch-size", "4", "--round-length", "20", "--rounds", "10",
-                 "--hidden", "8,6,4", "--device", "cpu", "--json", json, "--weights", weights));
-    e2e_assert_exit(t, 0, 20000);
-    check_ok(E2E_ARGS("summary", json, "--status", "completed", "--rounds", "10", "--batch-size",
-                      "4", "--round-length", "20"));
-    check_ok(
-        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "8,6,4", "--outputs", "1"));
+    proc_child *producers[2];
+    proc_child *broker = supply(url, sizeof(url), 2, PROC_ARGS("--delay", "0:0"), producers);
+    const char *json = testdir_file("summary.json");
+    const char *weights = testdir_file("w.safetensors");
+    proc_child *t = e2e_trainer_start(
+        PROC_ARGS("--broker", url, "--batch-size", "4", "--round-length", "20", "--rounds", "10",
+                  "--hidden", "8,6,4", "--device", "cpu", "--json", json, "--weights", weights));
+    proc_assert_exit(t, 0, 20000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "completed", "--rounds", "10",
+                           "--batch-size", "4", "--round-length", "20"));
+    e2e_check_ok(
+        PROC_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "8,6,4", "--outputs", "1"));
     stop_all(producers, 2);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(signals, sigterm_interrupts_with_130_and_saves_the_weights)
 {
     char url[256];
-    e2e_child *producers[2];
-    e2e_child *broker = supply(url, sizeof(url), 2, E2E_ARGS("--delay", "0.001:0.002"), producers);
-    const char *json = e2e_path("summary.json");
-    const char *weights = e2e_path("weights.safetensors");
-    e2e_child *t = e2e_trainer_start(E2E_ARGS("--broker", url, "--rounds", "1000000", "--device",
-                                              "cpu", "--json", json, "--weights", weights));
+    proc_child *producers[2];
+    proc_child *broker =
+        supply(url, sizeof(url), 2, PROC_ARGS("--delay", "0.001:0.002"), producers);
+    const char *json = testdir_file("summary.json");
+    const char *weights = testdir_file("weights.safetensors");
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "1000000", "--device",
+                                                "cpu", "--json", json, "--weights", weights));
     // Until it has trained a little.
-    uint64_t deadline = stoker_now_ms() + 15000;
-    for (;;) {
-        stoker_status *st = h_status(url);
-        int ok = st->counters.acknowledged >= 40;
-        stoker_status_destroy(st);
-        if (ok)
-            break;
-        cr_assert_lt(stoker_now_ms(), deadline, "the trainer acknowledged < 40 in 15 s");
-        stoker_sleep_ms(10, NULL);
-    }
-    e2e_signal(t, SIGTERM);
-    e2e_assert_exit(t, 130, 5000);
-    check_ok(E2E_ARGS("summary", json, "--status", "interrupted", "--batch-size", "4"));
-    cr_assert(e2e_file_exists(weights), "no weights written after SIGTERM");
-    check_ok(
-        E2E_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs", "1"));
+    cr_assert(h_wait_acknowledged(url, 40, 15000), "the trainer acknowledged < 40 in 15 s");
+    proc_signal(t, SIGTERM);
+    proc_assert_exit(t, 130, 5000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "interrupted", "--batch-size", "4"));
+    cr_assert(testdir_exists(weights), "no weights written after SIGTERM");
+    e2e_check_ok(
+        PROC_ARGS("safetensors", weights, "--inputs", "10", "--hidden", "16", "--outputs", "1"));
     stop_all(producers, 2);
     h_assert_identity(url);
-    e2e_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(trainer_inline, baseline_completes_and_reports_its_device)
 {
-    const char *json = e2e_path("summary.json");
-    e2e_child *t = e2e_trainer_start(
-        E2E_ARGS("--inline", "--delay", "0:0", "--rounds", "5", "--device", "cpu", "--json", json));
-    e2e_assert_exit(t, 0, 20000);
-    check_ok(E2E_ARGS("summary", json, "--status", "completed", "--rounds", "5", "--batch-size",
-                      "4", "--round-length", "20"));
-    char *s = e2e_read_file(json);
+    const char *json = testdir_file("summary.json");
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--inline", "--delay", "0:0", "--rounds", "5",
+                                                "--device", "cpu", "--json", json));
+    proc_assert_exit(t, 0, 20000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "completed", "--rounds", "5",
+                           "--batch-size", "4", "--round-length", "20"));
+    char *s = testdir_read(json, NULL);
     cr_assert(strstr(s, "\"device\": \"cpu\"") != NULL, "%s", s);
     free(s);
 }
 
 Test(trainer_inline, forced_gpu_without_one_exits_1_with_a_message)
 {
-    const char *json = e2e_path("summary.json");
-    e2e_child *t = e2e_trainer_start(
-        E2E_ARGS("--inline", "--delay", "0:0", "--rounds", "1", "--device", "gpu", "--json", json));
-    cr_assert(e2e_wait(t, 60000), "the trainer did not exit within 60 s");
-    char *err = e2e_read_file(t->err_path);
+    const char *json = testdir_file("summary.json");
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--inline", "--delay", "0:0", "--rounds", "1",
+                                                "--device", "gpu", "--json", json));
+    cr_assert(proc_wait(t, 60000), "the trainer did not exit within 60 s");
+    char *err = testdir_read(t->err_path, NULL);
     if (WIFEXITED(t->status) && WEXITSTATUS(t->status) == 0) {
-        char *s = e2e_read_file(json);
+        char *s = testdir_read(json, NULL);
         cr_assert(s != NULL && strstr(s, "\"device\": \"gpu\"") != NULL,
                   "--device gpu succeeded but did not train on the GPU: %s", s);
         free(s);
@@ -205,15 +186,15 @@ Test(trainer_inline, forced_gpu_without_one_exits_1_with_a_message)
                   strstr(err, "CUDA") != NULL,
               "the message does not say the GPU is the problem:\n%s", err);
     free(err);
-    check_ok(E2E_ARGS("summary", json, "--status", "error"));
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "error"));
 }
 
 static void
 assert_usage_error(const char *const *args, const char *want)
 {
-    e2e_child *t = e2e_start("trainer", "STOKER_TRAINER_BIN", args);
-    e2e_assert_exit(t, 2, 5000);
-    char *err = e2e_read_file(t->err_path);
+    proc_child *t = e2e_start("trainer", "STOKER_TRAINER_BIN", args);
+    proc_assert_exit(t, 2, 5000);
+    char *err = testdir_read(t->err_path, NULL);
     cr_assert(strstr(err, want) != NULL, "stderr does not mention '%s':\n%s", want, err);
     free(err);
 }
@@ -222,24 +203,24 @@ assert_usage_error(const char *const *args, const char *want)
 Test(trainer_cli, zero_batch_size_and_unknown_progress_exit_2)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "nobody");
-    assert_usage_error(E2E_ARGS("--broker", url, "--batch-size", "0"), "--batch-size");
-    assert_usage_error(E2E_ARGS("--broker", url, "--progress", "maybe"), "--progress");
+    testdir_ipc_url(url, sizeof(url), "nobody");
+    assert_usage_error(PROC_ARGS("--broker", url, "--batch-size", "0"), "--batch-size");
+    assert_usage_error(PROC_ARGS("--broker", url, "--progress", "maybe"), "--progress");
 }
 
 Test(trainer_cli, broker_and_inline_together_or_neither_exit_2)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "nobody");
-    assert_usage_error(E2E_ARGS("--broker", url, "--inline"), "--inline");
-    assert_usage_error(E2E_ARGS("--rounds", "3"), "--broker");
+    testdir_ipc_url(url, sizeof(url), "nobody");
+    assert_usage_error(PROC_ARGS("--broker", url, "--inline"), "--inline");
+    assert_usage_error(PROC_ARGS("--rounds", "3"), "--broker");
 }
 
 Test(trainer_cli, unknown_flags_and_bad_values_exit_2)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "nobody");
-    assert_usage_error(E2E_ARGS("--broker", url, "--device", "tpu"), "--device");
-    assert_usage_error(E2E_ARGS("--broker", url, "--hidden", "8,,x"), "--hidden");
-    assert_usage_error(E2E_ARGS("--broker", url, "--no-such-flag"), "--no-such-flag");
+    testdir_ipc_url(url, sizeof(url), "nobody");
+    assert_usage_error(PROC_ARGS("--broker", url, "--device", "tpu"), "--device");
+    assert_usage_error(PROC_ARGS("--broker", url, "--hidden", "8,,x"), "--hidden");
+    assert_usage_error(PROC_ARGS("--broker", url, "--no-such-flag"), "--no-such-flag");
 }

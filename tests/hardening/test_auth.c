@@ -14,34 +14,21 @@
 
 #include "broker.h"
 #include "helpers.h"
-#include "proc.h"
+#include "training.h"
 #include "stoker/error.h"
 
 #define TOKEN "s3cret-token-0123456789"
 
-static void
-setup(void)
-{
-    h_setup();
-}
-
-static void
-teardown(void)
-{
-    p_teardown();
-    h_teardown();
-}
-
-TestSuite(auth, .init = setup, .fini = teardown, .timeout = 90);
+TestSuite(auth, .init = h_setup, .fini = h_teardown, .timeout = 90);
 
 // A broker with the token on tcp://127.0.0.1:0 and ipc://; stderr to broker.log. urls[0] tcp,
 // urls[1] ipc.
-static p_child *
+static proc_child *
 start_broker(char urls[2][256])
 {
-    const char *token = p_write_file(0, "token", TOKEN "\n");
+    const char *token = testdir_write("token", TOKEN "\n");
     char ipc[256];
-    snprintf(ipc, sizeof(ipc), "ipc://%s/b.sock", h_dir());
+    snprintf(ipc, sizeof(ipc), "ipc://%s/b.sock", testdir_path());
     const char *argv[] = {getenv("STOKER_BROKER_BIN"),
                           "--listen",
                           "tcp://127.0.0.1:0",
@@ -53,8 +40,8 @@ start_broker(char urls[2][256])
                           "info",
                           NULL};
     cr_assert_not_null(argv[0], "STOKER_BROKER_BIN not set");
-    p_child *b = p_spawn("broker", argv, 1, "broker.log");
-    p_listening(b, 2, urls);
+    proc_child *b = proc_spawn("broker", argv, &(proc_io){.capture = 1, .log = "broker.log"});
+    proc_listening(b, 2, urls);
     return b;
 }
 
@@ -103,10 +90,10 @@ Test(auth, wrong_or_missing_token_refused_and_logged_with_peer_address)
     expect(hello(s, 9, STOKER_ROLE_PRODUCER, "near", TOKEN "x"), STOKER_UNAUTHENTICATED,
            "hello with the token plus a byte");
     nng_close(s);
-    const char *log = p_path(1, "broker.log");
-    cr_assert(p_file_contains(log, "unauthenticated: hello from 'intruder' at 127.0.0.1:"),
+    const char *log = testdir_file("broker.log");
+    cr_assert(testdir_contains(log, "unauthenticated: hello from 'intruder' at 127.0.0.1:"),
               "no WARN line naming the peer of the wrong token in %s", log);
-    cr_assert(p_file_contains(log, "unauthenticated: hello from 'nobody' at 127.0.0.1:"),
+    cr_assert(testdir_contains(log, "unauthenticated: hello from 'nobody' at 127.0.0.1:"),
               "no WARN line naming the peer of the missing token");
     stoker_counters c = counters(urls[1]);
     cr_assert_eq(c.producers_alive, 0, "a refused producer was registered");
@@ -151,7 +138,7 @@ Test(auth, nothing_works_on_a_connection_before_hello)
         stoker_reply_free(rep);
         nng_close(bad);
     }
-    cr_assert(p_file_contains(p_path(1, "broker.log"), "request from 127.0.0.1:"),
+    cr_assert(testdir_contains(testdir_file("broker.log"), "request from 127.0.0.1:"),
               "no WARN line naming the peer of an unauthenticated request");
 
     stoker_counters after = counters(urls[1]);
@@ -220,10 +207,10 @@ Test(auth, right_token_trains_end_to_end)
 {
     char urls[2][256];
     start_broker(urls);
-    const char *token = p_path(0, "token");
-    const char *json = p_path(2, "summary.json");
+    const char *token = testdir_file("token");
+    const char *json = testdir_file("summary.json");
     const char *const client_args[] = {"--token-file", token, NULL};
-    p_train_end_to_end(urls[0], "p1", client_args, json);
-    cr_assert(!p_file_contains(p_path(1, "broker.log"), "unauthenticated"),
+    train_end_to_end(urls[0], "p1", client_args, json);
+    cr_assert(!testdir_contains(testdir_file("broker.log"), "unauthenticated"),
               "the broker refused a client that had the token");
 }

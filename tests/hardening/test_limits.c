@@ -18,42 +18,29 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
-#include "proc.h"
+#include "training.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 
-static void
-setup(void)
-{
-    h_setup();
-}
+TestSuite(limits, .init = h_setup, .fini = h_teardown, .timeout = 90);
 
-static void
-teardown(void)
-{
-    p_teardown();
-    h_teardown();
-}
-
-TestSuite(limits, .init = setup, .fini = teardown, .timeout = 90);
-
-static p_child *broker_child;
+static proc_child *broker_child;
 
 // A broker on ipc:// with the extra flags; returns its URL in url.
 static void
 start_broker(char *url, const char *const *extra)
 {
     char listen[256];
-    snprintf(listen, sizeof(listen), "ipc://%s/b.sock", h_dir());
+    snprintf(listen, sizeof(listen), "ipc://%s/b.sock", testdir_path());
     const char *argv[32] = {getenv("STOKER_BROKER_BIN"), "--listen", listen, "--log-level", "warn"};
     int n = 5;
     for (int i = 0; extra != NULL && extra[i] != NULL; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
     cr_assert_not_null(argv[0]);
-    broker_child = p_spawn("broker", argv, 1, "broker.log");
+    broker_child = proc_spawn("broker", argv, &(proc_io){.capture = 1, .log = "broker.log"});
     char urls[1][256];
-    p_listening(broker_child, 1, urls);
+    proc_listening(broker_child, 1, urls);
     snprintf(url, 256, "%s", urls[0]);
 }
 
@@ -245,7 +232,7 @@ Test(limits, broker_refuses_claims_and_keeps_its_memory)
     start_broker(url, NULL);
     nng_socket s = h_raw_open(url, 2000);
     expect(hello(s, 1, STOKER_ROLE_PRODUCER), STOKER_OK, "producer");
-    uint64_t rss_before = p_rss_bytes(broker_child);
+    uint64_t rss_before = proc_rss_bytes(broker_child);
     uint8_t msg[512];
     const uint64_t tib[] = {1ull << 40, 1ull << 40};
     const uint64_t fits[] = {8, 8}; // 16 bytes that do follow, but for 2^31 examples
@@ -258,7 +245,7 @@ Test(limits, broker_refuses_claims_and_keeps_its_memory)
                   "claim %d answered %s (%s)", i, stoker_errname(rep->code), rep->message);
         stoker_reply_free(rep);
     }
-    uint64_t rss_after = p_rss_bytes(broker_child);
+    uint64_t rss_after = proc_rss_bytes(broker_child);
     cr_assert_lt(rss_after, rss_before + (16u << 20),
                  "broker RSS grew from %llu to %llu bytes on refused claims",
                  (unsigned long long)rss_before, (unsigned long long)rss_after);

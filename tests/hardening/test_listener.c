@@ -73,7 +73,7 @@ ms_until_answered(const char *url, uint64_t limit_ms)
 Test(listener, new_connections_are_answered_after_a_flood_of_peers_that_leave_mid_handshake)
 {
     char url[512];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     for (int round = 0; round < 3; round++) {
         flood(url, 1000);
         uint64_t ms = ms_until_answered(url, 15000);
@@ -81,15 +81,15 @@ Test(listener, new_connections_are_answered_after_a_flood_of_peers_that_leave_mi
                "peers\n",
                round, (unsigned long long)ms);
     }
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }
 
 Test(listener, producers_are_not_lost_and_training_goes_on_through_a_listener_restart)
 {
     char url[512];
-    h_child *broker = h_broker_start(url, sizeof(url), NULL);
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
     const char *slow[] = {"--delay", "0.002", NULL};
-    h_child *producer = h_producer_start(url, "p1", slow);
+    proc_child *producer = h_producer_start(url, "p1", slow);
     cr_assert(h_wait_producer(url, "p1", 50, 10000), "the producer never pushed");
     stoker_trainer_client *tc = h_trainer(url, "t1", 16, 2, 20000);
     h_ids ids = {0};
@@ -129,7 +129,7 @@ Test(listener, producers_are_not_lost_and_training_goes_on_through_a_listener_re
     cr_assert_eq(h_ids_duplicates(&ids), 0, "%zu examples delivered twice", h_ids_duplicates(&ids));
     h_ids_fini(&ids);
     stoker_trainer_client_destroy(tc);
-    h_stop(producer, 5000);
+    proc_stop(producer, 5000);
     h_assert_identity(url);
-    h_broker_stop(broker);
+    proc_broker_stop(broker);
 }

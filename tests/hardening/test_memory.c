@@ -18,7 +18,7 @@
 #include <criterion/criterion.h>
 
 #include "helpers.h"
-#include "proc.h"
+#include "training.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 
@@ -27,20 +27,7 @@
 #define PRODUCERS 3
 #define RUN_MS    8000
 
-static void
-setup(void)
-{
-    h_setup();
-}
-
-static void
-teardown(void)
-{
-    p_teardown();
-    h_teardown();
-}
-
-TestSuite(memory, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(memory, .init = h_setup, .fini = h_teardown, .timeout = 120);
 
 Test(memory, broker_rss_bounded_by_max_bytes)
 {
@@ -50,7 +37,7 @@ Test(memory, broker_rss_bounded_by_max_bytes)
     cr_skip_test("resident memory is not meaningful under AddressSanitizer (quarantine, shadow)");
 #endif
     char listen[256], url[256], max_bytes[32];
-    snprintf(listen, sizeof(listen), "ipc://%s/b.sock", h_dir());
+    snprintf(listen, sizeof(listen), "ipc://%s/b.sock", testdir_path());
     snprintf(max_bytes, sizeof(max_bytes), "%llu", MAX_BYTES);
     const char *argv[] = {getenv("STOKER_BROKER_BIN"),
                           "--listen",
@@ -65,12 +52,12 @@ Test(memory, broker_rss_bounded_by_max_bytes)
                           "warn",
                           NULL};
     cr_assert_not_null(argv[0]);
-    p_child *b = p_spawn("broker", argv, 1, "broker.log");
+    proc_child *b = proc_spawn("broker", argv, &(proc_io){.capture = 1, .log = "broker.log"});
     char urls[1][256];
-    p_listening(b, 1, urls);
+    proc_listening(b, 1, urls);
     snprintf(url, sizeof(url), "%s", urls[0]);
     stoker_sleep_ms(300, NULL);
-    uint64_t idle = p_rss_bytes(b);
+    uint64_t idle = proc_rss_bytes(b);
     cr_assert_gt(idle, 0, "cannot read the broker's VmRSS");
 
     for (int i = 0; i < PRODUCERS; i++) {
@@ -94,7 +81,7 @@ Test(memory, broker_rss_bounded_by_max_bytes)
                               "--log-level",
                               "warn",
                               NULL};
-        p_spawn("producer", prod, 0, "producers.log");
+        proc_spawn("producer", prod, &(proc_io){.log = "producers.log"});
     }
     stoker_trainer_client *tc = h_trainer(url, "slow", 16, 2, 10000);
     uint64_t peak = 0, peak_queued = 0, trained = 0;
@@ -107,7 +94,7 @@ Test(memory, broker_rss_bounded_by_max_bytes)
         stoker_trainer_client_ack(tc, batch->lease);
         stoker_batch_destroy(batch);
         for (int k = 0; k < 10; k++) { // 100 ms per batch, sampling every 10 ms
-            uint64_t rss = p_rss_bytes(b);
+            uint64_t rss = proc_rss_bytes(b);
             peak = rss > peak ? rss : peak;
             stoker_sleep_ms(10, NULL);
         }

@@ -14,13 +14,7 @@
 #include "harness.h"
 #include "helpers.h"
 
-static void
-setup(void)
-{
-    h_setup();
-}
-
-TestSuite(regressions, .init = setup, .fini = h_teardown, .timeout = 120);
+TestSuite(regressions, .init = h_setup, .fini = h_teardown, .timeout = 120);
 
 // Runs every file of DIR through the harness; returns how many.
 static int
