@@ -89,7 +89,7 @@ send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt,
     send_reply(b, out, token, &rep);
 }
 
-double
+static double
 uptime_s(const broker *b, uint64_t now_ms)
 {
     return (double)(now_ms - b->start_ms) / 1000.0;
@@ -280,7 +280,7 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
             stoker_request_free(req);
             return;
         }
-        handle_status(b, token, req, out);
+        handle_status(b, token, req, now_ms, out);
         return;
     default:
         break;

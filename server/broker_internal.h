@@ -118,7 +118,6 @@ void send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *
 // A reply with only a code and a formatted message (fmt may be NULL).
 void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-double uptime_s(const broker *b, uint64_t now_ms);
 // Appends an event about producer p to the event log (the oldest is overwritten).
 void add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms,
                const char *reason);
@@ -180,7 +179,8 @@ void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, br
 
 // --- broker_report.c: reports ---
 
-// Answers a Status request; takes req.
-void handle_status(broker *b, void *token, stoker_request *req, broker_outbox *out);
+// Answers a Status request from the status snapshot; takes req.
+void handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                   broker_outbox *out);
 
 #endif
