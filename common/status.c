@@ -58,9 +58,9 @@ stoker_status_render_json(const stoker_status *st)
     stoker_text_printf(&t, "], \"events\": [");
     for (uint32_t i = 0; i < st->n_events; i++) {
         const stoker_event *e = &st->events[i];
-        stoker_text_printf(&t, "%s{\"index\": %llu, \"kind\": \"%s\", \"producer\": %u, \"name\": ",
-                           i ? ", " : "", (unsigned long long)e->index,
-                           stoker_event_kind_name(e->kind), e->producer);
+        stoker_text_printf(
+            &t, "%s{\"index\": %llu, \"kind\": \"%s\", \"producer\": %u, \"name\": ", i ? ", " : "",
+            (unsigned long long)e->index, stoker_event_kind_name(e->kind), e->producer);
         stoker_text_json_string(&t, e->name);
         stoker_text_printf(&t, ", \"at\": %.3f, \"reason\": ", e->at_s);
         stoker_text_json_string(&t, e->reason);

@@ -254,6 +254,8 @@ broker_counters(const broker *b, stoker_counters *out)
     out->trainers = trainers_connected(b);
 }
 
+// --- dispatch -----------------------------------------------------------------------------------
+
 static void dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                      broker_outbox *out);
 

@@ -1,4 +1,6 @@
-// nng plumbing of the broker (see server.h).
+// nng plumbing of the broker (see server.h): the socket and its contexts, pipe events, the tick
+// thread, the HTTP routes and the listeners' creation. Watching the listeners is watchdog.c's;
+// the broker's state and its reports are broker*.c's.
 #include <errno.h>
 #include <malloc.h>
 #include <netinet/in.h>
