@@ -196,6 +196,11 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     stoker_status *st = calloc(1, sizeof(*st));
     if (st == NULL)
         return STOKER_NOMEM;
+    st->uptime_ms = rep->uptime_ms;
+    st->has_schema = rep->has_schema;
+    st->schema = rep->schema;
+    st->queue_depth = rep->queue_depth;
+    st->max_bytes = rep->max_bytes;
     st->counters = rep->counters;
     st->n_producers = rep->n_producers;
     st->producers = rep->producers; // take ownership
@@ -207,14 +212,4 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     rep->n_events = 0;
     *out = st;
     return STOKER_OK;
-}
-
-void
-stoker_status_destroy(stoker_status *st)
-{
-    if (st == NULL)
-        return;
-    free(st->producers);
-    free(st->events);
-    free(st);
 }

@@ -13,6 +13,7 @@
 #include "stoker/error.h"
 #include "stoker/opts.h"
 #include "stoker/protocol.h"
+#include "stoker/status.h"
 #include "stoker/trainer_client.h"
 
 #define EVENT_RING 1024
@@ -387,75 +388,23 @@ stoker_consumer_duplicates(const stoker_consumer *c)
     return stoker_trainer_client_duplicates(c->tc);
 }
 
-// A growing text buffer that only counts once it is full, so the caller learns the length.
-typedef struct jbuf {
-    char *buf;
-    size_t cap, len;
-} jbuf;
-
-static void jprintf(jbuf *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void
-jprintf(jbuf *j, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = j->len < j->cap ? j->cap - j->len : 0;
-    int n = vsnprintf(room > 0 ? j->buf + j->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        j->len += (size_t)n;
-}
-
-// A JSON string: quotes, backslashes and control characters escaped.
-static void
-jstr(jbuf *j, const char *s)
-{
-    jprintf(j, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-        if (*p == '"' || *p == '\\')
-            jprintf(j, "\\%c", *p);
-        else if (*p < 0x20)
-            jprintf(j, "\\u%04x", *p);
-        else
-            jprintf(j, "%c", *p);
-    }
-    jprintf(j, "\"");
-}
-
+// The status as /status renders it (stoker_status_render_json), without its final newline,
+// into buf: STOKER_TOO_LARGE with the needed length when buf is short.
 static int
 status_to_json(const stoker_status *st, char *buf, size_t cap, size_t *len)
 {
-    jbuf j = {buf, cap, 0};
-    const stoker_counters *k = &st->counters;
-    jprintf(&j,
-            "{\"counters\": {\"produced\": %llu, \"acknowledged\": %llu, \"queued\": %llu, "
-            "\"in_flight\": %llu, \"redelivered\": %llu, \"delivered\": %llu, "
-            "\"queued_bytes\": %llu, \"refused\": %llu, \"discrepancy\": %lld}, "
-            "\"producers_alive\": %u, \"trainers\": %u, \"producers\": [",
-            (unsigned long long)k->produced, (unsigned long long)k->acknowledged,
-            (unsigned long long)k->queued, (unsigned long long)k->in_flight,
-            (unsigned long long)k->redelivered, (unsigned long long)k->delivered,
-            (unsigned long long)k->queued_bytes, (unsigned long long)k->refused,
-            (long long)(k->produced - k->acknowledged - k->queued - k->in_flight),
-            k->producers_alive, k->trainers);
-    for (uint32_t i = 0; i < st->n_producers; i++) {
-        const stoker_producer_info *p = &st->producers[i];
-        jprintf(&j, "%s{\"id\": %u, \"name\": ", i > 0 ? ", " : "", p->id);
-        jstr(&j, p->name);
-        jprintf(&j,
-                ", \"session\": \"%016llx\", \"state\": \"%s\", \"queued\": %llu, "
-                "\"accepted\": %llu, \"delivered\": %llu, \"acknowledged\": %llu, "
-                "\"redelivered\": %llu, \"next_seq\": %llu}",
-                (unsigned long long)p->session, stoker_producer_status_name(p->status),
-                (unsigned long long)p->queued, (unsigned long long)p->accepted,
-                (unsigned long long)p->delivered, (unsigned long long)p->acknowledged,
-                (unsigned long long)p->redelivered, (unsigned long long)p->next_seq);
-    }
-    jprintf(&j, "]}");
+    char *text = stoker_status_render_json(st);
+    if (text == NULL)
+        return STOKER_NOMEM;
+    size_t n = strlen(text);
+    if (n > 0 && text[n - 1] == '\n')
+        text[--n] = '\0';
+    if (n < cap)
+        memcpy(buf, text, n + 1);
+    free(text);
     if (len != NULL)
-        *len = j.len;
-    return j.len < cap ? STOKER_OK : STOKER_TOO_LARGE;
+        *len = n;
+    return n < cap ? STOKER_OK : STOKER_TOO_LARGE;
 }
 
 int

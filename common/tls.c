@@ -1,6 +1,6 @@
-// TLS settings for nng endpoints (see tls.h). The nng parts live in conn.c and server.c via
-// stoker_tls_config_* in tls_config.h, which need nng's headers; this file holds what callers
-// check before starting anything.
+// TLS settings for nng endpoints (see tls.h): what callers check before starting anything, the
+// nng TLS configuration built from PEM files (stoker_tls_config_create in the private
+// tls_config.h, used by conn.c for dialers) and its public use on a listener (the broker's).
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -136,4 +136,21 @@ fail:
     free(ca);
     nng_tls_config_free(cfg);
     return STOKER_INVALID;
+}
+
+int
+stoker_tls_listener_set(nng_listener l, const char *url, const stoker_tls_options *tls, char *err,
+                        size_t err_len)
+{
+    nng_tls_config *cfg;
+    int rv;
+    if ((rv = stoker_tls_config_create(tls, 1, NULL, &cfg, err, err_len)) != STOKER_OK)
+        return rv;
+    rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, cfg);
+    nng_tls_config_free(cfg); // the listener holds its own reference
+    if (rv != 0) {
+        snprintf(err, err_len, "--listen '%s': TLS: %s", url, nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    return STOKER_OK;
 }

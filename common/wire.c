@@ -532,6 +532,9 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         counters.trainers = c->trainers;
         counters.refused = c->refused;
         r.counters = &counters;
+        r.uptime_ms = rep->uptime_ms;
+        r.queue_depth = rep->queue_depth;
+        r.max_bytes = rep->max_bytes;
     }
 
     // Repeated sub-messages need arrays of structs and of pointers: one allocation each.
@@ -594,6 +597,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
             prods[i].acknowledged = p->acknowledged;
             prods[i].redelivered = p->redelivered;
             prods[i].next_seq = p->next_seq;
+            prods[i].silent_ms = p->silent_ms;
             prod_ptrs[i] = &prods[i];
         }
         r.n_producers = rep->n_producers;
@@ -708,6 +712,9 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             .trainers = c->trainers,
             .refused = c->refused,
         };
+        rep->uptime_ms = r->uptime_ms;
+        rep->queue_depth = r->queue_depth;
+        rep->max_bytes = r->max_bytes;
     }
     if (r->n_producers > 0) {
         rep->producers = calloc(r->n_producers, sizeof(*rep->producers));
@@ -729,6 +736,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             d->acknowledged = p->acknowledged;
             d->redelivered = p->redelivered;
             d->next_seq = p->next_seq;
+            d->silent_ms = p->silent_ms;
         }
         rep->n_producers = (uint32_t)r->n_producers;
     }

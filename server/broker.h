@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "stoker/protocol.h"
+#include "stoker/status.h"
 #include "stoker/wire.h"
 
 struct nng_msg;
@@ -75,8 +76,11 @@ void broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox 
 void broker_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 
 void broker_counters(const broker *b, stoker_counters *out);
-// Appends Prometheus text / a JSON status object to a malloc'd string; returns it (caller frees)
-// or NULL when out of memory.
+// The status snapshot (stoker/status.h) with the latest max_events events: *out is a new
+// snapshot owned by the caller (stoker_status_destroy). Returns STOKER_OK or STOKER_NOMEM.
+int broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_status **out);
+// The snapshot rendered as Prometheus text (/metrics) / as JSON (/status, the latest 100 events):
+// a malloc'd string (caller frees), or NULL when out of memory.
 char *broker_metrics_text(const broker *b, uint64_t now_ms);
 char *broker_status_json(const broker *b, uint64_t now_ms);
 

@@ -11,6 +11,7 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/synthetic.h"
+#include "stoker/text.h"
 #include "stoker/trainer_client.h"
 #include "train.h"
 
@@ -350,22 +351,6 @@ done:
     return exit_code(res->status);
 }
 
-static void
-json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static double
 finite_or_zero(double v)
 {
@@ -376,7 +361,7 @@ void
 train_write_json(const train_result *r, FILE *f)
 {
     fprintf(f, "{\"status\": \"%s\", \"reason\": ", train_status_name(r->status));
-    json_string(f, r->reason);
+    stoker_text_fput_json(r->reason, f);
     fprintf(f,
             ", \"device\": \"%s\", \"rounds\": %llu, \"batches\": %llu, \"examples\": %llu, "
             "\"seconds\": %.6f, \"examples_per_second\": %.6f, \"final_loss\": %.9g, "
@@ -401,9 +386,9 @@ train_write_json(const train_result *r, FILE *f)
         const train_event *e = &r->events[i];
         fprintf(f, "%s{\"kind\": \"%s\", \"producer\": %u, \"name\": ", i ? ", " : "",
                 stoker_event_kind_name(e->kind), e->producer);
-        json_string(f, e->name);
+        stoker_text_fput_json(e->name, f);
         fprintf(f, ", \"at\": %.3f, \"reason\": ", e->at_s);
-        json_string(f, e->reason);
+        stoker_text_fput_json(e->reason, f);
         fputc('}', f);
     }
     fprintf(f, "]}\n");

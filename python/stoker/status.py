@@ -1,6 +1,7 @@
 """python -m stoker.status URL [--token-file F] [--json] [--timeout SEC]
 
-Prints a stoker broker's status: its counters, then one row per producer.
+Prints a stoker broker's status: its counters, then one row per producer. The keys are those of
+the broker's /status page (--json prints them all), rendered by libstoker from the same snapshot.
 Exit codes: 0 printed, 1 the broker did not answer, 2 usage.
 """
 
@@ -13,7 +14,7 @@ from .client import StokerError, status
 COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "delivered",
             "queued_bytes", "refused", "discrepancy"]
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
-                    "redelivered", "next_seq", "session"]
+                    "redelivered", "next_seq", "silent_s", "session"]
 
 
 def table(rows, headers):
@@ -32,8 +33,9 @@ def table(rows, headers):
 
 def format_status(st, url=""):
     c = st["counters"]
-    lines = ["broker %s: %d producers alive, %d trainers" % (url, st["producers_alive"],
-                                                             st["trainers"]), ""]
+    lines = ["broker %s: %d producers alive, %d trainers, up %.1f s, schema %s" % (
+        url, st["producers_alive"], st["trainers"], st["uptime_s"], st["schema"] or "(none yet)"),
+        ""]
     lines.append(table([[k, c.get(k, "")] for k in COUNTERS], ["counter", "value"]))
     lines.append("")
     if st["producers"]:

@@ -1,4 +1,5 @@
-// What producer and trainer clients share: connection options and the broker's status snapshot.
+// What producer and trainer clients share: connection options, and fetching the broker's status
+// snapshot (its type and renderings are in stoker/status.h).
 #ifndef STOKER_CLIENT_H
 #define STOKER_CLIENT_H
 
@@ -6,6 +7,7 @@
 #include <stdint.h>
 
 #include "stoker/protocol.h"
+#include "stoker/status.h"
 #include "stoker/tls.h"
 
 typedef struct stoker_client_options {
@@ -25,18 +27,10 @@ typedef struct stoker_client_options {
 // messages up to 256 MiB, random session.
 void stoker_client_options_init(stoker_client_options *opts);
 
-typedef struct stoker_status {
-    stoker_counters counters;
-    uint32_t n_producers;
-    stoker_producer_info *producers;
-    uint32_t n_events; // the broker's latest events, oldest first (at most 64)
-    stoker_event *events;
-} stoker_status;
-
 // Asks the broker at url for its status, within timeout_ms. *out (owned by the caller, free
-// with stoker_status_destroy) is written on success; on failure err holds the reason.
+// with stoker_status_destroy) is written on success; on failure err holds the reason. Its events
+// are the broker's latest (at most 64).
 int stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms,
                         stoker_status **out, char *err, size_t err_len);
-void stoker_status_destroy(stoker_status *status);
 
 #endif

@@ -105,7 +105,8 @@ const char *stoker_consumer_error(const stoker_consumer *c);
 // Identities this consumer saw twice (0 unless the delivery guarantee broke).
 uint64_t stoker_consumer_duplicates(const stoker_consumer *c);
 
-// The broker's status as one JSON object (counters, producers) into buf. Returns STOKER_OK and
+// The broker's status as one JSON object (the keys of /status: see stoker_status_render_json in
+// stoker/status.h) into buf. Returns STOKER_OK and
 // the length in *len (excluding the NUL); STOKER_TOO_LARGE with the needed length in *len when
 // buf is short (call again with a larger one); or an error.
 int stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *len);

@@ -77,6 +77,7 @@ typedef struct stoker_producer_info {
     stoker_producer_status status;
     uint64_t queued, accepted, delivered, acknowledged, redelivered;
     uint64_t next_seq;
+    uint64_t silent_ms; // since the broker last heard from it
 } stoker_producer_info;
 
 #endif

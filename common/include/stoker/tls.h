@@ -20,5 +20,9 @@ typedef struct stoker_tls_options {
 int stoker_tls_url(const char *url);
 // Checks the combination (key with cert, files readable); STOKER_INVALID with a reason.
 int stoker_tls_check(const stoker_tls_options *tls, int listener, char *err, size_t err_len);
+// Gives listener l (created on url, not yet started) the server-side TLS configuration of tls.
+// STOKER_OK, or an error with err naming the file, setting or URL that was refused.
+int stoker_tls_listener_set(struct nng_listener_s l, const char *url, const stoker_tls_options *tls,
+                            char *err, size_t err_len);
 
 #endif

@@ -78,6 +78,9 @@ typedef struct stoker_reply {
     stoker_counters counters;
     uint32_t n_producers;
     stoker_producer_info *producers;
+    uint64_t uptime_ms;   // since the broker started
+    uint32_t queue_depth; // the broker's limits
+    uint64_t max_bytes;
     void *owner; // internal
 } stoker_reply;
 

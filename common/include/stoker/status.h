@@ -1,0 +1,43 @@
+// The broker's status snapshot: its limits, counters, per-producer queue state and latest events,
+// as the broker fills it (server/broker_report.c) and a client receives it (stoker_status_fetch,
+// stoker_trainer_client_status); and its renderings: /status's JSON (also what the consumer API
+// and `python -m stoker.status --json` print) and /metrics' Prometheus text. One snapshot, one
+// renderer per format, so every view carries the same names. It does not fetch anything.
+#ifndef STOKER_STATUS_H
+#define STOKER_STATUS_H
+
+#include <stdint.h>
+
+#include "stoker/protocol.h"
+#include "stoker/schema.h"
+
+typedef struct stoker_status {
+    uint64_t uptime_ms;   // since the broker started
+    int has_schema;       // 0 until the first producer said hello (or --schema)
+    stoker_schema schema; // when has_schema
+    uint32_t queue_depth; // examples per producer queue
+    uint64_t max_bytes;   // examples' bytes all queues may hold
+    stoker_counters counters;
+    uint32_t n_producers;
+    stoker_producer_info *producers;
+    uint32_t n_events; // the broker's latest events, oldest first
+    stoker_event *events;
+} stoker_status;
+
+// Frees the snapshot and its arrays (malloc'd); accepts NULL.
+void stoker_status_destroy(stoker_status *status);
+
+// The snapshot as one JSON object and a newline, the keys:
+//   uptime_s, schema, queue_depth, max_bytes,
+//   counters {produced, acknowledged, queued, in_flight, redelivered, delivered, queued_bytes,
+//             refused, discrepancy}, producers_alive, trainers,
+//   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
+//               redelivered, next_seq, silent_s}],
+//   events [{index, kind, producer, name, at, reason}].
+// Returns a malloc'd string (the caller frees) or NULL when out of memory.
+char *stoker_status_render_json(const stoker_status *status);
+// The snapshot as Prometheus text (stoker_* metrics, one series per producer for the
+// per-producer ones). Returns a malloc'd string (the caller frees) or NULL when out of memory.
+char *stoker_status_render_metrics(const stoker_status *status);
+
+#endif

@@ -1,0 +1,151 @@
+// The status snapshot's renderings (see status.h): JSON and Prometheus text, from the snapshot
+// alone. Filling a snapshot is the broker's job (or the wire decoder's); this file only reads one.
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "stoker/status.h"
+#include "stoker/text.h"
+
+void
+stoker_status_destroy(stoker_status *st)
+{
+    if (st == NULL)
+        return;
+    free(st->producers);
+    free(st->events);
+    free(st);
+}
+
+char *
+stoker_status_render_json(const stoker_status *st)
+{
+    stoker_text t = {0};
+    const stoker_counters *c = &st->counters;
+    char schema[1024] = "";
+    if (st->has_schema)
+        stoker_schema_format(&st->schema, schema, sizeof(schema));
+    stoker_text_printf(&t, "{\"uptime_s\": %.3f, \"schema\": ", (double)st->uptime_ms / 1000.0);
+    stoker_text_json_string(&t, schema);
+    stoker_text_printf(&t,
+                       ", \"queue_depth\": %u, "
+                       "\"max_bytes\": %llu, \"counters\": {\"produced\": %llu, "
+                       "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
+                       "\"redelivered\": %llu, \"delivered\": %llu, \"queued_bytes\": %llu, "
+                       "\"refused\": %llu, \"discrepancy\": %lld}, \"producers_alive\": %u, "
+                       "\"trainers\": %u, \"producers\": [",
+                       st->queue_depth, (unsigned long long)st->max_bytes,
+                       (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
+                       (unsigned long long)c->queued, (unsigned long long)c->in_flight,
+                       (unsigned long long)c->redelivered, (unsigned long long)c->delivered,
+                       (unsigned long long)c->queued_bytes, (unsigned long long)c->refused,
+                       (long long)(c->produced - c->acknowledged - c->queued - c->in_flight),
+                       c->producers_alive, c->trainers);
+    for (uint32_t i = 0; i < st->n_producers; i++) {
+        const stoker_producer_info *p = &st->producers[i];
+        stoker_text_printf(&t, "%s{\"id\": %u, \"name\": ", i ? ", " : "", p->id);
+        stoker_text_json_string(&t, p->name);
+        stoker_text_printf(&t,
+                           ", \"session\": \"%016llx\", \"state\": \"%s\", \"queued\": %llu, "
+                           "\"accepted\": %llu, \"delivered\": %llu, \"acknowledged\": %llu, "
+                           "\"redelivered\": %llu, \"next_seq\": %llu, \"silent_s\": %.3f}",
+                           (unsigned long long)p->session, stoker_producer_status_name(p->status),
+                           (unsigned long long)p->queued, (unsigned long long)p->accepted,
+                           (unsigned long long)p->delivered, (unsigned long long)p->acknowledged,
+                           (unsigned long long)p->redelivered, (unsigned long long)p->next_seq,
+                           (double)p->silent_ms / 1000.0);
+    }
+    stoker_text_printf(&t, "], \"events\": [");
+    for (uint32_t i = 0; i < st->n_events; i++) {
+        const stoker_event *e = &st->events[i];
+        stoker_text_printf(
+            &t, "%s{\"index\": %llu, \"kind\": \"%s\", \"producer\": %u, \"name\": ", i ? ", " : "",
+            (unsigned long long)e->index, stoker_event_kind_name(e->kind), e->producer);
+        stoker_text_json_string(&t, e->name);
+        stoker_text_printf(&t, ", \"at\": %.3f, \"reason\": ", e->at_s);
+        stoker_text_json_string(&t, e->reason);
+        stoker_text_printf(&t, "}");
+    }
+    stoker_text_printf(&t, "]}\n");
+    return stoker_text_finish(&t);
+}
+
+// A Prometheus label value (not JSON): names come from peers, keep them printable and
+// quote-free.
+static void
+label_value(char *dst, size_t cap, const char *src)
+{
+    size_t j = 0;
+    for (size_t i = 0; src[i] != '\0' && j + 1 < cap; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[j++] = (ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\') ? '_' : (char)ch;
+    }
+    dst[j] = '\0';
+}
+
+char *
+stoker_status_render_metrics(const stoker_status *st)
+{
+    stoker_text t = {0};
+    stoker_text_printf(&t, "%s", "");
+    const stoker_counters *c = &st->counters;
+    static const struct {
+        const char *name, *type, *help;
+        size_t offset;
+    } totals[] = {
+        {"produced_total", "counter", "Examples accepted from producers",
+         offsetof(stoker_counters, produced)},
+        {"acknowledged_total", "counter", "Examples acknowledged by trainers",
+         offsetof(stoker_counters, acknowledged)},
+        {"delivered_total", "counter", "Examples sent to trainers, redeliveries included",
+         offsetof(stoker_counters, delivered)},
+        {"redelivered_total", "counter", "Examples returned to queues from dropped leases",
+         offsetof(stoker_counters, redelivered)},
+        {"queued", "gauge", "Examples waiting in producer queues",
+         offsetof(stoker_counters, queued)},
+        {"in_flight", "gauge", "Examples leased to trainers, not yet acknowledged",
+         offsetof(stoker_counters, in_flight)},
+        {"queued_bytes", "gauge", "Bytes of queued examples",
+         offsetof(stoker_counters, queued_bytes)},
+        {"refused_total", "counter", "Requests refused with an error",
+         offsetof(stoker_counters, refused)},
+    };
+    for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
+        uint64_t v = *(const uint64_t *)((const char *)c + totals[i].offset);
+        stoker_text_printf(&t, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\nstoker_%s %llu\n",
+                           totals[i].name, totals[i].help, totals[i].name, totals[i].type,
+                           totals[i].name, (unsigned long long)v);
+    }
+    stoker_text_printf(&t,
+                       "# HELP stoker_producers_alive Producers connected and sending\n"
+                       "# TYPE stoker_producers_alive gauge\nstoker_producers_alive %u\n"
+                       "# HELP stoker_trainers_connected Trainers connected\n"
+                       "# TYPE stoker_trainers_connected gauge\nstoker_trainers_connected %u\n"
+                       "# HELP stoker_uptime_seconds Seconds since the broker started\n"
+                       "# TYPE stoker_uptime_seconds gauge\nstoker_uptime_seconds %.3f\n",
+                       c->producers_alive, c->trainers, (double)st->uptime_ms / 1000.0);
+    static const struct {
+        const char *name, *type, *help;
+    } per[] = {
+        {"producer_queue_depth", "gauge", "Examples queued for this producer"},
+        {"producer_accepted_total", "counter", "Examples accepted from this producer"},
+        {"producer_delivered_total", "counter", "Examples of this producer sent to trainers"},
+        {"producer_acknowledged_total", "counter", "Examples of this producer acknowledged"},
+        {"producer_redelivered_total", "counter", "Examples of this producer redelivered"},
+        {"producer_alive", "gauge", "1 while this producer is alive"},
+    };
+    for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
+        stoker_text_printf(&t, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\n", per[m].name,
+                           per[m].help, per[m].name, per[m].type);
+        for (uint32_t i = 0; i < st->n_producers; i++) {
+            const stoker_producer_info *p = &st->producers[i];
+            uint64_t v[] = {p->queued,       p->accepted,    p->delivered,
+                            p->acknowledged, p->redelivered, p->status == STOKER_PRODUCER_ALIVE};
+            char name[STOKER_NAME_MAX];
+            label_value(name, sizeof(name), p->name);
+            stoker_text_printf(&t, "stoker_%s{producer=\"%u\",name=\"%s\"} %llu\n", per[m].name,
+                               p->id, name, (unsigned long long)v[m]);
+        }
+    }
+    return stoker_text_finish(&t);
+}

@@ -1,0 +1,186 @@
+// Private to the broker's rooms (broker*.c): the state they share and the functions one room
+// calls in another. The broker's public contract is broker.h; nothing outside server/broker*.c
+// includes this file. Every function here runs under the caller's lock (see broker.h), like the
+// public ones, and none does I/O: replies go to the outbox.
+//
+// The rules of the state machine, in DESIGN.md's words:
+// - idempotent push: only examples beyond a producer's next_seq are appended; a push starting
+//   beyond it is a gap and refused;
+// - backpressure: a push that does not fit waits (parked) until room appears or park_ms passes,
+//   then RETRY; queues never exceed queue_depth, nor all queues max_bytes;
+// - leases: a pull moves examples into a lease; an ack frees them, once; a dropped trainer's
+//   leases go back to the head of their queues (redelivered);
+// - fairness: pulls take from producer queues round-robin;
+// - loss: pipe closed or silence beyond the timeout; events reach trainers in pull replies;
+// - supply end: no producer alive and nothing queued answers NO_PRODUCERS / END_OF_DATA.
+// Invariant, checked in tests: produced == acknowledged + queued + in_flight.
+#ifndef BROKER_INTERNAL_H
+#define BROKER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "broker.h"
+#include "queue.h"
+
+#define EVENT_LOG         4096 // events remembered
+#define EVENTS_PER_REPLY  64
+#define MAX_REDELIVER_LOG 8
+
+typedef struct parked {
+    struct parked *next;
+    void *token;
+    stoker_request *req;
+    uint64_t deadline_ms;
+    struct trainer *trainer; // pulls
+    uint32_t acks_refused;   // pulls: of the acknowledgements they carried
+} parked;
+
+// A lease refers to the examples it delivered (no copy): ranges of their producers' blocks.
+typedef struct lease_part {
+    queue_range range;
+    uint32_t producer;
+    uint64_t session;
+} lease_part;
+
+typedef struct lease {
+    struct lease *next;
+    uint64_t id;
+    uint32_t count; // examples
+    uint32_t n_parts, cap_parts;
+    lease_part *parts; // in example order
+} lease;
+
+typedef struct producer {
+    uint32_t id;
+    char name[STOKER_NAME_MAX];
+    uint64_t session;
+    stoker_producer_status status;
+    uint32_t pipe;
+    uint64_t last_seen_ms;
+    uint64_t next_seq;
+    queue q;
+    uint64_t accepted, delivered, acknowledged, redelivered, in_flight;
+    parked *pushes, *pushes_tail; // parked pushes, FIFO
+} producer;
+
+typedef struct trainer {
+    uint32_t id;
+    char name[STOKER_NAME_MAX];
+    uint64_t session;
+    int connected;
+    uint32_t pipe;
+    uint64_t last_seen_ms;
+    uint64_t event_cursor; // index of the last event sent
+    lease *leases;
+    uint32_t parked_pulls;
+} trainer;
+
+struct broker {
+    broker_config cfg;
+    char token[STOKER_TOKEN_MAX];
+    uint64_t start_ms;
+    int has_schema;
+    stoker_schema schema;
+    size_t example_bytes;
+
+    producer **producers;
+    uint32_t n_producers;
+    uint32_t rr; // round-robin cursor into producers
+    uint32_t next_producer_id;
+    trainer **trainers;
+    uint32_t n_trainers;
+    uint32_t next_trainer_id;
+    uint64_t next_lease_id;
+
+    parked *pulls, *pulls_tail; // parked pulls, FIFO
+    uint32_t n_parked;
+
+    stoker_event events[EVENT_LOG];
+    uint64_t n_events; // total ever; event i (1-based) is at events[(i - 1) % EVENT_LOG]
+
+    stoker_counters c;
+    uint64_t queued_bytes;
+
+    // With a token, the pipes (connections) that said hello with it; nothing else is served.
+    uint32_t *authed;
+    uint32_t n_authed, cap_authed;
+};
+
+// --- broker.c: replies, events, lookups, lifecycle helpers ---
+
+// Appends (token, msg) to out; takes msg (freed when out of memory: the client retries).
+void outbox_add(broker_outbox *out, void *token, nng_msg *msg);
+// Encodes rep and queues it for token; counts refusals.
+void send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep);
+// A reply with only a code and a formatted message (fmt may be NULL).
+void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+// Appends an event about producer p to the event log (the oldest is overwritten).
+void add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms,
+               const char *reason);
+// Lookups: NULL when not found; the broker keeps ownership.
+producer *find_producer(const broker *b, uint64_t session);
+producer *find_producer_id(const broker *b, uint32_t id);
+trainer *find_trainer(const broker *b, uint64_t session);
+// Free a parked request (and its request) / a lease (releasing its ranges).
+void free_parked(parked *p);
+void free_lease(lease *l);
+uint32_t producers_alive(const broker *b);
+
+// --- broker_push.c: pushes ---
+
+// Completes parked pushes that now fit, oldest first per producer. Returns how many.
+uint32_t serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out);
+// Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
+// must keep waiting (only when !final).
+int try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final);
+// Marks p alive again on pipe (an event when it was not), seen now.
+void revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how);
+// Takes req.
+void handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                 broker_outbox *out);
+
+// --- broker_session.c: hello, goodbye, heartbeat, authentication ---
+
+// Nonzero when pipe said hello with the token.
+int pipe_authed(const broker *b, uint32_t pipe);
+// Forgets that pipe said hello (it closed).
+void forget_pipe(broker *b, uint32_t pipe);
+// Writes a description of pipe's peer to buf and returns buf.
+const char *peer(const broker *b, uint32_t pipe, char *buf, size_t len);
+// These take req.
+void handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                  broker_outbox *out);
+void handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                    broker_outbox *out);
+void handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                      broker_outbox *out);
+
+// --- broker_lease.c: pulls, leases, acknowledgements ---
+
+// Puts every lease of t back in its queues (newest first).
+void redeliver(broker *b, trainer *t);
+// Unlinks parked pull k (after prev, NULL for the head) from the parked pulls; does not free it.
+void unlink_pull(broker *b, parked *prev, parked *k);
+// After any change: serves parked pulls and pushes until nothing moves.
+void settle(broker *b, uint64_t now_ms, broker_outbox *out);
+// These take req.
+void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                 broker_outbox *out);
+void handle_ack(broker *b, void *token, stoker_request *req, broker_outbox *out);
+
+// --- broker_loss.c: lost peers ---
+
+// Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
+void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out);
+
+// --- broker_report.c: reports ---
+
+// Answers a Status request from the status snapshot; takes req.
+void handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                   broker_outbox *out);
+
+#endif

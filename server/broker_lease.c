@@ -1,0 +1,399 @@
+// The broker's trainers' side: pulls, parked until a batch is ready, which move examples from the
+// producers' queues (round-robin) into leases; acknowledgements that free them; the return of a
+// lease's examples to their queues; and settle(), which serves parked requests after any change.
+// It does not decide when a trainer is dropped (broker_loss.c).
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "broker_internal.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+// --- leases and acks ----------------------------------------------------------------------------
+
+// Applies acknowledgements from t. Returns how many were refused.
+static uint32_t
+apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
+{
+    uint32_t refused = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lease **pp = &t->leases;
+        while (*pp != NULL && (*pp)->id != acks[i])
+            pp = &(*pp)->next;
+        lease *l = *pp;
+        if (l == NULL) {
+            refused++;
+            continue;
+        }
+        *pp = l->next;
+        for (uint32_t r = 0; r < l->n_parts; r++) {
+            producer *p = find_producer_id(b, l->parts[r].producer);
+            if (p != NULL) {
+                p->acknowledged += l->parts[r].range.count;
+                p->in_flight -= l->parts[r].range.count;
+            }
+        }
+        b->c.acknowledged += l->count;
+        b->c.in_flight -= l->count;
+        free_lease(l);
+    }
+    if (refused > 0)
+        stoker_warn("ack-refused: trainer %u '%s': %u unknown or already acknowledged leases",
+                    t->id, t->name, refused);
+    return refused;
+}
+
+// Puts the examples of lease l back at the head of their producers' queues and frees l.
+// Returns how many went back.
+static uint64_t
+return_lease(broker *b, lease *l)
+{
+    uint64_t total = 0;
+    // Parts go back last-first, so each queue ends up in its original order.
+    for (uint32_t r = l->n_parts; r-- > 0;) {
+        lease_part *part = &l->parts[r];
+        uint32_t n = part->range.count;
+        producer *p = find_producer_id(b, part->producer);
+        if (p == NULL || queue_put_back(&p->q, &part->range) != STOKER_OK) {
+            // Never expected: producers with examples in flight are not evicted, and a put back
+            // failing means we are out of memory. Say so and keep the books exact.
+            stoker_error("redeliver: lost %u examples of producer %u (out of memory)", n,
+                         part->producer);
+            b->c.in_flight -= n;
+            b->c.produced -= n;
+            continue;
+        }
+        part->range.block = NULL; // the queue holds the reference now
+        p->in_flight -= n;
+        p->redelivered += n;
+        b->c.in_flight -= n;
+        b->c.queued += n;
+        b->c.redelivered += n;
+        b->queued_bytes += (uint64_t)n * b->example_bytes;
+        total += n;
+    }
+    free_lease(l);
+    return total;
+}
+
+// Puts every lease of t back (newest first, so older examples end up nearer the head).
+void
+redeliver(broker *b, trainer *t)
+{
+    uint64_t total = 0;
+    lease *l = t->leases;
+    while (l != NULL) {
+        lease *next = l->next;
+        total += return_lease(b, l);
+        l = next;
+    }
+    t->leases = NULL;
+    if (total > 0)
+        stoker_info("redelivered: %llu examples of trainer %u '%s' back in their queues",
+                    (unsigned long long)total, t->id, t->name);
+}
+
+// Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
+// when nothing is queued (or out of memory).
+static lease *
+take_lease(broker *b, trainer *t, uint32_t max)
+{
+    uint64_t avail = b->c.queued;
+    uint32_t n = (uint32_t)(avail < max ? avail : max);
+    if (n == 0)
+        return NULL;
+    lease *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->cap_parts = 8;
+    l->parts = malloc(l->cap_parts * sizeof(*l->parts));
+    if (l->parts == NULL) {
+        free(l);
+        return NULL;
+    }
+    // Fair mixing: each pass gives every non-empty queue an equal share of what is still
+    // needed, starting after the producer that was served last.
+    while (l->count < n) {
+        uint32_t nonempty = 0;
+        for (uint32_t i = 0; i < b->n_producers; i++)
+            nonempty += b->producers[i]->q.examples > 0;
+        if (nonempty == 0)
+            break;
+        uint32_t need = n - l->count;
+        uint32_t share = (need + nonempty - 1) / nonempty;
+        uint32_t start = b->rr;
+        for (uint32_t k = 0; k < b->n_producers && l->count < n; k++) {
+            uint32_t i = (start + k) % b->n_producers;
+            producer *p = b->producers[i];
+            uint32_t want = share;
+            if (want > n - l->count)
+                want = n - l->count;
+            while (want > 0 && p->q.examples > 0) {
+                if (l->n_parts == l->cap_parts) {
+                    lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
+                    if (parts == NULL)
+                        goto done; // deliver what we have
+                    l->parts = parts;
+                    l->cap_parts *= 2;
+                }
+                lease_part *part = &l->parts[l->n_parts];
+                uint32_t got = queue_take(&p->q, want, &part->range);
+                if (got == 0)
+                    break;
+                part->producer = p->id;
+                part->session = p->session;
+                l->n_parts++;
+                l->count += got;
+                p->delivered += got;
+                p->in_flight += got;
+                want -= got;
+                b->rr = (i + 1) % b->n_producers;
+            }
+        }
+    }
+done:
+    if (l->count == 0) {
+        free_lease(l);
+        return NULL;
+    }
+    b->c.queued -= l->count;
+    b->queued_bytes -= (uint64_t)l->count * b->example_bytes;
+    b->c.in_flight += l->count;
+    b->c.delivered += l->count;
+    l->id = b->next_lease_id++;
+    l->next = t->leases;
+    t->leases = l;
+    return l;
+}
+
+// Events t has not been sent yet: [first, first + n) in the log.
+static uint32_t
+pending_events(const broker *b, const trainer *t, stoker_event *buf)
+{
+    uint64_t from = t->event_cursor + 1;
+    if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
+        from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
+    uint32_t n = 0;
+    for (uint64_t i = from; i <= b->n_events && n < EVENTS_PER_REPLY; i++)
+        buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    return n;
+}
+
+// Why the supply ended, or STOKER_OK while producers may still send.
+static int
+supply_state(const broker *b, char *why, size_t why_len)
+{
+    if (b->n_producers == 0 || b->c.queued > 0)
+        return STOKER_OK;
+    uint32_t lost = 0, finished = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE)
+            return STOKER_OK;
+        lost += p->status == STOKER_PRODUCER_LOST;
+        finished += p->status == STOKER_PRODUCER_FINISHED;
+    }
+    snprintf(why, why_len, "no producer left (%u lost, %u finished) and nothing queued", lost,
+             finished);
+    return lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
+}
+
+// Nonzero when no queue can take more: every alive producer's queue is at its depth, or all of
+// them together are at max_bytes.
+static int
+queues_full(const broker *b)
+{
+    if (b->queued_bytes + b->example_bytes > b->cfg.max_bytes)
+        return 1;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples < b->cfg.queue_depth)
+            return 0;
+    }
+    return 1;
+}
+
+// Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
+static int
+try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
+{
+    trainer *t = k->trainer;
+    uint32_t max = k->req->max_examples;
+    char why[160];
+    stoker_event events[EVENTS_PER_REPLY];
+    uint32_t n_events = pending_events(b, t, events);
+    int alive = producers_alive(b) > 0;
+    int ended = supply_state(b, why, sizeof(why));
+    // A batch goes out when it is full; short when no more can come soon: no producer left,
+    // every queue full (a batch larger than the queues could ever hold), or the pull's wait is
+    // over (data trickles in slower than the batch fills: a short batch beats a false stall).
+    int partial = b->c.queued > 0 && (!alive || final || queues_full(b));
+    int take = b->c.queued >= max || partial;
+    int ready = take || n_events > 0 || ended != STOKER_OK;
+    if (!ready && !final)
+        return 0;
+    stoker_reply rep = {.code = STOKER_OK};
+    lease *l = NULL;
+    stoker_chunk_part *parts = NULL;
+    stoker_run *runs = NULL;
+    if (take)
+        l = take_lease(b, t, max);
+    if (l != NULL) {
+        parts = calloc(l->n_parts, sizeof(*parts));
+        runs = calloc(l->n_parts, sizeof(*runs));
+        if (parts == NULL || runs == NULL) {
+            // Cannot describe the batch: give the examples back; the trainer asks again.
+            free(parts);
+            free(runs);
+            t->leases = l->next; // take_lease put it first
+            return_lease(b, l);
+            send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
+            return 1;
+        }
+        for (uint32_t i = 0; i < l->n_parts; i++) {
+            const lease_part *part = &l->parts[i];
+            for (uint32_t f = 0; f < b->schema.n_fields; f++)
+                parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
+            parts[i].count = part->range.count;
+            runs[i] = (stoker_run){.producer = part->producer,
+                                   .session = part->session,
+                                   .first_seq = part->range.first_seq,
+                                   .count = part->range.count};
+        }
+        rep.lease = l->id;
+        rep.chunk.schema = b->schema;
+        rep.chunk.count = l->count;
+        rep.parts = parts;
+        rep.n_parts = l->n_parts;
+        rep.n_runs = l->n_parts;
+        rep.runs = runs;
+    } else if (ended != STOKER_OK) {
+        rep.code = ended;
+        snprintf(rep.message, sizeof(rep.message), "%s", why);
+    }
+    rep.n_events = n_events;
+    rep.events = events;
+    rep.acks_refused = k->acks_refused;
+    if (n_events > 0)
+        t->event_cursor = events[n_events - 1].index;
+    send_reply(b, out, k->token, &rep);
+    free(parts);
+    free(runs);
+    (void)now_ms;
+    return 1;
+}
+
+void
+unlink_pull(broker *b, parked *prev, parked *k)
+{
+    if (prev != NULL)
+        prev->next = k->next;
+    else
+        b->pulls = k->next;
+    if (b->pulls_tail == k)
+        b->pulls_tail = prev;
+    b->n_parked--;
+    k->trainer->parked_pulls--;
+}
+
+// Answers parked pulls that can be answered now (or whose wait expired), oldest first. Returns
+// how many.
+static uint32_t
+serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    uint32_t served = 0;
+    parked *prev = NULL, *k = b->pulls;
+    while (k != NULL) {
+        parked *next = k->next;
+        if (try_pull(b, k, now_ms, out, k->deadline_ms <= now_ms)) {
+            unlink_pull(b, prev, k);
+            free_parked(k);
+            served++;
+        } else {
+            prev = k;
+        }
+        k = next;
+    }
+    return served;
+}
+
+// After any change: pulls take what became available, pushes fill the room that made, until
+// nothing moves. Each round answers at least one parked request, so this ends.
+void
+settle(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    while (serve_pulls(b, now_ms, out) + serve_pushes(b, now_ms, out) > 0)
+        ;
+}
+
+void
+handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+            broker_outbox *out)
+{
+    trainer *t = find_trainer(b, req->session);
+    if (t == NULL) {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+        stoker_request_free(req);
+        return;
+    }
+    if (!t->connected)
+        stoker_info("trainer-reconnected: trainer %u '%s'", t->id, t->name);
+    t->connected = 1;
+    t->pipe = pipe;
+    t->last_seen_ms = now_ms;
+    if (req->max_examples == 0 || req->max_examples > b->cfg.max_chunk_examples) {
+        send_code(b, out, token, STOKER_INVALID, "pull of %u examples: must be 1..%u",
+                  req->max_examples, b->cfg.max_chunk_examples);
+        stoker_request_free(req);
+        return;
+    }
+    parked *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
+        stoker_request_free(req);
+        return;
+    }
+    k->token = token;
+    k->req = req;
+    k->trainer = t;
+    k->acks_refused = apply_acks(b, t, req->n_acks, req->acks);
+    // Older parked pulls are served first, so a new one only goes ahead when none wait.
+    int can_park = b->n_parked < b->cfg.max_parked;
+    if ((b->pulls == NULL && try_pull(b, k, now_ms, out, 0)) ||
+        (!can_park && try_pull(b, k, now_ms, out, 1))) {
+        free_parked(k);
+        return;
+    }
+    uint32_t wait = req->wait_ms < b->cfg.max_pull_wait_ms ? req->wait_ms : b->cfg.max_pull_wait_ms;
+    k->deadline_ms = now_ms + wait;
+    if (b->pulls_tail != NULL)
+        b->pulls_tail->next = k;
+    else
+        b->pulls = k;
+    b->pulls_tail = k;
+    b->n_parked++;
+    t->parked_pulls++;
+}
+
+void
+handle_ack(broker *b, void *token, stoker_request *req, broker_outbox *out)
+{
+    trainer *t = find_trainer(b, req->session);
+    if (t == NULL) {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+    } else {
+        uint32_t refused = apply_acks(b, t, req->n_acks, req->acks);
+        stoker_reply rep = {.code = refused == 0 ? STOKER_OK : STOKER_NOT_FOUND,
+                            .acks_refused = refused};
+        if (refused > 0)
+            snprintf(rep.message, sizeof(rep.message),
+                     "%u of %u leases unknown or already acknowledged", refused, req->n_acks);
+        send_reply(b, out, token, &rep);
+    }
+    stoker_request_free(req);
+}

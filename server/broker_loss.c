@@ -1,0 +1,129 @@
+// The broker's losses and deadlines: producers lost (connection closed or silent), trainers
+// dropped (their leases redelivered), connections the transport closed or reset, and the tick
+// that expires parked requests and silent peers. It does not serve requests itself.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "broker_internal.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+// --- loss ---------------------------------------------------------------------------------------
+
+static void
+lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broker_outbox *out)
+{
+    p->status = STOKER_PRODUCER_LOST;
+    stoker_warn("producer-lost: producer %u '%s': %s (%llu examples still queued)", p->id, p->name,
+                reason, (unsigned long long)p->q.examples);
+    add_event(b, STOKER_EVENT_PRODUCER_LOST, p, now_ms, reason);
+    // Its parked pushes are answered so their contexts come free; a live peer resends.
+    for (parked *k = p->pushes, *next; k != NULL; k = next) {
+        next = k->next;
+        send_code(b, out, k->token, STOKER_RETRY, "producer was considered lost: %s", reason);
+        free_parked(k);
+        b->n_parked--;
+    }
+    p->pushes = p->pushes_tail = NULL;
+}
+
+// Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
+void
+drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out)
+{
+    if (reason != NULL)
+        stoker_warn("trainer-lost: trainer %u '%s': %s", t->id, t->name, reason);
+    else
+        stoker_info("trainer-left: trainer %u '%s' said goodbye", t->id, t->name);
+    reason = reason != NULL ? reason : "trainer left";
+    t->connected = 0;
+    parked *prev = NULL, *k = b->pulls;
+    while (k != NULL) {
+        parked *next = k->next;
+        if (k->trainer == t) {
+            send_code(b, out, k->token, STOKER_UNKNOWN_PEER, "trainer was dropped: %s", reason);
+            unlink_pull(b, prev, k);
+            free_parked(k);
+        } else {
+            prev = k;
+        }
+        k = next;
+    }
+    redeliver(b, t);
+}
+
+static void
+pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, broker_outbox *out)
+{
+    forget_pipe(b, pipe);
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        if (p->pipe != pipe || p->status != STOKER_PRODUCER_ALIVE)
+            continue;
+        if (lose_producers)
+            lose_producer(b, p, now_ms, "connection closed", out);
+        else
+            p->pipe = 0; // its next push or heartbeat, on a new connection, sets it again
+    }
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        trainer *t = b->trainers[i];
+        if (t->pipe == pipe && t->connected)
+            drop_trainer(b, t, "connection closed", now_ms, out);
+    }
+    settle(b, now_ms, out);
+}
+
+void
+broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
+{
+    pipe_gone(b, pipe, now_ms, 1, out);
+}
+
+void
+broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
+{
+    stoker_info("connection-reset: pipe %u closed by the listener restart; its peer reconnects",
+                pipe);
+    pipe_gone(b, pipe, now_ms, 0, out);
+}
+
+void
+broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    char reason[96];
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        // Parked pushes past their wait: RETRY.
+        while (p->pushes != NULL && p->pushes->deadline_ms <= now_ms) {
+            parked *k = p->pushes;
+            p->pushes = k->next;
+            if (p->pushes == NULL)
+                p->pushes_tail = NULL;
+            b->n_parked--;
+            try_push(b, p, k, now_ms, out, 1);
+            free_parked(k);
+        }
+        if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
+            now_ms > p->last_seen_ms + b->cfg.producer_timeout_ms) {
+            snprintf(reason, sizeof(reason), "silent for %.1f s",
+                     (double)(now_ms - p->last_seen_ms) / 1000.0);
+            lose_producer(b, p, now_ms, reason, out);
+        }
+    }
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        trainer *t = b->trainers[i];
+        if (t->connected && t->parked_pulls == 0 &&
+            now_ms > t->last_seen_ms + b->cfg.trainer_timeout_ms) {
+            snprintf(reason, sizeof(reason), "silent for %.1f s",
+                     (double)(now_ms - t->last_seen_ms) / 1000.0);
+            drop_trainer(b, t, reason, now_ms, out);
+        }
+    }
+    // Parked pulls past their wait get what there is (possibly nothing).
+    settle(b, now_ms, out);
+}

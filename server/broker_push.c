@@ -1,0 +1,179 @@
+// The broker's producers' side: pushes, applied at once or parked until their queue has room
+// (idempotent by sequence number, refused on a gap), and the revival of a producer heard from
+// again. It does not decide when a producer is lost (broker_loss.c) nor hand examples out
+// (broker_lease.c).
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "broker_internal.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+// --- serving parked requests --------------------------------------------------------------------
+
+// Completes parked pushes that now fit, oldest first per producer. Returns how many.
+uint32_t
+serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    uint32_t served = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        while (p->pushes != NULL) {
+            parked *k = p->pushes;
+            if (!try_push(b, p, k, now_ms, out, 0))
+                break;
+            p->pushes = k->next;
+            if (p->pushes == NULL)
+                p->pushes_tail = NULL;
+            b->n_parked--;
+            free(k); // try_push took the request
+            served++;
+        }
+    }
+    return served;
+}
+
+// --- push ---------------------------------------------------------------------------------------
+
+// Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
+// must keep waiting (only when !final).
+int
+try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final)
+{
+    stoker_request *req = k->req;
+    uint32_t count = req->chunk.count;
+    uint64_t first = req->first_seq;
+    if (first > p->next_seq) {
+        send_code(b, out, k->token, STOKER_SEQ_GAP,
+                  "push from '%s' starts at seq %llu, broker expects %llu: examples in between "
+                  "were never received",
+                  p->name, (unsigned long long)first, (unsigned long long)p->next_seq);
+        stoker_request_free(req);
+        k->req = NULL;
+        return 1;
+    }
+    uint64_t end = first + count;
+    if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
+        stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
+        send_reply(b, out, k->token, &rep);
+        stoker_request_free(req);
+        k->req = NULL;
+        return 1;
+    }
+    uint32_t skip = (uint32_t)(p->next_seq - first);
+    uint32_t fresh = count - skip;
+    uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
+    if (p->q.examples + fresh > b->cfg.queue_depth ||
+        b->queued_bytes + fresh_bytes > b->cfg.max_bytes) {
+        if (!final)
+            return 0;
+        stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
+                     (unsigned long long)p->q.examples);
+        send_code(b, out, k->token, STOKER_RETRY, "queue full (%llu of %u examples)",
+                  (unsigned long long)p->q.examples, b->cfg.queue_depth);
+        stoker_request_free(req);
+        k->req = NULL;
+        return 1;
+    }
+    if (queue_append_request(&p->q, req, skip) != STOKER_OK) {
+        send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
+        stoker_request_free(req);
+        k->req = NULL;
+        return 1;
+    }
+    k->req = NULL; // the queue owns it now
+    p->next_seq = end;
+    p->accepted += fresh;
+    b->c.produced += fresh;
+    b->c.queued += fresh;
+    b->queued_bytes += fresh_bytes;
+    stoker_reply rep = {.code = STOKER_OK, .acked_through = end};
+    send_reply(b, out, k->token, &rep);
+    return 1;
+}
+
+void
+revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how)
+{
+    if (p->status != STOKER_PRODUCER_ALIVE) {
+        p->status = STOKER_PRODUCER_ALIVE;
+        stoker_info("producer-reconnected: producer %u '%s' (%s)", p->id, p->name, how);
+        add_event(b, STOKER_EVENT_PRODUCER_RECONNECTED, p, now_ms, how);
+    }
+    p->pipe = pipe;
+    p->last_seen_ms = now_ms;
+}
+
+void
+handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+            broker_outbox *out)
+{
+    producer *p = find_producer(b, req->session);
+    char err[256];
+    if (p == NULL) {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session %016llx: say hello first",
+                  (unsigned long long)req->session);
+        stoker_request_free(req);
+        return;
+    }
+    if (p->status == STOKER_PRODUCER_FINISHED) {
+        send_code(b, out, token, STOKER_INVALID, "producer '%s' said goodbye; hello again first",
+                  p->name);
+        stoker_request_free(req);
+        return;
+    }
+    revive(b, p, pipe, now_ms, "resumed pushing");
+    if (req->chunk.count == 0 || req->chunk.count > b->cfg.max_chunk_examples ||
+        req->chunk.count > b->cfg.queue_depth) {
+        send_code(b, out, token, STOKER_TOO_LARGE,
+                  "chunk of %u examples: must be 1..%u (the queue depth and chunk limit)",
+                  req->chunk.count,
+                  b->cfg.queue_depth < b->cfg.max_chunk_examples ? b->cfg.queue_depth
+                                                                 : b->cfg.max_chunk_examples);
+        stoker_request_free(req);
+        return;
+    }
+    if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
+                               sizeof(err)) != STOKER_OK) {
+        stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);
+        send_code(b, out, token, STOKER_INVALID, "push refused: %s", err);
+        stoker_request_free(req);
+        return;
+    }
+    if (req->first_seq > UINT64_MAX - req->chunk.count) {
+        send_code(b, out, token, STOKER_INVALID, "push: seq overflow");
+        stoker_request_free(req);
+        return;
+    }
+    parked *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
+        stoker_request_free(req);
+        return;
+    }
+    k->token = token;
+    k->req = req;
+    // Earlier pushes of this producer still waiting go first; and only so many may wait.
+    int can_park = b->n_parked < b->cfg.max_parked;
+    if (p->pushes == NULL && try_push(b, p, k, now_ms, out, !can_park)) {
+        free(k);
+        return;
+    }
+    if (!can_park) {
+        try_push(b, p, k, now_ms, out, 1);
+        free(k);
+        return;
+    }
+    k->deadline_ms = now_ms + b->cfg.park_ms;
+    if (p->pushes_tail != NULL)
+        p->pushes_tail->next = k;
+    else
+        p->pushes = k;
+    p->pushes_tail = k;
+    b->n_parked++;
+}

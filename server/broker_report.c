@@ -1,0 +1,106 @@
+// The broker's reports: it fills the status snapshot (stoker/status.h) from its state, and
+// answers the Status request, /status and /metrics from that one snapshot. How a snapshot is
+// written out (JSON, Prometheus text) is libstoker's (common/status.c), not this file's. It only
+// reads the broker's state.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker_internal.h"
+#include "stoker/error.h"
+#include "stoker/status.h"
+
+#define STATUS_PAGE_EVENTS 100 // events on /status
+
+int
+broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_status **out)
+{
+    stoker_status *st = calloc(1, sizeof(*st));
+    if (st == NULL)
+        return STOKER_NOMEM;
+    uint64_t from = b->n_events > max_events ? b->n_events - max_events + 1 : 1;
+    uint32_t n_events = b->n_events >= from ? (uint32_t)(b->n_events - from + 1) : 0;
+    st->producers = calloc(b->n_producers ? b->n_producers : 1, sizeof(*st->producers));
+    st->events = calloc(n_events ? n_events : 1, sizeof(*st->events));
+    if (st->producers == NULL || st->events == NULL) {
+        stoker_status_destroy(st);
+        return STOKER_NOMEM;
+    }
+    st->uptime_ms = now_ms - b->start_ms;
+    st->has_schema = b->has_schema;
+    st->schema = b->schema;
+    st->queue_depth = b->cfg.queue_depth;
+    st->max_bytes = b->cfg.max_bytes;
+    broker_counters(b, &st->counters);
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        stoker_producer_info *d = &st->producers[i];
+        d->id = p->id;
+        snprintf(d->name, sizeof(d->name), "%s", p->name);
+        d->session = p->session;
+        d->status = p->status;
+        d->queued = p->q.examples;
+        d->accepted = p->accepted;
+        d->delivered = p->delivered;
+        d->acknowledged = p->acknowledged;
+        d->redelivered = p->redelivered;
+        d->next_seq = p->next_seq;
+        d->silent_ms = now_ms - p->last_seen_ms;
+    }
+    st->n_producers = b->n_producers;
+    for (uint64_t i = from; i <= b->n_events; i++)
+        st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
+    *out = st;
+    return STOKER_OK;
+}
+
+void
+handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+{
+    // The latest events too (the trainer also gets them in pull replies as they happen).
+    stoker_status *st = NULL;
+    if (broker_status(b, now_ms, EVENTS_PER_REPLY, &st) != STOKER_OK) {
+        send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+        stoker_request_free(req);
+        return;
+    }
+    stoker_reply rep = {
+        .code = STOKER_OK,
+        .has_counters = 1,
+        .counters = st->counters,
+        .has_schema = st->has_schema,
+        .schema = st->schema,
+        .producers = st->producers,
+        .n_producers = st->n_producers,
+        .events = st->events,
+        .n_events = st->n_events,
+        .uptime_ms = st->uptime_ms,
+        .queue_depth = st->queue_depth,
+        .max_bytes = st->max_bytes,
+    };
+    send_reply(b, out, token, &rep);
+    stoker_status_destroy(st);
+    stoker_request_free(req);
+}
+
+char *
+broker_metrics_text(const broker *b, uint64_t now_ms)
+{
+    stoker_status *st = NULL;
+    if (broker_status(b, now_ms, 0, &st) != STOKER_OK)
+        return NULL;
+    char *text = stoker_status_render_metrics(st);
+    stoker_status_destroy(st);
+    return text;
+}
+
+char *
+broker_status_json(const broker *b, uint64_t now_ms)
+{
+    stoker_status *st = NULL;
+    if (broker_status(b, now_ms, STATUS_PAGE_EVENTS, &st) != STOKER_OK)
+        return NULL;
+    char *text = stoker_status_render_json(st);
+    stoker_status_destroy(st);
+    return text;
+}

@@ -1,0 +1,280 @@
+// The broker's sessions: hello (authentication by token, schema agreement, joining or rejoining
+// as a producer or trainer), goodbye and heartbeat, and which connections are authenticated.
+// It does not move examples (broker_push.c, broker_lease.c) nor notice silence (broker_loss.c).
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "broker_internal.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+// --- hello / goodbye / heartbeat ----------------------------------------------------------------
+
+static int
+token_ok(const broker *b, const char *given)
+{
+    if (b->token[0] == '\0')
+        return 1;
+    // Constant time in the token's length: compare every byte, accumulate differences.
+    size_t n = strlen(b->token), m = strnlen(given, STOKER_TOKEN_MAX);
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(b->token[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+int
+pipe_authed(const broker *b, uint32_t pipe)
+{
+    for (uint32_t i = 0; i < b->n_authed; i++) {
+        if (b->authed[i] == pipe)
+            return 1;
+    }
+    return 0;
+}
+
+static int
+authorize_pipe(broker *b, uint32_t pipe)
+{
+    if (pipe_authed(b, pipe))
+        return STOKER_OK;
+    if (b->n_authed == b->cap_authed) {
+        uint32_t cap = b->cap_authed ? b->cap_authed * 2 : 64;
+        uint32_t *a = realloc(b->authed, cap * sizeof(*a));
+        if (a == NULL)
+            return STOKER_NOMEM;
+        b->authed = a;
+        b->cap_authed = cap;
+    }
+    b->authed[b->n_authed++] = pipe;
+    return STOKER_OK;
+}
+
+void
+forget_pipe(broker *b, uint32_t pipe)
+{
+    for (uint32_t i = 0; i < b->n_authed; i++) {
+        if (b->authed[i] == pipe) {
+            b->authed[i] = b->authed[--b->n_authed];
+            return;
+        }
+    }
+}
+
+const char *
+peer(const broker *b, uint32_t pipe, char *buf, size_t len)
+{
+    snprintf(buf, len, "pipe %u", pipe);
+    if (b->cfg.describe_peer != NULL)
+        b->cfg.describe_peer(pipe, buf, len);
+    return buf;
+}
+
+static void
+hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
+               broker_outbox *out)
+{
+    char want[512], got[512];
+    if (!req->has_schema) {
+        send_code(b, out, token, STOKER_INVALID, "producer '%s' sent no schema", req->name);
+        return;
+    }
+    if (b->has_schema && !stoker_schema_equal(&b->schema, &req->schema)) {
+        stoker_schema_format(&req->schema, got, sizeof(got));
+        stoker_schema_format(&b->schema, want, sizeof(want));
+        stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s", req->name, got,
+                    want);
+        send_code(b, out, token, STOKER_SCHEMA_MISMATCH,
+                  "schema mismatch: producer '%s' sends %s, broker expects %s", req->name, got,
+                  want);
+        return;
+    }
+    producer *p = find_producer(b, req->session);
+    if (p == NULL) {
+        if (b->n_producers == b->cfg.max_producers) {
+            // Reuse the slot of a producer that is gone and owes nothing.
+            uint32_t i;
+            for (i = 0; i < b->n_producers; i++) {
+                producer *old = b->producers[i];
+                if (old->status != STOKER_PRODUCER_ALIVE && old->q.examples == 0 &&
+                    old->in_flight == 0 && old->pushes == NULL)
+                    break;
+            }
+            if (i == b->n_producers) {
+                send_code(b, out, token, STOKER_LIMIT, "too many producers (at most %u)",
+                          b->cfg.max_producers);
+                return;
+            }
+            queue_fini(&b->producers[i]->q);
+            free(b->producers[i]);
+            b->producers[i] = b->producers[--b->n_producers];
+        }
+        p = calloc(1, sizeof(*p));
+        if (p == NULL) {
+            send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+            return;
+        }
+        if (!b->has_schema) {
+            b->has_schema = 1;
+            b->schema = req->schema;
+            b->example_bytes = stoker_schema_example_bytes(&b->schema);
+            stoker_schema_format(&b->schema, want, sizeof(want));
+            stoker_info("schema %s (from producer '%s')", want, req->name);
+        }
+        p->id = b->next_producer_id++;
+        snprintf(p->name, sizeof(p->name), "%s", req->name[0] ? req->name : "producer");
+        p->session = req->session;
+        p->status = STOKER_PRODUCER_ALIVE;
+        p->pipe = pipe;
+        p->last_seen_ms = now_ms;
+        p->next_seq = req->next_seq;
+        queue_init(&p->q, &b->schema);
+        b->producers[b->n_producers++] = p;
+        stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
+                    p->name, (unsigned long long)p->session, (unsigned long long)p->next_seq);
+        add_event(b, STOKER_EVENT_PRODUCER_JOINED, p, now_ms, "hello");
+    } else {
+        if (p->status != STOKER_PRODUCER_ALIVE) {
+            p->status = STOKER_PRODUCER_LOST; // revive() below reports the reconnection
+            revive(b, p, pipe, now_ms, "hello again");
+        }
+        p->pipe = pipe;
+        p->last_seen_ms = now_ms;
+        if (req->next_seq > p->next_seq) {
+            // The producer went on without us (we lost examples it sent, e.g. a restart of
+            // ours is impossible here since we know it). Follow it, loudly.
+            stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu", p->id,
+                        p->name, (unsigned long long)req->next_seq,
+                        (unsigned long long)p->next_seq);
+            p->next_seq = req->next_seq;
+        }
+    }
+    stoker_reply rep = {
+        .code = STOKER_OK,
+        .peer_id = p->id,
+        .next_seq = p->next_seq,
+        .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
+        .has_schema = 1,
+        .schema = b->schema,
+    };
+    send_reply(b, out, token, &rep);
+}
+
+static void
+hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
+              broker_outbox *out)
+{
+    trainer *t = find_trainer(b, req->session);
+    if (t == NULL) {
+        if (b->n_trainers == b->cfg.max_trainers) {
+            uint32_t i;
+            for (i = 0; i < b->n_trainers; i++) {
+                if (!b->trainers[i]->connected && b->trainers[i]->leases == NULL &&
+                    b->trainers[i]->parked_pulls == 0)
+                    break;
+            }
+            if (i == b->n_trainers) {
+                send_code(b, out, token, STOKER_LIMIT, "too many trainers (at most %u)",
+                          b->cfg.max_trainers);
+                return;
+            }
+            free(b->trainers[i]);
+            b->trainers[i] = b->trainers[--b->n_trainers];
+        }
+        t = calloc(1, sizeof(*t));
+        if (t == NULL) {
+            send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+            return;
+        }
+        t->id = b->next_trainer_id++;
+        snprintf(t->name, sizeof(t->name), "%s", req->name[0] ? req->name : "trainer");
+        t->session = req->session;
+        // A new trainer hears of events from now on (plus nothing older).
+        t->event_cursor = b->n_events;
+        b->trainers[b->n_trainers++] = t;
+        stoker_info("trainer-joined: trainer %u '%s'", t->id, t->name);
+    } else if (!t->connected) {
+        stoker_info("trainer-reconnected: trainer %u '%s'", t->id, t->name);
+    }
+    t->connected = 1;
+    t->pipe = pipe;
+    t->last_seen_ms = now_ms;
+    stoker_reply rep = {
+        .code = STOKER_OK,
+        .peer_id = t->id,
+        .heartbeat_ms = b->cfg.trainer_timeout_ms / 3,
+        .has_schema = b->has_schema,
+        .schema = b->schema,
+    };
+    send_reply(b, out, token, &rep);
+}
+
+void
+handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+             broker_outbox *out)
+{
+    char who[96];
+    if (!token_ok(b, req->token)) {
+        stoker_warn("unauthenticated: hello from '%s' at %s with a wrong or missing token",
+                    req->name, peer(b, pipe, who, sizeof(who)));
+        send_code(b, out, token, STOKER_UNAUTHENTICATED, "wrong or missing token");
+    } else if (b->token[0] != '\0' && authorize_pipe(b, pipe) != STOKER_OK) {
+        send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+    } else if (req->session == 0) {
+        send_code(b, out, token, STOKER_INVALID, "hello without a session id");
+    } else if (req->role == STOKER_ROLE_PRODUCER) {
+        hello_producer(b, token, pipe, req, now_ms, out);
+    } else if (req->role == STOKER_ROLE_TRAINER) {
+        hello_trainer(b, token, pipe, req, now_ms, out);
+    } else {
+        send_code(b, out, token, STOKER_OK, NULL);
+    }
+    stoker_request_free(req);
+}
+
+void
+handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+{
+    producer *p = find_producer(b, req->session);
+    trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
+    if (t != NULL) {
+        // A trainer that stops: what it holds unacknowledged goes to the others.
+        if (t->connected)
+            drop_trainer(b, t, NULL, now_ms, out);
+        send_code(b, out, token, STOKER_OK, NULL);
+    } else if (p == NULL) {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+    } else {
+        if (p->status != STOKER_PRODUCER_FINISHED) {
+            p->status = STOKER_PRODUCER_FINISHED;
+            stoker_info("producer-finished: producer %u '%s' after %llu examples", p->id, p->name,
+                        (unsigned long long)p->next_seq);
+            add_event(b, STOKER_EVENT_PRODUCER_FINISHED, p, now_ms, "goodbye");
+        }
+        send_code(b, out, token, STOKER_OK, NULL);
+    }
+    stoker_request_free(req);
+}
+
+void
+handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                 broker_outbox *out)
+{
+    producer *p = find_producer(b, req->session);
+    trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
+    if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
+        revive(b, p, pipe, now_ms, "heartbeat after silence");
+        send_code(b, out, token, STOKER_OK, NULL);
+    } else if (t != NULL) {
+        t->last_seen_ms = now_ms;
+        send_code(b, out, token, STOKER_OK, NULL);
+    } else {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+    }
+    stoker_request_free(req);
+}

@@ -1,0 +1,164 @@
+"""The broker's status has one set of names: /status (the broker's HTTP JSON), the Status reply
+as `python3 -m stoker.status --json` prints it, and /metrics all render one snapshot. A real
+broker with --metrics on a free port and real producers (one with a name that needs JSON
+escaping); the views must agree key for key and value for value (times within a margin)."""
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from helpers import BROKER, PRODUCER, run  # noqa: E402
+
+import stoker  # noqa: E402
+
+# Values that move with the clock: compared within a margin, not exactly.
+TIMES = {"uptime_s", "silent_s"}
+ODD_NAME = 'odd "name" \\ tab\t'
+
+
+class MetricsBroker:
+    """A broker on an ipc:// path with --metrics on a port the system picks (read back from its
+    "metrics http://HOST:PORT" line), and producers; close() leaves no process behind."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="stoker-status-")
+        self.url = "ipc://" + os.path.join(self.dir, "broker.ipc")
+        self.producers = []
+        self.broker = subprocess.Popen([BROKER, "--listen", self.url, "--metrics",
+                                        "http://127.0.0.1:0", "--log-level", "error"],
+                                       stdout=subprocess.PIPE)
+        self.http = None
+        seen = b""
+        deadline = time.monotonic() + 10
+        while self.http is None:
+            left = deadline - time.monotonic()
+            fd = self.broker.stdout.fileno()
+            chunk = os.read(fd, 4096) if left > 0 and select.select([fd], [], [], left)[0] else b""
+            seen += chunk
+            for line in seen.decode(errors="replace").splitlines():
+                if line.startswith("metrics http://"):
+                    self.http = line.split()[1]
+            if self.http is None and chunk == b"":
+                self.close()
+                raise RuntimeError("the broker did not print its metrics URL within 10 s: %r"
+                                   % seen)
+
+    def producer(self, name, *args):
+        self.producers.append(subprocess.Popen(
+            [PRODUCER, "--broker", self.url, "--name", name, "--log-level", "error"] + list(args)))
+
+    def get(self, path):
+        with urllib.request.urlopen(self.http + path, timeout=5) as r:
+            return r.read().decode()
+
+    def close(self):
+        for p in self.producers + [self.broker]:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if self.broker.stdout is not None:
+            self.broker.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def agree(a, b, where="status"):
+    """Asserts a and b (read after a) have the same keys at every level and the same values; the
+    times in b are at most 5 s later."""
+    assert type(a) is type(b), "%s: %r against %r" % (where, a, b)
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b), "%s: keys %s against %s" % (where, sorted(a), sorted(b))
+        for k in a:
+            if k in TIMES:
+                assert isinstance(a[k], float) and isinstance(b[k], float), (where, k)
+                # b was read after a: the clock only moved on.
+                assert 0.0 <= b[k] - a[k] < 5.0, "%s.%s: %r against %r" % (where, k, a[k], b[k])
+            else:
+                agree(a[k], b[k], "%s.%s" % (where, k))
+    elif isinstance(a, list):
+        assert len(a) == len(b), "%s: %d items against %d" % (where, len(a), len(b))
+        for i, (x, y) in enumerate(zip(a, b)):
+            agree(x, y, "%s[%d]" % (where, i))
+    else:
+        assert a == b, "%s: %r against %r" % (where, a, b)
+
+
+def settled(c, n):
+    """Waits until n producers have said goodbye (the counters then stand still)."""
+    deadline = time.monotonic() + 20
+    while True:
+        st = json.loads(c.get("/status"))
+        if len(st["producers"]) == n and all(p["state"] == "finished" for p in st["producers"]):
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError("producers did not finish: %r" % st["producers"])
+        time.sleep(0.05)
+
+
+def test_status_page_and_python_status_agree_key_for_key():
+    with MetricsBroker() as c:
+        for name in ("alpha", ODD_NAME):
+            c.producer(name, "--delay", "0:0", "--chunk", "8", "--max-examples", "24")
+        page = settled(c, 2)
+        out = subprocess.run([sys.executable, "-m", "stoker.status", c.url, "--json"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        agree(page, json.loads(out.stdout))
+        # What was asserted is not vacuous: the keys of both, the escaped name, the counters.
+        for key in ("uptime_s", "schema", "queue_depth", "max_bytes", "counters",
+                    "producers_alive", "trainers", "producers", "events"):
+            assert key in page, key
+        assert sorted(p["name"] for p in page["producers"]) == sorted(["alpha", ODD_NAME])
+        assert page["counters"]["produced"] == 48 and page["counters"]["queued"] == 48
+        assert page["counters"]["discrepancy"] == 0
+        assert [e["kind"] for e in page["events"]].count("producer_finished") == 2
+        # The library's own call and the table print the same snapshot.
+        agree(page, stoker.status(c.url))
+        table = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0, table.stderr
+        assert "0 producers alive, 0 trainers" in table.stdout, table.stdout
+
+
+def test_metrics_render_the_same_snapshot():
+    with MetricsBroker() as c:
+        c.producer("beta", "--delay", "0:0", "--chunk", "4", "--max-examples", "12")
+        page = settled(c, 1)
+        metrics = {}
+        for line in c.get("/metrics").splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                metrics[name] = float(value)
+        counters = page["counters"]
+        for key, metric in (("produced", "stoker_produced_total"),
+                            ("acknowledged", "stoker_acknowledged_total"),
+                            ("delivered", "stoker_delivered_total"),
+                            ("redelivered", "stoker_redelivered_total"),
+                            ("queued", "stoker_queued"), ("in_flight", "stoker_in_flight"),
+                            ("queued_bytes", "stoker_queued_bytes"),
+                            ("refused", "stoker_refused_total")):
+            assert metrics[metric] == counters[key], (metric, metrics[metric], counters[key])
+        assert metrics["stoker_producers_alive"] == page["producers_alive"]
+        assert metrics["stoker_trainers_connected"] == page["trainers"]
+        p = page["producers"][0]
+        labels = '{producer="%d",name="beta"}' % p["id"]
+        assert metrics["stoker_producer_queue_depth" + labels] == p["queued"] == 12
+        assert metrics["stoker_producer_accepted_total" + labels] == p["accepted"] == 12
+        assert metrics["stoker_producer_alive" + labels] == 0
+
+
+if __name__ == "__main__":
+    run(globals())
