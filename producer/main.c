@@ -50,8 +50,12 @@ usage(FILE *f)
         "images:\n"
         "  --images DIR            one subfolder of PNG/JPEG files per class\n"
         "  --size N                output side in pixels (default 64)\n"
-        "  --decode once|each      decode every file once at start (default), or for each\n"
-        "                          example as a data loader reading its dataset does\n"
+        "  --decode once|each      once (default): decode every file at start: start-up time\n"
+        "                          and memory grow with the folder, examples are cheapest;\n"
+        "                          each: check headers only at start (fast, no pixels held),\n"
+        "                          read and decode the file for every example as a data loader\n"
+        "                          does (one decode per example; a file that fails is logged\n"
+        "                          with its path and skipped)\n"
         "  --help, --version\n");
 }
 

@@ -85,25 +85,25 @@ stop_when_the_queue_is_full(const char *name, const char *const *args)
 
 Test(stop, synthetic_producer_on_a_full_queue_exits_at_once_and_says_goodbye)
 {
-    stop_when_the_queue_is_full(
-        "synth", E2E_ARGS("--delay", "0:0", "--chunk", "3", "--log-level", "info"));
+    stop_when_the_queue_is_full("synth",
+                                E2E_ARGS("--delay", "0:0", "--chunk", "3", "--log-level", "info"));
 }
 
 Test(stop, exec_producer_on_a_full_queue_exits_at_once_and_says_goodbye)
 {
-    stop_when_the_queue_is_full(
-        "exec-text", E2E_ARGS("--generator", "exec", "--exec", "yes '0.5 1.5'", "--schema",
-                              "input:float32[1],output:float32[1]", "--chunk", "3",
-                              "--log-level", "info"));
+    stop_when_the_queue_is_full("exec-text",
+                                E2E_ARGS("--generator", "exec", "--exec", "yes '0.5 1.5'",
+                                         "--schema", "input:float32[1],output:float32[1]",
+                                         "--chunk", "3", "--log-level", "info"));
 }
 
 // The case of the report: 150 KB raw records (float32[38400]), four to a push.
 Test(stop, large_example_exec_producer_on_a_full_queue_exits_at_once_and_says_goodbye)
 {
-    stop_when_the_queue_is_full(
-        "exec-large",
-        E2E_ARGS("--generator", "exec", "--exec", "cat /dev/zero", "--format", "raw", "--schema",
-                 "input:float32[38400]", "--chunk", "4", "--log-level", "info"));
+    stop_when_the_queue_is_full("exec-large",
+                                E2E_ARGS("--generator", "exec", "--exec", "cat /dev/zero",
+                                         "--format", "raw", "--schema", "input:float32[38400]",
+                                         "--chunk", "4", "--log-level", "info"));
 }
 
 // Not the queue but the generator holds it: a child that writes nothing for a minute.
@@ -113,9 +113,9 @@ Test(stop, exec_producer_waiting_for_a_slow_child_exits_at_once_and_says_goodbye
     e2e_broker_url(url, sizeof(url), "broker");
     e2e_child *broker = e2e_broker_start(url, NULL);
     e2e_child *p = e2e_producer_start(
-        url, "slow", E2E_ARGS("--generator", "exec", "--exec", "echo 1 2; sleep 60", "--schema",
-                              "input:float32[1],output:float32[1]", "--chunk", "1",
-                              "--log-level", "info"));
+        url, "slow",
+        E2E_ARGS("--generator", "exec", "--exec", "echo 1 2; sleep 60", "--schema",
+                 "input:float32[1],output:float32[1]", "--chunk", "1", "--log-level", "info"));
     cr_assert(e2e_wait_producer(url, "slow", 1, -1, 10000), "the first example never arrived");
     stoker_sleep_ms(200, NULL);
     double ms = stop_ms(p);
