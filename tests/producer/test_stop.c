@@ -35,8 +35,8 @@ stop_ms(e2e_child *p)
 }
 
 // Asserts the broker reports the producer finished (goodbye, not lost) with as many examples
-// accepted as the producer's "finished: N examples" log line says it pushed.
-static void
+// accepted as the producer's "finished: N examples" log line says it pushed; returns that.
+static uint64_t
 assert_finished(const char *url, const e2e_child *p, const char *name)
 {
     stoker_status *st = h_status(url);
@@ -57,15 +57,18 @@ assert_finished(const char *url, const e2e_child *p, const char *name)
     free(log);
     cr_assert_eq(accepted, pushed, "the broker accepted %llu, the producer says it pushed %llu",
                  (unsigned long long)accepted, pushed);
+    return pushed;
 }
 
-// Runs producer name with args against a broker whose queue it fills (nobody pulls), waits
-// until the queue is full and its next push has waited for room a while, then stops it.
-static void
-stop_when_the_queue_is_full(const char *name, const char *const *args)
+// Runs producer name with args against a broker (on broker_name) whose queue it fills (nobody
+// pulls), waits until the queue is full and its next push has waited for room a while, stops it
+// and checks it said goodbye and nothing it abandoned is taken later. Returns the milliseconds
+// from SIGTERM to its exit.
+static double
+stop_when_the_queue_is_full(const char *broker_name, const char *name, const char *const *args)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
+    e2e_broker_url(url, sizeof(url), broker_name);
     e2e_child *broker = e2e_broker_start(url, E2E_ARGS("--queue-depth", QUEUE_DEPTH));
     e2e_child *p = e2e_producer_start(url, name, args);
     cr_assert(e2e_wait_producer(url, name, (uint64_t)atoi(QUEUE_DEPTH) - 4, -1, 10000),
@@ -76,41 +79,64 @@ stop_when_the_queue_is_full(const char *name, const char *const *args)
     double ms = stop_ms(p);
     fprintf(stderr, "producer '%s' blocked on a full queue exited %.1f ms after SIGTERM\n", name,
             ms);
-    cr_assert_lt(ms, STOP_LIMIT_MS, "producer '%s' took %.1f ms to exit after SIGTERM (target 100)",
-                 name, ms);
-    assert_finished(url, p, name);
+    uint64_t pushed = assert_finished(url, p, name);
+
+    // The push abandoned on stop is not taken later when room appears: a trainer that drains
+    // the queue at once (well within the broker's park time) gets exactly what was pushed.
+    stoker_trainer_client *tc = e2e_trainer_client(url, 4, 5000);
+    e2e_examples ex = {0};
+    int rv = e2e_drain(tc, &ex, 10000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    cr_assert_eq(ex.n, pushed, "drained %zu examples, the producer pushed %llu", ex.n,
+                 (unsigned long long)pushed);
+    cr_assert_eq(e2e_duplicates(&ex), 0);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
     e2e_broker_stop(broker);
+    return ms;
+}
+
+// A producer blocked on a full queue exits within STOP_LIMIT_MS of SIGTERM. On a machine busy
+// with other work one slow stop is measured again once: before the fix every stop took > 1 s.
+static void
+assert_stops_fast(const char *name, const char *const *args)
+{
+    double ms = stop_when_the_queue_is_full("broker", name, args);
+    if (ms >= STOP_LIMIT_MS) {
+        fprintf(stderr, "%.1f ms: measuring once more\n", ms);
+        ms = stop_when_the_queue_is_full("broker-again", name, args);
+    }
+    cr_assert_lt(ms, STOP_LIMIT_MS, "producer '%s' took %.1f ms to exit after SIGTERM (target 100)",
+                 name, ms);
 }
 
 Test(stop, synthetic_producer_on_a_full_queue_exits_at_once_and_says_goodbye)
 {
-    stop_when_the_queue_is_full("synth",
-                                E2E_ARGS("--delay", "0:0", "--chunk", "3", "--log-level", "info"));
+    assert_stops_fast("synth", E2E_ARGS("--delay", "0:0", "--chunk", "3", "--log-level", "info"));
 }
 
 Test(stop, exec_producer_on_a_full_queue_exits_at_once_and_says_goodbye)
 {
-    stop_when_the_queue_is_full("exec-text",
-                                E2E_ARGS("--generator", "exec", "--exec", "yes '0.5 1.5'",
-                                         "--schema", "input:float32[1],output:float32[1]",
-                                         "--chunk", "3", "--log-level", "info"));
+    assert_stops_fast("exec-text", E2E_ARGS("--generator", "exec", "--exec", "yes '0.5 1.5'",
+                                            "--schema", "input:float32[1],output:float32[1]",
+                                            "--chunk", "3", "--log-level", "info"));
 }
 
 // The case of the report: 150 KB raw records (float32[38400]), four to a push.
 Test(stop, large_example_exec_producer_on_a_full_queue_exits_at_once_and_says_goodbye)
 {
-    stop_when_the_queue_is_full("exec-large",
-                                E2E_ARGS("--generator", "exec", "--exec", "cat /dev/zero",
-                                         "--format", "raw", "--schema", "input:float32[38400]",
-                                         "--chunk", "4", "--log-level", "info"));
+    assert_stops_fast("exec-large", E2E_ARGS("--generator", "exec", "--exec", "cat /dev/zero",
+                                             "--format", "raw", "--schema", "input:float32[38400]",
+                                             "--chunk", "4", "--log-level", "info"));
 }
 
 // Not the queue but the generator holds it: a child that writes nothing for a minute.
-Test(stop, exec_producer_waiting_for_a_slow_child_exits_at_once_and_says_goodbye)
+static double
+stop_while_the_child_is_silent(const char *broker_name)
 {
     char url[256];
-    e2e_broker_url(url, sizeof(url), "broker");
+    e2e_broker_url(url, sizeof(url), broker_name);
     e2e_child *broker = e2e_broker_start(url, NULL);
     e2e_child *p = e2e_producer_start(
         url, "slow",
@@ -120,9 +146,19 @@ Test(stop, exec_producer_waiting_for_a_slow_child_exits_at_once_and_says_goodbye
     stoker_sleep_ms(200, NULL);
     double ms = stop_ms(p);
     fprintf(stderr, "producer waiting for a slow exec child exited %.1f ms after SIGTERM\n", ms);
-    cr_assert_lt(ms, STOP_LIMIT_MS, "the producer took %.1f ms to exit after SIGTERM (target 100)",
-                 ms);
     assert_finished(url, p, "slow");
     h_assert_identity(url);
     e2e_broker_stop(broker);
+    return ms;
+}
+
+Test(stop, exec_producer_waiting_for_a_slow_child_exits_at_once_and_says_goodbye)
+{
+    double ms = stop_while_the_child_is_silent("broker");
+    if (ms >= STOP_LIMIT_MS) {
+        fprintf(stderr, "%.1f ms: measuring once more\n", ms);
+        ms = stop_while_the_child_is_silent("broker-again");
+    }
+    cr_assert_lt(ms, STOP_LIMIT_MS, "the producer took %.1f ms to exit after SIGTERM (target 100)",
+                 ms);
 }
