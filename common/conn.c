@@ -1,8 +1,10 @@
 // A REQ socket to the broker, synchronous calls on contexts, and the status helper.
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -94,48 +96,124 @@ conn_close(conn *c)
     }
 }
 
+// Completion of a call's aio, signalled to the waiting thread.
+typedef struct call_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} call_waiter;
+
+static void
+call_done(void *arg)
+{
+    call_waiter *w = arg;
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+// Whether stop says to abandon the call now; notes when the flag was first seen.
+static int
+give_up_now(conn_stop *stop)
+{
+    if (stop == NULL || stop->flag == NULL || !*stop->flag)
+        return 0;
+    uint64_t now = stoker_now_ms();
+    if (stop->seen_ms == 0)
+        stop->seen_ms = now;
+    return now >= stop->seen_ms + stop->grace_ms;
+}
+
+// Waits for the operation started on aio; aborts it (result NNG_EINTR) when stop says so. The
+// flag is looked at every CALL_POLL_MS: a signal handler can set it, but cannot wake us.
+#define CALL_POLL_MS 5
+static void
+call_wait(nng_aio *aio, call_waiter *w, conn_stop *stop)
+{
+    if (stop != NULL && stop->flag != NULL) {
+        pthread_mutex_lock(&w->mu);
+        while (!w->done && !give_up_now(stop)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_nsec += CALL_POLL_MS * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        }
+        int done = w->done;
+        pthread_mutex_unlock(&w->mu);
+        if (!done)
+            nng_aio_abort(aio, NNG_EINTR);
+    }
+    nng_aio_wait(aio); // also waits for call_done to return
+    w->done = 0;
+}
+
 int
-conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_reply **out,
-          char *err, size_t err_len)
+conn_call_until(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
+                stoker_reply **out, char *err, size_t err_len)
 {
     nng_msg *msg;
     nng_aio *aio;
+    call_waiter w = {.done = 0};
     int rv = stoker_wire_encode_request(req, &msg);
     if (rv != STOKER_OK) {
         snprintf(err, err_len, "cannot encode request: %s", stoker_strerror(rv));
         return rv;
     }
-    if ((rv = nng_aio_alloc(&aio, NULL, NULL)) != 0) {
+    if ((rv = nng_aio_alloc(&aio, call_done, &w)) != 0) {
         nng_msg_free(msg);
         snprintf(err, err_len, "out of memory");
         return STOKER_NOMEM;
     }
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w.cv, &ca);
+    pthread_condattr_destroy(&ca);
     // One deadline for send and receive together.
     uint64_t deadline = stoker_now_ms() + timeout_ms;
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
     nng_aio_set_msg(aio, msg);
     nng_ctx_send(ctx, aio);
-    nng_aio_wait(aio);
+    call_wait(aio, &w, stop);
     if ((rv = nng_aio_result(aio)) != 0) {
         nng_msg_free(nng_aio_get_msg(aio));
-        nng_aio_free(aio);
-        snprintf(err, err_len, "send: %s", nng_strerror(rv));
-        return stoker_err_from_nng(rv);
+        snprintf(err, err_len, "send: %s",
+                 rv == NNG_EINTR ? "abandoned on stop" : nng_strerror(rv));
+        goto out;
     }
     uint64_t now = stoker_now_ms();
     nng_aio_set_timeout(aio, now < deadline ? (nng_duration)(deadline - now) : 1);
     nng_ctx_recv(ctx, aio);
-    nng_aio_wait(aio);
+    call_wait(aio, &w, stop);
     if ((rv = nng_aio_result(aio)) != 0) {
-        nng_aio_free(aio);
-        snprintf(err, err_len, "receive: %s", nng_strerror(rv));
-        return stoker_err_from_nng(rv);
+        snprintf(err, err_len, "receive: %s",
+                 rv == NNG_EINTR ? "abandoned on stop" : nng_strerror(rv));
+        goto out;
     }
     msg = nng_aio_get_msg(aio);
-    nng_aio_free(aio);
     if ((rv = stoker_wire_decode_reply_msg(msg, out, err, err_len)) != STOKER_OK)
         nng_msg_free(msg);
+    nng_aio_free(aio);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
     return rv;
+
+out:
+    nng_aio_free(aio);
+    pthread_cond_destroy(&w.cv);
+    pthread_mutex_destroy(&w.mu);
+    return stoker_err_from_nng(rv);
+}
+
+int
+conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_reply **out,
+          char *err, size_t err_len)
+{
+    return conn_call_until(ctx, req, timeout_ms, NULL, out, err, err_len);
 }
 
 void

@@ -29,6 +29,20 @@ void conn_close(conn *c);
 int conn_call(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, stoker_reply **out,
               char *err, size_t err_len);
 
+// When a call may be abandoned: grace_ms after *flag is first seen nonzero (seen_ms, set by the
+// call, 0 until then, so one stop spans several calls). flag NULL: never.
+typedef struct conn_stop {
+    const volatile int *flag;
+    uint32_t grace_ms;
+    uint64_t seen_ms;
+} conn_stop;
+
+// conn_call that also watches stop (may be NULL), every few ms: once its grace has passed, the
+// request is abandoned and STOKER_INTERRUPTED returned. An abandoned request may still have
+// reached the broker and be applied there; only a later answer tells (for pushes: goodbye's).
+int conn_call_until(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
+                    stoker_reply **out, char *err, size_t err_len);
+
 // Moves the counters, producers and events of a successful STATUS reply into a new status
 // (*out, owned by the caller). STOKER_OK or STOKER_NOMEM (rep unchanged).
 int conn_status_from_reply(stoker_reply *rep, stoker_status **out);

@@ -102,9 +102,10 @@ pusher_main(void *arg)
         int rv = push_chunk(pl, chunk, first_seq);
         pthread_mutex_lock(&pl->mu);
         if (rv == STOKER_INTERRUPTED) {
-            // Stopped while the broker had no room: this chunk was not accepted (the seq rule
-            // makes that exact), everything before it was.
-            stoker_info("producer '%s': stopped with seq %llu.. not accepted (queue full)",
+            // Stopped while the broker had no room (or was unreachable): the push was abandoned;
+            // goodbye's answer says whether the broker took it after all.
+            stoker_info("producer '%s': stopped with seq %llu.. waiting for room (queue full); "
+                        "not pushing it",
                         pl->name, (unsigned long long)first_seq);
         } else if (rv != STOKER_OK) {
             stoker_error("producer '%s': push of seq %llu failed: %s (%s)", pl->name,
@@ -267,8 +268,17 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         rv = gen_rv;
         goto out;
     }
+    uint64_t acked_seq = stoker_producer_client_next_seq(pc);
     if ((rv = stoker_producer_client_goodbye(pc)) != STOKER_OK)
         stoker_warn("producer '%s': goodbye not acknowledged: %s", name, stoker_strerror(rv));
+    if (stoker_producer_client_next_seq(pc) > acked_seq) {
+        // A push abandoned on stop had been taken: count it, so our count is the broker's.
+        uint64_t taken = stoker_producer_client_next_seq(pc) - acked_seq;
+        stoker_info("producer '%s': the broker had taken seq %llu..%llu before the stop", name,
+                    (unsigned long long)acked_seq, (unsigned long long)(acked_seq + taken - 1));
+        st.examples += taken;
+        st.pushes++;
+    }
     rv = STOKER_OK;
     stoker_info("producer '%s' finished: %llu examples in %llu pushes (%s)", name,
                 (unsigned long long)st.examples, (unsigned long long)st.pushes,

@@ -1,5 +1,8 @@
 // Producer client: hello / push / heartbeat / goodbye over one REQ socket with two contexts
 // (the pushing thread's and the heartbeat thread's). The seq rule makes every resend safe.
+// A stop (opts.stop) gives the pushes STOP_GRACE_MS: a push the broker can take is answered in
+// that time; one parked for room (queue full) or sent to a broker that is gone is abandoned, and
+// goodbye's answer then says where the session ended.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,6 +16,8 @@
 #include "stoker/producer_client.h"
 #include "stoker/rng.h"
 
+#define STOP_GRACE_MS 40
+
 struct stoker_producer_client {
     stoker_client_options opts;
     char url[512];
@@ -23,6 +28,7 @@ struct stoker_producer_client {
     nng_ctx push_ctx;
     nng_ctx beat_ctx;
     uint64_t next_seq;
+    conn_stop stop; // the pushing thread's: opts.stop with STOP_GRACE_MS
     uint32_t id;
     _Atomic int said_hello;
     char error[STOKER_MESSAGE_MAX];
@@ -111,6 +117,8 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     if (pc->opts.session == 0)
         pc->opts.session = stoker_random_u64();
     pc->schema = *schema;
+    pc->stop.flag = opts->stop;
+    pc->stop.grace_ms = STOP_GRACE_MS;
     pthread_mutex_init(&pc->lock, NULL);
     pthread_cond_init(&pc->cond, NULL);
     if ((rv = conn_open(&pc->conn, pc->url, opts->max_message_bytes, opts->reconnect_max_ms,
@@ -141,9 +149,10 @@ fail_conn:
     return rv;
 }
 
-// One hello attempt. Returns STOKER_OK, a refusal code (final), or a transport code (retry).
+// One hello attempt. Returns STOKER_OK, a refusal code (final), a transport code (retry), or
+// STOKER_INTERRUPTED when stop (may be NULL) abandoned it.
 static int
-hello_once(stoker_producer_client *pc)
+hello_once(stoker_producer_client *pc, conn_stop *stop)
 {
     stoker_request req = {
         .method = STOKER_HELLO,
@@ -158,7 +167,8 @@ hello_once(stoker_producer_client *pc)
     stoker_reply *rep = NULL;
     char err[256];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
-    int rv = conn_call(pc->push_ctx, &req, pc->opts.request_timeout_ms, &rep, err, sizeof(err));
+    int rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, stop, &rep, err,
+                             sizeof(err));
     if (rv != STOKER_OK) {
         conn_copy_str(pc->error, sizeof(pc->error), err);
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
@@ -200,7 +210,7 @@ stoker_producer_client_hello(stoker_producer_client *pc)
     for (;;) {
         if (stopped(pc))
             return STOKER_INTERRUPTED;
-        int rv = hello_once(pc);
+        int rv = hello_once(pc, &pc->stop);
         if (!transient(rv))
             return rv;
         if (stoker_now_ms() >= give_up) {
@@ -220,17 +230,24 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
         first_seq != pc->next_seq)
         return STOKER_INVALID;
     stoker_request req = {.method = STOKER_PUSH, .first_seq = first_seq, .chunk = *chunk};
-    uint64_t start = stoker_now_ms();
-    uint64_t give_up = start + pc->opts.give_up_ms;
+    uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
     int logged_down = 0;
     for (;;) {
-        // A stop request lets the push in flight finish, but not wait on a dead broker forever.
-        if (stopped(pc) && stoker_now_ms() > start + 2000)
-            return STOKER_INTERRUPTED;
+        // After a stop, pushes get STOP_GRACE_MS in all (conn_stop): one the broker can take is
+        // answered by then; one waiting for room, or for a broker that is gone, is abandoned.
+        if (stopped(pc)) {
+            uint64_t now = stoker_now_ms();
+            if (pc->stop.seen_ms == 0)
+                pc->stop.seen_ms = now;
+            if (now >= pc->stop.seen_ms + pc->stop.grace_ms)
+                return STOKER_INTERRUPTED;
+        }
         int rv;
         if (!pc->said_hello) {
-            rv = hello_once(pc);
+            rv = hello_once(pc, &pc->stop);
+            if (rv == STOKER_INTERRUPTED)
+                return rv;
             if (rv != STOKER_OK)
                 goto failed;
         }
@@ -238,7 +255,10 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
         stoker_reply *rep = NULL;
         char err[256];
         atomic_store(&pc->last_sent_ms, stoker_now_ms());
-        rv = conn_call(pc->push_ctx, &req, pc->opts.request_timeout_ms, &rep, err, sizeof(err));
+        rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep, err,
+                             sizeof(err));
+        if (rv == STOKER_INTERRUPTED)
+            return rv; // abandoned: goodbye's answer says whether the broker took it
         if (rv != STOKER_OK) {
             conn_copy_str(pc->error, sizeof(pc->error), err);
             rv = rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
@@ -258,8 +278,11 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
         }
         conn_copy_str(pc->error, sizeof(pc->error), rep->message);
         stoker_reply_free(rep);
-        if (rv == STOKER_RETRY)
-            continue; // the broker already waited for room
+        if (rv == STOKER_RETRY) {
+            if (stopped(pc))
+                return STOKER_INTERRUPTED; // no room, and no reason to wait for it any more
+            continue;                      // the broker already waited for room
+        }
         if (rv == STOKER_UNKNOWN_PEER) {
             pc->said_hello = 0;
             continue;
@@ -321,8 +344,10 @@ stoker_producer_client_goodbye(stoker_producer_client *pc)
             rv = rep->code;
             if (rv != STOKER_OK)
                 conn_copy_str(pc->error, sizeof(pc->error), rep->message);
+            else if (rep->acked_through > pc->next_seq)
+                pc->next_seq = rep->acked_through; // took an abandoned push after all
             stoker_reply_free(rep);
-            if (rv == STOKER_UNKNOWN_PEER && hello_once(pc) == STOKER_OK)
+            if (rv == STOKER_UNKNOWN_PEER && hello_once(pc, NULL) == STOKER_OK)
                 continue;
             return rv;
         }

@@ -1,13 +1,14 @@
 // The `exec` generator: a child process (/bin/sh -c CMD) writes examples to a pipe, text or raw,
 // and each fill parses one. The child is started with fork+exec, doing only async-signal-safe
 // calls between the two (nng's threads may be running). It does not time out a slow child: a fill
-// blocks until the example arrives or the child's output ends.
+// blocks until the example arrives, the child's output ends, or the producer is told to stop.
 #include "exec.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,12 +21,14 @@
 
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/producer.h"
 
 #define READ_CHUNK_BYTES  65536
 #define MAX_LINE_BYTES    (64u << 20) // a longer line is an error, not unbounded growth
 #define STOP_GRACE_MS     1000        // SIGTERM, then this long before SIGKILL
 #define EXIT_WAIT_MS      5000        // after EOF, how long the child may take to exit
 #define SCHEMA_TEXT_BYTES 1024
+#define STOP_POLL_MS      10 // how often a fill waiting for the child looks at the stop flag
 
 typedef struct exec_gen {
     char *cmd;
@@ -163,8 +166,25 @@ finish(exec_gen *g)
     return STOKER_IO;
 }
 
+// Waits until the child's output is readable. STOKER_INTERRUPTED when the producer's stop flag
+// (stoker_producer_stop_flag: SIGINT/SIGTERM) is set first, so a slow child never holds a
+// producer that was told to stop.
+static int
+wait_readable(exec_gen *g)
+{
+    const volatile int *stop = stoker_producer_stop_flag();
+    struct pollfd pfd = {.fd = g->fd, .events = POLLIN};
+    while (!*stop) {
+        int n = poll(&pfd, 1, STOP_POLL_MS);
+        if (n > 0 || (n < 0 && errno != EINTR))
+            return STOKER_OK; // readable, at its end, or broken: read() tells which
+    }
+    return STOKER_INTERRUPTED;
+}
+
 // Reads more of the child's output into buf; grows buf when it is full. Returns STOKER_OK (with
-// g->eof set at the end of output), STOKER_TOO_LARGE or STOKER_IO.
+// g->eof set at the end of output), STOKER_TOO_LARGE, STOKER_IO or STOKER_INTERRUPTED (a stop,
+// see wait_readable; nothing read is lost).
 static int
 fill_buffer(exec_gen *g)
 {
@@ -184,6 +204,9 @@ fill_buffer(exec_gen *g)
         g->cap = cap;
     }
     for (;;) {
+        int rv = wait_readable(g);
+        if (rv != STOKER_OK)
+            return rv;
         ssize_t n = read(g->fd, g->buf + g->end, g->cap - g->end);
         if (n > 0) {
             g->end += (size_t)n;
@@ -482,6 +505,8 @@ exec_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
         total += stoker_field_bytes(&g->schema.fields[f]);
     }
     int rv = g->format == EXEC_TEXT ? read_text(g, off) : read_raw(g);
+    if (rv == STOKER_INTERRUPTED)
+        return rv; // a stop, not an end: the partial example stays buffered
     if (rv != STOKER_OK) {
         g->final_rv = rv;
         return rv;

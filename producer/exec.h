@@ -36,9 +36,11 @@ int exec_format_parse(const char *name, exec_format *out);
 // the child closed its output after whole examples and exited with status 0; STOKER_IO (message
 // logged, e.g. "exec: command 'x' exited with status 127") when it exited otherwise or was killed;
 // STOKER_INVALID (message logged, naming the line or record and what was expected) for a malformed
-// line or a short record. Nothing is written into fields unless it returns STOKER_OK. After an
-// error or the end, every later call returns the same code. seq and seed are ignored: the child
-// decides what it sends.
+// line or a short record; STOKER_INTERRUPTED within ~10 ms of stoker_producer_stop_flag() being
+// set (SIGINT/SIGTERM, with the producer's handlers) while it waits for the child, which is not
+// sticky. Nothing is written into fields unless it returns STOKER_OK. After an error or the end,
+// every later call returns the same code. seq and seed are ignored: the child decides what it
+// sends.
 //
 // The destroy callback (stoker_generator_fini) closes the child's output, sends SIGTERM to its
 // process group, waits up to 1 s, then sends SIGKILL and reaps it: no child is left behind.

@@ -1,9 +1,11 @@
 // The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API) and
 // JPEG (libjpeg-turbo) files into memory once, then makes each example from those pixels with a
 // random resized crop, flip and color jitter. Decoding everything up front keeps fill free of
-// I/O and allocation; the price is memory, bounded by IMAGES_MAX_DECODED_BYTES. With
-// decode_each the files' bytes are kept instead and each example decodes its image, as a data
-// loader reading a dataset does (the same bytes come out either way). Shrinking is plain bilinear
+// I/O and allocation; the price is memory, bounded by IMAGES_MAX_DECODED_BYTES, and start-up
+// time. With decode_each only the files' headers are read at start (signature and dimensions)
+// and each example reads and decodes its file, as a data loader reading a dataset does (the same
+// bytes come out either way); a file that fails then is reported, skipped and counted, and
+// another image is drawn in its place. Shrinking is plain bilinear
 // without antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine
 // for augmentation.
 #include "images.h"
@@ -12,12 +14,15 @@
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -35,12 +40,14 @@
 #define MAX_IMAGE_SIDE 65535u // per side; protects the size arithmetic from hostile headers
 #define PIXEL_PAD      1      // bytes after each image: a pixel is read as 4 bytes (RGB + 1)
 
+#define MAX_REDRAWS 16 // random draws for a bad file's replacement; then the next good file
+
 typedef struct image {
-    uint8_t *rgb;  // (height, width, 3), then PIXEL_PAD zero bytes; NULL when decoded per example
-    uint8_t *file; // the file's bytes, kept when decoded per example (else NULL)
-    size_t file_len;
+    uint8_t *rgb; // (height, width, 3), then PIXEL_PAD zero bytes; NULL when decoded per example
+    char *path;   // the file, read for each example when decoded per example (else NULL)
     uint32_t width, height;
     int32_t label;
+    bool bad; // decoded per example, it failed once: skipped from then on
 } image;
 
 typedef struct images_gen {
@@ -50,6 +57,8 @@ typedef struct images_gen {
     size_t n_images, cap_images;
     image *images;
     size_t decoded_bytes;
+    size_t n_bad;        // decode_each: files that failed to decode and are skipped
+    uint64_t n_replaced; // decode_each: examples made from another image than the one drawn
     // Per-example sampling tables, reused by every fill: for output column x, the byte offsets in
     // a source row of its two neighbours and the weight of the second; the same for rows.
     uint32_t *col0, *col1, *row0, *row1;
@@ -68,9 +77,13 @@ images_destroy(void *user)
     images_gen *g = user;
     if (g == NULL)
         return;
+    if (g->n_bad > 0)
+        stoker_warn("images: %zu of %zu files could not be decoded and were skipped; %llu "
+                    "examples were made from another image instead",
+                    g->n_bad, g->n_images, (unsigned long long)g->n_replaced);
     for (size_t i = 0; i < g->n_images; i++) {
         free(g->images[i].rgb);
-        free(g->images[i].file);
+        free(g->images[i].path);
     }
     free(g->images);
     free(g->col0);
@@ -163,7 +176,7 @@ list_dir(const char *dir, bool want_dirs, name_list *out, char *err, size_t err_
     }
     closedir(d);
     if (rv != STOKER_OK) {
-        stoker_errorf(err, err_len, rv, "images: out of memory listing '%s'", dir);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory listing '%s'", dir);
         names_free(&l);
         return rv;
     }
@@ -318,8 +331,9 @@ decode_jpeg(images_gen *g, const char *path, const uint8_t *data, size_t len, im
         if (cmyk)
             cmyk_row = malloc((size_t)cinfo.output_width * 4);
         if (buf == NULL || (cmyk && cmyk_row == NULL)) {
-            rv = stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'",
-                               path);
+            stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory decoding '%s'",
+                          path);
+            rv = STOKER_NOMEM;
         }
     }
     if (rv != STOKER_OK) {
@@ -360,7 +374,7 @@ read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_l
     FILE *f = fopen(path, "rb");
     struct stat st;
     if (f == NULL || fstat(fileno(f), &st) != 0) {
-        stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: cannot read '%s': %s", path,
                       strerror(errno));
         if (f != NULL)
             fclose(f);
@@ -374,7 +388,7 @@ read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_l
                              path);
     }
     if (fread(buf, 1, n, f) != n) {
-        stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': short read", path);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: cannot read '%s': short read", path);
         fclose(f);
         free(buf);
         return STOKER_IO;
@@ -400,6 +414,125 @@ decode_any(images_gen *g, const char *path, const uint8_t *data, size_t len, ima
                          len == 0 ? "empty" : "unknown signature");
 }
 
+// Reads n bytes at off of fd into buf; false at the end of the file or on an error.
+static bool
+read_at(int fd, off_t off, uint8_t *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t r = pread(fd, buf, n, off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        buf += r;
+        n -= (size_t)r;
+        off += r;
+    }
+    return true;
+}
+
+static uint32_t
+be16(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 8 | p[1];
+}
+
+static uint32_t
+be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+// JPEG: walks the marker segments from the start of the image to the first frame header (SOF)
+// and reads its dimensions. Only segment headers are read, not the data.
+static bool
+jpeg_dimensions(int fd, uint32_t *width, uint32_t *height)
+{
+    off_t off = 2; // after SOI
+    uint8_t m[9];
+    for (int segments = 0; segments < 1024; segments++) {
+        if (!read_at(fd, off, m, 2) || m[0] != 0xff)
+            return false;
+        uint8_t marker = m[1];
+        if (marker == 0xff) { // fill byte
+            off++;
+            continue;
+        }
+        if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8)) { // no length
+            off += 2;
+            continue;
+        }
+        if (marker == 0xd9 || marker == 0xda) // end of image or scan data before any frame
+            return false;
+        bool sof =
+            marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
+        if (sof) {
+            // length (2), precision (1), height (2), width (2)
+            if (!read_at(fd, off + 2, m, 7))
+                return false;
+            *height = be16(m + 3);
+            *width = be16(m + 5);
+            return true;
+        }
+        if (!read_at(fd, off + 2, m, 2) || be16(m) < 2)
+            return false;
+        off += 2 + be16(m);
+    }
+    return false;
+}
+
+// Checks the file at path is a PNG (signature, IHDR) or a JPEG (SOI, a frame header) of
+// dimensions that can be decoded, reading only its header. STOKER_OK with the dimensions;
+// STOKER_IO (unreadable), STOKER_INVALID or STOKER_TOO_LARGE with err naming path.
+static int
+probe_header(const char *path, uint32_t *width, uint32_t *height, char *err, size_t err_len)
+{
+    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
+                             strerror(errno));
+    }
+    uint8_t h[24];
+    ssize_t n;
+    while ((n = pread(fd, h, sizeof h, 0)) < 0 && errno == EINTR) {
+    }
+    bool ok;
+    const char *kind;
+    if (n >= 8 && memcmp(h, png_magic, 8) == 0) {
+        kind = "PNG";
+        ok = n == (ssize_t)sizeof h && memcmp(h + 12, "IHDR", 4) == 0;
+        if (ok) {
+            *width = be32(h + 16);
+            *height = be32(h + 20);
+        }
+    } else if (n >= 3 && h[0] == 0xff && h[1] == 0xd8 && h[2] == 0xff) {
+        kind = "JPEG";
+        ok = jpeg_dimensions(fd, width, height);
+    } else {
+        close(fd);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s' is not a PNG or JPEG file (%s)",
+                      path, n == 0 ? "empty" : "unknown signature");
+        return n < 0 ? STOKER_IO : STOKER_INVALID;
+    }
+    close(fd);
+    if (!ok) {
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "images: '%s': corrupt %s: no readable %s", path, kind,
+                             strcmp(kind, "PNG") == 0 ? "IHDR chunk" : "frame header");
+    }
+    if (*width == 0 || *height == 0 || *width > MAX_IMAGE_SIDE || *height > MAX_IMAGE_SIDE) {
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "images: '%s': unsupported dimensions %ux%u", path, *width, *height);
+    }
+    if ((size_t)*width * *height * 3 > IMAGES_MAX_DECODED_BYTES) {
+        return stoker_errorf(err, err_len, STOKER_TOO_LARGE,
+                             "images: '%s': %ux%u pixels need more than %zu MiB decoded", path,
+                             *width, *height, IMAGES_MAX_DECODED_BYTES >> 20);
+    }
+    return STOKER_OK;
+}
+
 static int
 load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err_len)
 {
@@ -412,29 +545,23 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
         g->images = images;
         g->cap_images = cap;
     }
+    image im = {.label = label};
+    int rv;
+    if (g->decode_each) {
+        // Only the header now; the pixels when an example needs them.
+        if ((rv = probe_header(path, &im.width, &im.height, err, err_len)) != STOKER_OK)
+            return rv;
+        if ((im.path = strdup(path)) == NULL) {
+            return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
+        }
+        g->images[g->n_images++] = im;
+        return STOKER_OK;
+    }
     uint8_t *data = NULL;
     size_t len = 0;
-    int rv = read_file(path, &data, &len, err, err_len);
-    if (rv != STOKER_OK)
+    if ((rv = read_file(path, &data, &len, err, err_len)) != STOKER_OK)
         return rv;
-    image im = {.label = label};
     rv = decode_any(g, path, data, len, &im, err, err_len);
-    if (rv == STOKER_OK && g->decode_each) {
-        // Decoded once to check it and learn its size; kept as file bytes from now on.
-        g->decoded_bytes -= (size_t)im.width * im.height * 3;
-        free(im.rgb);
-        im.rgb = NULL;
-        if (len > IMAGES_MAX_DECODED_BYTES - g->decoded_bytes) {
-            rv = stoker_errorf(err, err_len, STOKER_TOO_LARGE,
-                               "images: the files need more than %zu MiB (limit reached at '%s')",
-                               IMAGES_MAX_DECODED_BYTES >> 20, path);
-        } else {
-            im.file = data;
-            im.file_len = len;
-            data = NULL;
-            g->decoded_bytes += len;
-        }
-    }
     free(data);
     if (rv == STOKER_OK)
         g->images[g->n_images++] = im;
@@ -470,9 +597,9 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         name_list files = {0};
         rv = list_dir(class_dir, false, &files, err, err_len);
         if (rv == STOKER_OK && files.n == 0) {
-            rv = stoker_errorf(err, err_len, STOKER_INVALID,
-                               "images: class folder '%s' has no .png, .jpg or .jpeg files",
-                               class_dir);
+            stoker_errorf(err, err_len, STOKER_INVALID,
+                          "images: class folder '%s' has no .png, .jpg or .jpeg files", class_dir);
+            rv = STOKER_INVALID;
         }
         for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
             char *path;
@@ -487,7 +614,7 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         free(class_dir);
     }
     if (rv == STOKER_NOMEM)
-        stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory loading '%s'", dir);
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory loading '%s'", dir);
     g->n_classes = (uint32_t)classes.n;
     names_free(&classes);
     return rv;
@@ -663,6 +790,60 @@ jitter_plane(float *o, size_t n, bool brightness_first, float brightness, float 
     }
 }
 
+// Reads and decodes im's file (decode_each) into *out. STOKER_OK; STOKER_NOMEM; another code
+// with err written when the file cannot be read or decoded.
+static int
+decode_file(images_gen *g, const image *im, image *out, char *err, size_t err_len)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
+    int rv = read_file(im->path, &data, &len, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    rv = decode_any(g, im->path, data, len, out, err, err_len);
+    free(data);
+    if (rv == STOKER_OK)
+        out->label = im->label;
+    return rv;
+}
+
+// decode_each: decodes image drawn into *out, as a data loader reading its dataset does. A file
+// that fails (corrupt data behind a good header, removed, unreadable) is reported with its path
+// once, marked bad and counted, and another image is used: further draws from rng, then the next
+// good image in order. Which image replaces which depends only on the seed and on which files are
+// bad, so the examples stay determined by the seed. STOKER_OK; STOKER_NOMEM; STOKER_INVALID when
+// every file failed.
+static int
+decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image *out)
+{
+    size_t i = drawn;
+    for (unsigned attempt = 1;; attempt++) {
+        image *im = &g->images[i];
+        if (!im->bad) {
+            char err[512];
+            int rv = decode_file(g, im, out, err, sizeof err);
+            if (rv == STOKER_OK) {
+                if (i != drawn)
+                    g->n_replaced++;
+                return STOKER_OK;
+            }
+            if (rv == STOKER_NOMEM) {
+                stoker_error("%s", err);
+                return rv;
+            }
+            im->bad = true;
+            g->n_bad++;
+            stoker_warn("%s; skipping this file from now on (%zu of %zu skipped)", err, g->n_bad,
+                        g->n_images);
+            if (g->n_bad == g->n_images) {
+                stoker_error("images: none of the %zu files could be decoded", g->n_images);
+                return STOKER_INVALID;
+            }
+        }
+        i = attempt <= MAX_REDRAWS ? stoker_rng_u64(rng) % g->n_images : (i + 1) % g->n_images;
+    }
+}
+
 static int
 images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
@@ -671,19 +852,13 @@ images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     stoker_rng rng;
     stoker_rng_seed(&rng, seed);
 
-    const image *im = &g->images[stoker_rng_u64(&rng) % g->n_images];
+    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
+    const image *im = &g->images[drawn];
     image decoded = {0};
     if (g->decode_each) {
-        // As a data loader reading its dataset: the file is decoded for this example only. It
-        // decoded at creation, so only memory can fail here.
-        char err[256];
-        int rv = decode_any(g, "(an image of the folder)", im->file, im->file_len, &decoded, err,
-                            sizeof err);
-        if (rv != STOKER_OK) {
-            stoker_error("%s", err);
+        int rv = decode_drawn(g, &rng, drawn, &decoded);
+        if (rv != STOKER_OK)
             return rv;
-        }
-        decoded.label = im->label;
         im = &decoded;
     }
     crop box = random_crop(&rng, im->width, im->height);
@@ -785,7 +960,7 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     g->wx = malloc(size * sizeof *g->wx);
     g->wy = malloc(size * sizeof *g->wy);
     if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy) {
-        stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
+        stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory");
         images_destroy(g);
         return STOKER_NOMEM;
     }
@@ -794,9 +969,13 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
         images_destroy(g);
         return rv;
     }
-    stoker_info("images: %s: %u classes, %zu images, %.1f MiB %s", dir, g->n_classes, g->n_images,
-                g->decoded_bytes / 1048576.0,
-                decode_each ? "of files, decoded for each example" : "decoded");
+    if (decode_each)
+        stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
+                    "and decodes its file)",
+                    dir, g->n_classes, g->n_images);
+    else
+        stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded", dir, g->n_classes,
+                    g->n_images, g->decoded_bytes / 1048576.0);
 
     out->kind = "images";
     out->schema = schema;
@@ -804,4 +983,11 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     out->user = g;
     out->destroy = images_destroy;
     return STOKER_OK;
+}
+
+size_t
+images_generator_skipped(const stoker_generator *gen)
+{
+    const images_gen *g = gen->user;
+    return g->n_bad;
 }

@@ -1,8 +1,8 @@
 // The `images` generator: real CPU augmentation of a folder of PNG and JPEG files, the way a
 // torchvision ImageNet training pipeline does it (RandomResizedCrop, horizontal flip, brightness
 // and contrast jitter, normalization). Every image is decoded once, at creation, into memory, and
-// examples are made from those pixels (or, with decode_each, each example decodes its image from
-// the file's bytes held in memory). It does not watch the folder for changes.
+// examples are made from those pixels (or, with decode_each, only headers are checked at creation
+// and each example reads and decodes its file). It does not watch the folder for changes.
 #ifndef PRODUCER_IMAGES_H
 #define PRODUCER_IMAGES_H
 
@@ -20,11 +20,14 @@
 // Reads dir (borrowed): one subfolder per class, sorted by name (strcmp), the label being the
 // subfolder's index; hidden entries (".name") are skipped. In each class folder every file named
 // *.png, *.jpg or *.jpeg (any case) is decoded (by content, not name) to 8-bit RGB: grayscale is
-// expanded, alpha dropped, 16-bit reduced. Other files are ignored.
+// expanded, alpha dropped, 16-bit reduced. Other files are ignored. With decode_each only each
+// file's header is read here (signature, then the PNG IHDR or JPEG frame header dimensions), so
+// creation costs a listing and a small read per file, not a decode.
 // Sets out's schema to `image:float32[3,size,size],label:int32[1]`.
 // Returns STOKER_OK; STOKER_INVALID (size 0 or over IMAGES_MAX_SIZE, a missing or unreadable
-// folder, no class subfolders, a class without images, a corrupt file); STOKER_TOO_LARGE (the
-// decoded images would exceed IMAGES_MAX_DECODED_BYTES); STOKER_NOMEM; STOKER_IO. On failure err
+// folder, no class subfolders, a class without images, a corrupt file or, with decode_each, a
+// corrupt header); STOKER_TOO_LARGE (the decoded images, or with decode_each one image, would
+// exceed IMAGES_MAX_DECODED_BYTES); STOKER_NOMEM; STOKER_IO. On failure err
 // (if not NULL) names the path and the problem, and *out is untouched.
 //
 // The fill callback never ends (no STOKER_END_OF_DATA). It draws everything from seed: an image
@@ -37,10 +40,17 @@
 // 0.225). image is channel-first (3, size, size); label is the class index. The same seed gives
 // the same bytes. It allocates nothing; one generator must not be filled from two threads at once.
 //
-// decode_each: keep the files' bytes (bounded by the same budget) instead of their pixels, and
-// decode the chosen image for every example, the cost a data loader reading its dataset pays;
-// fill then allocates the decoded image and frees it. The examples are the same bytes.
+// decode_each: keep only the paths, and read and decode the chosen file for every example, the
+// cost a data loader reading its dataset pays; fill then allocates the file and the decoded image
+// and frees them. The examples are the same bytes. A file that fails to read or decode then (bad
+// data behind a good header) is logged with its path (WARN), skipped from then on, and counted
+// (images_generator_skipped; destroy logs the count): the example is made from another image,
+// drawn from the same seed, so examples stay determined by the seed and the set of bad files.
+// fill fails only when out of memory or when every file has failed (STOKER_INVALID).
 int images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
                             char *err, size_t err_len);
+
+// decode_each: how many files failed to decode and are skipped so far (0 otherwise).
+size_t images_generator_skipped(const stoker_generator *gen);
 
 #endif

@@ -79,8 +79,12 @@ static const stoker_cli_option images_rows[] = {
      AT(images_dir)},
     {"size", "N", "output side in pixels", STOKER_CLI_UINT, AT(size), .imin = 8, .imax = 1024},
     {"decode", "once|each",
-     "decode every file once at start, or for each example\n"
-     "as a data loader reading its dataset does",
+     "once: decode every file at start (start-up time and\n"
+     "memory grow with the folder; examples are cheapest);\n"
+     "each: check headers only at start (fast, no pixels held),\n"
+     "then read and decode the file for every example as a data\n"
+     "loader does (a file that fails is logged with its path\n"
+     "and skipped)",
      STOKER_CLI_ENUM, AT(decode_each), .choices = decodes},
 };
 

@@ -250,13 +250,24 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
     } else if (p == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     } else {
+        // Pushes still parked were abandoned by the producer (it stopped while they waited for
+        // room): refuse them, so nothing is taken after goodbye and its answer is final.
+        for (parked *k = p->pushes, *next; k != NULL; k = next) {
+            next = k->next;
+            send_code(b, out, k->token, STOKER_RETRY, "producer '%s' said goodbye", p->name);
+            free_parked(k);
+            b->n_parked--;
+        }
+        p->pushes = p->pushes_tail = NULL;
         if (p->status != STOKER_PRODUCER_FINISHED) {
             p->status = STOKER_PRODUCER_FINISHED;
             stoker_info("producer-finished: producer %u '%s' after %llu examples", p->id, p->name,
                         (unsigned long long)p->next_seq);
             add_event(b, STOKER_EVENT_PRODUCER_FINISHED, p, now_ms, "goodbye");
         }
-        send_code(b, out, token, STOKER_OK, NULL);
+        // Where the session ends, so a producer that abandoned a push knows if it was taken.
+        stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
+        send_reply(b, out, token, &rep);
     }
     stoker_request_free(req);
 }

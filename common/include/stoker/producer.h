@@ -38,8 +38,11 @@ const volatile int *stoker_producer_stop_flag(void);
 
 // Runs gen (borrowed) until max_examples were pushed, the generator returns STOKER_END_OF_DATA,
 // or a stop is requested: then pushes what was made, says goodbye (the broker reports the
-// producer finished) and returns STOKER_OK. A generator error pushes the good examples made
-// before it and returns the error without goodbye (the broker reports the producer lost).
+// producer finished) and returns STOKER_OK. After a stop, what the broker cannot take at once
+// (its queue is full, or it is unreachable) is not waited for: pushing ends within about 50 ms
+// of the stop, and stats count what the broker accepted (exactly, once it answered goodbye). A
+// generator error pushes the good examples made before it and returns the error without goodbye
+// (the broker reports the producer lost).
 // Connection trouble is retried with backoff until client.give_up_ms, then STOKER_CONNECTION.
 // stats (may be NULL) is written in every case.
 int stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *gen,

@@ -27,6 +27,9 @@ int stoker_producer_client_hello(stoker_producer_client *pc);
 // be the client's next seq (stoker_producer_client_next_seq). Handles RETRY (queue full),
 // reconnects and re-hello by itself. Returns STOKER_OK, or an error as for hello; after
 // STOKER_INTERRUPTED the chunk may or may not be held by the broker (resending is safe).
+// Once opts.stop is set, pushes have 40 ms in all: a push the broker takes at once is still
+// acknowledged; one waiting for room (queue full) or for an unreachable broker is abandoned
+// with STOKER_INTERRUPTED. Goodbye then tells whether the broker took it.
 int stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
                                 uint64_t first_seq);
 
@@ -40,7 +43,9 @@ uint32_t stoker_producer_client_id(const stoker_producer_client *pc);
 const char *stoker_producer_client_error(const stoker_producer_client *pc);
 
 // Tells the broker this producer finished (it reports `producer_finished`). Bounded: tries for
-// at most 2 s. Returns STOKER_OK or the last error.
+// at most 2 s. Returns STOKER_OK or the last error. The broker's answer says where the session
+// ends: next_seq moves past a push abandoned on stop that the broker took after all (brokers
+// drop pushes still waiting for room at goodbye, so nothing is taken after it).
 int stoker_producer_client_goodbye(stoker_producer_client *pc);
 
 // Stops the heartbeat thread, closes the socket and frees; accepts NULL. Without a goodbye the
