@@ -12,6 +12,7 @@
 
 #include "conn.h"
 #include "idset.h"
+#include "stoker/arena.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -80,6 +81,14 @@ struct stoker_trainer_client {
     idset *seen;
     uint64_t duplicates;
     uint64_t acks_refused;
+
+    // Shared memory (stoker/arena.h): the mapping, its socket's name, and its secret (read by
+    // the issuer under lock); arena_said: the fallback was logged.
+    stoker_arena *arena;
+    char arena_socket[108];
+    uint64_t arena_secret;
+    int arena_said, last_in_arena;
+    uint64_t arena_batches;
 };
 
 void
@@ -90,6 +99,8 @@ stoker_trainer_options_init(stoker_trainer_options *o)
     o->batch_size = 4;
     o->prefetch = 4;
     o->stall_timeout_ms = 4000;
+    const char *shm = getenv("STOKER_SHM");
+    o->shm = shm == NULL || strcmp(shm, "0") != 0;
 }
 
 static int
@@ -183,6 +194,40 @@ take_reply_extras(stoker_trainer_client *tc, const stoker_reply *rep)
         tc->schema = rep->schema;
 }
 
+// After a hello that asked for shared memory: maps the broker's arena if it offered one we do not
+// map yet (a new broker has a new one); otherwise says once why batches come over the socket.
+static void
+attach_arena(stoker_trainer_client *tc, const stoker_reply *rep)
+{
+    char why[384];
+    if (rep->arena_socket[0] == '\0') {
+        if (!tc->arena_said++)
+            stoker_info("shm-fallback: the broker offers no shared memory (remote, or started "
+                        "with --shm-bytes 0): batches come over the socket");
+        return;
+    }
+    if (tc->arena != NULL && strcmp(tc->arena_socket, rep->arena_socket) == 0)
+        return;
+    stoker_arena *a = NULL;
+    int rv = stoker_arena_attach(rep->arena_socket, rep->arena_ticket,
+                                 tc->opts.client.request_timeout_ms, &a, why, sizeof(why));
+    if (rv != STOKER_OK) {
+        if (!tc->arena_said++)
+            stoker_info("shm-fallback: %s: batches come over the socket", why);
+        return;
+    }
+    pthread_mutex_lock(&tc->lock);
+    stoker_arena *old = tc->arena;
+    tc->arena = a;
+    tc->arena_secret = stoker_arena_secret(a);
+    pthread_mutex_unlock(&tc->lock);
+    stoker_arena_unref(old); // batches still in it keep it mapped
+    snprintf(tc->arena_socket, sizeof(tc->arena_socket), "%s", rep->arena_socket);
+    stoker_info("shm: batches come through the broker's shared memory (%llu MiB mapped "
+                "read-only)",
+                (unsigned long long)(stoker_arena_bytes(a) >> 20));
+}
+
 // Says hello on the control context. Returns the broker's code or a transport error.
 static int
 hello(stoker_trainer_client *tc, char *err, size_t err_len)
@@ -194,6 +239,7 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     };
     conn_copy_str(req.name, sizeof(req.name), tc->name);
     conn_copy_str(req.token, sizeof(req.token), tc->token);
+    req.want_arena = tc->opts.shm;
     stoker_reply *rep = NULL;
     int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, err_len);
     if (rv != STOKER_OK)
@@ -203,6 +249,8 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
         tc->id = rep->peer_id;
         tc->need_hello = 0;
         take_reply_extras(tc, rep);
+        if (tc->opts.shm)
+            attach_arena(tc, rep);
     } else {
         snprintf(err, err_len, "%s", rep->message);
     }
@@ -353,6 +401,7 @@ issue(stoker_trainer_client *tc, slot *s)
         .session = tc->opts.client.session,
         .max_examples = tc->opts.batch_size,
         .wait_ms = tc->wait_ms,
+        .arena_secret = tc->arena_secret,
     };
     s->n_acks = tc->n_pending_acks;
     memcpy(s->acks, tc->pending_acks, s->n_acks * sizeof(uint64_t));
@@ -428,6 +477,19 @@ drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
                     (unsigned long long)dups);
         return;
     }
+    if (b->arena != NULL && !c->owns_data) {
+        // The arena is read-only: drop from a private copy (the region is released as usual).
+        stoker_chunk copy;
+        if (stoker_chunk_init(&copy, &c->schema, c->count) != STOKER_OK ||
+            stoker_chunk_append(&copy, c, 0, c->count) != STOKER_OK) {
+            stoker_chunk_fini(&copy);
+            free(runs);
+            stoker_warn("trainer: out of memory dropping %llu examples seen before; kept",
+                        (unsigned long long)dups);
+            return;
+        }
+        *c = copy;
+    }
     uint32_t n_runs = 0, kept = 0, at = 0;
     for (uint32_t i = 0; i < b->n_runs; i++) {
         const stoker_run *r = &b->runs[i];
@@ -460,6 +522,28 @@ drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
     c->count = kept;
 }
 
+// Points batch b at its blobs in the arena (the reply carried only their offset); b holds a
+// reference to the arena and releases its region when destroyed.
+static int
+arena_batch(stoker_trainer_client *tc, const stoker_reply *rep, stoker_batch *b)
+{
+    char err[256];
+    if (tc->arena == NULL) {
+        stoker_error("trainer: the broker sent a batch in shared memory we do not map");
+        return STOKER_INVALID;
+    }
+    int rv = stoker_arena_resolve(tc->arena, rep->arena_offset, rep->n_data, rep->data_len,
+                                  b->chunk.data, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        stoker_error("trainer: malformed batch from broker: %s", err);
+        return rv;
+    }
+    stoker_arena_ref(tc->arena);
+    b->arena = tc->arena;
+    tc->arena_batches++;
+    return STOKER_OK;
+}
+
 // Turns a successful pull reply into a batch. Takes ownership of rep.
 static int
 make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
@@ -484,6 +568,11 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     b->runs = rep->runs;
     rep->runs = NULL;
     b->owner = rep;
+    if (rep->in_arena && (rv = arena_batch(tc, rep, b)) != STOKER_OK) {
+        stoker_batch_destroy(b);
+        return rv;
+    }
+    tc->last_in_arena = rep->in_arena;
     uint64_t counted = 0, dups = 0;
     for (uint32_t i = 0; i < b->n_runs; i++)
         counted += b->runs[i].count;
@@ -707,6 +796,18 @@ stoker_trainer_client_acks_refused(const stoker_trainer_client *tc)
     return tc->acks_refused;
 }
 
+const char *
+stoker_trainer_client_delivery(const stoker_trainer_client *tc)
+{
+    return tc->arena != NULL && tc->last_in_arena ? "shm" : "socket";
+}
+
+uint64_t
+stoker_trainer_client_arena_batches(const stoker_trainer_client *tc)
+{
+    return tc->arena_batches;
+}
+
 int
 stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
 {
@@ -784,6 +885,7 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
         nng_aio_free(tc->slots[i].aio);
     }
     idset_destroy(tc->seen);
+    stoker_arena_unref(tc->arena); // batches still alive keep it mapped
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);

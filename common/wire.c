@@ -12,6 +12,7 @@
 #include <nng/nng.h>
 
 #include "stoker.pb-c.h"
+#include "stoker/arena.h"
 #include "stoker/error.h"
 #include "stoker/wire.h"
 
@@ -266,6 +267,24 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
     return STOKER_OK;
 }
 
+// A chunk whose blobs are in the broker's arena (stoker/arena.h resolves them): only its count
+// and sizes, data pointers NULL.
+static int
+arena_chunk_from_pb(const Stoker__Chunk *pb, stoker_reply *rep, char *err, size_t err_len)
+{
+    if (pb->n_sizes > STOKER_MAX_FIELDS)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "chunk has %zu fields, at most %d allowed", pb->n_sizes,
+                             STOKER_MAX_FIELDS);
+    memset(&rep->chunk, 0, sizeof(rep->chunk));
+    rep->chunk.count = pb->count;
+    rep->chunk.capacity = pb->count;
+    for (size_t i = 0; i < pb->n_sizes; i++)
+        rep->data_len[i] = (size_t)pb->sizes[i];
+    rep->n_data = (uint32_t)pb->n_sizes;
+    return STOKER_OK;
+}
+
 // Makes owner the owner of msg on a successful decode. When the blobs were copied to aligned
 // memory (an nng REP body starts 4 bytes into its buffer, after the request id is moved to the
 // header), nothing points into msg any more: free it now, or every queued push would hold its
@@ -328,6 +347,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.name = (char *)req->name;
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
+        hello.want_arena = req->want_arena != 0;
         if (req->has_schema) {
             schema_to_pb(&req->schema, &spb);
             hello.schema = &spb.schema;
@@ -349,6 +369,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         pull.wait_ms = req->wait_ms;
         pull.n_acks = req->n_acks;
         pull.acks = (uint64_t *)req->acks;
+        pull.arena_secret = req->arena_secret;
         r.pull = &pull;
         break;
     case STOKER_ACK:
@@ -402,6 +423,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         }
         req->role = (stoker_role)r->hello->role;
         req->next_seq = r->hello->next_seq;
+        req->want_arena = r->hello->want_arena;
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
@@ -438,6 +460,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         req->wait_ms = r->pull->wait_ms;
         req->n_acks = (uint32_t)r->pull->n_acks;
         req->acks = r->pull->acks;
+        req->arena_secret = r->pull->arena_secret;
         break;
     case STOKER__METHOD__ACK:
         if (r->ack == NULL || r->ack->n_leases > MAX_ACKS) {
@@ -509,6 +532,10 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.acked_through = rep->acked_through;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
+    r.in_arena = rep->in_arena != 0;
+    r.arena_offset = rep->arena_offset;
+    r.arena_socket = (char *)rep->arena_socket;
+    r.arena_ticket = rep->arena_ticket;
     if (rep->has_schema) {
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
@@ -603,7 +630,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         r.n_producers = rep->n_producers;
         r.producers = prod_ptrs;
     }
-    rv = pack_into_msg(&r.base, rep->chunk.count > 0 ? &blobs : NULL, out);
+    // A batch in the arena travels as its description only.
+    rv = pack_into_msg(&r.base, rep->chunk.count > 0 && !rep->in_arena ? &blobs : NULL, out);
 out:
     free(runs);
     free(run_ptrs);
@@ -652,10 +680,21 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             goto fail;
         rep->has_schema = 1;
     }
+    if ((rv = copy_string(rep->arena_socket, sizeof(rep->arena_socket), r->arena_socket,
+                          "reply arena socket", err, err_len)) != STOKER_OK)
+        goto fail;
+    rep->arena_ticket = r->arena_ticket;
+    rep->in_arena = r->in_arena;
+    rep->arena_offset = r->arena_offset;
     owner->msg = msg; // provisionally: the chunk points into it
-    rv = r->chunk != NULL ? chunk_from_pb(r->chunk, owner, pb_end, &rep->chunk, &rep->n_data,
-                                          rep->data_len, err, err_len)
-                          : no_trailing(msg, pb_end, err, err_len);
+    if (r->chunk != NULL && r->in_arena)
+        rv = arena_chunk_from_pb(r->chunk, rep, err, err_len);
+    else
+        rv = r->chunk != NULL ? chunk_from_pb(r->chunk, owner, pb_end, &rep->chunk, &rep->n_data,
+                                              rep->data_len, err, err_len)
+                              : no_trailing(msg, pb_end, err, err_len);
+    if (rv == STOKER_OK && r->chunk != NULL && r->in_arena)
+        rv = no_trailing(msg, pb_end, err, err_len);
     owner->msg = NULL;
     if (rv != STOKER_OK)
         goto fail;
@@ -798,6 +837,8 @@ stoker_batch_destroy(stoker_batch *batch)
     if (batch->chunk.owns_data)
         stoker_chunk_fini(&batch->chunk);
     stoker_reply_free(batch->owner);
+    if (batch->arena != NULL)
+        stoker_arena_release(batch->arena, batch->lease);
     free(batch->runs);
     free(batch);
 }

@@ -12,6 +12,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_arena.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -166,6 +167,15 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
         b->schema = cfg->schema;
         b->example_bytes = stoker_schema_example_bytes(&b->schema);
     }
+    if (cfg->arena_bytes > 0) {
+        char err[256];
+        uint64_t bytes = cfg->arena_bytes < cfg->max_bytes ? cfg->arena_bytes : cfg->max_bytes;
+        if (broker_arena_create(bytes, &b->arena, err, sizeof(err)) != STOKER_OK)
+            stoker_warn("shm-off: no shared memory for local trainers: %s", err);
+        else
+            stoker_info("shm: %llu bytes of shared memory for trainers on this host",
+                        (unsigned long long)bytes);
+    }
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
     b->next_lease_id =
@@ -222,6 +232,7 @@ broker_destroy(broker *b, broker_outbox *out)
     free(b->producers);
     free(b->trainers);
     free(b->authed);
+    broker_arena_destroy(b->arena);
     free(b);
 }
 

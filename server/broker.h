@@ -34,6 +34,9 @@ typedef struct broker_config {
     // Id of the first lease; 0 (the default) draws a random 48-bit start, so that an ack a
     // trainer still holds from a broker that restarted can never match a lease of the new one.
     uint64_t first_lease_id;
+    // Shared memory for trainers on this host (broker_arena.h): its size, at most max_bytes;
+    // 0 (the default here; stoker-broker's default is in its option table) serves bytes only.
+    uint64_t arena_bytes;
     // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;

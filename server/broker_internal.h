@@ -76,6 +76,7 @@ typedef struct trainer {
     uint64_t event_cursor; // index of the last event sent
     lease *leases;
     uint32_t parked_pulls;
+    int in_arena; // its last batch went through shared memory
 } trainer;
 
 struct broker {
@@ -107,6 +108,8 @@ struct broker {
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
     uint32_t *authed;
     uint32_t n_authed, cap_authed;
+
+    struct broker_arena *arena; // NULL: no shared memory
 };
 
 // --- broker.c: replies, events, lookups, lifecycle helpers ---

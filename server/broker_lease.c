@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_arena.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -40,6 +41,8 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
         }
         b->c.acknowledged += l->count;
         b->c.in_flight -= l->count;
+        if (b->arena != NULL)
+            broker_arena_lease_done(b->arena, l->id);
         free_lease(l);
     }
     if (refused > 0)
@@ -77,6 +80,8 @@ return_lease(broker *b, lease *l)
         b->queued_bytes += (uint64_t)n * b->example_bytes;
         total += n;
     }
+    if (b->arena != NULL)
+        broker_arena_lease_done(b->arena, l->id);
     free_lease(l);
     return total;
 }
@@ -218,6 +223,19 @@ queues_full(const broker *b)
     return 1;
 }
 
+// A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only
+// the offset. Without room (regions still held), bytes as for any trainer.
+static void
+arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply *rep)
+{
+    uint32_t consumer =
+        secret != 0 && b->arena != NULL ? broker_arena_consumer(b->arena, secret) : 0;
+    t->in_arena =
+        consumer != 0 && broker_arena_put(b->arena, consumer, l->id, rep->parts, rep->n_parts,
+                                          &b->schema, l->count, &rep->arena_offset) == STOKER_OK;
+    rep->in_arena = t->in_arena;
+}
+
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
 static int
 try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
@@ -272,6 +290,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         rep.n_parts = l->n_parts;
         rep.n_runs = l->n_parts;
         rep.runs = runs;
+        arena_reply(b, t, k->req->arena_secret, l, &rep);
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);

@@ -9,6 +9,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_arena.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -211,6 +212,10 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         .has_schema = b->has_schema,
         .schema = b->schema,
     };
+    if (req->want_arena && b->arena != NULL) { // shared memory: see broker_arena.h
+        snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
+        rep.arena_ticket = broker_arena_ticket(b->arena);
+    }
     send_reply(b, out, token, &rep);
 }
 

@@ -26,6 +26,7 @@ config_init(server_config *cfg)
 {
     *cfg = (server_config){.max_message_bytes = 64u << 20, .contexts = 512};
     broker_config_init(&cfg->broker);
+    cfg->broker.arena_bytes = 256u << 20; // shared memory for local trainers (broker_arena.h)
 }
 
 static int
@@ -72,6 +73,10 @@ static const stoker_cli_option rows[] = {
      .imin = 1, .imax = 65536},
     {"max-trainers", "N", "trainers connected at once", STOKER_CLI_UINT, AT(broker.max_trainers),
      .imin = 1, .imax = 4096},
+    {"shm-bytes", "N",
+     "shared memory for batches of trainers on this host, at most --max-bytes\n"
+     "(0: every trainer gets bytes over its socket)",
+     STOKER_CLI_BYTES, AT(broker.arena_bytes), .imin = 0, .imax = UINT64_MAX / 2},
     {"max-chunk", "N", "most examples in one push or pull", STOKER_CLI_UINT,
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},
 };

@@ -44,6 +44,9 @@ typedef struct stoker_batch {
     uint32_t n_runs;
     stoker_run *runs;
     void *owner; // internal: decoded message the data points into
+    // internal: the shared-memory arena the data is in (stoker/arena.h), or NULL; destroying the
+    // batch releases its region there.
+    struct stoker_arena *arena;
 } stoker_batch;
 
 // Frees the batch and everything it owns; accepts NULL.

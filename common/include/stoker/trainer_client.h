@@ -21,6 +21,10 @@ typedef struct stoker_trainer_options {
     // are queued for stoker_trainer_client_poll_event instead.
     void (*on_event)(const stoker_event *event, void *arg);
     void *on_event_arg;
+    // On the broker's host, take batches from its shared memory (stoker/arena.h) instead of the
+    // socket; falls back to the socket, with one log line, where the broker cannot serve them.
+    // Default 1, or 0 when the environment has STOKER_SHM=0.
+    int shm;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);
@@ -58,6 +62,12 @@ int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *ou
 // refused to acknowledge (already redelivered after a disconnect).
 uint64_t stoker_trainer_client_duplicates(const stoker_trainer_client *tc);
 uint64_t stoker_trainer_client_acks_refused(const stoker_trainer_client *tc);
+
+// How batches arrive: "shm" once the broker's shared memory is mapped and the last batch came
+// through it, "socket" otherwise (a static string).
+const char *stoker_trainer_client_delivery(const stoker_trainer_client *tc);
+// Batches that came through shared memory so far.
+uint64_t stoker_trainer_client_arena_batches(const stoker_trainer_client *tc);
 
 // The broker's status, as stoker_status_fetch.
 int stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out);

@@ -27,6 +27,7 @@ typedef struct stoker_request {
     stoker_schema schema;
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
+    int want_arena; // HELLO of a trainer: asks for batches in shared memory
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -38,8 +39,9 @@ typedef struct stoker_request {
     uint32_t wait_ms;
     // PULL (piggybacked) and ACK
     uint32_t n_acks;
-    const uint64_t *acks; // aliases the decoded message
-    void *owner;          // internal
+    const uint64_t *acks;  // aliases the decoded message
+    uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
+    void *owner;           // internal
 } stoker_request;
 
 // Part of a chunk to encode: count examples whose field i starts at data[i]. A reply built from
@@ -81,6 +83,14 @@ typedef struct stoker_reply {
     uint64_t uptime_ms;   // since the broker started
     uint32_t queue_depth; // the broker's limits
     uint64_t max_bytes;
+    // PULL in shared memory: the chunk's blobs are in the broker's arena, field i at
+    // arena_offset + the 64-byte aligned sizes of the fields before it; nothing follows the
+    // protobuf part, and a decoded chunk's data pointers are NULL (data_len is set).
+    int in_arena;
+    uint64_t arena_offset;
+    // HELLO of a trainer that asked for the arena: its Unix socket and a one-time ticket.
+    char arena_socket[108];
+    uint64_t arena_ticket;
     void *owner; // internal
 } stoker_reply;
 

@@ -1,0 +1,205 @@
+// A consumer's side of the broker's shared-memory arena (see stoker/arena.h): the Unix-socket
+// handshake that proves we share the broker's host and user, the read-only mapping, and region
+// releases. It keeps no batch state: trainer_client.c decides which batches live here.
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "stoker/arena.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+struct stoker_arena {
+    atomic_int refs;
+    int sock; // kept open: its end releases every region we hold
+    const uint8_t *base;
+    uint64_t bytes;
+    uint64_t secret;
+};
+
+uint64_t
+stoker_arena_layout(uint64_t at, uint32_t n, const size_t *sizes, uint64_t *offsets)
+{
+    uint64_t end = at;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off = (end + STOKER_ARENA_ALIGN - 1) & ~(uint64_t)(STOKER_ARENA_ALIGN - 1);
+        offsets[i] = off;
+        end = off + sizes[i];
+    }
+    return end - at;
+}
+
+static void
+put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+// Waits until sock is readable, at most timeout_ms. 1 when readable.
+static int
+readable(int sock, uint32_t timeout_ms)
+{
+    struct pollfd p = {.fd = sock, .events = POLLIN};
+    int rv;
+    do
+        rv = poll(&p, 1, (int)timeout_ms);
+    while (rv < 0 && errno == EINTR);
+    return rv > 0;
+}
+
+int
+stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_ms,
+                    stoker_arena **out, char *err, size_t err_len)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    size_t name_len = strlen(socket_name);
+    if (name_len == 0 || name_len + 1 > sizeof(addr.sun_path))
+        return stoker_errorf(err, err_len, STOKER_INVALID, "arena socket name of %zu bytes",
+                             name_len);
+    memcpy(addr.sun_path + 1, socket_name, name_len); // abstract: sun_path[0] is NUL
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (sock < 0)
+        return stoker_errorf(err, err_len, STOKER_IO, "socket: %s", strerror(errno));
+    if (connect(sock, (struct sockaddr *)&addr,
+                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len)) != 0) {
+        int e = errno;
+        close(sock);
+        return stoker_errorf(err, err_len, STOKER_CONNECTION,
+                             "no arena socket '@%s' here (%s): the broker runs on another host "
+                             "or in another network namespace",
+                             socket_name, strerror(e));
+    }
+    uint8_t msg[16];
+    put_u64(msg, ticket);
+    if (send(sock, msg, 8, MSG_NOSIGNAL) != 8) {
+        int e = errno;
+        close(sock);
+        return stoker_errorf(err, err_len, STOKER_IO, "arena socket: sending the ticket: %s",
+                             strerror(e));
+    }
+    char ctrl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+    ssize_t got = -1;
+    if (readable(sock, timeout_ms))
+        got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+    int fd = -1;
+    struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+    if (c != NULL && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    if (got != (ssize_t)sizeof(msg) || fd < 0) {
+        if (fd >= 0)
+            close(fd);
+        close(sock);
+        return stoker_errorf(err, err_len, STOKER_UNAUTHENTICATED,
+                             "the broker did not hand over its arena (ticket or user refused, "
+                             "or no answer within %u ms)",
+                             timeout_ms);
+    }
+    uint64_t secret = get_u64(msg), bytes = get_u64(msg + 8);
+    // Read-only: the descriptor itself is read-only, so a writable shared mapping is refused.
+    void *base = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+        close(sock);
+        return stoker_errorf(err, err_len, STOKER_IO, "mapping the arena (%llu bytes): %s",
+                             (unsigned long long)bytes, strerror(e));
+    }
+    stoker_arena *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        munmap(base, bytes);
+        close(sock);
+        return STOKER_NOMEM;
+    }
+    atomic_init(&a->refs, 1);
+    a->sock = sock;
+    a->base = base;
+    a->bytes = bytes;
+    a->secret = secret;
+    *out = a;
+    return STOKER_OK;
+}
+
+uint64_t
+stoker_arena_secret(const stoker_arena *a)
+{
+    return a->secret;
+}
+
+uint64_t
+stoker_arena_bytes(const stoker_arena *a)
+{
+    return a->bytes;
+}
+
+int
+stoker_arena_resolve(const stoker_arena *a, uint64_t offset, uint32_t n, const size_t *sizes,
+                     uint8_t **data, char *err, size_t err_len)
+{
+    uint64_t offsets[64];
+    if (n > 64)
+        return stoker_errorf(err, err_len, STOKER_INVALID, "arena batch of %u fields", n);
+    if (offset > a->bytes)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "arena batch at %llu is past the arena's %llu bytes",
+                             (unsigned long long)offset, (unsigned long long)a->bytes);
+    uint64_t span = stoker_arena_layout(offset, n, sizes, offsets);
+    if (span > a->bytes - offset)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "arena batch of %llu bytes at %llu reaches past the arena's %llu",
+                             (unsigned long long)span, (unsigned long long)offset,
+                             (unsigned long long)a->bytes);
+    for (uint32_t i = 0; i < n; i++)
+        data[i] = (uint8_t *)a->base + offsets[i];
+    return STOKER_OK;
+}
+
+void
+stoker_arena_ref(stoker_arena *a)
+{
+    atomic_fetch_add(&a->refs, 1);
+}
+
+void
+stoker_arena_release(stoker_arena *a, uint64_t lease)
+{
+    uint8_t msg[8];
+    put_u64(msg, lease);
+    // The broker reads these as they come; a full socket buffer (a broker that stopped
+    // reading) must not hang the training loop: the region stays held until we close.
+    if (send(a->sock, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(msg))
+        stoker_debug("arena: release of lease %llu not sent (%s)", (unsigned long long)lease,
+                     strerror(errno));
+    stoker_arena_unref(a);
+}
+
+void
+stoker_arena_unref(stoker_arena *a)
+{
+    if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1)
+        return;
+    munmap((void *)a->base, a->bytes);
+    close(a->sock);
+    free(a);
+}

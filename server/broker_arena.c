@@ -1,0 +1,472 @@
+// The broker's shared-memory arena (see broker_arena.h): the memfd and its regions, and the
+// thread that serves the Unix socket: handshakes (peer's user checked, one-time ticket), region
+// releases, and the end of a consumer's connection. Regions are few (batches in flight), so a
+// sorted array and first-fit over its gaps are enough.
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "broker_arena.h"
+#include "stoker/arena.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+#include "stoker/rng.h"
+
+#define MAX_CONSUMERS 256
+#define MAX_TICKETS   64
+#define MAX_REGIONS   4096
+
+typedef struct region {
+    uint64_t off, len;
+    uint64_t lease;
+    uint32_t consumer;
+    int lease_held;    // until acknowledged or redelivered
+    int consumer_held; // until released, or the consumer's connection ends
+} region;
+
+typedef struct consumer {
+    int fd; // -1: free slot
+    uint64_t secret;
+    uint8_t partial[8]; // a release split across reads
+    uint32_t n_partial;
+} arena_consumer;
+
+struct broker_arena {
+    pthread_mutex_t lock;
+    int memfd, listen_fd, wake[2];
+    uint8_t *base;
+    uint64_t bytes;
+    char name[80];
+    pthread_t thread;
+
+    region regions[MAX_REGIONS]; // sorted by off
+    uint32_t n_regions;
+    uint64_t used_bytes;
+    arena_consumer consumers[MAX_CONSUMERS + 1]; // index = consumer id; 0 unused
+    uint64_t tickets[MAX_TICKETS];
+    uint32_t next_ticket;
+};
+
+static void
+put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t
+get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+// --- regions (under the lock) -------------------------------------------------------------------
+
+static void
+drop_region(broker_arena *a, uint32_t i)
+{
+    a->used_bytes -= a->regions[i].len;
+    memmove(&a->regions[i], &a->regions[i + 1], (a->n_regions - i - 1) * sizeof(region));
+    a->n_regions--;
+}
+
+static void
+maybe_free(broker_arena *a, uint32_t i)
+{
+    if (!a->regions[i].lease_held && !a->regions[i].consumer_held)
+        drop_region(a, i);
+}
+
+static int
+find_lease(const broker_arena *a, uint64_t lease)
+{
+    for (uint32_t i = 0; i < a->n_regions; i++)
+        if (a->regions[i].lease == lease)
+            return (int)i;
+    return -1;
+}
+
+// Index where a region of len fits (first fit), with its offset; -1 when none.
+static int
+fit(const broker_arena *a, uint64_t len, uint64_t *off)
+{
+    uint64_t at = 0;
+    for (uint32_t i = 0; i <= a->n_regions; i++) {
+        uint64_t end = i < a->n_regions ? a->regions[i].off : a->bytes;
+        if (end >= at && end - at >= len) {
+            *off = at;
+            return (int)i;
+        }
+        if (i < a->n_regions) {
+            at = a->regions[i].off + a->regions[i].len;
+            at = (at + STOKER_ARENA_ALIGN - 1) & ~(uint64_t)(STOKER_ARENA_ALIGN - 1);
+        }
+    }
+    return -1;
+}
+
+// --- the socket's thread ------------------------------------------------------------------------
+
+static void
+consumer_gone(broker_arena *a, uint32_t id)
+{
+    arena_consumer *c = &a->consumers[id];
+    close(c->fd);
+    c->fd = -1;
+    c->secret = 0;
+    uint32_t held = 0;
+    for (uint32_t i = a->n_regions; i-- > 0;) {
+        if (a->regions[i].consumer == id && a->regions[i].consumer_held) {
+            a->regions[i].consumer_held = 0;
+            held++;
+            maybe_free(a, i);
+        }
+    }
+    stoker_info("arena-consumer-gone: consumer %u (%u regions it held are reusable once their "
+                "leases are done)",
+                id, held);
+}
+
+static void
+released(broker_arena *a, uint32_t id, uint64_t lease)
+{
+    int i = find_lease(a, lease);
+    if (i < 0 || a->regions[i].consumer != id || !a->regions[i].consumer_held) {
+        stoker_debug("arena: consumer %u released unknown lease %llu", id,
+                     (unsigned long long)lease);
+        return;
+    }
+    a->regions[i].consumer_held = 0;
+    maybe_free(a, (uint32_t)i);
+}
+
+// A connection sent its ticket: check the peer's user and the ticket, then hand over the arena.
+static void
+handshake(broker_arena *a, int fd)
+{
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    uint8_t buf[16];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != geteuid()) {
+        stoker_warn("arena-refused: a process of uid %d is not the broker's user",
+                    (int)cred.uid);
+        close(fd);
+        return;
+    }
+    // A peer of ours sends its 8 bytes right after connecting; do not wait on a silent one.
+    if (poll(&p, 1, 200) != 1 || recv(fd, buf, 8, MSG_DONTWAIT) != 8) {
+        stoker_warn("arena-refused: pid %d sent no ticket", (int)cred.pid);
+        close(fd);
+        return;
+    }
+    uint64_t ticket = get_u64(buf);
+    pthread_mutex_lock(&a->lock);
+    int known = 0;
+    for (uint32_t i = 0; i < MAX_TICKETS; i++) {
+        if (ticket != 0 && a->tickets[i] == ticket) {
+            a->tickets[i] = 0; // one use
+            known = 1;
+        }
+    }
+    uint32_t id = 0;
+    for (uint32_t i = 1; known && i <= MAX_CONSUMERS && id == 0; i++)
+        if (a->consumers[i].fd < 0)
+            id = i;
+    uint64_t secret = stoker_random_u64();
+    if (id != 0) {
+        a->consumers[id].fd = fd;
+        a->consumers[id].secret = secret;
+        a->consumers[id].n_partial = 0;
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (id == 0) {
+        stoker_warn("arena-refused: pid %d: %s", (int)cred.pid,
+                    known ? "too many arena consumers" : "unknown ticket");
+        close(fd);
+        return;
+    }
+    // A read-only descriptor of the memfd: the consumer cannot map it writable.
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", a->memfd);
+    int ro = open(path, O_RDONLY | O_CLOEXEC);
+    put_u64(buf, secret);
+    put_u64(buf + 8, a->bytes);
+    char ctrl[CMSG_SPACE(sizeof(int))];
+    memset(ctrl, 0, sizeof(ctrl));
+    struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &ro, sizeof(int));
+    ssize_t sent = ro >= 0 ? sendmsg(fd, &mh, MSG_NOSIGNAL) : -1;
+    if (ro >= 0)
+        close(ro);
+    pthread_mutex_lock(&a->lock);
+    if (sent != (ssize_t)sizeof(buf)) {
+        stoker_warn("arena-refused: pid %d: handing over the arena failed (%s)", (int)cred.pid,
+                    strerror(errno));
+        consumer_gone(a, id);
+    } else {
+        stoker_info("arena-consumer: pid %d maps the arena as consumer %u", (int)cred.pid, id);
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+// Reads what consumer id sent: releases, or the end of its connection.
+static void
+serve_consumer(broker_arena *a, uint32_t id)
+{
+    uint8_t buf[4096];
+    arena_consumer *c = &a->consumers[id];
+    ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    pthread_mutex_lock(&a->lock);
+    if (n <= 0) {
+        consumer_gone(a, id);
+    } else {
+        for (ssize_t i = 0; i < n; i++) {
+            c->partial[c->n_partial++] = buf[i];
+            if (c->n_partial == 8) {
+                released(a, id, get_u64(c->partial));
+                c->n_partial = 0;
+            }
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void *
+arena_main(void *arg)
+{
+    broker_arena *a = arg;
+    struct pollfd fds[MAX_CONSUMERS + 2];
+    uint32_t ids[MAX_CONSUMERS + 2];
+    for (;;) {
+        uint32_t n = 0;
+        fds[n++] = (struct pollfd){.fd = a->wake[0], .events = POLLIN};
+        fds[n++] = (struct pollfd){.fd = a->listen_fd, .events = POLLIN};
+        pthread_mutex_lock(&a->lock);
+        for (uint32_t i = 1; i <= MAX_CONSUMERS; i++) {
+            if (a->consumers[i].fd >= 0) {
+                ids[n] = i;
+                fds[n++] = (struct pollfd){.fd = a->consumers[i].fd, .events = POLLIN};
+            }
+        }
+        pthread_mutex_unlock(&a->lock);
+        if (poll(fds, n, 1000) < 0)
+            continue; // EINTR; nothing else is expected with valid descriptors
+        if (fds[0].revents != 0)
+            return NULL;
+        if (fds[1].revents & POLLIN) {
+            int fd = accept4(a->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (fd >= 0)
+                handshake(a, fd);
+        }
+        for (uint32_t i = 2; i < n; i++)
+            if (fds[i].revents != 0)
+                serve_consumer(a, ids[i]);
+    }
+}
+
+// --- lifecycle ----------------------------------------------------------------------------------
+
+int
+broker_arena_create(uint64_t bytes, broker_arena **out, char *err, size_t err_len)
+{
+    int rv = STOKER_IO;
+    broker_arena *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return STOKER_NOMEM;
+    bytes = (bytes + 4095) & ~(uint64_t)4095;
+    a->bytes = bytes;
+    a->listen_fd = a->wake[0] = a->wake[1] = -1;
+    for (uint32_t i = 0; i <= MAX_CONSUMERS; i++)
+        a->consumers[i].fd = -1;
+    pthread_mutex_init(&a->lock, NULL);
+    // A memfd: no file in /dev/shm, whoever is killed; the memory goes with the last mapping.
+    a->memfd = memfd_create("stoker-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (a->memfd < 0) {
+        rv = stoker_errorf(err, err_len, STOKER_IO, "memfd_create: %s", strerror(errno));
+        goto fail_memfd;
+    }
+    if (ftruncate(a->memfd, (off_t)bytes) != 0 ||
+        fcntl(a->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        rv = stoker_errorf(err, err_len, STOKER_IO, "sizing the arena to %llu bytes: %s",
+                           (unsigned long long)bytes, strerror(errno));
+        goto fail_map;
+    }
+    a->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, a->memfd, 0);
+    if (a->base == MAP_FAILED) {
+        a->base = NULL;
+        rv = stoker_errorf(err, err_len, STOKER_IO, "mapping the arena: %s", strerror(errno));
+        goto fail_map;
+    }
+    // An abstract Unix socket: nothing on disk, reachable only from this network namespace.
+    snprintf(a->name, sizeof(a->name), "stoker-arena-%d-%016llx", (int)getpid(),
+             (unsigned long long)stoker_random_u64());
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    size_t name_len = strlen(a->name);
+    memcpy(addr.sun_path + 1, a->name, name_len);
+    a->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (a->listen_fd < 0 ||
+        bind(a->listen_fd, (struct sockaddr *)&addr,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len)) != 0 ||
+        listen(a->listen_fd, 64) != 0 || pipe2(a->wake, O_CLOEXEC) != 0) {
+        rv = stoker_errorf(err, err_len, STOKER_IO, "arena socket: %s", strerror(errno));
+        goto fail_sock;
+    }
+    if (pthread_create(&a->thread, NULL, arena_main, a) != 0) {
+        rv = stoker_errorf(err, err_len, STOKER_NOMEM, "arena thread");
+        goto fail_sock;
+    }
+    *out = a;
+    return STOKER_OK;
+
+fail_sock:
+    if (a->wake[0] >= 0) {
+        close(a->wake[0]);
+        close(a->wake[1]);
+    }
+    if (a->listen_fd >= 0)
+        close(a->listen_fd);
+    munmap(a->base, bytes);
+fail_map:
+    close(a->memfd);
+fail_memfd:
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+    return rv;
+}
+
+void
+broker_arena_destroy(broker_arena *a)
+{
+    if (a == NULL)
+        return;
+    if (write(a->wake[1], "x", 1) != 1)
+        stoker_warn("arena: cannot wake its thread");
+    pthread_join(a->thread, NULL);
+    for (uint32_t i = 1; i <= MAX_CONSUMERS; i++)
+        if (a->consumers[i].fd >= 0)
+            close(a->consumers[i].fd);
+    close(a->wake[0]);
+    close(a->wake[1]);
+    close(a->listen_fd);
+    munmap(a->base, a->bytes);
+    close(a->memfd);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+// --- the broker's calls -------------------------------------------------------------------------
+
+const char *
+broker_arena_socket(const broker_arena *a)
+{
+    return a->name;
+}
+
+uint64_t
+broker_arena_ticket(broker_arena *a)
+{
+    uint64_t t = stoker_random_u64();
+    pthread_mutex_lock(&a->lock);
+    a->tickets[a->next_ticket++ % MAX_TICKETS] = t; // the oldest unused one expires
+    pthread_mutex_unlock(&a->lock);
+    return t;
+}
+
+uint32_t
+broker_arena_consumer(broker_arena *a, uint64_t secret)
+{
+    uint32_t id = 0;
+    pthread_mutex_lock(&a->lock);
+    for (uint32_t i = 1; secret != 0 && i <= MAX_CONSUMERS && id == 0; i++)
+        if (a->consumers[i].fd >= 0 && a->consumers[i].secret == secret)
+            id = i;
+    pthread_mutex_unlock(&a->lock);
+    return id;
+}
+
+int
+broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease,
+                 const stoker_chunk_part *parts, uint32_t n_parts, const stoker_schema *schema,
+                 uint32_t count, uint64_t *offset)
+{
+    size_t sizes[STOKER_MAX_FIELDS];
+    uint64_t offsets[STOKER_MAX_FIELDS];
+    for (uint32_t f = 0; f < schema->n_fields; f++)
+        sizes[f] = stoker_field_bytes(&schema->fields[f]) * count;
+    uint64_t len = stoker_arena_layout(0, schema->n_fields, sizes, offsets);
+    uint64_t at;
+    pthread_mutex_lock(&a->lock);
+    int i = a->n_regions < MAX_REGIONS ? fit(a, len, &at) : -1;
+    if (i >= 0) {
+        memmove(&a->regions[i + 1], &a->regions[i], (a->n_regions - (uint32_t)i) * sizeof(region));
+        a->regions[i] = (region){.off = at,
+                                 .len = len,
+                                 .lease = lease,
+                                 .consumer = consumer,
+                                 .lease_held = 1,
+                                 .consumer_held = 1};
+        a->n_regions++;
+        a->used_bytes += len;
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (i < 0)
+        return STOKER_LIMIT;
+    // The copy runs outside the arena's lock: the region is ours until its lease is done, which
+    // only the broker (holding its lock, as we do) can say.
+    for (uint32_t f = 0; f < schema->n_fields; f++) {
+        uint8_t *dst = a->base + at + offsets[f];
+        size_t fb = stoker_field_bytes(&schema->fields[f]);
+        for (uint32_t k = 0; k < n_parts; k++) {
+            size_t n = fb * parts[k].count;
+            memcpy(dst, parts[k].data[f], n);
+            dst += n;
+        }
+    }
+    *offset = at;
+    return STOKER_OK;
+}
+
+void
+broker_arena_lease_done(broker_arena *a, uint64_t lease)
+{
+    pthread_mutex_lock(&a->lock);
+    int i = find_lease(a, lease);
+    if (i >= 0) {
+        a->regions[i].lease_held = 0;
+        maybe_free(a, (uint32_t)i);
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+void
+broker_arena_get_stats(broker_arena *a, broker_arena_stats *out)
+{
+    pthread_mutex_lock(&a->lock);
+    out->bytes = a->bytes;
+    out->used_bytes = a->used_bytes;
+    out->regions = a->n_regions;
+    out->consumers = 0;
+    for (uint32_t i = 1; i <= MAX_CONSUMERS; i++)
+        out->consumers += a->consumers[i].fd >= 0;
+    pthread_mutex_unlock(&a->lock);
+}

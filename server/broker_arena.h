@@ -1,0 +1,49 @@
+// The broker's shared-memory arena (stoker/arena.h has the consumer's side and the protocol): a
+// sealed memfd the broker writes batches for local trainers into, the Unix socket that hands it
+// (read-only) to consumers that prove they share the host and user, and the regions' books. A
+// region is reused only when its lease is done (acknowledged or redelivered) AND its consumer
+// released it or is gone. It decides nothing about leases: broker_lease.c calls it.
+// Thread-safety: its own lock (taken after the broker's, never the other way round) and its own
+// thread (the socket); every function here may be called under the broker's lock.
+#ifndef BROKER_ARENA_H
+#define BROKER_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/wire.h"
+
+typedef struct broker_arena broker_arena;
+
+// Creates an arena of bytes (memfd, mapped, never grows) and its socket and thread. STOKER_OK and
+// *out, or an error with the reason in err.
+int broker_arena_create(uint64_t bytes, broker_arena **out, char *err, size_t err_len);
+// Stops the thread, closes every consumer's connection, unmaps and closes. Accepts NULL.
+void broker_arena_destroy(broker_arena *a);
+
+// The socket's abstract name (without the leading NUL; borrowed) and a new one-time ticket for a
+// trainer that said hello (and presented the token, if any).
+const char *broker_arena_socket(const broker_arena *a);
+uint64_t broker_arena_ticket(broker_arena *a);
+
+// The consumer that holds secret, 0 when none (unknown, or its connection ended).
+uint32_t broker_arena_consumer(broker_arena *a, uint64_t secret);
+
+// Reserves a region for lease of consumer, and copies count examples of schema from parts into
+// it (blob layout: stoker_arena_layout). STOKER_OK with *offset, or STOKER_LIMIT when no free
+// region is large enough (the caller sends bytes instead).
+int broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease,
+                     const stoker_chunk_part *parts, uint32_t n_parts,
+                     const stoker_schema *schema, uint32_t count, uint64_t *offset);
+// The lease is acknowledged or redelivered: its region is reused once the consumer let go too.
+void broker_arena_lease_done(broker_arena *a, uint64_t lease);
+
+typedef struct broker_arena_stats {
+    uint64_t bytes;      // the arena's size
+    uint64_t used_bytes; // in regions not yet reusable
+    uint32_t regions;
+    uint32_t consumers; // connected
+} broker_arena_stats;
+void broker_arena_get_stats(broker_arena *a, broker_arena_stats *out);
+
+#endif
