@@ -277,6 +277,18 @@ stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b)
     stoker_consumer_batch_free(b);
 }
 
+int
+stoker_consumer_batch_shared(const stoker_consumer_batch *b)
+{
+    return b->batch->arena != NULL && !b->batch->chunk.owns_data;
+}
+
+const char *
+stoker_consumer_delivery(const stoker_consumer *c)
+{
+    return stoker_trainer_client_delivery(c->tc);
+}
+
 uint32_t
 stoker_consumer_batch_count(const stoker_consumer_batch *b)
 {

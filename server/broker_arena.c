@@ -160,8 +160,7 @@ handshake(broker_arena *a, int fd)
     uint8_t buf[16];
     struct pollfd p = {.fd = fd, .events = POLLIN};
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 || cred.uid != geteuid()) {
-        stoker_warn("arena-refused: a process of uid %d is not the broker's user",
-                    (int)cred.uid);
+        stoker_warn("arena-refused: a process of uid %d is not the broker's user", (int)cred.uid);
         close(fd);
         return;
     }
@@ -405,9 +404,8 @@ broker_arena_consumer(broker_arena *a, uint64_t secret)
 }
 
 int
-broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease,
-                 const stoker_chunk_part *parts, uint32_t n_parts, const stoker_schema *schema,
-                 uint32_t count, uint64_t *offset)
+broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease, const stoker_chunk_part *parts,
+                 uint32_t n_parts, const stoker_schema *schema, uint32_t count, uint64_t *offset)
 {
     size_t sizes[STOKER_MAX_FIELDS];
     uint64_t offsets[STOKER_MAX_FIELDS];

@@ -33,8 +33,8 @@ uint32_t broker_arena_consumer(broker_arena *a, uint64_t secret);
 // it (blob layout: stoker_arena_layout). STOKER_OK with *offset, or STOKER_LIMIT when no free
 // region is large enough (the caller sends bytes instead).
 int broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease,
-                     const stoker_chunk_part *parts, uint32_t n_parts,
-                     const stoker_schema *schema, uint32_t count, uint64_t *offset);
+                     const stoker_chunk_part *parts, uint32_t n_parts, const stoker_schema *schema,
+                     uint32_t count, uint64_t *offset);
 // The lease is acknowledged or redelivered: its region is reused once the consumer let go too.
 void broker_arena_lease_done(broker_arena *a, uint64_t lease);
 

@@ -74,8 +74,8 @@ static const stoker_cli_option rows[] = {
     {"max-trainers", "N", "trainers connected at once", STOKER_CLI_UINT, AT(broker.max_trainers),
      .imin = 1, .imax = 4096},
     {"shm-bytes", "N",
-     "shared memory for batches of trainers on this host, at most --max-bytes\n"
-     "(0: every trainer gets bytes over its socket)",
+     "shared memory for the batches of trainers on this host\n"
+     "(at most --max-bytes; 0: all batches go over sockets)",
      STOKER_CLI_BYTES, AT(broker.arena_bytes), .imin = 0, .imax = UINT64_MAX / 2},
     {"max-chunk", "N", "most examples in one push or pull", STOKER_CLI_UINT,
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},

@@ -111,6 +111,8 @@ class Batch(dict):
         self._released = False
         ptr = memory.ptr
         self.count = lib.stoker_consumer_batch_count(ptr)
+        # In the broker's shared memory (mapped read-only): arrays are views marked read-only.
+        self.shared = bool(lib.stoker_consumer_batch_shared(ptr))
         data = ctypes.c_void_p()
         dtype = ctypes.c_int()
         rank = ctypes.c_uint32()
@@ -129,6 +131,8 @@ class Batch(dict):
                 buf = _view(memory, data.value, nbytes.value)
                 if _np is not None:
                     arr = _np.frombuffer(buf, dtype=npdtype).reshape(dims)
+                    if self.shared:
+                        arr.flags.writeable = False
                 else:
                     arr = memoryview(buf).cast("B").cast(fmt, dims)
             self[name] = arr
@@ -351,6 +355,13 @@ class Client:
 
     # -- information --------------------------------------------------------------------------
 
+    @property
+    def delivery(self):
+        """How the last batch arrived: "shm" (the broker's shared memory, on its host) or
+        "socket"."""
+        return self._lib.stoker_consumer_delivery(self._handle).decode() if self._handle else "socket"
+
+    @property
     def duplicates(self):
         """Identities this client saw twice (0 unless delivery broke its guarantee)."""
         return self._lib.stoker_consumer_duplicates(self._handle) if self._handle else 0

@@ -16,6 +16,7 @@ they stay valid after the batch is acknowledged, however long you keep them (cop
 independent, resizable copies instead).
 """
 
+import warnings
 import torch
 import torch.utils.data
 
@@ -50,9 +51,13 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
     def _tensors(self, batch):
         names = self.fields if self.fields is not None else list(batch.keys())
         out = {}
-        for k in names:
-            t = torch.from_numpy(batch[k])
-            out[k] = t.clone() if self.copy else t
+        with warnings.catch_warnings():
+            # A batch in the broker's shared memory is read-only (torch warns once about that):
+            # the tensors must not be written in place; copy=True gives writable ones.
+            warnings.simplefilter("ignore", UserWarning)
+            for k in names:
+                t = torch.from_numpy(batch[k])
+                out[k] = t.clone() if self.copy else t
         return out
 
     def __iter__(self):

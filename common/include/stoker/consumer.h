@@ -72,6 +72,12 @@ void stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b);
 void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
 void stoker_consumer_batch_free(stoker_consumer_batch *b);
 
+// 1 when b's fields are in the broker's shared memory (mapped read-only: writing through
+// stoker_consumer_batch_field's pointers faults; copy first), 0 when in the batch's own memory.
+int stoker_consumer_batch_shared(const stoker_consumer_batch *b);
+// How the last batch arrived: "shm" (the broker's shared memory) or "socket" (static string).
+const char *stoker_consumer_delivery(const stoker_consumer *c);
+
 // Examples in the batch (at most batch_size; fewer only at the end of the supply).
 uint32_t stoker_consumer_batch_count(const stoker_consumer_batch *b);
 // Field f of the batch: *data points to count elements of dtype (a stoker_dtype), C-contiguous

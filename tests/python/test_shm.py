@@ -1,0 +1,153 @@
+"""Shared memory (docs/design.md, "Shared memory"): a consumer on the broker's host gets its
+batches in the broker's arena, read-only; the same examples as over the socket; an array the user
+holds is never overwritten however often the arena wraps; a SIGKILLed consumer's regions come
+back; STOKER_SHM=0 and --shm-bytes 0 keep the socket path; a full arena falls back to bytes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from helpers import Cluster, require, run
+
+np = require("numpy")
+import stoker  # noqa: E402
+
+SCHEMA_ARGS = ("--delay", "0:0", "--chunk", "16", "--seed", "7")
+
+
+def collect(url, n, env_shm):
+    """{(session-less) (producer name's seq): bytes of every field} for n examples."""
+    old = os.environ.get("STOKER_SHM")
+    os.environ["STOKER_SHM"] = env_shm
+    try:
+        got, paths = {}, set()
+        with stoker.Client(url, batch_size=8, stall_timeout=10) as c:
+            for b in c.batches():
+                paths.add(c.delivery)
+                _, seqs = b.identities()
+                for i, q in enumerate(seqs):
+                    got[int(q)] = b"".join(b[k][i].tobytes() for k in sorted(b))
+                if len(got) >= n:
+                    break
+        return got, paths
+    finally:
+        if old is None:
+            del os.environ["STOKER_SHM"]
+        else:
+            os.environ["STOKER_SHM"] = old
+
+
+def test_local_consumer_gets_the_same_examples_through_shared_memory():
+    results = {}
+    for shm in ("1", "0"):
+        with Cluster() as c:
+            c.producer(*SCHEMA_ARGS, "--max-examples", "400", name="fixed")
+            results[shm] = collect(c.url, 400, shm)
+    (a, pa), (b, pb) = results["1"], results["0"]
+    assert pa == {"shm"}, pa
+    assert pb == {"socket"}, pb
+    assert a == b and len(a) == 400
+
+
+def test_broker_without_shared_memory_serves_bytes():
+    with Cluster("--shm-bytes", "0") as c:
+        c.producer(*SCHEMA_ARGS, "--max-examples", "64")
+        got, paths = collect(c.url, 64, "1")
+        assert paths == {"socket"} and len(got) == 64
+
+
+def test_held_array_is_never_overwritten_across_wraparounds():
+    # 8 KiB of arena, batches of 8 * 44 bytes: it wraps around dozens of times below.
+    with Cluster("--shm-bytes", "8192") as c:
+        c.producer(*SCHEMA_ARGS)
+        with stoker.Client(c.url, batch_size=8, stall_timeout=10) as cl:
+            held = []
+            shared = 0
+            for n, b in enumerate(cl.batches(max_batches=3000)):
+                shared += b.shared
+                if b.shared and n % 500 == 0:  # keep some arrays long after their batch
+                    arr = b["input"]
+                    assert not arr.flags.writeable
+                    held.append((arr, arr.copy()))
+            assert shared > 2500, shared
+            assert len(held) >= 5
+            for arr, copy in held:
+                assert np.array_equal(arr, copy)
+
+
+def test_full_arena_falls_back_to_bytes_and_keeps_held_batches():
+    with Cluster("--shm-bytes", "4096") as c:
+        c.producer(*SCHEMA_ARGS)
+        with stoker.Client(c.url, batch_size=8, stall_timeout=10) as cl:
+            kept = []
+            for b in cl.batches(max_batches=40):
+                kept.append((b, b["input"], b["input"].copy()))
+            flags = [b.shared for b, _, _ in kept]
+            assert any(flags) and not all(flags), flags  # 4 KiB holds only a few batches
+            for _, arr, copy in kept:
+                assert np.array_equal(arr, copy)
+
+
+CHILD = r"""
+import ctypes, sys, time
+import stoker
+c = stoker.Client(sys.argv[1], batch_size=8, stall_timeout=10)
+held = [c.next_batch() for _ in range(int(sys.argv[2]))]
+assert all(b.shared for b in held), [b.shared for b in held]
+print("holding", flush=True)
+if sys.argv[3] == "write":
+    ctypes.memset(held[0]["input"].ctypes.data, 0, 4)  # the mapping is read-only: SIGSEGV
+    print("wrote", flush=True)
+time.sleep(60)
+"""
+
+
+def child(url, n, what):
+    return subprocess.Popen([sys.executable, "-c", CHILD, url, str(n), what],
+                            stdout=subprocess.PIPE, env=os.environ)
+
+
+def test_a_write_into_the_mapping_faults():
+    with Cluster() as c:
+        c.producer(*SCHEMA_ARGS)
+        p = child(c.url, 1, "write")
+        try:
+            assert p.stdout.readline() == b"holding\n"
+            assert p.wait(timeout=20) == -signal.SIGSEGV
+            assert p.stdout.read() == b""
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_killed_consumer_regions_come_back_after_its_leases():
+    # The child holds every region the 4 KiB arena has; after its SIGKILL its leases are
+    # redelivered and the next consumer gets batches in shared memory again.
+    with Cluster("--shm-bytes", "4096") as c:
+        c.producer(*SCHEMA_ARGS)
+        p = child(c.url, 6, "hold")
+        try:
+            assert p.stdout.readline() == b"holding\n"
+            p.kill()
+            p.wait()
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        deadline = time.monotonic() + 10
+        with stoker.Client(c.url, batch_size=8, stall_timeout=10) as cl:
+            while True:
+                b = cl.next_batch()
+                shared = b.shared
+                b.release()
+                if shared:
+                    break
+                assert time.monotonic() < deadline, "the dead consumer's regions never came back"
+        st = stoker.status(c.url)
+        assert st["counters"]["redelivered"] >= 6 * 8, st["counters"]
+
+
+run(globals())
