@@ -219,12 +219,25 @@ frame_header(nng_msg *msg, const uint8_t **pb, size_t *pb_len, char *err, size_t
     return STOKER_OK;
 }
 
+static int chunk_from_pb_at(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, int aligned,
+                            stoker_chunk *c, uint32_t *n_data, size_t *data_len, char *err,
+                            size_t err_len);
+
 // Points chunk at the blobs that follow the protobuf part (pb_end bytes into msg), after
 // checking that sizes describe exactly the rest of the message. The schema is not on the wire
 // with the data: the receiver checks data_len against its own (stoker_wire_bind_chunk).
 static int
 chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_chunk *c,
               uint32_t *n_data, size_t *data_len, char *err, size_t err_len)
+{
+    return chunk_from_pb_at(pb, owner, pb_end, 1, c, n_data, data_len, err, err_len);
+}
+
+// As chunk_from_pb; aligned: 0 leaves blobs where they are even when misaligned (for a reader
+// that only copies them, as the broker does: the aligned copy would double its work per push).
+static int
+chunk_from_pb_at(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, int aligned,
+                 stoker_chunk *c, uint32_t *n_data, size_t *data_len, char *err, size_t err_len)
 {
     if (pb->n_sizes > STOKER_MAX_FIELDS)
         return stoker_errorf(err, err_len, STOKER_INVALID,
@@ -246,7 +259,7 @@ chunk_from_pb(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, stoker_
     if (at != len)
         return stoker_errorf(err, err_len, STOKER_INVALID, "chunk: %zu bytes after the last field",
                              len - at);
-    if (((uintptr_t)body & 7) != 0 && pb->n_sizes > 0) {
+    if (aligned && ((uintptr_t)body & 7) != 0 && pb->n_sizes > 0) {
         // Blobs must be aligned for their dtype: copy them once into aligned memory.
         size_t first = offsets[0];
         owner->aligned = aligned_alloc(64, (len - first + 64) & ~(size_t)63);
@@ -384,8 +397,24 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
     return pack_into_msg(&r.base, src, out);
 }
 
+static int decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err,
+                              size_t err_len);
+
 int
 stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, size_t err_len)
+{
+    return decode_request_msg(msg, 1, out, err, err_len);
+}
+
+int
+stoker_wire_decode_request_msg_unaligned(nng_msg *msg, stoker_request **out, char *err,
+                                         size_t err_len)
+{
+    return decode_request_msg(msg, 0, out, err, err_len);
+}
+
+static int
+decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, size_t err_len)
 {
     const uint8_t *pb;
     size_t pb_len;
@@ -441,8 +470,8 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         }
         req->first_seq = r->push->first_seq;
         owner->msg = msg; // provisionally: the chunk points into it
-        rv = chunk_from_pb(r->push->chunk, owner, pb_end, &req->chunk, &req->n_data, req->data_len,
-                           err, err_len);
+        rv = chunk_from_pb_at(r->push->chunk, owner, pb_end, aligned, &req->chunk, &req->n_data,
+                              req->data_len, err, err_len);
         owner->msg = NULL;
         has_chunk = 1;
         break;

@@ -77,7 +77,7 @@ ctx_cb(void *arg)
     char err[256];
     // Decoding happens outside the lock. On success the request owns msg: a push's examples
     // stay in the received message until the last of them is acknowledged.
-    int drv = stoker_wire_decode_request_msg(msg, &req, err, sizeof(err));
+    int drv = stoker_wire_decode_request_msg_unaligned(msg, &req, err, sizeof(err));
     if (drv != STOKER_OK)
         nng_msg_free(msg);
     broker_outbox out = {0};

@@ -102,6 +102,10 @@ int stoker_wire_encode_request(const stoker_request *req, struct nng_msg **out);
 // returns STOKER_INVALID (or STOKER_NOMEM) with the reason in err, and the caller still owns msg.
 int stoker_wire_decode_request_msg(struct nng_msg *msg, stoker_request **out, char *err,
                                    size_t err_len);
+// The same, leaving a push's blobs where they are in msg even when they are not aligned for
+// their dtype (an nng REP body is 4 bytes off): for a reader that only copies them (the broker).
+int stoker_wire_decode_request_msg_unaligned(struct nng_msg *msg, stoker_request **out, char *err,
+                                             size_t err_len);
 // The same from len bytes at buf (copied first); the caller keeps buf.
 int stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
                                size_t err_len);
