@@ -84,6 +84,7 @@ broker_audit(source *src, train_result *res)
         stoker_warn("audit: Status failed (%s); audit left out", stoker_strerror(rv));
     }
     res->duplicates_seen = stoker_trainer_client_duplicates(s->tc);
+    res->delivery = stoker_trainer_client_delivery(s->tc);
 }
 
 static void

@@ -370,6 +370,8 @@ train_write_json(const train_result *r, FILE *f)
             (unsigned long long)r->examples, r->seconds, r->examples_per_second,
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
             r->data_wait_fraction);
+    if (r->delivery != NULL)
+        fprintf(f, ", \"delivery\": \"%s\"", r->delivery);
     if (r->has_audit)
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "

@@ -70,6 +70,7 @@ typedef struct train_result {
     char device[16]; // "cpu" | "gpu"
     uint64_t rounds, batches, examples;
     double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;
+    const char *delivery; // how batches arrived: "shm", "socket" (static), NULL: not a broker
     int has_audit;
     uint64_t produced, acknowledged, still_queued, in_flight, redelivered, duplicates_seen;
     int64_t discrepancy;

@@ -361,7 +361,6 @@ class Client:
         "socket"."""
         return self._lib.stoker_consumer_delivery(self._handle).decode() if self._handle else "socket"
 
-    @property
     def duplicates(self):
         """Identities this client saw twice (0 unless delivery broke its guarantee)."""
         return self._lib.stoker_consumer_duplicates(self._handle) if self._handle else 0

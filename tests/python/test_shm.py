@@ -58,6 +58,45 @@ def test_broker_without_shared_memory_serves_bytes():
         assert paths == {"socket"} and len(got) == 64
 
 
+def test_socket_and_shm_consumers_on_one_broker_are_both_exact():
+    with Cluster() as c:
+        c.producer(*SCHEMA_ARGS, "--max-examples", "480", name="fixed")
+        os.environ["STOKER_SHM"] = "0"
+        try:
+            sock = stoker.Client(c.url, batch_size=8, stall_timeout=10)
+        finally:
+            del os.environ["STOKER_SHM"]
+        shm = stoker.Client(c.url, batch_size=8, stall_timeout=10)
+        seen, kinds = {}, {}
+        try:
+            for turn in range(1000):
+                cl = (sock, shm)[turn % 2]
+                try:
+                    b = cl.next_batch()
+                except stoker.SupplyEnded:
+                    break
+                kinds.setdefault(cl.delivery, 0)
+                kinds[cl.delivery] += 1
+                assert b.shared == (cl is shm)
+                _, seqs = b.identities()
+                for i, q in enumerate(seqs):
+                    assert int(q) not in seen
+                    seen[int(q)] = b["input"][i].tobytes()
+                b.release()
+                if len(seen) == 480:
+                    break
+        finally:
+            sock.close()
+            shm.close()
+        assert sorted(seen) == list(range(480))
+        assert kinds.get("shm", 0) > 0 and kinds.get("socket", 0) > 0, kinds
+    # The same examples as a socket-only run.
+    with Cluster() as c:
+        c.producer(*SCHEMA_ARGS, "--max-examples", "480", name="fixed")
+        ref, _ = collect(c.url, 480, "0")
+    assert {q: v[:40] for q, v in ref.items()} == seen
+
+
 def test_held_array_is_never_overwritten_across_wraparounds():
     # 8 KiB of arena, batches of 8 * 44 bytes: it wraps around dozens of times below.
     with Cluster("--shm-bytes", "8192") as c:
