@@ -7,6 +7,11 @@ generator's cost) plus the reference target function, so both sides have the sam
 2 / mean(delay) examples/s.
 
     /usr/bin/python3 bench/python_bench.py [--delay 0.005:0.05] [--seconds 15] [--batch-size 4]
+    /usr/bin/python3 bench/python_bench.py --large [--seconds 15]
+
+--large: 150,528-byte examples (224x224x3 uint8 images), batch 32, generation free on both sides
+(stoker-bench-producer; DataLoader workers yield a ready image), MB/s into the same loop; on the
+broker's host stoker's batches come through its shared memory (STOKER_SHM=0: over the socket).
 
 Uses STOKER_BUILD (default build/) for the broker, the producer and libstoker.so. Needs numpy and
 torch (Debian: python3-numpy python3-torch).
@@ -83,6 +88,90 @@ def train(loader, seconds):
     return examples / elapsed, examples, loss
 
 
+IMAGE = (224, 224, 3)
+IMAGE_BYTES = 224 * 224 * 3
+
+
+class ImageDataset(torch.utils.data.IterableDataset):
+    """Generation free: yields the same ready image (the DataLoader's collate copies it into the
+    batch and its worker hands the batch over in shared memory)."""
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        img = torch.from_numpy(np.full(IMAGE, (info.id if info is not None else 0) + 1,
+                                       dtype=np.uint8))
+        while True:
+            yield {"image": img}
+
+
+def train_large(loader, seconds):
+    """The loop for --large: a linear model on every 64th byte of each image (every byte of the
+    batch is read once by the strided float conversion's source pages). Returns (MB/s, examples,
+    loss)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(IMAGE_BYTES // 64, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    start, examples, loss = None, 0, float("nan")
+    for batch in loader:
+        x = batch["image"].reshape(batch["image"].shape[0], -1)
+        feats = x[:, ::64].float()
+        loss_t = model(feats).pow(2).mean()
+        opt.zero_grad()
+        loss_t.backward()
+        opt.step()
+        loss = loss_t.item()
+        now = time.monotonic()
+        if start is None:
+            start = now
+            continue
+        examples += x.shape[0]
+        if now - start >= seconds:
+            break
+    elapsed = time.monotonic() - start
+    return examples * IMAGE_BYTES / elapsed / 1e6, examples, loss
+
+
+def run_stoker_large(args):
+    tmp = tempfile.mkdtemp(prefix="stoker-pybench-")
+    url = "ipc://" + os.path.join(tmp, "broker.ipc")
+    procs = [subprocess.Popen([os.path.join(BUILD, "server", "stoker-broker"), "--listen", url,
+                               "--queue-depth", "256", "--max-message", "268435456",
+                               "--log-level", "error"], stdout=subprocess.DEVNULL)]
+    try:
+        for i in range(args.producers):
+            procs.append(subprocess.Popen([
+                os.path.join(BUILD, "bench", "stoker-bench-producer"), "--broker", url,
+                "--schema", "image:uint8[224,224,3]", "--chunk", "32", "--name", "b%d" % i]))
+        ds = StokerIterableDataset(url, batch_size=32, stall_timeout=10)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None)
+        return train_large(loader, args.seconds)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main_large(args):
+    torch.set_num_threads(1)
+    s_rate, s_n, _ = run_stoker_large(args)
+    loader = torch.utils.data.DataLoader(ImageDataset(), batch_size=32,
+                                         num_workers=args.producers)
+    d_rate, d_n, _ = train_large(loader, args.seconds)
+    print("150,528-byte examples, batch 32, generation free, %d producers / workers" %
+          args.producers)
+    print("%-34s %10s %9s" % ("", "MB/s", "examples"))
+    print("%-34s %10.1f %9d" % ("stoker (%d producers, %s)" % (
+        args.producers, "socket" if os.environ.get("STOKER_SHM") == "0" else "shm"), s_rate, s_n))
+    print("%-34s %10.1f %9d" % ("DataLoader(num_workers=%d)" % args.producers, d_rate, d_n))
+    print("ratio stoker / DataLoader: %.3f (target >= 1.5)" % (s_rate / d_rate))
+
+
 def run_stoker(args, lo, hi):
     tmp = tempfile.mkdtemp(prefix="stoker-pybench-")
     url = "ipc://" + os.path.join(tmp, "broker.ipc")
@@ -124,7 +213,11 @@ def main():
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--producers", type=int, default=2,
                     help="stoker producers and DataLoader workers (default 2)")
+    ap.add_argument("--large", action="store_true",
+                    help="150 KB examples, batch 32, generation free, MB/s (issue 13)")
     args = ap.parse_args()
+    if args.large:
+        return main_large(args)
     lo, hi = (float(v) for v in args.delay.split(":"))
     torch.set_num_threads(1)
     ideal = args.producers / ((lo + hi) / 2) if hi > 0 else float("inf")

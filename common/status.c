@@ -32,15 +32,17 @@ stoker_status_render_json(const stoker_status *st)
                        "\"max_bytes\": %llu, \"counters\": {\"produced\": %llu, "
                        "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
                        "\"redelivered\": %llu, \"delivered\": %llu, \"queued_bytes\": %llu, "
-                       "\"refused\": %llu, \"discrepancy\": %lld}, \"producers_alive\": %u, "
-                       "\"trainers\": %u, \"producers\": [",
+                       "\"refused\": %llu, \"delivered_shm\": %llu, \"discrepancy\": %lld}, "
+                       "\"producers_alive\": %u, \"trainers\": %u, \"trainers_shm\": %u, "
+                       "\"producers\": [",
                        st->queue_depth, (unsigned long long)st->max_bytes,
                        (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
                        (unsigned long long)c->queued, (unsigned long long)c->in_flight,
                        (unsigned long long)c->redelivered, (unsigned long long)c->delivered,
                        (unsigned long long)c->queued_bytes, (unsigned long long)c->refused,
+                       (unsigned long long)c->delivered_shm,
                        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight),
-                       c->producers_alive, c->trainers);
+                       c->producers_alive, c->trainers, c->trainers_shm);
     for (uint32_t i = 0; i < st->n_producers; i++) {
         const stoker_producer_info *p = &st->producers[i];
         stoker_text_printf(&t, "%s{\"id\": %u, \"name\": ", i ? ", " : "", p->id);
@@ -109,6 +111,8 @@ stoker_status_render_metrics(const stoker_status *st)
          offsetof(stoker_counters, queued_bytes)},
         {"refused_total", "counter", "Requests refused with an error",
          offsetof(stoker_counters, refused)},
+        {"delivered_shm_total", "counter", "Examples sent to trainers through shared memory",
+         offsetof(stoker_counters, delivered_shm)},
     };
     for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
         uint64_t v = *(const uint64_t *)((const char *)c + totals[i].offset);
@@ -121,9 +125,13 @@ stoker_status_render_metrics(const stoker_status *st)
                        "# TYPE stoker_producers_alive gauge\nstoker_producers_alive %u\n"
                        "# HELP stoker_trainers_connected Trainers connected\n"
                        "# TYPE stoker_trainers_connected gauge\nstoker_trainers_connected %u\n"
+                       "# HELP stoker_trainers_shm Trainers whose batches come through shared "
+                       "memory\n"
+                       "# TYPE stoker_trainers_shm gauge\nstoker_trainers_shm %u\n"
                        "# HELP stoker_uptime_seconds Seconds since the broker started\n"
                        "# TYPE stoker_uptime_seconds gauge\nstoker_uptime_seconds %.3f\n",
-                       c->producers_alive, c->trainers, (double)st->uptime_ms / 1000.0);
+                       c->producers_alive, c->trainers, c->trainers_shm,
+                       (double)st->uptime_ms / 1000.0);
     static const struct {
         const char *name, *type, *help;
     } per[] = {

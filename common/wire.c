@@ -586,6 +586,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         counters.queued_bytes = c->queued_bytes;
         counters.producers_alive = c->producers_alive;
         counters.trainers = c->trainers;
+        counters.delivered_shm = c->delivered_shm;
+        counters.trainers_shm = c->trainers_shm;
         counters.refused = c->refused;
         r.counters = &counters;
         r.uptime_ms = rep->uptime_ms;
@@ -778,6 +780,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             .queued_bytes = c->queued_bytes,
             .producers_alive = c->producers_alive,
             .trainers = c->trainers,
+            .delivered_shm = c->delivered_shm,
+            .trainers_shm = c->trainers_shm,
             .refused = c->refused,
         };
         rep->uptime_ms = r->uptime_ms;

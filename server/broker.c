@@ -248,11 +248,11 @@ producers_alive(const broker *b)
 }
 
 static uint32_t
-trainers_connected(const broker *b)
+trainers_connected(const broker *b, int in_arena)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < b->n_trainers; i++)
-        n += b->trainers[i]->connected;
+        n += b->trainers[i]->connected && (!in_arena || b->trainers[i]->in_arena);
     return n;
 }
 
@@ -262,7 +262,8 @@ broker_counters(const broker *b, stoker_counters *out)
     *out = b->c;
     out->queued_bytes = b->queued_bytes;
     out->producers_alive = producers_alive(b);
-    out->trainers = trainers_connected(b);
+    out->trainers = trainers_connected(b, 0);
+    out->trainers_shm = trainers_connected(b, 1);
 }
 
 // --- dispatch -----------------------------------------------------------------------------------

@@ -234,6 +234,8 @@ arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply
         consumer != 0 && broker_arena_put(b->arena, consumer, l->id, rep->parts, rep->n_parts,
                                           &b->schema, l->count, &rep->arena_offset) == STOKER_OK;
     rep->in_arena = t->in_arena;
+    if (t->in_arena)
+        b->c.delivered_shm += l->count;
 }
 
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.

@@ -33,9 +33,10 @@ def table(rows, headers):
 
 def format_status(st, url=""):
     c = st["counters"]
-    lines = ["broker %s: %d producers alive, %d trainers, up %.1f s, schema %s" % (
-        url, st["producers_alive"], st["trainers"], st["uptime_s"], st["schema"] or "(none yet)"),
-        ""]
+    lines = ["broker %s: %d producers alive, %d trainers (%d through shared memory), up %.1f s, "
+             "schema %s" % (url, st["producers_alive"], st["trainers"], st.get("trainers_shm", 0),
+                            st["uptime_s"], st["schema"] or "(none yet)"),
+             ""]
     lines.append(table([[k, c.get(k, "")] for k in COUNTERS], ["counter", "value"]))
     lines.append("")
     if st["producers"]:

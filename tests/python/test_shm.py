@@ -26,6 +26,8 @@ def collect(url, n, env_shm):
         with stoker.Client(url, batch_size=8, stall_timeout=10) as c:
             for b in c.batches():
                 paths.add(c.delivery)
+                if len(got) == 0:
+                    collect.status = stoker.status(url)
                 _, seqs = b.identities()
                 for i, q in enumerate(seqs):
                     got[int(q)] = b"".join(b[k][i].tobytes() for k in sorted(b))
@@ -45,7 +47,11 @@ def test_local_consumer_gets_the_same_examples_through_shared_memory():
         with Cluster() as c:
             c.producer(*SCHEMA_ARGS, "--max-examples", "400", name="fixed")
             results[shm] = collect(c.url, 400, shm)
+            if shm == "1":
+                results["status"] = collect.status
     (a, pa), (b, pb) = results["1"], results["0"]
+    assert results["status"]["trainers_shm"] == 1, results["status"]
+    assert results["status"]["counters"]["delivered_shm"] >= 8, results["status"]
     assert pa == {"shm"}, pa
     assert pb == {"socket"}, pb
     assert a == b and len(a) == 400

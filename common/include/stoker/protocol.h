@@ -68,6 +68,10 @@ typedef struct stoker_counters {
     uint32_t producers_alive;
     uint32_t trainers;
     uint64_t refused; // requests refused with an error
+    // Shared memory (docs/shm.md): examples delivered through it, and connected trainers whose
+    // last batch came through it (the others get bytes over their sockets).
+    uint64_t delivered_shm;
+    uint32_t trainers_shm;
 } stoker_counters;
 
 typedef struct stoker_producer_info {
