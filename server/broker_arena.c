@@ -391,20 +391,8 @@ broker_arena_ticket(broker_arena *a)
     return t;
 }
 
-uint32_t
-broker_arena_consumer(broker_arena *a, uint64_t secret)
-{
-    uint32_t id = 0;
-    pthread_mutex_lock(&a->lock);
-    for (uint32_t i = 1; secret != 0 && i <= MAX_CONSUMERS && id == 0; i++)
-        if (a->consumers[i].fd >= 0 && a->consumers[i].secret == secret)
-            id = i;
-    pthread_mutex_unlock(&a->lock);
-    return id;
-}
-
 int
-broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease, const stoker_chunk_part *parts,
+broker_arena_put(broker_arena *a, uint64_t secret, uint64_t lease, const stoker_chunk_part *parts,
                  uint32_t n_parts, const stoker_schema *schema, uint32_t count, uint64_t *offset)
 {
     size_t sizes[STOKER_MAX_FIELDS];
@@ -414,6 +402,16 @@ broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease, const stoke
     uint64_t len = stoker_arena_layout(0, schema->n_fields, sizes, offsets);
     uint64_t at;
     pthread_mutex_lock(&a->lock);
+    // Looked up under the same lock as the reservation: a consumer whose connection ends now
+    // either gets the region (and releases it when its end is read) or is not found.
+    uint32_t consumer = 0;
+    for (uint32_t c = 1; secret != 0 && c <= MAX_CONSUMERS && consumer == 0; c++)
+        if (a->consumers[c].fd >= 0 && a->consumers[c].secret == secret)
+            consumer = c;
+    if (consumer == 0) {
+        pthread_mutex_unlock(&a->lock);
+        return STOKER_NOT_FOUND;
+    }
     int i = a->n_regions < MAX_REGIONS ? fit(a, len, &at) : -1;
     if (i >= 0) {
         memmove(&a->regions[i + 1], &a->regions[i], (a->n_regions - (uint32_t)i) * sizeof(region));

@@ -26,13 +26,11 @@ void broker_arena_destroy(broker_arena *a);
 const char *broker_arena_socket(const broker_arena *a);
 uint64_t broker_arena_ticket(broker_arena *a);
 
-// The consumer that holds secret, 0 when none (unknown, or its connection ended).
-uint32_t broker_arena_consumer(broker_arena *a, uint64_t secret);
-
-// Reserves a region for lease of consumer, and copies count examples of schema from parts into
-// it (blob layout: stoker_arena_layout). STOKER_OK with *offset, or STOKER_LIMIT when no free
-// region is large enough (the caller sends bytes instead).
-int broker_arena_put(broker_arena *a, uint32_t consumer, uint64_t lease,
+// Reserves a region for lease of the consumer that holds secret, and copies count examples of
+// schema from parts into it (blob layout: stoker_arena_layout). STOKER_OK with *offset;
+// STOKER_NOT_FOUND when no connected consumer holds secret (unknown, or its connection ended);
+// STOKER_LIMIT when no free region is large enough. Either way the caller sends bytes instead.
+int broker_arena_put(broker_arena *a, uint64_t secret, uint64_t lease,
                      const stoker_chunk_part *parts, uint32_t n_parts, const stoker_schema *schema,
                      uint32_t count, uint64_t *offset);
 // The lease is acknowledged or redelivered: its region is reused once the consumer let go too.

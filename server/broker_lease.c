@@ -228,11 +228,9 @@ queues_full(const broker *b)
 static void
 arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply *rep)
 {
-    uint32_t consumer =
-        secret != 0 && b->arena != NULL ? broker_arena_consumer(b->arena, secret) : 0;
-    t->in_arena =
-        consumer != 0 && broker_arena_put(b->arena, consumer, l->id, rep->parts, rep->n_parts,
-                                          &b->schema, l->count, &rep->arena_offset) == STOKER_OK;
+    t->in_arena = secret != 0 && b->arena != NULL &&
+                  broker_arena_put(b->arena, secret, l->id, rep->parts, rep->n_parts, &b->schema,
+                                   l->count, &rep->arena_offset) == STOKER_OK;
     rep->in_arena = t->in_arena;
     if (t->in_arena)
         b->c.delivered_shm += l->count;
