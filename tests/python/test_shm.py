@@ -103,6 +103,35 @@ def test_socket_and_shm_consumers_on_one_broker_are_both_exact():
     assert {q: v[:40] for q, v in ref.items()} == seen
 
 
+def test_with_a_token_shared_memory_comes_after_the_token():
+    import tempfile
+    import shutil
+    from helpers import BROKER, PRODUCER
+    d = tempfile.mkdtemp(prefix="stoker-py-")
+    path, url = os.path.join(d, "token"), "ipc://" + os.path.join(d, "b.ipc")
+    with open(path, "w") as f:
+        f.write("s3cret-token\n")
+    procs = [subprocess.Popen([BROKER, "--listen", url, "--token-file", path, "--log-level",
+                               "error"], stdout=subprocess.DEVNULL)]
+    try:
+        procs.append(subprocess.Popen([PRODUCER, "--broker", url, "--token-file", path,
+                                       "--log-level", "error", *SCHEMA_ARGS]))
+        try:
+            stoker.Client(url, batch_size=8, stall_timeout=2).next_batch()
+            raise AssertionError("a client without the token was served")
+        except stoker.StokerError as e:
+            assert "token" in str(e) or "UNAUTH" in str(e).upper(), e
+        with stoker.Client(url, token_file=path, batch_size=8, stall_timeout=10) as cl:
+            b = cl.next_batch()
+            assert b.shared and cl.delivery == "shm"
+            b.release()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_held_array_is_never_overwritten_across_wraparounds():
     # 8 KiB of arena, batches of 8 * 44 bytes: it wraps around dozens of times below.
     with Cluster("--shm-bytes", "8192") as c:
@@ -193,6 +222,8 @@ def test_killed_consumer_regions_come_back_after_its_leases():
                 assert time.monotonic() < deadline, "the dead consumer's regions never came back"
         st = stoker.status(c.url)
         assert st["counters"]["redelivered"] >= 6 * 8, st["counters"]
+    # Nothing left behind: the arena is a memfd, its socket abstract.
+    assert not [f for f in os.listdir("/dev/shm") if "stoker" in f]
 
 
 run(globals())
