@@ -77,7 +77,8 @@ void stoker_consumer_batch_free(stoker_consumer_batch *b);
 // (stoker_consumer_error tells why): those batches are then redelivered to other consumers.
 int stoker_consumer_flush(stoker_consumer *c);
 
-// Examples in the batch (at most batch_size; fewer only at the end of the supply).
+// Examples in the batch: batch_size, or fewer when the supply ends, when the producers' queues
+// are all full before a batch is, or when the pull's wait ends first (data trickling in).
 uint32_t stoker_consumer_batch_count(const stoker_consumer_batch *b);
 // Field f of the batch: *data points to count elements of dtype (a stoker_dtype), C-contiguous
 // with shape (examples, field shape...): *rank = 1 + the field's rank, dims written into shape
