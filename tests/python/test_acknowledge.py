@@ -1,7 +1,7 @@
 """When a loop's batches are acknowledged: leaving a loop normally (break, the generator or the
 DataLoader's iterator closed) acknowledges the batch it was on; an exception that ends the
 Client's or the dataset's `with` block gives it back, and the broker redelivers it to the next
-consumer. Each test: one producer with 40 examples, batches of 4, 3 trained, then a second
+consumer. Each test: one producer with 40 examples, batches of 4, a few trained; then a second
 consumer drains the rest and must never see a trained example again."""
 
 import gc
