@@ -364,7 +364,7 @@ class Client:
             # GeneratorExit. A `with` block still open sees which when it ends; without one,
             # the loop is done with the batch, and the broker hears it now rather than with a
             # next pull that may never come. (Pull errors come with nothing held.)
-            if self._blocks == 0 and self._held is not None:
+            if self._blocks == 0 and self._held is not None and self._handle is not None:
                 self._held.release()
                 self._lib.stoker_consumer_flush(self._handle)  # failing: it warned; redelivered
 
