@@ -259,6 +259,17 @@ stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b)
     stoker_trainer_client_ack(c->tc, b->batch->lease);
 }
 
+int
+stoker_consumer_flush(stoker_consumer *c)
+{
+    c->error[0] = '\0';
+    int rv = stoker_trainer_client_flush(c->tc);
+    if (rv != STOKER_OK)
+        stoker_errorf(c->error, sizeof(c->error), rv, "could not acknowledge: %s",
+                      stoker_strerror(rv));
+    return rv;
+}
+
 void
 stoker_consumer_batch_free(stoker_consumer_batch *b)
 {

@@ -82,6 +82,7 @@ def _declare(lib):
         "stoker_consumer_next": (i, [P, c.POINTER(P)]),
         "stoker_consumer_release": (None, [P, P]),
         "stoker_consumer_ack": (None, [P, P]),
+        "stoker_consumer_flush": (i, [P]),
         "stoker_consumer_batch_free": (None, [P]),
         "stoker_consumer_batch_count": (u32, [P]),
         "stoker_consumer_batch_field": (i, [P, u32, c.POINTER(P), c.POINTER(i), c.POINTER(u32),

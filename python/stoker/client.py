@@ -198,7 +198,8 @@ class Client:
     them, from the thread that pulls; without on_event they are kept for events().
     Use it from one thread. As a context manager, leaving the block closes it; a batch still
     held then is acknowledged unless the block ended with an exception (then the broker
-    redelivers it to another consumer).
+    redelivers it to another consumer). See batches() for when a loop's batches are
+    acknowledged.
     """
 
     def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
@@ -217,6 +218,8 @@ class Client:
         self.batch_size = None
         self._handle = None
         self._held = None  # the last batch batches() yielded, until the next is requested
+        self._blocks = 0  # open `with` blocks that decide about _held when they end
+        self._duplicates = 0  # duplicates() as it was at close()
         self._events = []
         self._field_names = []
         self.fields = []
@@ -282,13 +285,16 @@ class Client:
         if self._held is not None and acknowledge_held:
             self._held.release()
         self._held = None
+        self._duplicates = self._lib.stoker_consumer_duplicates(self._handle)
         self._lib.stoker_consumer_close(self._handle)
         self._handle = None
 
     def __enter__(self):
+        self._blocks += 1
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self._blocks -= 1
         self.close(acknowledge_held=exc_type is None)
         return False
 
@@ -336,24 +342,40 @@ class Client:
         """Yields batches until the supply ends (SupplyEnded), nothing arrives within the stall
         timeout (Stalled), or max_batches were yielded.
 
-        Acknowledgement: each batch is acknowledged when you ask for the next one (the loop comes
-        back for more), so a batch you were training on when your loop crashed is redelivered to
-        another consumer. The batch you leave the loop with is acknowledged by the next request,
-        by close(), or by leaving the Client's `with` block without an exception."""
+        Acknowledgement: each batch is acknowledged when the loop asks for the next one. The
+        batch you leave the loop with (break, return, the generator closed) is acknowledged too,
+        unless an exception ends the Client's `with` block: then the broker redelivers it to
+        another consumer. Python closes a loop's generator in the same way whether the loop was
+        left by break or by an exception, so only a `with` block can tell the two apart: inside
+        one, the block's end decides (normally: acknowledged; by an exception: given back);
+        without one, leaving the loop acknowledges. A killed process acknowledges nothing."""
         n = 0
-        while max_batches is None or n < max_batches:
-            if self._held is not None:
+        try:
+            while max_batches is None or n < max_batches:
+                if self._held is not None:
+                    self._held.release()
+                b = self.next_batch(batch_size)
+                self._held = b
+                n += 1
+                yield b
+        finally:
+            # The loop ended (max_batches) or was left: break, return, the generator closed, or
+            # an exception unwinding the loop, which reaches a generator as the same
+            # GeneratorExit. A `with` block still open sees which when it ends; without one,
+            # the loop is done with the batch, and the broker hears it now rather than with a
+            # next pull that may never come. (Pull errors come with nothing held.)
+            if self._blocks == 0 and self._held is not None and self._handle is not None:
                 self._held.release()
-            b = self.next_batch(batch_size)
-            self._held = b
-            n += 1
-            yield b
+                self._lib.stoker_consumer_flush(self._handle)  # failing: it warned; redelivered
 
     # -- information --------------------------------------------------------------------------
 
     def duplicates(self):
-        """Identities this client saw twice (0 unless delivery broke its guarantee)."""
-        return self._lib.stoker_consumer_duplicates(self._handle) if self._handle else 0
+        """Examples that came to this client a second time and were dropped before you saw
+        them (0 unless delivery broke its guarantee); after close(), the count at close."""
+        if self._handle is None:
+            return self._duplicates
+        return self._lib.stoker_consumer_duplicates(self._handle)
 
     def status(self, timeout=3.0):
         """The broker's status as a dict with the keys of its /status page: uptime_s, schema,

@@ -71,8 +71,14 @@ void stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b);
 // the batch any more. stoker_consumer_batch_free may be called after the consumer is closed.
 void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
 void stoker_consumer_batch_free(stoker_consumer_batch *b);
+// Sends the pending acknowledgements now instead of with the next pull, for a consumer that
+// stops pulling for a while (a training loop left by break). Bounded by the request timeout.
+// Returns STOKER_OK when the broker applied them (or none were pending), else an error
+// (stoker_consumer_error tells why): those batches are then redelivered to other consumers.
+int stoker_consumer_flush(stoker_consumer *c);
 
-// Examples in the batch (at most batch_size; fewer only at the end of the supply).
+// Examples in the batch: batch_size, or fewer when the supply ends, when the producers' queues
+// are all full before a batch is, or when the pull's wait ends first (data trickling in).
 uint32_t stoker_consumer_batch_count(const stoker_consumer_batch *b);
 // Field f of the batch: *data points to count elements of dtype (a stoker_dtype), C-contiguous
 // with shape (examples, field shape...): *rank = 1 + the field's rank, dims written into shape
