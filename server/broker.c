@@ -22,6 +22,7 @@ broker_config_init(broker_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->queue_depth = 64;
+    cfg->queue_depth_auto = 1;
     cfg->max_bytes = 1ull << 30;
     cfg->producer_timeout_ms = 3000;
     cfg->trainer_timeout_ms = 10000;
@@ -166,6 +167,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
         b->schema = cfg->schema;
         b->example_bytes = stoker_schema_example_bytes(&b->schema);
     }
+    b->queue_depth = cfg->queue_depth;
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
     b->next_lease_id =
@@ -178,6 +180,15 @@ free_parked(parked *p)
 {
     stoker_request_free(p->req);
     free(p);
+}
+
+void
+free_trainer(trainer *t)
+{
+    if (t == NULL)
+        return;
+    free(t->snapshot);
+    free(t);
 }
 
 void
@@ -217,7 +228,7 @@ broker_destroy(broker *b, broker_outbox *out)
             next = l->next;
             free_lease(l);
         }
-        free(t);
+        free_trainer(t);
     }
     free(b->producers);
     free(b->trainers);

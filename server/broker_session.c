@@ -183,7 +183,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
                           b->cfg.max_trainers);
                 return;
             }
-            free(b->trainers[i]);
+            free_trainer(b->trainers[i]);
             b->trainers[i] = b->trainers[--b->n_trainers];
         }
         t = calloc(1, sizeof(*t));
@@ -194,8 +194,10 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         t->id = b->next_trainer_id++;
         snprintf(t->name, sizeof(t->name), "%s", req->name[0] ? req->name : "trainer");
         t->session = req->session;
-        // A new trainer hears of events from now on (plus nothing older).
+        // A new trainer hears of the producers there now (a snapshot, in its first pull reply),
+        // then of events from now on.
         t->event_cursor = b->n_events;
+        t->snapshot = producers_snapshot(b, now_ms, &t->n_snapshot);
         b->trainers[b->n_trainers++] = t;
         stoker_info("trainer-joined: trainer %u '%s'", t->id, t->name);
     } else if (!t->connected) {
@@ -244,8 +246,10 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (t != NULL) {
         // A trainer that stops: what it holds unacknowledged goes to the others.
-        if (t->connected)
+        if (t->connected) {
+            give_back(b, t, req->n_held, req->held); // before drop_trainer redelivers the rest
             drop_trainer(b, t, NULL, now_ms, out);
+        }
         send_code(b, out, token, STOKER_OK, NULL);
     } else if (p == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
