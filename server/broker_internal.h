@@ -69,6 +69,7 @@ typedef struct producer {
     uint64_t next_seq;
     queue q;
     uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
+    uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     parked *pushes, *pushes_tail; // parked pushes, FIFO
 } producer;
 
@@ -205,8 +206,8 @@ void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, br
 // Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes
 // (nothing when the depth is fixed). Called before pulls are served.
 void queues_resize(broker *b);
-// Nonzero when no queue can take more: every alive producer's queue is at its depth, or all of
-// them together are at max_bytes.
+// Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
+// its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);
 // A batch of max examples for trainer t goes out with only `queued` examples because the queues
 // are full: counts it, and the first time says why in the log and in /status.

@@ -138,6 +138,7 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
+    p->last_chunk = req->chunk.count;
     if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
                                sizeof(err)) != STOKER_OK) {
         stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);

@@ -46,7 +46,10 @@ queues_full(const broker *b)
         return 1;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
-        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples < b->queue_depth)
+        // Full for this producer when its next chunk (the size of its last) cannot fit: a queue
+        // of 63 with chunks of 3 and a depth of 64 takes nothing more.
+        uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
+        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples + chunk <= b->queue_depth)
             return 0;
     }
     return 1;

@@ -899,9 +899,10 @@ Test(queues, max_bytes_bounds_the_grown_queues_and_is_named_when_it_cuts_a_batch
     stoker_status *st = snapshot();
     cr_assert_eq(st->queue_depth, 100, "depth %u beyond what --max-bytes holds", st->queue_depth);
     stoker_status_destroy(st);
-    answered(push(P1, 0, 64), STOKER_OK);
+    for (uint32_t seq = 0; seq < 96; seq += 4)
+        answered(push(P1, seq, 4), STOKER_OK);
     cr_assert_null(reply(t), "answered while the queue could take more");
-    answered(push(P1, 64, 36), STOKER_OK);
+    answered(push(P1, 96, 4), STOKER_OK);
     cr_assert_eq(answered(t, STOKER_OK)->chunk.count, 100);
     st = snapshot();
     cr_assert_eq(st->counters.short_by_queues, 1);
@@ -1008,4 +1009,17 @@ Test(snapshot, a_trainer_there_first_hears_joins_as_they_happen_and_no_snapshot)
     cr_assert_eq(rep->n_events, 1);
     cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED);
     cr_assert_gt(rep->events[0].index, 0);
+}
+
+Test(queues, a_queue_with_no_room_for_another_chunk_counts_as_full)
+{
+    remake(64);
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    for (uint32_t seq = 0; seq < 63; seq += 3)
+        answered(push(P1, seq, 3), STOKER_OK);
+    // 63 of 64: the next chunk of 3 cannot fit, so waiting longer cannot fill the batch.
+    stoker_reply *rep = answered(pull(T1, 256, 5000), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 63);
+    cr_assert_eq(counters().short_by_queues, 1);
 }
