@@ -2,8 +2,8 @@
 // create/destroy, the outbox and reply helpers, the event log, lookups, the counters, and the
 // dispatch of each request to the room that handles it. The rooms: broker_push.c (producers'
 // pushes), broker_session.c (hello, goodbye, heartbeat, authentication), broker_lease.c (pulls,
-// leases, acknowledgements), broker_loss.c (lost peers, deadlines), broker_report.c (Status,
-// /status, /metrics). This file handles no request itself.
+// leases, acknowledgements), broker_loss.c (lost peers, deadlines), broker_queues.c (queue
+// sizing), broker_report.c (Status, /status, /metrics). This file handles no request itself.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
