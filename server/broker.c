@@ -183,15 +183,6 @@ free_parked(parked *p)
 }
 
 void
-free_trainer(trainer *t)
-{
-    if (t == NULL)
-        return;
-    free(t->snapshot);
-    free(t);
-}
-
-void
 free_lease(lease *l)
 {
     for (uint32_t i = 0; i < l->n_parts; i++)
@@ -228,7 +219,7 @@ broker_destroy(broker *b, broker_outbox *out)
             next = l->next;
             free_lease(l);
         }
-        free_trainer(t);
+        free(t);
     }
     free(b->producers);
     free(b->trainers);

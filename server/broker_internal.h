@@ -30,8 +30,8 @@
 #define EVENT_LOG         4096 // events remembered
 #define EVENTS_PER_REPLY  64
 #define MAX_REDELIVER_LOG 8
-// A trainer's first pull reply lists the producers already there as events with this reason
-// (index 0), at most SNAPSHOT_MAX of them (a reply's events are limited to 4096 on the wire).
+// A trainer's hello reply lists the producers already there as events with this reason (index
+// 0), at most SNAPSHOT_MAX of them (a reply's events are limited to 4096 on the wire).
 #define SNAPSHOT_REASON "already there when this trainer joined"
 #define SNAPSHOT_MAX    4000
 
@@ -84,10 +84,7 @@ typedef struct trainer {
     lease *leases;
     uint32_t parked_pulls;
     uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
-    // The producers there when it joined, one event each (producers_snapshot), sent before the
-    // log's events in its first pull reply; NULL once sent (or when there were none).
-    stoker_event *snapshot;
-    uint32_t n_snapshot;
+    int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
 } trainer;
 
 struct broker {
@@ -175,13 +172,6 @@ void handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req
 
 // --- broker_lease.c: pulls, leases, acknowledgements ---
 
-// The producers b knows, one event each in its current state (index 0: not in the log):
-// producer_joined for the alive, producer_lost / producer_finished for the others, alive ones
-// first, reason SNAPSHOT_REASON. A malloc'd array of *n (at most SNAPSHOT_MAX) the caller frees;
-// NULL when there are none or out of memory (a trainer then learns only what happens next).
-stoker_event *producers_snapshot(const broker *b, uint64_t now_ms, uint32_t *n);
-// Frees trainer t and what it owns (not its leases).
-void free_trainer(trainer *t);
 // Puts every lease of t back in its queues (newest first), counted as redelivered.
 void redeliver(broker *b, trainer *t);
 // Puts every lease of t, which said goodbye, back in its queues: those in held (handed to its

@@ -217,36 +217,6 @@ pending_events(const broker *b, const trainer *t, stoker_event *buf)
     return n;
 }
 
-stoker_event *
-producers_snapshot(const broker *b, uint64_t now_ms, uint32_t *n)
-{
-    uint32_t cap = b->n_producers < SNAPSHOT_MAX ? b->n_producers : SNAPSHOT_MAX;
-    if (cap == 0)
-        return NULL;
-    stoker_event *ev = calloc(cap, sizeof(*ev));
-    if (ev == NULL)
-        return NULL;
-    uint32_t k = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < b->n_producers && k < cap; i++) {
-            const producer *p = b->producers[i];
-            if ((p->status == STOKER_PRODUCER_ALIVE) != (pass == 0))
-                continue;
-            stoker_event *e = &ev[k++];
-            e->index = 0;
-            e->kind = p->status == STOKER_PRODUCER_ALIVE  ? STOKER_EVENT_PRODUCER_JOINED
-                      : p->status == STOKER_PRODUCER_LOST ? STOKER_EVENT_PRODUCER_LOST
-                                                          : STOKER_EVENT_PRODUCER_FINISHED;
-            e->producer = p->id;
-            snprintf(e->name, sizeof(e->name), "%s", p->name);
-            e->at_s = (double)(now_ms - b->start_ms) / 1000.0;
-            snprintf(e->reason, sizeof(e->reason), "%s", SNAPSHOT_REASON);
-        }
-    }
-    *n = k;
-    return ev;
-}
-
 // Why the supply ended, or STOKER_OK while producers may still send.
 static int
 supply_state(const broker *b, char *why, size_t why_len)
@@ -273,7 +243,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     trainer *t = k->trainer;
     uint32_t max = k->req->max_examples;
     char why[160];
-    stoker_event events_buf[EVENTS_PER_REPLY], *events = events_buf;
+    stoker_event events[EVENTS_PER_REPLY];
     uint32_t n_events = pending_events(b, t, events);
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, why, sizeof(why));
@@ -285,25 +255,9 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     int take = b->c.queued >= max || partial;
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
     int cut_short = take && alive && b->c.queued < max && full;
-    // A trainer's first reply tells it who was there when it joined (its snapshot).
-    int ready = take || n_events > 0 || t->snapshot != NULL || ended != STOKER_OK;
+    int ready = take || n_events > 0 || ended != STOKER_OK;
     if (!ready && !final)
         return 0;
-    stoker_event *snapshot = NULL;
-    uint64_t cursor = n_events > 0 ? events[n_events - 1].index : t->event_cursor;
-    if (t->snapshot != NULL) {
-        // The snapshot first, then what happened since; its array grows to hold both.
-        stoker_event *all = realloc(t->snapshot, (t->n_snapshot + n_events) * sizeof(*all));
-        if (all != NULL) {
-            memcpy(all + t->n_snapshot, events, n_events * sizeof(*all));
-            snapshot = events = all;
-            n_events += t->n_snapshot;
-        } else {
-            free(t->snapshot); // out of memory: it hears only what happens from now on
-        }
-        t->snapshot = NULL;
-        t->n_snapshot = 0;
-    }
     stoker_reply rep = {.code = STOKER_OK};
     lease *l = NULL;
     stoker_chunk_part *parts = NULL;
@@ -320,7 +274,6 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
             t->leases = l->next; // take_lease put it first
             return_lease(b, l, 1);
             send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
-            free(snapshot);
             return 1;
         }
         if (cut_short)
@@ -349,11 +302,12 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     rep.n_events = n_events;
     rep.events = events;
     rep.acks_refused = k->acks_refused;
-    t->event_cursor = cursor;
+    if (n_events > 0)
+        t->event_cursor = events[n_events - 1].index;
     send_reply(b, out, k->token, &rep);
     free(parts);
     free(runs);
-    free(snapshot);
+    (void)now_ms;
     return 1;
 }
 
@@ -416,6 +370,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     t->connected = 1;
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
+    t->pulled = 1;
     if (req->max_examples == 0 || req->max_examples > b->cfg.max_chunk_examples) {
         send_code(b, out, token, STOKER_INVALID, "pull of %u examples: must be 1..%u",
                   req->max_examples, b->cfg.max_chunk_examples);

@@ -191,18 +191,13 @@ hello_trainer(uint64_t session)
     answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
 }
 
-static uintptr_t pull(uint64_t session, uint32_t max, uint32_t wait_ms);
-
-// A trainer that joins after the producers: its first pull reply is the snapshot of who is there
-// (events, no examples; suite snapshot). Taken here, so that the test's own pulls see only what
-// happens next, as for a trainer that was there first.
+// A trainer that joins after the producers: its hello reply lists them (suite snapshot).
 static void
 hello_trainer_after_producers(uint64_t session)
 {
-    hello_trainer(session);
-    stoker_reply *rep = answered(pull(session, 1, 0), STOKER_OK);
-    cr_assert_eq(rep->chunk.count, 0);
-    cr_assert_gt(rep->n_events, 0, "no snapshot of the producers in the first reply");
+    stoker_reply *rep =
+        answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
+    cr_assert_gt(rep->n_events, 0, "no snapshot of the producers in the hello reply");
 }
 
 static uintptr_t
@@ -544,7 +539,7 @@ Test(supply, a_lost_producer_and_empty_queues_give_no_producers)
 {
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
-    hello_trainer_after_producers(T1);
+    hello_trainer(T1);
     answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
     // The news of P1's goodbye comes back at once, with no examples and no end.
     stoker_reply *news = answered(pull(T1, 4, 1000), STOKER_OK);
@@ -732,7 +727,7 @@ SUITE(short_batch);
 Test(short_batch, a_full_batch_waits_while_more_can_come)
 {
     hello_producer(P1, "p1");
-    hello_trainer_after_producers(T1);
+    hello_trainer(T1);
     answered(push(P1, 0, 3), STOKER_OK);
     uintptr_t t = pull(T1, 8, 500);
     cr_assert_null(reply(t), "a pull of 8 with 3 queued was answered at once");
@@ -745,7 +740,7 @@ Test(short_batch, a_full_batch_waits_while_more_can_come)
 Test(short_batch, a_pull_whose_wait_is_over_gets_what_is_queued)
 {
     hello_producer(P1, "p1");
-    hello_trainer_after_producers(T1);
+    hello_trainer(T1);
     answered(push(P1, 0, 3), STOKER_OK);
     uintptr_t t = pull(T1, 8, 500);
     tick(499);
@@ -763,7 +758,7 @@ Test(short_batch, a_batch_larger_than_the_queues_can_hold_is_delivered_short)
     remake(4);
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
-    hello_trainer_after_producers(T1);
+    hello_trainer(T1);
     answered(push(P1, 0, 4), STOKER_OK);
     uintptr_t t = pull(T1, 16, 5000);
     cr_assert_null(reply(t), "answered while P2's queue could still take examples");
@@ -823,11 +818,9 @@ snapshot(void)
 Test(queues, by_default_the_queues_grow_to_hold_the_batches_trainers_ask_for)
 {
     remake_auto(1ull << 30);
-    hello_trainer(T1);
     hello_producer(P1, "p1");
-    uintptr_t t = pull(T1, 256, 5000); // the snapshot of the producers comes first
-    answered(t, STOKER_OK);
-    t = pull(T1, 256, 5000);
+    hello_trainer_after_producers(T1);
+    uintptr_t t = pull(T1, 256, 5000);
     stoker_status *st = snapshot();
     cr_assert(st->queue_depth_auto);
     cr_assert_eq(st->queue_depth, 512, "one producer holds two batches of 256, not %u",
@@ -965,40 +958,49 @@ Test(snapshot, a_trainer_that_joins_late_hears_of_the_producers_already_there)
     hello_producer(P3, "p3");
     answered(handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
     pipe_closed(P3);
-    hello_trainer(T1);
-    hello_producer(0x4444, "p4"); // after the trainer's hello: a logged event, once
-    stoker_reply *rep = answered(pull(T1, 4, 1000), STOKER_OK);
-    cr_assert_eq(rep->chunk.count, 0);
-    cr_assert_eq(rep->n_events, 4, "%u events", rep->n_events);
+    stoker_reply *rep = answered(handle(T1, h_hello_trainer(T1, "late")), STOKER_OK);
+    cr_assert_eq(rep->n_events, 3, "%u events", rep->n_events);
     struct {
         const char *name;
         stoker_event_kind kind;
-        int logged;
-    } want[] = {{"p1", STOKER_EVENT_PRODUCER_JOINED, 0},
-                {"p2", STOKER_EVENT_PRODUCER_FINISHED, 0},
-                {"p3", STOKER_EVENT_PRODUCER_LOST, 0},
-                {"p4", STOKER_EVENT_PRODUCER_JOINED, 1}};
-    for (uint32_t i = 0; i < 4; i++) {
+    } want[] = {{"p1", STOKER_EVENT_PRODUCER_JOINED},
+                {"p2", STOKER_EVENT_PRODUCER_FINISHED},
+                {"p3", STOKER_EVENT_PRODUCER_LOST}};
+    for (uint32_t i = 0; i < 3; i++) {
         uint32_t j = 0;
         while (j < rep->n_events && strcmp(rep->events[j].name, want[i].name) != 0)
             j++;
         cr_assert_lt(j, rep->n_events, "no event for %s", want[i].name);
         cr_assert_eq(rep->events[j].kind, want[i].kind, "%s: %s", want[i].name,
                      stoker_event_kind_name(rep->events[j].kind));
-        if (want[i].logged) {
-            cr_assert_gt(rep->events[j].index, 0);
-        } else {
-            cr_assert_eq(rep->events[j].index, 0, "the snapshot is not in the log");
-            cr_assert_str_eq(rep->events[j].reason, "already there when this trainer joined");
-        }
+        cr_assert_eq(rep->events[j].index, 0, "the snapshot is not in the log");
+        cr_assert_str_eq(rep->events[j].reason, "already there when this trainer joined");
     }
-    // Said once: the next pull waits for news.
-    uintptr_t t = pull(T1, 4, 1000);
-    cr_assert_null(reply(t), "the snapshot came again");
-    pipe_closed(P1);
-    rep = answered(t, STOKER_OK);
+    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED, "the alive ones first");
+    // Said once: its pulls bring only what happens next, from the log.
+    hello_producer(0x4444, "p4");
+    rep = answered(pull(T1, 4, 1000), STOKER_OK);
     cr_assert_eq(rep->n_events, 1);
-    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_LOST);
+    cr_assert_str_eq(rep->events[0].name, "p4");
+    cr_assert_gt(rep->events[0].index, 0);
+    uintptr_t t = pull(T1, 4, 1000);
+    cr_assert_null(reply(t), "an old event came again");
+    // A hello again after it pulled (a reconnect) repeats nothing.
+    rep = answered(handle(T1 + 100, h_hello_trainer(T1, "late")), STOKER_OK);
+    cr_assert_eq(rep->n_events, 0);
+}
+
+Test(snapshot, a_repeated_hello_before_the_first_pull_tells_the_state_then_once)
+{
+    hello_trainer(T1); // no producer yet: nothing to tell
+    hello_producer(P1, "p1");
+    // Its first hello's reply was lost: the second tells the state now, and the log's join is
+    // not told a second time.
+    stoker_reply *rep = answered(handle(T1, h_hello_trainer(T1, "trainer")), STOKER_OK);
+    cr_assert_eq(rep->n_events, 1);
+    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED);
+    uintptr_t t = pull(T1, 4, 1000);
+    cr_assert_null(reply(t), "p1's join was told twice");
 }
 
 Test(snapshot, a_trainer_there_first_hears_joins_as_they_happen_and_no_snapshot)
