@@ -247,14 +247,15 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint32_t n_events = pending_events(b, t, events);
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, why, sizeof(why));
-    int full = queues_full(b);
+    // Only asked when it matters (it looks at every producer): some queued, not a full batch.
+    int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
     // every queue full (a batch larger than the queues can hold), or the pull's wait is over
     // (data trickles in slower than the batch fills: a short batch beats a false stall).
     int partial = b->c.queued > 0 && (!alive || final || full);
     int take = b->c.queued >= max || partial;
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
-    int cut_short = take && alive && b->c.queued < max && full;
+    int cut_short = full;
     int ready = take || n_events > 0 || ended != STOKER_OK;
     if (!ready && !final)
         return 0;
