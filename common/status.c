@@ -27,18 +27,23 @@ stoker_status_render_json(const stoker_status *st)
         stoker_schema_format(&st->schema, schema, sizeof(schema));
     stoker_text_printf(&t, "{\"uptime_s\": %.3f, \"schema\": ", (double)st->uptime_ms / 1000.0);
     stoker_text_json_string(&t, schema);
+    stoker_text_printf(&t, ", \"queue_depth\": %u, \"queue_depth_auto\": %s, \"max_bytes\": %llu",
+                       st->queue_depth, st->queue_depth_auto ? "true" : "false",
+                       (unsigned long long)st->max_bytes);
+    stoker_text_printf(&t, ", \"queue_limit\": ");
+    stoker_text_json_string(&t, st->queue_limit);
     stoker_text_printf(&t,
-                       ", \"queue_depth\": %u, "
-                       "\"max_bytes\": %llu, \"counters\": {\"produced\": %llu, "
+                       ", \"counters\": {\"produced\": %llu, "
                        "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
-                       "\"redelivered\": %llu, \"delivered\": %llu, \"queued_bytes\": %llu, "
-                       "\"refused\": %llu, \"discrepancy\": %lld}, \"producers_alive\": %u, "
+                       "\"redelivered\": %llu, \"returned_unused\": %llu, \"delivered\": %llu, "
+                       "\"queued_bytes\": %llu, \"refused\": %llu, \"short_by_queues\": %llu, "
+                       "\"discrepancy\": %lld}, \"producers_alive\": %u, "
                        "\"trainers\": %u, \"producers\": [",
-                       st->queue_depth, (unsigned long long)st->max_bytes,
                        (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
                        (unsigned long long)c->queued, (unsigned long long)c->in_flight,
-                       (unsigned long long)c->redelivered, (unsigned long long)c->delivered,
-                       (unsigned long long)c->queued_bytes, (unsigned long long)c->refused,
+                       (unsigned long long)c->redelivered, (unsigned long long)c->returned_unused,
+                       (unsigned long long)c->delivered, (unsigned long long)c->queued_bytes,
+                       (unsigned long long)c->refused, (unsigned long long)c->short_by_queues,
                        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight),
                        c->producers_alive, c->trainers);
     for (uint32_t i = 0; i < st->n_producers; i++) {
@@ -48,11 +53,13 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t,
                            ", \"session\": \"%016llx\", \"state\": \"%s\", \"queued\": %llu, "
                            "\"accepted\": %llu, \"delivered\": %llu, \"acknowledged\": %llu, "
-                           "\"redelivered\": %llu, \"next_seq\": %llu, \"silent_s\": %.3f}",
+                           "\"redelivered\": %llu, \"returned_unused\": %llu, "
+                           "\"next_seq\": %llu, \"silent_s\": %.3f}",
                            (unsigned long long)p->session, stoker_producer_status_name(p->status),
                            (unsigned long long)p->queued, (unsigned long long)p->accepted,
                            (unsigned long long)p->delivered, (unsigned long long)p->acknowledged,
-                           (unsigned long long)p->redelivered, (unsigned long long)p->next_seq,
+                           (unsigned long long)p->redelivered,
+                           (unsigned long long)p->returned_unused, (unsigned long long)p->next_seq,
                            (double)p->silent_ms / 1000.0);
     }
     stoker_text_printf(&t, "], \"events\": [");
@@ -99,8 +106,15 @@ stoker_status_render_metrics(const stoker_status *st)
          offsetof(stoker_counters, acknowledged)},
         {"delivered_total", "counter", "Examples sent to trainers, redeliveries included",
          offsetof(stoker_counters, delivered)},
-        {"redelivered_total", "counter", "Examples returned to queues from dropped leases",
+        {"redelivered_total", "counter",
+         "Examples returned to queues after a loss (a dropped trainer's leases)",
          offsetof(stoker_counters, redelivered)},
+        {"returned_unused_total", "counter",
+         "Examples handed back unused (prefetched) by trainers that said goodbye",
+         offsetof(stoker_counters, returned_unused)},
+        {"short_by_queues_total", "counter",
+         "Batches cut short by the queues' limits rather than by the supply",
+         offsetof(stoker_counters, short_by_queues)},
         {"queued", "gauge", "Examples waiting in producer queues",
          offsetof(stoker_counters, queued)},
         {"in_flight", "gauge", "Examples leased to trainers, not yet acknowledged",
@@ -132,6 +146,7 @@ stoker_status_render_metrics(const stoker_status *st)
         {"producer_delivered_total", "counter", "Examples of this producer sent to trainers"},
         {"producer_acknowledged_total", "counter", "Examples of this producer acknowledged"},
         {"producer_redelivered_total", "counter", "Examples of this producer redelivered"},
+        {"producer_returned_unused_total", "counter", "Examples of this producer returned unused"},
         {"producer_alive", "gauge", "1 while this producer is alive"},
     };
     for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
@@ -139,8 +154,13 @@ stoker_status_render_metrics(const stoker_status *st)
                            per[m].help, per[m].name, per[m].type);
         for (uint32_t i = 0; i < st->n_producers; i++) {
             const stoker_producer_info *p = &st->producers[i];
-            uint64_t v[] = {p->queued,       p->accepted,    p->delivered,
-                            p->acknowledged, p->redelivered, p->status == STOKER_PRODUCER_ALIVE};
+            uint64_t v[] = {p->queued,
+                            p->accepted,
+                            p->delivered,
+                            p->acknowledged,
+                            p->redelivered,
+                            p->returned_unused,
+                            p->status == STOKER_PRODUCER_ALIVE};
             char name[STOKER_NAME_MAX];
             label_value(name, sizeof(name), p->name);
             stoker_text_printf(&t, "stoker_%s{producer=\"%u\",name=\"%s\"} %llu\n", per[m].name,

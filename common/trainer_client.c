@@ -70,6 +70,11 @@ struct stoker_trainer_client {
 
     uint64_t pending_acks[MAX_ACKS];
     uint32_t n_pending_acks;
+    // Leases handed to the caller and not acknowledged yet (under lock), named in
+    // the goodbye: the broker counts them as redelivered, the rest it holds for us (prefetched,
+    // never handed out) as returned unused. Beyond MAX_ACKS the oldest are forgotten.
+    uint64_t held[MAX_ACKS];
+    uint32_t n_held;
 
     stoker_event events[MAX_EVENTS];
     uint32_t ev_head, ev_len;
@@ -506,6 +511,19 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     return STOKER_OK;
 }
 
+// Remembers that lease was handed to the caller (see held).
+static void
+hold(stoker_trainer_client *tc, uint64_t lease)
+{
+    pthread_mutex_lock(&tc->lock);
+    if (tc->n_held == MAX_ACKS) {
+        memmove(&tc->held[0], &tc->held[1], (MAX_ACKS - 1) * sizeof(uint64_t));
+        tc->n_held--;
+    }
+    tc->held[tc->n_held++] = lease;
+    pthread_mutex_unlock(&tc->lock);
+}
+
 int
 stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
 {
@@ -615,6 +633,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
                 *out = NULL;
                 continue;
             }
+            if (rv == STOKER_OK)
+                hold(tc, (*out)->lease);
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
@@ -642,6 +662,15 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
 void
 stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
 {
+    pthread_mutex_lock(&tc->lock);
+    for (uint32_t i = 0; i < tc->n_held; i++) {
+        if (tc->held[i] == lease) {
+            memmove(&tc->held[i], &tc->held[i + 1], (tc->n_held - i - 1) * sizeof(uint64_t));
+            tc->n_held--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tc->lock);
     pthread_mutex_lock(&tc->lock);
     int full = tc->n_pending_acks == MAX_ACKS;
     pthread_mutex_unlock(&tc->lock);
@@ -761,7 +790,12 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     wait_inflight_acks(tc);
     // Goodbye: the broker hands what we still hold to other trainers at once and logs a clean
     // leave instead of a lost connection. Bounded; without it the closed pipe does the same.
-    stoker_request bye = {.method = STOKER_GOODBYE, .session = tc->opts.client.session};
+    // It names the batches our caller held unacknowledged (a loss: counted as redelivered); the
+    // leases we got ahead and never handed out come back counted as returned unused.
+    stoker_request bye = {.method = STOKER_GOODBYE,
+                          .session = tc->opts.client.session,
+                          .n_held = tc->n_held,
+                          .held = tc->held};
     stoker_reply *rep = NULL;
     char err[256];
     uint32_t timeout =

@@ -357,6 +357,10 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         ack.leases = (uint64_t *)req->acks;
         r.ack = &ack;
         break;
+    case STOKER_GOODBYE:
+        r.n_held_leases = req->n_held;
+        r.held_leases = (uint64_t *)req->held;
+        break;
     default:
         break;
     }
@@ -448,8 +452,17 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         req->n_acks = (uint32_t)r->ack->n_leases;
         req->acks = r->ack->leases;
         break;
-    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__GOODBYE:
+        if (r->n_held_leases > MAX_ACKS) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "goodbye names %zu held leases, at most %d", r->n_held_leases,
+                               MAX_ACKS);
+            break;
+        }
+        req->n_held = (uint32_t)r->n_held_leases;
+        req->held = r->held_leases;
+        break;
+    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__HEARTBEAT:
         break;
     default:
@@ -531,10 +544,14 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         counters.producers_alive = c->producers_alive;
         counters.trainers = c->trainers;
         counters.refused = c->refused;
+        counters.returned_unused = c->returned_unused;
+        counters.short_by_queues = c->short_by_queues;
         r.counters = &counters;
         r.uptime_ms = rep->uptime_ms;
         r.queue_depth = rep->queue_depth;
         r.max_bytes = rep->max_bytes;
+        r.queue_depth_auto = rep->queue_depth_auto != 0;
+        r.queue_limit = (char *)rep->queue_limit;
     }
 
     // Repeated sub-messages need arrays of structs and of pointers: one allocation each.
@@ -596,6 +613,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
             prods[i].delivered = p->delivered;
             prods[i].acknowledged = p->acknowledged;
             prods[i].redelivered = p->redelivered;
+            prods[i].returned_unused = p->returned_unused;
             prods[i].next_seq = p->next_seq;
             prods[i].silent_ms = p->silent_ms;
             prod_ptrs[i] = &prods[i];
@@ -711,10 +729,15 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             .producers_alive = c->producers_alive,
             .trainers = c->trainers,
             .refused = c->refused,
+            .returned_unused = c->returned_unused,
+            .short_by_queues = c->short_by_queues,
         };
         rep->uptime_ms = r->uptime_ms;
         rep->queue_depth = r->queue_depth;
         rep->max_bytes = r->max_bytes;
+        rep->queue_depth_auto = r->queue_depth_auto;
+        snprintf(rep->queue_limit, sizeof(rep->queue_limit), "%s",
+                 r->queue_limit != NULL ? r->queue_limit : "");
     }
     if (r->n_producers > 0) {
         rep->producers = calloc(r->n_producers, sizeof(*rep->producers));
@@ -735,6 +758,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             d->delivered = p->delivered;
             d->acknowledged = p->acknowledged;
             d->redelivered = p->redelivered;
+            d->returned_unused = p->returned_unused;
             d->next_seq = p->next_seq;
             d->silent_ms = p->silent_ms;
         }

@@ -2,8 +2,8 @@
 // create/destroy, the outbox and reply helpers, the event log, lookups, the counters, and the
 // dispatch of each request to the room that handles it. The rooms: broker_push.c (producers'
 // pushes), broker_session.c (hello, goodbye, heartbeat, authentication), broker_lease.c (pulls,
-// leases, acknowledgements), broker_loss.c (lost peers, deadlines), broker_report.c (Status,
-// /status, /metrics). This file handles no request itself.
+// leases, acknowledgements), broker_loss.c (lost peers, deadlines), broker_queues.c (queue
+// sizing), broker_report.c (Status, /status, /metrics). This file handles no request itself.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +22,7 @@ broker_config_init(broker_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->queue_depth = 64;
+    cfg->queue_depth_auto = 1;
     cfg->max_bytes = 1ull << 30;
     cfg->producer_timeout_ms = 3000;
     cfg->trainer_timeout_ms = 10000;
@@ -166,6 +167,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
         b->schema = cfg->schema;
         b->example_bytes = stoker_schema_example_bytes(&b->schema);
     }
+    b->queue_depth = cfg->queue_depth;
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
     b->next_lease_id =

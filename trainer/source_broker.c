@@ -77,6 +77,7 @@ broker_audit(source *src, train_result *res)
         res->still_queued = st->counters.queued;
         res->in_flight = st->counters.in_flight;
         res->redelivered = st->counters.redelivered;
+        res->returned_unused = st->counters.returned_unused;
         res->discrepancy = (int64_t)(st->counters.produced - st->counters.acknowledged -
                                      st->counters.queued - st->counters.in_flight);
         stoker_status_destroy(st);

@@ -373,12 +373,12 @@ train_write_json(const train_result *r, FILE *f)
     if (r->has_audit)
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "
-                "\"in_flight\": %llu, \"redelivered\": %llu, \"duplicates_seen\": %llu, "
-                "\"discrepancy\": %lld}",
+                "\"in_flight\": %llu, \"redelivered\": %llu, \"returned_unused\": %llu, "
+                "\"duplicates_seen\": %llu, \"discrepancy\": %lld}",
                 (unsigned long long)r->produced, (unsigned long long)r->acknowledged,
                 (unsigned long long)r->still_queued, (unsigned long long)r->in_flight,
-                (unsigned long long)r->redelivered, (unsigned long long)r->duplicates_seen,
-                (long long)r->discrepancy);
+                (unsigned long long)r->redelivered, (unsigned long long)r->returned_unused,
+                (unsigned long long)r->duplicates_seen, (long long)r->discrepancy);
     else
         fprintf(f, ", \"audit\": null");
     fprintf(f, ", \"events\": [");

@@ -72,6 +72,7 @@ typedef struct train_result {
     double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;
     int has_audit;
     uint64_t produced, acknowledged, still_queued, in_flight, redelivered, duplicates_seen;
+    uint64_t returned_unused; // handed back unused by trainers that said goodbye (not a loss)
     int64_t discrepancy;
     uint32_t n_events;
     train_event events[TRAIN_MAX_EVENTS];

@@ -379,10 +379,11 @@ class Client:
 
     def status(self, timeout=3.0):
         """The broker's status as a dict with the keys of its /status page: uptime_s, schema,
-        queue_depth, max_bytes, counters (produced, acknowledged, queued, in_flight, redelivered,
-        delivered, queued_bytes, refused, discrepancy), producers_alive, trainers, producers (a
-        list of dicts: id, name, session, state, queued, accepted, delivered, acknowledged,
-        redelivered, next_seq, silent_s), events (the latest, at most 64: index, kind, producer,
+        queue_depth, queue_depth_auto, max_bytes, queue_limit, counters (produced, acknowledged,
+        queued, in_flight, redelivered, returned_unused, delivered, queued_bytes, refused,
+        short_by_queues, discrepancy), producers_alive, trainers, producers (a list of dicts: id,
+        name, session, state, queued, accepted, delivered, acknowledged, redelivered,
+        returned_unused, next_seq, silent_s), events (the latest, at most 64: index, kind, producer,
         name, at, reason)."""
         if self._handle is not None:
             return _status_json(self._lib, lambda buf, n, ln: self._lib.stoker_consumer_status_json(

@@ -11,10 +11,10 @@ import sys
 
 from .client import StokerError, status
 
-COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "delivered",
-            "queued_bytes", "refused", "discrepancy"]
+COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "returned_unused",
+            "delivered", "queued_bytes", "refused", "short_by_queues", "discrepancy"]
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
-                    "redelivered", "next_seq", "silent_s", "session"]
+                    "redelivered", "returned_unused", "next_seq", "silent_s", "session"]
 
 
 def table(rows, headers):

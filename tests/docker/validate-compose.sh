@@ -294,7 +294,7 @@ d = load("all-default")
 s = d["services"]
 check(set(s) == {"broker", "producer", "trainer"}, f"compose.yml: services broker, producer, trainer ({sorted(s)})")
 if {"broker", "producer", "trainer"} <= set(s):
-    check_cmd("compose.yml broker", s["broker"], broker_flags + [("--queue-depth", "64")])
+    check_cmd("compose.yml broker", s["broker"], broker_flags + [("--queue-depth", "auto")])
     check_cmd("compose.yml producer", s["producer"], [("--broker", "tcp://broker:7070"), ("--delay", "0.05:0.5")])
     check_cmd("compose.yml trainer", s["trainer"], trainer_flags)
     r = (s["producer"].get("deploy") or {}).get("replicas")
@@ -329,7 +329,7 @@ d = load("trainer-default")
 s = d["services"]
 check(set(s) == {"broker", "trainer"}, f"compose.trainer.yml: services broker, trainer ({sorted(s)})")
 if {"broker", "trainer"} <= set(s):
-    check_cmd("compose.trainer.yml broker", s["broker"], broker_flags + [("--queue-depth", "64")])
+    check_cmd("compose.trainer.yml broker", s["broker"], broker_flags + [("--queue-depth", "auto")])
     check_cmd("compose.trainer.yml trainer", s["trainer"], trainer_flags)
     check({("7070", "7070"), ("9090", "9090")} <= published(s["broker"]),
           f"compose.trainer.yml: broker publishes 7070 and 9090 ({sorted(published(s['broker']))})")

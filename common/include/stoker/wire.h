@@ -39,6 +39,9 @@ typedef struct stoker_request {
     // PULL (piggybacked) and ACK
     uint32_t n_acks;
     const uint64_t *acks; // aliases the decoded message
+    // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
+    uint32_t n_held;
+    const uint64_t *held; // aliases the decoded message
     void *owner;          // internal
 } stoker_request;
 
@@ -81,6 +84,8 @@ typedef struct stoker_reply {
     uint64_t uptime_ms;   // since the broker started
     uint32_t queue_depth; // the broker's limits
     uint64_t max_bytes;
+    int queue_depth_auto;
+    char queue_limit[STOKER_MESSAGE_MAX];
     void *owner; // internal
 } stoker_reply;
 
