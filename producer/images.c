@@ -1,13 +1,14 @@
-// The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API) and
-// JPEG (libjpeg-turbo) files into memory once, then makes each example from those pixels with a
-// random resized crop, flip and color jitter. Decoding everything up front keeps fill free of
-// I/O and allocation; the price is memory, bounded by IMAGES_MAX_DECODED_BYTES, and start-up
-// time. With decode_each only the files' headers are read at start (signature and dimensions)
-// and each example reads and decodes its file, as a data loader reading a dataset does (the same
-// bytes come out either way); a file that fails then is reported, skipped and counted, and
-// another image is drawn in its place. Shrinking is plain bilinear
-// without antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine
-// for augmentation.
+// The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API),
+// JPEG (libjpeg-turbo) and WebP (libwebp, when built with it) files into memory once, then makes
+// each example from those pixels with a random resized crop, flip and color jitter. Decoding
+// everything up front keeps fill free of I/O and allocation; the price is memory, bounded by
+// IMAGES_MAX_DECODED_BYTES, and start-up time. With decode_each only the files' headers are read at
+// start (signature and dimensions) and each example reads and decodes its file, as a data loader
+// reading a dataset does (the same bytes come out either way); a file that fails then is reported,
+// skipped and counted, and another image is drawn in its place. Shrinking is plain bilinear without
+// antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine for
+// augmentation. An augment spec (augment.c) replaces that default pipeline; this file then only
+// chooses the image and converts the pipeline's floats to the output's dtype and layout.
 #include "images.h"
 
 #include <dirent.h>
@@ -31,6 +32,11 @@
 #include <jerror.h>
 #include <jpeglib.h>
 #include <png.h>
+#if STOKER_HAS_WEBP
+#include <webp/decode.h>
+#endif
+
+#include "augment.h"
 
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -50,9 +56,22 @@ typedef struct image {
     bool bad; // decoded per example, it failed once: skipped from then on
 } image;
 
+typedef struct class_info {
+    char *name;
+    size_t files;
+} class_info;
+
 typedef struct images_gen {
-    uint32_t size;
+    uint32_t out_h, out_w;
     bool decode_each;
+    augment *aug; // NULL: the built-in default pipeline
+    images_output output;
+    bool hwc;
+    images_label label;
+    bool normalize;        // float32 output is normalized with mean and std
+    float mean[3], std[3]; // what the pipeline normalizes with (declared for uint8 output)
+    float *scratch;        // (3, h, w) or (h, w, 3) floats when the output is not written directly
+    class_info *classes;
     uint32_t n_classes;
     size_t n_images, cap_images;
     image *images;
@@ -86,6 +105,11 @@ images_destroy(void *user)
         free(g->images[i].path);
     }
     free(g->images);
+    for (uint32_t c = 0; c < g->n_classes && g->classes != NULL; c++)
+        free(g->classes[c].name);
+    free(g->classes);
+    augment_destroy(g->aug);
+    free(g->scratch);
     free(g->col0);
     free(g->col1);
     free(g->row0);
@@ -122,7 +146,7 @@ has_image_extension(const char *name)
 {
     const char *dot = strrchr(name, '.');
     return dot != NULL && (strcasecmp(dot, ".png") == 0 || strcasecmp(dot, ".jpg") == 0 ||
-                           strcasecmp(dot, ".jpeg") == 0);
+                           strcasecmp(dot, ".jpeg") == 0 || strcasecmp(dot, ".webp") == 0);
 }
 
 // Lists the non-hidden entries of dir that are folders (want_dirs) or regular image files,
@@ -184,6 +208,65 @@ list_dir(const char *dir, bool want_dirs, name_list *out, char *err, size_t err_
         qsort(l.names, l.n, sizeof *l.names, cmp_names);
     *out = l;
     return STOKER_OK;
+}
+
+#define MAX_DEPTH 32 // nested folders inside a class; deeper (or a link loop) is an error
+
+static int
+names_push(name_list *l, char *name)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **names = realloc(l->names, cap * sizeof *names);
+        if (names == NULL)
+            return STOKER_NOMEM;
+        l->names = names;
+        l->cap = cap;
+    }
+    l->names[l->n++] = name;
+    return STOKER_OK;
+}
+
+// Appends the image files under dir to out as paths relative to the class folder (prefix is
+// dir's own relative path, "" at the top): dir's files sorted by name, then each subfolder's,
+// depth first in name order (torchvision's ImageFolder also walks nested folders).
+static int
+list_tree(const char *dir, const char *prefix, int depth, name_list *out, char *err, size_t err_len)
+{
+    if (depth > MAX_DEPTH) {
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "images: '%s' is nested more than %d folders deep (a link loop?)", dir,
+                             MAX_DEPTH);
+    }
+    name_list files = {0}, dirs = {0};
+    int rv = list_dir(dir, false, &files, err, err_len);
+    if (rv == STOKER_OK)
+        rv = list_dir(dir, true, &dirs, err, err_len);
+    for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
+        char *rel;
+        if (asprintf(&rel, "%s%s", prefix, files.names[i]) < 0)
+            rv = STOKER_NOMEM;
+        else if ((rv = names_push(out, rel)) != STOKER_OK)
+            free(rel);
+    }
+    for (size_t i = 0; i < dirs.n && rv == STOKER_OK; i++) {
+        char *sub, *sub_prefix;
+        if (asprintf(&sub, "%s/%s", dir, dirs.names[i]) < 0)
+            rv = STOKER_NOMEM;
+        else if (asprintf(&sub_prefix, "%s%s/", prefix, dirs.names[i]) < 0) {
+            free(sub);
+            rv = STOKER_NOMEM;
+        } else {
+            rv = list_tree(sub, sub_prefix, depth + 1, out, err, err_len);
+            free(sub);
+            free(sub_prefix);
+        }
+    }
+    if (rv == STOKER_NOMEM)
+        stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory listing '%s'", dir);
+    names_free(&files);
+    names_free(&dirs);
+    return rv;
 }
 
 // ---- decoding ----
@@ -399,7 +482,49 @@ read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_l
     return STOKER_OK;
 }
 
-// Decodes a PNG or JPEG file (by its signature) into im.
+static bool
+is_webp(const uint8_t *data, size_t len)
+{
+    return len >= 12 && memcmp(data, "RIFF", 4) == 0 && memcmp(data + 8, "WEBP", 4) == 0;
+}
+
+static int
+decode_webp(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
+            size_t err_len)
+{
+#if STOKER_HAS_WEBP
+    int w = 0, h = 0;
+    if (!WebPGetInfo(data, len, &w, &h)) {
+        return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt WebP", path);
+    }
+    size_t bytes;
+    int rv = reserve(g, path, (uint32_t)w, (uint32_t)h, &bytes, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    uint8_t *buf = malloc(bytes + PIXEL_PAD);
+    if (buf == NULL) {
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'",
+                             path);
+    }
+    // Alpha, if any, is dropped (RGB output), as PIL's convert("RGB") does.
+    if (WebPDecodeRGBInto(data, len, buf, bytes, w * 3) == NULL) {
+        free(buf);
+        return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt WebP data", path);
+    }
+    memset(buf + bytes, 0, PIXEL_PAD);
+    im->rgb = buf;
+    im->width = (uint32_t)w;
+    im->height = (uint32_t)h;
+    g->decoded_bytes += bytes;
+    return STOKER_OK;
+#else
+    (void)g, (void)data, (void)len, (void)im;
+    return stoker_errorf(err, err_len, STOKER_INVALID,
+                         "images: '%s': WebP support was not built (install libwebp-dev)", path);
+#endif
+}
+
+// Decodes a PNG, JPEG or WebP file (by its signature) into im.
 static int
 decode_any(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
            size_t err_len)
@@ -409,6 +534,8 @@ decode_any(images_gen *g, const char *path, const uint8_t *data, size_t len, ima
         return decode_png(g, path, data, len, im, err, err_len);
     if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
         return decode_jpeg(g, path, data, len, im, err, err_len);
+    if (is_webp(data, len))
+        return decode_webp(g, path, data, len, im, err, err_len);
     return stoker_errorf(err, err_len, STOKER_INVALID,
                          "images: '%s' is not a PNG or JPEG file (%s)", path,
                          len == 0 ? "empty" : "unknown signature");
@@ -509,6 +636,21 @@ probe_header(const char *path, uint32_t *width, uint32_t *height, char *err, siz
     } else if (n >= 3 && h[0] == 0xff && h[1] == 0xd8 && h[2] == 0xff) {
         kind = "JPEG";
         ok = jpeg_dimensions(fd, width, height);
+    } else if (n >= 12 && is_webp(h, (size_t)n)) {
+        kind = "WebP";
+#if STOKER_HAS_WEBP
+        // The VP8, VP8L or VP8X header holding the dimensions lies within the first 64 bytes.
+        uint8_t head[64];
+        ssize_t got;
+        while ((got = pread(fd, head, sizeof head, 0)) < 0 && errno == EINTR) {
+        }
+        int w = 0, hh = 0;
+        ok = got > 0 && WebPGetInfo(head, (size_t)got, &w, &hh);
+        *width = (uint32_t)w;
+        *height = (uint32_t)hh;
+#else
+        ok = false;
+#endif
     } else {
         close(fd);
         stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s' is not a PNG or JPEG file (%s)",
@@ -519,7 +661,9 @@ probe_header(const char *path, uint32_t *width, uint32_t *height, char *err, siz
     if (!ok) {
         return stoker_errorf(err, err_len, STOKER_INVALID,
                              "images: '%s': corrupt %s: no readable %s", path, kind,
-                             strcmp(kind, "PNG") == 0 ? "IHDR chunk" : "frame header");
+                             strcmp(kind, "PNG") == 0    ? "IHDR chunk"
+                             : strcmp(kind, "JPEG") == 0 ? "frame header"
+                                                         : "header (or no WebP support built)");
     }
     if (*width == 0 || *height == 0 || *width > MAX_IMAGE_SIDE || *height > MAX_IMAGE_SIDE) {
         return stoker_errorf(err, err_len, STOKER_INVALID,
@@ -588,6 +732,11 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         names_free(&classes);
         return STOKER_INVALID;
     }
+    if ((g->classes = calloc(classes.n, sizeof *g->classes)) == NULL) {
+        names_free(&classes);
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
+    }
+    g->n_classes = (uint32_t)classes.n;
     for (size_t c = 0; c < classes.n && rv == STOKER_OK; c++) {
         char *class_dir;
         if (asprintf(&class_dir, "%s/%s", dir, classes.names[c]) < 0) {
@@ -595,12 +744,16 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
             break;
         }
         name_list files = {0};
-        rv = list_dir(class_dir, false, &files, err, err_len);
+        rv = list_tree(class_dir, "", 0, &files, err, err_len);
         if (rv == STOKER_OK && files.n == 0) {
             stoker_errorf(err, err_len, STOKER_INVALID,
-                          "images: class folder '%s' has no .png, .jpg or .jpeg files", class_dir);
+                          "images: class folder '%s' has no .png, .jpg or .jpeg (or .webp) files",
+                          class_dir);
             rv = STOKER_INVALID;
         }
+        g->classes[c].files = files.n;
+        g->classes[c].name = classes.names[c];
+        classes.names[c] = NULL; // now the generator's
         for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
             char *path;
             if (asprintf(&path, "%s/%s", class_dir, files.names[i]) < 0) {
@@ -615,7 +768,6 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
     }
     if (rv == STOKER_NOMEM)
         stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory loading '%s'", dir);
-    g->n_classes = (uint32_t)classes.n;
     names_free(&classes);
     return rv;
 }
@@ -844,43 +996,31 @@ decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image *out)
     }
 }
 
-static int
-images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+// The default pipeline (see images.h) from im into out, (3, out_h, out_w) floats: normalized
+// with ImageNet's statistics, or with normalize false left in [0, 255].
+static void
+default_pipeline(images_gen *g, stoker_rng *rng_state, const image *im, float *out, bool normalize)
 {
-    images_gen *g = user;
-    (void)seq;
-    stoker_rng rng;
-    stoker_rng_seed(&rng, seed);
-
-    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
-    const image *im = &g->images[drawn];
-    image decoded = {0};
-    if (g->decode_each) {
-        int rv = decode_drawn(g, &rng, drawn, &decoded);
-        if (rv != STOKER_OK)
-            return rv;
-        im = &decoded;
-    }
+    stoker_rng rng = *rng_state;
     crop box = random_crop(&rng, im->width, im->height);
     bool flip = stoker_rng_uniform(&rng) < 0.5;
     float brightness = (float)stoker_rng_range(&rng, 0.6, 1.4);
     float contrast = (float)stoker_rng_range(&rng, 0.6, 1.4);
     bool brightness_first = stoker_rng_uniform(&rng) < 0.5;
 
-    const uint32_t n = g->size;
-    const size_t plane = (size_t)n * n;
+    const uint32_t n = g->out_w, rows = g->out_h;
+    const size_t plane = (size_t)rows * n;
     sample_table(n, box.left, box.width, 3, flip, g->col0, g->col1, g->wx);
-    sample_table(n, box.top, box.height, 1, false, g->row0, g->row1, g->wy);
+    sample_table(rows, box.top, box.height, 1, false, g->row0, g->row1, g->wy);
 
-    // Pass 1: bilinear resample into the output, values in [0, 255]; (3, n, n). A pixel is one
+    // Pass 1: bilinear resample into the output, values in [0, 255]; (3, rows, n). A pixel is one
     // vector (r, g, b, unused), so the three channels are interpolated together.
-    float *out = fields[0];
     float *out_r = out, *out_g = out + plane, *out_b = out + 2 * plane;
     const size_t stride = (size_t)im->width * 3;
     const v4f zero = {0, 0, 0, 0};
     v4f max_value = zero;
     double sum[3] = {0, 0, 0};
-    for (uint32_t y = 0; y < n; y++) {
+    for (uint32_t y = 0; y < rows; y++) {
         const uint8_t *r0 = im->rgb + g->row0[y] * stride;
         const uint8_t *r1 = im->rgb + g->row1[y] * stride;
         const v4f fy = zero + g->wy[y];
@@ -917,33 +1057,128 @@ images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     }
     const float shift = (1.0f - contrast) * mean_gray;
 
-    // Pass 2: jitter, then (v / 255 - mean) / std.
+    // Pass 2: jitter, then (v / 255 - mean) / std (or nothing more, for uint8 output).
     for (int ch = 0; ch < 3; ch++)
         jitter_plane(out + ch * plane, plane, brightness_first, brightness, contrast, shift,
-                     1.0f / (255.0f * STD[ch]), -MEAN[ch] / STD[ch]);
-    *(int32_t *)fields[1] = im->label;
+                     normalize ? 1.0f / (255.0f * STD[ch]) : 1.0f,
+                     normalize ? -MEAN[ch] / STD[ch] : 0.0f);
+    *rng_state = rng;
+}
+
+// Converts src, (3, h, w) when src_chw else (h, w, 3), to the image field dst in the output's
+// dtype and layout. src is already normalized (src_normalized) or holds values in [0, 255].
+static void
+emit(const images_gen *g, const float *src, bool src_chw, bool src_normalized, void *dst)
+{
+    const size_t plane = (size_t)g->out_h * g->out_w;
+    for (int c = 0; c < 3; c++) {
+        const float scale = g->normalize ? 1.0f / (255.0f * g->std[c]) : 1.0f / 255.0f;
+        const float bias = g->normalize ? -g->mean[c] / g->std[c] : 0.0f;
+        for (size_t i = 0; i < plane; i++) {
+            float v = src_chw ? src[c * plane + i] : src[3 * i + (size_t)c];
+            size_t at = g->hwc ? 3 * i + (size_t)c : c * plane + i;
+            if (g->output == IMAGES_UINT8) {
+                v = v < 0 ? 0 : v > 255 ? 255 : v;
+                ((uint8_t *)dst)[at] = (uint8_t)(v + 0.5f);
+            } else {
+                ((float *)dst)[at] = src_normalized ? v : v * scale + bias;
+            }
+        }
+    }
+}
+
+static int
+images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+{
+    images_gen *g = user;
+    (void)seq;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+
+    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
+    const image *im = &g->images[drawn];
+    image decoded = {0};
+    if (g->decode_each) {
+        int rv = decode_drawn(g, &rng, drawn, &decoded);
+        if (rv != STOKER_OK)
+            return rv;
+        im = &decoded;
+    }
+    int rv = STOKER_OK;
+    if (g->aug != NULL) {
+        rv = augment_apply(g->aug, im->rgb, im->width, im->height, &rng, g->out_h, g->out_w,
+                           g->scratch);
+        if (rv == STOKER_OK)
+            emit(g, g->scratch, false, false, fields[0]);
+    } else if (g->output == IMAGES_FLOAT32 && !g->hwc) {
+        default_pipeline(g, &rng, im, fields[0], true); // straight into the field
+    } else {
+        bool normalize = g->output == IMAGES_FLOAT32;
+        default_pipeline(g, &rng, im, g->scratch, normalize);
+        emit(g, g->scratch, true, normalize, fields[0]);
+    }
+    if (g->label == IMAGES_LABEL_INT64)
+        *(int64_t *)fields[1] = im->label;
+    else
+        *(int32_t *)fields[1] = im->label;
     if (g->decode_each) {
         free(decoded.rgb);
         g->decoded_bytes -= (size_t)decoded.width * decoded.height * 3;
     }
-    return STOKER_OK;
+    return rv;
+}
+
+void
+images_config_init(images_config *cfg)
+{
+    *cfg = (images_config){.height = 64, .width = 64};
+}
+
+// One INFO line per class up to this many; beyond, a summary (the label map has them all).
+#define LOGGED_CLASSES 32
+
+static void
+log_classes(const images_gen *g, const char *dir)
+{
+    size_t lo = SIZE_MAX, hi = 0;
+    for (uint32_t c = 0; c < g->n_classes; c++) {
+        size_t n = g->classes[c].files;
+        lo = n < lo ? n : lo;
+        hi = n > hi ? n : hi;
+        if (g->n_classes <= LOGGED_CLASSES)
+            stoker_info("images: label %u = '%s': %zu files", c, g->classes[c].name, n);
+        else
+            stoker_debug("images: label %u = '%s': %zu files", c, g->classes[c].name, n);
+    }
+    if (g->n_classes > LOGGED_CLASSES)
+        stoker_info("images: %s: %u classes of %zu to %zu files each (labels in name order; "
+                    "--label-map FILE writes them all)",
+                    dir, g->n_classes, lo, hi);
 }
 
 int
-images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
-                        char *err, size_t err_len)
+images_generator_open(const images_config *cfg, stoker_generator *out, char *err, size_t err_len)
 {
+    const char *dir = cfg->dir;
     if (dir == NULL || dir[0] == '\0') {
         return stoker_errorf(err, err_len, STOKER_INVALID, "images: no folder given");
     }
-    if (size == 0 || size > IMAGES_MAX_SIZE) {
+    const uint32_t h = cfg->height, w = cfg->width;
+    if (h == 0 || h > IMAGES_MAX_SIZE || w == 0 || w > IMAGES_MAX_SIZE) {
+        if (h == w)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "images: size %u is out of range (1..%u)", h, IMAGES_MAX_SIZE);
         return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "images: size %u is out of range (1..%u)", size, IMAGES_MAX_SIZE);
+                             "images: size %ux%u is out of range (1..%u a side)", h, w,
+                             IMAGES_MAX_SIZE);
     }
     stoker_schema schema = {0};
-    const uint32_t image_shape[3] = {3, size, size}, label_shape[1] = {1};
-    if (stoker_schema_add(&schema, "image", STOKER_FLOAT32, 3, image_shape) != STOKER_OK ||
-        stoker_schema_add(&schema, "label", STOKER_INT32, 1, label_shape) != STOKER_OK) {
+    const uint32_t chw[3] = {3, h, w}, hwc[3] = {h, w, 3}, label_shape[1] = {1};
+    stoker_dtype image_dtype = cfg->output == IMAGES_UINT8 ? STOKER_UINT8 : STOKER_FLOAT32;
+    bool label64 = cfg->label == IMAGES_LABEL_INT64;
+    if (stoker_schema_add(&schema, "image", image_dtype, 3, cfg->hwc ? hwc : chw) != STOKER_OK ||
+        stoker_schema_add(&schema, "label", label64 ? STOKER_INT64 : STOKER_INT32, label64 ? 0 : 1,
+                          label_shape) != STOKER_OK) {
         return stoker_errorf(err, err_len, STOKER_INTERNAL, "images: cannot build the schema");
     }
 
@@ -951,31 +1186,54 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     if (g == NULL) {
         return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
     }
-    g->size = size;
-    g->decode_each = decode_each;
-    g->col0 = malloc(size * sizeof *g->col0);
-    g->col1 = malloc(size * sizeof *g->col1);
-    g->row0 = malloc(size * sizeof *g->row0);
-    g->row1 = malloc(size * sizeof *g->row1);
-    g->wx = malloc(size * sizeof *g->wx);
-    g->wy = malloc(size * sizeof *g->wy);
-    if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy) {
+    g->out_h = h;
+    g->out_w = w;
+    g->decode_each = cfg->decode_each;
+    g->output = cfg->output;
+    g->hwc = cfg->hwc;
+    g->label = cfg->label;
+    int rv;
+    if (cfg->augment != NULL) {
+        if ((rv = augment_parse(cfg->augment, &g->aug, err, err_len)) != STOKER_OK) {
+            images_destroy(g);
+            return rv;
+        }
+        g->normalize = augment_normalization(g->aug, g->mean, g->std);
+    } else {
+        g->normalize = true;
+        memcpy(g->mean, MEAN, sizeof g->mean);
+        memcpy(g->std, STD, sizeof g->std);
+    }
+    g->col0 = malloc(w * sizeof *g->col0);
+    g->col1 = malloc(w * sizeof *g->col1);
+    g->row0 = malloc(h * sizeof *g->row0);
+    g->row1 = malloc(h * sizeof *g->row1);
+    g->wx = malloc(w * sizeof *g->wx);
+    g->wy = malloc(h * sizeof *g->wy);
+    g->scratch = malloc((size_t)h * w * 3 * sizeof *g->scratch);
+    if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy || !g->scratch) {
         stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory");
         images_destroy(g);
         return STOKER_NOMEM;
     }
-    int rv = load_tree(g, dir, err, err_len);
+    rv = load_tree(g, dir, err, err_len);
     if (rv != STOKER_OK) {
         images_destroy(g);
         return rv;
     }
-    if (decode_each)
+    if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
                     dir, g->n_classes, g->n_images);
     else
         stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded", dir, g->n_classes,
                     g->n_images, g->decoded_bytes / 1048576.0);
+    if (!cfg->quiet)
+        log_classes(g, dir);
+    if (g->output == IMAGES_UINT8 && g->normalize)
+        stoker_info("images: uint8 output: normalize on the consumer with mean (%.4g, %.4g, %.4g) "
+                    "std (%.4g, %.4g, %.4g) for x / 255",
+                    g->mean[0], g->mean[1], g->mean[2], g->std[0], g->std[1], g->std[2]);
 
     out->kind = "images";
     out->schema = schema;
@@ -985,9 +1243,99 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     return STOKER_OK;
 }
 
+int
+images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
+                        char *err, size_t err_len)
+{
+    images_config cfg;
+    images_config_init(&cfg);
+    cfg.dir = dir;
+    cfg.height = cfg.width = size;
+    cfg.decode_each = decode_each;
+    cfg.label = IMAGES_LABEL_INT32;
+    cfg.quiet = true;
+    return images_generator_open(&cfg, out, err, err_len);
+}
+
 size_t
 images_generator_skipped(const stoker_generator *gen)
 {
     const images_gen *g = gen->user;
     return g->n_bad;
+}
+
+bool
+images_generator_normalization(const stoker_generator *gen, float mean[3], float std[3])
+{
+    const images_gen *g = gen->user;
+    if (!g->normalize)
+        return false;
+    memcpy(mean, g->mean, sizeof g->mean);
+    memcpy(std, g->std, sizeof g->std);
+    return true;
+}
+
+uint32_t
+images_generator_classes(const stoker_generator *gen)
+{
+    const images_gen *g = gen->user;
+    return g->n_classes;
+}
+
+const char *
+images_generator_class_name(const stoker_generator *gen, uint32_t i, size_t *files)
+{
+    const images_gen *g = gen->user;
+    if (i >= g->n_classes)
+        return NULL;
+    if (files != NULL)
+        *files = g->classes[i].files;
+    return g->classes[i].name;
+}
+
+// Writes s as a JSON string (folder names may hold quotes or control bytes).
+static void
+json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int
+images_generator_write_label_map(const stoker_generator *gen, const char *path, char *err,
+                                 size_t err_len)
+{
+    const images_gen *g = gen->user;
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        return stoker_errorf(err, err_len, STOKER_IO, "images: cannot write the label map '%s': %s",
+                             path, strerror(errno));
+    }
+    fprintf(f, "{\"classes\": [");
+    for (uint32_t c = 0; c < g->n_classes; c++) {
+        fprintf(f, "%s\n  {\"label\": %u, \"name\": ", c ? "," : "", c);
+        json_string(f, g->classes[c].name);
+        fprintf(f, ", \"files\": %zu}", g->classes[c].files);
+    }
+    fprintf(f, "\n],\n\"normalize\": ");
+    if (g->normalize)
+        fprintf(f, "{\"mean\": [%.6g, %.6g, %.6g], \"std\": [%.6g, %.6g, %.6g]}", g->mean[0],
+                g->mean[1], g->mean[2], g->std[0], g->std[1], g->std[2]);
+    else
+        fprintf(f, "null");
+    fprintf(f, "}\n");
+    if (fclose(f) != 0) {
+        return stoker_errorf(err, err_len, STOKER_IO, "images: cannot write the label map '%s'",
+                             path);
+    }
+    return STOKER_OK;
 }
