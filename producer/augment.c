@@ -331,7 +331,8 @@ augment_normalization(const augment *a, float mean[3], float std[3])
 // ---- the working image ----
 
 typedef struct work {
-    float *px; // (h, w, 3)
+    float *px;         // (h, w, 3); NULL while the image is still the source's bytes
+    const uint8_t *u8; // the source (h, w, 3), until an operation needs floats
     uint32_t h, w;
 } work;
 
@@ -339,9 +340,25 @@ static int
 work_alloc(work *im, uint32_t h, uint32_t w)
 {
     im->px = malloc((size_t)h * w * 3 * sizeof(float));
+    im->u8 = NULL;
     im->h = h;
     im->w = w;
     return im->px == NULL ? STOKER_NOMEM : STOKER_OK;
+}
+
+// The source's bytes as floats, for operations that work in place or sample freely. The
+// resampling operations read the bytes directly: a crop of a large photo never converts it all.
+static int
+work_floats(work *im)
+{
+    if (im->px != NULL)
+        return STOKER_OK;
+    const uint8_t *u8 = im->u8;
+    if (work_alloc(im, im->h, im->w) != STOKER_OK)
+        return STOKER_NOMEM;
+    for (size_t i = 0; i < (size_t)im->h * im->w * 3; i++)
+        im->px[i] = u8[i];
+    return STOKER_OK;
 }
 
 // Replaces *dst by next (dst's pixels freed).
@@ -424,16 +441,20 @@ resample(const work *src, uint32_t top, uint32_t left, uint32_t bh, uint32_t bw,
         work_alloc(&mid, bh, ow) != STOKER_OK || work_alloc(dst, oh, ow) != STOKER_OK)
         goto out;
     for (uint32_t y = 0; y < bh; y++) { // (bh, ow, 3)
-        const float *row = src->px + (size_t)(top + y) * src->w * 3;
+        const size_t row = (size_t)(top + y) * src->w * 3;
         float *o = mid.px + (size_t)y * ow * 3;
         for (uint32_t x = 0; x < ow; x++) {
             const float *w = tx.w + (size_t)x * tx.ksize;
-            const float *p = row + (size_t)tx.first[x] * 3;
+            const size_t at = row + (size_t)tx.first[x] * 3;
             float r = 0, g = 0, b = 0;
-            for (uint32_t k = 0; k < tx.count[x]; k++, p += 3) {
-                r += w[k] * p[0];
-                g += w[k] * p[1];
-                b += w[k] * p[2];
+            if (src->px != NULL) {
+                const float *p = src->px + at;
+                for (uint32_t k = 0; k < tx.count[x]; k++, p += 3)
+                    r += w[k] * p[0], g += w[k] * p[1], b += w[k] * p[2];
+            } else {
+                const uint8_t *p = src->u8 + at;
+                for (uint32_t k = 0; k < tx.count[x]; k++, p += 3)
+                    r += w[k] * p[0], g += w[k] * p[1], b += w[k] * p[2];
             }
             o[3 * x] = r, o[3 * x + 1] = g, o[3 * x + 2] = b;
         }
@@ -544,18 +565,19 @@ rotate(const work *src, double degrees, work *dst)
     double a = cos(t), b = sin(t), d = -sin(t), e = cos(t);
     double cx = src->w / 2.0, cy = src->h / 2.0;
     double c = a * -cx + b * -cy + cx, f = d * -cx + e * -cy + cy;
-    for (uint32_t y = 0; y < src->h; y++)
+    for (uint32_t y = 0; y < src->h; y++) {
+        // The source position moves by (a, d) per output pixel along a row.
+        double xi = a * 0.5 + b * (y + 0.5) + c - a, yi = d * 0.5 + e * (y + 0.5) + f - d;
         for (uint32_t x = 0; x < src->w; x++) {
-            double xi = a * (x + 0.5) + b * (y + 0.5) + c;
-            double yi = d * (x + 0.5) + e * (y + 0.5) + f;
+            xi += a, yi += d;
             float *o = dst->px + ((size_t)y * src->w + x) * 3;
             if (xi < 0 || yi < 0 || xi >= src->w || yi >= src->h) {
                 o[0] = o[1] = o[2] = 0;
                 continue;
             }
-            xi -= 0.5, yi -= 0.5;
-            double fx0 = floor(xi), fy0 = floor(yi);
-            float dx = (float)(xi - fx0), dy = (float)(yi - fy0);
+            double sx = xi - 0.5, sy = yi - 0.5;
+            double fx0 = floor(sx), fy0 = floor(sy);
+            float dx = (float)(sx - fx0), dy = (float)(sy - fy0);
             long x0 = (long)fx0, y0 = (long)fy0, x1 = x0 + 1, y1 = y0 + 1;
             x0 = x0 < 0 ? 0 : x0, y0 = y0 < 0 ? 0 : y0;
             x1 = x1 >= (long)src->w ? (long)src->w - 1 : x1;
@@ -570,6 +592,7 @@ rotate(const work *src, double degrees, work *dst)
                 o[k] = top + (bottom - top) * dy;
             }
         }
+    }
     return STOKER_OK;
 }
 
@@ -597,29 +620,40 @@ blur(work *im, uint32_t k, double sigma)
     for (uint32_t i = 0; i < k; i++)
         kernel[i] = (float)(kernel[i] / total);
     work tmp;
-    if (work_alloc(&tmp, im->h, im->w) != STOKER_OK)
-        return STOKER_NOMEM;
     const long r = (long)k / 2, w = im->w, h = im->h;
-    for (long y = 0; y < h; y++) // horizontal into tmp
+    // Reflected source index of every padded position, columns then rows.
+    long *at = malloc((size_t)(w + h + 4 * r) * sizeof *at);
+    if (at == NULL || work_alloc(&tmp, im->h, im->w) != STOKER_OK) {
+        free(at);
+        return STOKER_NOMEM;
+    }
+    long *cols = at, *rows = at + w + 2 * r;
+    for (long i = -r; i < w + r; i++)
+        cols[i + r] = reflect(i, w) * 3;
+    for (long i = -r; i < h + r; i++)
+        rows[i + r] = reflect(i, h) * w * 3;
+    for (long y = 0; y < h; y++) { // horizontal into tmp
+        const float *row = im->px + (size_t)y * w * 3;
+        float *o = tmp.px + (size_t)y * w * 3;
         for (long x = 0; x < w; x++) {
-            float acc[3] = {0, 0, 0};
-            for (long j = -r; j <= r; j++) {
-                const float *p = im->px + ((size_t)y * w + reflect(x + j, w)) * 3;
-                for (int c = 0; c < 3; c++)
-                    acc[c] += kernel[j + r] * p[c];
+            float acc0 = 0, acc1 = 0, acc2 = 0;
+            for (long j = 0; j <= 2 * r; j++) {
+                const float *p = row + cols[x + j];
+                acc0 += kernel[j] * p[0], acc1 += kernel[j] * p[1], acc2 += kernel[j] * p[2];
             }
-            memcpy(tmp.px + ((size_t)y * w + x) * 3, acc, sizeof acc);
+            o[3 * x] = acc0, o[3 * x + 1] = acc1, o[3 * x + 2] = acc2;
         }
-    for (long y = 0; y < h; y++) // vertical back
-        for (long x = 0; x < w; x++) {
-            float acc[3] = {0, 0, 0};
-            for (long j = -r; j <= r; j++) {
-                const float *p = tmp.px + ((size_t)reflect(y + j, h) * w + x) * 3;
-                for (int c = 0; c < 3; c++)
-                    acc[c] += kernel[j + r] * p[c];
-            }
-            memcpy(im->px + ((size_t)y * w + x) * 3, acc, sizeof acc);
+    }
+    for (long y = 0; y < h; y++) { // vertical back, a row at a time
+        float *o = im->px + (size_t)y * w * 3;
+        memset(o, 0, (size_t)w * 3 * sizeof(float));
+        for (long j = 0; j <= 2 * r; j++) {
+            const float *src = tmp.px + rows[y + j];
+            for (long i = 0; i < 3 * w; i++)
+                o[i] += kernel[j] * src[i];
         }
+    }
+    free(at);
     free(tmp.px);
     return STOKER_OK;
 }
@@ -690,13 +724,31 @@ hue(work *im, float shift)
             h = 4 + (r - g) / d;
         h = h / 6 + shift;
         h -= floorf(h);
-        float s = d / mx, v = mx, h6 = h * 6;
-        int sector = (int)h6 % 6;
-        float fr = h6 - floorf(h6);
+        float s = d / mx, v = mx * 255, h6 = h * 6;
+        int sector = (int)h6;
+        float fr = h6 - (float)sector;
         float pp = v * (1 - s), q = v * (1 - s * fr), t = v * (1 - s * (1 - fr));
-        float rgb[6][3] = {{v, t, pp}, {q, v, pp}, {pp, v, t}, {pp, q, v}, {t, pp, v}, {v, pp, q}};
-        for (int c = 0; c < 3; c++)
-            p[c] = clamp255(rgb[sector][c] * 255);
+        switch (sector) {
+        case 0:
+            r = v, g = t, b = pp;
+            break;
+        case 1:
+            r = q, g = v, b = pp;
+            break;
+        case 2:
+            r = pp, g = v, b = t;
+            break;
+        case 3:
+            r = pp, g = q, b = v;
+            break;
+        case 4:
+            r = t, g = pp, b = v;
+            break;
+        default:
+            r = v, g = pp, b = q;
+            break;
+        }
+        p[0] = clamp255(r), p[1] = clamp255(g), p[2] = clamp255(b);
     }
 }
 
@@ -734,14 +786,13 @@ int
 augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t height,
               stoker_rng *rng, uint32_t out_h, uint32_t out_w, float *out)
 {
-    work im, next = {0};
-    if (work_alloc(&im, height, width) != STOKER_OK)
-        return STOKER_NOMEM;
-    for (size_t i = 0; i < (size_t)width * height * 3; i++)
-        im.px[i] = rgb[i];
+    work im = {.u8 = rgb, .h = height, .w = width}, next = {0};
     int rv = STOKER_OK;
     for (size_t i = 0; i < a->n && rv == STOKER_OK; i++) {
         const op *o = &a->ops[i];
+        bool samples = o->kind == OP_RRC || o->kind == OP_RESIZE || o->kind == OP_NORMALIZE;
+        if (!samples && (rv = work_floats(&im)) != STOKER_OK)
+            break;
         switch (o->kind) {
         case OP_RRC: {
             uint32_t box[4];
@@ -788,6 +839,8 @@ augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t hei
         if (rv == STOKER_OK)
             work_swap(&im, &next);
     }
+    if (rv == STOKER_OK)
+        rv = work_floats(&im); // a pipeline of normalize alone, at the output size
     if (rv == STOKER_OK)
         memcpy(out, im.px, (size_t)out_h * out_w * 3 * sizeof(float));
     free(im.px);
