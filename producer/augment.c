@@ -25,13 +25,15 @@ typedef enum op_kind {
     OP_JITTER,
     OP_ROTATE,
     OP_BLUR,
+    OP_ERASE,
     OP_NORMALIZE
 } op_kind;
 
 // One operation with its parameters; ranges are [lo, hi] drawn uniformly per example.
 typedef struct op {
     op_kind kind;
-    double a[2], b[2];  // rrc: scale, ratio; rotate: a = degrees; blur: b = sigma; hflip: a[0] = p
+    double a[2], b[2];  // rrc, erase: scale, ratio; rotate: a = degrees; blur: b = sigma
+    double p;           // hflip, erase: probability
     uint32_t h, w;      // resize, ccrop: 0 = not given (ccrop: the output size; resize: see s)
     uint32_t s;         // resize: shorter side (when w == 0); blur: kernel size
     bool has[4];        // jitter: brightness, contrast, saturation, hue given
@@ -158,13 +160,29 @@ build_op(const char *name, const arg *args, int n, op *o, char *err, size_t err_
         else if (n == 2)
             o->h = (uint32_t)args[0].lo, o->w = (uint32_t)args[1].lo;
     } else if (strcmp(name, "hflip") == 0) {
-        *o = (op){.kind = OP_HFLIP, .a = {0.5, 0.5}};
+        *o = (op){.kind = OP_HFLIP, .p = 0.5};
         if (n > 1)
             return BAD("hflip takes (P), the probability");
         if (n == 1)
-            o->a[0] = args[0].lo;
-        if (!(o->a[0] >= 0 && o->a[0] <= 1))
-            return BAD("hflip: probability %g is outside [0, 1]", o->a[0]);
+            o->p = args[0].lo;
+        if (!(o->p >= 0 && o->p <= 1))
+            return BAD("hflip: probability %g is outside [0, 1]", o->p);
+    } else if (strcmp(name, "erase") == 0) {
+        *o = (op){.kind = OP_ERASE, .p = 0.5, .a = {0.02, 0.33}, .b = {0.3, 3.3}};
+        bool full = groups == 3 && in_group(args, n, 0) == 1 && in_group(args, n, 1) == 2 &&
+                    in_group(args, n, 2) == 2;
+        if (n > 0 && !(n == 1 || full))
+            return BAD("erase takes (P) or (P;SMIN,SMAX;RMIN,RMAX)");
+        if (n > 0)
+            o->p = args[0].lo;
+        if (full)
+            o->a[0] = args[1].lo, o->a[1] = args[2].lo, o->b[0] = args[3].lo, o->b[1] = args[4].lo;
+        if (!(o->p >= 0 && o->p <= 1))
+            return BAD("erase: probability %g is outside [0, 1]", o->p);
+        if (!(o->a[0] > 0 && o->a[0] <= o->a[1] && o->a[1] <= 1))
+            return BAD("erase: scale %g..%g must satisfy 0 < SMIN <= SMAX <= 1", o->a[0], o->a[1]);
+        if (!(o->b[0] > 0 && o->b[0] <= o->b[1]))
+            return BAD("erase: ratio %g..%g must satisfy 0 < RMIN <= RMAX", o->b[0], o->b[1]);
     } else if (strcmp(name, "jitter") == 0) {
         static const char *const keys[4] = {"b", "c", "s", "h"};
         *o = (op){.kind = OP_JITTER};
@@ -225,7 +243,7 @@ build_op(const char *name, const arg *args, int n, op *o, char *err, size_t err_
         }
     } else {
         return BAD("unknown operation '%s' (rrc, resize, ccrop, hflip, jitter, rotate, blur, "
-                   "normalize)",
+                   "erase, normalize)",
                    name);
     }
     return STOKER_OK;
@@ -658,6 +676,34 @@ blur(work *im, uint32_t k, double sigma)
     return STOKER_OK;
 }
 
+// torchvision's RandomErasing(p, scale, ratio, value=0) as it is used, after Normalize: the box
+// is filled with the color that normalizes to 0 (the mean), or 0 when nothing normalizes.
+static void
+erase(const augment *a, const op *o, work *im, stoker_rng *rng)
+{
+    if (stoker_rng_uniform(rng) >= o->p)
+        return;
+    float fill[3] = {0, 0, 0}, mean[3], std[3];
+    if (augment_normalization(a, mean, std))
+        for (int c = 0; c < 3; c++)
+            fill[c] = mean[c] * 255.0f;
+    const double area = (double)im->h * im->w;
+    const double log_lo = log(o->b[0]), log_hi = log(o->b[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * stoker_rng_range(rng, o->a[0], o->a[1]);
+        double aspect = exp(stoker_rng_range(rng, log_lo, log_hi));
+        long h = lround(sqrt(target * aspect)), w = lround(sqrt(target / aspect));
+        if (!(h < (long)im->h && w < (long)im->w) || h < 1 || w < 1)
+            continue;
+        uint32_t top = (uint32_t)(stoker_rng_u64(rng) % (im->h - (uint32_t)h + 1));
+        uint32_t left = (uint32_t)(stoker_rng_u64(rng) % (im->w - (uint32_t)w + 1));
+        for (uint32_t y = top; y < top + (uint32_t)h; y++)
+            for (uint32_t x = left; x < left + (uint32_t)w; x++)
+                memcpy(im->px + ((size_t)y * im->w + x) * 3, fill, sizeof fill);
+        return;
+    }
+}
+
 // ---- color ----
 
 static float
@@ -816,7 +862,7 @@ augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t hei
             rv = center_crop(&im, o->h ? o->h : out_h, o->w ? o->w : out_w, &next);
             break;
         case OP_HFLIP:
-            if (stoker_rng_uniform(rng) < o->a[0])
+            if (stoker_rng_uniform(rng) < o->p)
                 hflip(&im);
             break;
         case OP_JITTER:
@@ -827,6 +873,9 @@ augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t hei
             break;
         case OP_BLUR:
             rv = blur(&im, o->s, stoker_rng_range(rng, o->b[0], o->b[1]));
+            break;
+        case OP_ERASE:
+            erase(a, o, &im, rng);
             break;
         case OP_NORMALIZE: // applied by the caller, by output dtype
             break;

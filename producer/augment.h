@@ -24,6 +24,9 @@ typedef struct augment augment;
 //                             [-X, X]) or LO:HI; the four run in a random order per example
 //   rotate(D) | rotate(LO:HI) RandomRotation(D, interpolation=BILINEAR), fill 0
 //   blur(K) | blur(K;SMIN,SMAX)  GaussianBlur(K, sigma=(SMIN, SMAX)), default sigma 0.1..2
+//   erase | erase(P) | erase(P;SMIN,SMAX;RMIN,RMAX)  RandomErasing(P, scale, ratio) after
+//                             Normalize: fills with the mean color (0 once normalized), or 0
+//                             without normalize; defaults (0.5;0.02,0.33;0.3,3.3)
 //   normalize | normalize(M,M,M;S,S,S)  Normalize; default ImageNet's mean and std
 // Resampling (rrc, resize) is PIL's bilinear filter: antialiased when it shrinks.
 // If the geometry does not end at the output size, a final resize makes it so.

@@ -154,9 +154,29 @@ def test_random_resized_crop_is_some_crop_of_the_right_area():
         assert best[0] <= 1.0, best
 
 
+def test_random_erasing_blanks_one_box_of_the_right_area():
+    # scale 0.1, ratio 1 of 40x40: a round(sqrt(160)) = 13 pixel square, filled with 0 without
+    # normalize and with the mean color (0 once normalized) with it; the rest untouched.
+    img = picture(40, 40, 12)
+    for seed in (1, 2, 3):
+        for spec, fill in (("ccrop,erase(1;0.1,0.1;1,1)", [0, 0, 0]),
+                           ("ccrop,erase(1;0.1,0.1;1,1),normalize",
+                            [0.485 * 255, 0.456 * 255, 0.406 * 255])):
+            ours = stoker(spec, img, 40, 40, seed)
+            box = np.all(np.abs(ours - np.float32(fill)) < 1e-3, axis=2)
+            ys, xs = np.nonzero(box & np.any(ours != img, axis=2))
+            top, left = ys.min(), xs.min()
+            assert (ys.max() - top, xs.max() - left) == (12, 12), (spec, seed, ys, xs)
+            assert box[top:top + 13, left:left + 13].all()
+            rest = np.ones((40, 40), bool)
+            rest[top:top + 13, left:left + 13] = False
+            assert np.array_equal(ours[rest], img[rest].astype(np.float32)), (spec, seed)
+    print("erase: 13x13 boxes where expected")
+
+
 def test_same_seed_same_pixels():
     img = picture(70, 50, 11)
-    spec = "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),blur(3)"
+    spec = "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),blur(3),erase"
     a, b = stoker(spec, img, 32, 32, 7), stoker(spec, img, 32, 32, 7)
     assert np.array_equal(a, b)
     assert not np.array_equal(a, stoker(spec, img, 32, 32, 8))

@@ -25,7 +25,8 @@ static char root[64];
 static const float MEAN[3] = {0.485f, 0.456f, 0.406f};
 static const float STD[3] = {0.229f, 0.224f, 0.225f};
 static const char *const RICH =
-    "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),blur(3),normalize";
+    "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),blur(3),erase,"
+    "normalize";
 
 static int
 remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -377,6 +378,8 @@ Test(images_output, bad_augment_specs_are_named)
         {"hflip hflip", "expected ','"},
         {"ccrop(3", "missing ')'"},
         {"rotate(a)", "bad argument 'a'"},
+        {"erase(1;0.5,0.1;1,1)", "erase: scale"},
+        {"erase(1,2)", "erase takes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         images_config cfg = config();
