@@ -5,7 +5,7 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
 
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
-Benchmarks: seed, floor, large, wait, detect, images. Run scripts/build.sh first (or let
+Benchmarks: seed, floor, large, wait, detect, images, images_tv. Run scripts/build.sh first (or let
 bench/run.sh do it)."""
 import argparse
 import datetime
@@ -337,8 +337,32 @@ def bench_images(opts, tmp):
                       crates[2] / (cinline * cores), "", None)]}
 
 
+def bench_images_tv(opts, tmp):
+    """The images generator against torchvision + PIL on the same PNG and JPEG folder (issue 18):
+    per core and end to end into the same loop, float32 and uint8, default and rich pipelines
+    (bench/images_tv.py; it needs Debian's python3-torchvision and python3-pil)."""
+    out = os.path.join(tmp, "images_tv.json")
+    size = ["--files", "32", "--examples", "200", "--batches", "12"] if opts.quick else \
+        ["--files", "64", "--examples", "400", "--batches", "24"]
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "images_tv.py"), "--json",
+                    out, *size], check=True, timeout=1800)
+    with open(out) as f:
+        runs = json.load(f)
+    rows = []
+    for r in runs:
+        tag = f"images vs torchvision, {r['format']} {r['pipeline']} {r['output']}"
+        core = r["per_core"]["stoker"] / r["per_core"]["torchvision"]
+        e2e = r["end_to_end"]["stoker"] / r["end_to_end"]["torchvision"]
+        want = 1.5 if r["format"] == "png" else 2.5
+        rows.append((f"{tag}: per core", core, "", None))
+        rows.append((f"{tag}: end to end", e2e, f">= {want}" if r["pipeline"] == "rich" else "",
+                     e2e >= want if r["pipeline"] == "rich" else None))
+        rows.append((f"{tag}: bytes per example", r["bytes_per_example"], "", None))
+    return {"runs": runs, "rows": rows}
+
+
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
-           "detect": bench_detect, "images": bench_images}
+           "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv}
 
 
 def main():

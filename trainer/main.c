@@ -93,7 +93,7 @@ static const stoker_cli_option rows[] = {
     {"input", "NAME", "input field", STOKER_CLI_STRING, AT(train.input_field)},
     {"target", "NAME", "target field", STOKER_CLI_STRING, AT(train.target_field)},
     {"classes", "N",
-     "the target is an int32 class label in [0, N): softmax\n"
+     "the target is an int32 or int64 class label in [0, N): softmax\n"
      "cross-entropy (default: float target, MSE)",
      STOKER_CLI_UINT, AT(train.classes), .imin = 2, .imax = MLP_MAX_WIDTH},
     {"prefetch", "N", "pull requests in flight", STOKER_CLI_UINT, AT(train.prefetch), .imin = 1,
