@@ -328,6 +328,10 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.name = (char *)req->name;
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
+        hello.group = (char *)req->group;
+        hello.rank = req->rank;
+        hello.world = req->world;
+        hello.batch = req->group_batch;
         if (req->has_schema) {
             schema_to_pb(&req->schema, &spb);
             hello.schema = &spb.schema;
@@ -405,8 +409,13 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
+                              err_len)) != STOKER_OK ||
+            (rv = copy_string(req->group, sizeof(req->group), r->hello->group, "hello: group", err,
                               err_len)) != STOKER_OK)
             break;
+        req->rank = r->hello->rank;
+        req->world = r->hello->world;
+        req->group_batch = r->hello->batch;
         if (r->hello->schema != NULL) {
             rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
             req->has_schema = rv == STOKER_OK;
@@ -509,6 +518,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.acked_through = rep->acked_through;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
+    r.group_step = rep->group_step;
+    r.group_leftover = rep->group_leftover;
     if (rep->has_schema) {
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
@@ -647,6 +658,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->acked_through = r->acked_through;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;
+    rep->group_step = r->group_step;
+    rep->group_leftover = r->group_leftover;
     if (r->schema != NULL) {
         if ((rv = schema_from_pb(r->schema, &rep->schema, err, err_len)) != STOKER_OK)
             goto fail;

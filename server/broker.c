@@ -12,6 +12,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -31,6 +32,7 @@ broker_config_init(broker_config *cfg)
     cfg->max_trainers = 64;
     cfg->max_chunk_examples = 1u << 20;
     cfg->max_parked = 512;
+    cfg->group_steps_ahead = 4;
 }
 
 void
@@ -219,6 +221,7 @@ broker_destroy(broker *b, broker_outbox *out)
         }
         free(t);
     }
+    group_destroy_all(b);
     free(b->producers);
     free(b->trainers);
     free(b->authed);

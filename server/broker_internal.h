@@ -76,6 +76,8 @@ typedef struct trainer {
     uint64_t event_cursor; // index of the last event sent
     lease *leases;
     uint32_t parked_pulls;
+    struct group *group; // NULL, or the data-parallel group it is rank `rank` of
+    uint32_t rank;
 } trainer;
 
 struct broker {
@@ -107,6 +109,8 @@ struct broker {
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
     uint32_t *authed;
     uint32_t n_authed, cap_authed;
+
+    struct group *groups; // data-parallel groups (broker_group.c)
 };
 
 // --- broker.c: replies, events, lookups, lifecycle helpers ---
@@ -163,6 +167,14 @@ void handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req
 
 // Puts every lease of t back in its queues (newest first).
 void redeliver(broker *b, trainer *t);
+// Builds a lease of up to max examples for t (first in t->leases), round-robin over the queues;
+// NULL when nothing is queued (or out of memory).
+lease *take_lease(broker *b, trainer *t, uint32_t max);
+// Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
+// frees l. Returns how many went back.
+uint64_t return_lease(broker *b, lease *l);
+// Nonzero when no queue can take more.
+int queues_full(const broker *b);
 // Unlinks parked pull k (after prev, NULL for the head) from the parked pulls; does not free it.
 void unlink_pull(broker *b, parked *prev, parked *k);
 // After any change: serves parked pulls and pushes until nothing moves.

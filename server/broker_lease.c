@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -50,7 +51,7 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
 
 // Puts the examples of lease l back at the head of their producers' queues and frees l.
 // Returns how many went back.
-static uint64_t
+uint64_t
 return_lease(broker *b, lease *l)
 {
     uint64_t total = 0;
@@ -100,7 +101,7 @@ redeliver(broker *b, trainer *t)
 
 // Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
 // when nothing is queued (or out of memory).
-static lease *
+lease *
 take_lease(broker *b, trainer *t, uint32_t max)
 {
     uint64_t avail = b->c.queued;
@@ -205,7 +206,7 @@ supply_state(const broker *b, char *why, size_t why_len)
 
 // Nonzero when no queue can take more: every alive producer's queue is at its depth, or all of
 // them together are at max_bytes.
-static int
+int
 queues_full(const broker *b)
 {
     if (b->queued_bytes + b->example_bytes > b->cfg.max_bytes)
@@ -235,10 +236,17 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     int partial = b->c.queued > 0 && (!alive || final || queues_full(b));
     int take = b->c.queued >= max || partial;
     int ready = take || n_events > 0 || ended != STOKER_OK;
+    lease *l = NULL;
+    uint64_t step = 0, leftover = 0;
+    if (t->group != NULL) {
+        // A rank gets its step's batch, formed for the whole group (broker_group.c).
+        ended = group_take(b, t, &l, &step, &leftover, why, sizeof(why));
+        take = 0;
+        ready = l != NULL || n_events > 0 || ended != STOKER_OK;
+    }
     if (!ready && !final)
         return 0;
-    stoker_reply rep = {.code = STOKER_OK};
-    lease *l = NULL;
+    stoker_reply rep = {.code = STOKER_OK, .group_step = step, .group_leftover = leftover};
     stoker_chunk_part *parts = NULL;
     stoker_run *runs = NULL;
     if (take)
@@ -250,8 +258,12 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
             // Cannot describe the batch: give the examples back; the trainer asks again.
             free(parts);
             free(runs);
-            t->leases = l->next; // take_lease put it first
-            return_lease(b, l);
+            if (t->group != NULL) {
+                group_untake(b, t, l); // the rank's step waits for its next pull
+            } else {
+                t->leases = l->next; // take_lease put it first
+                return_lease(b, l);
+            }
             send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
             return 1;
         }

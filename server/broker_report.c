@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/status.h"
@@ -50,6 +51,10 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)
         st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
+    if (group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
+        stoker_status_destroy(st);
+        return STOKER_NOMEM;
+    }
     *out = st;
     return STOKER_OK;
 }

@@ -27,6 +27,10 @@ typedef struct stoker_request {
     stoker_schema schema;
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
+    // HELLO of a trainer in a data-parallel group (group[0] == '\0': none): its rank in
+    // 0..world-1 and the examples each rank gets per step (docs/groups.md).
+    char group[STOKER_NAME_MAX];
+    uint32_t rank, world, group_batch;
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -73,6 +77,9 @@ typedef struct stoker_reply {
     uint32_t n_events;
     stoker_event *events;
     uint32_t acks_refused;
+    // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
+    // over (fewer than one per rank) that no step could hold.
+    uint64_t group_step, group_leftover;
     // STATUS
     int has_counters;
     stoker_counters counters;
