@@ -154,6 +154,12 @@ stoker_consumer_open_group(const stoker_consumer_options *opts, const char *grou
     return open_consumer(opts, group, rank, world, out, err, err_len);
 }
 
+uint64_t
+stoker_consumer_group_leftover(const stoker_consumer *c)
+{
+    return stoker_trainer_client_group_leftover(c->tc);
+}
+
 static const stoker_field *
 field_at(const stoker_consumer *c, uint32_t f)
 {

@@ -304,6 +304,25 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
     return STOKER_OK;
 }
 
+// --- groups (Status) ----------------------------------------------------------------------------
+
+static const char *const group_states[] = {"open", "ended", "broken"};
+
+static uint32_t
+group_state_code(const char *state)
+{
+    for (uint32_t i = 0; i < 3; i++)
+        if (state != NULL && strcmp(state, group_states[i]) == 0)
+            return i;
+    return 0;
+}
+
+static const char *
+group_state_name(uint32_t code)
+{
+    return code < 3 ? group_states[code] : "unknown";
+}
+
 // --- requests -------------------------------------------------------------------------------
 
 int
@@ -555,6 +574,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     Stoker__Event **event_ptrs = NULL;
     Stoker__ProducerState *prods = NULL;
     Stoker__ProducerState **prod_ptrs = NULL;
+    Stoker__GroupState *groups = NULL;
+    Stoker__GroupState **group_ptrs = NULL;
     if (rep->n_runs > 0) {
         runs = calloc(rep->n_runs, sizeof(*runs));
         run_ptrs = calloc(rep->n_runs, sizeof(*run_ptrs));
@@ -614,6 +635,30 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         r.n_producers = rep->n_producers;
         r.producers = prod_ptrs;
     }
+    if (rep->n_groups > 0) {
+        groups = calloc(rep->n_groups, sizeof(*groups));
+        group_ptrs = calloc(rep->n_groups, sizeof(*group_ptrs));
+        if (groups == NULL || group_ptrs == NULL)
+            goto out;
+        for (uint32_t i = 0; i < rep->n_groups; i++) {
+            stoker_group_info *g = &rep->groups[i];
+            stoker__group_state__init(&groups[i]);
+            groups[i].name = g->name;
+            groups[i].state = group_state_code(g->state);
+            groups[i].world = g->world;
+            groups[i].batch = g->batch;
+            groups[i].joined = g->joined;
+            groups[i].steps = g->steps;
+            groups[i].leftover = g->leftover;
+            groups[i].n_rank_steps = g->world;
+            groups[i].rank_steps = g->rank_steps;
+            groups[i].n_rank_ready = g->world;
+            groups[i].rank_ready = g->rank_ready;
+            group_ptrs[i] = &groups[i];
+        }
+        r.n_groups = rep->n_groups;
+        r.groups = group_ptrs;
+    }
     rv = pack_into_msg(&r.base, rep->chunk.count > 0 ? &blobs : NULL, out);
 out:
     free(runs);
@@ -622,6 +667,8 @@ out:
     free(event_ptrs);
     free(prods);
     free(prod_ptrs);
+    free(groups);
+    free(group_ptrs);
     return rv;
 }
 
@@ -753,6 +800,34 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
         }
         rep->n_producers = (uint32_t)r->n_producers;
     }
+    if (r->n_groups > 0) {
+        rep->groups = calloc(r->n_groups, sizeof(*rep->groups));
+        if (rep->groups == NULL) {
+            rv = STOKER_NOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < r->n_groups; i++) {
+            const Stoker__GroupState *g = r->groups[i];
+            stoker_group_info *d = &rep->groups[i];
+            if (g->world > STOKER_GROUP_MAX_WORLD || g->n_rank_steps != g->world ||
+                g->n_rank_ready != g->world) {
+                rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                                   "reply: group of %u ranks with %zu/%zu rank entries", g->world,
+                                   g->n_rank_steps, g->n_rank_ready);
+                goto fail;
+            }
+            snprintf(d->name, sizeof(d->name), "%s", g->name != NULL ? g->name : "");
+            d->state = group_state_name(g->state);
+            d->world = g->world;
+            d->batch = g->batch;
+            d->joined = g->joined;
+            d->steps = g->steps;
+            d->leftover = g->leftover;
+            memcpy(d->rank_steps, g->rank_steps, g->world * sizeof(uint64_t));
+            memcpy(d->rank_ready, g->rank_ready, g->world * sizeof(uint32_t));
+        }
+        rep->n_groups = (uint32_t)r->n_groups;
+    }
     keep_msg(owner, msg);
     *out = rep;
     return STOKER_OK;
@@ -782,6 +857,7 @@ stoker_reply_free(stoker_reply *rep)
     free(rep->runs);
     free(rep->events);
     free(rep->producers);
+    free(rep->groups);
     free(rep);
 }
 

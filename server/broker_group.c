@@ -251,8 +251,8 @@ end_group(broker *b, group *g)
     snprintf(g->end_reason, sizeof(g->end_reason),
              "group '%s' ended at step %llu: no producer left (%u lost, %u finished); %llu "
              "examples left over (fewer than one per rank of %u), still queued",
-             g->name, (unsigned long long)g->steps, lost, finished,
-             (unsigned long long)g->leftover, g->world);
+             g->name, (unsigned long long)g->steps, lost, finished, (unsigned long long)g->leftover,
+             g->world);
     stoker_info("group-ended: %s", g->end_reason);
 }
 

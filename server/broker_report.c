@@ -82,6 +82,8 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .uptime_ms = st->uptime_ms,
         .queue_depth = st->queue_depth,
         .max_bytes = st->max_bytes,
+        .groups = st->groups,
+        .n_groups = st->n_groups,
     };
     send_reply(b, out, token, &rep);
     stoker_status_destroy(st);

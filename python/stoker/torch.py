@@ -29,12 +29,15 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
     (stop_on_supply_end=True ends it quietly on SupplyEnded instead), or after max_batches.
     fields selects and orders the fields to yield (default: all). on_event receives
     stoker.Event for producers joining, lost, finishing. Each batch is acknowledged when the
-    next is requested."""
+    next is requested. group (with rank and world_size, which default to torchrun's RANK and
+    WORLD_SIZE) makes each DDP rank one rank of a stoker group: equal steps, one common end
+    (use it with num_workers=0: one client per rank)."""
 
     def __init__(self, url, batch_size, token_file=None, prefetch=None, stall_timeout=None, *,
                  fields=None, max_batches=None, stop_on_supply_end=False, on_event=None,
-                 copy=False, name=None):
+                 copy=False, name=None, group=None, rank=None, world_size=None):
         super().__init__()
+        self.group, self.rank, self.world_size = group, rank, world_size
         self.url = url
         self.batch_size = int(batch_size)
         self.token_file = token_file
@@ -62,7 +65,8 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
         if name is None and info is not None:
             name = "torch-worker-%d" % info.id
         with Client(self.url, self.token_file, self.prefetch, self.stall_timeout,
-                    batch_size=self.batch_size, name=name, on_event=self.on_event) as client:
+                    batch_size=self.batch_size, name=name, on_event=self.on_event,
+                    group=self.group, rank=self.rank, world_size=self.world_size) as client:
             try:
                 for batch in client.batches(self.batch_size, self.max_batches):
                     yield self._tensors(batch)

@@ -55,6 +55,10 @@ int stoker_consumer_open_group(const stoker_consumer_options *opts, const char *
                                uint32_t rank, uint32_t world, stoker_consumer **out, char *err,
                                size_t err_len);
 
+// For a rank of a group, after next returned the end: the examples left over that no equal
+// step could hold (still queued at the broker). 0 otherwise.
+uint64_t stoker_consumer_group_leftover(const stoker_consumer *c);
+
 // The broker's schema, as text ("input:float32[10],output:float32[1]") into buf (always
 // NUL-terminated; truncated if short), and field by field. Indices out of range give NULL / 0 /
 // STOKER_INVALID.

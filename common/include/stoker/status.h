@@ -35,7 +35,7 @@ typedef struct stoker_status {
     stoker_producer_info *producers;
     uint32_t n_events; // the broker's latest events, oldest first
     stoker_event *events;
-    uint32_t n_groups; // filled by the broker only (not carried by the Status reply)
+    uint32_t n_groups;
     stoker_group_info *groups;
 } stoker_status;
 

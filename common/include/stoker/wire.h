@@ -11,6 +11,7 @@
 
 #include "stoker/chunk.h"
 #include "stoker/protocol.h"
+#include "stoker/status.h"
 
 struct nng_msg;
 
@@ -88,6 +89,8 @@ typedef struct stoker_reply {
     uint64_t uptime_ms;   // since the broker started
     uint32_t queue_depth; // the broker's limits
     uint64_t max_bytes;
+    uint32_t n_groups;
+    stoker_group_info *groups;
     void *owner; // internal
 } stoker_reply;
 
