@@ -131,6 +131,9 @@ source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg,
     to.stall_timeout_ms = cfg->stall_timeout_ms;
     to.on_event = on_event;
     to.on_event_arg = arg;
+    to.group = cfg->group;
+    to.rank = cfg->rank;
+    to.world = cfg->world;
     char err[512] = "";
     int rv = stoker_trainer_client_create(&to, &s->tc, err, sizeof(err));
     if (rv != STOKER_OK) {

@@ -43,9 +43,9 @@ train_config_init(train_config *cfg)
 const char *
 train_status_name(train_status status)
 {
-    static const char *const names[] = {"completed", "time_goal",   "supply_ended",
-                                        "stalled",   "interrupted", "error"};
-    return status <= TRAIN_ERROR ? names[status] : "error";
+    static const char *const names[] = {"completed",   "time_goal", "supply_ended", "stalled",
+                                        "interrupted", "error",     "group_broken"};
+    return status <= TRAIN_GROUP_BROKEN ? names[status] : "error";
 }
 
 static int
@@ -61,6 +61,8 @@ exit_code(train_status status)
         return 4;
     case TRAIN_INTERRUPTED:
         return 130;
+    case TRAIN_GROUP_BROKEN:
+        return 5;
     default:
         return 1;
     }
@@ -289,6 +291,12 @@ train_run(const train_config *cfg, train_result *res)
                 break;
             case STOKER_INTERRUPTED:
                 set_reason(res, TRAIN_INTERRUPTED, "stopped by a signal");
+                break;
+            case STOKER_GROUP_BROKEN:
+                set_reason(res, TRAIN_GROUP_BROKEN,
+                           "group '%s' broken: another rank was lost (the group-broken line "
+                           "names it)",
+                           cfg->group);
                 break;
             default:
                 set_reason(res, TRAIN_ERROR, "feeding failed: %s", stoker_strerror(rv));

@@ -21,6 +21,7 @@ typedef enum train_status {
     TRAIN_STALLED,
     TRAIN_INTERRUPTED,
     TRAIN_ERROR,
+    TRAIN_GROUP_BROKEN, // another rank of its data-parallel group was lost
 } train_status;
 
 typedef struct train_config {
@@ -47,6 +48,8 @@ typedef struct train_config {
     // Feeding.
     uint32_t prefetch;
     uint32_t stall_timeout_ms;
+    const char *group; // NULL, or the data-parallel group this trainer is rank `rank` of
+    uint32_t rank, world;
     // Output.
     const char *weights_path; // may be NULL
     int progress;             // 1: live status line, 0: one line per round
