@@ -237,6 +237,23 @@ supply_over(const broker *b)
     return producers_alive(b) == 0;
 }
 
+// Nonzero when the queues cannot grow now: all of them full together (max_bytes), or every alive
+// producer's queue either at its depth or with a push waiting for room (a chunk that does not
+// fit: a queue of depth 64 filled by chunks of 3 stops at 63).
+static int
+no_room(const broker *b)
+{
+    if (queues_full(b))
+        return 1;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
+            p->q.examples < b->cfg.queue_depth)
+            return 0;
+    }
+    return 1;
+}
+
 static void
 end_group(broker *b, group *g)
 {
@@ -314,7 +331,7 @@ fill(broker *b, group *g)
             // A short step only when no full one can come: the supply is over, or the queues
             // are full and still hold less than a full step.
             int over = supply_over(b);
-            if (!over && !queues_full(b))
+            if (!over && !no_room(b))
                 return;
             n = (uint32_t)(b->c.queued / g->world);
             if (n == 0) {

@@ -58,11 +58,11 @@ collect(broker_outbox *out)
 }
 
 static void
-make_broker(uint32_t ahead)
+make_broker(uint32_t ahead, uint32_t depth)
 {
     broker_config cfg;
     broker_config_init(&cfg);
-    cfg.queue_depth = 256;
+    cfg.queue_depth = depth;
     cfg.producer_timeout_ms = 3000;
     cfg.trainer_timeout_ms = 10000;
     cfg.group_steps_ahead = ahead;
@@ -78,7 +78,7 @@ setup(void)
     h_schema(&schema);
     next_token = 1;
     n_replies = 0;
-    make_broker(4);
+    make_broker(4, 256);
 }
 
 static void
@@ -231,7 +231,7 @@ Test(group, ranks_prefetch_a_bounded_number_of_steps)
     broker_outbox out = {0};
     broker_destroy(b, &out);
     broker_outbox_fini(&out);
-    make_broker(2);
+    make_broker(2, 256);
     answered(hello_rank(21, "g", 0, 2, 1), STOKER_OK);
     answered(hello_rank(22, "g", 1, 2, 1), STOKER_OK);
     producer(P1, 100);
@@ -357,4 +357,23 @@ Test(group, broken_group_reforms_cleanly_under_its_name)
     answered(hello_rank(32, "g", 1, 2, 2), STOKER_OK);
     batch(pull(31, 2), 2, 1);
     batch(pull(32, 2), 2, 1);
+}
+
+Test(group, queues_too_small_for_a_full_step_give_equal_short_steps)
+{
+    broker_outbox out = {0};
+    broker_destroy(b, &out);
+    broker_outbox_fini(&out);
+    make_broker(4, 4); // a queue of 4 can never hold a step of 2 x 4
+    producer(P1, 3);
+    answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
+    answered(hello_rank(22, "g", 1, 2, 4), STOKER_OK);
+    uintptr_t a = pull(21, 4);
+    cr_assert_null(reply(a), "a short step while the producer could still add to its queue");
+    // 3 more do not fit: the push waits for room, so no full step can come: one each, 1 stays,
+    // and the room that makes lets the push in.
+    uintptr_t waiting = handle(P1, h_push(P1, &schema, 3, 3));
+    batch(a, 1, 1);
+    answered(waiting, STOKER_OK);
+    batch(pull(22, 4), 1, 1);
 }
