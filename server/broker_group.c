@@ -210,7 +210,11 @@ void
 group_rank_lost(broker *b, trainer *t, const char *reason)
 {
     group *g = t->group;
-    if (g == NULL || g->end_code != STOKER_OK)
+    if (g == NULL)
+        return;
+    // t's formed steps go back with its leases (redeliver): forget them here.
+    g->ranks[t->rank].n_pending = 0;
+    if (g->end_code != STOKER_OK)
         return; // after the end, ranks leave as they finish
     g->end_code = STOKER_GROUP_BROKEN;
     g->retired = 1;
@@ -220,9 +224,7 @@ group_rank_lost(broker *b, trainer *t, const char *reason)
     stoker_warn("group-broken: %s", g->end_reason);
     for (uint32_t r = 0; r < g->world; r++) {
         group_rank *gr = &g->ranks[r];
-        if (gr->t == t || gr->t == NULL)
-            gr->n_pending = 0; // t's own go back with its leases (redeliver)
-        else
+        if (gr->t != t && gr->t != NULL)
             return_pending(b, g, gr);
     }
 }

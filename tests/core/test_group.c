@@ -377,3 +377,26 @@ Test(group, queues_too_small_for_a_full_step_give_equal_short_steps)
     answered(waiting, STOKER_OK);
     batch(pull(22, 4), 1, 1);
 }
+
+Test(group, rank_lost_after_the_end_leaves_the_others_their_steps)
+{
+    producer(P1, 0);
+    answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
+    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
+    answered(handle(P1, h_push(P1, &schema, 0, 9)), STOKER_OK);
+    finish(P1);
+    // Rank 0 takes both steps (2 x 2, then a short 2 x 2) and the end; rank 1 took none.
+    batch(pull(21, 2), 2, 1);
+    batch(pull(21, 2), 2, 2);
+    answered(pull(21, 2), STOKER_END_OF_DATA);
+    pipe_closed(21); // rank 0 leaves after the end: no break
+    batch(pull(22, 2), 2, 1);
+    pipe_closed(22); // rank 1 dies holding its formed step 2: redelivered, not sent
+    stoker_counters c;
+    broker_counters(b, &c);
+    // Nothing was acknowledged: both ranks' batches, sent or only formed, are queued again.
+    cr_assert_eq(c.queued, 9);
+    cr_assert_eq(c.in_flight, 0);
+    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK); // the same session comes back
+    answered(pull(22, 2), STOKER_END_OF_DATA);
+}

@@ -217,4 +217,38 @@ def test_same_rank_twice_is_refused_at_hello():
         a.close()
 
 
+def test_stoker_pull_ranks_equal_lines_and_exit_5_on_a_lost_rank():
+    with helpers.Cluster() as c:
+        c.producer("--delay", "0:0", "--max-examples", "101", "--chunk", "8")
+        pulls = [subprocess.Popen([helpers.PULL, "--broker", c.url, "--group", "p", "--rank",
+                                   str(r), "--world", "2", "--batch-size", "4",
+                                   "--stall-timeout", "20"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for r in range(2)]
+        outs = reap(pulls, 30)
+        lines = [len(out.splitlines()) for rc, out, err in outs]
+        for rc, out, err in outs:
+            assert rc == 3, (rc, err)
+            assert "1 examples left over" in err, err
+        # 101 = 12 steps of 2 x 4, a short step of 2 x 2, 1 left over.
+        assert lines == [50, 50], lines
+    with helpers.Cluster("--trainer-timeout", "2") as c:
+        c.producer("--delay", "0.001:0.001")
+        pulls = [subprocess.Popen([helpers.PULL, "--broker", c.url, "--group", "q", "--rank",
+                                   str(r), "--world", "2", "--batch-size", "2"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for r in range(2)]
+        deadline = time.monotonic() + 20
+        while True:
+            groups = stoker.status(c.url)["groups"]
+            if groups and groups[0]["steps"] >= 3:
+                break
+            assert time.monotonic() < deadline, "the group did not start: %s" % groups
+            time.sleep(0.05)
+        pulls[1].kill()
+        rc, out, err = reap(pulls[:1], 5)[0]
+        pulls[1].wait()
+        assert rc == 5, (rc, err)
+        assert "rank 1" in err, err
+
+
 helpers.run(globals())
