@@ -378,17 +378,21 @@ train_write_json(const train_result *r, FILE *f)
             (unsigned long long)r->examples, r->seconds, r->examples_per_second,
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
             r->data_wait_fraction);
-    if (r->has_audit)
+    if (r->has_audit) {
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "
                 "\"in_flight\": %llu, \"redelivered\": %llu, \"duplicates_seen\": %llu, "
-                "\"discrepancy\": %lld}",
+                "\"discrepancy\": %lld",
                 (unsigned long long)r->produced, (unsigned long long)r->acknowledged,
                 (unsigned long long)r->still_queued, (unsigned long long)r->in_flight,
                 (unsigned long long)r->redelivered, (unsigned long long)r->duplicates_seen,
                 (long long)r->discrepancy);
-    else
+        if (r->has_group) // a rank: what its group's end left over (still queued)
+            fprintf(f, ", \"group_leftover\": %llu", (unsigned long long)r->group_leftover);
+        fprintf(f, "}");
+    } else {
         fprintf(f, ", \"audit\": null");
+    }
     fprintf(f, ", \"events\": [");
     for (uint32_t i = 0; i < r->n_events; i++) {
         const train_event *e = &r->events[i];

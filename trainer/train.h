@@ -75,6 +75,8 @@ typedef struct train_result {
     double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;
     int has_audit;
     uint64_t produced, acknowledged, still_queued, in_flight, redelivered, duplicates_seen;
+    int has_group;           // a rank of a data-parallel group (--group)
+    uint64_t group_leftover; // its end's leftover: examples no equal step could hold
     int64_t discrepancy;
     uint32_t n_events;
     train_event events[TRAIN_MAX_EVENTS];

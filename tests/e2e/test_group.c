@@ -60,6 +60,8 @@ Test(group, trainer_ranks_run_equal_steps_and_end_together)
     cr_assert_eq(summary_number(json1, "batches"), 13);
     cr_assert_eq(summary_number(json0, "examples"), 101);
     cr_assert_eq(summary_number(json1, "examples"), 101);
+    cr_assert_eq(summary_number(json0, "group_leftover"), 1, "the audit reports the leftover");
+    cr_assert_eq(summary_number(json1, "group_leftover"), 1);
     stoker_status *st = h_status(url);
     cr_assert_eq(st->counters.acknowledged, 202);
     cr_assert_eq(st->counters.queued, 1, "the leftover example is still queued");
