@@ -81,6 +81,15 @@ def launch(script, args, rank, world, port):
     """A rank as torchrun starts it."""
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    preload = env.get("LD_PRELOAD", "")
+    if "libasan" in preload:
+        # Under AddressSanitizer (tests/python/meson.build preloads it): gloo throws and catches
+        # C++ exceptions while it connects, and ASan's __cxa_throw interceptor needs libstdc++
+        # loaded at start to find the real one.
+        import ctypes.util
+        stdcxx = ctypes.util.find_library("stdc++")
+        if stdcxx:
+            env["LD_PRELOAD"] = preload + ":" + stdcxx
     return subprocess.Popen([sys.executable, "-c", script] + args, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
