@@ -4,7 +4,7 @@
 // exit with the group's code (5) within the trainer timeout, never hang. The ranks are started
 // again under the same group name (torchrun's restart): the group re-forms, and when the
 // producers finish every rank exits with the end (3) having written the same number of examples.
-// Runs alone, bounded (about 30 s); a plain program (exit 0 / 1), no criterion.
+// Runs alone, bounded (about 10 s here); a plain program (exit 0 / 1), no criterion.
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
