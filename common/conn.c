@@ -290,6 +290,10 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->events = rep->events;
     rep->events = NULL;
     rep->n_events = 0;
+    st->n_groups = rep->n_groups;
+    st->groups = rep->groups;
+    rep->groups = NULL;
+    rep->n_groups = 0;
     *out = st;
     return STOKER_OK;
 }

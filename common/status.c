@@ -14,6 +14,7 @@ stoker_status_destroy(stoker_status *st)
         return;
     free(st->producers);
     free(st->events);
+    free(st->groups);
     free(st);
 }
 
@@ -72,6 +73,27 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t, ", \"at\": %.3f, \"reason\": ", e->at_s);
         stoker_text_json_string(&t, e->reason);
         stoker_text_printf(&t, "}");
+    }
+    stoker_text_printf(&t, "], \"groups\": [");
+    for (uint32_t i = 0; i < st->n_groups; i++) {
+        const stoker_group_info *g = &st->groups[i];
+        uint64_t slowest = UINT64_MAX;
+        for (uint32_t r = 0; r < g->world; r++)
+            slowest = g->rank_steps[r] < slowest ? g->rank_steps[r] : slowest;
+        stoker_text_printf(&t, "%s{\"name\": ", i ? ", " : "");
+        stoker_text_json_string(&t, g->name);
+        stoker_text_printf(&t,
+                           ", \"state\": \"%s\", \"world\": %u, \"batch\": %u, \"joined\": %u, "
+                           "\"steps\": %llu, \"leftover\": %llu, \"ranks\": [",
+                           g->state, g->world, g->batch, g->joined, (unsigned long long)g->steps,
+                           (unsigned long long)g->leftover);
+        for (uint32_t r = 0; r < g->world; r++)
+            stoker_text_printf(&t,
+                               "%s{\"rank\": %u, \"steps\": %llu, \"ahead\": %llu, "
+                               "\"ready\": %u}",
+                               r ? ", " : "", r, (unsigned long long)g->rank_steps[r],
+                               (unsigned long long)(g->rank_steps[r] - slowest), g->rank_ready[r]);
+        stoker_text_printf(&t, "]}");
     }
     stoker_text_printf(&t, "]}\n");
     return stoker_text_finish(&t);
@@ -166,6 +188,25 @@ stoker_status_render_metrics(const stoker_status *st)
             stoker_text_printf(&t, "stoker_%s{producer=\"%u\",name=\"%s\"} %llu\n", per[m].name,
                                p->id, name, (unsigned long long)v[m]);
         }
+    }
+    if (st->n_groups > 0)
+        stoker_text_printf(&t,
+                           "# HELP stoker_group_steps Steps formed for this group\n"
+                           "# TYPE stoker_group_steps counter\n"
+                           "# HELP stoker_group_leftover Examples left over at this group's end\n"
+                           "# TYPE stoker_group_leftover gauge\n"
+                           "# HELP stoker_group_ranks_joined Ranks of this group joined\n"
+                           "# TYPE stoker_group_ranks_joined gauge\n");
+    for (uint32_t i = 0; i < st->n_groups; i++) {
+        const stoker_group_info *g = &st->groups[i];
+        char name[STOKER_NAME_MAX];
+        label_value(name, sizeof(name), g->name);
+        stoker_text_printf(&t,
+                           "stoker_group_steps{group=\"%s\"} %llu\n"
+                           "stoker_group_leftover{group=\"%s\"} %llu\n"
+                           "stoker_group_ranks_joined{group=\"%s\"} %u\n",
+                           name, (unsigned long long)g->steps, name,
+                           (unsigned long long)g->leftover, name, g->joined);
     }
     return stoker_text_finish(&t);
 }

@@ -44,6 +44,8 @@ struct stoker_trainer_client {
     char url[512];
     char name[STOKER_NAME_MAX];
     char token[STOKER_TOKEN_MAX];
+    char group[STOKER_NAME_MAX];
+    uint64_t group_steps, group_leftover;
     conn conn;
     nng_ctx ctl_ctx; // hello, ack, status
     stoker_schema schema;
@@ -199,6 +201,10 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     };
     conn_copy_str(req.name, sizeof(req.name), tc->name);
     conn_copy_str(req.token, sizeof(req.token), tc->token);
+    conn_copy_str(req.group, sizeof(req.group), tc->group);
+    req.rank = tc->opts.rank;
+    req.world = tc->opts.world;
+    req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
     stoker_reply *rep = NULL;
     int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, err_len);
     if (rv != STOKER_OK)
@@ -230,6 +236,12 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                  MAX_PREFETCH);
         return STOKER_INVALID;
     }
+    if (opts->group != NULL && (opts->group[0] == '\0' || strlen(opts->group) >= STOKER_NAME_MAX ||
+                                opts->rank >= opts->world))
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "trainer options: group '%s' needs a name of 1..%d bytes and a rank "
+                             "below the world size (rank %u, world %u)",
+                             opts->group, STOKER_NAME_MAX - 1, opts->rank, opts->world);
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
     if (tc == NULL)
         return STOKER_NOMEM;
@@ -241,6 +253,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     tc->opts.client.url = tc->url;
     tc->opts.client.name = tc->name;
     tc->opts.client.token = tc->token;
+    conn_copy_str(tc->group, sizeof(tc->group), opts->group);
+    tc->opts.group = tc->group;
     if (tc->opts.client.session == 0)
         tc->opts.client.session = stoker_random_u64();
     // A parked pull comes back empty after wait_ms, which keeps the broker aware we are alive.
@@ -626,6 +640,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             rv = make_batch(tc, rep, out);
             if (rv == STOKER_OK)
                 tc->ending = 0; // more data came after all (a producer reconnected)
+            if (rv == STOKER_OK && tc->group[0] != '\0')
+                tc->group_steps++;
             if (rv == STOKER_OK && (*out)->chunk.count == 0) {
                 // Every example was seen before (drop_seen): nothing to train, done with it.
                 stoker_trainer_client_ack(tc, (*out)->lease);
@@ -641,7 +657,16 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             stoker_reply_free(rep);
             continue;
         }
+        if (rv == STOKER_GROUP_BROKEN) {
+            // Final: the other ranks wait for a rank that is gone; no step will come.
+            snprintf(tc->end_reason, sizeof(tc->end_reason), "%s", rep->message);
+            stoker_error("group-broken: %s", tc->end_reason);
+            tc->supply_ended = rv;
+            stoker_reply_free(rep);
+            return rv;
+        }
         if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA) {
+            tc->group_leftover = rep->group_leftover;
             if (!tc->ending)
                 snprintf(tc->end_reason, sizeof(tc->end_reason), "%s", rep->message);
             tc->ending = rv;
@@ -657,6 +682,24 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         stoker_reply_free(rep);
         return rv;
     }
+}
+
+const char *
+stoker_trainer_client_end_reason(const stoker_trainer_client *tc)
+{
+    return tc->supply_ended != STOKER_OK ? tc->end_reason : "";
+}
+
+uint64_t
+stoker_trainer_client_group_steps(const stoker_trainer_client *tc)
+{
+    return tc->group_steps;
+}
+
+uint64_t
+stoker_trainer_client_group_leftover(const stoker_trainer_client *tc)
+{
+    return tc->group_leftover;
 }
 
 void

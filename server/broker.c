@@ -12,6 +12,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -32,6 +33,7 @@ broker_config_init(broker_config *cfg)
     cfg->max_trainers = 64;
     cfg->max_chunk_examples = 1u << 20;
     cfg->max_parked = 512;
+    cfg->group_steps_ahead = 4;
 }
 
 void
@@ -221,6 +223,7 @@ broker_destroy(broker *b, broker_outbox *out)
         }
         free(t);
     }
+    group_destroy_all(b);
     free(b->producers);
     free(b->trainers);
     free(b->authed);

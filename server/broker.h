@@ -33,7 +33,8 @@ typedef struct broker_config {
     uint32_t max_producers;
     uint32_t max_trainers;
     uint32_t max_chunk_examples;
-    uint32_t max_parked; // requests that may wait at once (the transport's spare contexts)
+    uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
+    uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)
     int has_schema;
     stoker_schema schema;
     const char *token; // NULL or "": no authentication (borrowed)

@@ -85,6 +85,8 @@ typedef struct trainer {
     uint32_t parked_pulls;
     uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
+    struct group *group; // NULL, or the data-parallel group it is rank `rank` of
+    uint32_t rank;
 } trainer;
 
 struct broker {
@@ -118,6 +120,8 @@ struct broker {
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
     uint32_t *authed;
     uint32_t n_authed, cap_authed;
+
+    struct group *groups; // data-parallel groups (broker_group.c)
 };
 
 // --- broker.c: replies, events, lookups, lifecycle helpers ---
@@ -177,6 +181,13 @@ void redeliver(broker *b, trainer *t);
 // Puts every lease of t, which said goodbye, back in its queues: those in held (handed to its
 // caller, not acknowledged) counted as redelivered, the others as returned_unused.
 void give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held);
+// Builds a lease of up to max examples for t (first in t->leases), round-robin over the queues;
+// NULL when nothing is queued (or out of memory).
+lease *take_lease(broker *b, trainer *t, uint32_t max);
+// Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
+// frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
+// as redelivered. Returns how many went back.
+uint64_t return_lease(broker *b, lease *l, int unused);
 // Unlinks parked pull k (after prev, NULL for the head) from the parked pulls; does not free it.
 void unlink_pull(broker *b, parked *prev, parked *k);
 // After any change: serves parked pulls and pushes until nothing moves.

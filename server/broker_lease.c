@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -51,7 +52,7 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
 // Puts the examples of lease l back at the head of their producers' queues and frees l,
 // counted as redelivered (after a loss) or, when unused, as returned_unused (never handed to
 // the trainer's caller). Returns how many went back.
-static uint64_t
+uint64_t
 return_lease(broker *b, lease *l, int unused)
 {
     uint64_t total = 0;
@@ -133,7 +134,7 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
 
 // Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
 // when nothing is queued (or out of memory).
-static lease *
+lease *
 take_lease(broker *b, trainer *t, uint32_t max)
 {
     uint64_t avail = b->c.queued;
@@ -257,10 +258,17 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
     int cut_short = full;
     int ready = take || n_events > 0 || ended != STOKER_OK;
+    lease *l = NULL;
+    uint64_t step = 0, leftover = 0;
+    if (t->group != NULL) {
+        // A rank gets its step's batch, formed for the whole group (broker_group.c).
+        ended = group_take(b, t, &l, &step, &leftover, why, sizeof(why));
+        take = 0;
+        ready = l != NULL || n_events > 0 || ended != STOKER_OK;
+    }
     if (!ready && !final)
         return 0;
-    stoker_reply rep = {.code = STOKER_OK};
-    lease *l = NULL;
+    stoker_reply rep = {.code = STOKER_OK, .group_step = step, .group_leftover = leftover};
     stoker_chunk_part *parts = NULL;
     stoker_run *runs = NULL;
     if (take)
@@ -272,8 +280,12 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
             // Cannot describe the batch: give the examples back; the trainer asks again.
             free(parts);
             free(runs);
-            t->leases = l->next; // take_lease put it first
-            return_lease(b, l, 1);
+            if (t->group != NULL) {
+                group_untake(b, t, l); // the rank's step waits for its next pull
+            } else {
+                t->leases = l->next; // take_lease put it first
+                return_lease(b, l, 1);
+            }
             send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
             return 1;
         }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/status.h"
@@ -53,6 +54,10 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)
         st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
+    if (group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
+        stoker_status_destroy(st);
+        return STOKER_NOMEM;
+    }
     *out = st;
     return STOKER_OK;
 }
@@ -81,6 +86,8 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .queue_depth = st->queue_depth,
         .max_bytes = st->max_bytes,
         .queue_depth_auto = st->queue_depth_auto,
+        .groups = st->groups,
+        .n_groups = st->n_groups,
     };
     snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);

@@ -9,6 +9,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -204,6 +205,14 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
               broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
+    struct group *g = NULL;
+    char why[STOKER_MESSAGE_MAX];
+    int rv;
+    if (req->group[0] != '\0' && (rv = group_admit(b, t, req, &g, why, sizeof(why))) != STOKER_OK) {
+        stoker_warn("group-refused: %s", why);
+        send_code(b, out, token, rv, "%s", why);
+        return;
+    }
     if (t == NULL) {
         if (b->n_trainers == b->cfg.max_trainers) {
             uint32_t i;
@@ -217,6 +226,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
                           b->cfg.max_trainers);
                 return;
             }
+            group_detach(b, b->trainers[i]);
             free(b->trainers[i]);
             b->trainers[i] = b->trainers[--b->n_trainers];
         }
@@ -238,6 +248,8 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->connected = 1;
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
+    if (g != NULL)
+        group_attach(b, g, t, req->rank);
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = t->id,

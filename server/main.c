@@ -113,6 +113,8 @@ static const stoker_cli_option rows[] = {
      .imin = 1, .imax = 4096},
     {"max-chunk", "N", "most examples in one push or pull", STOKER_CLI_UINT,
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},
+    {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
+     AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
 };
 
 // What the table cannot say: --listen is required, and --tls-* go with tls+tcp:// listeners.

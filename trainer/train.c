@@ -43,9 +43,9 @@ train_config_init(train_config *cfg)
 const char *
 train_status_name(train_status status)
 {
-    static const char *const names[] = {"completed", "time_goal",   "supply_ended",
-                                        "stalled",   "interrupted", "error"};
-    return status <= TRAIN_ERROR ? names[status] : "error";
+    static const char *const names[] = {"completed",   "time_goal", "supply_ended", "stalled",
+                                        "interrupted", "error",     "group_broken"};
+    return status <= TRAIN_GROUP_BROKEN ? names[status] : "error";
 }
 
 static int
@@ -61,6 +61,8 @@ exit_code(train_status status)
         return 4;
     case TRAIN_INTERRUPTED:
         return 130;
+    case TRAIN_GROUP_BROKEN:
+        return 5;
     default:
         return 1;
     }
@@ -339,6 +341,12 @@ train_run(const train_config *cfg, train_result *res)
             case STOKER_INTERRUPTED:
                 set_reason(res, TRAIN_INTERRUPTED, "stopped by a signal");
                 break;
+            case STOKER_GROUP_BROKEN:
+                set_reason(res, TRAIN_GROUP_BROKEN,
+                           "group '%s' broken: another rank was lost (the group-broken line "
+                           "names it)",
+                           cfg->group);
+                break;
             default:
                 set_reason(res, TRAIN_ERROR, "feeding failed: %s", stoker_strerror(rv));
                 break;
@@ -426,17 +434,21 @@ train_write_json(const train_result *r, FILE *f)
             (unsigned long long)r->examples, r->seconds, r->examples_per_second,
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
             r->data_wait_fraction);
-    if (r->has_audit)
+    if (r->has_audit) {
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "
                 "\"in_flight\": %llu, \"redelivered\": %llu, \"returned_unused\": %llu, "
-                "\"duplicates_seen\": %llu, \"discrepancy\": %lld}",
+                "\"duplicates_seen\": %llu, \"discrepancy\": %lld",
                 (unsigned long long)r->produced, (unsigned long long)r->acknowledged,
                 (unsigned long long)r->still_queued, (unsigned long long)r->in_flight,
                 (unsigned long long)r->redelivered, (unsigned long long)r->returned_unused,
                 (unsigned long long)r->duplicates_seen, (long long)r->discrepancy);
-    else
+        if (r->has_group) // a rank: what its group's end left over (still queued)
+            fprintf(f, ", \"group_leftover\": %llu", (unsigned long long)r->group_leftover);
+        fprintf(f, "}");
+    } else {
         fprintf(f, ", \"audit\": null");
+    }
     fprintf(f, ", \"events\": [");
     for (uint32_t i = 0; i < r->n_events; i++) {
         const train_event *e = &r->events[i];

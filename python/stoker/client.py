@@ -34,7 +34,11 @@ class StokerError(Exception):
 
 class SupplyEnded(StokerError):
     """The data supply ended: every producer was lost or finished and nothing is queued.
-    finished is True when all of them finished cleanly (END_OF_DATA)."""
+    finished is True when all of them finished cleanly (END_OF_DATA). For a rank of a group,
+    leftover is the number of examples too few to give every rank one more (still queued at the
+    broker, reported in the reason too); None otherwise."""
+
+    leftover = None
 
     @property
     def finished(self):
@@ -43,6 +47,11 @@ class SupplyEnded(StokerError):
 
 class Stalled(StokerError):
     """No batch arrived within the stall timeout."""
+
+
+class GroupBroken(StokerError):
+    """A rank of this client's group died or left before the end (its reason names the rank):
+    no further step can come. Under torchrun, exit and let it restart the group."""
 
 
 Event = namedtuple("Event", "kind producer name at reason")
@@ -56,11 +65,41 @@ Run.__doc__ = "Examples first_seq .. first_seq + count - 1 of producer session `
 Field = namedtuple("Field", "name dtype shape")
 
 
+def _group_args(group, rank, world_size):
+    """(group, rank, world_size) checked; rank and world size from torchrun's environment
+    (RANK, WORLD_SIZE) when not given."""
+    if group is None:
+        if rank is not None or world_size is not None:
+            raise ValueError("rank and world_size go with a group name (group=...)")
+        return None, None, None
+    if not group:
+        raise ValueError("group: give a non-empty name")
+    values = []
+    for arg, value, env in (("rank", rank, "RANK"), ("world_size", world_size, "WORLD_SIZE")):
+        if value is None:
+            text = os.environ.get(env)
+            if text is None:
+                raise ValueError("group %r: no %s given and %s is not set (torchrun sets it)"
+                                 % (group, arg, env))
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError("group %r: %s=%r is not a number" % (group, env, text)) from None
+        values.append(int(value))
+    rank, world_size = values
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("group %r: rank %d is outside the world size %d (ranks are 0..%d)"
+                         % (group, rank, world_size, world_size - 1))
+    return str(group), rank, world_size
+
+
 def _raise(code, reason):
     if code in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
         raise SupplyEnded(code, reason)
     if code == _lib.STALLED:
         raise Stalled(code, reason)
+    if code == _lib.GROUP_BROKEN:
+        raise GroupBroken(code, reason)
     raise StokerError(code, reason)
 
 
@@ -196,6 +235,11 @@ class Client:
     here). prefetch and stall_timeout (seconds) default to libstoker's (4 and 4.0).
     Events (producers joining, lost, finishing) go to on_event(Event) as soon as a pull brings
     them, from the thread that pulls; without on_event they are kept for events().
+    Data parallelism: with group="NAME" the client is one rank of a group (docs/groups.md):
+    rank and world_size default to torchrun's RANK and WORLD_SIZE environment variables. Every
+    rank gets batches of the same size, the same number of them, and SupplyEnded at the same
+    step (its leftover attribute: the examples too few to give every rank one more); a rank lost
+    before the end raises GroupBroken on the others.
     Use it from one thread. As a context manager, leaving the block closes it; a batch still
     held then is acknowledged unless the block ended with an exception (then the broker
     redelivers it to another consumer). See batches() for when a loop's batches are
@@ -203,7 +247,9 @@ class Client:
     """
 
     def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
-                 token=None, name=None, connect_timeout=None, on_event=None):
+                 token=None, name=None, connect_timeout=None, on_event=None, group=None,
+                 rank=None, world_size=None):
+        self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
         self._lib = _lib.load()
         self.url = url
         self.token_file = os.fspath(token_file) if token_file is not None else None
@@ -216,6 +262,7 @@ class Client:
         self.name = name
         self.on_event = on_event
         self.batch_size = None
+        self.leftover = None  # a rank's, once the supply ended (see SupplyEnded.leftover)
         self._handle = None
         self._held = None  # the last batch batches() yielded, until the next is requested
         self._blocks = 0  # open `with` blocks that decide about _held when they end
@@ -261,7 +308,12 @@ class Client:
             o.connect_timeout_ms = max(1, int(round(self.connect_timeout * 1000)))
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
-        rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        if self.group is None:
+            rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        else:
+            rv = lib.stoker_consumer_open_group(ctypes.byref(o), cstr(self.group), self.rank,
+                                                self.world_size, ctypes.byref(handle), err,
+                                                len(err))
         if rv != _lib.OK:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
         self._handle = handle.value
@@ -335,7 +387,13 @@ class Client:
         reason = self._lib.stoker_consumer_error(self._handle).decode(errors="replace")
         self._dispatch_events()
         if rv != _lib.OK:
-            _raise(rv, reason)
+            if self.group is not None and rv in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
+                self.leftover = int(self._lib.stoker_consumer_group_leftover(self._handle))
+            try:
+                _raise(rv, reason)
+            except SupplyEnded as e:
+                e.leftover = self.leftover
+                raise
         return Batch(self, _Memory(self._lib, ptr.value))
 
     def batches(self, batch_size=None, max_batches=None):

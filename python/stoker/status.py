@@ -43,6 +43,13 @@ def format_status(st, url=""):
                            PRODUCER_COLUMNS))
     else:
         lines.append("no producers")
+    for g in st.get("groups", []):
+        lines.append("")
+        lines.append("group %s: %s, %d of %d ranks, batch %d, %d steps, %d left over" % (
+            g["name"], g["state"], g["joined"], g["world"], g["batch"], g["steps"],
+            g["leftover"]))
+        lines.append(table([[r["rank"], r["steps"], r["ahead"], r["ready"]] for r in g["ranks"]],
+                           ["rank", "steps", "ahead", "ready"]))
     return "\n".join(lines)
 
 

@@ -46,12 +46,17 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
 
     duplicates(), events() and status() give what stoker.Client gives, for the consumers this
     process opened (all of them with num_workers=0; with workers, each worker's are its own).
+
+    group (with rank and world_size, which default to torchrun's RANK and WORLD_SIZE) makes each
+    DDP rank one rank of a stoker group: equal steps, one common end (use it with num_workers=0:
+    one client per rank).
     """
 
     def __init__(self, url, batch_size, token_file=None, prefetch=None, stall_timeout=None, *,
                  fields=None, max_batches=None, stop_on_supply_end=False, on_event=None,
-                 copy=False, name=None):
+                 copy=False, name=None, group=None, rank=None, world_size=None):
         super().__init__()
+        self.group, self.rank, self.world_size = group, rank, world_size
         self.url = url
         self.batch_size = int(batch_size)
         self.token_file = token_file
@@ -112,7 +117,8 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
         if name is None and info is not None:
             name = "torch-worker-%d" % info.id
         client = Client(self.url, self.token_file, self.prefetch, self.stall_timeout,
-                        batch_size=self.batch_size, name=name, on_event=self._event)
+                        batch_size=self.batch_size, name=name, on_event=self._event, group=self.group,
+                        rank=self.rank, world_size=self.world_size)
         entry = [client, True]
         self._clients.append(entry)
         return entry
