@@ -198,6 +198,11 @@ container_of() {
         --filter "label=com.docker.compose.container-number=${3:-1}"
 }
 
+has_container() { [ -n "$(container_of "$@")" ]; }
+# running_in PROJECT: names of the project's running containers, one a line.
+running_in() { docker ps --format '{{.Names}}' --filter "label=com.docker.compose.project=$1"; }
+none_running_in() { [ -z "$(running_in "$1")" ]; }
+
 # host_port CONTAINER PORT: the host port a container's PORT/tcp is published on.
 host_port() {
     docker port "$1" "$2/tcp" | awk -F: 'NR == 1 { print $NF }'
@@ -209,7 +214,7 @@ is_healthy() { [ "$(health_of "$1")" = healthy ]; }
 # uids_in CONTAINER: the distinct uids its processes run as (from ps on the host, not from the
 # image's configuration).
 uids_in() {
-    docker top "$1" -o uid | tail -n +2 | sort -u | tr '\n' ' ' | sed 's/ $//'
+    docker top "$1" -o pid,uid | awk 'NR > 1 { print $2 }' | sort -u | tr '\n' ' ' | sed 's/ $//'
 }
 
 # volume_cat VOLUME FILE: a file read out of a named volume with a throwaway container.
