@@ -233,3 +233,55 @@ sys.exit(0 if eval(sys.argv[2]) else 1)' "$1" "$2"
 exit_code() { docker inspect --format '{{.State.ExitCode}}' "$1"; }
 is_running() { [ "$(docker inspect --format '{{.State.Running}}' "$1" 2>/dev/null)" = true ]; }
 is_stopped() { [ "$(docker inspect --format '{{.State.Running}}' "$1" 2>/dev/null)" = false ]; }
+
+# cuda_toolkit: true when the host has a CUDA toolkit at /usr/local/cuda with nvcc, the headers,
+# cudart and cuBLAS (sets CT_CUDA, its real folder, and CT_CUDA_LIB); else prints what is missing.
+cuda_toolkit() {
+    CT_CUDA=$(readlink -f /usr/local/cuda 2>/dev/null)
+    local f
+    for f in bin/nvcc include/cuda_runtime.h include/cublas_v2.h; do
+        [ -e "$CT_CUDA/$f" ] || { echo "no CUDA toolkit: /usr/local/cuda/$f is missing"; return 1; }
+    done
+    CT_CUDA_LIB=$(readlink -f "$CT_CUDA/lib64")
+    [ -e "$CT_CUDA_LIB/libcudart.so" ] || CT_CUDA_LIB=$CT_CUDA/lib
+    [ -e "$CT_CUDA_LIB/libcudart.so" ] && [ -e "$CT_CUDA_LIB/libcublas.so" ] ||
+        { echo "no CUDA toolkit: libcudart.so or libcublas.so missing under $CT_CUDA"; return 1; }
+}
+
+# cuda_bases: stoker-cuda:runtime and stoker-cuda:devel (tests/containers/cuda-base.Dockerfile)
+# from the host's CUDA toolkit (cuda_toolkit must have succeeded), made once (cached by tag).
+cuda_bases() {
+    if docker image inspect stoker-cuda:runtime stoker-cuda:devel > /dev/null 2>&1; then
+        note "CUDA bases stoker-cuda:runtime and stoker-cuda:devel: cached"
+        return 0
+    fi
+    local cuda=$CT_CUDA lib=$CT_CUDA_LIB dir ctx=$CT_TMP/cuda-ctx
+    dir=$(basename "$cuda")
+    base_image
+    note "making the CUDA bases from $cuda (${dir})"
+    mkdir -p "$ctx/runtime/${lib#"$cuda"/}" "$ctx/devel/${lib#"$cuda"/}"
+    # Hard links where /tmp and the toolkit share a file system (no copy of 600 MB), else copies.
+    cp -al "$lib"/libcudart.so* "$lib"/libcublas.so* "$lib"/libcublasLt.so* "$ctx/runtime/${lib#"$cuda"/}/" 2> /dev/null ||
+        cp -a "$lib"/libcudart.so* "$lib"/libcublas.so* "$lib"/libcublasLt.so* "$ctx/runtime/${lib#"$cuda"/}/"
+    for l in lib64 lib targets; do
+        [ -L "$cuda/$l" ] && cp -P "$cuda/$l" "$ctx/runtime/"
+    done
+    [ -d "$cuda/targets" ] && [ ! -L "$cuda/targets" ] && cp -a "$cuda/targets" "$ctx/runtime/" 2> /dev/null
+    for d in bin nvvm include; do
+        cp -al "$cuda/$d" "$ctx/devel/" 2> /dev/null || cp -a "$cuda/$d" "$ctx/devel/"
+    done
+    cp -a "$lib"/libcudart_static.a "$lib"/libcudadevrt.a "$ctx/devel/${lib#"$cuda"/}/" 2> /dev/null
+    [ -d "$lib/stubs" ] && cp -a "$lib/stubs" "$ctx/devel/${lib#"$cuda"/}/"
+    cp "$CT_ROOT/tests/containers/cuda-base.Dockerfile" "$ctx/Dockerfile"
+    local t
+    for t in runtime devel; do
+        if ! nice -n 10 docker build --target "$t" --build-arg BASE="$CT_BASE" --build-arg CUDA_DIR="$dir" \
+            -t "stoker-cuda:$t" "$ctx" > "$CT_TMP/build-cuda-$t.log" 2>&1; then
+            tail -n 20 "$CT_TMP/build-cuda-$t.log"
+            rm -rf "$ctx"
+            die "building the CUDA base stoker-cuda:$t failed (log above)"
+        fi
+        note "CUDA base stoker-cuda:$t: $(image_size "stoker-cuda:$t")"
+    done
+    rm -rf "$ctx"
+}
