@@ -5,7 +5,7 @@ set -euo pipefail
 
 STOKER_PKGS=(meson ninja-build cmake pkg-config gcc libnng-dev libprotobuf-c-dev protobuf-c-compiler
     libcriterion-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev iproute2 python3 procps
-    python3-numpy python3-torch openssl)
+    python3-numpy python3-torch openssl docker.io debootstrap curl)
 STOKER_PKGS_NORECOMMENDS=(docker-compose)
 
 missing=()
