@@ -10,8 +10,11 @@ containers_begin gpu-image
 why=$(cuda_toolkit) || skip "$why"
 cuda_toolkit
 cuda_bases
-build_target trainer --build-arg DEBIAN_IMAGE="$CT_BASE" \
-    --build-arg CUDA_DEVEL_IMAGE=stoker-cuda:devel --build-arg CUDA_RUNTIME_IMAGE=stoker-cuda:runtime
+for t in cuda-build trainer; do
+    build_target $t --build-arg DEBIAN_IMAGE="$CT_BASE" \
+        --build-arg CUDA_DEVEL_IMAGE=stoker-cuda:devel --build-arg CUDA_RUNTIME_IMAGE=stoker-cuda:runtime
+done
+prune_leftovers
 img=stoker-trainer:$STOKER_TAG
 
 user=$(docker image inspect --format '{{.Config.User}}' "$img")

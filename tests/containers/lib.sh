@@ -179,9 +179,20 @@ build_target() {
 stoker_images() {
     base_image
     local t
-    for t in broker producer trainer-cpu; do
+    # The build stage tagged too: it stays the cache, and what an earlier build left untagged can go.
+    for t in build broker producer trainer-cpu; do
         build_target "$t" --build-arg DEBIAN_IMAGE="$CT_BASE"
     done
+    prune_leftovers
+}
+
+# prune_leftovers: untagged images of earlier builds of docker/Dockerfile (by its label); the
+# current ones are tagged or parents of tagged ones and stay.
+prune_leftovers() {
+    docker image prune -f --filter label=org.stoker.dockerfile > "$CT_TMP/prune.log" 2>&1
+    local freed
+    freed=$(awk '/^Total reclaimed space/ { print $4 }' "$CT_TMP/prune.log")
+    [ -z "$freed" ] || [ "$freed" = 0B ] || note "pruned untagged images of earlier builds: $freed"
 }
 
 # compose PROJECT FILE... -- ARGS...: docker-compose on docker/FILEs with an empty env file, so
