@@ -102,7 +102,9 @@ containers_begin() {
     else
         [ "$(id -u)" -eq 0 ] || skip "no Docker engine answers and starting one needs root"
         command -v dockerd > /dev/null 2>&1 || skip "no Docker engine answers and dockerd is not installed (docker.io)"
-        dockerd > "$CT_TMP/dockerd.log" 2>&1 &
+        # In a session of its own: a signal to the test's process group (meson's timeout) must
+        # reach the test, whose cleanup removes its containers first and then stops dockerd.
+        setsid dockerd > "$CT_TMP/dockerd.log" 2>&1 &
         CT_DOCKERD_PID=$!
         if ! wait_until 60 docker info; then
             tail -n 20 "$CT_TMP/dockerd.log"
@@ -110,6 +112,7 @@ containers_begin() {
         fi
         note "started dockerd $(docker version --format '{{.Server.Version}}' 2>/dev/null) (pid $CT_DOCKERD_PID)"
     fi
+    remove_leftovers
     if command -v docker-compose > /dev/null 2>&1; then
         CT_COMPOSE=(docker-compose)
     elif docker compose version > /dev/null 2>&1; then
@@ -118,6 +121,20 @@ containers_begin() {
         skip "no docker-compose"
     fi
     : > "$CT_TMP/empty.env"
+}
+
+# remove_leftovers: what an earlier run of this suite left when it was killed outright (its
+# compose projects and stacks are named stoker{one,gpu,cpu,swarm}PID, volumes stoker-test-out-*).
+remove_leftovers() {
+    local c n v
+    c=$(docker ps -aq --filter label=com.docker.compose.project | while read -r id; do
+        docker inspect --format '{{index .Config.Labels "com.docker.compose.project"}} {{.ID}}' "$id"
+    done | awk '$1 ~ /^stoker(one|gpu|cpu)[0-9]+$/ { print $2 }')
+    [ -z "$c" ] || { note "removing containers left by an earlier run: $(echo $c)"; docker rm -f $c > /dev/null; }
+    n=$(docker network ls --format '{{.Name}}' | grep -E '^stoker(one|gpu|cpu)[0-9]+_default$')
+    [ -z "$n" ] || docker network rm $n > /dev/null
+    v=$(docker volume ls -q | grep -E '^stoker-test-out-')
+    [ -z "$v" ] || docker volume rm -f $v > /dev/null
 }
 
 containers_end() {
