@@ -1,5 +1,6 @@
 #!/bin/sh
-# Validate docker/compose*.yml, docker/.env.example and docker/Dockerfile without a Docker engine.
+# Validate docker/compose*.yml, docker/stack.yml (schema only), docker/.env.example and
+# docker/Dockerfile without a Docker engine (tests/containers/ runs them for real).
 #
 #   sh tests/docker/validate-compose.sh [REPO_ROOT]
 #
@@ -46,13 +47,13 @@ run_config() {
     env "$@" $compose --env-file "$envfile" -f "$dd/$file" config > "$tmp/$out.yml" 2> "$tmp/$out.err"
 }
 
-for f in Dockerfile compose.yml compose.producers.yml compose.trainer.yml .env.example stage-install.sh; do
+for f in Dockerfile compose.yml compose.producers.yml compose.trainer.yml stack.yml .env.example stage-install.sh; do
     if [ -f "$dd/$f" ]; then pass "docker/$f exists"; else fail "docker/$f is missing"; fi
 done
 if sh -n "$dd/stage-install.sh" 2>/dev/null; then pass "docker/stage-install.sh parses (sh -n)"; else fail "docker/stage-install.sh has a shell syntax error"; fi
 
 # 1. docker-compose config -q on each file, required variables set.
-for f in compose.yml compose.trainer.yml; do
+for f in compose.yml compose.trainer.yml stack.yml; do
     if env $compose --env-file "$tmp/empty.env" -f "$dd/$f" config -q 2> "$tmp/q.err"; then
         pass "$compose -f docker/$f config -q"
     else
