@@ -10,7 +10,7 @@ set -euo pipefail
 STOKER_PKGS=(meson ninja-build cmake pkg-config gcc libnng-dev libprotobuf-c-dev protobuf-c-compiler
     libcriterion-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev iproute2 python3 procps
     python3-numpy python3-torch openssl clang libclang-rt-14-dev libwebp-dev python3-pil
-    python3-torchvision)
+    python3-torchvision docker.io debootstrap curl)
 STOKER_PKGS_NORECOMMENDS=(docker-compose)
 
 missing=()
