@@ -132,6 +132,12 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, group **out,
     return STOKER_OK;
 }
 
+uint32_t
+group_world(const group *g)
+{
+    return g->world;
+}
+
 void
 group_attach(broker *b, group *g, trainer *t, uint32_t rank)
 {
@@ -202,7 +208,7 @@ return_pending(broker *b, const group *g, group_rank *gr)
     lease *l;
     while ((l = pop_pending(g, gr)) != NULL) {
         unlink_lease(gr->t, l);
-        return_lease(b, l);
+        return_lease(b, l, 1);
     }
 }
 
@@ -250,7 +256,7 @@ no_room(const broker *b)
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
         if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
-            p->q.examples < b->cfg.queue_depth)
+            p->q.examples < b->queue_depth)
             return 0;
     }
     return 1;
@@ -287,7 +293,7 @@ form_step(broker *b, group *g, uint32_t n)
         if (l == NULL || l->count != n) {
             if (l != NULL) {
                 unlink_lease(gr->t, l);
-                return_lease(b, l);
+                return_lease(b, l, 1);
             }
             break;
         }
@@ -304,7 +310,7 @@ form_step(broker *b, group *g, uint32_t n)
         lease *l = gr->pending[(gr->head + gr->n_pending - 1) % g->ahead];
         gr->n_pending--;
         unlink_lease(gr->t, l);
-        return_lease(b, l);
+        return_lease(b, l, 1);
     }
     return 0;
 }

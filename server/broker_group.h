@@ -18,6 +18,8 @@
 int group_admit(broker *b, const trainer *t, const stoker_request *req, struct group **out,
                 char *why, size_t why_len);
 // Makes t rank `rank` of g (after group_admit said yes).
+// Ranks in g: a step takes world batches at once (the queue sizing reads it).
+uint32_t group_world(const struct group *g);
 void group_attach(broker *b, struct group *g, trainer *t, uint32_t rank);
 // Before t is freed: it leaves its group (a group nobody is in any more is freed).
 void group_detach(broker *b, trainer *t);

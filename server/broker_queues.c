@@ -4,6 +4,7 @@
 // batch came short because of them rather than the supply. It moves no examples itself.
 #include <stdio.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/log.h"
 
@@ -16,11 +17,13 @@ queues_resize(broker *b)
         b->queue_depth = b->cfg.queue_depth;
         return;
     }
-    uint32_t batch = 0;
+    uint64_t batch = 0; // the largest pull, or for a group's rank its whole step
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         const trainer *t = b->trainers[i];
-        if (t->connected && t->batch_examples > batch)
-            batch = t->batch_examples;
+        uint64_t need = t->group != NULL ? (uint64_t)t->batch_examples * group_world(t->group)
+                                         : t->batch_examples;
+        if (t->connected && need > batch)
+            batch = need;
     }
     uint32_t alive = producers_alive(b);
     if (alive == 0)
