@@ -3,6 +3,7 @@ batches in the broker's arena, read-only; the same examples as over the socket; 
 holds is never overwritten however often the arena wraps; a SIGKILLed consumer's regions come
 back; STOKER_SHM=0 and --shm-bytes 0 keep the socket path; a full arena falls back to bytes."""
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -232,6 +233,103 @@ def test_killed_consumer_regions_come_back_after_its_leases():
         assert st["counters"]["redelivered"] >= 6 * 8, st["counters"]
     # Nothing left behind: the arena is a memfd, its socket abstract.
     assert not [f for f in os.listdir("/dev/shm") if "stoker" in f]
+
+
+def test_group_ranks_take_their_steps_through_shared_memory():
+    # Two ranks of one data-parallel group on a small arena (8 KiB, about 20 regions of a batch
+    # of 8): every step's batch comes through shared memory, the arena wraps around many times
+    # (regions of acknowledged steps come back) and the group's rules hold: equal steps, disjoint
+    # examples, all of them delivered.
+    with Cluster("--shm-bytes", "8192") as c:
+        c.producer(*SCHEMA_ARGS, "--max-examples", "1600", name="fixed")
+        ranks = [stoker.Client(c.url, group="g", rank=r, world_size=2, batch_size=8,
+                               stall_timeout=10) for r in range(2)]
+        steps, shared, seen, ended, paths = [0, 0], [0, 0], set(), set(), set()
+        try:
+            for turn in range(1000):
+                r = turn % 2
+                if r in ended:
+                    continue
+                try:
+                    b = ranks[r].next_batch()
+                except stoker.SupplyEnded:
+                    ended.add(r)
+                    if len(ended) == 2:
+                        break
+                    continue
+                steps[r] += 1
+                shared[r] += b.shared
+                paths.add(ranks[r].delivery)
+                _, seqs = b.identities()
+                for q in seqs:
+                    assert int(q) not in seen
+                    seen.add(int(q))
+                b.release()
+            st = stoker.status(c.url)
+        finally:
+            for cl in ranks:
+                cl.close()
+        assert ended == {0, 1}
+        assert steps == [100, 100], steps
+        assert sorted(seen) == list(range(1600))
+        assert min(shared) >= 95, shared
+        assert paths == {"shm"}, paths
+        assert st["counters"]["delivered_shm"] >= 1520, st["counters"]
+
+
+RANK_CHILD = r"""
+import sys, time
+import stoker
+c = stoker.Client(sys.argv[1], group="g", rank=1, world_size=2, batch_size=8, stall_timeout=10)
+held = [c.next_batch() for _ in range(3)]
+assert all(b.shared for b in held), [b.shared for b in held]
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def test_killed_rank_regions_come_back_after_the_group_broke():
+    # 5 KiB: 13 regions. The SIGKILLed rank held 3 batches in the arena (and prefetched more);
+    # the other rank gets GroupBroken; then one consumer holds 8 batches at once, all in shared
+    # memory, which needs the dead rank's regions back. A hang fails the test with every
+    # thread's traceback instead of waiting for the suite's timeout.
+    faulthandler.dump_traceback_later(90, exit=True)
+    try:
+        killed_rank_regions()
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def killed_rank_regions():
+    with Cluster("--shm-bytes", "5120", "--trainer-timeout", "2") as c:
+        c.producer(*SCHEMA_ARGS)
+        p = subprocess.Popen([sys.executable, "-c", RANK_CHILD, c.url], stdout=subprocess.PIPE)
+        rank0 = stoker.Client(c.url, group="g", rank=0, world_size=2, batch_size=8,
+                              stall_timeout=10)
+        try:
+            b = rank0.next_batch()
+            assert p.stdout.readline() == b"holding\n"
+            b.release()
+            del b
+            p.kill()
+            p.wait()
+            deadline = time.monotonic() + 10
+            try:
+                while time.monotonic() < deadline:
+                    rank0.next_batch().release()
+                raise AssertionError("rank 0 never heard that its group broke")
+            except stoker.GroupBroken as e:
+                assert "rank 1" in str(e), e
+        finally:
+            rank0.close()
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        with stoker.Client(c.url, batch_size=8, stall_timeout=10) as cl:
+            held = [cl.next_batch() for _ in range(8)]
+            assert all(b.shared for b in held), [b.shared for b in held]
+        st = stoker.status(c.url)
+        assert st["counters"]["redelivered"] >= 3 * 8, st["counters"]
 
 
 run(globals())

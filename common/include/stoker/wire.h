@@ -11,6 +11,7 @@
 
 #include "stoker/chunk.h"
 #include "stoker/protocol.h"
+#include "stoker/status.h"
 
 struct nng_msg;
 
@@ -28,6 +29,10 @@ typedef struct stoker_request {
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
     int want_arena; // HELLO of a trainer: asks for batches in shared memory
+    // HELLO of a trainer in a data-parallel group (group[0] == '\0': none): its rank in
+    // 0..world-1 and the examples each rank gets per step (docs/groups.md).
+    char group[STOKER_NAME_MAX];
+    uint32_t rank, world, group_batch;
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -41,7 +46,10 @@ typedef struct stoker_request {
     uint32_t n_acks;
     const uint64_t *acks;  // aliases the decoded message
     uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
-    void *owner;           // internal
+    // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
+    uint32_t n_held;
+    const uint64_t *held; // aliases the decoded message
+    void *owner;          // internal
 } stoker_request;
 
 // Part of a chunk to encode: count examples whose field i starts at data[i]. A reply built from
@@ -75,6 +83,9 @@ typedef struct stoker_reply {
     uint32_t n_events;
     stoker_event *events;
     uint32_t acks_refused;
+    // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
+    // over (fewer than one per rank) that no step could hold.
+    uint64_t group_step, group_leftover;
     // STATUS
     int has_counters;
     stoker_counters counters;
@@ -83,6 +94,10 @@ typedef struct stoker_reply {
     uint64_t uptime_ms;   // since the broker started
     uint32_t queue_depth; // the broker's limits
     uint64_t max_bytes;
+    int queue_depth_auto;
+    char queue_limit[STOKER_MESSAGE_MAX];
+    uint32_t n_groups;
+    stoker_group_info *groups;
     // PULL in shared memory: the chunk's blobs are in the broker's arena, field i at
     // arena_offset + the 64-byte aligned sizes of the fields before it; nothing follows the
     // protobuf part, and a decoded chunk's data pointers are NULL (data_len is set).
