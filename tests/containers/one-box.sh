@@ -29,7 +29,7 @@ curl -fsS "http://127.0.0.1:$mport/metrics" > "$CT_TMP/metrics" 2>&1
 check "/metrics through the published port has stoker_produced_total" grep -q '^stoker_produced_total' "$CT_TMP/metrics"
 all_alive() {
     curl -fsS "http://127.0.0.1:$mport/status" > "$CT_TMP/status.json" &&
-        json_check "$CT_TMP/status.json" 'j["producers_alive"] == 4 and j["trainers_connected"] == 1'
+        json_check "$CT_TMP/status.json" 'j["producers_alive"] == 4 and j["trainers"] == 1'
 }
 check "/status through the published port: 4 producers alive, 1 trainer" wait_until 30 all_alive
 for svc in broker producer trainer-cpu; do

@@ -67,7 +67,7 @@ check "the broker's task turns healthy" wait_until 90 eval 'is_healthy "$(task_c
 wait_until 60 status_has 'j["producers_alive"] == 2' ||
     die "2 producers did not join within 60 s: $(docker service logs --tail 5 "${S}_producer" 2>&1)"
 pass "2 producers joined over TLS with the token (secrets)"
-wait_until 90 status_has 'j["trainers_connected"] == 1 and j["counters"]["acknowledged"] > 30' ||
+wait_until 90 status_has 'j["trainers"] == 1 and j["counters"]["acknowledged"] > 30' ||
     die "the trainer did not train within 90 s: $(docker service logs --tail 5 "${S}_trainer" 2>&1)"
 pass "the trainer trains"
 trainer=$(task_container trainer)
