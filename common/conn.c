@@ -278,6 +278,8 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->has_schema = rep->has_schema;
     st->schema = rep->schema;
     st->queue_depth = rep->queue_depth;
+    st->dataset_size = rep->dataset_size;
+    st->epochs_done = rep->epochs_done;
     st->max_bytes = rep->max_bytes;
     st->counters = rep->counters;
     st->n_producers = rep->n_producers;

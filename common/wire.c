@@ -21,6 +21,7 @@
 #define MAX_RUNS      (1u << 20)
 #define MAX_EVENTS    4096
 #define MAX_PRODUCERS 65536
+#define MAX_ITEMS     (1u << 24)
 
 static int
 copy_string(char *dst, size_t cap, const char *src, const char *what, char *err, size_t err_len)
@@ -328,6 +329,8 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.name = (char *)req->name;
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
+        hello.dataset_size = req->dataset_size;
+        hello.dataset_fingerprint = req->dataset_fingerprint;
         if (req->has_schema) {
             schema_to_pb(&req->schema, &spb);
             hello.schema = &spb.schema;
@@ -339,6 +342,8 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         push.first_seq = req->first_seq;
         chunk_to_pb(&req->chunk, &cpb);
         push.chunk = &cpb.chunk;
+        push.n_items = req->n_items;
+        push.items = (uint64_t *)req->items;
         r.push = &push;
         blobs.chunk = &req->chunk;
         src = &blobs;
@@ -402,6 +407,8 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         }
         req->role = (stoker_role)r->hello->role;
         req->next_seq = r->hello->next_seq;
+        req->dataset_size = r->hello->dataset_size;
+        req->dataset_fingerprint = r->hello->dataset_fingerprint;
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
@@ -423,6 +430,12 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
                            err, err_len);
         owner->msg = NULL;
         has_chunk = 1;
+        if (rv == STOKER_OK && r->push->n_items != 0 && r->push->n_items != req->chunk.count)
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "push carries %zu items for %u examples (one each, or none)",
+                               r->push->n_items, req->chunk.count);
+        req->n_items = (uint32_t)r->push->n_items;
+        req->items = r->push->items;
         break;
     case STOKER__METHOD__PULL:
         if (r->pull == NULL) {
@@ -451,6 +464,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
     case STOKER__METHOD__STATUS:
     case STOKER__METHOD__GOODBYE:
     case STOKER__METHOD__HEARTBEAT:
+    case STOKER__METHOD__SHARD:
         break;
     default:
         rv = stoker_errorf(err, err_len, STOKER_INVALID, "unknown method %d", (int)r->method);
@@ -509,6 +523,11 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.acked_through = rep->acked_through;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
+    r.n_items = rep->n_items;
+    r.items = rep->items;
+    r.dataset_seed = rep->dataset_seed;
+    r.dataset_size = rep->dataset_size;
+    r.epochs_done = rep->epochs_done;
     if (rep->has_schema) {
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
@@ -574,6 +593,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
             events[i].name = (char *)e->name;
             events[i].at_s = e->at_s;
             events[i].reason = (char *)e->reason;
+            events[i].epoch = e->epoch;
             event_ptrs[i] = &events[i];
         }
         r.n_events = rep->n_events;
@@ -647,6 +667,16 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->acked_through = r->acked_through;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;
+    if (r->n_items > MAX_ITEMS) {
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "reply lists %zu items, at most %d",
+                           r->n_items, MAX_ITEMS);
+        goto fail;
+    }
+    rep->n_items = (uint32_t)r->n_items;
+    rep->items = r->items;
+    rep->dataset_seed = r->dataset_seed;
+    rep->dataset_size = r->dataset_size;
+    rep->epochs_done = r->epochs_done;
     if (r->schema != NULL) {
         if ((rv = schema_from_pb(r->schema, &rep->schema, err, err_len)) != STOKER_OK)
             goto fail;
@@ -688,8 +718,10 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             const Stoker__Event *e = r->events[i];
             stoker_event *d = &rep->events[i];
             d->index = e->index;
-            d->kind = e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED ? (stoker_event_kind)e->kind
-                                                                   : STOKER_EVENT_NONE;
+            d->kind = e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || e->kind == STOKER_EVENT_EPOCH_END
+                          ? (stoker_event_kind)e->kind
+                          : STOKER_EVENT_NONE;
+            d->epoch = e->epoch;
             d->producer = e->producer;
             d->at_s = e->at_s;
             snprintf(d->name, sizeof(d->name), "%s", e->name != NULL ? e->name : "");

@@ -31,6 +31,7 @@ broker_config_init(broker_config *cfg)
     cfg->max_trainers = 64;
     cfg->max_chunk_examples = 1u << 20;
     cfg->max_parked = 512;
+    cfg->shard_items = 32;
 }
 
 void
@@ -166,6 +167,14 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
         b->schema = cfg->schema;
         b->example_bytes = stoker_schema_example_bytes(&b->schema);
     }
+    if (cfg->dataset_size > 0 &&
+        (b->epochs = epochs_create(cfg->dataset_size, cfg->shuffle_seed, cfg->shard_items,
+                                   cfg->epochs, cfg->strict_epochs)) == NULL) {
+        free(b->producers);
+        free(b->trainers);
+        free(b);
+        return NULL;
+    }
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
     b->next_lease_id =
@@ -222,6 +231,7 @@ broker_destroy(broker *b, broker_outbox *out)
     free(b->producers);
     free(b->trainers);
     free(b->authed);
+    epochs_destroy(b->epochs);
     free(b);
 }
 
@@ -314,13 +324,16 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         handle_pull(b, token, pipe, req, now_ms, out);
         break;
     case STOKER_ACK:
-        handle_ack(b, token, req, out);
+        handle_ack(b, token, req, now_ms, out);
         break;
     case STOKER_GOODBYE:
         handle_goodbye(b, token, req, now_ms, out);
         break;
     case STOKER_HEARTBEAT:
         handle_heartbeat(b, token, pipe, req, now_ms, out);
+        break;
+    case STOKER_SHARD:
+        epochs_handle_shard(b, token, req, now_ms, out);
         break;
     default:
         send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);

@@ -34,6 +34,15 @@ typedef struct broker_config {
     // Id of the first lease; 0 (the default) draws a random 48-bit start, so that an ack a
     // trainer still holds from a broker that restarted can never match a lease of the new one.
     uint64_t first_lease_id;
+    // A dataset (broker_epoch.c): dataset_size > 0 serves items 0..dataset_size-1 in epochs
+    // instead of streams. Each epoch is a permutation from (shuffle_seed, epoch), handed to
+    // producers in shards of shard_items; epochs 0 means without end. strict_epochs keeps an
+    // epoch's work from starting before the previous one was acknowledged in full.
+    uint64_t dataset_size;
+    uint64_t shuffle_seed;
+    uint32_t shard_items;
+    uint32_t epochs;
+    int strict_epochs;
     // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;

@@ -23,6 +23,7 @@
 #include <nng/nng.h>
 
 #include "broker.h"
+#include "broker_epoch.h"
 #include "queue.h"
 
 #define EVENT_LOG         4096 // events remembered
@@ -64,6 +65,7 @@ typedef struct producer {
     queue q;
     uint64_t accepted, delivered, acknowledged, redelivered, in_flight;
     parked *pushes, *pushes_tail; // parked pushes, FIFO
+    uint64_t items_held;          // dataset items assigned to it, not yet accepted
 } producer;
 
 typedef struct trainer {
@@ -107,6 +109,8 @@ struct broker {
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
     uint32_t *authed;
     uint32_t n_authed, cap_authed;
+
+    epochs *epochs; // NULL: the broker serves streams (broker_epoch.c)
 };
 
 // --- broker.c: replies, events, lookups, lifecycle helpers ---
@@ -170,7 +174,8 @@ void settle(broker *b, uint64_t now_ms, broker_outbox *out);
 // These take req.
 void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
-void handle_ack(broker *b, void *token, stoker_request *req, broker_outbox *out);
+void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                broker_outbox *out);
 
 // --- broker_loss.c: lost peers ---
 

@@ -31,6 +31,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->schema = b->schema;
     st->queue_depth = b->cfg.queue_depth;
     st->max_bytes = b->cfg.max_bytes;
+    epochs_report(b->epochs, st);
     broker_counters(b, &st->counters);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
@@ -77,6 +78,8 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .uptime_ms = st->uptime_ms,
         .queue_depth = st->queue_depth,
         .max_bytes = st->max_bytes,
+        .dataset_size = st->dataset_size,
+        .epochs_done = st->epochs_done,
     };
     send_reply(b, out, token, &rep);
     stoker_status_destroy(st);

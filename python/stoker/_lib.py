@@ -20,6 +20,8 @@ TOO_LARGE = 10
 CONNECTION = 15
 STALLED = 16
 INTERRUPTED = 17
+DATASET_MISMATCH = 25
+SHARD_REVOKED = 26
 
 # stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
 DTYPES = {
@@ -34,7 +36,7 @@ DTYPES = {
 }
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
-               4: "producer_reconnected"}
+               4: "producer_reconnected", 15: "epoch_end"}
 
 MAX_RANK = 8  # STOKER_MAX_RANK
 

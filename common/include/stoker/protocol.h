@@ -18,6 +18,7 @@ typedef enum stoker_method {
     STOKER_STATUS = 5,
     STOKER_GOODBYE = 6,
     STOKER_HEARTBEAT = 7,
+    STOKER_SHARD = 60, // a dataset's producer asks for items to make
 } stoker_method;
 
 typedef enum stoker_role {
@@ -33,6 +34,7 @@ typedef enum stoker_event_kind {
     STOKER_EVENT_PRODUCER_LOST = 2,
     STOKER_EVENT_PRODUCER_FINISHED = 3,
     STOKER_EVENT_PRODUCER_RECONNECTED = 4,
+    STOKER_EVENT_EPOCH_END = 15, // every item of an epoch was acknowledged (epoch says which)
 } stoker_event_kind;
 
 typedef struct stoker_event {
@@ -42,6 +44,7 @@ typedef struct stoker_event {
     char name[STOKER_NAME_MAX];
     double at_s; // broker uptime when it happened
     char reason[STOKER_REASON_MAX];
+    uint32_t epoch; // EPOCH_END: which epoch ended (from 0)
 } stoker_event;
 
 // "producer_joined", "producer_lost", ...

@@ -22,6 +22,12 @@ typedef struct stoker_status {
     stoker_producer_info *producers;
     uint32_t n_events; // the broker's latest events, oldest first
     stoker_event *events;
+    // A broker serving a dataset (0 items: streams): items per epoch, epochs acknowledged in
+    // full, epochs to make (0: without end); items handed back after producers were lost and
+    // pushes refused as no longer the pusher's (the last two only in the broker's own views).
+    uint64_t dataset_size;
+    uint32_t epochs_done, epochs_limit;
+    uint64_t items_reassigned, pushes_revoked;
 } stoker_status;
 
 // Frees the snapshot and its arrays (malloc'd); accepts NULL.
@@ -33,7 +39,9 @@ void stoker_status_destroy(stoker_status *status);
 //             refused, discrepancy}, producers_alive, trainers,
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
 //               redelivered, next_seq, silent_s}],
-//   events [{index, kind, producer, name, at, reason}].
+//   events [{index, kind, producer, name, at, reason}],
+//   mode ("dataset" or "streams"), dataset {items, epochs_done, epochs, items_reassigned,
+//   pushes_revoked} (null for streams).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the

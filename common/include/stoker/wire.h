@@ -27,12 +27,18 @@ typedef struct stoker_request {
     stoker_schema schema;
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
+    uint64_t dataset_size;        // producer of a dataset: items it serves (0: a stream)
+    uint64_t dataset_fingerprint; // and the fingerprint of its listing
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
     uint32_t n_data; // blobs received (must equal the schema's field count)
     size_t data_len[STOKER_MAX_FIELDS];
     stoker_chunk chunk;
+    // PUSH of a dataset: one item per example ((epoch << 32) | index), or none; aliases the
+    // decoded message.
+    uint32_t n_items;
+    const uint64_t *items;
     // PULL
     uint32_t max_examples;
     uint32_t wait_ms;
@@ -73,6 +79,14 @@ typedef struct stoker_reply {
     uint32_t n_events;
     stoker_event *events;
     uint32_t acks_refused;
+    // PULL of a dataset: one item per example; SHARD: the items to make. Decoded: aliases the
+    // message (writable, the trainer client compacts it).
+    uint32_t n_items;
+    uint64_t *items;
+    uint64_t dataset_seed; // SHARD
+    // STATUS of a dataset broker
+    uint64_t dataset_size;
+    uint32_t epochs_done;
     // STATUS
     int has_counters;
     stoker_counters counters;
