@@ -280,6 +280,9 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->queue_depth = rep->queue_depth;
     st->dataset_size = rep->dataset_size;
     st->epochs_done = rep->epochs_done;
+    st->epochs_limit = rep->epochs_limit;
+    st->items_reassigned = rep->items_reassigned;
+    st->pushes_revoked = rep->pushes_revoked;
     st->max_bytes = rep->max_bytes;
     st->counters = rep->counters;
     st->n_producers = rep->n_producers;

@@ -410,8 +410,8 @@ stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk
 }
 
 int
-stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
-                             uint32_t *n, uint64_t *seed)
+stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap, uint32_t *n,
+                             uint64_t *seed)
 {
     uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;

@@ -13,8 +13,8 @@
 #include "stoker/log.h"
 #include "stoker/rng.h"
 
-#define SHARD_MAX   4096
-#define IDLE_MS     20 // between shard requests while the broker has nothing to hand out
+#define SHARD_MAX 4096
+#define IDLE_MS   20 // between shard requests while the broker has nothing to hand out
 
 typedef struct dataset_run {
     const stoker_producer_config *cfg;
@@ -40,9 +40,8 @@ make_items(const dataset_run *r, stoker_chunk *chunk, const uint64_t *items, uin
         uint32_t epoch = (uint32_t)(items[i] >> 32);
         uint64_t index = items[i] & 0xffffffffu;
         if (index >= r->gen->n_items) {
-            stoker_error("producer '%s': broker asked for item %llu of a dataset of %llu",
-                         r->name, (unsigned long long)index,
-                         (unsigned long long)r->gen->n_items);
+            stoker_error("producer '%s': broker asked for item %llu of a dataset of %llu", r->name,
+                         (unsigned long long)index, (unsigned long long)r->gen->n_items);
             return STOKER_INVALID;
         }
         void *slots[STOKER_MAX_FIELDS];

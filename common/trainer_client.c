@@ -489,8 +489,8 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     if (rep->n_items == b->chunk.count)
         b->items = rep->items; // points into rep, which the batch owns
     else if (rep->n_items != 0)
-        stoker_warn("trainer: batch carries %u items for %u examples; items ignored",
-                    rep->n_items, b->chunk.count);
+        stoker_warn("trainer: batch carries %u items for %u examples; items ignored", rep->n_items,
+                    b->chunk.count);
     uint64_t counted = 0, dups = 0;
     for (uint32_t i = 0; i < b->n_runs; i++)
         counted += b->runs[i].count;

@@ -528,6 +528,9 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.dataset_seed = rep->dataset_seed;
     r.dataset_size = rep->dataset_size;
     r.epochs_done = rep->epochs_done;
+    r.epochs_limit = rep->epochs_limit;
+    r.items_reassigned = rep->items_reassigned;
+    r.pushes_revoked = rep->pushes_revoked;
     if (rep->has_schema) {
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
@@ -677,6 +680,9 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->dataset_seed = r->dataset_seed;
     rep->dataset_size = r->dataset_size;
     rep->epochs_done = r->epochs_done;
+    rep->epochs_limit = r->epochs_limit;
+    rep->items_reassigned = r->items_reassigned;
+    rep->pushes_revoked = r->pushes_revoked;
     if (r->schema != NULL) {
         if ((rv = schema_from_pb(r->schema, &rep->schema, err, err_len)) != STOKER_OK)
             goto fail;
@@ -718,9 +724,10 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             const Stoker__Event *e = r->events[i];
             stoker_event *d = &rep->events[i];
             d->index = e->index;
-            d->kind = e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || e->kind == STOKER_EVENT_EPOCH_END
-                          ? (stoker_event_kind)e->kind
-                          : STOKER_EVENT_NONE;
+            d->kind =
+                e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || e->kind == STOKER_EVENT_EPOCH_END
+                    ? (stoker_event_kind)e->kind
+                    : STOKER_EVENT_NONE;
             d->epoch = e->epoch;
             d->producer = e->producer;
             d->at_s = e->at_s;

@@ -50,6 +50,12 @@
 int images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
                             char *err, size_t err_len);
 
+// Makes gen (created above) serve the folder as a dataset (docs/datasets.md): item i is the i-th
+// image of the listing (classes in order, files sorted within each), augmented from the item's
+// seed as fill augments from its seed; the fingerprint is a hash of the class/file names in
+// that order, so producers on other boxes must see the same names.
+void images_generator_dataset(stoker_generator *gen);
+
 // decode_each: how many files failed to decode and are skipped so far (0 otherwise).
 size_t images_generator_skipped(const stoker_generator *gen);
 

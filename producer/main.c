@@ -124,7 +124,8 @@ check(const stoker_cli *cli, const producer_options *o)
         return stoker_cli_fail(cli, "--items applies to synthetic and exec; images use --dataset "
                                     "(the folder's files are the items)");
     if (!is_images && o->dataset)
-        return stoker_cli_fail(cli, "--dataset applies to --generator images; others use --items N");
+        return stoker_cli_fail(cli,
+                               "--dataset applies to --generator images; others use --items N");
     return -1;
 }
 
@@ -148,6 +149,8 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
             stoker_error("images: %s", err);
             return 1;
         }
+        if (o->dataset)
+            images_generator_dataset(gen);
     } else {
         o->synth.stop = stoker_producer_stop_flag();
         if (o->items > 0)

@@ -226,15 +226,13 @@ epochs_handle_shard(broker *b, void *token, stoker_request *req, uint64_t now_ms
     uint64_t items[4096];
     uint32_t n = 0, want = e->shard_items < 4096 ? e->shard_items : 4096;
     while (n < want && has_work(e, ep)) {
-        uint32_t i =
-            ep->n_returned > 0 ? ep->returned[--ep->n_returned] : ep->order[ep->cursor++];
+        uint32_t i = ep->n_returned > 0 ? ep->returned[--ep->n_returned] : ep->order[ep->cursor++];
         ep->state[i] = ITEM_ASSIGNED;
         ep->owner[i] = p->id;
         items[n++] = EPOCH_ITEM(ep->number, i);
     }
     p->items_held += n;
-    stoker_reply rep = {
-        .code = STOKER_OK, .n_items = n, .items = items, .dataset_seed = e->seed};
+    stoker_reply rep = {.code = STOKER_OK, .n_items = n, .items = items, .dataset_seed = e->seed};
     send_reply(b, out, token, &rep);
 }
 

@@ -24,7 +24,7 @@ typedef struct epochs epochs;
 // An item on the wire: epoch and index in one number.
 #define EPOCH_ITEM(epoch, index) (((uint64_t)(epoch) << 32) | (uint64_t)(index))
 #define EPOCH_OF(item)           ((uint32_t)((item) >> 32))
-#define EPOCH_INDEX(item)        ((item) & 0xffffffffu)
+#define EPOCH_INDEX(item)        ((item)&0xffffffffu)
 
 // A new state for cfg's dataset (cfg->dataset_size > 0), or NULL when out of memory.
 epochs *epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32_t epochs,

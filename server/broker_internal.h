@@ -174,8 +174,7 @@ void settle(broker *b, uint64_t now_ms, broker_outbox *out);
 // These take req.
 void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
-void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                broker_outbox *out);
+void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
 
 // --- broker_loss.c: lost peers ---
 

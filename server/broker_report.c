@@ -80,6 +80,9 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .max_bytes = st->max_bytes,
         .dataset_size = st->dataset_size,
         .epochs_done = st->epochs_done,
+        .epochs_limit = st->epochs_limit,
+        .items_reassigned = st->items_reassigned,
+        .pushes_revoked = st->pushes_revoked,
     };
     send_reply(b, out, token, &rep);
     stoker_status_destroy(st);

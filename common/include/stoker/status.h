@@ -24,7 +24,7 @@ typedef struct stoker_status {
     stoker_event *events;
     // A broker serving a dataset (0 items: streams): items per epoch, epochs acknowledged in
     // full, epochs to make (0: without end); items handed back after producers were lost and
-    // pushes refused as no longer the pusher's (the last two only in the broker's own views).
+    // pushes refused as no longer the pusher's.
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;

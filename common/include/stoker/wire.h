@@ -86,7 +86,8 @@ typedef struct stoker_reply {
     uint64_t dataset_seed; // SHARD
     // STATUS of a dataset broker
     uint64_t dataset_size;
-    uint32_t epochs_done;
+    uint32_t epochs_done, epochs_limit;
+    uint64_t items_reassigned, pushes_revoked;
     // STATUS
     int has_counters;
     stoker_counters counters;
