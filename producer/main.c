@@ -138,8 +138,11 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
         stoker_schema schema;
         if (stoker_schema_parse(o->schema_spec, &schema, err, sizeof(err)) != STOKER_OK)
             return stoker_cli_fail(cli, "--schema '%s': %s", o->schema_spec, err);
-        if (exec_generator_create(o->exec_cmd, &schema, (exec_format)o->format, gen, err,
-                                  sizeof(err)) != STOKER_OK) {
+        if ((o->items > 0
+                 ? exec_generator_create_dataset(o->exec_cmd, &schema, (exec_format)o->format,
+                                                 o->items, gen, err, sizeof(err))
+                 : exec_generator_create(o->exec_cmd, &schema, (exec_format)o->format, gen, err,
+                                         sizeof(err))) != STOKER_OK) {
             stoker_error("exec: %s", err);
             return 1;
         }

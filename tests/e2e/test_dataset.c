@@ -31,12 +31,12 @@ typedef struct seen {
     uint32_t n_ended;
     uint64_t *order; // items in delivery order (when order_cap > 0)
     uint8_t *bytes;  // each delivered example's bytes (when order_cap > 0)
-    size_t stride; // bytes kept per example
+    size_t stride;   // bytes kept per example
     uint64_t order_cap;
 } seen;
 
-static void
-seen_init_stride(seen *s, uint64_t n_items, uint32_t epochs, uint64_t order_cap, size_t stride);
+static void seen_init_stride(seen *s, uint64_t n_items, uint32_t epochs, uint64_t order_cap,
+                             size_t stride);
 
 static void
 seen_init(seen *s, uint64_t n_items, uint32_t epochs, uint64_t order_cap)
@@ -112,8 +112,7 @@ record(seen *s, const stoker_batch *b)
             for (uint32_t f = 0; f < b->chunk.schema.n_fields; f++) {
                 size_t w = stoker_field_bytes(&b->chunk.schema.fields[f]);
                 cr_assert_leq(off + w, s->stride);
-                memcpy(s->bytes + s->total * s->stride + off, stoker_chunk_at(&b->chunk, f, i),
-                       w);
+                memcpy(s->bytes + s->total * s->stride + off, stoker_chunk_at(&b->chunk, f, i), w);
                 off += w;
             }
         }
@@ -143,8 +142,7 @@ drain(stoker_trainer_client *tc, seen *s, int timeout_ms)
     uint64_t deadline = stoker_now_ms() + (uint64_t)timeout_ms;
     int rv;
     while ((rv = pull_one(tc, s)) == STOKER_OK || rv == STOKER_STALLED)
-        cr_assert_lt(stoker_now_ms(), deadline, "the dataset did not end within %d ms",
-                     timeout_ms);
+        cr_assert_lt(stoker_now_ms(), deadline, "the dataset did not end within %d ms", timeout_ms);
     cr_assert(rv == STOKER_END_OF_DATA || rv == STOKER_NO_PRODUCERS, "supply ended with %s",
               stoker_strerror(rv));
 }
@@ -152,9 +150,8 @@ drain(stoker_trainer_client *tc, seen *s, int timeout_ms)
 static proc_child *
 dataset_producer(const char *url, const char *name, const char *items)
 {
-    return e2e_producer_start(url, name,
-                              PROC_ARGS("--items", items, "--chunk", "8", "--delay",
-                                        "0.0001:0.0004"));
+    return e2e_producer_start(
+        url, name, PROC_ARGS("--items", items, "--chunk", "8", "--delay", "0.0001:0.0004"));
 }
 
 Test(dataset, every_index_once_per_epoch_while_producers_die_freeze_and_return)
@@ -238,10 +235,19 @@ one_run(seen *s, const char *seed, const char *producer_name, const char *dir_na
 {
     char url[256];
     testdir_ipc_url(url, sizeof(url), dir_name);
-    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--dataset-size", "300", "--epochs", "2",
-                                                         "--shuffle-seed", seed));
+    proc_child *broker = e2e_broker_start(
+        url, PROC_ARGS("--dataset-size", "300", "--epochs", "2", "--shuffle-seed", seed));
     proc_child *p = dataset_producer(url, producer_name, "300");
-    stoker_trainer_client *tc = e2e_trainer_client(url, 16, 8000);
+    // One pull in flight, so batches arrive in the broker's order.
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = url;
+    o.batch_size = 16;
+    o.prefetch = 1;
+    o.stall_timeout_ms = 8000;
+    stoker_trainer_client *tc = NULL;
+    char err[256] = "";
+    cr_assert_eq(stoker_trainer_client_create(&o, &tc, err, sizeof(err)), STOKER_OK, "%s", err);
     seen_init(s, 300, 2, 600);
     drain(tc, s, 60000);
     cr_assert_eq(s->n_ended, 2);
@@ -287,9 +293,9 @@ Test(dataset, producers_whose_dataset_differs_are_refused)
     proc_assert_exit(to_streams, 1, 10000);
     cr_assert(testdir_contains(to_streams->err_path, "the broker streams"));
     // A dataset of size 0 is refused on the command line, with the flag named.
-    proc_child *zero = e2e_start("broker0", "STOKER_BROKER_BIN",
-                                 PROC_ARGS("--listen", "ipc:///nonexistent/x", "--dataset-size",
-                                           "0"));
+    proc_child *zero =
+        e2e_start("broker0", "STOKER_BROKER_BIN",
+                  PROC_ARGS("--listen", "ipc:///nonexistent/x", "--dataset-size", "0"));
     proc_assert_exit(zero, 2, 10000);
     cr_assert(testdir_contains(zero->err_path, "--dataset-size"));
     proc_child *zero_items =
@@ -346,10 +352,10 @@ images_run(seen *s, const char *folder, const char *decode, const char *url_name
     testdir_ipc_url(url, sizeof(url), url_name);
     proc_child *broker = e2e_broker_start(
         url, PROC_ARGS("--dataset-size", "6", "--epochs", "2", "--shuffle-seed", "3"));
-    proc_child *p = e2e_producer_start(url, url_name,
-                                       PROC_ARGS("--generator", "images", "--images", folder,
-                                                 "--size", "16", "--decode", decode, "--dataset",
-                                                 "--chunk", "2"));
+    proc_child *p =
+        e2e_producer_start(url, url_name,
+                           PROC_ARGS("--generator", "images", "--images", folder, "--size", "16",
+                                     "--decode", decode, "--dataset", "--chunk", "2"));
     stoker_trainer_client *tc = e2e_trainer_client(url, 4, 8000);
     seen_init_stride(s, 6, 2, 12, IMG_BYTES);
     drain(tc, s, 60000);
@@ -406,5 +412,75 @@ Test(dataset, images_with_another_listing_are_refused)
     proc_assert_exit(other, 1, 10000);
     cr_assert(testdir_contains(other->err_path, "lists other items"));
     proc_stop(first, 5000);
+    proc_broker_stop(broker);
+}
+
+// --- exec fed indices ----------------------------------------------------------------------------
+
+#define EXEC_SCHEMA "input:float32[10],output:float32[1]"
+// Item i: input[0] = i, output = the seed's low digits are not checked; output = 2i.
+// Item i: input[0] = i, output = 2i (sh's read takes one line at a time, unbuffered).
+#define EXEC_ITEMS "while read i s; do echo \"$i 0 0 0 0 0 0 0 0 0 $((2 * i))\"; done"
+
+Test(dataset, exec_makes_the_item_it_is_asked_for)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "exec");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--dataset-size", "50", "--epochs", "2"));
+    proc_child *p =
+        e2e_producer_start(url, "exec",
+                           PROC_ARGS("--generator", "exec", "--exec", EXEC_ITEMS, "--schema",
+                                     EXEC_SCHEMA, "--items", "50", "--chunk", "4"));
+    stoker_trainer_client *tc = e2e_trainer_client(url, 8, 8000);
+    seen s;
+    seen_init(&s, 50, 2, 100);
+    drain(tc, &s, 60000);
+    cr_assert_eq(s.total, 100);
+    cr_assert_eq(s.n_ended, 2);
+    for (uint64_t k = 0; k < 100; k++) {
+        float v[11];
+        memcpy(v, s.bytes + k * s.stride, sizeof(v));
+        uint64_t idx = stoker_item_index(s.order[k]);
+        cr_assert_eq(v[0], (float)idx, "item %llu carries input[0] = %g", (unsigned long long)idx,
+                     v[0]);
+        cr_assert_eq(v[10], (float)(2 * idx));
+    }
+    proc_assert_exit(p, 0, 10000);
+    stoker_trainer_client_destroy(tc);
+    seen_fini(&s);
+    proc_broker_stop(broker);
+}
+
+Test(dataset, exec_that_cannot_make_an_index_fails_and_its_items_go_to_others)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "exec_range");
+    proc_child *broker = e2e_broker_start(
+        url, PROC_ARGS("--dataset-size", "20", "--epochs", "1", "--producer-timeout", "0.5"));
+    // Knows only items 0..4: exits 3 when asked for another.
+    proc_child *bad = e2e_producer_start(
+        url, "short",
+        PROC_ARGS("--generator", "exec", "--exec",
+                  "while read i s; do [ $i -ge 5 ] && exit 3; echo \"$i 0 0 0 0 0 0 0 0 0 0\"; "
+                  "done",
+                  "--schema", EXEC_SCHEMA, "--items", "20", "--chunk", "1"));
+    proc_assert_exit(bad, 1, 15000);
+    cr_assert(testdir_contains(bad->err_path, "failed on item") ||
+                  testdir_contains(bad->err_path, "without writing item"),
+              "the producer names the item its command could not make");
+    // A producer that knows them all finishes the epoch.
+    proc_child *good = e2e_producer_start(url, "full",
+                                          PROC_ARGS("--generator", "exec", "--exec", EXEC_ITEMS,
+                                                    "--schema", EXEC_SCHEMA, "--items", "20"));
+    cr_assert(h_wait_producer(url, "full", 1, 10000), "the second producer never pushed");
+    stoker_trainer_client *tc = e2e_trainer_client(url, 4, 8000);
+    seen s;
+    seen_init(&s, 20, 1, 0);
+    drain(tc, &s, 60000);
+    cr_assert_eq(s.n_ended, 1);
+    assert_epoch_complete(&s, 0);
+    proc_assert_exit(good, 0, 10000);
+    stoker_trainer_client_destroy(tc);
+    seen_fini(&s);
     proc_broker_stop(broker);
 }
