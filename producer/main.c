@@ -65,7 +65,7 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_UINT, AT(measure), .imin = 1, .imax = UINT64_MAX / 2},
     {"items", "N",
      "synthetic, exec: serve a dataset of N items, made by\n"
-     "index in the epochs the broker hands out (its --dataset-size)",
+     "index in the epochs the broker hands out",
      STOKER_CLI_UINT, AT(items), .imin = 1, .imax = UINT32_MAX},
     {"dataset", NULL,
      "images: serve the folder as a dataset (item i is the i-th\n"

@@ -76,7 +76,7 @@ static const stoker_cli_option rows[] = {
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},
     {"dataset-size", "N",
      "serve a dataset of N items in epochs instead of streams\n"
-     "(producers started with --items N; see docs/datasets.md)",
+     "(see docs/datasets.md)",
      STOKER_CLI_UINT, AT(broker.dataset_size), .imin = 1, .imax = UINT32_MAX},
     {"epochs", "E", "with --dataset-size: make E epochs, then end (0: without end)",
      STOKER_CLI_UINT, AT(broker.epochs), .imin = 0, .imax = UINT32_MAX},

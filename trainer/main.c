@@ -79,7 +79,7 @@ static const stoker_cli_option rows[] = {
     {"rounds", "N", "rounds to train", STOKER_CLI_UINT, AT(train.rounds), .imin = 1,
      .imax = 1u << 30},
     {"epochs", "E",
-     "stop after E epochs of the broker's dataset (its --dataset-size);\n"
+     "stop after E epochs of the broker's dataset;\n"
      "--rounds is then ignored",
      STOKER_CLI_UINT, AT(train.epochs), .imin = 1, .imax = UINT32_MAX},
     {"time-goal", "SEC", "stop after this long (default: none)", STOKER_CLI_NUMBER,
