@@ -691,8 +691,10 @@ create(const char *cmd, const stoker_schema *schema, exec_format format, uint64_
     out->fill = exec_fill;
     out->user = g;
     out->destroy = exec_destroy;
+    out->n_items = n_items;
+    out->fill_item = NULL;
+    out->fingerprint = 0;
     if (n_items > 0) {
-        out->n_items = n_items;
         out->fill_item = exec_fill_item;
         out->fingerprint = stoker_hash64("exec", 4, n_items); // the child owns its listing
     }

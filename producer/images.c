@@ -1007,6 +1007,9 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     out->fill = images_fill;
     out->user = g;
     out->destroy = images_destroy;
+    out->n_items = 0; // a stream unless images_generator_dataset
+    out->fingerprint = 0;
+    out->fill_item = NULL;
     return STOKER_OK;
 }
 

@@ -134,6 +134,7 @@ static int
 build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *gen)
 {
     char err[512];
+    *gen = (stoker_generator){0};
     if (strcmp(o->generator, "exec") == 0) {
         stoker_schema schema;
         if (stoker_schema_parse(o->schema_spec, &schema, err, sizeof(err)) != STOKER_OK)

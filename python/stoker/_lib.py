@@ -92,6 +92,8 @@ def _declare(lib):
         "stoker_consumer_batch_run": (i, [P, u32, c.POINTER(u32), c.POINTER(u64),
                                           c.POINTER(u64), c.POINTER(u32)]),
         "stoker_consumer_batch_identities": (u32, [P, c.POINTER(u64), c.POINTER(u64), u32]),
+        "stoker_consumer_batch_items": (u32, [P, c.POINTER(u32), c.POINTER(u64), u32]),
+        "stoker_consumer_epochs_ended": (u32, [P]),
         "stoker_consumer_poll_event": (i, [P, c.POINTER(i), c.POINTER(u32), c.c_char_p,
                                            c.c_size_t, c.POINTER(c.c_double), c.c_char_p,
                                            c.c_size_t]),
