@@ -154,7 +154,7 @@ class Batch(dict):
                     _np.frombuffer(seqs, dtype=_np.uint64)[:got].copy())
         return list(zip(sessions[:got], seqs[:got]))
 
-    def items(self):
+    def epoch_indices(self):
         """A dataset's batch: every example's (epoch, index), in example order, as two numpy
         arrays (uint32, uint64), or a list of pairs without numpy; empty for streams."""
         n = self.count
@@ -374,7 +374,7 @@ class Client:
 
         Batches are acknowledged as in batches(). Unless the broker keeps epochs strict
         (--strict-epochs), an epoch's last batches may already hold items of the next one
-        (Batch.items() tells each example's epoch); a batch that arrives with the news of the
+        (Batch.epoch_indices() tells each example's epoch); a batch that arrives with the news of the
         epoch's end opens the next Epoch. SupplyEnded is raised when the supply ends before an
         epoch did."""
         number = 0

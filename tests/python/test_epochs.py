@@ -1,6 +1,6 @@
 """Datasets from Python (docs/datasets.md): `for epoch in client.epochs(E)` yields E epochs, each
 iterating its batches until the broker says the epoch's last item was delivered; every index comes
-exactly once per epoch (Batch.items()), also in strict mode where no batch mixes epochs; a stream
+exactly once per epoch (Batch.epoch_indices()), also in strict mode where no batch mixes epochs; a stream
 broker's batches carry no items."""
 
 import signal
@@ -23,7 +23,7 @@ def test_epochs_yield_every_index_once_per_epoch():
         with stoker.Client(c.url, stall_timeout=10) as client:
             for epoch in client.epochs(3, batch_size=16):
                 for batch in epoch:
-                    ep, idx = batch.items()
+                    ep, idx = batch.epoch_indices()
                     for e, i in zip(ep.tolist(), idx.tolist()):
                         per_epoch.setdefault(e, []).append(i)
                 assert client._epochs_ended() == epoch.number + 1
@@ -46,7 +46,7 @@ def test_strict_epochs_never_mix_and_survive_a_killed_producer():
             for epoch in client.epochs(2, batch_size=8):
                 items = []
                 for batch in epoch:
-                    ep, idx = batch.items()
+                    ep, idx = batch.epoch_indices()
                     assert (ep == epoch.number).all(), "strict epochs mixed %s" % set(ep)
                     items += idx.tolist()
                     if not killed and len(items) > N // 3:
@@ -63,7 +63,7 @@ def test_a_stream_batch_carries_no_items():
         c.wait_producers(1)
         with stoker.Client(c.url, stall_timeout=10) as client:
             b = client.next_batch(4)
-            ep, idx = b.items()
+            ep, idx = b.epoch_indices()
             assert len(ep) == 0 and len(idx) == 0
             b.release()
         assert stoker.status(c.url)["mode"] == "streams"
