@@ -345,7 +345,7 @@ def floor_run(tmp, tag, producers, total, dataset_items=0):
     if dataset_items:
         epochs = total // dataset_items
         broker_extra = ["--dataset-size", str(dataset_items), "--epochs", str(epochs),
-                        "--shard-items", "4096"]
+                        "--shard-items", "65536"]
         trainer_extra = ["--epochs", str(epochs)]
         producer_extra = ["--items", str(dataset_items)]
     with Procs() as procs:

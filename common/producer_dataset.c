@@ -13,8 +13,8 @@
 #include "stoker/log.h"
 #include "stoker/rng.h"
 
-#define SHARD_MAX 4096
-#define IDLE_MS   20 // between shard requests while the broker has nothing to hand out
+#define SHARD_MAX STOKER_SHARD_MAX_ITEMS
+#define IDLE_MS   5 // between shard requests while the broker has nothing to hand out
 
 typedef struct dataset_run {
     const stoker_producer_config *cfg;

@@ -223,8 +223,14 @@ epochs_handle_shard(broker *b, void *token, stoker_request *req, uint64_t now_ms
                       "no items to hand out now (epoch %u waits for its last items)", e->lo);
         return;
     }
-    uint64_t items[4096];
-    uint32_t n = 0, want = e->shard_items < 4096 ? e->shard_items : 4096;
+    uint32_t n = 0;
+    uint32_t want =
+        e->shard_items < STOKER_SHARD_MAX_ITEMS ? e->shard_items : STOKER_SHARD_MAX_ITEMS;
+    uint64_t *items = malloc(want * sizeof(*items));
+    if (items == NULL) {
+        send_code(b, out, token, STOKER_RETRY, "broker out of memory cutting a shard");
+        return;
+    }
     while (n < want && has_work(e, ep)) {
         uint32_t i = ep->n_returned > 0 ? ep->returned[--ep->n_returned] : ep->order[ep->cursor++];
         ep->state[i] = ITEM_ASSIGNED;
@@ -234,6 +240,7 @@ epochs_handle_shard(broker *b, void *token, stoker_request *req, uint64_t now_ms
     p->items_held += n;
     stoker_reply rep = {.code = STOKER_OK, .n_items = n, .items = items, .dataset_seed = e->seed};
     send_reply(b, out, token, &rep);
+    free(items);
 }
 
 int

@@ -83,7 +83,7 @@ static const stoker_cli_option rows[] = {
     {"shuffle-seed", "S", "with --dataset-size: seed of each epoch's order and items' seeds",
      STOKER_CLI_UINT, AT(broker.shuffle_seed), .imin = 0, .imax = UINT64_MAX},
     {"shard-items", "N", "with --dataset-size: items handed to a producer per request",
-     STOKER_CLI_UINT, AT(broker.shard_items), .imin = 1, .imax = 4096},
+     STOKER_CLI_UINT, AT(broker.shard_items), .imin = 1, .imax = STOKER_SHARD_MAX_ITEMS},
     {"strict-epochs", NULL,
      "with --dataset-size: start an epoch's work only once the previous one was acknowledged\n"
      "(no batch mixes epochs; the default overlaps them so producers never idle)",

@@ -8,6 +8,8 @@
 #include "stoker/schema.h"
 
 #define STOKER_REASON_MAX 160
+// Most items one SHARD reply hands a dataset's producer.
+#define STOKER_SHARD_MAX_ITEMS 65536
 
 typedef enum stoker_method {
     STOKER_METHOD_NONE = 0,
