@@ -333,7 +333,7 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         handle_heartbeat(b, token, pipe, req, now_ms, out);
         break;
     case STOKER_SHARD:
-        epochs_handle_shard(b, token, req, now_ms, out);
+        epochs_handle_shard(b, token, pipe, req, now_ms, out);
         break;
     default:
         send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);

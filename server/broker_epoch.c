@@ -195,7 +195,7 @@ next_work(epochs *e, int *nomem)
 }
 
 void
-epochs_handle_shard(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                     broker_outbox *out)
 {
     epochs *e = b->epochs;
@@ -209,7 +209,7 @@ epochs_handle_shard(broker *b, void *token, stoker_request *req, uint64_t now_ms
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
         return;
     }
-    revive(b, p, p->pipe, now_ms, "asked for a shard");
+    revive(b, p, pipe, now_ms, "asked for a shard");
     epochs_release(b, p, "asked for a new shard");
     int nomem = 0;
     epoch *ep = next_work(e, &nomem);

@@ -39,8 +39,8 @@ int epochs_check_hello(struct broker *b, const stoker_request *req, char *err, s
 // Answers a SHARD request (takes req): the producer's next items, RETRY when none can be handed
 // out now, END_OF_DATA when the last epoch is made. Items the producer still held are first
 // handed back (it asks when its shard is done).
-void epochs_handle_shard(struct broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                         struct broker_outbox *out);
+void epochs_handle_shard(struct broker *b, void *token, uint32_t pipe, stoker_request *req,
+                         uint64_t now_ms, struct broker_outbox *out);
 
 // Whether examples skip.. of push req from p may be accepted: every item must be p's (assigned to
 // it and not yet accepted). STOKER_OK, or STOKER_SHARD_REVOKED / STOKER_INVALID with err; on
