@@ -1,7 +1,8 @@
 // Epochs over a dataset (see broker_epoch.h). At most two epochs are open at once: the oldest
 // not yet acknowledged in full (lo) and, unless strict, the next one, whose shards go out once
 // every item of lo was handed out, so producers never idle at an epoch's end. Each open epoch
-// keeps one state byte and one owner per item; shards are cut from the permutation in order,
+// keeps one word per item (its state and, while assigned, its producer: one memory access per
+// item on the push and ack paths); shards are cut from the permutation in order,
 // except that items handed back after a loss go out first.
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +15,14 @@
 #include "stoker/rng.h"
 
 enum { ITEM_NEW = 0, ITEM_ASSIGNED, ITEM_ACCEPTED, ITEM_ACKED };
+// An item's word: its state in the low 2 bits, its producer's id above (ids past 2^30 wrap; two
+// producers 2^30 sessions apart would share a word, which no broker lives to see).
+#define SLOT(state, owner) ((uint32_t)(state) | ((uint32_t)(owner) << 2))
 
 typedef struct epoch {
     uint32_t number;
     uint32_t *order;     // (n,) the permutation
-    uint8_t *state;      // (n,) ITEM_*
-    uint32_t *owner;     // (n,) producer id while ASSIGNED
+    uint32_t *slot;      // (n,) SLOT(state, owner): ITEM_* and, while ASSIGNED, the producer
     uint32_t *returned;  // items handed back, handed out before the order's rest
     uint64_t n_returned; // (at most n)
     uint64_t cursor;     // next position in order
@@ -43,8 +46,7 @@ static void
 epoch_fini(epoch *ep)
 {
     free(ep->order);
-    free(ep->state);
-    free(ep->owner);
+    free(ep->slot);
     free(ep->returned);
     memset(ep, 0, sizeof(*ep));
 }
@@ -57,10 +59,9 @@ epoch_open(epochs *e, uint32_t k)
     epoch_fini(ep);
     ep->number = k;
     ep->order = malloc(e->n * sizeof(*ep->order));
-    ep->state = calloc(e->n, 1);
-    ep->owner = calloc(e->n, sizeof(*ep->owner));
+    ep->slot = calloc(e->n, sizeof(*ep->slot));
     ep->returned = malloc(e->n * sizeof(*ep->returned));
-    if (ep->order == NULL || ep->state == NULL || ep->owner == NULL || ep->returned == NULL) {
+    if (ep->order == NULL || ep->slot == NULL || ep->returned == NULL) {
         epoch_fini(ep);
         return STOKER_NOMEM;
     }
@@ -153,8 +154,8 @@ epochs_release(broker *b, producer *p, const char *why)
     for (uint32_t k = e->lo; k < e->opened; k++) {
         epoch *ep = &e->win[k % 2];
         for (uint64_t i = 0; i < e->n; i++) {
-            if (ep->state[i] == ITEM_ASSIGNED && ep->owner[i] == p->id) {
-                ep->state[i] = ITEM_NEW;
+            if (ep->slot[i] == SLOT(ITEM_ASSIGNED, p->id)) {
+                ep->slot[i] = ITEM_NEW;
                 ep->returned[ep->n_returned++] = (uint32_t)i;
                 back++;
             }
@@ -233,8 +234,7 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
     }
     while (n < want && has_work(e, ep)) {
         uint32_t i = ep->n_returned > 0 ? ep->returned[--ep->n_returned] : ep->order[ep->cursor++];
-        ep->state[i] = ITEM_ASSIGNED;
-        ep->owner[i] = p->id;
+        ep->slot[i] = SLOT(ITEM_ASSIGNED, p->id);
         items[n++] = EPOCH_ITEM(ep->number, i);
     }
     p->items_held += n;
@@ -256,7 +256,7 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
     for (uint32_t j = skip; j < req->n_items; j++) {
         epoch *ep = item_epoch(e, req->items[j]);
         uint64_t i = EPOCH_INDEX(req->items[j]);
-        if (ep == NULL || ep->state[i] != ITEM_ASSIGNED || ep->owner[i] != p->id) {
+        if (ep == NULL || ep->slot[i] != SLOT(ITEM_ASSIGNED, p->id)) {
             e->revoked++;
             epochs_release(b, p, "its push was refused");
             return stoker_errorf(err, err_len, STOKER_SHARD_REVOKED,
@@ -276,7 +276,7 @@ epochs_accepted(broker *b, producer *p, const stoker_request *req, uint32_t skip
     for (uint32_t j = skip; j < req->n_items; j++) {
         epoch *ep = item_epoch(e, req->items[j]);
         if (ep != NULL)
-            ep->state[EPOCH_INDEX(req->items[j])] = ITEM_ACCEPTED;
+            ep->slot[EPOCH_INDEX(req->items[j])] = ITEM_ACCEPTED;
     }
     uint32_t n = req->n_items - skip;
     p->items_held = p->items_held > n ? p->items_held - n : 0;
@@ -306,8 +306,8 @@ epochs_acked(broker *b, const queue_range *r, uint64_t now_ms)
     for (uint32_t j = 0; j < r->count; j++) {
         epoch *ep = item_epoch(e, items[j]);
         uint64_t i = EPOCH_INDEX(items[j]);
-        if (ep != NULL && ep->state[i] == ITEM_ACCEPTED) {
-            ep->state[i] = ITEM_ACKED;
+        if (ep != NULL && ep->slot[i] == ITEM_ACCEPTED) {
+            ep->slot[i] = ITEM_ACKED;
             ep->acked++;
         }
     }
