@@ -68,14 +68,14 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
-    if (p->q.examples + fresh > b->cfg.queue_depth ||
+    if (p->q.examples + fresh > b->queue_depth ||
         b->queued_bytes + fresh_bytes > b->cfg.max_bytes) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
                      (unsigned long long)p->q.examples);
         send_code(b, out, k->token, STOKER_RETRY, "queue full (%llu of %u examples)",
-                  (unsigned long long)p->q.examples, b->cfg.queue_depth);
+                  (unsigned long long)p->q.examples, b->queue_depth);
         stoker_request_free(req);
         k->req = NULL;
         return 1;
@@ -150,6 +150,7 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
+    p->last_chunk = req->chunk.count;
     if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
                                sizeof(err)) != STOKER_OK) {
         stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);

@@ -20,8 +20,9 @@ TOO_LARGE = 10
 CONNECTION = 15
 STALLED = 16
 INTERRUPTED = 17
-DATASET_MISMATCH = 25
-SHARD_REVOKED = 26
+GROUP_BROKEN = 23
+DATASET_MISMATCH = 24
+SHARD_REVOKED = 25
 
 # stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
 DTYPES = {
@@ -76,6 +77,9 @@ def _declare(lib):
         "stoker_consumer_api_version": (i, []),
         "stoker_consumer_options_init": (None, [c.POINTER(Options)]),
         "stoker_consumer_open": (i, [c.POINTER(Options), c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_open_group": (i, [c.POINTER(Options), c.c_char_p, u32, u32,
+                                           c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_group_leftover": (u64, [P]),
         "stoker_consumer_schema": (None, [P, c.c_char_p, c.c_size_t]),
         "stoker_consumer_n_fields": (u32, [P]),
         "stoker_consumer_field_name": (c.c_char_p, [P, u32]),
@@ -84,6 +88,7 @@ def _declare(lib):
         "stoker_consumer_next": (i, [P, c.POINTER(P)]),
         "stoker_consumer_release": (None, [P, P]),
         "stoker_consumer_ack": (None, [P, P]),
+        "stoker_consumer_flush": (i, [P]),
         "stoker_consumer_batch_free": (None, [P]),
         "stoker_consumer_batch_count": (u32, [P]),
         "stoker_consumer_batch_field": (i, [P, u32, c.POINTER(P), c.POINTER(i), c.POINTER(u32),

@@ -309,7 +309,7 @@ Test(dataset, producers_whose_dataset_differs_are_refused)
 // --- images over a folder ------------------------------------------------------------------------
 
 #define IMG_SIDE  16
-#define IMG_BYTES (3 * IMG_SIDE * IMG_SIDE * 4 + 4)
+#define IMG_BYTES (3 * IMG_SIDE * IMG_SIDE * 4 + 8) // float32 pixels, int64 label
 
 // DIR/name: two classes of three PNGs each (file names from names[6]).
 static const char *

@@ -28,8 +28,9 @@ typedef enum stoker_err {
     STOKER_IO = 18,          // file or pipe I/O failed
     STOKER_DEVICE = 19,      // GPU or backend failure
     STOKER_INTERNAL = 20,
-    STOKER_DATASET_MISMATCH = 25, // producer's dataset (size or listing) differs from the broker's
-    STOKER_SHARD_REVOKED = 26,    // the items pushed were given to another producer meanwhile
+    STOKER_GROUP_BROKEN = 23,     // a rank of this trainer's group died or left before the end
+    STOKER_DATASET_MISMATCH = 24, // producer's dataset (size or listing) differs from the broker's
+    STOKER_SHARD_REVOKED = 25,    // the items pushed were given to another producer meanwhile
     STOKER_ERR_COUNT
 } stoker_err;
 
