@@ -349,6 +349,88 @@ def bench_images(opts, tmp):
                       crates[2] / (cinline * cores), "", None)]}
 
 
+def floor_run(tmp, tag, producers, total, dataset_items=0):
+    """The floor workload (ipc) through a broker: a stream, or with dataset_items a dataset of
+    that many items for total // dataset_items epochs. Returns the trainer's summary."""
+    url = endpoint("ipc", tmp, tag)
+    broker_extra, trainer_extra, producer_extra = [], ["--rounds", str(total // 65536)], []
+    if dataset_items:
+        epochs = total // dataset_items
+        broker_extra = ["--dataset-size", str(dataset_items), "--epochs", str(epochs),
+                        "--shard-items", "65536"]
+        trainer_extra = ["--epochs", str(epochs)]
+        producer_extra = ["--items", str(dataset_items)]
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536", *broker_extra)
+        trainer = procs.start(
+            [TRAINER, "--broker", url, "--batch-size", "256", "--round-length", "65536",
+             *trainer_extra, "--device", "cpu", "--prefetch", "8", "--stall-timeout", "10",
+             "--json", "-", "--progress", "off", "--log-level", "warn"],
+            stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        for i in range(producers):
+            procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096", "--name", f"p{i}",
+                         *producer_extra])
+        out, _ = trainer.communicate(timeout=300)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def stoker_status(url):
+    """The broker's /status keys, through the Python package (over the build's libstoker.so)."""
+    if os.path.join(ROOT, "python") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+    import stoker
+    return stoker.status(url)
+
+
+def reassign_latency(tmp, i):
+    """SIGKILL a producer holding a shard; seconds until the broker handed its items back."""
+    url = endpoint("ipc", tmp, f"reassign{i}")
+    with Procs() as procs:
+        start_broker(procs, url, "--dataset-size", "100000", "--shard-items", "64")
+        procs.start([PRODUCER, "--broker", url, "--items", "100000", "--delay", "0.005:0.005",
+                     "--name", "steady", "--log-level", "error"])
+        victim = procs.start([PRODUCER, "--broker", url, "--items", "100000", "--delay",
+                              "0.005:0.005", "--name", "victim", "--log-level", "error"])
+        time.sleep(0.5 + 0.037 * i)  # mid-shard: a shard takes 0.32 s
+        t_kill = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        while True:
+            st = stoker_status(url)
+            if st["dataset"]["items_reassigned"] > 0:
+                return time.monotonic() - t_kill
+            if time.monotonic() - t_kill > 10:
+                raise RuntimeError("the victim's shard was never handed back")
+            time.sleep(0.001)
+
+
+def bench_epochs(opts, tmp):
+    """Datasets: the floor workload as a dataset of N items for E epochs against the stream of
+    the same examples, one after the other in one run (best of 3 each); and the time from a
+    producer's SIGKILL to its shard's items being handed back, median of 5."""
+    total = 1_048_576 if opts.quick else 4_194_304
+    items = total // 8
+    stream, dataset = [], []
+    for k in range(3):
+        stream.append(floor_run(tmp, f"es{k}", 2, total)["examples_per_second"])
+        dataset.append(floor_run(tmp, f"ed{k}", 2, total, items)["examples_per_second"])
+    s, d = max(stream), max(dataset)
+    overhead = 1 - d / s
+    latencies = [reassign_latency(tmp, i) for i in range(5)]
+    med = statistics.median(latencies)
+    return {"stream_examples_per_second": stream, "dataset_examples_per_second": dataset,
+            "items": items, "epochs": total // items, "overhead": overhead,
+            "reassign_latencies_s": latencies,
+            "rows": [
+                ("epochs: floor stream, ex/s (best of 3)", s, "(figure)", None),
+                ("epochs: floor dataset, 8 epochs, ex/s (best of 3)", d, "(figure)", None),
+                ("epochs: dataset overhead vs stream (%)", overhead * 100, "< 5", overhead < 0.05),
+                ("epochs: SIGKILL to shard handed back, median (ms)", med * 1000, "(figure)",
+                 None),
+            ]}
+
+
 def bench_images_tv(opts, tmp):
     """The images generator against torchvision + PIL on the same PNG and JPEG folder (issue 18):
     per core and end to end into the same loop, float32 and uint8, default and rich pipelines
@@ -450,7 +532,7 @@ def bench_ranks(opts, tmp):
 
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
-           "ranks": bench_ranks}
+           "ranks": bench_ranks, "epochs": bench_epochs}
 
 
 def main():

@@ -35,9 +35,17 @@ fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     return STOKER_OK;
 }
 
+// A dataset's item: made like example seq = index.
+static int
+fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
+{
+    return fill(user, index, seed, fields);
+}
+
 typedef struct bench_options {
     stoker_producer_config run;
     const char *schema;
+    uint64_t items; // > 0: serve a dataset of this many items
 } bench_options;
 
 #define AT(member) STOKER_CLI_AT(bench_options, member)
@@ -48,6 +56,8 @@ static const stoker_cli_option rows[] = {
     {"max-examples", "N", "stop after N examples (default: no limit)", STOKER_CLI_UINT,
      AT(run.max_examples), .imin = 1, .imax = UINT64_MAX / 2},
     {"name", "S", "name shown in events and status", STOKER_CLI_STRING, AT(run.client.name)},
+    {"items", "N", "serve a dataset of N items in the broker's epochs", STOKER_CLI_UINT, AT(items),
+     .imin = 1, .imax = UINT32_MAX},
 };
 
 int
@@ -72,6 +82,10 @@ main(int argc, char **argv)
     stoker_log_init("bench-producer", cli.log_level);
     bench_gen g = {0};
     stoker_generator gen = {.kind = "bench", .fill = fill, .user = &g};
+    if (o.items > 0) {
+        gen.n_items = o.items;
+        gen.fill_item = fill_item;
+    }
     char err[256];
     if (stoker_schema_parse(o.schema, &gen.schema, err, sizeof(err)) != STOKER_OK)
         return stoker_cli_fail(&cli, "--schema '%s': %s", o.schema, err);

@@ -278,6 +278,11 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->has_schema = rep->has_schema;
     st->schema = rep->schema;
     st->queue_depth = rep->queue_depth;
+    st->dataset_size = rep->dataset_size;
+    st->epochs_done = rep->epochs_done;
+    st->epochs_limit = rep->epochs_limit;
+    st->items_reassigned = rep->items_reassigned;
+    st->pushes_revoked = rep->pushes_revoked;
     st->max_bytes = rep->max_bytes;
     st->queue_depth_auto = rep->queue_depth_auto;
     snprintf(st->queue_limit, sizeof(st->queue_limit), "%s", rep->queue_limit);

@@ -29,6 +29,7 @@ struct stoker_consumer {
     char error[512];
     // Events as they arrive (on_event runs on our thread, inside stoker_trainer_client_next).
     stoker_event events[EVENT_RING];
+    uint32_t epochs_ended; // EPOCH_END events seen (a dataset's)
     uint32_t ev_head, ev_len;
     // The broker's last word on producers that went away, for the supply-end message.
     char last_gone[STOKER_NAME_MAX + STOKER_REASON_MAX + 64];
@@ -58,6 +59,7 @@ static void
 on_event(const stoker_event *e, void *arg)
 {
     stoker_consumer *c = arg;
+    c->epochs_ended += e->kind == STOKER_EVENT_EPOCH_END;
     if (e->kind == STOKER_EVENT_PRODUCER_LOST || e->kind == STOKER_EVENT_PRODUCER_FINISHED)
         snprintf(c->last_gone, sizeof(c->last_gone), "producer %u '%s' %s%s%s", e->producer,
                  e->name, e->kind == STOKER_EVENT_PRODUCER_LOST ? "lost" : "finished",
@@ -508,4 +510,27 @@ stoker_consumer_close(stoker_consumer *c)
         return;
     stoker_trainer_client_destroy(c->tc);
     free(c);
+}
+
+// --- datasets -----------------------------------------------------------------------------------
+
+uint32_t
+stoker_consumer_batch_items(const stoker_consumer_batch *b, uint32_t *epochs, uint64_t *indices,
+                            uint32_t cap)
+{
+    const stoker_batch *batch = b->batch;
+    if (batch->items == NULL)
+        return 0;
+    uint32_t n = batch->chunk.count < cap ? batch->chunk.count : cap;
+    for (uint32_t i = 0; i < n; i++) {
+        epochs[i] = stoker_item_epoch(batch->items[i]);
+        indices[i] = stoker_item_index(batch->items[i]);
+    }
+    return n;
+}
+
+uint32_t
+stoker_consumer_epochs_ended(const stoker_consumer *c)
+{
+    return c->epochs_ended;
 }

@@ -31,6 +31,8 @@ static const struct {
     [STOKER_IO] = {"io", "input/output error"},
     [STOKER_DEVICE] = {"device", "device error"},
     [STOKER_INTERNAL] = {"internal", "internal error"},
+    [STOKER_DATASET_MISMATCH] = {"dataset_mismatch", "dataset differs from the broker's"},
+    [STOKER_SHARD_REVOKED] = {"shard_revoked", "items were given to another producer"},
     [STOKER_GROUP_BROKEN] = {"group_broken",
                              "a rank of the group died or left: the group is broken"},
 };

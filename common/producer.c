@@ -13,6 +13,7 @@
 #include "stoker/process.h"
 #include "stoker/producer.h"
 #include "stoker/producer_client.h"
+#include "producer_dataset.h"
 
 static volatile int signal_stop;
 
@@ -209,7 +210,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     const char *name = copts.name != NULL ? copts.name : "producer";
     int rv;
 
-    if (cfg->chunk == 0 || gen->fill == NULL) {
+    if (cfg->chunk == 0 || (gen->n_items > 0 ? gen->fill_item == NULL : gen->fill == NULL)) {
         stoker_error("producer: chunk must be at least 1 and the generator needs a fill function");
         return STOKER_INVALID;
     }
@@ -221,6 +222,8 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
                      copts.url ? copts.url : "(no URL)", stoker_strerror(rv));
         return rv;
     }
+    if (gen->n_items > 0)
+        stoker_producer_client_set_dataset(pc, gen->n_items, gen->fingerprint);
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
         stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
                      stoker_producer_client_error(pc));
@@ -228,6 +231,10 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     }
     stoker_info("producer '%s' connected to %s as producer %u (generator %s)", name, copts.url,
                 stoker_producer_client_id(pc), gen->kind != NULL ? gen->kind : "custom");
+    if (gen->n_items > 0) {
+        rv = producer_dataset_run(cfg, gen, pc, &st);
+        goto out;
+    }
     pipeline pl;
     if ((rv = pipeline_start(&pl, pc, &gen->schema, cfg->chunk, name)) != STOKER_OK)
         goto out;

@@ -41,6 +41,11 @@ struct stoker_producer_client {
     int closing;
     uint32_t heartbeat_ms;         // from the broker's hello reply; 0 before it
     _Atomic uint64_t last_sent_ms; // when the last request went out
+
+    // A dataset's producer (stoker_producer_client_set_dataset): said in hello; the items of
+    // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
+    uint64_t dataset_size, dataset_fingerprint;
+    const uint64_t *push_items;
 };
 
 static int
@@ -161,6 +166,8 @@ hello_once(stoker_producer_client *pc, conn_stop *stop)
         .has_schema = 1,
         .schema = pc->schema,
         .next_seq = pc->next_seq,
+        .dataset_size = pc->dataset_size,
+        .dataset_fingerprint = pc->dataset_fingerprint,
     };
     conn_copy_str(req.name, sizeof(req.name), pc->name);
     conn_copy_str(req.token, sizeof(req.token), pc->token);
@@ -230,6 +237,10 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
         first_seq != pc->next_seq)
         return STOKER_INVALID;
     stoker_request req = {.method = STOKER_PUSH, .first_seq = first_seq, .chunk = *chunk};
+    if (pc->push_items != NULL) {
+        req.n_items = chunk->count;
+        req.items = pc->push_items;
+    }
     uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
     int logged_down = 0;
@@ -376,4 +387,70 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
     pthread_cond_destroy(&pc->cond);
     pthread_mutex_destroy(&pc->lock);
     free(pc);
+}
+
+// --- datasets -----------------------------------------------------------------------------------
+
+void
+stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_items,
+                                   uint64_t fingerprint)
+{
+    pc->dataset_size = n_items;
+    pc->dataset_fingerprint = fingerprint;
+}
+
+int
+stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk *chunk,
+                                  uint64_t first_seq, const uint64_t *items)
+{
+    pc->push_items = items;
+    int rv = stoker_producer_client_push(pc, chunk, first_seq);
+    pc->push_items = NULL;
+    return rv;
+}
+
+int
+stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap, uint32_t *n,
+                             uint64_t *seed)
+{
+    uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
+    uint32_t delay = 10;
+    for (;;) {
+        if (stopped(pc))
+            return STOKER_INTERRUPTED;
+        int rv = pc->said_hello ? STOKER_OK : hello_once(pc, &pc->stop);
+        if (rv == STOKER_OK) {
+            stoker_request req = {.method = STOKER_SHARD, .session = pc->opts.session};
+            stoker_reply *rep = NULL;
+            char err[256];
+            atomic_store(&pc->last_sent_ms, stoker_now_ms());
+            rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep,
+                                 err, sizeof(err));
+            if (rv != STOKER_OK) {
+                conn_copy_str(pc->error, sizeof(pc->error), err);
+                rv = rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
+            } else {
+                rv = rep->code;
+                conn_copy_str(pc->error, sizeof(pc->error), rep->message);
+                if (rv == STOKER_OK) {
+                    uint32_t got = rep->n_items < cap ? rep->n_items : cap;
+                    memcpy(items, rep->items, got * sizeof(*items));
+                    *n = got;
+                    *seed = rep->dataset_seed;
+                }
+                stoker_reply_free(rep);
+                if (rv == STOKER_OK || rv == STOKER_RETRY || rv == STOKER_END_OF_DATA)
+                    return rv;
+                if (rv == STOKER_UNKNOWN_PEER)
+                    pc->said_hello = 0;
+            }
+        }
+        if (rv == STOKER_INTERRUPTED || !transient(rv))
+            return rv;
+        if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT)
+            pc->said_hello = 0;
+        if (stoker_now_ms() >= give_up)
+            return STOKER_CONNECTION;
+        backoff(pc, &delay);
+    }
 }

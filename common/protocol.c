@@ -13,6 +13,8 @@ stoker_event_kind_name(stoker_event_kind kind)
         return "producer_finished";
     case STOKER_EVENT_PRODUCER_RECONNECTED:
         return "producer_reconnected";
+    case STOKER_EVENT_EPOCH_END:
+        return "epoch_end";
     default:
         return "unknown";
     }

@@ -98,3 +98,11 @@ stoker_random_u64(void)
     }
     return v != 0 ? v : 1;
 }
+
+uint64_t
+stoker_item_seed(uint64_t seed, uint32_t epoch, uint64_t index)
+{
+    uint64_t x = seed ^ ((uint64_t)epoch * 0x9e3779b97f4a7c15ull);
+    x = splitmix64(&x) ^ (index * 0xd1b54a32d192ed03ull);
+    return splitmix64(&x);
+}

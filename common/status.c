@@ -96,7 +96,17 @@ stoker_status_render_json(const stoker_status *st)
                                (unsigned long long)(g->rank_steps[r] - slowest), g->rank_ready[r]);
         stoker_text_printf(&t, "]}");
     }
-    stoker_text_printf(&t, "]}\n");
+    stoker_text_printf(&t, "]");
+    if (st->dataset_size > 0)
+        stoker_text_printf(&t,
+                           ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "
+                           "\"epochs_done\": %u, \"epochs\": %u, \"items_reassigned\": %llu, "
+                           "\"pushes_revoked\": %llu}}\n",
+                           (unsigned long long)st->dataset_size, st->epochs_done, st->epochs_limit,
+                           (unsigned long long)st->items_reassigned,
+                           (unsigned long long)st->pushes_revoked);
+    else
+        stoker_text_printf(&t, ", \"mode\": \"streams\", \"dataset\": null}\n");
     return stoker_text_finish(&t);
 }
 

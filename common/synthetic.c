@@ -91,3 +91,18 @@ stoker_synthetic_generator(stoker_generator *gen, stoker_synthetic *synth)
     gen->user = synth;
     gen->destroy = synthetic_destroy;
 }
+
+static int
+fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
+{
+    return stoker_synthetic_fill(user, index, seed, fields);
+}
+
+void
+stoker_synthetic_dataset(stoker_generator *gen, stoker_synthetic *synth, uint64_t n_items)
+{
+    stoker_synthetic_generator(gen, synth);
+    gen->n_items = n_items;
+    gen->fill_item = fill_item;
+    gen->fingerprint = stoker_hash64("synthetic", 9, n_items);
+}

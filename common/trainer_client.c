@@ -520,6 +520,8 @@ drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
                 if (kept != at)
                     memmove(c->data[f] + (size_t)kept * w, c->data[f] + (size_t)at * w, w);
             }
+            if (b->items != NULL)
+                b->items[kept] = b->items[at];
             stoker_run *last = n_runs > 0 ? &runs[n_runs - 1] : NULL;
             if (last != NULL && last->session == r->session && last->producer == r->producer &&
                 last->first_seq + last->count == q)
@@ -587,6 +589,11 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     b->runs = rep->runs;
     rep->runs = NULL;
     b->owner = rep;
+    if (rep->n_items == b->chunk.count)
+        b->items = rep->items; // points into rep, which the batch owns
+    else if (rep->n_items != 0)
+        stoker_warn("trainer: batch carries %u items for %u examples; items ignored", rep->n_items,
+                    b->chunk.count);
     if (rep->in_arena && (rv = arena_batch(tc, rep, b)) != STOKER_OK) {
         stoker_batch_destroy(b);
         return rv;

@@ -22,6 +22,7 @@
 #define MAX_RUNS      (1u << 20)
 #define MAX_EVENTS    4096
 #define MAX_PRODUCERS 65536
+#define MAX_ITEMS     (1u << 24)
 
 static int
 copy_string(char *dst, size_t cap, const char *src, const char *what, char *err, size_t err_len)
@@ -380,6 +381,8 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
         hello.want_arena = req->want_arena != 0;
+        hello.dataset_size = req->dataset_size;
+        hello.dataset_fingerprint = req->dataset_fingerprint;
         hello.group = (char *)req->group;
         hello.rank = req->rank;
         hello.world = req->world;
@@ -395,6 +398,8 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         push.first_seq = req->first_seq;
         chunk_to_pb(&req->chunk, &cpb);
         push.chunk = &cpb.chunk;
+        push.n_items = req->n_items;
+        push.items = (uint64_t *)req->items;
         r.push = &push;
         blobs.chunk = &req->chunk;
         src = &blobs;
@@ -480,6 +485,8 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->role = (stoker_role)r->hello->role;
         req->next_seq = r->hello->next_seq;
         req->want_arena = r->hello->want_arena;
+        req->dataset_size = r->hello->dataset_size;
+        req->dataset_fingerprint = r->hello->dataset_fingerprint;
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
@@ -506,6 +513,12 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
                               req->data_len, err, err_len);
         owner->msg = NULL;
         has_chunk = 1;
+        if (rv == STOKER_OK && r->push->n_items != 0 && r->push->n_items != req->chunk.count)
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "push carries %zu items for %u examples (one each, or none)",
+                               r->push->n_items, req->chunk.count);
+        req->n_items = (uint32_t)r->push->n_items;
+        req->items = r->push->items;
         break;
     case STOKER__METHOD__PULL:
         if (r->pull == NULL) {
@@ -544,6 +557,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         break;
     case STOKER__METHOD__STATUS:
     case STOKER__METHOD__HEARTBEAT:
+    case STOKER__METHOD__SHARD:
         break;
     default:
         rv = stoker_errorf(err, err_len, STOKER_INVALID, "unknown method %d", (int)r->method);
@@ -606,6 +620,14 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.arena_offset = rep->arena_offset;
     r.arena_socket = (char *)rep->arena_socket;
     r.arena_ticket = rep->arena_ticket;
+    r.n_items = rep->n_items;
+    r.items = rep->items;
+    r.dataset_seed = rep->dataset_seed;
+    r.dataset_size = rep->dataset_size;
+    r.epochs_done = rep->epochs_done;
+    r.epochs_limit = rep->epochs_limit;
+    r.items_reassigned = rep->items_reassigned;
+    r.pushes_revoked = rep->pushes_revoked;
     r.group_step = rep->group_step;
     r.group_leftover = rep->group_leftover;
     if (rep->has_schema) {
@@ -681,6 +703,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
             events[i].name = (char *)e->name;
             events[i].at_s = e->at_s;
             events[i].reason = (char *)e->reason;
+            events[i].epoch = e->epoch;
             event_ptrs[i] = &events[i];
         }
         r.n_events = rep->n_events;
@@ -782,6 +805,19 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->acked_through = r->acked_through;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;
+    if (r->n_items > MAX_ITEMS) {
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "reply lists %zu items, at most %d",
+                           r->n_items, MAX_ITEMS);
+        goto fail;
+    }
+    rep->n_items = (uint32_t)r->n_items;
+    rep->items = r->items;
+    rep->dataset_seed = r->dataset_seed;
+    rep->dataset_size = r->dataset_size;
+    rep->epochs_done = r->epochs_done;
+    rep->epochs_limit = r->epochs_limit;
+    rep->items_reassigned = r->items_reassigned;
+    rep->pushes_revoked = r->pushes_revoked;
     rep->group_step = r->group_step;
     rep->group_leftover = r->group_leftover;
     if (r->schema != NULL) {
@@ -836,8 +872,11 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             const Stoker__Event *e = r->events[i];
             stoker_event *d = &rep->events[i];
             d->index = e->index;
-            d->kind = e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED ? (stoker_event_kind)e->kind
-                                                                   : STOKER_EVENT_NONE;
+            d->kind =
+                e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || e->kind == STOKER_EVENT_EPOCH_END
+                    ? (stoker_event_kind)e->kind
+                    : STOKER_EVENT_NONE;
+            d->epoch = e->epoch;
             d->producer = e->producer;
             d->at_s = e->at_s;
             snprintf(d->name, sizeof(d->name), "%s", e->name != NULL ? e->name : "");

@@ -22,6 +22,7 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/producer.h"
+#include "stoker/rng.h"
 
 #define READ_CHUNK_BYTES  65536
 #define MAX_LINE_BYTES    (64u << 20) // a longer line is an error, not unbounded growth
@@ -40,6 +41,8 @@ typedef struct exec_gen {
 
     pid_t pid; // -1 once reaped
     int fd;    // read end of the child's stdout; -1 once closed
+    int in_fd; // a dataset's: write end of the child's stdin (indices); -1 otherwise
+    uint64_t n_items;
 
     // Buffered input: bytes buf[start, end) are unread.
     char *buf;
@@ -100,6 +103,10 @@ reap_within(exec_gen *g, long timeout_ms, int *status)
 static void
 stop_child(exec_gen *g)
 {
+    if (g->in_fd >= 0) {
+        close(g->in_fd);
+        g->in_fd = -1;
+    }
     if (g->fd >= 0) {
         close(g->fd);
         g->fd = -1;
@@ -516,6 +523,40 @@ exec_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     return STOKER_OK;
 }
 
+// A dataset's item: "INDEX SEED\n" to the child's stdin, then its example as exec_fill reads it.
+static int
+exec_fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
+{
+    exec_gen *g = user;
+    if (g->final_rv != STOKER_OK)
+        return g->final_rv;
+    char line[64];
+    int n = snprintf(line, sizeof line, "%llu %llu\n", (unsigned long long)index,
+                     (unsigned long long)seed);
+    for (int done = 0; done < n;) {
+        ssize_t w = write(g->in_fd, line + done, (size_t)(n - done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            stoker_error("exec: command '%s' stopped reading indices (item %llu): %s", g->cmd,
+                         (unsigned long long)index, strerror(errno));
+            g->final_rv = STOKER_IO;
+            return STOKER_IO;
+        }
+        done += (int)w;
+    }
+    int rv = exec_fill(user, index, seed, fields);
+    if (rv == STOKER_END_OF_DATA) {
+        stoker_error("exec: command '%s' ended without writing item %llu (out of its range?)",
+                     g->cmd, (unsigned long long)index);
+        g->final_rv = STOKER_IO;
+        return STOKER_IO;
+    }
+    if (rv != STOKER_OK && rv != STOKER_INTERRUPTED)
+        stoker_error("exec: command '%s' failed on item %llu", g->cmd, (unsigned long long)index);
+    return rv;
+}
+
 // Child side of fork: only async-signal-safe calls until exec.
 static void __attribute__((noreturn))
 run_child(char *const argv[], int out_fd, int null_fd, pid_t parent)
@@ -541,9 +582,28 @@ run_child(char *const argv[], int out_fd, int null_fd, pid_t parent)
     _exit(127);
 }
 
+static int create(const char *cmd, const stoker_schema *schema, exec_format format,
+                  uint64_t n_items, stoker_generator *out, char *err, size_t err_len);
+
 int
 exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format format,
                       stoker_generator *out, char *err, size_t err_len)
+{
+    return create(cmd, schema, format, 0, out, err, err_len);
+}
+
+int
+exec_generator_create_dataset(const char *cmd, const stoker_schema *schema, exec_format format,
+                              uint64_t n_items, stoker_generator *out, char *err, size_t err_len)
+{
+    if (n_items == 0)
+        return stoker_errorf(err, err_len, STOKER_INVALID, "exec: a dataset of 0 items");
+    return create(cmd, schema, format, n_items, out, err, err_len);
+}
+
+static int
+create(const char *cmd, const stoker_schema *schema, exec_format format, uint64_t n_items,
+       stoker_generator *out, char *err, size_t err_len)
 {
     char why[256];
     int rv;
@@ -572,6 +632,8 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
         goto fail_alloc;
     g->pid = -1;
     g->fd = -1;
+    g->in_fd = -1;
+    g->n_items = n_items;
     g->schema = *schema;
     g->format = format;
     stoker_schema_format(schema, g->schema_text, sizeof g->schema_text);
@@ -592,7 +654,15 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
         rv = stoker_errorf(err, err_len, STOKER_IO, "exec: pipe: %s", strerror(errno));
         goto fail_pipe;
     }
-    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    // A dataset's child reads indices from a pipe; a stream's stdin is /dev/null.
+    int in_pipe[2] = {-1, -1};
+    if (n_items > 0 && pipe2(in_pipe, O_CLOEXEC) != 0) {
+        rv = stoker_errorf(err, err_len, STOKER_IO, "exec: pipe: %s", strerror(errno));
+        close(pipe_fds[0]);
+        close(pipe_fds[1]);
+        goto fail_pipe;
+    }
+    int null_fd = n_items > 0 ? in_pipe[0] : open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd < 0) {
         rv = stoker_errorf(err, err_len, STOKER_IO, "exec: /dev/null: %s", strerror(errno));
         goto fail_null;
@@ -612,6 +682,7 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
     close(pipe_fds[1]);
     g->pid = pid;
     g->fd = pipe_fds[0];
+    g->in_fd = in_pipe[1];
     stoker_debug("exec: started '%s' as pid %d (%s, %s)", cmd, (int)pid, g->schema_text,
                  format == EXEC_TEXT ? "text" : "raw");
 
@@ -620,10 +691,19 @@ exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format 
     out->fill = exec_fill;
     out->user = g;
     out->destroy = exec_destroy;
+    out->n_items = n_items;
+    out->fill_item = NULL;
+    out->fingerprint = 0;
+    if (n_items > 0) {
+        out->fill_item = exec_fill_item;
+        out->fingerprint = stoker_hash64("exec", 4, n_items); // the child owns its listing
+    }
     return STOKER_OK;
 
 fail_fork:
     close(null_fd);
+    if (in_pipe[1] >= 0)
+        close(in_pipe[1]);
 fail_null:
     close(pipe_fds[0]);
     close(pipe_fds[1]);

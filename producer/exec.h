@@ -1,7 +1,8 @@
 // The `exec` generator: runs a user's command through /bin/sh -c and reads examples from its
 // standard output, as text lines or fixed-size little-endian records. The child's stderr passes
-// through; its stdin is /dev/null. It does not restart a command that ends, and it does not
-// interpret anything but numbers: the schema given by the user says what each line holds.
+// through; its stdin is /dev/null (a dataset's: the indices it is asked for). It does not restart a
+// command that ends, and it does not interpret anything but numbers: the schema given by the user
+// says what each line holds.
 #ifndef PRODUCER_EXEC_H
 #define PRODUCER_EXEC_H
 
@@ -46,6 +47,16 @@ int exec_format_parse(const char *name, exec_format *out);
 // process group, waits up to 1 s, then sends SIGKILL and reaps it: no child is left behind.
 int exec_generator_create(const char *cmd, const stoker_schema *schema, exec_format format,
                           stoker_generator *out, char *err, size_t err_len);
+
+// As exec_generator_create, for a dataset of n_items (> 0) items (docs/datasets.md): the child's
+// stdin is a pipe, and for each item the producer writes one line "INDEX SEED" (decimal; SEED is
+// the item's seed for this epoch, for augmentation) and reads the item's example from its
+// output. A child that ends or fails instead of answering fails the producer with STOKER_IO (its
+// items go to other producers). The fingerprint says only n_items: what the items are is the
+// child's business (commands may differ between boxes).
+int exec_generator_create_dataset(const char *cmd, const stoker_schema *schema, exec_format format,
+                                  uint64_t n_items, stoker_generator *out, char *err,
+                                  size_t err_len);
 
 // The child's pid (its process group id too), or -1 once it has been reaped; for tests and logs.
 pid_t exec_generator_pid(const stoker_generator *gen);

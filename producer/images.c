@@ -70,6 +70,7 @@ typedef struct images_gen {
     // a source row of its two neighbours and the weight of the second; the same for rows.
     uint32_t *col0, *col1, *row0, *row1;
     float *wx, *wy;
+    uint64_t listing; // hash of the class/file names in index order (a dataset's fingerprint)
 } images_gen;
 
 // ImageNet statistics (torchvision's Normalize for its pretrained models).
@@ -356,6 +357,8 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
                 break;
             }
             rv = load_image(g, path, (int32_t)c, err, err_len);
+            const char *rel = path + strlen(dir) + 1; // class/file: the same on every box
+            g->listing = stoker_hash64(rel, strlen(rel) + 1, g->listing);
             free(path);
         }
         names_free(&files);
@@ -682,15 +685,12 @@ emit(const images_gen *g, const float *src, bool src_chw, bool src_normalized, v
     }
 }
 
+// Makes an example of image drawn through the pipeline, the rest of its randomness from
+// from_rng (a stream's fill and a dataset's fill_item share it).
 static int
-images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *const fields[])
 {
-    images_gen *g = user;
-    (void)seq;
-    stoker_rng rng;
-    stoker_rng_seed(&rng, seed);
-
-    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
+    stoker_rng rng = *from_rng;
     const image *im = &g->images[drawn];
     image decoded = {0};
     if (g->decode_each) {
@@ -749,6 +749,32 @@ log_classes(const images_gen *g, const char *dir)
         stoker_info("images: %s: %u classes of %zu to %zu files each (labels in name order; "
                     "--label-map FILE writes them all)",
                     dir, g->n_classes, lo, hi);
+}
+
+static int
+images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+{
+    images_gen *g = user;
+    (void)seq;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
+    return make_example(g, &rng, drawn, fields);
+}
+
+// A dataset's item: image index of the sorted listing, augmented from seed.
+static int
+images_fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
+{
+    images_gen *g = user;
+    if (index >= g->n_images) {
+        stoker_error("images: item %llu asked of a folder of %zu images", (unsigned long long)index,
+                     g->n_images);
+        return STOKER_INVALID;
+    }
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+    return make_example(g, &rng, (size_t)index, fields);
 }
 
 int
@@ -835,6 +861,9 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     out->fill = images_fill;
     out->user = g;
     out->destroy = images_destroy;
+    out->n_items = 0; // a stream unless images_generator_dataset
+    out->fingerprint = 0;
+    out->fill_item = NULL;
     return STOKER_OK;
 }
 
@@ -857,6 +886,15 @@ images_generator_skipped(const stoker_generator *gen)
 {
     const images_gen *g = gen->user;
     return g->n_bad;
+}
+
+void
+images_generator_dataset(stoker_generator *gen)
+{
+    const images_gen *g = gen->user;
+    gen->n_items = g->n_images;
+    gen->fingerprint = g->listing ^ g->n_images;
+    gen->fill_item = images_fill_item;
 }
 
 bool

@@ -54,6 +54,11 @@
 int images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
                             char *err, size_t err_len);
 
+// Makes gen (created above) serve the folder as a dataset (docs/datasets.md): item i is the i-th
+// image of the listing (classes in order, files sorted within each), augmented from the item's
+// seed as fill augments from its seed; the fingerprint is a hash of the class/file names in
+// that order, so producers on other boxes must see the same names.
+void images_generator_dataset(stoker_generator *gen);
 typedef enum images_output { IMAGES_FLOAT32 = 0, IMAGES_UINT8 = 1 } images_output;
 typedef enum images_label { IMAGES_LABEL_INT64 = 0, IMAGES_LABEL_INT32 = 1 } images_label;
 

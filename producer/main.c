@@ -31,6 +31,8 @@ typedef struct producer_options {
     int label;             // images_label
     const char *label_map; // write the label map (JSON) here
     uint64_t measure;      // 0: push to a broker
+    uint64_t items;        // synthetic, exec: serve a dataset of this many items (0: a stream)
+    int dataset;           // images: serve the folder as a dataset
     char name[64];         // the default name, host-pid
 } producer_options;
 
@@ -110,6 +112,14 @@ static const stoker_cli_option rows[] = {
      "generate N examples without a broker and print the\n"
      "generator's rate as JSON (how fast is my generator?)",
      STOKER_CLI_UINT, AT(measure), .imin = 1, .imax = UINT64_MAX / 2},
+    {"items", "N",
+     "synthetic, exec: serve a dataset of N items, made by\n"
+     "index in the epochs the broker hands out",
+     STOKER_CLI_UINT, AT(items), .imin = 1, .imax = UINT32_MAX},
+    {"dataset", NULL,
+     "images: serve the folder as a dataset (item i is the i-th\n"
+     "file of the sorted listing) in the broker's epochs",
+     STOKER_CLI_FLAG, AT(dataset)},
 };
 static const stoker_cli_option synthetic_rows[] = {
     {"delay", "MIN:MAX", "seconds of simulated work per example", STOKER_CLI_RANGE,
@@ -184,6 +194,12 @@ check(const stoker_cli *cli, const producer_options *o)
         return stoker_cli_fail(cli, "--generator exec needs --exec 'CMD' and --schema SPEC");
     if (is_images && o->images_dir == NULL)
         return stoker_cli_fail(cli, "--generator images needs --images DIR");
+    if (is_images && stoker_cli_given(cli, "items"))
+        return stoker_cli_fail(cli, "--items applies to synthetic and exec; images use --dataset "
+                                    "(the folder's files are the items)");
+    if (!is_images && o->dataset)
+        return stoker_cli_fail(cli,
+                               "--dataset applies to --generator images; others use --items N");
     return -1;
 }
 
@@ -192,12 +208,16 @@ static int
 build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *gen)
 {
     char err[512];
+    *gen = (stoker_generator){0};
     if (strcmp(o->generator, "exec") == 0) {
         stoker_schema schema;
         if (stoker_schema_parse(o->schema_spec, &schema, err, sizeof(err)) != STOKER_OK)
             return stoker_cli_fail(cli, "--schema '%s': %s", o->schema_spec, err);
-        if (exec_generator_create(o->exec_cmd, &schema, (exec_format)o->format, gen, err,
-                                  sizeof(err)) != STOKER_OK) {
+        if ((o->items > 0
+                 ? exec_generator_create_dataset(o->exec_cmd, &schema, (exec_format)o->format,
+                                                 o->items, gen, err, sizeof(err))
+                 : exec_generator_create(o->exec_cmd, &schema, (exec_format)o->format, gen, err,
+                                         sizeof(err))) != STOKER_OK) {
             stoker_error("exec: %s", err);
             return 1;
         }
@@ -222,9 +242,14 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
             stoker_generator_fini(gen);
             return 1;
         }
+        if (o->dataset)
+            images_generator_dataset(gen);
     } else {
         o->synth.stop = stoker_producer_stop_flag();
-        stoker_synthetic_generator(gen, &o->synth);
+        if (o->items > 0)
+            stoker_synthetic_dataset(gen, &o->synth, o->items);
+        else
+            stoker_synthetic_generator(gen, &o->synth);
     }
     return 0;
 }

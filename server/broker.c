@@ -34,6 +34,7 @@ broker_config_init(broker_config *cfg)
     cfg->max_trainers = 64;
     cfg->max_chunk_examples = 1u << 20;
     cfg->max_parked = 512;
+    cfg->shard_items = 32;
     cfg->group_steps_ahead = 4;
 }
 
@@ -180,6 +181,14 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
                         (unsigned long long)bytes);
     }
     b->queue_depth = cfg->queue_depth;
+    if (cfg->dataset_size > 0 &&
+        (b->epochs = epochs_create(cfg->dataset_size, cfg->shuffle_seed, cfg->shard_items,
+                                   cfg->epochs, cfg->strict_epochs)) == NULL) {
+        free(b->producers);
+        free(b->trainers);
+        free(b);
+        return NULL;
+    }
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
     b->next_lease_id =
@@ -238,6 +247,7 @@ broker_destroy(broker *b, broker_outbox *out)
     free(b->trainers);
     free(b->authed);
     broker_arena_destroy(b->arena);
+    epochs_destroy(b->epochs);
     free(b);
 }
 
@@ -331,13 +341,16 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         handle_pull(b, token, pipe, req, now_ms, out);
         break;
     case STOKER_ACK:
-        handle_ack(b, token, req, out);
+        handle_ack(b, token, req, now_ms, out);
         break;
     case STOKER_GOODBYE:
         handle_goodbye(b, token, req, now_ms, out);
         break;
     case STOKER_HEARTBEAT:
         handle_heartbeat(b, token, pipe, req, now_ms, out);
+        break;
+    case STOKER_SHARD:
+        epochs_handle_shard(b, token, pipe, req, now_ms, out);
         break;
     default:
         send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);

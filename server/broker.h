@@ -44,6 +44,15 @@ typedef struct broker_config {
     // Shared memory for trainers on this host (broker_arena.h): its size, at most max_bytes;
     // 0 (the default here; stoker-broker's default is in its option table) serves bytes only.
     uint64_t arena_bytes;
+    // A dataset (broker_epoch.c): dataset_size > 0 serves items 0..dataset_size-1 in epochs
+    // instead of streams. Each epoch is a permutation from (shuffle_seed, epoch), handed to
+    // producers in shards of shard_items; epochs 0 means without end. strict_epochs keeps an
+    // epoch's work from starting before the previous one was acknowledged in full.
+    uint64_t dataset_size;
+    uint64_t shuffle_seed;
+    uint32_t shard_items;
+    uint32_t epochs;
+    int strict_epochs;
     // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;

@@ -25,6 +25,7 @@
 #include <nng/nng.h>
 
 #include "broker.h"
+#include "broker_epoch.h"
 #include "queue.h"
 
 #define EVENT_LOG         4096 // events remembered
@@ -71,6 +72,7 @@ typedef struct producer {
     uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     parked *pushes, *pushes_tail; // parked pushes, FIFO
+    uint64_t items_held;          // dataset items assigned to it, not yet accepted
 } producer;
 
 typedef struct trainer {
@@ -123,6 +125,7 @@ struct broker {
     uint32_t n_authed, cap_authed;
 
     struct broker_arena *arena; // NULL: no shared memory
+    epochs *epochs;             // NULL: the broker serves streams (broker_epoch.c)
     struct group *groups;       // data-parallel groups (broker_group.c)
 };
 
@@ -197,7 +200,7 @@ void settle(broker *b, uint64_t now_ms, broker_outbox *out);
 // These take req.
 void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
-void handle_ack(broker *b, void *token, stoker_request *req, broker_outbox *out);
+void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
 
 // --- broker_loss.c: lost peers ---
 

@@ -20,7 +20,7 @@
 
 // Applies acknowledgements from t. Returns how many were refused.
 static uint32_t
-apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
+apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms)
 {
     uint32_t refused = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -35,6 +35,7 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
         *pp = l->next;
         for (uint32_t r = 0; r < l->n_parts; r++) {
             producer *p = find_producer_id(b, l->parts[r].producer);
+            epochs_acked(b, &l->parts[r].range, now_ms);
             if (p != NULL) {
                 p->acknowledged += l->parts[r].range.count;
                 p->in_flight -= l->parts[r].range.count;
@@ -289,15 +290,19 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     stoker_reply rep = {.code = STOKER_OK, .group_step = step, .group_leftover = leftover};
     stoker_chunk_part *parts = NULL;
     stoker_run *runs = NULL;
+    uint64_t *items = NULL;
     if (take)
         l = take_lease(b, t, max);
     if (l != NULL) {
         parts = calloc(l->n_parts, sizeof(*parts));
         runs = calloc(l->n_parts, sizeof(*runs));
-        if (parts == NULL || runs == NULL) {
+        if (b->epochs != NULL)
+            items = malloc((size_t)l->count * sizeof(*items));
+        if (parts == NULL || runs == NULL || (b->epochs != NULL && items == NULL)) {
             // Cannot describe the batch: give the examples back; the trainer asks again.
             free(parts);
             free(runs);
+            free(items);
             if (t->group != NULL) {
                 group_untake(b, t, l); // the rank's step waits for its next pull
             } else {
@@ -309,8 +314,11 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         }
         if (cut_short)
             queues_cut_short(b, t, max, l->count);
-        for (uint32_t i = 0; i < l->n_parts; i++) {
+        for (uint32_t i = 0, at = 0; i < l->n_parts; i++) {
             const lease_part *part = &l->parts[i];
+            const uint64_t *part_items = queue_range_items(&part->range);
+            for (uint32_t j = 0; items != NULL && j < part->range.count; j++)
+                items[at++] = part_items != NULL ? part_items[j] : UINT64_MAX;
             for (uint32_t f = 0; f < b->schema.n_fields; f++)
                 parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
             parts[i].count = part->range.count;
@@ -326,6 +334,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         rep.n_parts = l->n_parts;
         rep.n_runs = l->n_parts;
         rep.runs = runs;
+        rep.n_items = items != NULL ? l->count : 0;
+        rep.items = items;
         arena_reply(b, t, k->req->arena_secret, l, &rep);
     } else if (ended != STOKER_OK) {
         rep.code = ended;
@@ -339,6 +349,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     send_reply(b, out, k->token, &rep);
     free(parts);
     free(runs);
+    free(items);
     (void)now_ms;
     return 1;
 }
@@ -418,7 +429,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     k->token = token;
     k->req = req;
     k->trainer = t;
-    k->acks_refused = apply_acks(b, t, req->n_acks, req->acks);
+    k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
     if (req->max_examples != t->batch_examples) {
         t->batch_examples = req->max_examples;
         queues_resize(b); // before it is served: the queues may have to grow for it
@@ -442,13 +453,13 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
 }
 
 void
-handle_ack(broker *b, void *token, stoker_request *req, broker_outbox *out)
+handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
     if (t == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     } else {
-        uint32_t refused = apply_acks(b, t, req->n_acks, req->acks);
+        uint32_t refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
         stoker_reply rep = {.code = refused == 0 ? STOKER_OK : STOKER_NOT_FOUND,
                             .acks_refused = refused};
         if (refused > 0)

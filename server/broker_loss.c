@@ -23,6 +23,7 @@ lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broke
     stoker_warn("producer-lost: producer %u '%s': %s (%llu examples still queued)", p->id, p->name,
                 reason, (unsigned long long)p->q.examples);
     add_event(b, STOKER_EVENT_PRODUCER_LOST, p, now_ms, reason);
+    epochs_release(b, p, "producer lost");
     // Its parked pushes are answered so their contexts come free; a live peer resends.
     for (parked *k = p->pushes, *next; k != NULL; k = next) {
         next = k->next;

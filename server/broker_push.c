@@ -80,6 +80,16 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
         k->req = NULL;
         return 1;
     }
+    char why[STOKER_MESSAGE_MAX - 16];
+    int rv;
+    if (b->epochs != NULL &&
+        (rv = epochs_check_push(b, p, req, skip, why, sizeof(why))) != STOKER_OK) {
+        stoker_info("push-refused: producer %u '%s': %s", p->id, p->name, why);
+        send_code(b, out, k->token, rv, "%s", why);
+        stoker_request_free(req);
+        k->req = NULL;
+        return 1;
+    }
     if (queue_append_request(&p->q, req, skip) != STOKER_OK) {
         send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
         stoker_request_free(req);
@@ -87,6 +97,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
         return 1;
     }
     k->req = NULL; // the queue owns it now
+    if (b->epochs != NULL)
+        epochs_accepted(b, p, req, skip);
     p->next_seq = end;
     p->accepted += fresh;
     b->c.produced += fresh;

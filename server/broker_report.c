@@ -34,6 +34,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->queue_depth_auto = b->cfg.queue_depth_auto;
     snprintf(st->queue_limit, sizeof(st->queue_limit), "%s", b->queue_limit);
     st->max_bytes = b->cfg.max_bytes;
+    epochs_report(b->epochs, st);
     broker_counters(b, &st->counters);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
@@ -85,6 +86,11 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .uptime_ms = st->uptime_ms,
         .queue_depth = st->queue_depth,
         .max_bytes = st->max_bytes,
+        .dataset_size = st->dataset_size,
+        .epochs_done = st->epochs_done,
+        .epochs_limit = st->epochs_limit,
+        .items_reassigned = st->items_reassigned,
+        .pushes_revoked = st->pushes_revoked,
         .queue_depth_auto = st->queue_depth_auto,
         .groups = st->groups,
         .n_groups = st->n_groups,

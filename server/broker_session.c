@@ -96,6 +96,19 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                   want);
         return;
     }
+    char why[STOKER_MESSAGE_MAX - 16];
+    int rv = b->epochs != NULL ? epochs_check_hello(b, req, why, sizeof(why))
+             : req->dataset_size > 0
+                 ? stoker_errorf(why, sizeof(why), STOKER_DATASET_MISMATCH,
+                                 "dataset mismatch: producer '%s' serves a dataset of %llu items, "
+                                 "the broker streams (start it with --dataset-size)",
+                                 req->name, (unsigned long long)req->dataset_size)
+                 : STOKER_OK;
+    if (rv != STOKER_OK) {
+        stoker_warn("dataset-mismatch: %s", why);
+        send_code(b, out, token, rv, "%s", why);
+        return;
+    }
     producer *p = find_producer(b, req->session);
     if (p == NULL) {
         if (b->n_producers == b->cfg.max_producers) {
@@ -321,6 +334,7 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
             b->n_parked--;
         }
         p->pushes = p->pushes_tail = NULL;
+        epochs_release(b, p, "producer said goodbye");
         if (p->status != STOKER_PRODUCER_FINISHED) {
             p->status = STOKER_PRODUCER_FINISHED;
             stoker_info("producer-finished: producer %u '%s' after %llu examples", p->id, p->name,

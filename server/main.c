@@ -118,6 +118,20 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_BYTES, AT(broker.arena_bytes), .imin = 0, .imax = UINT64_MAX / 2},
     {"max-chunk", "N", "most examples in one push or pull", STOKER_CLI_UINT,
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},
+    {"dataset-size", "N",
+     "serve a dataset of N items in epochs instead of streams\n"
+     "(see docs/datasets.md)",
+     STOKER_CLI_UINT, AT(broker.dataset_size), .imin = 1, .imax = UINT32_MAX},
+    {"epochs", "E", "with --dataset-size: make E epochs, then end (0: without end)",
+     STOKER_CLI_UINT, AT(broker.epochs), .imin = 0, .imax = UINT32_MAX},
+    {"shuffle-seed", "S", "with --dataset-size: seed of each epoch's order and items' seeds",
+     STOKER_CLI_UINT, AT(broker.shuffle_seed), .imin = 0, .imax = UINT64_MAX},
+    {"shard-items", "N", "with --dataset-size: items handed to a producer per request",
+     STOKER_CLI_UINT, AT(broker.shard_items), .imin = 1, .imax = STOKER_SHARD_MAX_ITEMS},
+    {"strict-epochs", NULL,
+     "with --dataset-size: start an epoch's work only once the previous one was acknowledged\n"
+     "(no batch mixes epochs; the default overlaps them so producers never idle)",
+     STOKER_CLI_FLAG, AT(broker.strict_epochs)},
     {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
      AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
 };

@@ -135,3 +135,10 @@ queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f)
 {
     return r->block->req->chunk.data[f] + (size_t)r->first * stoker_field_bytes(&schema->fields[f]);
 }
+
+const uint64_t *
+queue_range_items(const queue_range *r)
+{
+    const stoker_request *req = r->block->req;
+    return req->n_items > 0 ? req->items + r->first : NULL;
+}

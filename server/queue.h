@@ -46,5 +46,7 @@ int queue_put_back(queue *q, const queue_range *r);
 void queue_range_release(queue_range *r);
 // Where field f of the range's first example is (the range's examples follow contiguously).
 const uint8_t *queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f);
+// The dataset items of the range's examples (one each, in order), or NULL for a stream's.
+const uint64_t *queue_range_items(const queue_range *r);
 
 #endif

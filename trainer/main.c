@@ -78,6 +78,10 @@ static const stoker_cli_option rows[] = {
      .imax = 1u << 30},
     {"rounds", "N", "rounds to train", STOKER_CLI_UINT, AT(train.rounds), .imin = 1,
      .imax = 1u << 30},
+    {"epochs", "E",
+     "stop after E epochs of the broker's dataset;\n"
+     "--rounds is then ignored",
+     STOKER_CLI_UINT, AT(train.epochs), .imin = 1, .imax = UINT32_MAX},
     {"time-goal", "SEC", "stop after this long (default: none)", STOKER_CLI_NUMBER,
      AT(train.time_goal_s), .dmin = 0.001, .dmax = 1e7, .expect = "expected seconds > 0"},
     {"device", "D", "auto, cpu or gpu", STOKER_CLI_CHOICE, AT(train.device), .choices = devices},

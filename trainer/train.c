@@ -180,11 +180,18 @@ check_fields(const train_config *cfg, const stoker_schema *schema, int *in_idx, 
 static void
 record_event(train_result *res, const stoker_event *e, double at_s)
 {
+    if (e->kind == STOKER_EVENT_EPOCH_END) {
+        res->epochs++;
+        stoker_info("epoch-end: epoch %u done (%llu examples trained so far)", e->epoch,
+                    (unsigned long long)res->examples);
+    }
     const char *what = e->kind == STOKER_EVENT_PRODUCER_LOST       ? "lost"
                        : e->kind == STOKER_EVENT_PRODUCER_FINISHED ? "finished"
                        : e->kind == STOKER_EVENT_PRODUCER_JOINED   ? "joined"
                                                                    : "reconnected";
-    if (e->kind == STOKER_EVENT_PRODUCER_LOST)
+    if (e->kind == STOKER_EVENT_EPOCH_END)
+        ;
+    else if (e->kind == STOKER_EVENT_PRODUCER_LOST)
         stoker_warn("producer %u '%s' %s: %s", e->producer, e->name, what, e->reason);
     else
         stoker_info("producer %u '%s' %s", e->producer, e->name, what);
@@ -312,7 +319,11 @@ train_run(const train_config *cfg, train_result *res)
             set_reason(res, TRAIN_INTERRUPTED, "stopped by a signal");
             break;
         }
-        if (res->examples >= total) {
+        if (cfg->epochs > 0 && res->epochs >= cfg->epochs) {
+            set_reason(res, TRAIN_COMPLETED, "all %u epochs done", cfg->epochs);
+            break;
+        }
+        if (cfg->epochs == 0 && res->examples >= total) {
             set_reason(res, TRAIN_COMPLETED, "all %u rounds done", cfg->rounds);
             break;
         }
@@ -324,6 +335,10 @@ train_run(const train_config *cfg, train_result *res)
         const stoker_chunk *chunk = NULL;
         rv = src->ops->next(src, &chunk);
         wait_ns += stoker_now_ns() - t0;
+        if (rv != STOKER_OK && cfg->epochs > 0 && res->epochs >= cfg->epochs) {
+            set_reason(res, TRAIN_COMPLETED, "all %u epochs done", cfg->epochs);
+            break;
+        }
         if (rv != STOKER_OK) {
             switch (rv) {
             case STOKER_NO_PRODUCERS:
@@ -429,11 +444,11 @@ train_write_json(const train_result *r, FILE *f)
     fprintf(f,
             ", \"device\": \"%s\", \"rounds\": %llu, \"batches\": %llu, \"examples\": %llu, "
             "\"seconds\": %.6f, \"examples_per_second\": %.6f, \"final_loss\": %.9g, "
-            "\"first_round_loss\": %.9g, \"data_wait_fraction\": %.6f",
+            "\"first_round_loss\": %.9g, \"data_wait_fraction\": %.6f, \"epochs\": %u",
             r->device, (unsigned long long)r->rounds, (unsigned long long)r->batches,
             (unsigned long long)r->examples, r->seconds, r->examples_per_second,
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
-            r->data_wait_fraction);
+            r->data_wait_fraction, r->epochs);
     if (r->delivery != NULL)
         fprintf(f, ", \"delivery\": \"%s\"", r->delivery);
     if (r->has_audit) {

@@ -36,6 +36,7 @@ typedef struct train_config {
     uint32_t round_length; // examples per round, 20
     uint32_t rounds;       // 100
     double time_goal_s;    // 0: none
+    uint32_t epochs;       // > 0: stop after this many epochs of a dataset (rounds then ignored)
     // Network.
     const char *device; // auto | cpu | gpu
     uint32_t hidden[MLP_MAX_LAYERS];
@@ -82,6 +83,7 @@ typedef struct train_result {
     int64_t discrepancy;
     uint32_t n_events;
     train_event events[TRAIN_MAX_EVENTS];
+    uint32_t epochs; // epochs of a dataset whose every item was delivered (EPOCH_END events)
 } train_result;
 
 // Runs training as configured. Always fills *result (status and reason say how it ended) and

@@ -20,7 +20,9 @@ TOO_LARGE = 10
 CONNECTION = 15
 STALLED = 16
 INTERRUPTED = 17
-GROUP_BROKEN = 23
+GROUP_BROKEN = 21
+DATASET_MISMATCH = 22
+SHARD_REVOKED = 23
 
 # stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
 DTYPES = {
@@ -35,7 +37,7 @@ DTYPES = {
 }
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
-               4: "producer_reconnected"}
+               4: "producer_reconnected", 15: "epoch_end"}
 
 MAX_RANK = 8  # STOKER_MAX_RANK
 
@@ -97,6 +99,8 @@ def _declare(lib):
         "stoker_consumer_batch_run": (i, [P, u32, c.POINTER(u32), c.POINTER(u64),
                                           c.POINTER(u64), c.POINTER(u32)]),
         "stoker_consumer_batch_identities": (u32, [P, c.POINTER(u64), c.POINTER(u64), u32]),
+        "stoker_consumer_batch_items": (u32, [P, c.POINTER(u32), c.POINTER(u64), u32]),
+        "stoker_consumer_epochs_ended": (u32, [P]),
         "stoker_consumer_poll_event": (i, [P, c.POINTER(i), c.POINTER(u32), c.c_char_p,
                                            c.c_size_t, c.POINTER(c.c_double), c.c_char_p,
                                            c.c_size_t]),

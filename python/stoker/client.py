@@ -197,6 +197,18 @@ class Batch(dict):
                     _np.frombuffer(seqs, dtype=_np.uint64)[:got].copy())
         return list(zip(sessions[:got], seqs[:got]))
 
+    def epoch_indices(self):
+        """A dataset's batch: every example's (epoch, index), in example order, as two numpy
+        arrays (uint32, uint64), or a list of pairs without numpy; empty for streams."""
+        n = self.count
+        epochs = (ctypes.c_uint32 * n)()
+        indices = (ctypes.c_uint64 * n)()
+        got = self._client._lib.stoker_consumer_batch_items(self._memory.ptr, epochs, indices, n)
+        if _np is not None:
+            return (_np.frombuffer(epochs, dtype=_np.uint32)[:got].copy(),
+                    _np.frombuffer(indices, dtype=_np.uint64)[:got].copy())
+        return list(zip(epochs[:got], indices[:got]))
+
     @property
     def released(self):
         return self._released
@@ -269,6 +281,7 @@ class Client:
         self.leftover = None  # a rank's, once the supply ended (see SupplyEnded.leftover)
         self._handle = None
         self._held = None  # the last batch batches() yielded, until the next is requested
+        self._stashed = None  # epochs(): a batch that came with an epoch's end, for the next
         self._blocks = 0  # open `with` blocks that decide about _held when they end
         self._duplicates = 0  # duplicates() as it was at close()
         self._events = []
@@ -341,6 +354,7 @@ class Client:
         if self._held is not None and acknowledge_held:
             self._held.release()
         self._held = None
+        self._stashed = None  # never seen by the caller: not acknowledged, redelivered
         self._duplicates = self._lib.stoker_consumer_duplicates(self._handle)
         self._lib.stoker_consumer_close(self._handle)
         self._handle = None
@@ -430,6 +444,28 @@ class Client:
                 self._held.release()
                 self._lib.stoker_consumer_flush(self._handle)  # failing: it warned; redelivered
 
+    def epochs(self, count=None, batch_size=None):
+        """A broker serving a dataset (docs/datasets.md): yields Epoch 0, 1, ... (count of them,
+        or until the supply ends); iterating an Epoch yields its batches until the broker says
+        its last item was delivered:
+
+            for epoch in client.epochs(3):
+                for batch in epoch:
+                    train(batch)
+
+        Batches are acknowledged as in batches(). Unless the broker keeps epochs strict
+        (--strict-epochs), an epoch's last batches may already hold items of the next one
+        (Batch.epoch_indices() tells each example's epoch); a batch that arrives with the news of the
+        epoch's end opens the next Epoch. SupplyEnded is raised when the supply ends before an
+        epoch did."""
+        number = 0
+        while count is None or number < count:
+            yield Epoch(self, number, batch_size)
+            number += 1
+
+    def _epochs_ended(self):
+        return self._lib.stoker_consumer_epochs_ended(self._handle) if self._handle else 0
+
     # -- information --------------------------------------------------------------------------
 
     @property
@@ -469,6 +505,42 @@ class Client:
 
     def __iter__(self):
         return self.batches()
+
+
+class Epoch:
+    """One epoch of a dataset (Client.epochs): iterate it for its batches."""
+
+    def __init__(self, client, number, batch_size):
+        self.number = number
+        self._client = client
+        self._batch_size = batch_size
+
+    def __iter__(self):
+        c = self._client
+        while True:
+            if c._stashed is not None:
+                b, c._stashed = c._stashed, None
+            else:
+                if c._epochs_ended() > self.number:
+                    return
+                if c._held is not None:
+                    c._held.release()
+                    c._held = None
+                try:
+                    b = c.next_batch(self._batch_size)
+                except SupplyEnded:
+                    if c._epochs_ended() > self.number:
+                        return
+                    raise
+                if c._epochs_ended() > self.number:
+                    # Came with the news of this epoch's end: the next epoch's first batch.
+                    c._stashed = b
+                    return
+            c._held = b
+            yield b
+
+    def __repr__(self):
+        return "Epoch(%d)" % self.number
 
 
 def _status_json(lib, call, why):

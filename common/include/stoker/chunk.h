@@ -47,7 +47,22 @@ typedef struct stoker_batch {
     // internal: the shared-memory arena the data is in (stoker/arena.h), or NULL; destroying the
     // batch releases its region there.
     struct stoker_arena *arena;
+    // From a broker serving a dataset: example i is item items[i], (epoch << 32) | index
+    // (stoker_item_epoch / stoker_item_index); NULL for streams. Owned by the batch.
+    uint64_t *items;
 } stoker_batch;
+
+// The epoch and the index of a dataset item as batches carry it.
+static inline uint32_t
+stoker_item_epoch(uint64_t item)
+{
+    return (uint32_t)(item >> 32);
+}
+static inline uint64_t
+stoker_item_index(uint64_t item)
+{
+    return item & 0xffffffffu;
+}
 
 // Frees the batch and everything it owns; accepts NULL.
 void stoker_batch_destroy(stoker_batch *batch);

@@ -120,6 +120,16 @@ int stoker_consumer_batch_run(const stoker_consumer_batch *b, uint32_t run, uint
 uint32_t stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions,
                                           uint64_t *seqs, uint32_t cap);
 
+// A dataset's batch (docs/datasets.md): every example's epoch and index, in example order, into
+// the caller's arrays of cap entries. Returns the number written (min(count, cap)); 0 for a
+// batch of streams.
+uint32_t stoker_consumer_batch_items(const stoker_consumer_batch *b, uint32_t *epochs,
+                                     uint64_t *indices, uint32_t cap);
+// Epochs of the broker's dataset that ended so far (every item delivered and acknowledged), as
+// the consumer heard of them (EPOCH_END events, also returned by poll_event) while
+// stoker_consumer_next waited. Epochs end in order: epoch k has ended when this is > k.
+uint32_t stoker_consumer_epochs_ended(const stoker_consumer *c);
+
 // Pops the oldest event not yet returned: 1 and the fields written (strings NUL-terminated,
 // truncated to their buffers; any pointer may be NULL), or 0 if none. kind is a
 // stoker_event_kind (stoker_event_kind_name gives "producer_lost", ...), at_s the broker's

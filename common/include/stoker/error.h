@@ -28,7 +28,9 @@ typedef enum stoker_err {
     STOKER_IO = 18,          // file or pipe I/O failed
     STOKER_DEVICE = 19,      // GPU or backend failure
     STOKER_INTERNAL = 20,
-    STOKER_GROUP_BROKEN = 23, // a rank of this trainer's group died or left before the end
+    STOKER_GROUP_BROKEN = 21,     // a rank of this trainer's group died or left before the end
+    STOKER_DATASET_MISMATCH = 22, // producer's dataset (size or listing) differs from the broker's
+    STOKER_SHARD_REVOKED = 23,    // the items pushed were given to another producer meanwhile
     STOKER_ERR_COUNT
 } stoker_err;
 

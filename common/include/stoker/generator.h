@@ -17,6 +17,12 @@
 // Called from one thread at a time.
 typedef int (*stoker_fill_fn)(void *user, uint64_t seq, uint64_t seed, void *const fields[]);
 
+// Fills item index of a dataset (0 <= index < n_items) into fields as stoker_fill_fn does. seed
+// is stoker_item_seed(the broker's dataset seed, epoch, index): the same item of the same epoch
+// comes out the same whichever producer makes it. Returns STOKER_OK or a stoker_err (message
+// already logged). Called from one thread at a time.
+typedef int (*stoker_item_fn)(void *user, uint64_t index, uint64_t seed, void *const fields[]);
+
 typedef struct stoker_generator {
     const char *kind; // "synthetic", "exec", "images", or the user's; borrowed
     stoker_schema schema;
@@ -24,6 +30,13 @@ typedef struct stoker_generator {
     void *user;
     // Frees user; may be NULL. Called by stoker_generator_fini.
     void (*destroy)(void *user);
+    // A dataset (docs/datasets.md): n_items > 0 serves items 0..n_items-1 through fill_item,
+    // in the order and epochs the broker hands out (fill may then be NULL). fingerprint
+    // identifies the listing (e.g. a hash of the sorted file names): producers of one broker
+    // must agree on it.
+    uint64_t n_items;
+    uint64_t fingerprint;
+    stoker_item_fn fill_item;
 } stoker_generator;
 
 // Appends up to n examples to chunk (which must have the generator's schema and room for n),

@@ -36,6 +36,12 @@ void stoker_producer_config_init(stoker_producer_config *cfg);
 // Generators with long waits may watch it.
 const volatile int *stoker_producer_stop_flag(void);
 
+// A generator with n_items > 0 serves a dataset: the broker (started with --dataset-size) hands
+// out shards of (epoch, index) items; each is made with gen->fill_item and pushed carrying its
+// item, until the broker's last epoch is made (then goodbye and STOKER_OK) or a stop. A shard
+// the broker took back (this producer was taken for lost) is dropped for a new one. chunk,
+// stop, signals and errors work as below; max_examples and seed do not apply.
+//
 // Runs gen (borrowed) until max_examples were pushed, the generator returns STOKER_END_OF_DATA,
 // or a stop is requested: then pushes what was made, says goodbye (the broker reports the
 // producer finished) and returns STOKER_OK. After a stop, what the broker cannot take at once

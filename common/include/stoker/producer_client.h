@@ -48,6 +48,22 @@ const char *stoker_producer_client_error(const stoker_producer_client *pc);
 // drop pushes still waiting for room at goodbye, so nothing is taken after it).
 int stoker_producer_client_goodbye(stoker_producer_client *pc);
 
+// Datasets (docs/datasets.md). Before the first hello: this client serves a dataset of n_items
+// items whose listing has fingerprint (the broker refuses one that differs from the others').
+void stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_items,
+                                        uint64_t fingerprint);
+// Asks the broker for the next shard: on STOKER_OK, *n (at most cap) items ((epoch << 32) |
+// index, stoker_item_* in producer.h) written to items, and the broker's dataset seed to *seed.
+// STOKER_RETRY: nothing to make right now (ask again shortly); STOKER_END_OF_DATA: the broker's
+// last epoch is made; otherwise an error as for push. Retries connection trouble like push.
+int stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
+                                 uint32_t *n, uint64_t *seed);
+// As push, each example i carrying items[i] (borrowed, chunk->count of them). Besides push's
+// errors, STOKER_SHARD_REVOKED: the broker gave these items to others meanwhile (this producer
+// was taken for lost); nothing of the chunk was taken: drop the shard, ask for a new one.
+int stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk *chunk,
+                                      uint64_t first_seq, const uint64_t *items);
+
 // Stops the heartbeat thread, closes the socket and frees; accepts NULL. Without a goodbye the
 // broker reports the producer lost.
 void stoker_producer_client_destroy(stoker_producer_client *pc);

@@ -8,6 +8,8 @@
 #include "stoker/schema.h"
 
 #define STOKER_REASON_MAX 160
+// Most items one SHARD reply hands a dataset's producer.
+#define STOKER_SHARD_MAX_ITEMS 65536
 
 typedef enum stoker_method {
     STOKER_METHOD_NONE = 0,
@@ -18,6 +20,7 @@ typedef enum stoker_method {
     STOKER_STATUS = 5,
     STOKER_GOODBYE = 6,
     STOKER_HEARTBEAT = 7,
+    STOKER_SHARD = 60, // a dataset's producer asks for items to make
 } stoker_method;
 
 typedef enum stoker_role {
@@ -33,6 +36,7 @@ typedef enum stoker_event_kind {
     STOKER_EVENT_PRODUCER_LOST = 2,
     STOKER_EVENT_PRODUCER_FINISHED = 3,
     STOKER_EVENT_PRODUCER_RECONNECTED = 4,
+    STOKER_EVENT_EPOCH_END = 15, // every item of an epoch was acknowledged (epoch says which)
 } stoker_event_kind;
 
 typedef struct stoker_event {
@@ -42,6 +46,7 @@ typedef struct stoker_event {
     char name[STOKER_NAME_MAX];
     double at_s; // broker uptime when it happened
     char reason[STOKER_REASON_MAX];
+    uint32_t epoch; // EPOCH_END: which epoch ended (from 0)
 } stoker_event;
 
 // "producer_joined", "producer_lost", ...

@@ -23,6 +23,9 @@ uint64_t stoker_hash64(const void *data, uint64_t len, uint64_t seed);
 // The seed of example seq of producer name in a run seeded with seed. Same inputs, same seed;
 // different names give unrelated streams.
 uint64_t stoker_example_seed(uint64_t seed, const char *name, uint64_t seq);
+// The seed of item index of a dataset in epoch epoch, with the broker's dataset seed: the same
+// whichever producer makes the item, different for each epoch (fresh augmentation).
+uint64_t stoker_item_seed(uint64_t seed, uint32_t epoch, uint64_t index);
 // A random 64-bit value from the OS (getrandom), never 0; used for session ids.
 uint64_t stoker_random_u64(void);
 

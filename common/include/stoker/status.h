@@ -38,6 +38,12 @@ typedef struct stoker_status {
     stoker_producer_info *producers;
     uint32_t n_events; // the broker's latest events, oldest first
     stoker_event *events;
+    // A broker serving a dataset (0 items: streams): items per epoch, epochs acknowledged in
+    // full, epochs to make (0: without end); items handed back after producers were lost and
+    // pushes refused as no longer the pusher's.
+    uint64_t dataset_size;
+    uint32_t epochs_done, epochs_limit;
+    uint64_t items_reassigned, pushes_revoked;
     uint32_t n_groups;
     stoker_group_info *groups;
 } stoker_status;
@@ -54,7 +60,9 @@ void stoker_status_destroy(stoker_status *status);
 //               redelivered, returned_unused, next_seq, silent_s}],
 //   events [{index, kind, producer, name, at, reason}],
 //   groups [{name, state, world, batch, joined, steps, leftover,
-//            ranks [{rank, steps, ahead, ready}]}] (ahead: steps beyond the slowest rank).
+//            ranks [{rank, steps, ahead, ready}]}] (ahead: steps beyond the slowest rank),
+//   mode ("dataset" or "streams"), dataset {items, epochs_done, epochs, items_reassigned,
+//   pushes_revoked} (null for streams).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the

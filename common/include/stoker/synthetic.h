@@ -28,5 +28,8 @@ float stoker_synthetic_target(const float input[STOKER_SYNTHETIC_INPUTS]);
 int stoker_synthetic_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[]);
 // Sets up gen to use synth (borrowed: it must outlive gen).
 void stoker_synthetic_generator(stoker_generator *gen, stoker_synthetic *synth);
+// Sets up gen to serve a dataset of n_items synthetic items (item i is drawn from the seed the
+// broker gives it, so it looks the same whichever producer makes it).
+void stoker_synthetic_dataset(stoker_generator *gen, stoker_synthetic *synth, uint64_t n_items);
 
 #endif

@@ -28,7 +28,9 @@ typedef struct stoker_request {
     stoker_schema schema;
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
-    int want_arena; // HELLO of a trainer: asks for batches in shared memory
+    int want_arena;               // HELLO of a trainer: asks for batches in shared memory
+    uint64_t dataset_size;        // producer of a dataset: items it serves (0: a stream)
+    uint64_t dataset_fingerprint; // and the fingerprint of its listing
     // HELLO of a trainer in a data-parallel group (group[0] == '\0': none): its rank in
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
@@ -39,6 +41,10 @@ typedef struct stoker_request {
     uint32_t n_data; // blobs received (must equal the schema's field count)
     size_t data_len[STOKER_MAX_FIELDS];
     stoker_chunk chunk;
+    // PUSH of a dataset: one item per example ((epoch << 32) | index), or none; aliases the
+    // decoded message.
+    uint32_t n_items;
+    const uint64_t *items;
     // PULL
     uint32_t max_examples;
     uint32_t wait_ms;
@@ -83,6 +89,15 @@ typedef struct stoker_reply {
     uint32_t n_events;
     stoker_event *events;
     uint32_t acks_refused;
+    // PULL of a dataset: one item per example; SHARD: the items to make. Decoded: aliases the
+    // message (writable, the trainer client compacts it).
+    uint32_t n_items;
+    uint64_t *items;
+    uint64_t dataset_seed; // SHARD
+    // STATUS of a dataset broker
+    uint64_t dataset_size;
+    uint32_t epochs_done, epochs_limit;
+    uint64_t items_reassigned, pushes_revoked;
     // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
     // over (fewer than one per rank) that no step could hold.
     uint64_t group_step, group_leftover;

@@ -1,0 +1,63 @@
+// The broker's epochs over a dataset: which items of which epoch each producer makes. The broker
+// owns the epoch: a permutation of 0..N-1 from the shuffle seed and the epoch number, handed out
+// in shards on request; a lost producer's unaccepted items go back to be handed out again; a push
+// of items that are no longer the pusher's (it was lost meanwhile) is refused, so every item is
+// accepted once per epoch; an epoch ends when its every item was acknowledged by trainers (an
+// EPOCH_END event). It does not queue or deliver examples (broker_push.c, broker_lease.c).
+// Private to the broker's rooms; every call runs under the broker's lock and does no I/O.
+#ifndef BROKER_EPOCH_H
+#define BROKER_EPOCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/status.h"
+#include "stoker/wire.h"
+
+struct broker;
+struct producer;
+struct queue_range;
+struct broker_outbox;
+
+typedef struct epochs epochs;
+
+// An item on the wire: epoch and index in one number.
+#define EPOCH_ITEM(epoch, index) (((uint64_t)(epoch) << 32) | (uint64_t)(index))
+#define EPOCH_OF(item)           ((uint32_t)((item) >> 32))
+#define EPOCH_INDEX(item)        ((item)&0xffffffffu)
+
+// A new state for cfg's dataset (cfg->dataset_size > 0), or NULL when out of memory.
+epochs *epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32_t epochs,
+                      int strict);
+// Frees; accepts NULL.
+void epochs_destroy(epochs *e);
+
+// Whether a producer's hello fits the dataset: STOKER_OK, or STOKER_DATASET_MISMATCH with the
+// reason in err (a stream producer, another size, another listing than the first producer's).
+int epochs_check_hello(struct broker *b, const stoker_request *req, char *err, size_t err_len);
+
+// Answers a SHARD request (takes req): the producer's next items, RETRY when none can be handed
+// out now, END_OF_DATA when the last epoch is made. Items the producer still held are first
+// handed back (it asks when its shard is done).
+void epochs_handle_shard(struct broker *b, void *token, uint32_t pipe, stoker_request *req,
+                         uint64_t now_ms, struct broker_outbox *out);
+
+// Whether examples skip.. of push req from p may be accepted: every item must be p's (assigned to
+// it and not yet accepted). STOKER_OK, or STOKER_SHARD_REVOKED / STOKER_INVALID with err; on
+// SHARD_REVOKED the items p still holds are handed back (it drops its shard).
+int epochs_check_push(struct broker *b, struct producer *p, const stoker_request *req,
+                      uint32_t skip, char *err, size_t err_len);
+// Marks examples skip.. of req (just queued) accepted.
+void epochs_accepted(struct broker *b, struct producer *p, const stoker_request *req,
+                     uint32_t skip);
+// Hands back the items p holds but has not pushed (it was lost or said goodbye).
+void epochs_release(struct broker *b, struct producer *p, const char *why);
+// Marks the items of r (leased, now acknowledged) done; an epoch whose last item this was gets
+// its EPOCH_END event.
+void epochs_acked(struct broker *b, const struct queue_range *r, uint64_t now_ms);
+
+// For the status: items per epoch, epochs acknowledged in full, the epoch being handed out,
+// items handed back after losses, pushes refused as revoked.
+void epochs_report(const epochs *e, stoker_status *st);
+
+#endif
