@@ -507,6 +507,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.next_seq = rep->next_seq;
     r.heartbeat_ms = rep->heartbeat_ms;
     r.acked_through = rep->acked_through;
+    r.trained_through = rep->trained_through;
+    r.queue_depth = rep->queue_depth;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
     if (rep->has_schema) {
@@ -533,7 +535,6 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         counters.refused = c->refused;
         r.counters = &counters;
         r.uptime_ms = rep->uptime_ms;
-        r.queue_depth = rep->queue_depth;
         r.max_bytes = rep->max_bytes;
     }
 
@@ -645,6 +646,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->next_seq = r->next_seq;
     rep->heartbeat_ms = r->heartbeat_ms;
     rep->acked_through = r->acked_through;
+    rep->trained_through = r->trained_through;
+    rep->queue_depth = r->queue_depth;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;
     if (r->schema != NULL) {
@@ -713,7 +716,6 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             .refused = c->refused,
         };
         rep->uptime_ms = r->uptime_ms;
-        rep->queue_depth = r->queue_depth;
         rep->max_bytes = r->max_bytes;
     }
     if (r->n_producers > 0) {

@@ -53,6 +53,17 @@ typedef struct lease {
     lease_part *parts; // in example order
 } lease;
 
+// Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
+// the ranges beyond it (sorted, disjoint, not touching).
+typedef struct trained_range {
+    uint64_t first, end;
+} trained_range;
+typedef struct trained_set {
+    uint64_t through;
+    trained_range *ranges;
+    uint32_t n, cap;
+} trained_set;
+
 typedef struct producer {
     uint32_t id;
     char name[STOKER_NAME_MAX];
@@ -64,6 +75,7 @@ typedef struct producer {
     queue q;
     uint64_t accepted, delivered, acknowledged, redelivered, in_flight;
     parked *pushes, *pushes_tail; // parked pushes, FIFO
+    trained_set trained;          // what its retention buffer may forget
 } producer;
 
 typedef struct trainer {
@@ -176,6 +188,14 @@ void handle_ack(broker *b, void *token, stoker_request *req, broker_outbox *out)
 
 // Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
 void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out);
+
+// --- broker_trained.c: which seqs are trained ---
+
+// Starts s empty with every seq below from counted as trained (frees what it held).
+void trained_init(trained_set *s, uint64_t from);
+void trained_fini(trained_set *s);
+// Records seqs first .. first + count - 1 as trained.
+void trained_add(trained_set *s, uint64_t first, uint64_t count);
 
 // --- broker_report.c: reports ---
 

@@ -36,6 +36,7 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
             if (p != NULL) {
                 p->acknowledged += l->parts[r].range.count;
                 p->in_flight -= l->parts[r].range.count;
+                trained_add(&p->trained, l->parts[r].range.first_seq, l->parts[r].range.count);
             }
         }
         b->c.acknowledged += l->count;

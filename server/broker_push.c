@@ -59,7 +59,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     }
     uint64_t end = first + count;
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
-        stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
+        stoker_reply rep = {
+            .code = STOKER_OK, .acked_through = p->next_seq, .trained_through = p->trained.through};
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
         k->req = NULL;
@@ -92,7 +93,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    stoker_reply rep = {.code = STOKER_OK, .acked_through = end};
+    stoker_reply rep = {
+        .code = STOKER_OK, .acked_through = end, .trained_through = p->trained.through};
     send_reply(b, out, k->token, &rep);
     return 1;
 }

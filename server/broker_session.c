@@ -111,6 +111,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                 return;
             }
             queue_fini(&b->producers[i]->q);
+            trained_fini(&b->producers[i]->trained);
             free(b->producers[i]);
             b->producers[i] = b->producers[--b->n_producers];
         }
@@ -133,6 +134,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->pipe = pipe;
         p->last_seen_ms = now_ms;
         p->next_seq = req->next_seq;
+        trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;
         stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
@@ -151,6 +153,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
             stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu", p->id,
                         p->name, (unsigned long long)req->next_seq,
                         (unsigned long long)p->next_seq);
+            trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
             p->next_seq = req->next_seq;
         }
     }
@@ -159,6 +162,8 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .peer_id = p->id,
         .next_seq = p->next_seq,
         .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
+        .trained_through = p->trained.through,
+        .queue_depth = b->cfg.queue_depth, // sizes the producer's default retention
         .has_schema = 1,
         .schema = b->schema,
     };
@@ -280,7 +285,8 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
         revive(b, p, pipe, now_ms, "heartbeat after silence");
-        send_code(b, out, token, STOKER_OK, NULL);
+        stoker_reply rep = {.code = STOKER_OK, .trained_through = p->trained.through};
+        send_reply(b, out, token, &rep);
     } else if (t != NULL) {
         t->last_seen_ms = now_ms;
         send_code(b, out, token, STOKER_OK, NULL);

@@ -60,6 +60,8 @@ typedef struct stoker_reply {
     uint32_t heartbeat_ms;
     // PUSH
     uint64_t acked_through;
+    // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
+    uint64_t trained_through;
     // PULL: chunk data and runs alias the decoded message (or, when encoding, the caller's).
     // When encoding with n_parts > 0, the data comes from parts (chunk gives schema and count).
     uint64_t lease;
@@ -79,7 +81,7 @@ typedef struct stoker_reply {
     uint32_t n_producers;
     stoker_producer_info *producers;
     uint64_t uptime_ms;   // since the broker started
-    uint32_t queue_depth; // the broker's limits
+    uint32_t queue_depth; // the broker's limits (also in a producer's HELLO reply)
     uint64_t max_bytes;
     void *owner; // internal
 } stoker_reply;
