@@ -48,6 +48,8 @@ static const stoker_cli_option rows[] = {
     {"max-examples", "N", "stop after N examples (default: no limit)", STOKER_CLI_UINT,
      AT(run.max_examples), .imin = 1, .imax = UINT64_MAX / 2},
     {"name", "S", "name shown in events and status", STOKER_CLI_STRING, AT(run.client.name)},
+    {"retain", "N", "examples kept until trained (0: off; default: twice the queue depth)",
+     STOKER_CLI_UINT, AT(run.retain), .imax = UINT32_MAX - 1},
 };
 
 int

@@ -185,8 +185,9 @@ fail_conn:
 
 // One hello attempt. Returns STOKER_OK, a refusal code (final), a transport code (retry), or
 // STOKER_INTERRUPTED when stop (may be NULL) abandoned it.
+// at: the seq to announce (UINT64_MAX: the oldest kept, else the next).
 static int
-hello_once(stoker_producer_client *pc, conn_stop *stop)
+hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
 {
     stoker_request req = {
         .method = STOKER_HELLO,
@@ -195,7 +196,9 @@ hello_once(stoker_producer_client *pc, conn_stop *stop)
         .has_schema = 1,
         .schema = pc->schema,
         // A broker that does not know us starts where our retained (untrained) examples do.
-        .next_seq = pc->kept != NULL ? retention_oldest(pc->kept, pc->next_seq) : pc->next_seq,
+        .next_seq = at != UINT64_MAX   ? at
+                    : pc->kept != NULL ? retention_oldest(pc->kept, pc->next_seq)
+                                       : pc->next_seq,
     };
     conn_copy_str(req.name, sizeof(req.name), pc->name);
     conn_copy_str(req.token, sizeof(req.token), pc->token);
@@ -253,7 +256,7 @@ stoker_producer_client_hello(stoker_producer_client *pc)
     for (;;) {
         if (stopped(pc))
             return STOKER_INTERRUPTED;
-        int rv = hello_once(pc, &pc->stop);
+        int rv = hello_once(pc, &pc->stop, UINT64_MAX);
         if (!transient(rv))
             return rv;
         if (stoker_now_ms() >= give_up) {
@@ -289,13 +292,13 @@ push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_s
         }
         int rv;
         if (!pc->said_hello) {
-            rv = hello_once(pc, &pc->stop);
+            rv = hello_once(pc, &pc->stop, UINT64_MAX);
             if (rv == STOKER_INTERRUPTED)
                 return rv;
             if (rv != STOKER_OK)
                 goto failed;
             if (pc->kept != NULL && pc->broker_seq < first_seq &&
-                retention_find(pc->kept, pc->broker_seq, &(uint64_t){0}) != NULL)
+                retention_find(pc->kept, pc->broker_seq, &(uint64_t){0}, &(int){0}) != NULL)
                 return NEED_REPLAY;
         }
         req.session = pc->opts.session;
@@ -318,6 +321,8 @@ push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_s
                 if (rep->acked_through > pc->next_seq)
                     pc->next_seq = rep->acked_through;
                 note_trained(pc, rep->trained_through);
+                if (pc->kept != NULL)
+                    retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
                 stoker_reply_free(rep);
                 if (logged_down)
                     stoker_info("producer '%s': broker back, push resumed at seq %llu", pc->name,
@@ -364,9 +369,19 @@ replay(stoker_producer_client *pc)
     uint64_t from = pc->broker_seq, count = 0;
     while (pc->kept != NULL && pc->said_hello && pc->broker_seq < pc->next_seq) {
         uint64_t first;
-        const stoker_chunk *c = retention_find(pc->kept, pc->broker_seq, &first);
+        int hole;
+        const stoker_chunk *c = retention_find(pc->kept, pc->broker_seq, &first, &hole);
         if (c == NULL)
             break; // not ours to give (never retained): the broker's seq rule decides
+        if (hole) {
+            // Trained already (acknowledged out of order): the broker skips these seqs.
+            int rv = hello_once(pc, &pc->stop, first + c->count);
+            if (rv != STOKER_OK && !transient(rv))
+                return rv;
+            if (rv != STOKER_OK)
+                pc->said_hello = 0;
+            continue;
+        }
         if (count == 0)
             stoker_warn("producer '%s': the broker holds our session only up to seq %llu (it "
                         "restarted): pushing again %llu retained examples up to seq %llu",
@@ -394,7 +409,7 @@ static int
 poll_trained(stoker_producer_client *pc)
 {
     if (!pc->said_hello) {
-        int rv = hello_once(pc, &pc->stop);
+        int rv = hello_once(pc, &pc->stop, UINT64_MAX);
         if (rv != STOKER_OK)
             return rv;
     }
@@ -411,9 +426,10 @@ poll_trained(stoker_producer_client *pc)
         pc->said_hello = 0;
         return rv;
     }
-    if (rep->code == STOKER_OK)
+    if (rep->code == STOKER_OK) {
         note_trained(pc, rep->trained_through);
-    else if (rep->code == STOKER_UNKNOWN_PEER)
+        retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
+    } else if (rep->code == STOKER_UNKNOWN_PEER)
         pc->said_hello = 0;
     stoker_reply_free(rep);
     return STOKER_OK;
@@ -575,7 +591,7 @@ stoker_producer_client_goodbye(stoker_producer_client *pc)
             else if (rep->acked_through > pc->next_seq)
                 pc->next_seq = rep->acked_through; // took an abandoned push after all
             stoker_reply_free(rep);
-            if (rv == STOKER_UNKNOWN_PEER && hello_once(pc, NULL) == STOKER_OK) {
+            if (rv == STOKER_UNKNOWN_PEER && hello_once(pc, NULL, UINT64_MAX) == STOKER_OK) {
                 replay(pc); // a restarted broker gets what it lost before the goodbye
                 continue;
             }

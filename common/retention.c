@@ -1,5 +1,6 @@
 // A producer's retention buffer (retention.h): a ring of chunk copies. Released slots keep their
-// buffers, so a steady producer copies into memory it already has instead of allocating per push.
+// buffers, so a steady producer copies into memory it already has instead of allocating per push;
+// a chunk trained out of order (a hole) frees its copy at once and keeps only its count.
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 typedef struct entry {
     stoker_chunk chunk; // owned; capacity may exceed count (a reused buffer)
     uint64_t first_seq;
+    int hole; // trained out of order: not counted, not pushed again
 } entry;
 
 struct retention {
@@ -69,6 +71,7 @@ retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
     if (rv != STOKER_OK)
         return rv;
     e->first_seq = first_seq;
+    e->hole = 0;
     r->len++;
     r->examples += chunk->count;
     return STOKER_OK;
@@ -79,12 +82,38 @@ retention_release(retention *r, uint64_t trained_through)
 {
     while (r->len > 0) {
         entry *e = &r->ring[r->head];
-        if (e->first_seq + e->chunk.count > trained_through)
+        if (!e->hole && e->first_seq + e->chunk.count > trained_through)
             break;
-        r->examples -= e->chunk.count;
+        if (!e->hole)
+            r->examples -= e->chunk.count;
         r->head = (r->head + 1) % r->cap;
         r->len--;
     }
+}
+
+void
+retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n)
+{
+    if (n < 2)
+        return;
+    for (uint32_t i = 0; i < r->len; i++) {
+        entry *e = &r->ring[(r->head + i) % r->cap];
+        if (e->hole)
+            continue;
+        for (uint32_t k = 0; k + 1 < n; k += 2) {
+            if (e->first_seq >= pairs[k] && e->first_seq + e->chunk.count <= pairs[k + 1]) {
+                // The copy goes (its seqs stay, as a count): holes behind an old chunk that is
+                // still in flight hold no example memory.
+                uint32_t count = e->chunk.count;
+                stoker_chunk_fini(&e->chunk);
+                e->chunk.count = count;
+                e->hole = 1;
+                r->examples -= count;
+                break;
+            }
+        }
+    }
+    retention_release(r, 0); // holes at the head go
 }
 
 uint64_t
@@ -100,12 +129,13 @@ retention_oldest(const retention *r, uint64_t none)
 }
 
 const stoker_chunk *
-retention_find(const retention *r, uint64_t seq, uint64_t *first_seq)
+retention_find(const retention *r, uint64_t seq, uint64_t *first_seq, int *hole)
 {
     for (uint32_t i = 0; i < r->len; i++) {
         const entry *e = &r->ring[(r->head + i) % r->cap];
         if (seq >= e->first_seq && seq < e->first_seq + e->chunk.count) {
             *first_seq = e->first_seq;
+            *hole = e->hole;
             return &e->chunk;
         }
     }

@@ -19,11 +19,17 @@ void retention_destroy(retention *r);
 int retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq);
 // Forgets every chunk whose seqs are all below trained_through.
 void retention_release(retention *r, uint64_t trained_through);
+// Forgets the examples of every chunk wholly inside one of the n / 2 trained [first, end) pairs
+// (acknowledged out of order). Its seqs stay known as a hole, so that the held seqs still run
+// contiguously from the oldest (retention_find reports holes).
+void retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n);
 // Examples held, and the seq of the oldest (none when empty).
 uint64_t retention_examples(const retention *r);
 uint64_t retention_oldest(const retention *r, uint64_t none);
-// The held chunk containing seq (borrowed until the next add or release) and its first seq in
-// *first_seq; NULL when no held chunk contains it.
-const stoker_chunk *retention_find(const retention *r, uint64_t seq, uint64_t *first_seq);
+// The held chunk containing seq (borrowed until the next add or release), its first seq in
+// *first_seq and in *hole whether its examples were forgotten as trained (then only its count
+// is meaningful); NULL when no held chunk contains it.
+const stoker_chunk *retention_find(const retention *r, uint64_t seq, uint64_t *first_seq,
+                                   int *hole);
 
 #endif

@@ -80,6 +80,11 @@ struct stoker_trainer_client {
     idset *seen;
     uint64_t duplicates;
     uint64_t acks_refused;
+
+    // opts.commit: acknowledgements kept until stoker_trainer_client_commit (trainer_commit.c).
+    uint64_t *uncommitted;
+    uint32_t n_uncommitted, cap_uncommitted;
+    int told_commit_wait; // the broker's "waiting for a commit" was logged
 };
 
 void
@@ -191,6 +196,7 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
         .method = STOKER_HELLO,
         .session = tc->opts.client.session,
         .role = STOKER_ROLE_TRAINER,
+        .commit = tc->opts.commit,
     };
     conn_copy_str(req.name, sizeof(req.name), tc->name);
     conn_copy_str(req.token, sizeof(req.token), tc->token);
@@ -330,6 +336,7 @@ fail_slots:
     conn_close(&tc->conn);
 fail_conn:
     idset_destroy(tc->seen);
+    free(tc->uncommitted); // not committed: the broker redelivers those leases
 fail_seen:
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
@@ -618,6 +625,10 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
+            if (rep->message[0] != '\0' && !tc->told_commit_wait) {
+                stoker_warn("trainer: waiting: %s", rep->message); // once: commit to go on
+                tc->told_commit_wait = 1;
+            }
             stoker_reply_free(rep);
             continue;
         }
@@ -642,6 +653,22 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
 void
 stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
 {
+    if (tc->opts.commit) {
+        // Kept until the next commit. Out of memory: sent now (it counts as trained at once).
+        if (tc->n_uncommitted == tc->cap_uncommitted) {
+            uint32_t cap = tc->cap_uncommitted ? tc->cap_uncommitted * 2 : 256;
+            uint64_t *u = realloc(tc->uncommitted, cap * sizeof(*u));
+            if (u != NULL) {
+                tc->uncommitted = u;
+                tc->cap_uncommitted = cap;
+            }
+        }
+        if (tc->n_uncommitted < tc->cap_uncommitted) {
+            tc->uncommitted[tc->n_uncommitted++] = lease;
+            return;
+        }
+        stoker_warn("trainer: out of memory keeping an acknowledgement for the commit");
+    }
     pthread_mutex_lock(&tc->lock);
     int full = tc->n_pending_acks == MAX_ACKS;
     pthread_mutex_unlock(&tc->lock);
@@ -693,6 +720,48 @@ stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out)
     tc->ev_head = (tc->ev_head + 1) % MAX_EVENTS;
     tc->ev_len--;
     return 1;
+}
+
+int
+stoker_trainer_client_commit(stoker_trainer_client *tc)
+{
+    int rv = stoker_trainer_client_flush(tc);
+    uint32_t done = 0;
+    while (rv == STOKER_OK && done < tc->n_uncommitted) {
+        // Sent here, not through the pending acknowledgements, so that no pull in flight carries
+        // them: an OK means the broker applied every one.
+        uint32_t n = tc->n_uncommitted - done < MAX_ACKS ? tc->n_uncommitted - done : MAX_ACKS;
+        stoker_request req = {.method = STOKER_ACK,
+                              .session = tc->opts.client.session,
+                              .n_acks = n,
+                              .acks = tc->uncommitted + done};
+        stoker_reply *rep = NULL;
+        char err[256];
+        rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,
+                       sizeof(err));
+        if (rv != STOKER_OK) {
+            stoker_warn("trainer: commit of %u leases failed: %s", n, err);
+            break;
+        }
+        rv = rep->code;
+        tc->acks_refused += rep->acks_refused;
+        stoker_reply_free(rep);
+        // Refused acknowledgements (leases given back after a disconnect) are final too.
+        if (rv == STOKER_OK || rv == STOKER_NOT_FOUND) {
+            rv = STOKER_OK;
+            done += n;
+        }
+    }
+    memmove(tc->uncommitted, tc->uncommitted + done, (tc->n_uncommitted - done) * sizeof(uint64_t));
+    tc->n_uncommitted -= done;
+    tc->told_commit_wait = 0;
+    return rv;
+}
+
+uint64_t
+stoker_trainer_client_uncommitted(const stoker_trainer_client *tc)
+{
+    return tc->n_uncommitted;
 }
 
 uint64_t
@@ -784,6 +853,7 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
         nng_aio_free(tc->slots[i].aio);
     }
     idset_destroy(tc->seen);
+    free(tc->uncommitted); // not committed: the broker redelivers those leases
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);

@@ -328,6 +328,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.name = (char *)req->name;
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
+        hello.commit = req->commit != 0;
         if (req->has_schema) {
             schema_to_pb(&req->schema, &spb);
             hello.schema = &spb.schema;
@@ -402,6 +403,7 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         }
         req->role = (stoker_role)r->hello->role;
         req->next_seq = r->hello->next_seq;
+        req->commit = r->hello->commit;
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
@@ -508,6 +510,9 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.heartbeat_ms = rep->heartbeat_ms;
     r.acked_through = rep->acked_through;
     r.trained_through = rep->trained_through;
+    r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
+                                                                        : STOKER_TRAINED_AFTER_MAX;
+    r.trained_after = (uint64_t *)rep->trained_after;
     r.queue_depth = rep->queue_depth;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
@@ -647,6 +652,12 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->heartbeat_ms = r->heartbeat_ms;
     rep->acked_through = r->acked_through;
     rep->trained_through = r->trained_through;
+    rep->n_trained_after = 0;
+    for (size_t i = 0; i + 1 < r->n_trained_after && i + 1 < STOKER_TRAINED_AFTER_MAX; i += 2) {
+        rep->trained_after[i] = r->trained_after[i];
+        rep->trained_after[i + 1] = r->trained_after[i + 1];
+        rep->n_trained_after = (uint32_t)i + 2;
+    }
     rep->queue_depth = r->queue_depth;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;

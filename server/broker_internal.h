@@ -50,7 +50,8 @@ typedef struct lease {
     uint64_t id;
     uint32_t count; // examples
     uint32_t n_parts, cap_parts;
-    lease_part *parts; // in example order
+    lease_part *parts;   // in example order
+    uint64_t held_bytes; // counted in the broker's held_bytes (a committing trainer's lease)
 } lease;
 
 // Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
@@ -88,6 +89,7 @@ typedef struct trainer {
     uint64_t event_cursor; // index of the last event sent
     lease *leases;
     uint32_t parked_pulls;
+    int commit; // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
 } trainer;
 
 struct broker {
@@ -115,6 +117,7 @@ struct broker {
 
     stoker_counters c;
     uint64_t queued_bytes;
+    uint64_t held_bytes; // leases of committing trainers, inside max_bytes with queued_bytes
 
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
     uint32_t *authed;
@@ -196,6 +199,18 @@ void trained_init(trained_set *s, uint64_t from);
 void trained_fini(trained_set *s);
 // Records seqs first .. first + count - 1 as trained.
 void trained_add(trained_set *s, uint64_t first, uint64_t count);
+// Writes what s says into a reply to its producer (trained_through and trained_after).
+void trained_tell(const trained_set *s, stoker_reply *rep);
+
+// --- broker_commit.c: trainers that acknowledge at their commits ---
+
+// Bytes the queues may still take: max_bytes less what is queued and held for commits.
+uint64_t bytes_room(const broker *b);
+// Counts lease l (just given to t) as held when t commits; releases it when it ends.
+void commit_hold(broker *b, const trainer *t, lease *l);
+void commit_release(broker *b, lease *l);
+// Why an empty pull of t waits (held leases fill max_bytes), in buf; "" when that is not why.
+void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
 
 // --- broker_report.c: reports ---
 

@@ -41,6 +41,7 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
         }
         b->c.acknowledged += l->count;
         b->c.in_flight -= l->count;
+        commit_release(b, l);
         free_lease(l);
     }
     if (refused > 0)
@@ -78,6 +79,7 @@ return_lease(broker *b, lease *l)
         b->queued_bytes += (uint64_t)n * b->example_bytes;
         total += n;
     }
+    commit_release(b, l);
     free_lease(l);
     return total;
 }
@@ -169,6 +171,7 @@ done:
     l->id = b->next_lease_id++;
     l->next = t->leases;
     t->leases = l;
+    commit_hold(b, t, l);
     return l;
 }
 
@@ -209,7 +212,7 @@ supply_state(const broker *b, char *why, size_t why_len)
 static int
 queues_full(const broker *b)
 {
-    if (b->queued_bytes + b->example_bytes > b->cfg.max_bytes)
+    if (b->example_bytes > bytes_room(b)) // queued and held for commits
         return 1;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
@@ -276,6 +279,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);
+    } else {
+        commit_why_empty(b, t, rep.message, sizeof(rep.message)); // waits for a commit?
     }
     rep.n_events = n_events;
     rep.events = events;

@@ -59,8 +59,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     }
     uint64_t end = first + count;
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
-        stoker_reply rep = {
-            .code = STOKER_OK, .acked_through = p->next_seq, .trained_through = p->trained.through};
+        stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
+        trained_tell(&p->trained, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
         k->req = NULL;
@@ -69,8 +69,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
-    if (p->q.examples + fresh > b->cfg.queue_depth ||
-        b->queued_bytes + fresh_bytes > b->cfg.max_bytes) {
+    if (p->q.examples + fresh > b->cfg.queue_depth || fresh_bytes > bytes_room(b)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
@@ -93,8 +92,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    stoker_reply rep = {
-        .code = STOKER_OK, .acked_through = end, .trained_through = p->trained.through};
+    stoker_reply rep = {.code = STOKER_OK, .acked_through = end};
+    trained_tell(&p->trained, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
 }

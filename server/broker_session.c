@@ -209,6 +209,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->connected = 1;
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
+    t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = t->id,
@@ -285,7 +286,8 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
         revive(b, p, pipe, now_ms, "heartbeat after silence");
-        stoker_reply rep = {.code = STOKER_OK, .trained_through = p->trained.through};
+        stoker_reply rep = {.code = STOKER_OK};
+        trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);
     } else if (t != NULL) {
         t->last_seen_ms = now_ms;

@@ -83,3 +83,14 @@ trained_add(trained_set *s, uint64_t first, uint64_t count)
     }
     advance(s);
 }
+
+void
+trained_tell(const trained_set *s, stoker_reply *rep)
+{
+    rep->trained_through = s->through;
+    rep->n_trained_after = 0;
+    for (uint32_t i = 0; i < s->n && rep->n_trained_after + 2 <= STOKER_TRAINED_AFTER_MAX; i++) {
+        rep->trained_after[rep->n_trained_after++] = s->ranges[i].first;
+        rep->trained_after[rep->n_trained_after++] = s->ranges[i].end;
+    }
+}

@@ -155,3 +155,114 @@ Test(durable, a_full_retention_buffer_stalls_the_producer_without_loss)
     h_assert_identity(url);
     proc_broker_stop(broker);
 }
+
+// --- commit with checkpoints --------------------------------------------------------------------
+
+static stoker_trainer_client *
+committing_client(const char *url, uint32_t batch, uint32_t stall_ms)
+{
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = url;
+    o.client.name = "committer";
+    o.batch_size = batch;
+    o.stall_timeout_ms = stall_ms;
+    o.commit = 1;
+    stoker_trainer_client *tc = NULL;
+    char err[256];
+    cr_assert_eq(stoker_trainer_client_create(&o, &tc, err, sizeof(err)), STOKER_OK, "%s", err);
+    return tc;
+}
+
+Test(durable, a_trainer_that_dies_between_commits_resumes_with_each_example_once)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "64"));
+    proc_child *p = e2e_producer_start(
+        url, "source",
+        PROC_ARGS("--max-examples", "400", "--delay", "0:0", "--chunk", "4", "--linger", "30"));
+
+    // The first trainer commits (a checkpoint) after 120 examples, trains 100 more, and dies.
+    stoker_trainer_client *t1 = committing_client(url, 8, 10000);
+    e2e_examples checkpoint = {0}, lost_work = {0};
+    cr_assert_eq(e2e_pull_n(t1, &checkpoint, 120, 10000), STOKER_OK);
+    cr_assert_eq(stoker_trainer_client_commit(t1), STOKER_OK);
+    cr_assert_eq(stoker_trainer_client_uncommitted(t1), 0);
+    cr_assert_eq(e2e_pull_n(t1, &lost_work, 100, 10000), STOKER_OK);
+    cr_assert_gt(stoker_trainer_client_uncommitted(t1), 0);
+    stoker_trainer_client_destroy(t1); // its uncommitted leases go back to the queues
+
+    // Resumed from the checkpoint: it must see every example after it, each once.
+    stoker_trainer_client *t2 = committing_client(url, 8, 10000);
+    e2e_examples resumed = {0};
+    int rv;
+    do {
+        rv = e2e_pull_n(t2, &resumed, resumed.n + 40, 30000);
+        cr_assert_eq(stoker_trainer_client_commit(t2), STOKER_OK);
+    } while (rv == STOKER_OK);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p, 0, 10000);
+
+    // The lineage: what the checkpoint holds plus what the resumed trainer trained.
+    e2e_examples lineage = {0};
+    for (size_t i = 0; i < checkpoint.n + resumed.n; i++) {
+        const e2e_example *e = i < checkpoint.n ? &checkpoint.v[i] : &resumed.v[i - checkpoint.n];
+        e2e_example copy = {.session = e->session, .seq = e->seq};
+        if (lineage.n == lineage.cap) {
+            lineage.cap = lineage.cap ? lineage.cap * 2 : 512;
+            lineage.v = realloc(lineage.v, lineage.cap * sizeof(*lineage.v));
+            cr_assert_not_null(lineage.v);
+        }
+        lineage.v[lineage.n++] = copy;
+    }
+    assert_exactly(&lineage, 1, 400);
+    fprintf(stderr,
+            "commit: checkpoint at %zu, %zu trained after it were redelivered, the "
+            "resumed trainer trained %zu\n",
+            checkpoint.n, lost_work.n, resumed.n);
+    cr_assert_geq(resumed.n, lost_work.n, "the uncommitted work was not redelivered");
+    e2e_examples_fini(&lineage);
+    e2e_examples_fini(&checkpoint);
+    e2e_examples_fini(&lost_work);
+    e2e_examples_fini(&resumed);
+    stoker_trainer_client_destroy(t2);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
+
+Test(durable, uncommitted_leases_stay_inside_max_bytes)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    // 44-byte examples: room for 64 of them, queued and held together.
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--queue-depth", "1000", "--max-bytes", "2816"));
+    proc_child *p =
+        e2e_producer_start(url, "source",
+                           PROC_ARGS("--max-examples", "200", "--delay", "0:0", "--chunk", "4",
+                                     "--retain", "1000", "--linger", "30"));
+    stoker_trainer_client *tc = committing_client(url, 8, 1500);
+    e2e_examples ex = {0};
+    // Without a commit the trainer gets at most 64 examples: then its pulls wait.
+    int rv = e2e_pull_n(tc, &ex, 200, 10000);
+    cr_assert_eq(rv, STOKER_STALLED, "pulling without commits ended with %s", stoker_errname(rv));
+    cr_assert_leq(ex.n, 64, "%zu examples delivered uncommitted, --max-bytes holds 64", ex.n);
+    cr_assert_geq(ex.n, 48, "only %zu examples before the bound", ex.n);
+    stoker_status *st = h_status(url);
+    cr_assert_leq(st->counters.queued + st->counters.in_flight, 64);
+    stoker_status_destroy(st);
+    // Committing frees the room: the rest arrives.
+    do {
+        cr_assert_eq(stoker_trainer_client_commit(tc), STOKER_OK);
+        rv = e2e_pull_n(tc, &ex, ex.n + 32, 10000);
+    } while (rv == STOKER_OK || rv == STOKER_STALLED);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    cr_assert_eq(stoker_trainer_client_commit(tc), STOKER_OK);
+    proc_assert_exit(p, 0, 10000);
+    assert_exactly(&ex, 1, 200);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}

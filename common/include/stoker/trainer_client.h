@@ -21,6 +21,12 @@ typedef struct stoker_trainer_options {
     // are queued for stoker_trainer_client_poll_event instead.
     void (*on_event)(const stoker_event *event, void *arg);
     void *on_event_arg;
+    // Commit with checkpoints: acknowledgements (stoker_trainer_client_ack) are kept by the
+    // client and sent only by stoker_trainer_client_commit, so the broker keeps those leases
+    // in flight (inside its --max-bytes) until then and redelivers them if this trainer dies
+    // first. Commit when the model's state is saved: a model resumed from that checkpoint then
+    // sees every example exactly once in its lineage. 0 (default): acknowledged after the step.
+    int commit;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);
@@ -50,6 +56,14 @@ int stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out);
 void stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease);
 // Sends pending acknowledgements now (bounded by the request timeout).
 int stoker_trainer_client_flush(stoker_trainer_client *tc);
+// With opts.commit: sends every acknowledgement kept since the last commit and returns once the
+// broker applied them (STOKER_OK: those examples now count as trained and are never delivered
+// again), or the error (they stay uncommitted: a later commit sends them again; leases the broker
+// gave back meanwhile are refused and come again, dropped by the identity filter). Without
+// opts.commit it is stoker_trainer_client_flush.
+int stoker_trainer_client_commit(stoker_trainer_client *tc);
+// Leases acknowledged but not yet committed.
+uint64_t stoker_trainer_client_uncommitted(const stoker_trainer_client *tc);
 
 // Pops the oldest event not yet returned into *out: 1 if there was one, 0 if none.
 int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out);

@@ -27,6 +27,7 @@ typedef struct stoker_request {
     stoker_schema schema;
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
+    int commit; // trainer: acknowledges only when it commits (leases count in --max-bytes)
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -62,6 +63,10 @@ typedef struct stoker_reply {
     uint64_t acked_through;
     // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
     uint64_t trained_through;
+    // ... and [first, end) pairs of trained seqs beyond it (n_trained_after values, even)
+#define STOKER_TRAINED_AFTER_MAX 32
+    uint32_t n_trained_after;
+    uint64_t trained_after[STOKER_TRAINED_AFTER_MAX];
     // PULL: chunk data and runs alias the decoded message (or, when encoding, the caller's).
     // When encoding with n_parts > 0, the data comes from parts (chunk gives schema and count).
     uint64_t lease;
