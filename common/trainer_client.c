@@ -758,6 +758,17 @@ stoker_trainer_client_commit(stoker_trainer_client *tc)
     return rv;
 }
 
+void
+stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on)
+{
+    if ((tc->opts.commit != 0) == (on != 0))
+        return;
+    if (!on)
+        stoker_trainer_client_commit(tc); // what was kept is sent now
+    tc->opts.commit = on != 0;
+    tc->need_hello = 1;
+}
+
 uint64_t
 stoker_trainer_client_uncommitted(const stoker_trainer_client *tc)
 {

@@ -70,6 +70,13 @@ void stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b);
 // ack once per batch (a second ack of the same batch is ignored), free when nothing points into
 // the batch any more. stoker_consumer_batch_free may be called after the consumer is closed.
 void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
+// Commit with checkpoints (stoker_trainer_client_commit): with on, acknowledgements are kept
+// until stoker_consumer_commit, so what was trained since the last commit is redelivered if this
+// consumer dies; commit when your checkpoint is saved. Commit returns STOKER_OK once the broker
+// applied them, or the error (they stay kept). uncommitted: acknowledgements kept now.
+void stoker_consumer_set_commit(stoker_consumer *c, int on);
+int stoker_consumer_commit(stoker_consumer *c);
+uint64_t stoker_consumer_uncommitted(const stoker_consumer *c);
 void stoker_consumer_batch_free(stoker_consumer_batch *b);
 
 // Examples in the batch (at most batch_size; fewer only at the end of the supply).

@@ -62,6 +62,9 @@ int stoker_trainer_client_flush(stoker_trainer_client *tc);
 // gave back meanwhile are refused and come again, dropped by the identity filter). Without
 // opts.commit it is stoker_trainer_client_flush.
 int stoker_trainer_client_commit(stoker_trainer_client *tc);
+// Turns opts.commit on or off after create (the client says hello again before its next pull,
+// which tells the broker).
+void stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on);
 // Leases acknowledged but not yet committed.
 uint64_t stoker_trainer_client_uncommitted(const stoker_trainer_client *tc);
 
