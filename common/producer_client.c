@@ -457,9 +457,11 @@ wait_room(stoker_producer_client *pc, uint32_t count)
         uint64_t before = atomic_load(&pc->trained);
         if (poll_trained(pc) != STOKER_OK)
             nap = 50;
+        // At most 4 ms between polls while the broker answers: a queue the trainers drain fast
+        // must not wait on a sleeping producer (a heartbeat costs one small round trip).
         if (atomic_load(&pc->trained) > before)
             nap = 1;
-        else if (nap < 50)
+        else if (nap < 4)
             nap *= 2;
         stoker_sleep_ms(nap, pc->opts.stop);
     }
