@@ -97,6 +97,10 @@ Test(durable, broker_sigkill_and_restart_three_times_loses_nothing)
     // 3: again mid-run, soon after the last restart.
     cr_assert_eq(e2e_pull_n(tc, &ex, 1200, 30000), STOKER_OK);
     broker = restart(broker, url, bargs);
+    // Both still have examples to deliver: wait until the new broker knows them, or one that is
+    // slow to reconnect (a loaded machine) misses the supply's end the other one's goodbye makes.
+    cr_assert(h_wait_producer(url, "keeper-1", 0, 20000), "keeper-1 did not come back");
+    cr_assert(h_wait_producer(url, "keeper-2", 0, 20000), "keeper-2 did not come back");
 
     int rv = e2e_drain(tc, &ex, 60000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
