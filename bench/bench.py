@@ -5,8 +5,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
 
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
-Benchmarks: seed, floor, large, wait, detect, images, durable. Run scripts/build.sh first (or let
-bench/run.sh do it)."""
+Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, durable. Run
+scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -337,6 +337,103 @@ def bench_images(opts, tmp):
                       crates[2] / (cinline * cores), "", None)]}
 
 
+def bench_images_tv(opts, tmp):
+    """The images generator against torchvision + PIL on the same PNG and JPEG folder (issue 18):
+    per core and end to end into the same loop, float32 and uint8, default and rich pipelines
+    (bench/images_tv.py; it needs Debian's python3-torchvision and python3-pil)."""
+    out = os.path.join(tmp, "images_tv.json")
+    size = ["--files", "32", "--examples", "200", "--batches", "12"] if opts.quick else \
+        ["--files", "64", "--examples", "400", "--batches", "24"]
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "images_tv.py"), "--json",
+                    out, *size], check=True, timeout=1800)
+    with open(out) as f:
+        runs = json.load(f)
+    rows = []
+    for r in runs:
+        tag = f"images vs torchvision, {r['format']} {r['pipeline']} {r['output']}"
+        core = r["per_core"]["stoker"] / r["per_core"]["torchvision"]
+        e2e = r["end_to_end"]["stoker"] / r["end_to_end"]["torchvision"]
+        want = 1.5 if r["format"] == "png" else 2.5
+        rows.append((f"{tag}: per core", core, "", None))
+        rows.append((f"{tag}: end to end", e2e, f">= {want}" if r["pipeline"] == "rich" else "",
+                     e2e >= want if r["pipeline"] == "rich" else None))
+        rows.append((f"{tag}: bytes per example", r["bytes_per_example"], "", None))
+    return {"runs": runs, "rows": rows}
+
+
+def ranks_run(tmp, world, grouped, per_rank):
+    """world stoker-trainers on the floor workload, each training per_rank examples (a multiple
+    of 16384): as one group fed by a supply of exactly world x per_rank examples (they stop at
+    its end), or as independent trainers that each stop after per_rank examples (--rounds).
+    Either way the run lasts until the slowest trainer is done, as data-parallel ranks do.
+    Returns the aggregate rate, the steps per rank and when each trainer exited (s after the
+    producer started)."""
+    total = world * per_rank
+    url = endpoint("ipc", tmp, f"ranks{world}{'g' if grouped else 'u'}")
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536", "--schema",
+                     "input:float32[10],output:float32[1]")
+        trainers = []
+        for r in range(world):
+            group = (["--group", "bench", "--rank", str(r), "--world", str(world), "--rounds",
+                      "100000"] if grouped else ["--rounds", str(per_rank // 16384)])
+            trainers.append(procs.start(
+                [TRAINER, "--broker", url, "--batch-size", "256", "--round-length", "16384",
+                 "--device", "cpu", "--prefetch", "8", "--stall-timeout",
+                 "20", "--json", "-", "--progress", "off", "--log-level", "warn", *group],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        time.sleep(1)  # every trainer connected: none misses the start
+        t0 = time.monotonic()
+        procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096", "--max-examples",
+                     str(total), "--name", "p0"])
+        ends, outs = [None] * world, [None] * world
+        while None in ends:
+            for i, t in enumerate(trainers):
+                if ends[i] is None and t.poll() is not None:
+                    ends[i] = time.monotonic() - t0
+                    outs[i] = json.loads(t.stdout.read().strip().splitlines()[-1])
+            if time.monotonic() - t0 > 300:
+                raise RuntimeError("ranks: a trainer did not finish within 300 s")
+            time.sleep(0.002)
+    examples = sum(o["examples"] for o in outs)
+    return {"world": world, "grouped": grouped, "examples": examples,
+            "examples_per_second": examples / max(ends), "steps": [o["batches"] for o in outs],
+            "exit_s": ends, "end_spread_s": max(ends) - min(ends),
+            "status": [o["status"] for o in outs]}
+
+
+def bench_ranks(opts, tmp):
+    """1, 2 and 4 trainers on the floor workload (batch 256, real CPU steps) fed as one group
+    against the same number of ungrouped trainers doing the same work each: the cost of
+    grouping (target < 5 %), equal steps, and how long the fastest rank waits for the last one
+    at the end."""
+    per_rank = 16384 * (32 if opts.quick else 128)
+    res = {"configs": [], "rows": []}
+    for world in (1, 2, 4):
+        best = {}
+        for _ in range(3):  # alternate, keep each side's best: the machine is shared and noisy
+            for grouped in (False, True):
+                r = ranks_run(tmp, world, grouped, per_rank)
+                res["configs"].append(r)
+                if grouped not in best or (r["examples_per_second"]
+                                           > best[grouped]["examples_per_second"]):
+                    best[grouped] = r
+        g, u = best[True], best[False]
+        cost = 1 - g["examples_per_second"] / u["examples_per_second"]
+        # Per step of one rank: the same examples per step, so the time per step is world x batch
+        # over the aggregate rate.
+        step_us = lambda r: 1e6 * 256 * world / r["examples_per_second"]  # noqa: E731
+        res["rows"].append((f"ranks W={world}: grouped / ungrouped examples/s",
+                            g["examples_per_second"] / u["examples_per_second"], ">= 0.95",
+                            cost < 0.05))
+        res["rows"].append((f"ranks W={world}: per-step overhead of grouping, us",
+                            step_us(g) - step_us(u), "(figure)", None))
+        res["rows"].append((f"ranks W={world}: equal steps per rank (grouped)",
+                            float(len(set(g["steps"])) == 1), "1", len(set(g["steps"])) == 1))
+        res["rows"].append((f"ranks W={world}: end spread grouped / ungrouped, ms",
+                            1000 * g["end_spread_s"], f"({1000 * u['end_spread_s']:.0f} ms)",
+                            None))
+
 def floor_rate(tmp, tag, producers, total, retain):
     """Examples/s of the floor workload (ipc) with the producers' retention on or off."""
     url = endpoint("ipc", tmp, f"durable-{tag}")
@@ -441,7 +538,8 @@ def bench_durable(opts, tmp):
 
 
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
-           "detect": bench_detect, "images": bench_images, "durable": bench_durable}
+           "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
+           "ranks": bench_ranks, "durable": bench_durable}
 
 
 def main():

@@ -87,7 +87,8 @@ def run_stoker(args, lo, hi):
     tmp = tempfile.mkdtemp(prefix="stoker-pybench-")
     url = "ipc://" + os.path.join(tmp, "broker.ipc")
     procs = [subprocess.Popen([os.path.join(BUILD, "server", "stoker-broker"), "--listen", url,
-                               # the broker answers full batches only: queues must hold one
+                               # queues that together hold less than a batch make every batch
+                               # short (the broker answers once they are all full)
                                "--queue-depth", str(max(64, 4 * args.batch_size)),
                                "--log-level", "error"], stdout=subprocess.DEVNULL)]
     try:

@@ -279,6 +279,8 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->schema = rep->schema;
     st->queue_depth = rep->queue_depth;
     st->max_bytes = rep->max_bytes;
+    st->queue_depth_auto = rep->queue_depth_auto;
+    snprintf(st->queue_limit, sizeof(st->queue_limit), "%s", rep->queue_limit);
     st->counters = rep->counters;
     st->n_producers = rep->n_producers;
     st->producers = rep->producers; // take ownership
@@ -288,6 +290,10 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->events = rep->events;
     rep->events = NULL;
     rep->n_events = 0;
+    st->n_groups = rep->n_groups;
+    st->groups = rep->groups;
+    rep->groups = NULL;
+    rep->n_groups = 0;
     *out = st;
     return STOKER_OK;
 }

@@ -33,6 +33,7 @@ struct stoker_consumer {
     // The broker's last word on producers that went away, for the supply-end message.
     char last_gone[STOKER_NAME_MAX + STOKER_REASON_MAX + 64];
     uint32_t stall_timeout_ms;
+    int in_group; // a rank of a data-parallel group
 };
 
 int
@@ -69,9 +70,9 @@ on_event(const stoker_event *e, void *arg)
     c->ev_len++;
 }
 
-int
-stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
-                     size_t err_len)
+static int
+open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t rank, uint32_t world,
+              stoker_consumer **out, char *err, size_t err_len)
 {
     char scratch[512];
     if (err == NULL || err_len == 0) {
@@ -123,6 +124,10 @@ stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out,
             opts->connect_timeout_ms < 100 ? 100 : opts->connect_timeout_ms;
     to.on_event = on_event;
     to.on_event_arg = c;
+    to.group = group;
+    c->in_group = group != NULL;
+    to.rank = rank;
+    to.world = world;
     c->stall_timeout_ms = opts->stall_timeout_ms;
     int rv = stoker_trainer_client_create(&to, &c->tc, err, err_len);
     if (rv != STOKER_OK) {
@@ -131,6 +136,28 @@ stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out,
     }
     *out = c;
     return STOKER_OK;
+}
+
+int
+stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
+                     size_t err_len)
+{
+    return open_consumer(opts, NULL, 0, 0, out, err, err_len);
+}
+
+int
+stoker_consumer_open_group(const stoker_consumer_options *opts, const char *group, uint32_t rank,
+                           uint32_t world, stoker_consumer **out, char *err, size_t err_len)
+{
+    if (group == NULL || group[0] == '\0')
+        return stoker_errorf(err, err_len, STOKER_INVALID, "consumer group: no group name");
+    return open_consumer(opts, group, rank, world, out, err, err_len);
+}
+
+uint64_t
+stoker_consumer_group_leftover(const stoker_consumer *c)
+{
+    return stoker_trainer_client_group_leftover(c->tc);
 }
 
 static const stoker_field *
@@ -222,6 +249,13 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
     }
     free(cb);
     char gone[sizeof(c->last_gone)];
+    if (c->in_group &&
+        (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA || rv == STOKER_GROUP_BROKEN)) {
+        // A rank: the broker's word names the step and the leftover (or the lost rank).
+        stoker_errorf(c->error, sizeof(c->error), rv, "%s",
+                      stoker_trainer_client_end_reason(c->tc));
+        return rv;
+    }
     if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA)
         describe_end(c, gone, sizeof(gone));
     switch (rv) {
@@ -257,6 +291,17 @@ stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b)
         return;
     b->acked = 1;
     stoker_trainer_client_ack(c->tc, b->batch->lease);
+}
+
+int
+stoker_consumer_flush(stoker_consumer *c)
+{
+    c->error[0] = '\0';
+    int rv = stoker_trainer_client_flush(c->tc);
+    if (rv != STOKER_OK)
+        stoker_errorf(c->error, sizeof(c->error), rv, "could not acknowledge: %s",
+                      stoker_strerror(rv));
+    return rv;
 }
 
 void

@@ -31,6 +31,8 @@ static const struct {
     [STOKER_IO] = {"io", "input/output error"},
     [STOKER_DEVICE] = {"device", "device error"},
     [STOKER_INTERNAL] = {"internal", "internal error"},
+    [STOKER_GROUP_BROKEN] = {"group_broken",
+                             "a rank of the group died or left: the group is broken"},
 };
 
 const char *

@@ -49,7 +49,8 @@ struct stoker_producer_client {
 
     // Retention (the pushing thread's, but trained, which the heartbeat thread raises too).
     retention *kept;            // NULL when off
-    uint32_t retain;            // bound in examples; STOKER_RETAIN_AUTO until the hello
+    _Atomic uint32_t retain;    // bound in examples; STOKER_RETAIN_AUTO until the hello
+    int retain_auto;            // retain follows the broker's queue depth (no --retain N)
     _Atomic uint64_t trained;   // seqs below it are trained (the broker said so)
     uint64_t broker_seq;        // the broker's next seq for us, from its last answer
     int full_logged;            // "retention full" said for this wait
@@ -57,6 +58,18 @@ struct stoker_producer_client {
 };
 
 #define RETAIN_FALLBACK 1024 // examples, when the broker does not tell its queue depth
+
+// With the default retention, follows the broker's current queue depth (it sizes its queues
+// from the trainers' batches): twice it, so the broker's queue, not retention, stays the bound.
+static void
+note_depth(stoker_producer_client *pc, uint32_t depth)
+{
+    if (!pc->retain_auto)
+        return;
+    atomic_store(&pc->retain, depth == 0               ? (uint32_t)RETAIN_FALLBACK
+                              : depth > UINT32_MAX / 4 ? UINT32_MAX - 1
+                                                       : 2 * depth);
+}
 
 // Raises trained to through (never lowers it; the heartbeat thread may race the pusher).
 static void
@@ -97,9 +110,11 @@ heartbeat_main(void *arg)
             char err[256];
             atomic_store(&pc->last_sent_ms, stoker_now_ms());
             if (conn_call(pc->beat_ctx, &req, every, &rep, err, sizeof(err)) == STOKER_OK) {
-                if (rep->code == STOKER_OK)
+                if (rep->code == STOKER_OK) {
                     note_trained(pc, rep->trained_through);
-                else
+                    if (rep->queue_depth > 0)
+                        note_depth(pc, rep->queue_depth);
+                } else
                     stoker_debug("heartbeat refused: %s", rep->message);
                 if (rep->code == STOKER_UNKNOWN_PEER)
                     pc->said_hello = 0; // a new broker: the next push says hello (and re-pushes)
@@ -148,6 +163,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->stop.flag = opts->stop;
     pc->stop.grace_ms = STOP_GRACE_MS;
     pc->retain = STOKER_RETAIN_AUTO;
+    pc->retain_auto = 1;
     if ((pc->kept = retention_create()) == NULL) {
         free(pc);
         return STOKER_NOMEM;
@@ -222,10 +238,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         pc->broker_seq = rep->next_seq;
         // The default: the broker's queue for us plus as much again in flight or awaiting the
         // report that it was trained, so the broker's queue, not retention, stays the bound.
-        if (pc->retain == STOKER_RETAIN_AUTO)
-            pc->retain = rep->queue_depth == 0               ? RETAIN_FALLBACK
-                         : rep->queue_depth > UINT32_MAX / 4 ? UINT32_MAX - 1
-                                                             : 2 * rep->queue_depth;
+        note_depth(pc, rep->queue_depth);
         if (rep->next_seq > pc->next_seq) {
             // The broker holds more of our session than we remember (we lost state): continue
             // after what it holds rather than collide with it.
@@ -321,6 +334,8 @@ push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_s
                 if (rep->acked_through > pc->next_seq)
                     pc->next_seq = rep->acked_through;
                 note_trained(pc, rep->trained_through);
+                if (rep->queue_depth > 0)
+                    note_depth(pc, rep->queue_depth);
                 if (pc->kept != NULL)
                     retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
                 stoker_reply_free(rep);
@@ -428,6 +443,8 @@ poll_trained(stoker_producer_client *pc)
     }
     if (rep->code == STOKER_OK) {
         note_trained(pc, rep->trained_through);
+        if (rep->queue_depth > 0)
+            note_depth(pc, rep->queue_depth);
         retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
     } else if (rep->code == STOKER_UNKNOWN_PEER)
         pc->said_hello = 0;
@@ -451,7 +468,7 @@ wait_room(stoker_producer_client *pc, uint32_t count)
         if (!pc->full_logged) {
             stoker_info("producer '%s': retention full (%llu examples pushed but not yet "
                         "trained, --retain %u): generation waits for the trainers",
-                        pc->name, (unsigned long long)held, pc->retain);
+                        pc->name, (unsigned long long)held, atomic_load(&pc->retain));
             pc->full_logged = 1;
         }
         uint64_t before = atomic_load(&pc->trained);
@@ -508,6 +525,7 @@ stoker_producer_client_set_retain(stoker_producer_client *pc, uint32_t examples)
         pc->kept = NULL;
     }
     pc->retain = examples;
+    pc->retain_auto = examples == STOKER_RETAIN_AUTO;
     return STOKER_OK;
 }
 

@@ -14,6 +14,7 @@ stoker_status_destroy(stoker_status *st)
         return;
     free(st->producers);
     free(st->events);
+    free(st->groups);
     free(st);
 }
 
@@ -27,18 +28,23 @@ stoker_status_render_json(const stoker_status *st)
         stoker_schema_format(&st->schema, schema, sizeof(schema));
     stoker_text_printf(&t, "{\"uptime_s\": %.3f, \"schema\": ", (double)st->uptime_ms / 1000.0);
     stoker_text_json_string(&t, schema);
+    stoker_text_printf(&t, ", \"queue_depth\": %u, \"queue_depth_auto\": %s, \"max_bytes\": %llu",
+                       st->queue_depth, st->queue_depth_auto ? "true" : "false",
+                       (unsigned long long)st->max_bytes);
+    stoker_text_printf(&t, ", \"queue_limit\": ");
+    stoker_text_json_string(&t, st->queue_limit);
     stoker_text_printf(&t,
-                       ", \"queue_depth\": %u, "
-                       "\"max_bytes\": %llu, \"counters\": {\"produced\": %llu, "
+                       ", \"counters\": {\"produced\": %llu, "
                        "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
-                       "\"redelivered\": %llu, \"delivered\": %llu, \"queued_bytes\": %llu, "
-                       "\"refused\": %llu, \"discrepancy\": %lld}, \"producers_alive\": %u, "
+                       "\"redelivered\": %llu, \"returned_unused\": %llu, \"delivered\": %llu, "
+                       "\"queued_bytes\": %llu, \"refused\": %llu, \"short_by_queues\": %llu, "
+                       "\"discrepancy\": %lld}, \"producers_alive\": %u, "
                        "\"trainers\": %u, \"producers\": [",
-                       st->queue_depth, (unsigned long long)st->max_bytes,
                        (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
                        (unsigned long long)c->queued, (unsigned long long)c->in_flight,
-                       (unsigned long long)c->redelivered, (unsigned long long)c->delivered,
-                       (unsigned long long)c->queued_bytes, (unsigned long long)c->refused,
+                       (unsigned long long)c->redelivered, (unsigned long long)c->returned_unused,
+                       (unsigned long long)c->delivered, (unsigned long long)c->queued_bytes,
+                       (unsigned long long)c->refused, (unsigned long long)c->short_by_queues,
                        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight),
                        c->producers_alive, c->trainers);
     for (uint32_t i = 0; i < st->n_producers; i++) {
@@ -48,11 +54,13 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t,
                            ", \"session\": \"%016llx\", \"state\": \"%s\", \"queued\": %llu, "
                            "\"accepted\": %llu, \"delivered\": %llu, \"acknowledged\": %llu, "
-                           "\"redelivered\": %llu, \"next_seq\": %llu, \"silent_s\": %.3f}",
+                           "\"redelivered\": %llu, \"returned_unused\": %llu, "
+                           "\"next_seq\": %llu, \"silent_s\": %.3f}",
                            (unsigned long long)p->session, stoker_producer_status_name(p->status),
                            (unsigned long long)p->queued, (unsigned long long)p->accepted,
                            (unsigned long long)p->delivered, (unsigned long long)p->acknowledged,
-                           (unsigned long long)p->redelivered, (unsigned long long)p->next_seq,
+                           (unsigned long long)p->redelivered,
+                           (unsigned long long)p->returned_unused, (unsigned long long)p->next_seq,
                            (double)p->silent_ms / 1000.0);
     }
     stoker_text_printf(&t, "], \"events\": [");
@@ -65,6 +73,27 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t, ", \"at\": %.3f, \"reason\": ", e->at_s);
         stoker_text_json_string(&t, e->reason);
         stoker_text_printf(&t, "}");
+    }
+    stoker_text_printf(&t, "], \"groups\": [");
+    for (uint32_t i = 0; i < st->n_groups; i++) {
+        const stoker_group_info *g = &st->groups[i];
+        uint64_t slowest = UINT64_MAX;
+        for (uint32_t r = 0; r < g->world; r++)
+            slowest = g->rank_steps[r] < slowest ? g->rank_steps[r] : slowest;
+        stoker_text_printf(&t, "%s{\"name\": ", i ? ", " : "");
+        stoker_text_json_string(&t, g->name);
+        stoker_text_printf(&t,
+                           ", \"state\": \"%s\", \"world\": %u, \"batch\": %u, \"joined\": %u, "
+                           "\"steps\": %llu, \"leftover\": %llu, \"ranks\": [",
+                           g->state, g->world, g->batch, g->joined, (unsigned long long)g->steps,
+                           (unsigned long long)g->leftover);
+        for (uint32_t r = 0; r < g->world; r++)
+            stoker_text_printf(&t,
+                               "%s{\"rank\": %u, \"steps\": %llu, \"ahead\": %llu, "
+                               "\"ready\": %u}",
+                               r ? ", " : "", r, (unsigned long long)g->rank_steps[r],
+                               (unsigned long long)(g->rank_steps[r] - slowest), g->rank_ready[r]);
+        stoker_text_printf(&t, "]}");
     }
     stoker_text_printf(&t, "]}\n");
     return stoker_text_finish(&t);
@@ -99,8 +128,15 @@ stoker_status_render_metrics(const stoker_status *st)
          offsetof(stoker_counters, acknowledged)},
         {"delivered_total", "counter", "Examples sent to trainers, redeliveries included",
          offsetof(stoker_counters, delivered)},
-        {"redelivered_total", "counter", "Examples returned to queues from dropped leases",
+        {"redelivered_total", "counter",
+         "Examples returned to queues after a loss (a dropped trainer's leases)",
          offsetof(stoker_counters, redelivered)},
+        {"returned_unused_total", "counter",
+         "Examples handed back unused (prefetched) by trainers that said goodbye",
+         offsetof(stoker_counters, returned_unused)},
+        {"short_by_queues_total", "counter",
+         "Batches cut short by the queues' limits rather than by the supply",
+         offsetof(stoker_counters, short_by_queues)},
         {"queued", "gauge", "Examples waiting in producer queues",
          offsetof(stoker_counters, queued)},
         {"in_flight", "gauge", "Examples leased to trainers, not yet acknowledged",
@@ -132,6 +168,7 @@ stoker_status_render_metrics(const stoker_status *st)
         {"producer_delivered_total", "counter", "Examples of this producer sent to trainers"},
         {"producer_acknowledged_total", "counter", "Examples of this producer acknowledged"},
         {"producer_redelivered_total", "counter", "Examples of this producer redelivered"},
+        {"producer_returned_unused_total", "counter", "Examples of this producer returned unused"},
         {"producer_alive", "gauge", "1 while this producer is alive"},
     };
     for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
@@ -139,13 +176,37 @@ stoker_status_render_metrics(const stoker_status *st)
                            per[m].help, per[m].name, per[m].type);
         for (uint32_t i = 0; i < st->n_producers; i++) {
             const stoker_producer_info *p = &st->producers[i];
-            uint64_t v[] = {p->queued,       p->accepted,    p->delivered,
-                            p->acknowledged, p->redelivered, p->status == STOKER_PRODUCER_ALIVE};
+            uint64_t v[] = {p->queued,
+                            p->accepted,
+                            p->delivered,
+                            p->acknowledged,
+                            p->redelivered,
+                            p->returned_unused,
+                            p->status == STOKER_PRODUCER_ALIVE};
             char name[STOKER_NAME_MAX];
             label_value(name, sizeof(name), p->name);
             stoker_text_printf(&t, "stoker_%s{producer=\"%u\",name=\"%s\"} %llu\n", per[m].name,
                                p->id, name, (unsigned long long)v[m]);
         }
+    }
+    if (st->n_groups > 0)
+        stoker_text_printf(&t,
+                           "# HELP stoker_group_steps Steps formed for this group\n"
+                           "# TYPE stoker_group_steps counter\n"
+                           "# HELP stoker_group_leftover Examples left over at this group's end\n"
+                           "# TYPE stoker_group_leftover gauge\n"
+                           "# HELP stoker_group_ranks_joined Ranks of this group joined\n"
+                           "# TYPE stoker_group_ranks_joined gauge\n");
+    for (uint32_t i = 0; i < st->n_groups; i++) {
+        const stoker_group_info *g = &st->groups[i];
+        char name[STOKER_NAME_MAX];
+        label_value(name, sizeof(name), g->name);
+        stoker_text_printf(&t,
+                           "stoker_group_steps{group=\"%s\"} %llu\n"
+                           "stoker_group_leftover{group=\"%s\"} %llu\n"
+                           "stoker_group_ranks_joined{group=\"%s\"} %u\n",
+                           name, (unsigned long long)g->steps, name,
+                           (unsigned long long)g->leftover, name, g->joined);
     }
     return stoker_text_finish(&t);
 }

@@ -44,6 +44,8 @@ struct stoker_trainer_client {
     char url[512];
     char name[STOKER_NAME_MAX];
     char token[STOKER_TOKEN_MAX];
+    char group[STOKER_NAME_MAX];
+    uint64_t group_steps, group_leftover;
     conn conn;
     nng_ctx ctl_ctx; // hello, ack, status
     stoker_schema schema;
@@ -70,6 +72,11 @@ struct stoker_trainer_client {
 
     uint64_t pending_acks[MAX_ACKS];
     uint32_t n_pending_acks;
+    // Leases handed to the caller and not acknowledged yet (under lock), named in
+    // the goodbye: the broker counts them as redelivered, the rest it holds for us (prefetched,
+    // never handed out) as returned unused. Beyond MAX_ACKS the oldest are forgotten.
+    uint64_t held[MAX_ACKS];
+    uint32_t n_held;
 
     stoker_event events[MAX_EVENTS];
     uint32_t ev_head, ev_len;
@@ -200,6 +207,10 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     };
     conn_copy_str(req.name, sizeof(req.name), tc->name);
     conn_copy_str(req.token, sizeof(req.token), tc->token);
+    conn_copy_str(req.group, sizeof(req.group), tc->group);
+    req.rank = tc->opts.rank;
+    req.world = tc->opts.world;
+    req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
     stoker_reply *rep = NULL;
     int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, err_len);
     if (rv != STOKER_OK)
@@ -231,6 +242,17 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                  MAX_PREFETCH);
         return STOKER_INVALID;
     }
+    if (opts->group != NULL && (opts->group[0] == '\0' || strlen(opts->group) >= STOKER_NAME_MAX ||
+                                opts->rank >= opts->world))
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "trainer options: group '%s' needs a name of 1..%d bytes and a rank "
+                             "below the world size (rank %u, world %u)",
+                             opts->group, STOKER_NAME_MAX - 1, opts->rank, opts->world);
+    if (opts->group != NULL && opts->commit)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "trainer options: commit with checkpoints is not available to the "
+                             "ranks of a group ('%s' rank %u): use one or the other",
+                             opts->group, opts->rank);
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
     if (tc == NULL)
         return STOKER_NOMEM;
@@ -242,6 +264,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     tc->opts.client.url = tc->url;
     tc->opts.client.name = tc->name;
     tc->opts.client.token = tc->token;
+    conn_copy_str(tc->group, sizeof(tc->group), opts->group);
+    tc->opts.group = tc->group;
     if (tc->opts.client.session == 0)
         tc->opts.client.session = stoker_random_u64();
     // A parked pull comes back empty after wait_ms, which keeps the broker aware we are alive.
@@ -513,6 +537,19 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     return STOKER_OK;
 }
 
+// Remembers that lease was handed to the caller (see held).
+static void
+hold(stoker_trainer_client *tc, uint64_t lease)
+{
+    pthread_mutex_lock(&tc->lock);
+    if (tc->n_held == MAX_ACKS) {
+        memmove(&tc->held[0], &tc->held[1], (MAX_ACKS - 1) * sizeof(uint64_t));
+        tc->n_held--;
+    }
+    tc->held[tc->n_held++] = lease;
+    pthread_mutex_unlock(&tc->lock);
+}
+
 int
 stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
 {
@@ -615,6 +652,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             rv = make_batch(tc, rep, out);
             if (rv == STOKER_OK)
                 tc->ending = 0; // more data came after all (a producer reconnected)
+            if (rv == STOKER_OK && tc->group[0] != '\0')
+                tc->group_steps++;
             if (rv == STOKER_OK && (*out)->chunk.count == 0) {
                 // Every example was seen before (drop_seen): nothing to train, done with it.
                 stoker_trainer_client_ack(tc, (*out)->lease);
@@ -622,6 +661,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
                 *out = NULL;
                 continue;
             }
+            if (rv == STOKER_OK)
+                hold(tc, (*out)->lease);
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
@@ -632,7 +673,16 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             stoker_reply_free(rep);
             continue;
         }
+        if (rv == STOKER_GROUP_BROKEN) {
+            // Final: the other ranks wait for a rank that is gone; no step will come.
+            snprintf(tc->end_reason, sizeof(tc->end_reason), "%s", rep->message);
+            stoker_error("group-broken: %s", tc->end_reason);
+            tc->supply_ended = rv;
+            stoker_reply_free(rep);
+            return rv;
+        }
         if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA) {
+            tc->group_leftover = rep->group_leftover;
             if (!tc->ending)
                 snprintf(tc->end_reason, sizeof(tc->end_reason), "%s", rep->message);
             tc->ending = rv;
@@ -650,6 +700,39 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
     }
 }
 
+const char *
+stoker_trainer_client_end_reason(const stoker_trainer_client *tc)
+{
+    return tc->supply_ended != STOKER_OK ? tc->end_reason : "";
+}
+
+uint64_t
+stoker_trainer_client_group_steps(const stoker_trainer_client *tc)
+{
+    return tc->group_steps;
+}
+
+uint64_t
+stoker_trainer_client_group_leftover(const stoker_trainer_client *tc)
+{
+    return tc->group_leftover;
+}
+
+// Forgets that lease is held by the caller (acknowledged, or kept for the commit).
+static void
+unhold(stoker_trainer_client *tc, uint64_t lease)
+{
+    pthread_mutex_lock(&tc->lock);
+    for (uint32_t i = 0; i < tc->n_held; i++) {
+        if (tc->held[i] == lease) {
+            memmove(&tc->held[i], &tc->held[i + 1], (tc->n_held - i - 1) * sizeof(uint64_t));
+            tc->n_held--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&tc->lock);
+}
+
 void
 stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
 {
@@ -664,11 +747,13 @@ stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
             }
         }
         if (tc->n_uncommitted < tc->cap_uncommitted) {
+            unhold(tc, lease); // the goodbye names it among the uncommitted instead
             tc->uncommitted[tc->n_uncommitted++] = lease;
             return;
         }
         stoker_warn("trainer: out of memory keeping an acknowledgement for the commit");
     }
+    unhold(tc, lease);
     pthread_mutex_lock(&tc->lock);
     int full = tc->n_pending_acks == MAX_ACKS;
     pthread_mutex_unlock(&tc->lock);
@@ -763,6 +848,12 @@ stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on)
 {
     if ((tc->opts.commit != 0) == (on != 0))
         return;
+    if (on && tc->group[0] != '\0') {
+        stoker_warn("trainer '%s': commit with checkpoints refused: it is rank %u of group '%s', "
+                    "and the ranks of a group acknowledge after each step",
+                    tc->name, tc->opts.rank, tc->opts.group);
+        return;
+    }
     if (!on)
         stoker_trainer_client_commit(tc); // what was kept is sent now
     tc->opts.commit = on != 0;
@@ -841,7 +932,19 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     wait_inflight_acks(tc);
     // Goodbye: the broker hands what we still hold to other trainers at once and logs a clean
     // leave instead of a lost connection. Bounded; without it the closed pipe does the same.
-    stoker_request bye = {.method = STOKER_GOODBYE, .session = tc->opts.client.session};
+    // It names the batches our caller held unacknowledged (a loss: counted as redelivered); the
+    // leases we got ahead and never handed out come back counted as returned unused.
+    // A committing trainer's trained but uncommitted leases were used too (they come back
+    // counted as redelivered): the newest of them fill what the goodbye can name after held.
+    uint64_t named[MAX_ACKS];
+    uint32_t n_named = tc->n_held;
+    memcpy(named, tc->held, n_named * sizeof(uint64_t));
+    for (uint32_t i = tc->n_uncommitted; i-- > 0 && n_named < MAX_ACKS;)
+        named[n_named++] = tc->uncommitted[i];
+    stoker_request bye = {.method = STOKER_GOODBYE,
+                          .session = tc->opts.client.session,
+                          .n_held = n_named,
+                          .held = named};
     stoker_reply *rep = NULL;
     char err[256];
     uint32_t timeout =

@@ -304,6 +304,25 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
     return STOKER_OK;
 }
 
+// --- groups (Status) ----------------------------------------------------------------------------
+
+static const char *const group_states[] = {"open", "ended", "broken"};
+
+static uint32_t
+group_state_code(const char *state)
+{
+    for (uint32_t i = 0; i < 3; i++)
+        if (state != NULL && strcmp(state, group_states[i]) == 0)
+            return i;
+    return 0;
+}
+
+static const char *
+group_state_name(uint32_t code)
+{
+    return code < 3 ? group_states[code] : "unknown";
+}
+
 // --- requests -------------------------------------------------------------------------------
 
 int
@@ -329,6 +348,10 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
         hello.commit = req->commit != 0;
+        hello.group = (char *)req->group;
+        hello.rank = req->rank;
+        hello.world = req->world;
+        hello.batch = req->group_batch;
         if (req->has_schema) {
             schema_to_pb(&req->schema, &spb);
             hello.schema = &spb.schema;
@@ -357,6 +380,10 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         ack.n_leases = req->n_acks;
         ack.leases = (uint64_t *)req->acks;
         r.ack = &ack;
+        break;
+    case STOKER_GOODBYE:
+        r.n_held_leases = req->n_held;
+        r.held_leases = (uint64_t *)req->held;
         break;
     default:
         break;
@@ -407,8 +434,13 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
+                              err_len)) != STOKER_OK ||
+            (rv = copy_string(req->group, sizeof(req->group), r->hello->group, "hello: group", err,
                               err_len)) != STOKER_OK)
             break;
+        req->rank = r->hello->rank;
+        req->world = r->hello->world;
+        req->group_batch = r->hello->batch;
         if (r->hello->schema != NULL) {
             rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
             req->has_schema = rv == STOKER_OK;
@@ -450,8 +482,17 @@ stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, si
         req->n_acks = (uint32_t)r->ack->n_leases;
         req->acks = r->ack->leases;
         break;
-    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__GOODBYE:
+        if (r->n_held_leases > MAX_ACKS) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "goodbye names %zu held leases, at most %d", r->n_held_leases,
+                               MAX_ACKS);
+            break;
+        }
+        req->n_held = (uint32_t)r->n_held_leases;
+        req->held = r->held_leases;
+        break;
+    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__HEARTBEAT:
         break;
     default:
@@ -516,6 +557,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.queue_depth = rep->queue_depth;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
+    r.group_step = rep->group_step;
+    r.group_leftover = rep->group_leftover;
     if (rep->has_schema) {
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
@@ -538,9 +581,13 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         counters.producers_alive = c->producers_alive;
         counters.trainers = c->trainers;
         counters.refused = c->refused;
+        counters.returned_unused = c->returned_unused;
+        counters.short_by_queues = c->short_by_queues;
         r.counters = &counters;
         r.uptime_ms = rep->uptime_ms;
         r.max_bytes = rep->max_bytes;
+        r.queue_depth_auto = rep->queue_depth_auto != 0;
+        r.queue_limit = (char *)rep->queue_limit;
     }
 
     // Repeated sub-messages need arrays of structs and of pointers: one allocation each.
@@ -550,6 +597,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     Stoker__Event **event_ptrs = NULL;
     Stoker__ProducerState *prods = NULL;
     Stoker__ProducerState **prod_ptrs = NULL;
+    Stoker__GroupState *groups = NULL;
+    Stoker__GroupState **group_ptrs = NULL;
     if (rep->n_runs > 0) {
         runs = calloc(rep->n_runs, sizeof(*runs));
         run_ptrs = calloc(rep->n_runs, sizeof(*run_ptrs));
@@ -602,12 +651,37 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
             prods[i].delivered = p->delivered;
             prods[i].acknowledged = p->acknowledged;
             prods[i].redelivered = p->redelivered;
+            prods[i].returned_unused = p->returned_unused;
             prods[i].next_seq = p->next_seq;
             prods[i].silent_ms = p->silent_ms;
             prod_ptrs[i] = &prods[i];
         }
         r.n_producers = rep->n_producers;
         r.producers = prod_ptrs;
+    }
+    if (rep->n_groups > 0) {
+        groups = calloc(rep->n_groups, sizeof(*groups));
+        group_ptrs = calloc(rep->n_groups, sizeof(*group_ptrs));
+        if (groups == NULL || group_ptrs == NULL)
+            goto out;
+        for (uint32_t i = 0; i < rep->n_groups; i++) {
+            stoker_group_info *g = &rep->groups[i];
+            stoker__group_state__init(&groups[i]);
+            groups[i].name = g->name;
+            groups[i].state = group_state_code(g->state);
+            groups[i].world = g->world;
+            groups[i].batch = g->batch;
+            groups[i].joined = g->joined;
+            groups[i].steps = g->steps;
+            groups[i].leftover = g->leftover;
+            groups[i].n_rank_steps = g->world;
+            groups[i].rank_steps = g->rank_steps;
+            groups[i].n_rank_ready = g->world;
+            groups[i].rank_ready = g->rank_ready;
+            group_ptrs[i] = &groups[i];
+        }
+        r.n_groups = rep->n_groups;
+        r.groups = group_ptrs;
     }
     rv = pack_into_msg(&r.base, rep->chunk.count > 0 ? &blobs : NULL, out);
 out:
@@ -617,6 +691,8 @@ out:
     free(event_ptrs);
     free(prods);
     free(prod_ptrs);
+    free(groups);
+    free(group_ptrs);
     return rv;
 }
 
@@ -661,6 +737,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->queue_depth = r->queue_depth;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;
+    rep->group_step = r->group_step;
+    rep->group_leftover = r->group_leftover;
     if (r->schema != NULL) {
         if ((rv = schema_from_pb(r->schema, &rep->schema, err, err_len)) != STOKER_OK)
             goto fail;
@@ -725,9 +803,14 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             .producers_alive = c->producers_alive,
             .trainers = c->trainers,
             .refused = c->refused,
+            .returned_unused = c->returned_unused,
+            .short_by_queues = c->short_by_queues,
         };
         rep->uptime_ms = r->uptime_ms;
         rep->max_bytes = r->max_bytes;
+        rep->queue_depth_auto = r->queue_depth_auto;
+        snprintf(rep->queue_limit, sizeof(rep->queue_limit), "%s",
+                 r->queue_limit != NULL ? r->queue_limit : "");
     }
     if (r->n_producers > 0) {
         rep->producers = calloc(r->n_producers, sizeof(*rep->producers));
@@ -748,10 +831,39 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             d->delivered = p->delivered;
             d->acknowledged = p->acknowledged;
             d->redelivered = p->redelivered;
+            d->returned_unused = p->returned_unused;
             d->next_seq = p->next_seq;
             d->silent_ms = p->silent_ms;
         }
         rep->n_producers = (uint32_t)r->n_producers;
+    }
+    if (r->n_groups > 0) {
+        rep->groups = calloc(r->n_groups, sizeof(*rep->groups));
+        if (rep->groups == NULL) {
+            rv = STOKER_NOMEM;
+            goto fail;
+        }
+        for (size_t i = 0; i < r->n_groups; i++) {
+            const Stoker__GroupState *g = r->groups[i];
+            stoker_group_info *d = &rep->groups[i];
+            if (g->world > STOKER_GROUP_MAX_WORLD || g->n_rank_steps != g->world ||
+                g->n_rank_ready != g->world) {
+                rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                                   "reply: group of %u ranks with %zu/%zu rank entries", g->world,
+                                   g->n_rank_steps, g->n_rank_ready);
+                goto fail;
+            }
+            snprintf(d->name, sizeof(d->name), "%s", g->name != NULL ? g->name : "");
+            d->state = group_state_name(g->state);
+            d->world = g->world;
+            d->batch = g->batch;
+            d->joined = g->joined;
+            d->steps = g->steps;
+            d->leftover = g->leftover;
+            memcpy(d->rank_steps, g->rank_steps, g->world * sizeof(uint64_t));
+            memcpy(d->rank_ready, g->rank_ready, g->world * sizeof(uint32_t));
+        }
+        rep->n_groups = (uint32_t)r->n_groups;
     }
     keep_msg(owner, msg);
     *out = rep;
@@ -782,6 +894,7 @@ stoker_reply_free(stoker_reply *rep)
     free(rep->runs);
     free(rep->events);
     free(rep->producers);
+    free(rep->groups);
     free(rep);
 }
 

@@ -2,7 +2,8 @@
 // them to stdout as text lines or raw records (pull.h), acknowledging each batch only once it is
 // written and flushed; what it never wrote is redelivered by the broker to other consumers.
 // Exit codes as the trainer's: 0 done (--max-examples reached), 3 data supply ended, 4 stalled,
-// 130 interrupted, 1 other errors (stdout closed, broker refused), 2 usage.
+// 5 group broken (--group: another rank was lost), 130 interrupted, 1 other errors (stdout
+// closed, broker refused), 2 usage.
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +34,8 @@ typedef struct pull_options {
     int format; // pull_format
     uint64_t max_examples;
     int schema_only;
+    const char *group; // --group: a rank of this data-parallel group
+    uint32_t rank, world;
 } pull_options;
 
 static void
@@ -62,7 +65,17 @@ static const stoker_cli_option rows[] = {
      .imax = 64},
     {"schema", NULL, "print the broker's schema to stdout and exit", STOKER_CLI_FLAG,
      AT(schema_only)},
+    {"group", "NAME",
+     "pull as one rank of this data-parallel group (equal steps,\n"
+     "one common end; see --rank, --world)",
+     STOKER_CLI_STRING, AT(group)},
+    {"rank", "N", "this rank in the group (0..world-1)", STOKER_CLI_UINT, AT(rank), .imin = 0,
+     .imax = 65535},
+    {"world", "N", "ranks in the group", STOKER_CLI_UINT, AT(world), .imin = 1, .imax = 65536},
 };
+
+static const char *group_name; // --group, for open_consumer
+static uint32_t group_rank, group_world;
 
 static void
 print_events(stoker_consumer *c)
@@ -85,7 +98,9 @@ static int
 open_consumer(const stoker_consumer_options *o, stoker_consumer **c, const char *what)
 {
     char err[512];
-    int rv = stoker_consumer_open(o, c, err, sizeof(err));
+    int rv = group_name != NULL ? stoker_consumer_open_group(o, group_name, group_rank, group_world,
+                                                             c, err, sizeof(err))
+                                : stoker_consumer_open(o, c, err, sizeof(err));
     if (rv == STOKER_OK) {
         running = *c;
         return 0;
@@ -128,6 +143,7 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
         if (rv != STOKER_OK) {
             code = rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA ? 3
                    : rv == STOKER_STALLED                                ? 4
+                   : rv == STOKER_GROUP_BROKEN                           ? 5
                    : rv == STOKER_INTERRUPTED                            ? 130
                                                                          : 1;
             fprintf(stderr, "stoker-pull: %s (after %llu examples)\n", stoker_consumer_error(c),
@@ -169,13 +185,30 @@ main(int argc, char **argv)
                     "spaces) or as raw\nlittle-endian records. Each batch is acknowledged once it "
                     "is written.",
                     STOKER_LOG_WARN);
-    cli.epilog = "Exit codes: 0 done, 3 data supply ended, 4 stalled, 130 interrupted, 1 error,\n"
-                 "2 usage.";
+    cli.epilog = "Exit codes: 0 done, 3 data supply ended, 4 stalled, 5 group broken,\n"
+                 "130 interrupted, 1 error, 2 usage.";
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0)
         return code;
+    if (o.group == NULL && (stoker_cli_given(&cli, "rank") || stoker_cli_given(&cli, "world")))
+        return stoker_cli_fail(&cli, "--rank and --world go with --group");
+    if (o.group != NULL) {
+        if (!stoker_cli_given(&cli, "rank") || !stoker_cli_given(&cli, "world"))
+            return stoker_cli_fail(&cli, "--group needs --rank and --world");
+        if (o.rank >= o.world)
+            return stoker_cli_fail(&cli,
+                                   "--rank %u is outside the world size %u (ranks are "
+                                   "0..%u)",
+                                   o.rank, o.world, o.world - 1);
+        if ((code = stoker_cli_exclude(&cli, "group", "max-examples",
+                                       "every rank takes the group's steps to its end")) != 0)
+            return code;
+        group_name = o.group;
+        group_rank = o.rank;
+        group_world = o.world;
+    }
     o.consumer.url = o.client.url;
     o.consumer.token = o.client.token;
     stoker_log_init("pull", cli.log_level);

@@ -1,44 +1,38 @@
-// The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API) and
-// JPEG (libjpeg-turbo) files into memory once, then makes each example from those pixels with a
-// random resized crop, flip and color jitter. Decoding everything up front keeps fill free of
-// I/O and allocation; the price is memory, bounded by IMAGES_MAX_DECODED_BYTES, and start-up
-// time. With decode_each only the files' headers are read at start (signature and dimensions)
-// and each example reads and decodes its file, as a data loader reading a dataset does (the same
-// bytes come out either way); a file that fails then is reported, skipped and counted, and
-// another image is drawn in its place. Shrinking is plain bilinear
-// without antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine
-// for augmentation.
+// The `images` generator: decodes a class-per-subfolder tree of PNG (libpng's simplified API),
+// JPEG (libjpeg-turbo) and WebP (libwebp, when built with it) files into memory once, then makes
+// each example from those pixels with a random resized crop, flip and color jitter. Decoding
+// everything up front keeps fill free of I/O and allocation; the price is memory, bounded by
+// IMAGES_MAX_DECODED_BYTES, and start-up time. With decode_each only the files' headers are read at
+// start (signature and dimensions) and each example reads and decodes its file, as a data loader
+// reading a dataset does (the same bytes come out either way); a file that fails then is reported,
+// skipped and counted, and another image is drawn in its place. Shrinking is plain bilinear without
+// antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine for
+// augmentation. An augment spec (augment.c) replaces that default pipeline; this file then only
+// chooses the image and converts the pipeline's floats to the output's dtype and layout.
+// Reading and decoding one file is image_file.c's.
 #include "images.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
-#include <jerror.h>
-#include <jpeglib.h>
-#include <png.h>
+#include "augment.h"
+#include "image_file.h"
 
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"
 #include "stoker/schema.h"
-
-#define MAX_IMAGE_SIDE 65535u // per side; protects the size arithmetic from hostile headers
-#define PIXEL_PAD      1      // bytes after each image: a pixel is read as 4 bytes (RGB + 1)
 
 #define MAX_REDRAWS 16 // random draws for a bad file's replacement; then the next good file
 
@@ -50,9 +44,22 @@ typedef struct image {
     bool bad; // decoded per example, it failed once: skipped from then on
 } image;
 
+typedef struct class_info {
+    char *name;
+    size_t files;
+} class_info;
+
 typedef struct images_gen {
-    uint32_t size;
+    uint32_t out_h, out_w;
     bool decode_each;
+    augment *aug; // NULL: the built-in default pipeline
+    images_output output;
+    bool hwc;
+    images_label label;
+    bool normalize;        // float32 output is normalized with mean and std
+    float mean[3], std[3]; // what the pipeline normalizes with (declared for uint8 output)
+    float *scratch;        // (3, h, w) or (h, w, 3) floats when the output is not written directly
+    class_info *classes;
     uint32_t n_classes;
     size_t n_images, cap_images;
     image *images;
@@ -86,6 +93,11 @@ images_destroy(void *user)
         free(g->images[i].path);
     }
     free(g->images);
+    for (uint32_t c = 0; c < g->n_classes && g->classes != NULL; c++)
+        free(g->classes[c].name);
+    free(g->classes);
+    augment_destroy(g->aug);
+    free(g->scratch);
     free(g->col0);
     free(g->col1);
     free(g->row0);
@@ -122,7 +134,7 @@ has_image_extension(const char *name)
 {
     const char *dot = strrchr(name, '.');
     return dot != NULL && (strcasecmp(dot, ".png") == 0 || strcasecmp(dot, ".jpg") == 0 ||
-                           strcasecmp(dot, ".jpeg") == 0);
+                           strcasecmp(dot, ".jpeg") == 0 || strcasecmp(dot, ".webp") == 0);
 }
 
 // Lists the non-hidden entries of dir that are folders (want_dirs) or regular image files,
@@ -186,351 +198,78 @@ list_dir(const char *dir, bool want_dirs, name_list *out, char *err, size_t err_
     return STOKER_OK;
 }
 
-// ---- decoding ----
+#define MAX_DEPTH 32 // nested folders inside a class; deeper (or a link loop) is an error
 
-// Reserves bytes of the decoded-pixel budget for the image at path.
 static int
-reserve(images_gen *g, const char *path, uint32_t width, uint32_t height, size_t *bytes, char *err,
-        size_t err_len)
+names_push(name_list *l, char *name)
 {
-    if (width == 0 || height == 0 || width > MAX_IMAGE_SIDE || height > MAX_IMAGE_SIDE) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **names = realloc(l->names, cap * sizeof *names);
+        if (names == NULL)
+            return STOKER_NOMEM;
+        l->names = names;
+        l->cap = cap;
+    }
+    l->names[l->n++] = name;
+    return STOKER_OK;
+}
+
+// Appends the image files under dir to out as paths relative to the class folder (prefix is
+// dir's own relative path, "" at the top): dir's files sorted by name, then each subfolder's,
+// depth first in name order (torchvision's ImageFolder also walks nested folders).
+static int
+list_tree(const char *dir, const char *prefix, int depth, name_list *out, char *err, size_t err_len)
+{
+    if (depth > MAX_DEPTH) {
         return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "images: '%s': unsupported dimensions %ux%u", path, width, height);
+                             "images: '%s' is nested more than %d folders deep (a link loop?)", dir,
+                             MAX_DEPTH);
     }
-    size_t need = (size_t)width * height * 3;
-    if (need > IMAGES_MAX_DECODED_BYTES - g->decoded_bytes) {
-        return stoker_errorf(
-            err, err_len, STOKER_TOO_LARGE,
-            "images: the decoded images need more than %zu MiB (limit reached at '%s', after "
-            "%zu images); use fewer or smaller images",
-            IMAGES_MAX_DECODED_BYTES >> 20, path, g->n_images);
+    name_list files = {0}, dirs = {0};
+    int rv = list_dir(dir, false, &files, err, err_len);
+    if (rv == STOKER_OK)
+        rv = list_dir(dir, true, &dirs, err, err_len);
+    for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
+        char *rel;
+        if (asprintf(&rel, "%s%s", prefix, files.names[i]) < 0)
+            rv = STOKER_NOMEM;
+        else if ((rv = names_push(out, rel)) != STOKER_OK)
+            free(rel);
     }
-    *bytes = need;
-    return STOKER_OK;
-}
-
-static int
-decode_png(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
-           size_t err_len)
-{
-    png_image png;
-    memset(&png, 0, sizeof png);
-    png.version = PNG_IMAGE_VERSION;
-    if (!png_image_begin_read_from_memory(&png, data, len)) {
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt or unsupported PNG: %s",
-                      path, png.message);
-        png_image_free(&png);
-        return STOKER_INVALID;
-    }
-    size_t bytes;
-    int rv = reserve(g, path, png.width, png.height, &bytes, err, err_len);
-    if (rv != STOKER_OK) {
-        png_image_free(&png);
-        return rv;
-    }
-    // With alpha, read RGBA and drop the alpha (what PIL's convert("RGB") does) rather than let
-    // libpng composite onto whatever the buffer holds.
-    bool alpha = (png.format & PNG_FORMAT_FLAG_ALPHA) != 0;
-    png.format = alpha ? PNG_FORMAT_RGBA : PNG_FORMAT_RGB;
-    uint8_t *buf = malloc(PNG_IMAGE_SIZE(png) + PIXEL_PAD);
-    if (buf == NULL) {
-        png_image_free(&png);
-        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'",
-                             path);
-    }
-    if (!png_image_finish_read(&png, NULL, buf, 0, NULL)) {
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt PNG: %s", path,
-                      png.message);
-        png_image_free(&png);
-        free(buf);
-        return STOKER_INVALID;
-    }
-    if (alpha) {
-        size_t n = (size_t)png.width * png.height;
-        for (size_t i = 0; i < n; i++) {
-            buf[3 * i] = buf[4 * i];
-            buf[3 * i + 1] = buf[4 * i + 1];
-            buf[3 * i + 2] = buf[4 * i + 2];
+    for (size_t i = 0; i < dirs.n && rv == STOKER_OK; i++) {
+        char *sub, *sub_prefix;
+        if (asprintf(&sub, "%s/%s", dir, dirs.names[i]) < 0)
+            rv = STOKER_NOMEM;
+        else if (asprintf(&sub_prefix, "%s%s/", prefix, dirs.names[i]) < 0) {
+            free(sub);
+            rv = STOKER_NOMEM;
+        } else {
+            rv = list_tree(sub, sub_prefix, depth + 1, out, err, err_len);
+            free(sub);
+            free(sub_prefix);
         }
-        uint8_t *shrunk = realloc(buf, bytes + PIXEL_PAD);
-        if (shrunk != NULL)
-            buf = shrunk;
     }
-    memset(buf + bytes, 0, PIXEL_PAD);
-    im->rgb = buf;
-    im->width = png.width;
-    im->height = png.height;
-    g->decoded_bytes += bytes;
-    return STOKER_OK;
+    if (rv == STOKER_NOMEM)
+        stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory listing '%s'", dir);
+    names_free(&files);
+    names_free(&dirs);
+    return rv;
 }
 
-typedef struct jpeg_err {
-    struct jpeg_error_mgr pub;
-    jmp_buf jump;
-    char message[JMSG_LENGTH_MAX];
-} jpeg_err;
-
-static void
-jpeg_fail(j_common_ptr cinfo)
-{
-    jpeg_err *e = (jpeg_err *)cinfo->err;
-    e->pub.format_message(cinfo, e->message);
-    longjmp(e->jump, 1);
-}
-
-// Warnings are tolerated (as PIL does), except a truncated file: that is corruption.
-static void
-jpeg_note(j_common_ptr cinfo, int level)
-{
-    jpeg_err *e = (jpeg_err *)cinfo->err;
-    if (level < 0 && e->pub.msg_code == JWRN_JPEG_EOF)
-        jpeg_fail(cinfo);
-    if (level < 0)
-        e->pub.num_warnings++;
-}
-
-static void
-jpeg_quiet(j_common_ptr cinfo)
-{
-    (void)cinfo;
-}
-
+// Decodes data (the file at path) into im's pixels, counted in g's decoded-pixel budget.
 static int
-decode_jpeg(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
+decode_into(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
             size_t err_len)
 {
-    struct jpeg_decompress_struct cinfo;
-    jpeg_err jerr;
-    // Changed between setjmp and a possible longjmp: volatile, so their values survive the jump.
-    uint8_t *volatile buf = NULL;
-    uint8_t *volatile cmyk_row = NULL;
-    volatile int rv = STOKER_OK;
-
-    cinfo.err = jpeg_std_error(&jerr.pub);
-    jerr.pub.error_exit = jpeg_fail;
-    jerr.pub.emit_message = jpeg_note;
-    jerr.pub.output_message = jpeg_quiet;
-    if (setjmp(jerr.jump)) {
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': corrupt JPEG: %s", path,
-                      jerr.message);
-        jpeg_destroy_decompress(&cinfo);
-        free(buf);
-        free(cmyk_row);
-        return STOKER_INVALID;
-    }
-    jpeg_create_decompress(&cinfo);
-    jpeg_mem_src(&cinfo, data, (unsigned long)len);
-    jpeg_read_header(&cinfo, TRUE);
-    bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
-    cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
-    jpeg_start_decompress(&cinfo);
-    size_t bytes;
-    rv = reserve(g, path, cinfo.output_width, cinfo.output_height, &bytes, err, err_len);
+    image_pixels px;
+    int rv = image_file_decode(path, data, len, &g->decoded_bytes, g->n_images, &px, err, err_len);
     if (rv == STOKER_OK) {
-        buf = malloc(bytes + PIXEL_PAD);
-        if (cmyk)
-            cmyk_row = malloc((size_t)cinfo.output_width * 4);
-        if (buf == NULL || (cmyk && cmyk_row == NULL)) {
-            stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory decoding '%s'",
-                          path);
-            rv = STOKER_NOMEM;
-        }
+        im->rgb = px.rgb;
+        im->width = px.width;
+        im->height = px.height;
     }
-    if (rv != STOKER_OK) {
-        jpeg_destroy_decompress(&cinfo);
-        free(buf);
-        free(cmyk_row);
-        return rv;
-    }
-    size_t stride = (size_t)cinfo.output_width * 3;
-    while (cinfo.output_scanline < cinfo.output_height) {
-        uint8_t *row = buf + (size_t)cinfo.output_scanline * stride;
-        JSAMPROW rows[1] = {cmyk ? cmyk_row : row};
-        jpeg_read_scanlines(&cinfo, rows, 1);
-        if (cmyk) {
-            // Adobe writes inverted CMYK: each channel times K gives RGB.
-            for (uint32_t x = 0; x < cinfo.output_width; x++) {
-                const uint8_t *p = cmyk_row + 4 * x;
-                row[3 * x] = (uint8_t)((p[0] * p[3] + 127) / 255);
-                row[3 * x + 1] = (uint8_t)((p[1] * p[3] + 127) / 255);
-                row[3 * x + 2] = (uint8_t)((p[2] * p[3] + 127) / 255);
-            }
-        }
-    }
-    jpeg_finish_decompress(&cinfo);
-    memset(buf + bytes, 0, PIXEL_PAD);
-    im->rgb = buf;
-    im->width = cinfo.output_width;
-    im->height = cinfo.output_height;
-    jpeg_destroy_decompress(&cinfo);
-    free(cmyk_row);
-    g->decoded_bytes += bytes;
-    return STOKER_OK;
-}
-
-static int
-read_file(const char *path, uint8_t **data, size_t *len, char *err, size_t err_len)
-{
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (f == NULL || fstat(fileno(f), &st) != 0) {
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: cannot read '%s': %s", path,
-                      strerror(errno));
-        if (f != NULL)
-            fclose(f);
-        return STOKER_IO;
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = malloc(n > 0 ? n : 1);
-    if (buf == NULL) {
-        fclose(f);
-        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory reading '%s'",
-                             path);
-    }
-    if (fread(buf, 1, n, f) != n) {
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: cannot read '%s': short read", path);
-        fclose(f);
-        free(buf);
-        return STOKER_IO;
-    }
-    fclose(f);
-    *data = buf;
-    *len = n;
-    return STOKER_OK;
-}
-
-// Decodes a PNG or JPEG file (by its signature) into im.
-static int
-decode_any(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
-           size_t err_len)
-{
-    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    if (len >= 8 && memcmp(data, png_magic, 8) == 0)
-        return decode_png(g, path, data, len, im, err, err_len);
-    if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
-        return decode_jpeg(g, path, data, len, im, err, err_len);
-    return stoker_errorf(err, err_len, STOKER_INVALID,
-                         "images: '%s' is not a PNG or JPEG file (%s)", path,
-                         len == 0 ? "empty" : "unknown signature");
-}
-
-// Reads n bytes at off of fd into buf; false at the end of the file or on an error.
-static bool
-read_at(int fd, off_t off, uint8_t *buf, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = pread(fd, buf, n, off);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        buf += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return true;
-}
-
-static uint32_t
-be16(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 8 | p[1];
-}
-
-static uint32_t
-be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-// JPEG: walks the marker segments from the start of the image to the first frame header (SOF)
-// and reads its dimensions. Only segment headers are read, not the data.
-static bool
-jpeg_dimensions(int fd, uint32_t *width, uint32_t *height)
-{
-    off_t off = 2; // after SOI
-    uint8_t m[9];
-    for (int segments = 0; segments < 1024; segments++) {
-        if (!read_at(fd, off, m, 2) || m[0] != 0xff)
-            return false;
-        uint8_t marker = m[1];
-        if (marker == 0xff) { // fill byte
-            off++;
-            continue;
-        }
-        if (marker == 0x01 || (marker >= 0xd0 && marker <= 0xd8)) { // no length
-            off += 2;
-            continue;
-        }
-        if (marker == 0xd9 || marker == 0xda) // end of image or scan data before any frame
-            return false;
-        bool sof =
-            marker >= 0xc0 && marker <= 0xcf && marker != 0xc4 && marker != 0xc8 && marker != 0xcc;
-        if (sof) {
-            // length (2), precision (1), height (2), width (2)
-            if (!read_at(fd, off + 2, m, 7))
-                return false;
-            *height = be16(m + 3);
-            *width = be16(m + 5);
-            return true;
-        }
-        if (!read_at(fd, off + 2, m, 2) || be16(m) < 2)
-            return false;
-        off += 2 + be16(m);
-    }
-    return false;
-}
-
-// Checks the file at path is a PNG (signature, IHDR) or a JPEG (SOI, a frame header) of
-// dimensions that can be decoded, reading only its header. STOKER_OK with the dimensions;
-// STOKER_IO (unreadable), STOKER_INVALID or STOKER_TOO_LARGE with err naming path.
-static int
-probe_header(const char *path, uint32_t *width, uint32_t *height, char *err, size_t err_len)
-{
-    static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        return stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
-                             strerror(errno));
-    }
-    uint8_t h[24];
-    ssize_t n;
-    while ((n = pread(fd, h, sizeof h, 0)) < 0 && errno == EINTR) {
-    }
-    bool ok;
-    const char *kind;
-    if (n >= 8 && memcmp(h, png_magic, 8) == 0) {
-        kind = "PNG";
-        ok = n == (ssize_t)sizeof h && memcmp(h + 12, "IHDR", 4) == 0;
-        if (ok) {
-            *width = be32(h + 16);
-            *height = be32(h + 20);
-        }
-    } else if (n >= 3 && h[0] == 0xff && h[1] == 0xd8 && h[2] == 0xff) {
-        kind = "JPEG";
-        ok = jpeg_dimensions(fd, width, height);
-    } else {
-        close(fd);
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s' is not a PNG or JPEG file (%s)",
-                      path, n == 0 ? "empty" : "unknown signature");
-        return n < 0 ? STOKER_IO : STOKER_INVALID;
-    }
-    close(fd);
-    if (!ok) {
-        return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "images: '%s': corrupt %s: no readable %s", path, kind,
-                             strcmp(kind, "PNG") == 0 ? "IHDR chunk" : "frame header");
-    }
-    if (*width == 0 || *height == 0 || *width > MAX_IMAGE_SIDE || *height > MAX_IMAGE_SIDE) {
-        return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "images: '%s': unsupported dimensions %ux%u", path, *width, *height);
-    }
-    if ((size_t)*width * *height * 3 > IMAGES_MAX_DECODED_BYTES) {
-        return stoker_errorf(err, err_len, STOKER_TOO_LARGE,
-                             "images: '%s': %ux%u pixels need more than %zu MiB decoded", path,
-                             *width, *height, IMAGES_MAX_DECODED_BYTES >> 20);
-    }
-    return STOKER_OK;
+    return rv;
 }
 
 static int
@@ -549,7 +288,7 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
     int rv;
     if (g->decode_each) {
         // Only the header now; the pixels when an example needs them.
-        if ((rv = probe_header(path, &im.width, &im.height, err, err_len)) != STOKER_OK)
+        if ((rv = image_file_probe(path, &im.width, &im.height, err, err_len)) != STOKER_OK)
             return rv;
         if ((im.path = strdup(path)) == NULL) {
             return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
@@ -559,9 +298,9 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
     }
     uint8_t *data = NULL;
     size_t len = 0;
-    if ((rv = read_file(path, &data, &len, err, err_len)) != STOKER_OK)
+    if ((rv = image_file_read(path, &data, &len, err, err_len)) != STOKER_OK)
         return rv;
-    rv = decode_any(g, path, data, len, &im, err, err_len);
+    rv = decode_into(g, path, data, len, &im, err, err_len);
     free(data);
     if (rv == STOKER_OK)
         g->images[g->n_images++] = im;
@@ -588,6 +327,11 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         names_free(&classes);
         return STOKER_INVALID;
     }
+    if ((g->classes = calloc(classes.n, sizeof *g->classes)) == NULL) {
+        names_free(&classes);
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
+    }
+    g->n_classes = (uint32_t)classes.n;
     for (size_t c = 0; c < classes.n && rv == STOKER_OK; c++) {
         char *class_dir;
         if (asprintf(&class_dir, "%s/%s", dir, classes.names[c]) < 0) {
@@ -595,12 +339,16 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
             break;
         }
         name_list files = {0};
-        rv = list_dir(class_dir, false, &files, err, err_len);
+        rv = list_tree(class_dir, "", 0, &files, err, err_len);
         if (rv == STOKER_OK && files.n == 0) {
             stoker_errorf(err, err_len, STOKER_INVALID,
-                          "images: class folder '%s' has no .png, .jpg or .jpeg files", class_dir);
+                          "images: class folder '%s' has no .png, .jpg or .jpeg (or .webp) files",
+                          class_dir);
             rv = STOKER_INVALID;
         }
+        g->classes[c].files = files.n;
+        g->classes[c].name = classes.names[c];
+        classes.names[c] = NULL; // now the generator's
         for (size_t i = 0; i < files.n && rv == STOKER_OK; i++) {
             char *path;
             if (asprintf(&path, "%s/%s", class_dir, files.names[i]) < 0) {
@@ -615,7 +363,6 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
     }
     if (rv == STOKER_NOMEM)
         stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory loading '%s'", dir);
-    g->n_classes = (uint32_t)classes.n;
     names_free(&classes);
     return rv;
 }
@@ -797,10 +544,10 @@ decode_file(images_gen *g, const image *im, image *out, char *err, size_t err_le
 {
     uint8_t *data = NULL;
     size_t len = 0;
-    int rv = read_file(im->path, &data, &len, err, err_len);
+    int rv = image_file_read(im->path, &data, &len, err, err_len);
     if (rv != STOKER_OK)
         return rv;
-    rv = decode_any(g, im->path, data, len, out, err, err_len);
+    rv = decode_into(g, im->path, data, len, out, err, err_len);
     free(data);
     if (rv == STOKER_OK)
         out->label = im->label;
@@ -844,43 +591,31 @@ decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image *out)
     }
 }
 
-static int
-images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+// The default pipeline (see images.h) from im into out, (3, out_h, out_w) floats: normalized
+// with ImageNet's statistics, or with normalize false left in [0, 255].
+static void
+default_pipeline(images_gen *g, stoker_rng *rng_state, const image *im, float *out, bool normalize)
 {
-    images_gen *g = user;
-    (void)seq;
-    stoker_rng rng;
-    stoker_rng_seed(&rng, seed);
-
-    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
-    const image *im = &g->images[drawn];
-    image decoded = {0};
-    if (g->decode_each) {
-        int rv = decode_drawn(g, &rng, drawn, &decoded);
-        if (rv != STOKER_OK)
-            return rv;
-        im = &decoded;
-    }
+    stoker_rng rng = *rng_state;
     crop box = random_crop(&rng, im->width, im->height);
     bool flip = stoker_rng_uniform(&rng) < 0.5;
     float brightness = (float)stoker_rng_range(&rng, 0.6, 1.4);
     float contrast = (float)stoker_rng_range(&rng, 0.6, 1.4);
     bool brightness_first = stoker_rng_uniform(&rng) < 0.5;
 
-    const uint32_t n = g->size;
-    const size_t plane = (size_t)n * n;
+    const uint32_t n = g->out_w, rows = g->out_h;
+    const size_t plane = (size_t)rows * n;
     sample_table(n, box.left, box.width, 3, flip, g->col0, g->col1, g->wx);
-    sample_table(n, box.top, box.height, 1, false, g->row0, g->row1, g->wy);
+    sample_table(rows, box.top, box.height, 1, false, g->row0, g->row1, g->wy);
 
-    // Pass 1: bilinear resample into the output, values in [0, 255]; (3, n, n). A pixel is one
+    // Pass 1: bilinear resample into the output, values in [0, 255]; (3, rows, n). A pixel is one
     // vector (r, g, b, unused), so the three channels are interpolated together.
-    float *out = fields[0];
     float *out_r = out, *out_g = out + plane, *out_b = out + 2 * plane;
     const size_t stride = (size_t)im->width * 3;
     const v4f zero = {0, 0, 0, 0};
     v4f max_value = zero;
     double sum[3] = {0, 0, 0};
-    for (uint32_t y = 0; y < n; y++) {
+    for (uint32_t y = 0; y < rows; y++) {
         const uint8_t *r0 = im->rgb + g->row0[y] * stride;
         const uint8_t *r1 = im->rgb + g->row1[y] * stride;
         const v4f fy = zero + g->wy[y];
@@ -917,33 +652,128 @@ images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     }
     const float shift = (1.0f - contrast) * mean_gray;
 
-    // Pass 2: jitter, then (v / 255 - mean) / std.
+    // Pass 2: jitter, then (v / 255 - mean) / std (or nothing more, for uint8 output).
     for (int ch = 0; ch < 3; ch++)
         jitter_plane(out + ch * plane, plane, brightness_first, brightness, contrast, shift,
-                     1.0f / (255.0f * STD[ch]), -MEAN[ch] / STD[ch]);
-    *(int32_t *)fields[1] = im->label;
+                     normalize ? 1.0f / (255.0f * STD[ch]) : 1.0f,
+                     normalize ? -MEAN[ch] / STD[ch] : 0.0f);
+    *rng_state = rng;
+}
+
+// Converts src, (3, h, w) when src_chw else (h, w, 3), to the image field dst in the output's
+// dtype and layout. src is already normalized (src_normalized) or holds values in [0, 255].
+static void
+emit(const images_gen *g, const float *src, bool src_chw, bool src_normalized, void *dst)
+{
+    const size_t plane = (size_t)g->out_h * g->out_w;
+    for (int c = 0; c < 3; c++) {
+        const float scale = g->normalize ? 1.0f / (255.0f * g->std[c]) : 1.0f / 255.0f;
+        const float bias = g->normalize ? -g->mean[c] / g->std[c] : 0.0f;
+        for (size_t i = 0; i < plane; i++) {
+            float v = src_chw ? src[c * plane + i] : src[3 * i + (size_t)c];
+            size_t at = g->hwc ? 3 * i + (size_t)c : c * plane + i;
+            if (g->output == IMAGES_UINT8) {
+                v = v < 0 ? 0 : v > 255 ? 255 : v;
+                ((uint8_t *)dst)[at] = (uint8_t)(v + 0.5f);
+            } else {
+                ((float *)dst)[at] = src_normalized ? v : v * scale + bias;
+            }
+        }
+    }
+}
+
+static int
+images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+{
+    images_gen *g = user;
+    (void)seq;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+
+    size_t drawn = stoker_rng_u64(&rng) % g->n_images;
+    const image *im = &g->images[drawn];
+    image decoded = {0};
+    if (g->decode_each) {
+        int rv = decode_drawn(g, &rng, drawn, &decoded);
+        if (rv != STOKER_OK)
+            return rv;
+        im = &decoded;
+    }
+    int rv = STOKER_OK;
+    if (g->aug != NULL) {
+        rv = augment_apply(g->aug, im->rgb, im->width, im->height, &rng, g->out_h, g->out_w,
+                           g->scratch);
+        if (rv == STOKER_OK)
+            emit(g, g->scratch, false, false, fields[0]);
+    } else if (g->output == IMAGES_FLOAT32 && !g->hwc) {
+        default_pipeline(g, &rng, im, fields[0], true); // straight into the field
+    } else {
+        bool normalize = g->output == IMAGES_FLOAT32;
+        default_pipeline(g, &rng, im, g->scratch, normalize);
+        emit(g, g->scratch, true, normalize, fields[0]);
+    }
+    if (g->label == IMAGES_LABEL_INT64)
+        *(int64_t *)fields[1] = im->label;
+    else
+        *(int32_t *)fields[1] = im->label;
     if (g->decode_each) {
         free(decoded.rgb);
         g->decoded_bytes -= (size_t)decoded.width * decoded.height * 3;
     }
-    return STOKER_OK;
+    return rv;
+}
+
+void
+images_config_init(images_config *cfg)
+{
+    *cfg = (images_config){.height = 64, .width = 64};
+}
+
+// One INFO line per class up to this many; beyond, a summary (the label map has them all).
+#define LOGGED_CLASSES 32
+
+static void
+log_classes(const images_gen *g, const char *dir)
+{
+    size_t lo = SIZE_MAX, hi = 0;
+    for (uint32_t c = 0; c < g->n_classes; c++) {
+        size_t n = g->classes[c].files;
+        lo = n < lo ? n : lo;
+        hi = n > hi ? n : hi;
+        if (g->n_classes <= LOGGED_CLASSES)
+            stoker_info("images: label %u = '%s': %zu files", c, g->classes[c].name, n);
+        else
+            stoker_debug("images: label %u = '%s': %zu files", c, g->classes[c].name, n);
+    }
+    if (g->n_classes > LOGGED_CLASSES)
+        stoker_info("images: %s: %u classes of %zu to %zu files each (labels in name order; "
+                    "--label-map FILE writes them all)",
+                    dir, g->n_classes, lo, hi);
 }
 
 int
-images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
-                        char *err, size_t err_len)
+images_generator_open(const images_config *cfg, stoker_generator *out, char *err, size_t err_len)
 {
+    const char *dir = cfg->dir;
     if (dir == NULL || dir[0] == '\0') {
         return stoker_errorf(err, err_len, STOKER_INVALID, "images: no folder given");
     }
-    if (size == 0 || size > IMAGES_MAX_SIZE) {
+    const uint32_t h = cfg->height, w = cfg->width;
+    if (h == 0 || h > IMAGES_MAX_SIZE || w == 0 || w > IMAGES_MAX_SIZE) {
+        if (h == w)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "images: size %u is out of range (1..%u)", h, IMAGES_MAX_SIZE);
         return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "images: size %u is out of range (1..%u)", size, IMAGES_MAX_SIZE);
+                             "images: size %ux%u is out of range (1..%u a side)", h, w,
+                             IMAGES_MAX_SIZE);
     }
     stoker_schema schema = {0};
-    const uint32_t image_shape[3] = {3, size, size}, label_shape[1] = {1};
-    if (stoker_schema_add(&schema, "image", STOKER_FLOAT32, 3, image_shape) != STOKER_OK ||
-        stoker_schema_add(&schema, "label", STOKER_INT32, 1, label_shape) != STOKER_OK) {
+    const uint32_t chw[3] = {3, h, w}, hwc[3] = {h, w, 3}, label_shape[1] = {1};
+    stoker_dtype image_dtype = cfg->output == IMAGES_UINT8 ? STOKER_UINT8 : STOKER_FLOAT32;
+    bool label64 = cfg->label == IMAGES_LABEL_INT64;
+    if (stoker_schema_add(&schema, "image", image_dtype, 3, cfg->hwc ? hwc : chw) != STOKER_OK ||
+        stoker_schema_add(&schema, "label", label64 ? STOKER_INT64 : STOKER_INT32, label64 ? 0 : 1,
+                          label_shape) != STOKER_OK) {
         return stoker_errorf(err, err_len, STOKER_INTERNAL, "images: cannot build the schema");
     }
 
@@ -951,31 +781,54 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     if (g == NULL) {
         return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
     }
-    g->size = size;
-    g->decode_each = decode_each;
-    g->col0 = malloc(size * sizeof *g->col0);
-    g->col1 = malloc(size * sizeof *g->col1);
-    g->row0 = malloc(size * sizeof *g->row0);
-    g->row1 = malloc(size * sizeof *g->row1);
-    g->wx = malloc(size * sizeof *g->wx);
-    g->wy = malloc(size * sizeof *g->wy);
-    if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy) {
+    g->out_h = h;
+    g->out_w = w;
+    g->decode_each = cfg->decode_each;
+    g->output = cfg->output;
+    g->hwc = cfg->hwc;
+    g->label = cfg->label;
+    int rv;
+    if (cfg->augment != NULL) {
+        if ((rv = augment_parse(cfg->augment, &g->aug, err, err_len)) != STOKER_OK) {
+            images_destroy(g);
+            return rv;
+        }
+        g->normalize = augment_normalization(g->aug, g->mean, g->std);
+    } else {
+        g->normalize = true;
+        memcpy(g->mean, MEAN, sizeof g->mean);
+        memcpy(g->std, STD, sizeof g->std);
+    }
+    g->col0 = malloc(w * sizeof *g->col0);
+    g->col1 = malloc(w * sizeof *g->col1);
+    g->row0 = malloc(h * sizeof *g->row0);
+    g->row1 = malloc(h * sizeof *g->row1);
+    g->wx = malloc(w * sizeof *g->wx);
+    g->wy = malloc(h * sizeof *g->wy);
+    g->scratch = malloc((size_t)h * w * 3 * sizeof *g->scratch);
+    if (!g->col0 || !g->col1 || !g->row0 || !g->row1 || !g->wx || !g->wy || !g->scratch) {
         stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory");
         images_destroy(g);
         return STOKER_NOMEM;
     }
-    int rv = load_tree(g, dir, err, err_len);
+    rv = load_tree(g, dir, err, err_len);
     if (rv != STOKER_OK) {
         images_destroy(g);
         return rv;
     }
-    if (decode_each)
+    if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
                     dir, g->n_classes, g->n_images);
     else
         stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded", dir, g->n_classes,
                     g->n_images, g->decoded_bytes / 1048576.0);
+    if (!cfg->quiet)
+        log_classes(g, dir);
+    if (g->output == IMAGES_UINT8 && g->normalize)
+        stoker_info("images: uint8 output: normalize on the consumer with mean (%.4g, %.4g, %.4g) "
+                    "std (%.4g, %.4g, %.4g) for x / 255",
+                    g->mean[0], g->mean[1], g->mean[2], g->std[0], g->std[1], g->std[2]);
 
     out->kind = "images";
     out->schema = schema;
@@ -985,9 +838,99 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     return STOKER_OK;
 }
 
+int
+images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
+                        char *err, size_t err_len)
+{
+    images_config cfg;
+    images_config_init(&cfg);
+    cfg.dir = dir;
+    cfg.height = cfg.width = size;
+    cfg.decode_each = decode_each;
+    cfg.label = IMAGES_LABEL_INT32;
+    cfg.quiet = true;
+    return images_generator_open(&cfg, out, err, err_len);
+}
+
 size_t
 images_generator_skipped(const stoker_generator *gen)
 {
     const images_gen *g = gen->user;
     return g->n_bad;
+}
+
+bool
+images_generator_normalization(const stoker_generator *gen, float mean[3], float std[3])
+{
+    const images_gen *g = gen->user;
+    if (!g->normalize)
+        return false;
+    memcpy(mean, g->mean, sizeof g->mean);
+    memcpy(std, g->std, sizeof g->std);
+    return true;
+}
+
+uint32_t
+images_generator_classes(const stoker_generator *gen)
+{
+    const images_gen *g = gen->user;
+    return g->n_classes;
+}
+
+const char *
+images_generator_class_name(const stoker_generator *gen, uint32_t i, size_t *files)
+{
+    const images_gen *g = gen->user;
+    if (i >= g->n_classes)
+        return NULL;
+    if (files != NULL)
+        *files = g->classes[i].files;
+    return g->classes[i].name;
+}
+
+// Writes s as a JSON string (folder names may hold quotes or control bytes).
+static void
+json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+int
+images_generator_write_label_map(const stoker_generator *gen, const char *path, char *err,
+                                 size_t err_len)
+{
+    const images_gen *g = gen->user;
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        return stoker_errorf(err, err_len, STOKER_IO, "images: cannot write the label map '%s': %s",
+                             path, strerror(errno));
+    }
+    fprintf(f, "{\"classes\": [");
+    for (uint32_t c = 0; c < g->n_classes; c++) {
+        fprintf(f, "%s\n  {\"label\": %u, \"name\": ", c ? "," : "", c);
+        json_string(f, g->classes[c].name);
+        fprintf(f, ", \"files\": %zu}", g->classes[c].files);
+    }
+    fprintf(f, "\n],\n\"normalize\": ");
+    if (g->normalize)
+        fprintf(f, "{\"mean\": [%.6g, %.6g, %.6g], \"std\": [%.6g, %.6g, %.6g]}", g->mean[0],
+                g->mean[1], g->mean[2], g->std[0], g->std[1], g->std[2]);
+    else
+        fprintf(f, "null");
+    fprintf(f, "}\n");
+    if (fclose(f) != 0) {
+        return stoker_errorf(err, err_len, STOKER_IO, "images: cannot write the label map '%s'",
+                             path);
+    }
+    return STOKER_OK;
 }

@@ -1,6 +1,7 @@
-// The `images` generator: real CPU augmentation of a folder of PNG and JPEG files, the way a
-// torchvision ImageNet training pipeline does it (RandomResizedCrop, horizontal flip, brightness
-// and contrast jitter, normalization). Every image is decoded once, at creation, into memory, and
+// The `images` generator: real CPU augmentation of a folder of PNG, JPEG and WebP files, the way
+// a torchvision pipeline does it: by default ImageNet training's (RandomResizedCrop, horizontal
+// flip, brightness and contrast jitter, normalization), or any pipeline an augment spec gives
+// (augment.h), training or evaluation. Every image is decoded once, at creation, into memory, and
 // examples are made from those pixels (or, with decode_each, only headers are checked at creation
 // and each example reads and decodes its file). It does not watch the folder for changes.
 #ifndef PRODUCER_IMAGES_H
@@ -47,8 +48,51 @@
 // (images_generator_skipped; destroy logs the count): the example is made from another image,
 // drawn from the same seed, so examples stay determined by the seed and the set of bad files.
 // fill fails only when out of memory or when every file has failed (STOKER_INVALID).
+//
+// This is the original form: square, float32 (3, size, size), label int32[1], the default
+// pipeline. images_generator_open takes every option.
 int images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker_generator *out,
                             char *err, size_t err_len);
+
+typedef enum images_output { IMAGES_FLOAT32 = 0, IMAGES_UINT8 = 1 } images_output;
+typedef enum images_label { IMAGES_LABEL_INT64 = 0, IMAGES_LABEL_INT32 = 1 } images_label;
+
+// Everything images_generator_open reads; images_config_init sets the defaults.
+typedef struct images_config {
+    const char *dir;        // borrowed
+    uint32_t height, width; // output size (default 64 x 64)
+    bool decode_each;
+    const char *augment;  // borrowed spec (augment.h); NULL: the default pipeline above
+    images_output output; // float32 (default): normalized as the pipeline says; uint8: raw pixels
+    bool hwc;             // channel-last (height, width, 3) instead of (3, height, width)
+    images_label label;   // int64 scalar (default, what PyTorch losses take) or int32[1]
+    bool quiet;           // no per-class lines in the start-up log
+} images_config;
+
+void images_config_init(images_config *cfg);
+
+// Like images_generator_create with every option. Schema: `image:DTYPE[3,H,W]` (or [H,W,3]
+// with hwc) and `label:int64[]` (or int32[1]). Class folders may nest folders (walked depth
+// first, sorted by name; the label is the top folder's index), and *.webp files are read when
+// built with libwebp. float32 output is (x / 255 - mean) / std when the pipeline normalizes (the
+// default does, with ImageNet's statistics), else x / 255; uint8 output is the pixels rounded,
+// never normalized: images_generator_normalization gives the mean and std the consumer should
+// apply. Extra errors: STOKER_INVALID for a bad augment spec (err names the operation).
+int images_generator_open(const images_config *cfg, stoker_generator *out, char *err,
+                          size_t err_len);
+
+// The mean and std (per channel, for values in [0, 1]) the pipeline normalizes with, or that a
+// uint8 consumer should apply; false when the pipeline does not normalize.
+bool images_generator_normalization(const stoker_generator *gen, float mean[3], float std[3]);
+
+// Number of classes, and class i's folder name and file count (borrowed; valid until destroy).
+uint32_t images_generator_classes(const stoker_generator *gen);
+const char *images_generator_class_name(const stoker_generator *gen, uint32_t i, size_t *files);
+
+// Writes the label map as JSON to path: {"classes": [{"label": 0, "name": "cat", "files": 12},
+// ...], "normalize": {"mean": [...], "std": [...]} or null}. STOKER_OK or STOKER_IO (err written).
+int images_generator_write_label_map(const stoker_generator *gen, const char *path, char *err,
+                                     size_t err_len);
 
 // decode_each: how many files failed to decode and are skipped so far (0 otherwise).
 size_t images_generator_skipped(const stoker_generator *gen);

@@ -1,6 +1,7 @@
 // stoker-producer: parses the option table, builds the chosen generator (synthetic, exec or
 // images) and runs it with stoker_producer_run.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -22,16 +23,22 @@ typedef struct producer_options {
     const char *exec_cmd, *schema_spec;
     int format; // exec_format
     const char *images_dir;
-    uint32_t size;
+    uint32_t height, width;
     int decode_each;
-    uint64_t measure; // 0: push to a broker
-    char name[64];    // the default name, host-pid
+    const char *augment;   // NULL: the default pipeline
+    int output;            // images_output
+    int layout;            // 0: chw, 1: hwc
+    int label;             // images_label
+    const char *label_map; // write the label map (JSON) here
+    uint64_t measure;      // 0: push to a broker
+    char name[64];         // the default name, host-pid
 } producer_options;
 
 static void
 options_init(producer_options *o)
 {
-    *o = (producer_options){.generator = "synthetic", .format = EXEC_TEXT, .size = 64};
+    *o = (producer_options){
+        .generator = "synthetic", .format = EXEC_TEXT, .height = 64, .width = 64};
     stoker_producer_config_init(&o->run);
     o->run.seed = 1;
     o->run.handle_signals = 1;
@@ -41,6 +48,48 @@ options_init(producer_options *o)
 static const char *const generators[] = {"synthetic", "exec", "images", NULL};
 static const char *const formats[] = {"text", "raw", NULL}; // by exec_format
 static const char *const decodes[] = {"once", "each", NULL};
+static const char *const outputs[] = {"float32", "uint8", NULL}; // by images_output
+static const char *const layouts[] = {"chw", "hwc", NULL};
+static const char *const labels[] = {"int64", "int32", NULL}; // by images_label
+_Static_assert(IMAGES_FLOAT32 == 0 && IMAGES_UINT8 == 1, "outputs[] is indexed by images_output");
+_Static_assert(IMAGES_LABEL_INT64 == 0 && IMAGES_LABEL_INT32 == 1, "labels[] by images_label");
+
+#define MIN_SIDE 8
+#define MAX_SIDE 1024
+
+// --size N (square) or HxW.
+static int
+parse_size(const char *value, void *base, char *err, size_t err_len)
+{
+    producer_options *o = base;
+    char *end;
+    unsigned long h = strtoul(value, &end, 10), w = h;
+    if (end != value && (*end == 'x' || *end == 'X')) {
+        const char *rest = end + 1;
+        w = strtoul(rest, &end, 10);
+        if (end == rest)
+            end = (char *)value; // reject below
+    }
+    if (end == value || *end != '\0' || value[0] == '-' || h < MIN_SIDE || h > MAX_SIDE ||
+        w < MIN_SIDE || w > MAX_SIDE) {
+        snprintf(err, err_len, "expected N or HxW, each side %d..%d (e.g. 64 or 48x64)", MIN_SIDE,
+                 MAX_SIDE);
+        return 1;
+    }
+    o->height = (uint32_t)h;
+    o->width = (uint32_t)w;
+    return 0;
+}
+
+static void
+show_size(const void *base, char *buf, size_t len)
+{
+    const producer_options *o = base;
+    if (o->height == o->width)
+        snprintf(buf, len, "%u", o->height);
+    else
+        snprintf(buf, len, "%ux%u", o->height, o->width);
+}
 _Static_assert(EXEC_TEXT == 0 && EXEC_RAW == 1, "formats[] is indexed by exec_format");
 
 #define AT(member) STOKER_CLI_AT(producer_options, member)
@@ -84,9 +133,28 @@ static const stoker_cli_option exec_rows[] = {
      AT(format), .choices = formats},
 };
 static const stoker_cli_option images_rows[] = {
-    {"images", "DIR", "one subfolder of PNG/JPEG files per class", STOKER_CLI_STRING,
-     AT(images_dir)},
-    {"size", "N", "output side in pixels", STOKER_CLI_UINT, AT(size), .imin = 8, .imax = 1024},
+    {"images", "DIR",
+     "one subfolder of PNG/JPEG/WebP files per class (nested\n"
+     "folders walked)",
+     STOKER_CLI_STRING, AT(images_dir)},
+    {"size", "N|HxW", "output side, or height x width, in pixels", STOKER_CLI_CUSTOM, AT(height),
+     .parse = parse_size, .show = show_size},
+    {"augment", "SPEC",
+     "augmentation pipeline, e.g. 'rrc(0.08,1;0.75,1.33),hflip,\n"
+     "jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),normalize' or for\n"
+     "evaluation 'resize(73),ccrop(64),normalize' (docs/images.md;\n"
+     "default: the built-in rrc, hflip, jitter(b=0.4,c=0.4), normalize)",
+     STOKER_CLI_STRING, AT(augment)},
+    {"output", "float32|uint8",
+     "float32: normalized as the pipeline says; uint8: raw pixels\n"
+     "(normalize on the consumer with the mean and std logged)",
+     STOKER_CLI_ENUM, AT(output), .choices = outputs},
+    {"layout", "chw|hwc", "image channel-first (3,H,W) or channel-last (H,W,3)", STOKER_CLI_ENUM,
+     AT(layout), .choices = layouts},
+    {"label", "int64|int32", "label as an int64 scalar, or int32[1] (the old form)",
+     STOKER_CLI_ENUM, AT(label), .choices = labels},
+    {"label-map", "FILE", "write the class names, labels and file counts as JSON",
+     STOKER_CLI_STRING, AT(label_map)},
     {"decode", "once|each",
      "once: decode every file at start (start-up time and\n"
      "memory grow with the folder; examples are cheapest);\n"
@@ -110,9 +178,15 @@ check(const stoker_cli *cli, const producer_options *o)
     if (!is_exec && (stoker_cli_given(cli, "exec") || stoker_cli_given(cli, "schema") ||
                      stoker_cli_given(cli, "format")))
         return stoker_cli_fail(cli, "--exec, --schema and --format need --generator exec");
-    if (!is_images && (stoker_cli_given(cli, "images") || stoker_cli_given(cli, "size") ||
-                       stoker_cli_given(cli, "decode")))
-        return stoker_cli_fail(cli, "--images, --size and --decode need --generator images");
+    static const char *const images_flags[] = {"images", "size",   "decode",    "augment",
+                                               "output", "layout", "label-map", "label"};
+    for (size_t i = 0; !is_images && i < sizeof images_flags / sizeof *images_flags; i++)
+        if (stoker_cli_given(cli, images_flags[i]))
+            return stoker_cli_fail(cli,
+                                   "--%s needs --generator images (as do --images, --size, "
+                                   "--decode, --augment, --output, --layout, --label, "
+                                   "--label-map)",
+                                   images_flags[i]);
     if ((is_exec || is_images) && stoker_cli_given(cli, "delay"))
         return stoker_cli_fail(cli, "--delay applies to --generator synthetic only");
     if (is_exec && (o->exec_cmd == NULL || o->schema_spec == NULL))
@@ -137,9 +211,24 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
             return 1;
         }
     } else if (strcmp(o->generator, "images") == 0) {
-        if (images_generator_create(o->images_dir, o->size, o->decode_each, gen, err,
-                                    sizeof(err)) != STOKER_OK) {
-            stoker_error("images: %s", err);
+        images_config cfg;
+        images_config_init(&cfg);
+        cfg.dir = o->images_dir;
+        cfg.height = o->height;
+        cfg.width = o->width;
+        cfg.decode_each = o->decode_each;
+        cfg.augment = o->augment;
+        cfg.output = (images_output)o->output;
+        cfg.hwc = o->layout == 1;
+        cfg.label = (images_label)o->label;
+        if (images_generator_open(&cfg, gen, err, sizeof(err)) != STOKER_OK) {
+            stoker_error("%s", err);
+            return 1;
+        }
+        if (o->label_map != NULL &&
+            images_generator_write_label_map(gen, o->label_map, err, sizeof(err)) != STOKER_OK) {
+            stoker_error("%s", err);
+            stoker_generator_fini(gen);
             return 1;
         }
     } else {

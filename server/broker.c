@@ -2,8 +2,8 @@
 // create/destroy, the outbox and reply helpers, the event log, lookups, the counters, and the
 // dispatch of each request to the room that handles it. The rooms: broker_push.c (producers'
 // pushes), broker_session.c (hello, goodbye, heartbeat, authentication), broker_lease.c (pulls,
-// leases, acknowledgements), broker_loss.c (lost peers, deadlines), broker_report.c (Status,
-// /status, /metrics). This file handles no request itself.
+// leases, acknowledgements), broker_loss.c (lost peers, deadlines), broker_queues.c (queue
+// sizing), broker_report.c (Status, /status, /metrics). This file handles no request itself.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -22,6 +23,7 @@ broker_config_init(broker_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->queue_depth = 64;
+    cfg->queue_depth_auto = 1;
     cfg->max_bytes = 1ull << 30;
     cfg->producer_timeout_ms = 3000;
     cfg->trainer_timeout_ms = 10000;
@@ -31,6 +33,7 @@ broker_config_init(broker_config *cfg)
     cfg->max_trainers = 64;
     cfg->max_chunk_examples = 1u << 20;
     cfg->max_parked = 512;
+    cfg->group_steps_ahead = 4;
 }
 
 void
@@ -166,6 +169,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
         b->schema = cfg->schema;
         b->example_bytes = stoker_schema_example_bytes(&b->schema);
     }
+    b->queue_depth = cfg->queue_depth;
     b->next_producer_id = 1;
     b->next_trainer_id = 1;
     b->next_lease_id =
@@ -220,6 +224,7 @@ broker_destroy(broker *b, broker_outbox *out)
         }
         free(t);
     }
+    group_destroy_all(b);
     free(b->producers);
     free(b->trainers);
     free(b->authed);

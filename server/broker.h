@@ -18,7 +18,13 @@ struct nng_msg;
 typedef struct broker broker;
 
 typedef struct broker_config {
-    uint32_t queue_depth;         // examples per producer queue
+    // Examples per producer queue. With queue_depth_auto (the default) this is a floor and the
+    // broker sizes the queues itself (broker_queues.c): enough for two of the largest batch a
+    // connected trainer asks for across the alive producers, within max_bytes. Without it (a
+    // user's --queue-depth N) the depth is fixed. Either way a chunk larger than queue_depth is
+    // refused (TOO_LARGE).
+    uint32_t queue_depth;
+    int queue_depth_auto;
     uint64_t max_bytes;           // examples' bytes queued in all (in-flight not counted)
     uint32_t producer_timeout_ms; // silence before a producer is lost
     uint32_t trainer_timeout_ms;  // silence before a trainer is dropped (leases redelivered)
@@ -27,7 +33,8 @@ typedef struct broker_config {
     uint32_t max_producers;
     uint32_t max_trainers;
     uint32_t max_chunk_examples;
-    uint32_t max_parked; // requests that may wait at once (the transport's spare contexts)
+    uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
+    uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)
     int has_schema;
     stoker_schema schema;
     const char *token; // NULL or "": no authentication (borrowed)

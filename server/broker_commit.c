@@ -46,3 +46,14 @@ commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len)
              (unsigned long long)b->held_bytes, (unsigned long long)mine,
              (unsigned long long)b->cfg.max_bytes);
 }
+
+uint32_t
+retain_depth(const broker *b)
+{
+    uint64_t depth = b->queue_depth;
+    if (b->held_bytes > 0 && b->example_bytes > 0) {
+        uint32_t alive = producers_alive(b);
+        depth += b->held_bytes / b->example_bytes / (alive > 0 ? alive : 1);
+    }
+    return depth > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)depth;
+}

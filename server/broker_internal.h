@@ -7,9 +7,11 @@
 // - idempotent push: only examples beyond a producer's next_seq are appended; a push starting
 //   beyond it is a gap and refused;
 // - backpressure: a push that does not fit waits (parked) until room appears or park_ms passes,
-//   then RETRY; queues never exceed queue_depth, nor all queues max_bytes;
+//   then RETRY; queues never exceed the queue depth (sized by broker_queues.c unless fixed by
+//   --queue-depth), nor all queues max_bytes;
 // - leases: a pull moves examples into a lease; an ack frees them, once; a dropped trainer's
-//   leases go back to the head of their queues (redelivered);
+//   leases go back to the head of their queues (redelivered); those a trainer that says goodbye
+//   never handed to its caller go back too (returned_unused);
 // - fairness: pulls take from producer queues round-robin;
 // - loss: pipe closed or silence beyond the timeout; events reach trainers in pull replies;
 // - supply end: no producer alive and nothing queued answers NO_PRODUCERS / END_OF_DATA.
@@ -28,6 +30,10 @@
 #define EVENT_LOG         4096 // events remembered
 #define EVENTS_PER_REPLY  64
 #define MAX_REDELIVER_LOG 8
+// A trainer's hello reply lists the producers already there as events with this reason (index
+// 0), at most SNAPSHOT_MAX of them (a reply's events are limited to 4096 on the wire).
+#define SNAPSHOT_REASON "already there when this trainer joined"
+#define SNAPSHOT_MAX    4000
 
 typedef struct parked {
     struct parked *next;
@@ -74,7 +80,8 @@ typedef struct producer {
     uint64_t last_seen_ms;
     uint64_t next_seq;
     queue q;
-    uint64_t accepted, delivered, acknowledged, redelivered, in_flight;
+    uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
+    uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     parked *pushes, *pushes_tail; // parked pushes, FIFO
     trained_set trained;          // what its retention buffer may forget
 } producer;
@@ -90,6 +97,10 @@ typedef struct trainer {
     lease *leases;
     uint32_t parked_pulls;
     int commit; // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
+    uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
+    int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
+    struct group *group; // NULL, or the data-parallel group it is rank `rank` of
+    uint32_t rank;
 } trainer;
 
 struct broker {
@@ -117,11 +128,15 @@ struct broker {
 
     stoker_counters c;
     uint64_t queued_bytes;
-    uint64_t held_bytes; // leases of committing trainers, inside max_bytes with queued_bytes
+    uint64_t held_bytes;   // leases of committing trainers, inside max_bytes with queued_bytes
+    uint32_t queue_depth;  // examples per producer queue now (broker_queues.c)
+    char queue_limit[512]; // said once: why a batch came short because of the queues
 
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
     uint32_t *authed;
     uint32_t n_authed, cap_authed;
+
+    struct group *groups; // data-parallel groups (broker_group.c)
 };
 
 // --- broker.c: replies, events, lookups, lifecycle helpers ---
@@ -176,8 +191,18 @@ void handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req
 
 // --- broker_lease.c: pulls, leases, acknowledgements ---
 
-// Puts every lease of t back in its queues (newest first).
+// Puts every lease of t back in its queues (newest first), counted as redelivered.
 void redeliver(broker *b, trainer *t);
+// Puts every lease of t, which said goodbye, back in its queues: those in held (handed to its
+// caller, not acknowledged) counted as redelivered, the others as returned_unused.
+void give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held);
+// Builds a lease of up to max examples for t (first in t->leases), round-robin over the queues;
+// NULL when nothing is queued (or out of memory).
+lease *take_lease(broker *b, trainer *t, uint32_t max);
+// Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
+// frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
+// as redelivered. Returns how many went back.
+uint64_t return_lease(broker *b, lease *l, int unused);
 // Unlinks parked pull k (after prev, NULL for the head) from the parked pulls; does not free it.
 void unlink_pull(broker *b, parked *prev, parked *k);
 // After any change: serves parked pulls and pushes until nothing moves.
@@ -211,6 +236,21 @@ void commit_hold(broker *b, const trainer *t, lease *l);
 void commit_release(broker *b, lease *l);
 // Why an empty pull of t waits (held leases fill max_bytes), in buf; "" when that is not why.
 void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
+// The queue depth a producer's reply tells it (its default retention is twice that): the
+// current depth plus its share of the examples held for commits, which stay untrained until
+// their trainer commits (without it, retention would stop the producers long before max_bytes).
+uint32_t retain_depth(const broker *b);
+// --- broker_queues.c: queue sizing ---
+
+// Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes
+// (nothing when the depth is fixed). Called before pulls are served.
+void queues_resize(broker *b);
+// Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
+// its size, or all of them together are at max_bytes.
+int queues_full(const broker *b);
+// A batch of max examples for trainer t goes out with only `queued` examples because the queues
+// are full: counts it, and the first time says why in the log and in /status.
+void queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued);
 
 // --- broker_report.c: reports ---
 

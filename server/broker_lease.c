@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -50,10 +51,11 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks)
     return refused;
 }
 
-// Puts the examples of lease l back at the head of their producers' queues and frees l.
-// Returns how many went back.
-static uint64_t
-return_lease(broker *b, lease *l)
+// Puts the examples of lease l back at the head of their producers' queues and frees l,
+// counted as redelivered (after a loss) or, when unused, as returned_unused (never handed to
+// the trainer's caller). Returns how many went back.
+uint64_t
+return_lease(broker *b, lease *l, int unused)
 {
     uint64_t total = 0;
     // Parts go back last-first, so each queue ends up in its original order.
@@ -72,10 +74,15 @@ return_lease(broker *b, lease *l)
         }
         part->range.block = NULL; // the queue holds the reference now
         p->in_flight -= n;
-        p->redelivered += n;
         b->c.in_flight -= n;
         b->c.queued += n;
-        b->c.redelivered += n;
+        if (unused) {
+            p->returned_unused += n;
+            b->c.returned_unused += n;
+        } else {
+            p->redelivered += n;
+            b->c.redelivered += n;
+        }
         b->queued_bytes += (uint64_t)n * b->example_bytes;
         total += n;
     }
@@ -92,7 +99,7 @@ redeliver(broker *b, trainer *t)
     lease *l = t->leases;
     while (l != NULL) {
         lease *next = l->next;
-        total += return_lease(b, l);
+        total += return_lease(b, l, 0);
         l = next;
     }
     t->leases = NULL;
@@ -101,9 +108,36 @@ redeliver(broker *b, trainer *t)
                     (unsigned long long)total, t->id, t->name);
 }
 
+void
+give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
+{
+    uint64_t redelivered = 0, unused = 0;
+    lease *l = t->leases;
+    while (l != NULL) {
+        lease *next = l->next;
+        int was_held = 0;
+        for (uint32_t i = 0; i < n_held && !was_held; i++)
+            was_held = held[i] == l->id;
+        if (was_held)
+            redelivered += return_lease(b, l, 0);
+        else
+            unused += return_lease(b, l, 1);
+        l = next;
+    }
+    t->leases = NULL;
+    if (redelivered > 0)
+        stoker_info("redelivered: %llu examples trainer %u '%s' held unacknowledged when it left "
+                    "back in their queues",
+                    (unsigned long long)redelivered, t->id, t->name);
+    if (unused > 0)
+        stoker_info("returned-unused: %llu examples trainer %u '%s' got ahead and never used back "
+                    "in their queues",
+                    (unsigned long long)unused, t->id, t->name);
+}
+
 // Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
 // when nothing is queued (or out of memory).
-static lease *
+lease *
 take_lease(broker *b, trainer *t, uint32_t max)
 {
     uint64_t avail = b->c.queued;
@@ -207,21 +241,6 @@ supply_state(const broker *b, char *why, size_t why_len)
     return lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
 }
 
-// Nonzero when no queue can take more: every alive producer's queue is at its depth, or all of
-// them together are at max_bytes.
-static int
-queues_full(const broker *b)
-{
-    if (b->example_bytes > bytes_room(b)) // queued and held for commits
-        return 1;
-    for (uint32_t i = 0; i < b->n_producers; i++) {
-        const producer *p = b->producers[i];
-        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples < b->cfg.queue_depth)
-            return 0;
-    }
-    return 1;
-}
-
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
 static int
 try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
@@ -233,16 +252,27 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint32_t n_events = pending_events(b, t, events);
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, why, sizeof(why));
+    // Only asked when it matters (it looks at every producer): some queued, not a full batch.
+    int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
-    // every queue full (a batch larger than the queues could ever hold), or the pull's wait is
-    // over (data trickles in slower than the batch fills: a short batch beats a false stall).
-    int partial = b->c.queued > 0 && (!alive || final || queues_full(b));
+    // every queue full (a batch larger than the queues can hold), or the pull's wait is over
+    // (data trickles in slower than the batch fills: a short batch beats a false stall).
+    int partial = b->c.queued > 0 && (!alive || final || full);
     int take = b->c.queued >= max || partial;
+    // Short because of the queues' limits, not the supply: said once (queues_cut_short).
+    int cut_short = full;
     int ready = take || n_events > 0 || ended != STOKER_OK;
+    lease *l = NULL;
+    uint64_t step = 0, leftover = 0;
+    if (t->group != NULL) {
+        // A rank gets its step's batch, formed for the whole group (broker_group.c).
+        ended = group_take(b, t, &l, &step, &leftover, why, sizeof(why));
+        take = 0;
+        ready = l != NULL || n_events > 0 || ended != STOKER_OK;
+    }
     if (!ready && !final)
         return 0;
-    stoker_reply rep = {.code = STOKER_OK};
-    lease *l = NULL;
+    stoker_reply rep = {.code = STOKER_OK, .group_step = step, .group_leftover = leftover};
     stoker_chunk_part *parts = NULL;
     stoker_run *runs = NULL;
     if (take)
@@ -254,11 +284,17 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
             // Cannot describe the batch: give the examples back; the trainer asks again.
             free(parts);
             free(runs);
-            t->leases = l->next; // take_lease put it first
-            return_lease(b, l);
+            if (t->group != NULL) {
+                group_untake(b, t, l); // the rank's step waits for its next pull
+            } else {
+                t->leases = l->next; // take_lease put it first
+                return_lease(b, l, 1);
+            }
             send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
             return 1;
         }
+        if (cut_short)
+            queues_cut_short(b, t, max, l->count);
         for (uint32_t i = 0; i < l->n_parts; i++) {
             const lease_part *part = &l->parts[i];
             for (uint32_t f = 0; f < b->schema.n_fields; f++)
@@ -333,6 +369,7 @@ serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out)
 void
 settle(broker *b, uint64_t now_ms, broker_outbox *out)
 {
+    queues_resize(b); // producers or trainers may have come or gone
     while (serve_pulls(b, now_ms, out) + serve_pushes(b, now_ms, out) > 0)
         ;
 }
@@ -352,6 +389,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     t->connected = 1;
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
+    t->pulled = 1;
     if (req->max_examples == 0 || req->max_examples > b->cfg.max_chunk_examples) {
         send_code(b, out, token, STOKER_INVALID, "pull of %u examples: must be 1..%u",
                   req->max_examples, b->cfg.max_chunk_examples);
@@ -368,6 +406,10 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     k->req = req;
     k->trainer = t;
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks);
+    if (req->max_examples != t->batch_examples) {
+        t->batch_examples = req->max_examples;
+        queues_resize(b); // before it is served: the queues may have to grow for it
+    }
     // Older parked pulls are served first, so a new one only goes ahead when none wait.
     int can_park = b->n_parked < b->cfg.max_parked;
     if ((b->pulls == NULL && try_pull(b, k, now_ms, out, 0)) ||

@@ -9,6 +9,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -54,6 +55,7 @@ drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_
         }
         k = next;
     }
+    group_rank_lost(b, t, reason);
     redeliver(b, t);
 }
 

@@ -59,7 +59,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     }
     uint64_t end = first + count;
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
-        stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
+        stoker_reply rep = {
+            .code = STOKER_OK, .acked_through = p->next_seq, .queue_depth = retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
@@ -69,13 +70,13 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
-    if (p->q.examples + fresh > b->cfg.queue_depth || fresh_bytes > bytes_room(b)) {
+    if (p->q.examples + fresh > b->queue_depth || fresh_bytes > bytes_room(b)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
                      (unsigned long long)p->q.examples);
         send_code(b, out, k->token, STOKER_RETRY, "queue full (%llu of %u examples)",
-                  (unsigned long long)p->q.examples, b->cfg.queue_depth);
+                  (unsigned long long)p->q.examples, b->queue_depth);
         stoker_request_free(req);
         k->req = NULL;
         return 1;
@@ -92,7 +93,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    stoker_reply rep = {.code = STOKER_OK, .acked_through = end};
+    stoker_reply rep = {.code = STOKER_OK, .acked_through = end, .queue_depth = retain_depth(b)};
     trained_tell(&p->trained, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
@@ -139,6 +140,7 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
+    p->last_chunk = req->chunk.count;
     if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
                                sizeof(err)) != STOKER_OK) {
         stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/status.h"
@@ -29,7 +30,9 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->uptime_ms = now_ms - b->start_ms;
     st->has_schema = b->has_schema;
     st->schema = b->schema;
-    st->queue_depth = b->cfg.queue_depth;
+    st->queue_depth = b->queue_depth;
+    st->queue_depth_auto = b->cfg.queue_depth_auto;
+    snprintf(st->queue_limit, sizeof(st->queue_limit), "%s", b->queue_limit);
     st->max_bytes = b->cfg.max_bytes;
     broker_counters(b, &st->counters);
     for (uint32_t i = 0; i < b->n_producers; i++) {
@@ -44,12 +47,17 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
         d->delivered = p->delivered;
         d->acknowledged = p->acknowledged;
         d->redelivered = p->redelivered;
+        d->returned_unused = p->returned_unused;
         d->next_seq = p->next_seq;
         d->silent_ms = now_ms - p->last_seen_ms;
     }
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)
         st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
+    if (group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
+        stoker_status_destroy(st);
+        return STOKER_NOMEM;
+    }
     *out = st;
     return STOKER_OK;
 }
@@ -77,7 +85,11 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .uptime_ms = st->uptime_ms,
         .queue_depth = st->queue_depth,
         .max_bytes = st->max_bytes,
+        .queue_depth_auto = st->queue_depth_auto,
+        .groups = st->groups,
+        .n_groups = st->n_groups,
     };
+    snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);
     stoker_status_destroy(st);
     stoker_request_free(req);

@@ -9,6 +9,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -157,17 +158,55 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
             p->next_seq = req->next_seq;
         }
     }
+    queues_resize(b); // one more producer alive: the depth it is told is the current one
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = p->id,
         .next_seq = p->next_seq,
         .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
         .trained_through = p->trained.through,
-        .queue_depth = b->cfg.queue_depth, // sizes the producer's default retention
+        // The current (sized) depth, plus the producer's share of what is held for commits
+        // (retain_depth): sizes its default retention, which follows it in push and heartbeat
+        // replies as the broker resizes its queues.
+        .queue_depth = retain_depth(b),
         .has_schema = 1,
         .schema = b->schema,
     };
     send_reply(b, out, token, &rep);
+}
+
+// The producers b knows, one event each in its current state (index 0: not in the log):
+// producer_joined for the alive, producer_lost / producer_finished for the others, alive ones
+// first, reason SNAPSHOT_REASON. A malloc'd array of *n (at most SNAPSHOT_MAX) the caller frees;
+// NULL when there are none or out of memory (a trainer then learns only what happens next).
+static stoker_event *
+producers_snapshot(const broker *b, uint64_t now_ms, uint32_t *n)
+{
+    uint32_t cap = b->n_producers < SNAPSHOT_MAX ? b->n_producers : SNAPSHOT_MAX;
+    if (cap == 0)
+        return NULL;
+    stoker_event *ev = calloc(cap, sizeof(*ev));
+    if (ev == NULL)
+        return NULL;
+    uint32_t k = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < b->n_producers && k < cap; i++) {
+            const producer *p = b->producers[i];
+            if ((p->status == STOKER_PRODUCER_ALIVE) != (pass == 0))
+                continue;
+            stoker_event *e = &ev[k++];
+            e->index = 0;
+            e->kind = p->status == STOKER_PRODUCER_ALIVE  ? STOKER_EVENT_PRODUCER_JOINED
+                      : p->status == STOKER_PRODUCER_LOST ? STOKER_EVENT_PRODUCER_LOST
+                                                          : STOKER_EVENT_PRODUCER_FINISHED;
+            e->producer = p->id;
+            snprintf(e->name, sizeof(e->name), "%s", p->name);
+            e->at_s = (double)(now_ms - b->start_ms) / 1000.0;
+            snprintf(e->reason, sizeof(e->reason), "%s", SNAPSHOT_REASON);
+        }
+    }
+    *n = k;
+    return ev;
 }
 
 static void
@@ -175,6 +214,23 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
               broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
+    struct group *g = NULL;
+    char why[STOKER_MESSAGE_MAX];
+    int rv;
+    if (req->group[0] != '\0' && req->commit) {
+        stoker_warn("group-refused: trainer '%s' asks for group '%s' and commit with checkpoints",
+                    req->name, req->group);
+        send_code(b, out, token, STOKER_INVALID,
+                  "group '%s': commit with checkpoints is not available to the ranks of a group "
+                  "(they acknowledge after each step): use one or the other",
+                  req->group);
+        return;
+    }
+    if (req->group[0] != '\0' && (rv = group_admit(b, t, req, &g, why, sizeof(why))) != STOKER_OK) {
+        stoker_warn("group-refused: %s", why);
+        send_code(b, out, token, rv, "%s", why);
+        return;
+    }
     if (t == NULL) {
         if (b->n_trainers == b->cfg.max_trainers) {
             uint32_t i;
@@ -188,6 +244,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
                           b->cfg.max_trainers);
                 return;
             }
+            group_detach(b, b->trainers[i]);
             free(b->trainers[i]);
             b->trainers[i] = b->trainers[--b->n_trainers];
         }
@@ -199,7 +256,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         t->id = b->next_trainer_id++;
         snprintf(t->name, sizeof(t->name), "%s", req->name[0] ? req->name : "trainer");
         t->session = req->session;
-        // A new trainer hears of events from now on (plus nothing older).
+        // A new trainer hears of events from now on (plus nothing older: the snapshot below).
         t->event_cursor = b->n_events;
         b->trainers[b->n_trainers++] = t;
         stoker_info("trainer-joined: trainer %u '%s'", t->id, t->name);
@@ -210,6 +267,8 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
     t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
+    if (g != NULL)
+        group_attach(b, g, t, req->rank);
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = t->id,
@@ -217,7 +276,16 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         .has_schema = b->has_schema,
         .schema = b->schema,
     };
+    stoker_event *snapshot = NULL;
+    if (!t->pulled) {
+        // Until its first pull (a hello may be repeated when its reply was lost), a trainer is
+        // told who is there now, and hears of events from now on.
+        snapshot = producers_snapshot(b, now_ms, &rep.n_events);
+        rep.events = snapshot;
+        t->event_cursor = b->n_events;
+    }
     send_reply(b, out, token, &rep);
+    free(snapshot);
 }
 
 void
@@ -250,8 +318,10 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (t != NULL) {
         // A trainer that stops: what it holds unacknowledged goes to the others.
-        if (t->connected)
+        if (t->connected) {
+            give_back(b, t, req->n_held, req->held); // before drop_trainer redelivers the rest
             drop_trainer(b, t, NULL, now_ms, out);
+        }
         send_code(b, out, token, STOKER_OK, NULL);
     } else if (p == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
@@ -286,7 +356,7 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
         revive(b, p, pipe, now_ms, "heartbeat after silence");
-        stoker_reply rep = {.code = STOKER_OK};
+        stoker_reply rep = {.code = STOKER_OK, .queue_depth = retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);
     } else if (t != NULL) {

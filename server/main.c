@@ -1,7 +1,10 @@
 // stoker-broker: parses the option table, starts the server, waits for SIGINT/SIGTERM, stops
 // cleanly.
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "server.h"
 #include "stoker/cli.h"
@@ -38,6 +41,37 @@ parse_schema(const char *value, void *base, char *err, size_t err_len)
     return 0;
 }
 
+// --queue-depth N fixes the depth (a user's choice); auto (the default) lets the broker size it.
+static int
+parse_queue_depth(const char *value, void *base, char *err, size_t err_len)
+{
+    server_config *cfg = base;
+    if (strcmp(value, "auto") == 0) {
+        cfg->broker.queue_depth_auto = 1;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || value[0] == '-' || n < 1 || n > (1u << 24)) {
+        snprintf(err, err_len, "expected a number of examples in 1..16777216, or auto");
+        return 1;
+    }
+    cfg->broker.queue_depth = (uint32_t)n;
+    cfg->broker.queue_depth_auto = 0;
+    return 0;
+}
+
+static void
+show_queue_depth(const void *base, char *buf, size_t len)
+{
+    const server_config *cfg = base;
+    if (cfg->broker.queue_depth_auto)
+        snprintf(buf, len, "auto");
+    else
+        snprintf(buf, len, "%u", cfg->broker.queue_depth);
+}
+
 #define AT(member) STOKER_CLI_AT(server_config, member)
 static const stoker_cli_option rows[] = {
     {"listen", "URL",
@@ -47,8 +81,13 @@ static const stoker_cli_option rows[] = {
      .imax = SERVER_MAX_LISTEN},
     {"metrics", "URL", "serve /metrics and /status at http://HOST:PORT", STOKER_CLI_STRING,
      AT(metrics_url)},
-    {"queue-depth", "N", "examples per producer queue", STOKER_CLI_UINT, AT(broker.queue_depth),
-     .imin = 1, .imax = 1u << 24},
+    {"queue-depth", "N|auto",
+     "examples per producer queue; auto: the broker sizes each queue\n"
+     "to hold two of the largest batch a trainer asks for across the\n"
+     "producers alive (at least 64, within --max-bytes); N fixes it\n"
+     "(batches larger than the queues hold then come short)",
+     STOKER_CLI_CUSTOM, AT(broker.queue_depth), .parse = parse_queue_depth,
+     .show = show_queue_depth, .expect = "expected a number of examples in 1..16777216, or auto"},
     {"max-bytes", "N", "bytes queued in all", STOKER_CLI_BYTES, AT(broker.max_bytes), .imin = 1024,
      .imax = UINT64_MAX / 2},
     {"producer-timeout", "SEC", "silence before a producer is lost", STOKER_CLI_SECONDS_MS,
@@ -74,6 +113,8 @@ static const stoker_cli_option rows[] = {
      .imin = 1, .imax = 4096},
     {"max-chunk", "N", "most examples in one push or pull", STOKER_CLI_UINT,
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},
+    {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
+     AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
 };
 
 // What the table cannot say: --listen is required, and --tls-* go with tls+tcp:// listeners.
@@ -117,9 +158,9 @@ main(int argc, char **argv)
         stoker_error("cannot start: %s", err);
         return 1;
     }
-    stoker_info("started: queue depth %u, producer timeout %.1f s, trainer timeout %.1f s",
-                cfg.broker.queue_depth, cfg.broker.producer_timeout_ms / 1000.0,
-                cfg.broker.trainer_timeout_ms / 1000.0);
+    stoker_info("started: queue depth %s%u, producer timeout %.1f s, trainer timeout %.1f s",
+                cfg.broker.queue_depth_auto ? "auto, at least " : "", cfg.broker.queue_depth,
+                cfg.broker.producer_timeout_ms / 1000.0, cfg.broker.trainer_timeout_ms / 1000.0);
     while (!stop_signal)
         stoker_sleep_ms(50, NULL);
     stoker_info("stopping: %s", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");

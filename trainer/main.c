@@ -1,6 +1,6 @@
 // stoker-trainer: parses the option table, installs the signal handlers, runs the training
 // loop (train.c) and writes the JSON summary. Exit codes: 0 completed or time goal, 3 data
-// supply ended, 4 stalled, 130 interrupted, 1 other errors, 2 usage.
+// supply ended, 4 stalled, 5 group broken, 130 interrupted, 1 other errors, 2 usage.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,11 +93,19 @@ static const stoker_cli_option rows[] = {
     {"input", "NAME", "input field", STOKER_CLI_STRING, AT(train.input_field)},
     {"target", "NAME", "target field", STOKER_CLI_STRING, AT(train.target_field)},
     {"classes", "N",
-     "the target is an int32 class label in [0, N): softmax\n"
+     "the target is an int32 or int64 class label in [0, N): softmax\n"
      "cross-entropy (default: float target, MSE)",
      STOKER_CLI_UINT, AT(train.classes), .imin = 2, .imax = MLP_MAX_WIDTH},
     {"prefetch", "N", "pull requests in flight", STOKER_CLI_UINT, AT(train.prefetch), .imin = 1,
      .imax = 64},
+    {"group", "NAME",
+     "train as one rank of this data-parallel group (see --rank,\n"
+     "--world): equal steps, one common end",
+     STOKER_CLI_STRING, AT(train.group)},
+    {"rank", "N", "this rank in the group (0..world-1)", STOKER_CLI_UINT, AT(train.rank), .imin = 0,
+     .imax = 65535},
+    {"world", "N", "ranks in the group", STOKER_CLI_UINT, AT(train.world), .imin = 1,
+     .imax = 65536},
     {"weights", "PATH", "save the weights there as safetensors when stopping", STOKER_CLI_STRING,
      AT(train.weights_path)},
     {"json", "PATH|-", "write the summary as JSON (- for stdout)", STOKER_CLI_STRING,
@@ -116,8 +124,16 @@ check(const stoker_cli *cli, const trainer_options *o)
                            "--delay applies to --inline only (producers set their own)") != 0 ||
         stoker_cli_exclude(cli, "inline", "token-file", "--token-file applies to --broker only") !=
             0 ||
-        stoker_cli_check_tls(cli, &o->client) != 0)
+        stoker_cli_check_tls(cli, &o->client) != 0 ||
+        stoker_cli_exclude(cli, "inline", "group", "--group applies to --broker only") != 0)
         return 2;
+    if (cfg->group == NULL && (stoker_cli_given(cli, "rank") || stoker_cli_given(cli, "world")))
+        return stoker_cli_fail(cli, "--rank and --world go with --group");
+    if (cfg->group != NULL && (!stoker_cli_given(cli, "rank") || !stoker_cli_given(cli, "world")))
+        return stoker_cli_fail(cli, "--group needs --rank and --world");
+    if (cfg->group != NULL && cfg->rank >= cfg->world)
+        return stoker_cli_fail(cli, "--rank %u is outside the world size %u (ranks are 0..%u)",
+                               cfg->rank, cfg->world, cfg->world - 1);
     if (cfg->inline_mode && (strcmp(cfg->input_field, "input") != 0 ||
                              strcmp(cfg->target_field, "output") != 0 || cfg->classes > 0))
         return stoker_cli_fail(cli, "--inline trains on the synthetic schema "
@@ -171,7 +187,7 @@ main(int argc, char **argv)
                     "inline,\nthe baseline), on the GPU when one is usable.",
                     STOKER_LOG_INFO);
     cli.epilog = "Exit codes: 0 completed or time goal, 3 data supply ended, 4 stalled,\n"
-                 "130 interrupted, 1 error, 2 usage.";
+                 "5 group broken, 130 interrupted, 1 error, 2 usage.";
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);

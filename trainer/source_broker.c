@@ -15,6 +15,7 @@ typedef struct broker_source {
     source base;
     stoker_trainer_client *tc;
     stoker_batch *batch; // the one next handed out, until settle; NULL when none
+    int grouped;         // a rank of a data-parallel group
 } broker_source;
 
 static const stoker_schema *
@@ -77,6 +78,7 @@ broker_audit(source *src, train_result *res)
         res->still_queued = st->counters.queued;
         res->in_flight = st->counters.in_flight;
         res->redelivered = st->counters.redelivered;
+        res->returned_unused = st->counters.returned_unused;
         res->discrepancy = (int64_t)(st->counters.produced - st->counters.acknowledged -
                                      st->counters.queued - st->counters.in_flight);
         stoker_status_destroy(st);
@@ -84,6 +86,8 @@ broker_audit(source *src, train_result *res)
         stoker_warn("audit: Status failed (%s); audit left out", stoker_strerror(rv));
     }
     res->duplicates_seen = stoker_trainer_client_duplicates(s->tc);
+    res->has_group = s->grouped;
+    res->group_leftover = stoker_trainer_client_group_leftover(s->tc);
 }
 
 static void
@@ -131,6 +135,10 @@ source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg,
     to.stall_timeout_ms = cfg->stall_timeout_ms;
     to.on_event = on_event;
     to.on_event_arg = arg;
+    to.group = cfg->group;
+    s->grouped = cfg->group != NULL;
+    to.rank = cfg->rank;
+    to.world = cfg->world;
     char err[512] = "";
     int rv = stoker_trainer_client_create(&to, &s->tc, err, sizeof(err));
     if (rv != STOKER_OK) {

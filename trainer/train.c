@@ -43,9 +43,9 @@ train_config_init(train_config *cfg)
 const char *
 train_status_name(train_status status)
 {
-    static const char *const names[] = {"completed", "time_goal",   "supply_ended",
-                                        "stalled",   "interrupted", "error"};
-    return status <= TRAIN_ERROR ? names[status] : "error";
+    static const char *const names[] = {"completed",   "time_goal", "supply_ended", "stalled",
+                                        "interrupted", "error",     "group_broken"};
+    return status <= TRAIN_GROUP_BROKEN ? names[status] : "error";
 }
 
 static int
@@ -61,6 +61,8 @@ exit_code(train_status status)
         return 4;
     case TRAIN_INTERRUPTED:
         return 130;
+    case TRAIN_GROUP_BROKEN:
+        return 5;
     default:
         return 1;
     }
@@ -77,6 +79,51 @@ set_reason(train_result *res, train_status status, const char *fmt, ...)
     vsnprintf(res->reason, sizeof(res->reason), fmt, ap);
     va_end(ap);
     res->status = status;
+}
+
+// A batch's fields in the forms mlp_step takes: uint8 inputs (the images generator's --output
+// uint8) scaled to [0, 1] floats, int64 labels (its default) narrowed to int32. Buffers grow
+// to the largest batch and live for the run.
+typedef struct batch_view {
+    float *x;
+    int32_t *y;
+    size_t x_cap, y_cap;
+} batch_view;
+
+static int
+view_batch(batch_view *v, const stoker_field *in, const stoker_field *tgt, const void *x_data,
+           const void *y_data, uint32_t n, const float **x, const void **y)
+{
+    *x = x_data;
+    *y = y_data;
+    if (in->dtype == STOKER_UINT8) {
+        size_t count = (size_t)n * stoker_field_elems(in);
+        if (count > v->x_cap) {
+            float *grown = realloc(v->x, count * sizeof *grown);
+            if (grown == NULL)
+                return STOKER_NOMEM;
+            v->x = grown;
+            v->x_cap = count;
+        }
+        const uint8_t *p = x_data;
+        for (size_t i = 0; i < count; i++)
+            v->x[i] = p[i] * (1.0f / 255.0f);
+        *x = v->x;
+    }
+    if (tgt->dtype == STOKER_INT64) {
+        if (n > v->y_cap) {
+            int32_t *grown = realloc(v->y, n * sizeof *grown);
+            if (grown == NULL)
+                return STOKER_NOMEM;
+            v->y = grown;
+            v->y_cap = n;
+        }
+        const int64_t *p = y_data;
+        for (uint32_t i = 0; i < n; i++) // out of range stays out of range: mlp_step reports it
+            v->y[i] = p[i] < INT32_MIN ? INT32_MIN : p[i] > INT32_MAX ? INT32_MAX : (int32_t)p[i];
+        *y = v->y;
+    }
+    return STOKER_OK;
 }
 
 // Checks that the schema has what the network needs; sizes the network's ends.
@@ -99,16 +146,19 @@ check_fields(const train_config *cfg, const stoker_schema *schema, int *in_idx, 
                              cfg->target_field, spec);
     }
     const stoker_field *in = &schema->fields[*in_idx], *tgt = &schema->fields[*tgt_idx];
-    if (in->dtype != STOKER_FLOAT32) {
+    if (in->dtype != STOKER_FLOAT32 && in->dtype != STOKER_UINT8) {
         return stoker_errorf(why, why_len, STOKER_INVALID,
-                             "input field '%s' is %s; the trainer takes float32 (schema %s)",
+                             "input field '%s' is %s; the trainer takes float32, or uint8 "
+                             "pixels it scales to [0, 1] (schema %s)",
                              in->name, stoker_dtype_name(in->dtype), spec);
     }
     *in_dim = (uint32_t)stoker_field_elems(in);
     if (cfg->classes > 0) {
-        if (tgt->dtype != STOKER_INT32 || stoker_field_elems(tgt) != 1) {
+        if ((tgt->dtype != STOKER_INT32 && tgt->dtype != STOKER_INT64) ||
+            stoker_field_elems(tgt) != 1) {
             return stoker_errorf(why, why_len, STOKER_INVALID,
-                                 "--classes needs an int32[1] class label; target '%s' is %s[%zu] "
+                                 "--classes needs an int32 or int64 class label (one value); "
+                                 "target '%s' is %s[%zu] "
                                  "(schema %s)",
                                  tgt->name, stoker_dtype_name(tgt->dtype), stoker_field_elems(tgt),
                                  spec);
@@ -206,6 +256,7 @@ train_run(const train_config *cfg, train_result *res)
     source *src = NULL;
     backend *be = NULL;
     mlp *net = NULL;
+    batch_view view = {0};
     event_sink sink = {res, stoker_now_ns()};
 
     // The device first: probing CUDA takes a while, and the clock of a training run should not
@@ -290,6 +341,12 @@ train_run(const train_config *cfg, train_result *res)
             case STOKER_INTERRUPTED:
                 set_reason(res, TRAIN_INTERRUPTED, "stopped by a signal");
                 break;
+            case STOKER_GROUP_BROKEN:
+                set_reason(res, TRAIN_GROUP_BROKEN,
+                           "group '%s' broken: another rank was lost (the group-broken line "
+                           "names it)",
+                           cfg->group);
+                break;
             default:
                 set_reason(res, TRAIN_ERROR, "feeding failed: %s", stoker_strerror(rv));
                 break;
@@ -297,13 +354,18 @@ train_run(const train_config *cfg, train_result *res)
             break;
         }
         float loss;
-        const float *x = (const float *)chunk->data[in_idx];
-        const void *y = chunk->data[tgt_idx];
-        rv = mlp_step(net, x, y, chunk->count, &loss);
+        const float *x;
+        const void *y;
+        const stoker_schema *schema = src->ops->schema(src);
+        rv = view_batch(&view, &schema->fields[in_idx], &schema->fields[tgt_idx],
+                        chunk->data[in_idx], chunk->data[tgt_idx], chunk->count, &x, &y);
+        if (rv == STOKER_OK)
+            rv = mlp_step(net, x, y, chunk->count, &loss);
         uint32_t n = chunk->count;
         src->ops->settle(src);
         if (rv != STOKER_OK) {
-            set_reason(res, TRAIN_ERROR, "training step failed: %s", mlp_error(net));
+            set_reason(res, TRAIN_ERROR, "training step failed: %s",
+                       rv == STOKER_NOMEM ? "out of memory" : mlp_error(net));
             break;
         }
         res->examples += n;
@@ -346,6 +408,8 @@ done:
                 set_reason(res, TRAIN_ERROR, "cannot save weights: %s", mlp_error(net));
         }
     }
+    free(view.x);
+    free(view.y);
     mlp_destroy(net);
     backend_destroy(be);
     return exit_code(res->status);
@@ -370,17 +434,21 @@ train_write_json(const train_result *r, FILE *f)
             (unsigned long long)r->examples, r->seconds, r->examples_per_second,
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
             r->data_wait_fraction);
-    if (r->has_audit)
+    if (r->has_audit) {
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "
-                "\"in_flight\": %llu, \"redelivered\": %llu, \"duplicates_seen\": %llu, "
-                "\"discrepancy\": %lld}",
+                "\"in_flight\": %llu, \"redelivered\": %llu, \"returned_unused\": %llu, "
+                "\"duplicates_seen\": %llu, \"discrepancy\": %lld",
                 (unsigned long long)r->produced, (unsigned long long)r->acknowledged,
                 (unsigned long long)r->still_queued, (unsigned long long)r->in_flight,
-                (unsigned long long)r->redelivered, (unsigned long long)r->duplicates_seen,
-                (long long)r->discrepancy);
-    else
+                (unsigned long long)r->redelivered, (unsigned long long)r->returned_unused,
+                (unsigned long long)r->duplicates_seen, (long long)r->discrepancy);
+        if (r->has_group) // a rank: what its group's end left over (still queued)
+            fprintf(f, ", \"group_leftover\": %llu", (unsigned long long)r->group_leftover);
+        fprintf(f, "}");
+    } else {
         fprintf(f, ", \"audit\": null");
+    }
     fprintf(f, ", \"events\": [");
     for (uint32_t i = 0; i < r->n_events; i++) {
         const train_event *e = &r->events[i];

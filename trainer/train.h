@@ -21,6 +21,7 @@ typedef enum train_status {
     TRAIN_STALLED,
     TRAIN_INTERRUPTED,
     TRAIN_ERROR,
+    TRAIN_GROUP_BROKEN, // another rank of its data-parallel group was lost
 } train_status;
 
 typedef struct train_config {
@@ -47,6 +48,8 @@ typedef struct train_config {
     // Feeding.
     uint32_t prefetch;
     uint32_t stall_timeout_ms;
+    const char *group; // NULL, or the data-parallel group this trainer is rank `rank` of
+    uint32_t rank, world;
     // Output.
     const char *weights_path; // may be NULL
     int progress;             // 1: live status line, 0: one line per round
@@ -72,6 +75,9 @@ typedef struct train_result {
     double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;
     int has_audit;
     uint64_t produced, acknowledged, still_queued, in_flight, redelivered, duplicates_seen;
+    uint64_t returned_unused; // handed back unused by trainers that said goodbye (not a loss)
+    int has_group;            // a rank of a data-parallel group (--group)
+    uint64_t group_leftover;  // its end's leftover: examples no equal step could hold
     int64_t discrepancy;
     uint32_t n_events;
     train_event events[TRAIN_MAX_EVENTS];

@@ -5,20 +5,24 @@
         for batch in client.batches(64):      # dict: field name -> numpy array (no copy)
             train_step(batch["input"], batch["output"])
 
-Each batch is acknowledged when the loop asks for the next one. When the data supply ends the
-loop raises stoker.SupplyEnded; when nothing arrives within the stall timeout, stoker.Stalled
-(both stoker.StokerError, with the broker's reason). For PyTorch's DataLoader see
+Each batch is acknowledged when the loop asks for the next one, and the last one when the loop
+is left (break, the end of the data), unless an exception ends the `with` block: then the broker
+redelivers it to another consumer (Client.batches tells the whole rule). When the data supply
+ends the loop raises stoker.SupplyEnded; when nothing arrives within the stall timeout,
+stoker.Stalled (both stoker.StokerError, with the broker's reason). Data-parallel ranks
+(torchrun) pass group="NAME": equal steps, one common end, stoker.GroupBroken when a rank is
+lost. For PyTorch's DataLoader see
 stoker.torch.StokerIterableDataset. `python -m stoker.status URL` prints a broker's status.
 
 Pure Python over libstoker.so (ctypes); numpy and torch are used when installed.
 """
 
 from ._lib import API_VERSION
-from .client import (Batch, Client, Event, Field, Run, Stalled, StokerError, SupplyEnded,
-                     status)
+from .client import (Batch, Client, Event, Field, GroupBroken, Run, Stalled, StokerError,
+                     SupplyEnded, status)
 
-__all__ = ["API_VERSION", "Batch", "Client", "Event", "Field", "Run", "Stalled", "StokerError",
-           "SupplyEnded", "status", "library_api_version"]
+__all__ = ["API_VERSION", "Batch", "Client", "Event", "Field", "GroupBroken", "Run", "Stalled",
+           "StokerError", "SupplyEnded", "status", "library_api_version"]
 
 
 def library_api_version():

@@ -20,6 +20,7 @@ TOO_LARGE = 10
 CONNECTION = 15
 STALLED = 16
 INTERRUPTED = 17
+GROUP_BROKEN = 23
 
 # stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
 DTYPES = {
@@ -74,6 +75,9 @@ def _declare(lib):
         "stoker_consumer_api_version": (i, []),
         "stoker_consumer_options_init": (None, [c.POINTER(Options)]),
         "stoker_consumer_open": (i, [c.POINTER(Options), c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_open_group": (i, [c.POINTER(Options), c.c_char_p, u32, u32,
+                                           c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_group_leftover": (u64, [P]),
         "stoker_consumer_schema": (None, [P, c.c_char_p, c.c_size_t]),
         "stoker_consumer_n_fields": (u32, [P]),
         "stoker_consumer_field_name": (c.c_char_p, [P, u32]),
@@ -85,6 +89,7 @@ def _declare(lib):
         "stoker_consumer_set_commit": (None, [P, i]),
         "stoker_consumer_commit": (i, [P]),
         "stoker_consumer_uncommitted": (u64, [P]),
+        "stoker_consumer_flush": (i, [P]),
         "stoker_consumer_batch_free": (None, [P]),
         "stoker_consumer_batch_count": (u32, [P]),
         "stoker_consumer_batch_field": (i, [P, u32, c.POINTER(P), c.POINTER(i), c.POINTER(u32),

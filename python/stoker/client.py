@@ -34,7 +34,11 @@ class StokerError(Exception):
 
 class SupplyEnded(StokerError):
     """The data supply ended: every producer was lost or finished and nothing is queued.
-    finished is True when all of them finished cleanly (END_OF_DATA)."""
+    finished is True when all of them finished cleanly (END_OF_DATA). For a rank of a group,
+    leftover is the number of examples too few to give every rank one more (still queued at the
+    broker, reported in the reason too); None otherwise."""
+
+    leftover = None
 
     @property
     def finished(self):
@@ -43,6 +47,11 @@ class SupplyEnded(StokerError):
 
 class Stalled(StokerError):
     """No batch arrived within the stall timeout."""
+
+
+class GroupBroken(StokerError):
+    """A rank of this client's group died or left before the end (its reason names the rank):
+    no further step can come. Under torchrun, exit and let it restart the group."""
 
 
 Event = namedtuple("Event", "kind producer name at reason")
@@ -56,11 +65,41 @@ Run.__doc__ = "Examples first_seq .. first_seq + count - 1 of producer session `
 Field = namedtuple("Field", "name dtype shape")
 
 
+def _group_args(group, rank, world_size):
+    """(group, rank, world_size) checked; rank and world size from torchrun's environment
+    (RANK, WORLD_SIZE) when not given."""
+    if group is None:
+        if rank is not None or world_size is not None:
+            raise ValueError("rank and world_size go with a group name (group=...)")
+        return None, None, None
+    if not group:
+        raise ValueError("group: give a non-empty name")
+    values = []
+    for arg, value, env in (("rank", rank, "RANK"), ("world_size", world_size, "WORLD_SIZE")):
+        if value is None:
+            text = os.environ.get(env)
+            if text is None:
+                raise ValueError("group %r: no %s given and %s is not set (torchrun sets it)"
+                                 % (group, arg, env))
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError("group %r: %s=%r is not a number" % (group, env, text)) from None
+        values.append(int(value))
+    rank, world_size = values
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError("group %r: rank %d is outside the world size %d (ranks are 0..%d)"
+                         % (group, rank, world_size, world_size - 1))
+    return str(group), rank, world_size
+
+
 def _raise(code, reason):
     if code in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
         raise SupplyEnded(code, reason)
     if code == _lib.STALLED:
         raise Stalled(code, reason)
+    if code == _lib.GROUP_BROKEN:
+        raise GroupBroken(code, reason)
     raise StokerError(code, reason)
 
 
@@ -196,13 +235,25 @@ class Client:
     here). prefetch and stall_timeout (seconds) default to libstoker's (4 and 4.0).
     Events (producers joining, lost, finishing) go to on_event(Event) as soon as a pull brings
     them, from the thread that pulls; without on_event they are kept for events().
+    Data parallelism: with group="NAME" the client is one rank of a group (docs/groups.md):
+    rank and world_size default to torchrun's RANK and WORLD_SIZE environment variables. Every
+    rank gets batches of the same size, the same number of them, and SupplyEnded at the same
+    step (its leftover attribute: the examples too few to give every rank one more); a rank lost
+    before the end raises GroupBroken on the others.
     Use it from one thread. As a context manager, leaving the block closes it; a batch still
     held then is acknowledged unless the block ended with an exception (then the broker
-    redelivers it to another consumer).
+    redelivers it to another consumer). See batches() for when a loop's batches are
+    acknowledged.
     """
 
     def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
-                 token=None, name=None, connect_timeout=None, on_event=None, commit=False):
+                 token=None, name=None, connect_timeout=None, on_event=None, group=None,
+                 rank=None, world_size=None, commit=False):
+        self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
+        if commit and self.group is not None:
+            raise ValueError("commit=True with group=%r: commit with checkpoints is not "
+                             "available to the ranks of a group (a group steps together; "
+                             "use one or the other)" % self.group)
         self._lib = _lib.load()
         self.url = url
         self.token_file = os.fspath(token_file) if token_file is not None else None
@@ -217,8 +268,11 @@ class Client:
         self.commit_mode = bool(commit)
         self._commits = 0
         self.batch_size = None
+        self.leftover = None  # a rank's, once the supply ended (see SupplyEnded.leftover)
         self._handle = None
         self._held = None  # the last batch batches() yielded, until the next is requested
+        self._blocks = 0  # open `with` blocks that decide about _held when they end
+        self._duplicates = 0  # duplicates() as it was at close()
         self._events = []
         self._field_names = []
         self.fields = []
@@ -260,7 +314,12 @@ class Client:
             o.connect_timeout_ms = max(1, int(round(self.connect_timeout * 1000)))
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
-        rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        if self.group is None:
+            rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        else:
+            rv = lib.stoker_consumer_open_group(ctypes.byref(o), cstr(self.group), self.rank,
+                                                self.world_size, ctypes.byref(handle), err,
+                                                len(err))
         if rv != _lib.OK:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
         self._handle = handle.value
@@ -321,13 +380,16 @@ class Client:
         if self._held is not None and acknowledge_held:
             self._held.release()
         self._held = None
+        self._duplicates = self._lib.stoker_consumer_duplicates(self._handle)
         self._lib.stoker_consumer_close(self._handle)
         self._handle = None
 
     def __enter__(self):
+        self._blocks += 1
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        self._blocks -= 1
         self.close(acknowledge_held=exc_type is None)
         return False
 
@@ -368,38 +430,61 @@ class Client:
         reason = self._lib.stoker_consumer_error(self._handle).decode(errors="replace")
         self._dispatch_events()
         if rv != _lib.OK:
-            _raise(rv, reason)
+            if self.group is not None and rv in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
+                self.leftover = int(self._lib.stoker_consumer_group_leftover(self._handle))
+            try:
+                _raise(rv, reason)
+            except SupplyEnded as e:
+                e.leftover = self.leftover
+                raise
         return Batch(self, _Memory(self._lib, ptr.value))
 
     def batches(self, batch_size=None, max_batches=None):
         """Yields batches until the supply ends (SupplyEnded), nothing arrives within the stall
         timeout (Stalled), or max_batches were yielded.
 
-        Acknowledgement: each batch is acknowledged when you ask for the next one (the loop comes
-        back for more), so a batch you were training on when your loop crashed is redelivered to
-        another consumer. The batch you leave the loop with is acknowledged by the next request,
-        by close(), or by leaving the Client's `with` block without an exception."""
+        Acknowledgement: each batch is acknowledged when the loop asks for the next one. The
+        batch you leave the loop with (break, return, the generator closed) is acknowledged too,
+        unless an exception ends the Client's `with` block: then the broker redelivers it to
+        another consumer. Python closes a loop's generator in the same way whether the loop was
+        left by break or by an exception, so only a `with` block can tell the two apart: inside
+        one, the block's end decides (normally: acknowledged; by an exception: given back);
+        without one, leaving the loop acknowledges. A killed process acknowledges nothing."""
         n = 0
-        while max_batches is None or n < max_batches:
-            if self._held is not None:
+        try:
+            while max_batches is None or n < max_batches:
+                if self._held is not None:
+                    self._held.release()
+                b = self.next_batch(batch_size)
+                self._held = b
+                n += 1
+                yield b
+        finally:
+            # The loop ended (max_batches) or was left: break, return, the generator closed, or
+            # an exception unwinding the loop, which reaches a generator as the same
+            # GeneratorExit. A `with` block still open sees which when it ends; without one,
+            # the loop is done with the batch, and the broker hears it now rather than with a
+            # next pull that may never come. (Pull errors come with nothing held.)
+            if self._blocks == 0 and self._held is not None and self._handle is not None:
                 self._held.release()
-            b = self.next_batch(batch_size)
-            self._held = b
-            n += 1
-            yield b
+                self._lib.stoker_consumer_flush(self._handle)  # failing: it warned; redelivered
 
     # -- information --------------------------------------------------------------------------
 
     def duplicates(self):
-        """Identities this client saw twice (0 unless delivery broke its guarantee)."""
-        return self._lib.stoker_consumer_duplicates(self._handle) if self._handle else 0
+        """Examples that came to this client a second time and were dropped before you saw
+        them (0 unless delivery broke its guarantee); after close(), the count at close."""
+        if self._handle is None:
+            return self._duplicates
+        return self._lib.stoker_consumer_duplicates(self._handle)
 
     def status(self, timeout=3.0):
         """The broker's status as a dict with the keys of its /status page: uptime_s, schema,
-        queue_depth, max_bytes, counters (produced, acknowledged, queued, in_flight, redelivered,
-        delivered, queued_bytes, refused, discrepancy), producers_alive, trainers, producers (a
-        list of dicts: id, name, session, state, queued, accepted, delivered, acknowledged,
-        redelivered, next_seq, silent_s), events (the latest, at most 64: index, kind, producer,
+        queue_depth, queue_depth_auto, max_bytes, queue_limit, counters (produced, acknowledged,
+        queued, in_flight, redelivered, returned_unused, delivered, queued_bytes, refused,
+        short_by_queues, discrepancy), producers_alive, trainers, producers (a list of dicts: id,
+        name, session, state, queued, accepted, delivered, acknowledged, redelivered,
+        returned_unused, next_seq, silent_s), events (the latest, at most 64: index, kind, producer,
         name, at, reason)."""
         if self._handle is not None:
             return _status_json(self._lib, lambda buf, n, ln: self._lib.stoker_consumer_status_json(

@@ -11,10 +11,10 @@ import sys
 
 from .client import StokerError, status
 
-COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "delivered",
-            "queued_bytes", "refused", "discrepancy"]
+COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "returned_unused",
+            "delivered", "queued_bytes", "refused", "short_by_queues", "discrepancy"]
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
-                    "redelivered", "next_seq", "silent_s", "session"]
+                    "redelivered", "returned_unused", "next_seq", "silent_s", "session"]
 
 
 def table(rows, headers):
@@ -43,6 +43,13 @@ def format_status(st, url=""):
                            PRODUCER_COLUMNS))
     else:
         lines.append("no producers")
+    for g in st.get("groups", []):
+        lines.append("")
+        lines.append("group %s: %s, %d of %d ranks, batch %d, %d steps, %d left over" % (
+            g["name"], g["state"], g["joined"], g["world"], g["batch"], g["steps"],
+            g["leftover"]))
+        lines.append(table([[r["rank"], r["steps"], r["ahead"], r["ready"]] for r in g["ranks"]],
+                           ["rank", "steps", "ahead", "ready"]))
     return "\n".join(lines)
 
 

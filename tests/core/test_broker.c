@@ -67,6 +67,7 @@ make_broker(uint32_t queue_depth)
     broker_config cfg;
     broker_config_init(&cfg);
     cfg.queue_depth = queue_depth;
+    cfg.queue_depth_auto = 0; // queues of exactly queue_depth (--queue-depth N)
     cfg.park_ms = 250;
     cfg.producer_timeout_ms = 3000;
     cfg.trainer_timeout_ms = 10000;
@@ -188,6 +189,15 @@ static void
 hello_trainer(uint64_t session)
 {
     answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
+}
+
+// A trainer that joins after the producers: its hello reply lists them (suite snapshot).
+static void
+hello_trainer_after_producers(uint64_t session)
+{
+    stoker_reply *rep =
+        answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
+    cr_assert_gt(rep->n_events, 0, "no snapshot of the producers in the hello reply");
 }
 
 static uintptr_t
@@ -776,4 +786,242 @@ Test(lease, a_restarted_broker_never_accepts_an_ack_meant_for_its_predecessor)
                   (unsigned long long)new_lease);
     answered(handle(T1, h_ack(T1, 1, &old_lease)), STOKER_NOT_FOUND);
     cr_assert_eq(counters().in_flight, 4, "the new broker's lease stays in flight");
+}
+
+// --- queue sizing (issue 17, item 1) ------------------------------------------------------------
+
+SUITE(queues);
+
+// A broker that sizes its queues itself (no --queue-depth N), max_bytes as given.
+static void
+remake_auto(uint64_t max_bytes)
+{
+    broker_outbox out = {0};
+    broker_destroy(b, &out);
+    broker_outbox_fini(&out);
+    broker_config cfg;
+    broker_config_init(&cfg);
+    cfg.max_bytes = max_bytes;
+    cr_assert(cfg.queue_depth_auto && cfg.queue_depth == 64, "the default is auto, at least 64");
+    b = broker_create(&cfg, now_ms);
+    cr_assert_not_null(b);
+}
+
+static stoker_status *
+snapshot(void)
+{
+    stoker_status *st = NULL;
+    cr_assert_eq(broker_status(b, now_ms, 0, &st), STOKER_OK);
+    return st;
+}
+
+Test(queues, by_default_the_queues_grow_to_hold_the_batches_trainers_ask_for)
+{
+    remake_auto(1ull << 30);
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    uintptr_t t = pull(T1, 256, 5000);
+    stoker_status *st = snapshot();
+    cr_assert(st->queue_depth_auto);
+    cr_assert_eq(st->queue_depth, 512, "one producer holds two batches of 256, not %u",
+                 st->queue_depth);
+    stoker_status_destroy(st);
+    for (uint32_t i = 0; i < 4; i++)
+        answered(push(P1, i * 64, 64), STOKER_OK); // a fixed depth of 64 would park the second
+    stoker_reply *rep = answered(t, STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 256, "a batch of 256 came with %u", rep->chunk.count);
+    check_batch(rep);
+    cr_assert_eq(counters().short_by_queues, 0);
+}
+
+Test(queues, the_depth_is_shared_by_the_alive_producers_and_falls_back_when_trainers_leave)
+{
+    remake_auto(1ull << 30);
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_trainer_after_producers(T1);
+    pull(T1, 300, 5000);
+    stoker_status *st = snapshot();
+    cr_assert_eq(st->queue_depth, 300, "two producers hold 2 x 300 together, not %u each",
+                 st->queue_depth);
+    stoker_status_destroy(st);
+    answered(handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
+    st = snapshot();
+    cr_assert_eq(st->queue_depth, 64, "without trainers the floor of 64 is left, not %u",
+                 st->queue_depth);
+    stoker_status_destroy(st);
+}
+
+Test(queues, a_fixed_depth_cuts_large_batches_short_and_says_so_once)
+{
+    remake(64);
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    answered(push(P1, 0, 64), STOKER_OK);
+    stoker_reply *rep = answered(pull(T1, 256, 5000), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 64);
+    stoker_status *st = snapshot();
+    cr_assert_not(st->queue_depth_auto);
+    cr_assert_eq(st->queue_depth, 64, "--queue-depth N is the user's choice");
+    cr_assert_eq(st->counters.short_by_queues, 1);
+    cr_assert(strstr(st->queue_limit, "--queue-depth 64") != NULL, "queue_limit: '%s'",
+              st->queue_limit);
+    char first[sizeof(st->queue_limit)];
+    snprintf(first, sizeof(first), "%s", st->queue_limit);
+    stoker_status_destroy(st);
+    answered(push(P1, 64, 64), STOKER_OK);
+    answered(pull(T1, 256, 5000), STOKER_OK);
+    st = snapshot();
+    cr_assert_eq(st->counters.short_by_queues, 2, "every such batch is counted");
+    cr_assert_str_eq(st->queue_limit, first, "said once: the first one stays");
+    stoker_status_destroy(st);
+    // A batch cut short by the supply (its wait is over, the queue not full) is not counted.
+    answered(push(P1, 128, 8), STOKER_OK);
+    uintptr_t t = pull(T1, 256, 100);
+    tick(100);
+    cr_assert_eq(answered(t, STOKER_OK)->chunk.count, 8);
+    cr_assert_eq(counters().short_by_queues, 2);
+}
+
+Test(queues, max_bytes_bounds_the_grown_queues_and_is_named_when_it_cuts_a_batch)
+{
+    remake_auto(100 * 44); // 100 examples of 44 bytes
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    uintptr_t t = pull(T1, 256, 5000);
+    stoker_status *st = snapshot();
+    cr_assert_eq(st->queue_depth, 100, "depth %u beyond what --max-bytes holds", st->queue_depth);
+    stoker_status_destroy(st);
+    for (uint32_t seq = 0; seq < 96; seq += 4)
+        answered(push(P1, seq, 4), STOKER_OK);
+    cr_assert_null(reply(t), "answered while the queue could take more");
+    answered(push(P1, 96, 4), STOKER_OK);
+    cr_assert_eq(answered(t, STOKER_OK)->chunk.count, 100);
+    st = snapshot();
+    cr_assert_eq(st->counters.short_by_queues, 1);
+    cr_assert(strstr(st->queue_limit, "--max-bytes") != NULL, "queue_limit: '%s'", st->queue_limit);
+    stoker_status_destroy(st);
+}
+
+// --- returned unused against redelivered (issue 17, item 3) -----------------------------------
+
+SUITE(returned);
+
+Test(returned, a_goodbye_returns_unused_leases_apart_from_those_its_caller_held)
+{
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    answered(push(P1, 0, 12), STOKER_OK);
+    uint64_t held = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    answered(pull(T1, 4, 0), STOKER_OK); // prefetched, never handed out
+    answered(pull(T1, 4, 0), STOKER_OK);
+    stoker_request bye = {.method = STOKER_GOODBYE, .session = T1, .n_held = 1, .held = &held};
+    answered(handle(T1, h_roundtrip(&bye)), STOKER_OK);
+    stoker_counters c = counters();
+    cr_assert_eq(c.redelivered, 4, "only the batch its caller held is a loss");
+    cr_assert_eq(c.returned_unused, 8);
+    cr_assert_eq(c.queued, 12);
+    cr_assert_eq(c.in_flight, 0);
+    stoker_status *st = snapshot();
+    cr_assert_eq(st->producers[0].redelivered, 4);
+    cr_assert_eq(st->producers[0].returned_unused, 8);
+    stoker_status_destroy(st);
+}
+
+Test(returned, a_clean_goodbye_is_no_redelivery_and_a_lost_trainer_is)
+{
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    hello_trainer(T2);
+    answered(push(P1, 0, 8), STOKER_OK);
+    answered(pull(T1, 4, 0), STOKER_OK);
+    answered(handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
+    stoker_counters c = counters();
+    cr_assert_eq(c.redelivered, 0, "a clean close looked like a lost trainer");
+    cr_assert_eq(c.returned_unused, 4);
+    answered(pull(T2, 4, 0), STOKER_OK);
+    pipe_closed(T2);
+    c = counters();
+    cr_assert_eq(c.redelivered, 4);
+    cr_assert_eq(c.returned_unused, 4);
+    cr_assert_eq(c.queued, 8);
+}
+
+// --- a late trainer hears who is there (issue 17, item 4) ---------------------------------------
+
+SUITE(snapshot);
+
+Test(snapshot, a_trainer_that_joins_late_hears_of_the_producers_already_there)
+{
+    hello_producer(P1, "p1");
+    hello_producer(P2, "p2");
+    hello_producer(P3, "p3");
+    answered(handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
+    pipe_closed(P3);
+    stoker_reply *rep = answered(handle(T1, h_hello_trainer(T1, "late")), STOKER_OK);
+    cr_assert_eq(rep->n_events, 3, "%u events", rep->n_events);
+    struct {
+        const char *name;
+        stoker_event_kind kind;
+    } want[] = {{"p1", STOKER_EVENT_PRODUCER_JOINED},
+                {"p2", STOKER_EVENT_PRODUCER_FINISHED},
+                {"p3", STOKER_EVENT_PRODUCER_LOST}};
+    for (uint32_t i = 0; i < 3; i++) {
+        uint32_t j = 0;
+        while (j < rep->n_events && strcmp(rep->events[j].name, want[i].name) != 0)
+            j++;
+        cr_assert_lt(j, rep->n_events, "no event for %s", want[i].name);
+        cr_assert_eq(rep->events[j].kind, want[i].kind, "%s: %s", want[i].name,
+                     stoker_event_kind_name(rep->events[j].kind));
+        cr_assert_eq(rep->events[j].index, 0, "the snapshot is not in the log");
+        cr_assert_str_eq(rep->events[j].reason, "already there when this trainer joined");
+    }
+    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED, "the alive ones first");
+    // Said once: its pulls bring only what happens next, from the log.
+    hello_producer(0x4444, "p4");
+    rep = answered(pull(T1, 4, 1000), STOKER_OK);
+    cr_assert_eq(rep->n_events, 1);
+    cr_assert_str_eq(rep->events[0].name, "p4");
+    cr_assert_gt(rep->events[0].index, 0);
+    uintptr_t t = pull(T1, 4, 1000);
+    cr_assert_null(reply(t), "an old event came again");
+    // A hello again after it pulled (a reconnect) repeats nothing.
+    rep = answered(handle(T1 + 100, h_hello_trainer(T1, "late")), STOKER_OK);
+    cr_assert_eq(rep->n_events, 0);
+}
+
+Test(snapshot, a_repeated_hello_before_the_first_pull_tells_the_state_then_once)
+{
+    hello_trainer(T1); // no producer yet: nothing to tell
+    hello_producer(P1, "p1");
+    // Its first hello's reply was lost: the second tells the state now, and the log's join is
+    // not told a second time.
+    stoker_reply *rep = answered(handle(T1, h_hello_trainer(T1, "trainer")), STOKER_OK);
+    cr_assert_eq(rep->n_events, 1);
+    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED);
+    uintptr_t t = pull(T1, 4, 1000);
+    cr_assert_null(reply(t), "p1's join was told twice");
+}
+
+Test(snapshot, a_trainer_there_first_hears_joins_as_they_happen_and_no_snapshot)
+{
+    hello_trainer(T1);
+    hello_producer(P1, "p1");
+    stoker_reply *rep = answered(pull(T1, 4, 1000), STOKER_OK);
+    cr_assert_eq(rep->n_events, 1);
+    cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED);
+    cr_assert_gt(rep->events[0].index, 0);
+}
+
+Test(queues, a_queue_with_no_room_for_another_chunk_counts_as_full)
+{
+    remake(64);
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    for (uint32_t seq = 0; seq < 63; seq += 3)
+        answered(push(P1, seq, 3), STOKER_OK);
+    // 63 of 64: the next chunk of 3 cannot fit, so waiting longer cannot fill the batch.
+    stoker_reply *rep = answered(pull(T1, 256, 5000), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 63);
+    cr_assert_eq(counters().short_by_queues, 1);
 }

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Validate docker/compose*.yml, docker/.env.example and docker/Dockerfile without a Docker engine.
+# Validate docker/compose*.yml, docker/stack.yml (schema only), docker/.env.example and
+# docker/Dockerfile without a Docker engine (tests/containers/ runs them for real).
 #
 #   sh tests/docker/validate-compose.sh [REPO_ROOT]
 #
@@ -46,13 +47,13 @@ run_config() {
     env "$@" $compose --env-file "$envfile" -f "$dd/$file" config > "$tmp/$out.yml" 2> "$tmp/$out.err"
 }
 
-for f in Dockerfile compose.yml compose.producers.yml compose.trainer.yml .env.example stage-install.sh; do
+for f in Dockerfile compose.yml compose.producers.yml compose.trainer.yml stack.yml .env.example stage-install.sh; do
     if [ -f "$dd/$f" ]; then pass "docker/$f exists"; else fail "docker/$f is missing"; fi
 done
 if sh -n "$dd/stage-install.sh" 2>/dev/null; then pass "docker/stage-install.sh parses (sh -n)"; else fail "docker/stage-install.sh has a shell syntax error"; fi
 
 # 1. docker-compose config -q on each file, required variables set.
-for f in compose.yml compose.trainer.yml; do
+for f in compose.yml compose.trainer.yml stack.yml; do
     if env $compose --env-file "$tmp/empty.env" -f "$dd/$f" config -q 2> "$tmp/q.err"; then
         pass "$compose -f docker/$f config -q"
     else
@@ -285,6 +286,18 @@ def check_target(label, svc, target):
           and target in stages,
           f"{label}: builds Dockerfile target '{target}' (a stage of docker/Dockerfile)")
 
+def check_trainer_cpu(label, d):
+    s = d["services"]
+    if "trainer-cpu" not in s:
+        return
+    t = s["trainer-cpu"]
+    check(t.get("profiles") == ["cpu"], f"{label}: trainer-cpu is only in profile cpu ({t.get('profiles')})")
+    check(not gpu(t), f"{label}: trainer-cpu reserves no GPU")
+    check_cmd(f"{label} trainer-cpu", t, [("--device", "cpu")] + [f for f in trainer_flags if f[0] != "--device"])
+    check(volume_at(d, t, "/out") == volume_at(d, s["trainer"], "/out"),
+          f"{label}: trainer-cpu writes to the trainer's /out volume")
+    check_target(f"{label} trainer-cpu", t, "trainer-cpu")
+
 broker_flags = [("--listen", "tcp://0.0.0.0:7070"), ("--metrics", "http://0.0.0.0:9090")]
 trainer_flags = [("--broker", "tcp://broker:7070"), ("--device", "auto"), ("--time-goal", "60"),
                  ("--weights", "/out/weights.safetensors"), ("--json", "/out/summary.json")]
@@ -292,9 +305,10 @@ trainer_flags = [("--broker", "tcp://broker:7070"), ("--device", "auto"), ("--ti
 # compose.yml: everything on one GPU box
 d = load("all-default")
 s = d["services"]
-check(set(s) == {"broker", "producer", "trainer"}, f"compose.yml: services broker, producer, trainer ({sorted(s)})")
+check(set(s) == {"broker", "producer", "trainer", "trainer-cpu"},
+      f"compose.yml: services broker, producer, trainer, trainer-cpu ({sorted(s)})")
 if {"broker", "producer", "trainer"} <= set(s):
-    check_cmd("compose.yml broker", s["broker"], broker_flags + [("--queue-depth", "64")])
+    check_cmd("compose.yml broker", s["broker"], broker_flags + [("--queue-depth", "auto")])
     check_cmd("compose.yml producer", s["producer"], [("--broker", "tcp://broker:7070"), ("--delay", "0.05:0.5")])
     check_cmd("compose.yml trainer", s["trainer"], trainer_flags)
     r = (s["producer"].get("deploy") or {}).get("replicas")
@@ -324,12 +338,15 @@ if {"broker", "producer", "trainer"} <= set(s):
     check(("19090", "9090") in published(s["broker"]), "compose.yml: STOKER_METRICS_PORT=19090 publishes 19090->9090")
     check(str(s["trainer"].get("image", "")).endswith(":t1"), "compose.yml: STOKER_TAG=t1 tags the images")
 
+check_trainer_cpu("compose.yml", load("all-default"))
+
 # compose.trainer.yml: GPU box of a cluster
 d = load("trainer-default")
 s = d["services"]
-check(set(s) == {"broker", "trainer"}, f"compose.trainer.yml: services broker, trainer ({sorted(s)})")
+check(set(s) == {"broker", "trainer", "trainer-cpu"},
+      f"compose.trainer.yml: services broker, trainer, trainer-cpu ({sorted(s)})")
 if {"broker", "trainer"} <= set(s):
-    check_cmd("compose.trainer.yml broker", s["broker"], broker_flags + [("--queue-depth", "64")])
+    check_cmd("compose.trainer.yml broker", s["broker"], broker_flags + [("--queue-depth", "auto")])
     check_cmd("compose.trainer.yml trainer", s["trainer"], trainer_flags)
     check({("7070", "7070"), ("9090", "9090")} <= published(s["broker"]),
           f"compose.trainer.yml: broker publishes 7070 and 9090 ({sorted(published(s['broker']))})")
@@ -341,6 +358,8 @@ if {"broker", "trainer"} <= set(s):
           "compose.trainer.yml: broker healthcheck requests http://127.0.0.1:9090/status")
     check_target("compose.trainer.yml broker", s["broker"], "broker")
     check_target("compose.trainer.yml trainer", s["trainer"], "trainer")
+
+check_trainer_cpu("compose.trainer.yml", d)
 
 # compose.producers.yml: each CPU box
 d = load("producers-default")

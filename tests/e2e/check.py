@@ -75,9 +75,10 @@ def check_summary(a):
     audit = s["audit"]
     if audit is None:
         audit = {"produced": 0, "acknowledged": 0, "still_queued": 0, "in_flight": 0,
-                 "redelivered": 0, "duplicates_seen": 0, "discrepancy": 0}
+                 "redelivered": 0, "returned_unused": 0, "duplicates_seen": 0,
+                 "discrepancy": 0}
     for k in ("produced", "acknowledged", "still_queued", "in_flight", "redelivered",
-              "duplicates_seen", "discrepancy"):
+              "returned_unused", "duplicates_seen", "discrepancy"):
         if k not in audit or not is_int(audit[k]):
             fail("audit field %r missing or not an integer: %r" % (k, audit))
     if audit["discrepancy"] != 0:

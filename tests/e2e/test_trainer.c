@@ -64,6 +64,33 @@ Test(training, loss_halves_through_a_broker_and_four_producers)
     proc_broker_stop(broker);
 }
 
+// The images generator's default output (int64 scalar labels) and its uint8 pixels train with
+// --classes (issue 18): the trainer narrows the labels and scales the pixels itself.
+Test(training, trains_on_images_uint8_pixels_and_int64_labels)
+{
+    const char *dir = testdir_file("images");
+    const char *py = getenv("STOKER_PYTHON") ? getenv("STOKER_PYTHON") : "python3";
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' 2 4 32 24 >/dev/null", py,
+             getenv("STOKER_MAKE_IMAGES"), dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char url[256];
+    testdir_ipc_url(url, sizeof url, "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    const char *json = testdir_file("summary.json");
+    proc_child *p[2];
+    p[0] = e2e_producer_start(
+        url, "img-u8",
+        PROC_ARGS("--generator", "images", "--images", dir, "--size", "8x12", "--output", "uint8"));
+    proc_child *t = e2e_trainer_start(PROC_ARGS(
+        "--broker", url, "--input", "image", "--target", "label", "--classes", "2", "--batch-size",
+        "8", "--round-length", "32", "--rounds", "4", "--device", "cpu", "--json", json));
+    proc_assert_exit(t, 0, 30000);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "completed", "--rounds", "4"));
+    stop_all(p, 1);
+    proc_broker_stop(broker);
+}
+
 Test(summary, counts_every_example_once_when_the_data_ends)
 {
     char url[256];

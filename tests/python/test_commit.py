@@ -1,7 +1,8 @@
 """Commit with checkpoints from Python (issue 16): Client(commit=True) keeps its
 acknowledgements until state_dict() (the torchdata StatefulDataLoader protocol) commits them. A
 consumer that stops after a checkpoint without committing its later work, and one resumed with
-load_state_dict(), together train every example exactly once (the lineage)."""
+load_state_dict(), together train every example exactly once (the lineage). Commit is refused
+for the ranks of a group."""
 
 from helpers import Cluster, require, run
 
@@ -61,6 +62,16 @@ def test_state_dict_round_trip_is_checked():
                 pass
             else:
                 raise AssertionError("a foreign state_dict was accepted")
+
+
+def test_commit_with_a_group_is_refused():
+    # The ranks of a group acknowledge after each step: asking for both is an error naming both.
+    try:
+        stoker.Client("ipc:///nonexistent", commit=True, group="g", rank=0, world_size=1)
+    except ValueError as e:
+        assert "commit" in str(e) and "'g'" in str(e), e
+    else:
+        raise AssertionError("commit=True with a group was accepted")
 
 
 run(globals())

@@ -67,4 +67,21 @@ def test_supply_end_reaches_the_dataloader_loop():
         assert list(torch.utils.data.DataLoader(quiet, batch_size=None)) == []
 
 
+def test_dataset_gives_duplicates_events_and_status_like_the_client():
+    with Cluster() as c:
+        ds = StokerIterableDataset(c.url, batch_size=4, stall_timeout=3, stop_on_supply_end=True)
+        assert ds.status()["counters"]["produced"] == 0  # before any consumer connected
+        # Slow enough that the producer finishes while the dataset's consumer listens.
+        c.producer("--delay", "0.01:0.01", "--chunk", "4", "--max-examples", "40")
+        got = sum(b["input"].shape[0] for b in torch.utils.data.DataLoader(ds, batch_size=None))
+        assert got == 40
+        assert ds.duplicates() == 0 and isinstance(ds.duplicates(), int)
+        events = ds.events()
+        assert ("producer_finished", "p1") in [(e.kind, e.name) for e in events], events
+        assert ds.events() == []  # returned once
+        st = ds.status()
+        assert st["counters"]["acknowledged"] == 40 and st["counters"]["in_flight"] == 0, st
+        assert [p["name"] for p in st["producers"]] == ["p1"]
+
+
 run(globals())

@@ -44,6 +44,21 @@ void stoker_consumer_options_init(stoker_consumer_options *opts);
 int stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
                          size_t err_len);
 
+// The same as a rank of a data-parallel group (docs/groups.md): group names it (borrowed for
+// the call), rank is this consumer's in 0..world-1. Every rank gets batch_size examples per
+// step and the same number of steps; the end (STOKER_END_OF_DATA / STOKER_NO_PRODUCERS, its
+// message naming the examples left over) comes to all at the same step. When a rank is lost
+// before the end, stoker_consumer_next returns STOKER_GROUP_BROKEN naming it. The broker refuses
+// (STOKER_INVALID, reason in err) a rank outside the world, a rank already held, and ranks that
+// disagree on the world or batch size.
+int stoker_consumer_open_group(const stoker_consumer_options *opts, const char *group,
+                               uint32_t rank, uint32_t world, stoker_consumer **out, char *err,
+                               size_t err_len);
+
+// For a rank of a group, after next returned the end: the examples left over that no equal
+// step could hold (still queued at the broker). 0 otherwise.
+uint64_t stoker_consumer_group_leftover(const stoker_consumer *c);
+
 // The broker's schema, as text ("input:float32[10],output:float32[1]") into buf (always
 // NUL-terminated; truncated if short), and field by field. Indices out of range give NULL / 0 /
 // STOKER_INVALID.
@@ -58,6 +73,7 @@ int stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32
 // Waits for the next batch, never longer than the stall timeout. STOKER_OK: *out is a batch the
 // caller owns until stoker_consumer_release (or ack + batch_free). Otherwise *out is untouched:
 // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended; repeated by later calls),
+// STOKER_GROUP_BROKEN (a rank of the group was lost; repeated by later calls),
 // STOKER_STALLED, STOKER_INTERRUPTED (stoker_consumer_interrupt), or another error;
 // stoker_consumer_error tells why, with the broker's reason where it gave one.
 // Batches are independent of each other: holding one while pulling the next is fine, and its
@@ -73,13 +89,20 @@ void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
 // Commit with checkpoints (stoker_trainer_client_commit): with on, acknowledgements are kept
 // until stoker_consumer_commit, so what was trained since the last commit is redelivered if this
 // consumer dies; commit when your checkpoint is saved. Commit returns STOKER_OK once the broker
-// applied them, or the error (they stay kept). uncommitted: acknowledgements kept now.
+// applied them, or the error (they stay kept). uncommitted: acknowledgements kept now. A rank of a
+// group cannot commit (set_commit refuses with a warning).
 void stoker_consumer_set_commit(stoker_consumer *c, int on);
 int stoker_consumer_commit(stoker_consumer *c);
 uint64_t stoker_consumer_uncommitted(const stoker_consumer *c);
 void stoker_consumer_batch_free(stoker_consumer_batch *b);
+// Sends the pending acknowledgements now instead of with the next pull, for a consumer that
+// stops pulling for a while (a training loop left by break). Bounded by the request timeout.
+// Returns STOKER_OK when the broker applied them (or none were pending), else an error
+// (stoker_consumer_error tells why): those batches are then redelivered to other consumers.
+int stoker_consumer_flush(stoker_consumer *c);
 
-// Examples in the batch (at most batch_size; fewer only at the end of the supply).
+// Examples in the batch: batch_size, or fewer when the supply ends, when the producers' queues
+// are all full before a batch is, or when the pull's wait ends first (data trickling in).
 uint32_t stoker_consumer_batch_count(const stoker_consumer_batch *b);
 // Field f of the batch: *data points to count elements of dtype (a stoker_dtype), C-contiguous
 // with shape (examples, field shape...): *rank = 1 + the field's rank, dims written into shape

@@ -28,6 +28,7 @@ typedef enum stoker_err {
     STOKER_IO = 18,          // file or pipe I/O failed
     STOKER_DEVICE = 19,      // GPU or backend failure
     STOKER_INTERNAL = 20,
+    STOKER_GROUP_BROKEN = 23, // a rank of this trainer's group died or left before the end
     STOKER_ERR_COUNT
 } stoker_err;
 

@@ -39,8 +39,9 @@ int stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *
 // Retention bound in examples (call before the first push): pushed examples not yet reported
 // trained are kept, and a push waits while keeping its chunk would exceed the bound (unless
 // nothing is kept). 0 turns retention off (a broker restart then loses what it held);
-// STOKER_RETAIN_AUTO, the default, is twice the broker's queue depth (its hello reply says it):
-// the broker's queue for this producer plus as much again in flight to trainers.
+// STOKER_RETAIN_AUTO, the default, is twice the broker's current queue depth (its hello reply
+// says it, and push and heartbeat replies say it again as the broker sizes its queues from the
+// trainers' batches): the broker's queue for this producer plus as much again in flight.
 #define STOKER_RETAIN_AUTO UINT32_MAX
 int stoker_producer_client_set_retain(stoker_producer_client *pc, uint32_t examples);
 // The bound in force (0: off; STOKER_RETAIN_AUTO before the first hello).

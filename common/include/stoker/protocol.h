@@ -62,12 +62,17 @@ typedef struct stoker_counters {
     uint64_t acknowledged; // examples acknowledged by trainers
     uint64_t queued;       // examples waiting in producer queues
     uint64_t in_flight;    // examples leased to trainers, not yet acknowledged
-    uint64_t redelivered;  // examples returned to their queues from dropped leases
+    uint64_t redelivered;  // examples returned to their queues after a loss: leases of a
+                           // trainer that was dropped, or held unacknowledged when it left
     uint64_t delivered;    // examples sent to trainers, redeliveries included
     uint64_t queued_bytes;
     uint32_t producers_alive;
     uint32_t trainers;
     uint64_t refused; // requests refused with an error
+    // Examples returned to their queues unused: leases a trainer got ahead (prefetched) and
+    // never handed to its caller, given back when it said goodbye. Not a loss.
+    uint64_t returned_unused;
+    uint64_t short_by_queues; // batches cut short by the queues' limits, not by the supply
 } stoker_counters;
 
 typedef struct stoker_producer_info {
@@ -75,7 +80,7 @@ typedef struct stoker_producer_info {
     char name[STOKER_NAME_MAX];
     uint64_t session;
     stoker_producer_status status;
-    uint64_t queued, accepted, delivered, acknowledged, redelivered;
+    uint64_t queued, accepted, delivered, acknowledged, redelivered, returned_unused;
     uint64_t next_seq;
     uint64_t silent_ms; // since the broker last heard from it
 } stoker_producer_info;

@@ -11,29 +11,50 @@
 #include "stoker/protocol.h"
 #include "stoker/schema.h"
 
+#define STOKER_GROUP_MAX_WORLD 256 // ranks in one data-parallel group
+
+// A data-parallel group of trainers (docs/groups.md) as the broker sees it.
+typedef struct stoker_group_info {
+    char name[STOKER_NAME_MAX];
+    const char *state; // "open", "ended" or "broken" (static)
+    uint32_t world, batch, joined;
+    uint64_t steps;    // formed so far
+    uint64_t leftover; // at the end: examples no equal step could hold (still queued)
+    uint64_t rank_steps[STOKER_GROUP_MAX_WORLD]; // batches sent to each rank
+    uint32_t rank_ready[STOKER_GROUP_MAX_WORLD]; // formed for each rank, not sent yet
+} stoker_group_info;
+
 typedef struct stoker_status {
     uint64_t uptime_ms;   // since the broker started
     int has_schema;       // 0 until the first producer said hello (or --schema)
     stoker_schema schema; // when has_schema
-    uint32_t queue_depth; // examples per producer queue
+    uint32_t queue_depth; // examples per producer queue, now
     uint64_t max_bytes;   // examples' bytes all queues may hold
+    int queue_depth_auto; // 1: the broker sizes queue_depth (no --queue-depth N given)
+    // Said once (empty until then): the first batch the queues' limits cut short, and why.
+    char queue_limit[512];
     stoker_counters counters;
     uint32_t n_producers;
     stoker_producer_info *producers;
     uint32_t n_events; // the broker's latest events, oldest first
     stoker_event *events;
+    uint32_t n_groups;
+    stoker_group_info *groups;
 } stoker_status;
 
 // Frees the snapshot and its arrays (malloc'd); accepts NULL.
 void stoker_status_destroy(stoker_status *status);
 
 // The snapshot as one JSON object and a newline, the keys:
-//   uptime_s, schema, queue_depth, max_bytes,
-//   counters {produced, acknowledged, queued, in_flight, redelivered, delivered, queued_bytes,
-//             refused, discrepancy}, producers_alive, trainers,
+//   uptime_s, schema, queue_depth, queue_depth_auto, max_bytes, queue_limit,
+//   counters {produced, acknowledged, queued, in_flight, redelivered, returned_unused,
+//             delivered, queued_bytes, refused, short_by_queues, discrepancy},
+//   producers_alive, trainers,
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
-//               redelivered, next_seq, silent_s}],
-//   events [{index, kind, producer, name, at, reason}].
+//               redelivered, returned_unused, next_seq, silent_s}],
+//   events [{index, kind, producer, name, at, reason}],
+//   groups [{name, state, world, batch, joined, steps, leftover,
+//            ranks [{rank, steps, ahead, ready}]}] (ahead: steps beyond the slowest rank).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the

@@ -26,7 +26,14 @@ typedef struct stoker_trainer_options {
     // in flight (inside its --max-bytes) until then and redelivers them if this trainer dies
     // first. Commit when the model's state is saved: a model resumed from that checkpoint then
     // sees every example exactly once in its lineage. 0 (default): acknowledged after the step.
+    // Not with group (create refuses both: the ranks of a group acknowledge after each step).
     int commit;
+    // Data-parallel group (docs/groups.md): NULL for none, else its name (borrowed for create),
+    // this trainer's rank in 0..world-1 and the world size. Every rank gets batch_size examples
+    // per step, the same number of steps, and the end at the same step; a rank lost before it
+    // makes next return STOKER_GROUP_BROKEN on the others.
+    const char *group;
+    uint32_t rank, world;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);
@@ -47,10 +54,19 @@ const stoker_schema *stoker_trainer_client_schema(const stoker_trainer_client *t
 // batch, or when data trickles in slower than a pull waits): train on it, then pass its lease to
 // stoker_trainer_client_ack and free it with stoker_batch_destroy. Otherwise:
 // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended; repeated on later calls),
+// STOKER_GROUP_BROKEN (a rank of this trainer's group was lost; repeated on later calls),
 // STOKER_STALLED (no batch within stall_timeout_ms of this call), STOKER_INTERRUPTED (*stop
 // set), or an error.
 // Never blocks longer than the stall timeout.
 int stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out);
+
+// The broker's word on why the supply ended or the group broke (after next returned
+// STOKER_NO_PRODUCERS, STOKER_END_OF_DATA or STOKER_GROUP_BROKEN; "" before). Borrowed.
+const char *stoker_trainer_client_end_reason(const stoker_trainer_client *tc);
+// For a rank of a group: the batches (steps) next returned so far, and, once the supply ended,
+// the examples left over that no equal step could hold (still queued at the broker).
+uint64_t stoker_trainer_client_group_steps(const stoker_trainer_client *tc);
+uint64_t stoker_trainer_client_group_leftover(const stoker_trainer_client *tc);
 
 // Marks lease as done; it is acknowledged with the next pull (or by flush / destroy).
 void stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease);
@@ -63,7 +79,8 @@ int stoker_trainer_client_flush(stoker_trainer_client *tc);
 // opts.commit it is stoker_trainer_client_flush.
 int stoker_trainer_client_commit(stoker_trainer_client *tc);
 // Turns opts.commit on or off after create (the client says hello again before its next pull,
-// which tells the broker).
+// which tells the broker). Not for a rank of a group (opts.group): create refuses both together,
+// and turning it on here is refused with a warning.
 void stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on);
 // Leases acknowledged but not yet committed.
 uint64_t stoker_trainer_client_uncommitted(const stoker_trainer_client *tc);

@@ -11,6 +11,7 @@
 
 #include "stoker/chunk.h"
 #include "stoker/protocol.h"
+#include "stoker/status.h"
 
 struct nng_msg;
 
@@ -28,6 +29,10 @@ typedef struct stoker_request {
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
     int commit; // trainer: acknowledges only when it commits (leases count in --max-bytes)
+    // HELLO of a trainer in a data-parallel group (group[0] == '\0': none): its rank in
+    // 0..world-1 and the examples each rank gets per step (docs/groups.md).
+    char group[STOKER_NAME_MAX];
+    uint32_t rank, world, group_batch;
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -40,6 +45,9 @@ typedef struct stoker_request {
     // PULL (piggybacked) and ACK
     uint32_t n_acks;
     const uint64_t *acks; // aliases the decoded message
+    // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
+    uint32_t n_held;
+    const uint64_t *held; // aliases the decoded message
     void *owner;          // internal
 } stoker_request;
 
@@ -80,6 +88,9 @@ typedef struct stoker_reply {
     uint32_t n_events;
     stoker_event *events;
     uint32_t acks_refused;
+    // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
+    // over (fewer than one per rank) that no step could hold.
+    uint64_t group_step, group_leftover;
     // STATUS
     int has_counters;
     stoker_counters counters;
@@ -88,6 +99,10 @@ typedef struct stoker_reply {
     uint64_t uptime_ms;   // since the broker started
     uint32_t queue_depth; // the broker's limits (also in a producer's HELLO reply)
     uint64_t max_bytes;
+    int queue_depth_auto;
+    char queue_limit[STOKER_MESSAGE_MAX];
+    uint32_t n_groups;
+    stoker_group_info *groups;
     void *owner; // internal
 } stoker_reply;
 

@@ -1,0 +1,897 @@
+// The augmentation pipeline: a spec parser into a list of operations, and each operation over a
+// float (height, width, 3) working image in [0, 255]. Arithmetic follows what torchvision does on
+// PIL images (PIL's resampling filter and affine bilinear sampling, ImageEnhance's blends), in
+// float without PIL's rounding to 8 bits after each step; tests/python/test_augment.py holds each
+// operation to Pillow or to numpy within a stated tolerance. It favours clarity over speed: the
+// built-in default pipeline in images.c is the fast path.
+#include "augment.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stoker/error.h"
+
+#define MAX_OPS  32
+#define MAX_ARGS 8
+
+typedef enum op_kind {
+    OP_RRC,
+    OP_RESIZE,
+    OP_CCROP,
+    OP_HFLIP,
+    OP_JITTER,
+    OP_ROTATE,
+    OP_BLUR,
+    OP_ERASE,
+    OP_NORMALIZE
+} op_kind;
+
+// One operation with its parameters; ranges are [lo, hi] drawn uniformly per example.
+typedef struct op {
+    op_kind kind;
+    double a[2], b[2];  // rrc, erase: scale, ratio; rotate: a = degrees; blur: b = sigma
+    double p;           // hflip, erase: probability
+    uint32_t h, w;      // resize, ccrop: 0 = not given (ccrop: the output size; resize: see s)
+    uint32_t s;         // resize: shorter side (when w == 0); blur: kernel size
+    bool has[4];        // jitter: brightness, contrast, saturation, hue given
+    double range[4][2]; // jitter: factor ranges (hue: shift in turns)
+    float mean[3], std[3];
+} op;
+
+struct augment {
+    op ops[MAX_OPS];
+    size_t n;
+};
+
+// ITU-R 601-2 luma (PIL's convert("L"), torchvision's rgb_to_grayscale).
+static const float LUMA[3] = {0.299f, 0.587f, 0.114f};
+
+// ---- parsing ----
+
+typedef struct arg {
+    char name[8]; // "" for positional
+    double lo, hi;
+    bool range; // given as LO:HI
+    int group;  // index of the ';'-separated group
+} arg;
+
+static int
+parse_number(const char *s, const char *end, double *out)
+{
+    char buf[64];
+    size_t n = (size_t)(end - s);
+    if (n == 0 || n >= sizeof buf)
+        return -1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *stop;
+    errno = 0;
+    double v = strtod(buf, &stop);
+    if (stop == buf || *stop != '\0' || errno != 0 || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+// Parses "X", "LO:HI", "name=X" or "name=LO:HI" in [s, end).
+static int
+parse_arg(const char *s, const char *end, int group, arg *out)
+{
+    while (s < end && *s == ' ')
+        s++;
+    while (end > s && end[-1] == ' ')
+        end--;
+    *out = (arg){.group = group};
+    const char *eq = memchr(s, '=', (size_t)(end - s));
+    if (eq != NULL) {
+        size_t n = (size_t)(eq - s);
+        if (n == 0 || n >= sizeof out->name)
+            return -1;
+        memcpy(out->name, s, n);
+        s = eq + 1;
+    }
+    const char *colon = memchr(s, ':', (size_t)(end - s));
+    if (colon != NULL) {
+        out->range = true;
+        return parse_number(s, colon, &out->lo) || parse_number(colon + 1, end, &out->hi) ? -1 : 0;
+    }
+    if (parse_number(s, end, &out->lo) != 0)
+        return -1;
+    out->hi = out->lo;
+    return 0;
+}
+
+// Counts args in group g.
+static int
+in_group(const arg *args, int n, int g)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        k += args[i].group == g;
+    return k;
+}
+
+static bool
+positive_int(double v, uint32_t max)
+{
+    return v >= 1 && v <= max && v == floor(v);
+}
+
+#define BAD(...) stoker_errorf(err, err_len, STOKER_INVALID, "augment: " __VA_ARGS__)
+
+// Fills o from its name and arguments.
+static int
+build_op(const char *name, const arg *args, int n, op *o, char *err, size_t err_len)
+{
+    int groups = n > 0 ? args[n - 1].group + 1 : 0;
+    for (int i = 0; i < n; i++)
+        if (args[i].name[0] != '\0' && strcmp(name, "jitter") != 0)
+            return BAD("%s: named argument '%s=' not understood (only jitter takes names)", name,
+                       args[i].name);
+    for (int i = 0; i < n; i++)
+        if (args[i].range && strcmp(name, "jitter") != 0 && strcmp(name, "rotate") != 0)
+            return BAD("%s: LO:HI ranges are for jitter and rotate", name);
+    if (strcmp(name, "rrc") == 0) {
+        *o = (op){.kind = OP_RRC, .a = {0.08, 1.0}, .b = {3.0 / 4.0, 4.0 / 3.0}};
+        if (n > 0 && (groups != 2 || in_group(args, n, 0) != 2 || in_group(args, n, 1) != 2))
+            return BAD("rrc takes (SMIN,SMAX;RMIN,RMAX), e.g. rrc(0.08,1;0.75,1.33)");
+        if (n > 0) {
+            o->a[0] = args[0].lo, o->a[1] = args[1].lo, o->b[0] = args[2].lo, o->b[1] = args[3].lo;
+        }
+        if (!(o->a[0] > 0 && o->a[0] <= o->a[1] && o->a[1] <= 1))
+            return BAD("rrc: scale %g..%g must satisfy 0 < SMIN <= SMAX <= 1", o->a[0], o->a[1]);
+        if (!(o->b[0] > 0 && o->b[0] <= o->b[1]))
+            return BAD("rrc: ratio %g..%g must satisfy 0 < RMIN <= RMAX", o->b[0], o->b[1]);
+    } else if (strcmp(name, "resize") == 0 || strcmp(name, "ccrop") == 0) {
+        bool resize = name[0] == 'r';
+        *o = (op){.kind = resize ? OP_RESIZE : OP_CCROP};
+        if (groups > 1 || n > 2 || (resize && n == 0))
+            return BAD("%s takes (S) or (H,W)%s", name, resize ? "" : " or nothing");
+        for (int i = 0; i < n; i++)
+            if (!positive_int(args[i].lo, 4096))
+                return BAD("%s: size %g must be a whole number in 1..4096", name, args[i].lo);
+        if (n == 1 && resize)
+            o->s = (uint32_t)args[0].lo;
+        else if (n == 1)
+            o->h = o->w = (uint32_t)args[0].lo;
+        else if (n == 2)
+            o->h = (uint32_t)args[0].lo, o->w = (uint32_t)args[1].lo;
+    } else if (strcmp(name, "hflip") == 0) {
+        *o = (op){.kind = OP_HFLIP, .p = 0.5};
+        if (n > 1)
+            return BAD("hflip takes (P), the probability");
+        if (n == 1)
+            o->p = args[0].lo;
+        if (!(o->p >= 0 && o->p <= 1))
+            return BAD("hflip: probability %g is outside [0, 1]", o->p);
+    } else if (strcmp(name, "erase") == 0) {
+        *o = (op){.kind = OP_ERASE, .p = 0.5, .a = {0.02, 0.33}, .b = {0.3, 3.3}};
+        bool full = groups == 3 && in_group(args, n, 0) == 1 && in_group(args, n, 1) == 2 &&
+                    in_group(args, n, 2) == 2;
+        if (n > 0 && !(n == 1 || full))
+            return BAD("erase takes (P) or (P;SMIN,SMAX;RMIN,RMAX)");
+        if (n > 0)
+            o->p = args[0].lo;
+        if (full)
+            o->a[0] = args[1].lo, o->a[1] = args[2].lo, o->b[0] = args[3].lo, o->b[1] = args[4].lo;
+        if (!(o->p >= 0 && o->p <= 1))
+            return BAD("erase: probability %g is outside [0, 1]", o->p);
+        if (!(o->a[0] > 0 && o->a[0] <= o->a[1] && o->a[1] <= 1))
+            return BAD("erase: scale %g..%g must satisfy 0 < SMIN <= SMAX <= 1", o->a[0], o->a[1]);
+        if (!(o->b[0] > 0 && o->b[0] <= o->b[1]))
+            return BAD("erase: ratio %g..%g must satisfy 0 < RMIN <= RMAX", o->b[0], o->b[1]);
+    } else if (strcmp(name, "jitter") == 0) {
+        static const char *const keys[4] = {"b", "c", "s", "h"};
+        *o = (op){.kind = OP_JITTER};
+        if (n == 0)
+            return BAD("jitter needs at least one of b=, c=, s=, h=");
+        for (int i = 0; i < n; i++) {
+            int k = 0;
+            while (k < 4 && strcmp(args[i].name, keys[k]) != 0)
+                k++;
+            if (k == 4)
+                return BAD("jitter: argument '%s' is not b=, c=, s= or h=", args[i].name);
+            double lo = args[i].lo, hi = args[i].hi;
+            if (!args[i].range) {
+                if (lo < 0)
+                    return BAD("jitter: %s=%g must not be negative", keys[k], lo);
+                hi = k == 3 ? lo : 1 + lo;
+                lo = k == 3 ? -lo : (1 - lo > 0 ? 1 - lo : 0);
+            }
+            if (lo > hi || (k < 3 && lo < 0) || (k == 3 && (lo < -0.5 || hi > 0.5)))
+                return BAD("jitter: %s range %g..%g is invalid (%s)", keys[k], lo, hi,
+                           k == 3 ? "hue within [-0.5, 0.5]" : "factors >= 0, LO <= HI");
+            o->has[k] = true;
+            o->range[k][0] = lo;
+            o->range[k][1] = hi;
+        }
+    } else if (strcmp(name, "rotate") == 0) {
+        *o = (op){.kind = OP_ROTATE};
+        if (n != 1)
+            return BAD("rotate takes (DEGREES) or (LO:HI)");
+        o->a[0] = args[0].range ? args[0].lo : -fabs(args[0].lo);
+        o->a[1] = args[0].range ? args[0].hi : fabs(args[0].lo);
+        if (o->a[0] > o->a[1] || o->a[1] - o->a[0] > 720)
+            return BAD("rotate: range %g..%g is invalid", o->a[0], o->a[1]);
+    } else if (strcmp(name, "blur") == 0) {
+        *o = (op){.kind = OP_BLUR, .b = {0.1, 2.0}};
+        if (n < 1 || in_group(args, n, 0) != 1 || groups > 2 || (groups == 2 && n != 3))
+            return BAD("blur takes (K) or (K;SMIN,SMAX)");
+        if (!positive_int(args[0].lo, 255) || ((uint32_t)args[0].lo & 1) == 0)
+            return BAD("blur: kernel size %g must be odd, in 1..255", args[0].lo);
+        o->s = (uint32_t)args[0].lo;
+        if (n == 3)
+            o->b[0] = args[1].lo, o->b[1] = args[2].lo;
+        if (!(o->b[0] > 0 && o->b[0] <= o->b[1]))
+            return BAD("blur: sigma %g..%g must satisfy 0 < SMIN <= SMAX", o->b[0], o->b[1]);
+    } else if (strcmp(name, "normalize") == 0) {
+        *o = (op){.kind = OP_NORMALIZE,
+                  .mean = {0.485f, 0.456f, 0.406f},
+                  .std = {0.229f, 0.224f, 0.225f}};
+        if (n > 0 && (groups != 2 || in_group(args, n, 0) != 3 || in_group(args, n, 1) != 3))
+            return BAD("normalize takes nothing (ImageNet's) or (M,M,M;S,S,S)");
+        for (int i = 0; i < n; i++) {
+            if (i < 3)
+                o->mean[i] = (float)args[i].lo;
+            else if (args[i].lo <= 0)
+                return BAD("normalize: std %g must be positive", args[i].lo);
+            else
+                o->std[i - 3] = (float)args[i].lo;
+        }
+    } else {
+        return BAD("unknown operation '%s' (rrc, resize, ccrop, hflip, jitter, rotate, blur, "
+                   "erase, normalize)",
+                   name);
+    }
+    return STOKER_OK;
+}
+
+int
+augment_parse(const char *spec, augment **out, char *err, size_t err_len)
+{
+    if (spec == NULL)
+        return BAD("no spec");
+    augment *a = calloc(1, sizeof *a);
+    if (a == NULL)
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "augment: out of memory");
+    const char *p = spec;
+    int rv = STOKER_OK;
+    while (rv == STOKER_OK) {
+        while (*p == ' ')
+            p++;
+        const char *start = p;
+        while ((*p >= 'a' && *p <= 'z') || *p == '_')
+            p++;
+        char name[16];
+        size_t len = (size_t)(p - start);
+        if (len == 0 || len >= sizeof name) {
+            rv = BAD("expected an operation name at '%s' in '%s'", start, spec);
+            break;
+        }
+        memcpy(name, start, len);
+        name[len] = '\0';
+        while (*p == ' ')
+            p++;
+        arg args[MAX_ARGS];
+        int n = 0;
+        if (*p == '(') {
+            const char *close = strchr(p, ')');
+            if (close == NULL) {
+                rv = BAD("%s: missing ')'", name);
+                break;
+            }
+            int group = 0;
+            const char *s = p + 1;
+            while (rv == STOKER_OK && s < close) {
+                const char *e = s;
+                while (e < close && *e != ',' && *e != ';')
+                    e++;
+                if (n == MAX_ARGS)
+                    rv = BAD("%s: too many arguments", name);
+                else if (parse_arg(s, e, group, &args[n]) != 0)
+                    rv = BAD("%s: bad argument '%.*s'", name, (int)(e - s), s);
+                n++;
+                if (e < close && *e == ';')
+                    group++;
+                s = e < close ? e + 1 : e;
+            }
+            p = close + 1;
+        }
+        if (rv != STOKER_OK)
+            break;
+        if (a->n == MAX_OPS) {
+            rv = BAD("more than %d operations", MAX_OPS);
+            break;
+        }
+        if ((rv = build_op(name, args, n, &a->ops[a->n], err, err_len)) != STOKER_OK)
+            break;
+        a->n++;
+        while (*p == ' ')
+            p++;
+        if (*p == '\0')
+            break;
+        if (*p != ',') {
+            rv = BAD("expected ',' between operations at '%s'", p);
+            break;
+        }
+        p++;
+    }
+    for (size_t i = 0; rv == STOKER_OK && i + 1 < a->n; i++)
+        if (a->ops[i].kind == OP_NORMALIZE)
+            rv = BAD("normalize must be the last operation");
+    if (rv != STOKER_OK) {
+        free(a);
+        return rv;
+    }
+    *out = a;
+    return STOKER_OK;
+}
+
+void
+augment_destroy(augment *a)
+{
+    free(a);
+}
+
+bool
+augment_normalization(const augment *a, float mean[3], float std[3])
+{
+    if (a->n == 0 || a->ops[a->n - 1].kind != OP_NORMALIZE)
+        return false;
+    memcpy(mean, a->ops[a->n - 1].mean, sizeof a->ops[0].mean);
+    memcpy(std, a->ops[a->n - 1].std, sizeof a->ops[0].std);
+    return true;
+}
+
+// ---- the working image ----
+
+typedef struct work {
+    float *px;         // (h, w, 3); NULL while the image is still the source's bytes
+    const uint8_t *u8; // the source (h, w, 3), until an operation needs floats
+    uint32_t h, w;
+} work;
+
+static int
+work_alloc(work *im, uint32_t h, uint32_t w)
+{
+    im->px = malloc((size_t)h * w * 3 * sizeof(float));
+    im->u8 = NULL;
+    im->h = h;
+    im->w = w;
+    return im->px == NULL ? STOKER_NOMEM : STOKER_OK;
+}
+
+// The source's bytes as floats, for operations that work in place or sample freely. The
+// resampling operations read the bytes directly: a crop of a large photo never converts it all.
+static int
+work_floats(work *im)
+{
+    if (im->px != NULL)
+        return STOKER_OK;
+    const uint8_t *u8 = im->u8;
+    if (work_alloc(im, im->h, im->w) != STOKER_OK)
+        return STOKER_NOMEM;
+    for (size_t i = 0; i < (size_t)im->h * im->w * 3; i++)
+        im->px[i] = u8[i];
+    return STOKER_OK;
+}
+
+// Replaces *dst by next (dst's pixels freed).
+static void
+work_swap(work *dst, work *next)
+{
+    free(dst->px);
+    *dst = *next;
+    next->px = NULL;
+}
+
+// ---- resampling (PIL's ImagingResample with the bilinear filter) ----
+
+typedef struct taps {
+    uint32_t *first, *count; // per output: first source index and number of taps
+    float *w;                // per output: ksize weights
+    uint32_t ksize;
+} taps;
+
+static float
+triangle(double x)
+{
+    x = fabs(x);
+    return x < 1.0 ? (float)(1.0 - x) : 0.0f;
+}
+
+// Taps of n outputs over the source span [first, first + len) (PIL's precompute_coeffs with the
+// span as the whole input: the crop is taken first, as torchvision's crop-then-resize does).
+static int
+taps_make(taps *t, uint32_t first, uint32_t len, uint32_t n)
+{
+    double scale = (double)len / n, filterscale = scale < 1 ? 1 : scale;
+    double support = filterscale;
+    t->ksize = (uint32_t)ceil(support) * 2 + 1;
+    t->first = malloc(n * sizeof *t->first);
+    t->count = malloc(n * sizeof *t->count);
+    t->w = calloc((size_t)n * t->ksize, sizeof *t->w);
+    if (!t->first || !t->count || !t->w)
+        return STOKER_NOMEM;
+    for (uint32_t i = 0; i < n; i++) {
+        double center = (i + 0.5) * scale;
+        long lo = (long)(center - support + 0.5), hi = (long)(center + support + 0.5);
+        if (lo < 0)
+            lo = 0;
+        if (hi > (long)len)
+            hi = (long)len;
+        float *w = t->w + (size_t)i * t->ksize;
+        double total = 0;
+        uint32_t k = 0;
+        for (long x = lo; x < hi && k < t->ksize; x++, k++) {
+            w[k] = triangle((x - center + 0.5) / filterscale);
+            total += w[k];
+        }
+        for (uint32_t j = 0; j < k && total > 0; j++)
+            w[j] = (float)(w[j] / total);
+        t->first[i] = first + (uint32_t)lo;
+        t->count[i] = k;
+    }
+    return STOKER_OK;
+}
+
+static void
+taps_fini(taps *t)
+{
+    free(t->first);
+    free(t->count);
+    free(t->w);
+}
+
+// Resamples the box (top, left, bh, bw) of src to oh x ow into *dst (allocated): horizontal
+// pass first, then vertical, as PIL does.
+static int
+resample(const work *src, uint32_t top, uint32_t left, uint32_t bh, uint32_t bw, uint32_t oh,
+         uint32_t ow, work *dst)
+{
+    taps tx = {0}, ty = {0};
+    work mid = {0};
+    int rv = STOKER_NOMEM;
+    if (taps_make(&tx, left, bw, ow) != STOKER_OK || taps_make(&ty, top, bh, oh) != STOKER_OK ||
+        work_alloc(&mid, bh, ow) != STOKER_OK || work_alloc(dst, oh, ow) != STOKER_OK)
+        goto out;
+    for (uint32_t y = 0; y < bh; y++) { // (bh, ow, 3)
+        const size_t row = (size_t)(top + y) * src->w * 3;
+        float *o = mid.px + (size_t)y * ow * 3;
+        for (uint32_t x = 0; x < ow; x++) {
+            const float *w = tx.w + (size_t)x * tx.ksize;
+            const size_t at = row + (size_t)tx.first[x] * 3;
+            float r = 0, g = 0, b = 0;
+            if (src->px != NULL) {
+                const float *p = src->px + at;
+                for (uint32_t k = 0; k < tx.count[x]; k++, p += 3)
+                    r += w[k] * p[0], g += w[k] * p[1], b += w[k] * p[2];
+            } else {
+                const uint8_t *p = src->u8 + at;
+                for (uint32_t k = 0; k < tx.count[x]; k++, p += 3)
+                    r += w[k] * p[0], g += w[k] * p[1], b += w[k] * p[2];
+            }
+            o[3 * x] = r, o[3 * x + 1] = g, o[3 * x + 2] = b;
+        }
+    }
+    for (uint32_t y = 0; y < oh; y++) { // (oh, ow, 3)
+        const float *w = ty.w + (size_t)y * ty.ksize;
+        float *o = dst->px + (size_t)y * ow * 3;
+        memset(o, 0, (size_t)ow * 3 * sizeof(float));
+        for (uint32_t k = 0; k < ty.count[y]; k++) {
+            const float *row = mid.px + (size_t)(ty.first[y] - top + k) * ow * 3;
+            for (uint32_t i = 0; i < ow * 3; i++)
+                o[i] += w[k] * row[i];
+        }
+    }
+    rv = STOKER_OK;
+out:
+    free(mid.px);
+    taps_fini(&tx);
+    taps_fini(&ty);
+    if (rv != STOKER_OK) {
+        free(dst->px);
+        dst->px = NULL;
+    }
+    return rv;
+}
+
+// ---- geometric operations ----
+
+// torchvision.transforms.RandomResizedCrop.get_params with the op's scale and ratio.
+static void
+rrc_box(const op *o, stoker_rng *rng, uint32_t width, uint32_t height, uint32_t box[4])
+{
+    const double area = (double)width * height;
+    const double log_lo = log(o->b[0]), log_hi = log(o->b[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * stoker_rng_range(rng, o->a[0], o->a[1]);
+        double aspect = exp(stoker_rng_range(rng, log_lo, log_hi));
+        long w = lround(sqrt(target * aspect));
+        long h = lround(sqrt(target / aspect));
+        if (w > 0 && h > 0 && w <= (long)width && h <= (long)height) {
+            box[2] = (uint32_t)h, box[3] = (uint32_t)w;
+            box[0] = (uint32_t)(stoker_rng_u64(rng) % (height - box[2] + 1));
+            box[1] = (uint32_t)(stoker_rng_u64(rng) % (width - box[3] + 1));
+            return;
+        }
+    }
+    // Fallback: the largest center crop within the ratio range.
+    uint32_t h = height, w = width;
+    double in_ratio = (double)width / height;
+    if (in_ratio < o->b[0]) {
+        long v = lround(width / o->b[0]);
+        h = (uint32_t)(v < 1 ? 1 : v > (long)height ? (long)height : v);
+    } else if (in_ratio > o->b[1]) {
+        long v = lround(height * o->b[1]);
+        w = (uint32_t)(v < 1 ? 1 : v > (long)width ? (long)width : v);
+    }
+    box[0] = (height - h) / 2, box[1] = (width - w) / 2, box[2] = h, box[3] = w;
+}
+
+// torchvision's center_crop: zero padding where the crop is larger, offsets rounded half to even
+// (Python's round).
+static int
+center_crop(const work *src, uint32_t ch, uint32_t cw, work *dst)
+{
+    if (work_alloc(dst, ch, cw) != STOKER_OK)
+        return STOKER_NOMEM;
+    long top = (long)rint(((double)src->h - ch) / 2.0);
+    long left = (long)rint(((double)src->w - cw) / 2.0);
+    if (ch > src->h)
+        top = -(long)((ch - src->h) / 2);
+    if (cw > src->w)
+        left = -(long)((cw - src->w) / 2);
+    for (uint32_t y = 0; y < ch; y++)
+        for (uint32_t x = 0; x < cw; x++) {
+            long sy = top + y, sx = left + x;
+            float *o = dst->px + ((size_t)y * cw + x) * 3;
+            if (sy < 0 || sx < 0 || sy >= (long)src->h || sx >= (long)src->w) {
+                o[0] = o[1] = o[2] = 0;
+                continue;
+            }
+            memcpy(o, src->px + ((size_t)sy * src->w + sx) * 3, 3 * sizeof(float));
+        }
+    return STOKER_OK;
+}
+
+static void
+hflip(work *im)
+{
+    for (uint32_t y = 0; y < im->h; y++) {
+        float *row = im->px + (size_t)y * im->w * 3;
+        for (uint32_t a = 0, b = im->w - 1; a < b; a++, b--)
+            for (int c = 0; c < 3; c++) {
+                float t = row[3 * a + c];
+                row[3 * a + c] = row[3 * b + c];
+                row[3 * b + c] = t;
+            }
+    }
+}
+
+// PIL's Image.rotate(degrees, BILINEAR) about the center, fill 0: each output pixel center is
+// mapped back and sampled bilinearly (edges clamped) if it falls inside the source.
+static int
+rotate(const work *src, double degrees, work *dst)
+{
+    if (work_alloc(dst, src->h, src->w) != STOKER_OK)
+        return STOKER_NOMEM;
+    double t = -degrees * M_PI / 180.0;
+    double a = cos(t), b = sin(t), d = -sin(t), e = cos(t);
+    double cx = src->w / 2.0, cy = src->h / 2.0;
+    double c = a * -cx + b * -cy + cx, f = d * -cx + e * -cy + cy;
+    for (uint32_t y = 0; y < src->h; y++) {
+        // The source position moves by (a, d) per output pixel along a row.
+        double xi = a * 0.5 + b * (y + 0.5) + c - a, yi = d * 0.5 + e * (y + 0.5) + f - d;
+        for (uint32_t x = 0; x < src->w; x++) {
+            xi += a, yi += d;
+            float *o = dst->px + ((size_t)y * src->w + x) * 3;
+            if (xi < 0 || yi < 0 || xi >= src->w || yi >= src->h) {
+                o[0] = o[1] = o[2] = 0;
+                continue;
+            }
+            double sx = xi - 0.5, sy = yi - 0.5;
+            double fx0 = floor(sx), fy0 = floor(sy);
+            float dx = (float)(sx - fx0), dy = (float)(sy - fy0);
+            long x0 = (long)fx0, y0 = (long)fy0, x1 = x0 + 1, y1 = y0 + 1;
+            x0 = x0 < 0 ? 0 : x0, y0 = y0 < 0 ? 0 : y0;
+            x1 = x1 >= (long)src->w ? (long)src->w - 1 : x1;
+            y1 = y1 >= (long)src->h ? (long)src->h - 1 : y1;
+            const float *p00 = src->px + ((size_t)y0 * src->w + x0) * 3;
+            const float *p01 = src->px + ((size_t)y0 * src->w + x1) * 3;
+            const float *p10 = src->px + ((size_t)y1 * src->w + x0) * 3;
+            const float *p11 = src->px + ((size_t)y1 * src->w + x1) * 3;
+            for (int k = 0; k < 3; k++) {
+                float top = p00[k] + (p01[k] - p00[k]) * dx;
+                float bottom = p10[k] + (p11[k] - p10[k]) * dx;
+                o[k] = top + (bottom - top) * dy;
+            }
+        }
+    }
+    return STOKER_OK;
+}
+
+static long
+reflect(long i, long n)
+{
+    if (n == 1)
+        return 0;
+    while (i < 0 || i >= n)
+        i = i < 0 ? -i : 2 * (n - 1) - i;
+    return i;
+}
+
+// torchvision's gaussian_blur: a separable kernel of size k, reflect padding.
+static int
+blur(work *im, uint32_t k, double sigma)
+{
+    float kernel[255];
+    double half = (k - 1) * 0.5, total = 0;
+    for (uint32_t i = 0; i < k; i++) {
+        double x = -half + i;
+        kernel[i] = (float)exp(-0.5 * (x / sigma) * (x / sigma));
+        total += kernel[i];
+    }
+    for (uint32_t i = 0; i < k; i++)
+        kernel[i] = (float)(kernel[i] / total);
+    work tmp;
+    const long r = (long)k / 2, w = im->w, h = im->h;
+    // Reflected source index of every padded position, columns then rows.
+    long *at = malloc((size_t)(w + h + 4 * r) * sizeof *at);
+    if (at == NULL || work_alloc(&tmp, im->h, im->w) != STOKER_OK) {
+        free(at);
+        return STOKER_NOMEM;
+    }
+    long *cols = at, *rows = at + w + 2 * r;
+    for (long i = -r; i < w + r; i++)
+        cols[i + r] = reflect(i, w) * 3;
+    for (long i = -r; i < h + r; i++)
+        rows[i + r] = reflect(i, h) * w * 3;
+    for (long y = 0; y < h; y++) { // horizontal into tmp
+        const float *row = im->px + (size_t)y * w * 3;
+        float *o = tmp.px + (size_t)y * w * 3;
+        for (long x = 0; x < w; x++) {
+            float acc0 = 0, acc1 = 0, acc2 = 0;
+            for (long j = 0; j <= 2 * r; j++) {
+                const float *p = row + cols[x + j];
+                acc0 += kernel[j] * p[0], acc1 += kernel[j] * p[1], acc2 += kernel[j] * p[2];
+            }
+            o[3 * x] = acc0, o[3 * x + 1] = acc1, o[3 * x + 2] = acc2;
+        }
+    }
+    for (long y = 0; y < h; y++) { // vertical back, a row at a time
+        float *o = im->px + (size_t)y * w * 3;
+        memset(o, 0, (size_t)w * 3 * sizeof(float));
+        for (long j = 0; j <= 2 * r; j++) {
+            const float *src = tmp.px + rows[y + j];
+            for (long i = 0; i < 3 * w; i++)
+                o[i] += kernel[j] * src[i];
+        }
+    }
+    free(at);
+    free(tmp.px);
+    return STOKER_OK;
+}
+
+// torchvision's RandomErasing(p, scale, ratio, value=0) as it is used, after Normalize: the box
+// is filled with the color that normalizes to 0 (the mean), or 0 when nothing normalizes.
+static void
+erase(const augment *a, const op *o, work *im, stoker_rng *rng)
+{
+    if (stoker_rng_uniform(rng) >= o->p)
+        return;
+    float fill[3] = {0, 0, 0}, mean[3], std[3];
+    if (augment_normalization(a, mean, std))
+        for (int c = 0; c < 3; c++)
+            fill[c] = mean[c] * 255.0f;
+    const double area = (double)im->h * im->w;
+    const double log_lo = log(o->b[0]), log_hi = log(o->b[1]);
+    for (int attempt = 0; attempt < 10; attempt++) {
+        double target = area * stoker_rng_range(rng, o->a[0], o->a[1]);
+        double aspect = exp(stoker_rng_range(rng, log_lo, log_hi));
+        long h = lround(sqrt(target * aspect)), w = lround(sqrt(target / aspect));
+        if (!(h < (long)im->h && w < (long)im->w) || h < 1 || w < 1)
+            continue;
+        uint32_t top = (uint32_t)(stoker_rng_u64(rng) % (im->h - (uint32_t)h + 1));
+        uint32_t left = (uint32_t)(stoker_rng_u64(rng) % (im->w - (uint32_t)w + 1));
+        for (uint32_t y = top; y < top + (uint32_t)h; y++)
+            for (uint32_t x = left; x < left + (uint32_t)w; x++)
+                memcpy(im->px + ((size_t)y * im->w + x) * 3, fill, sizeof fill);
+        return;
+    }
+}
+
+// ---- color ----
+
+static float
+clamp255(float v)
+{
+    return v < 0 ? 0 : v > 255 ? 255 : v;
+}
+
+static float
+gray(const float *p)
+{
+    return LUMA[0] * p[0] + LUMA[1] * p[1] + LUMA[2] * p[2];
+}
+
+// ImageEnhance's blend with a degenerate image: out = degenerate + f * (in - degenerate).
+static void
+brightness(work *im, float f)
+{
+    size_t n = (size_t)im->h * im->w * 3;
+    for (size_t i = 0; i < n; i++)
+        im->px[i] = clamp255(im->px[i] * f);
+}
+
+static void
+contrast(work *im, float f)
+{
+    size_t n = (size_t)im->h * im->w;
+    double total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += gray(im->px + 3 * i);
+    float mean = (float)(total / n);
+    for (size_t i = 0; i < 3 * n; i++)
+        im->px[i] = clamp255(mean + f * (im->px[i] - mean));
+}
+
+static void
+saturation(work *im, float f)
+{
+    size_t n = (size_t)im->h * im->w;
+    for (size_t i = 0; i < n; i++) {
+        float *p = im->px + 3 * i, g = gray(p);
+        for (int c = 0; c < 3; c++)
+            p[c] = clamp255(g + f * (p[c] - g));
+    }
+}
+
+// Hue rotation by shift turns through HSV, as torchvision's adjust_hue.
+static void
+hue(work *im, float shift)
+{
+    size_t n = (size_t)im->h * im->w;
+    for (size_t i = 0; i < n; i++) {
+        float *p = im->px + 3 * i;
+        float r = p[0] / 255, g = p[1] / 255, b = p[2] / 255;
+        float mx = fmaxf(r, fmaxf(g, b)), mn = fminf(r, fminf(g, b)), d = mx - mn;
+        if (d <= 0)
+            continue; // gray: hue has no effect
+        float h;
+        if (mx == r)
+            h = (g - b) / d;
+        else if (mx == g)
+            h = 2 + (b - r) / d;
+        else
+            h = 4 + (r - g) / d;
+        h = h / 6 + shift;
+        h -= floorf(h);
+        float s = d / mx, v = mx * 255, h6 = h * 6;
+        int sector = (int)h6;
+        float fr = h6 - (float)sector;
+        float pp = v * (1 - s), q = v * (1 - s * fr), t = v * (1 - s * (1 - fr));
+        switch (sector) {
+        case 0:
+            r = v, g = t, b = pp;
+            break;
+        case 1:
+            r = q, g = v, b = pp;
+            break;
+        case 2:
+            r = pp, g = v, b = t;
+            break;
+        case 3:
+            r = pp, g = q, b = v;
+            break;
+        case 4:
+            r = t, g = pp, b = v;
+            break;
+        default:
+            r = v, g = pp, b = q;
+            break;
+        }
+        p[0] = clamp255(r), p[1] = clamp255(g), p[2] = clamp255(b);
+    }
+}
+
+static void
+jitter(const op *o, work *im, stoker_rng *rng)
+{
+    int order[4] = {0, 1, 2, 3};
+    for (int i = 3; i > 0; i--) { // Fisher-Yates: torchvision draws a permutation per call
+        int j = (int)(stoker_rng_u64(rng) % (uint64_t)(i + 1));
+        int t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    float f[4];
+    for (int k = 0; k < 4; k++)
+        f[k] = o->has[k] ? (float)stoker_rng_range(rng, o->range[k][0], o->range[k][1]) : 0;
+    for (int i = 0; i < 4; i++) {
+        int k = order[i];
+        if (!o->has[k])
+            continue;
+        if (k == 0)
+            brightness(im, f[k]);
+        else if (k == 1)
+            contrast(im, f[k]);
+        else if (k == 2)
+            saturation(im, f[k]);
+        else
+            hue(im, f[k]);
+    }
+}
+
+// ---- the pipeline ----
+
+int
+augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t height,
+              stoker_rng *rng, uint32_t out_h, uint32_t out_w, float *out)
+{
+    work im = {.u8 = rgb, .h = height, .w = width}, next = {0};
+    int rv = STOKER_OK;
+    for (size_t i = 0; i < a->n && rv == STOKER_OK; i++) {
+        const op *o = &a->ops[i];
+        bool samples = o->kind == OP_RRC || o->kind == OP_RESIZE || o->kind == OP_NORMALIZE;
+        if (!samples && (rv = work_floats(&im)) != STOKER_OK)
+            break;
+        switch (o->kind) {
+        case OP_RRC: {
+            uint32_t box[4];
+            rrc_box(o, rng, im.w, im.h, box);
+            rv = resample(&im, box[0], box[1], box[2], box[3], out_h, out_w, &next);
+            break;
+        }
+        case OP_RESIZE: {
+            uint32_t h = o->h, w = o->w;
+            if (o->s > 0) { // shorter side to s, the longer scaled and truncated (torchvision)
+                bool wide = im.w > im.h;
+                uint32_t s = wide ? im.h : im.w, l = wide ? im.w : im.h;
+                uint32_t nl = (uint32_t)((uint64_t)o->s * l / s);
+                h = wide ? o->s : nl;
+                w = wide ? nl : o->s;
+            }
+            rv = resample(&im, 0, 0, im.h, im.w, h, w, &next);
+            break;
+        }
+        case OP_CCROP:
+            rv = center_crop(&im, o->h ? o->h : out_h, o->w ? o->w : out_w, &next);
+            break;
+        case OP_HFLIP:
+            if (stoker_rng_uniform(rng) < o->p)
+                hflip(&im);
+            break;
+        case OP_JITTER:
+            jitter(o, &im, rng);
+            break;
+        case OP_ROTATE:
+            rv = rotate(&im, stoker_rng_range(rng, o->a[0], o->a[1]), &next);
+            break;
+        case OP_BLUR:
+            rv = blur(&im, o->s, stoker_rng_range(rng, o->b[0], o->b[1]));
+            break;
+        case OP_ERASE:
+            erase(a, o, &im, rng);
+            break;
+        case OP_NORMALIZE: // applied by the caller, by output dtype
+            break;
+        }
+        if (next.px != NULL)
+            work_swap(&im, &next);
+    }
+    if (rv == STOKER_OK && (im.h != out_h || im.w != out_w)) {
+        rv = resample(&im, 0, 0, im.h, im.w, out_h, out_w, &next);
+        if (rv == STOKER_OK)
+            work_swap(&im, &next);
+    }
+    if (rv == STOKER_OK)
+        rv = work_floats(&im); // a pipeline of normalize alone, at the output size
+    if (rv == STOKER_OK)
+        memcpy(out, im.px, (size_t)out_h * out_w * 3 * sizeof(float));
+    free(im.px);
+    return rv;
+}

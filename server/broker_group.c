@@ -1,0 +1,433 @@
+// Data-parallel groups: admission of ranks at hello, the forming of equal steps from the
+// producers' queues, the one common end with its leftover, and the break when a rank is lost.
+// A step's batches are leases like any other (held by their rank's trainer from the moment the
+// step is formed), so acknowledgement and redelivery need nothing of their own here. It does not
+// build replies (broker_lease.c sends what group_take hands it).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker_group.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+typedef struct group_rank {
+    trainer *t;         // NULL until the rank joined
+    uint64_t delivered; // steps whose batch was sent to this rank
+    lease **pending;    // formed, not yet sent: FIFO of steps_ahead entries
+    uint32_t head, n_pending;
+} group_rank;
+
+typedef struct group {
+    struct group *next;
+    char name[STOKER_NAME_MAX];
+    uint32_t world, batch, ahead;
+    uint32_t members;  // trainers whose ->group is this one
+    int retired;       // broken or ended: a hello with this name starts a new group
+    uint64_t steps;    // formed so far
+    int end_code;      // STOKER_OK until the end (END_OF_DATA / NO_PRODUCERS) or the break
+    uint64_t leftover; // examples no equal step could hold, at the end
+    char end_reason[STOKER_MESSAGE_MAX];
+    group_rank *ranks; // world of them
+} group;
+
+static group *
+find_open(const broker *b, const char *name)
+{
+    for (group *g = b->groups; g != NULL; g = g->next)
+        if (!g->retired && strcmp(g->name, name) == 0)
+            return g;
+    return NULL;
+}
+
+static void
+group_free(group *g)
+{
+    if (g == NULL)
+        return;
+    for (uint32_t r = 0; r < g->world; r++)
+        free(g->ranks[r].pending);
+    free(g->ranks);
+    free(g);
+}
+
+static group *
+group_create(broker *b, const stoker_request *req)
+{
+    group *g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return NULL;
+    g->ranks = calloc(req->world, sizeof(*g->ranks));
+    if (g->ranks == NULL) {
+        free(g);
+        return NULL;
+    }
+    g->world = req->world;
+    g->batch = req->group_batch;
+    g->ahead = b->cfg.group_steps_ahead;
+    for (uint32_t r = 0; r < g->world; r++) {
+        if ((g->ranks[r].pending = calloc(g->ahead, sizeof(lease *))) == NULL) {
+            group_free(g);
+            return NULL;
+        }
+    }
+    snprintf(g->name, sizeof(g->name), "%s", req->group);
+    g->next = b->groups;
+    b->groups = g;
+    return g;
+}
+
+int
+group_admit(broker *b, const trainer *t, const stoker_request *req, group **out, char *why,
+            size_t why_len)
+{
+    const char *who = req->name[0] ? req->name : "trainer";
+    if (req->world == 0 || req->world > STOKER_GROUP_MAX_WORLD)
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "group '%s': world size %u from '%s' must be 1..%u", req->group,
+                             req->world, who, STOKER_GROUP_MAX_WORLD);
+    if (req->rank >= req->world)
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "group '%s': rank %u from '%s' is outside the world size %u (ranks "
+                             "are 0..%u)",
+                             req->group, req->rank, who, req->world, req->world - 1);
+    if (req->group_batch == 0 || req->group_batch > b->cfg.max_chunk_examples)
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "group '%s': batch size %u from '%s' must be 1..%u", req->group,
+                             req->group_batch, who, b->cfg.max_chunk_examples);
+    // The same trainer saying hello again (it reconnected) stays where it was.
+    if (t != NULL && t->group != NULL && strcmp(t->group->name, req->group) == 0 &&
+        t->rank == req->rank && t->group->world == req->world &&
+        t->group->batch == req->group_batch) {
+        *out = t->group;
+        return STOKER_OK;
+    }
+    if (t != NULL && t->group != NULL)
+        return stoker_errorf(why, why_len, STOKER_INVALID,
+                             "trainer '%s' is already rank %u of group '%s': a session joins one "
+                             "group once",
+                             who, t->rank, t->group->name);
+    group *g = find_open(b, req->group);
+    if (g != NULL) {
+        if (g->world != req->world)
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "group '%s': ranks disagree on the world size: the group has %u "
+                                 "ranks, '%s' (rank %u) says %u",
+                                 g->name, g->world, who, req->rank, req->world);
+        if (g->batch != req->group_batch)
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "group '%s': ranks disagree on the batch size: the group takes %u "
+                                 "examples per rank, '%s' (rank %u) says %u",
+                                 g->name, g->batch, who, req->rank, req->group_batch);
+        const trainer *held = g->ranks[req->rank].t;
+        if (held != NULL)
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "group '%s': rank %u is already held by trainer %u '%s'; "
+                                 "'%s' cannot take it too",
+                                 g->name, req->rank, held->id, held->name, who);
+    } else if ((g = group_create(b, req)) == NULL) {
+        return stoker_errorf(why, why_len, STOKER_NOMEM, "broker out of memory");
+    }
+    *out = g;
+    return STOKER_OK;
+}
+
+uint32_t
+group_world(const group *g)
+{
+    return g->world;
+}
+
+void
+group_attach(broker *b, group *g, trainer *t, uint32_t rank)
+{
+    (void)b;
+    if (t->group == g)
+        return;
+    t->group = g;
+    t->rank = rank;
+    g->ranks[rank].t = t;
+    g->members++;
+    uint32_t joined = 0;
+    for (uint32_t r = 0; r < g->world; r++)
+        joined += g->ranks[r].t != NULL;
+    stoker_info("group-joined: trainer %u '%s' is rank %u of group '%s' (%u of %u ranks, %u "
+                "examples per rank per step)",
+                t->id, t->name, rank, g->name, joined, g->world, g->batch);
+}
+
+void
+group_detach(broker *b, trainer *t)
+{
+    group *g = t->group;
+    if (g == NULL)
+        return;
+    if (g->ranks[t->rank].t == t)
+        g->ranks[t->rank].t = NULL;
+    t->group = NULL;
+    if (--g->members > 0 || !g->retired)
+        return;
+    for (group **pp = &b->groups; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    group_free(g);
+}
+
+// Unlinks lease l from t's leases (it is there: formed steps are held by their rank).
+static void
+unlink_lease(trainer *t, lease *l)
+{
+    for (lease **pp = &t->leases; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == l) {
+            *pp = l->next;
+            l->next = NULL;
+            return;
+        }
+    }
+}
+
+// Pops the oldest batch formed for rank gr and not yet sent (NULL when none).
+static lease *
+pop_pending(const group *g, group_rank *gr)
+{
+    if (gr->n_pending == 0)
+        return NULL;
+    lease *l = gr->pending[gr->head];
+    gr->head = (gr->head + 1) % g->ahead;
+    gr->n_pending--;
+    return l;
+}
+
+// Gives every batch formed for rank gr and not yet sent back to its queues.
+static void
+return_pending(broker *b, const group *g, group_rank *gr)
+{
+    lease *l;
+    while ((l = pop_pending(g, gr)) != NULL) {
+        unlink_lease(gr->t, l);
+        return_lease(b, l, 1);
+    }
+}
+
+void
+group_rank_lost(broker *b, trainer *t, const char *reason)
+{
+    group *g = t->group;
+    if (g == NULL)
+        return;
+    // t's formed steps go back with its leases (redeliver): forget them here.
+    g->ranks[t->rank].n_pending = 0;
+    if (g->end_code != STOKER_OK)
+        return; // after the end, ranks leave as they finish
+    g->end_code = STOKER_GROUP_BROKEN;
+    g->retired = 1;
+    snprintf(g->end_reason, sizeof(g->end_reason),
+             "group '%s' is broken: rank %u (trainer %u '%s') %s at step %llu", g->name, t->rank,
+             t->id, t->name, reason != NULL ? reason : "left", (unsigned long long)g->steps);
+    stoker_warn("group-broken: %s", g->end_reason);
+    for (uint32_t r = 0; r < g->world; r++) {
+        group_rank *gr = &g->ranks[r];
+        if (gr->t != t && gr->t != NULL)
+            return_pending(b, g, gr);
+    }
+}
+
+// Nonzero when no more examples can come: producers said hello and none is alive. The group
+// ends then once fewer examples are queued than one per rank.
+static int
+supply_over(const broker *b)
+{
+    if (b->n_producers == 0)
+        return 0;
+    return producers_alive(b) == 0;
+}
+
+// Nonzero when the queues cannot grow now: all of them full together (max_bytes), or every alive
+// producer's queue either at its depth or with a push waiting for room (a chunk that does not
+// fit: a queue of depth 64 filled by chunks of 3 stops at 63).
+static int
+no_room(const broker *b)
+{
+    if (queues_full(b))
+        return 1;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
+            p->q.examples < b->queue_depth)
+            return 0;
+    }
+    return 1;
+}
+
+static void
+end_group(broker *b, group *g)
+{
+    uint32_t lost = 0, finished = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        lost += b->producers[i]->status == STOKER_PRODUCER_LOST;
+        finished += b->producers[i]->status == STOKER_PRODUCER_FINISHED;
+    }
+    g->end_code = lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
+    g->leftover = b->c.queued;
+    g->retired = 1;
+    snprintf(g->end_reason, sizeof(g->end_reason),
+             "group '%s' ended at step %llu: no producer left (%u lost, %u finished); %llu "
+             "examples left over (fewer than one per rank of %u), still queued",
+             g->name, (unsigned long long)g->steps, lost, finished, (unsigned long long)g->leftover,
+             g->world);
+    stoker_info("group-ended: %s", g->end_reason);
+}
+
+// Forms one step of n examples per rank. Returns 1 when formed, 0 when the queues could not
+// give every rank its n (out of memory): then nothing changed.
+static int
+form_step(broker *b, group *g, uint32_t n)
+{
+    uint32_t r;
+    for (r = 0; r < g->world; r++) {
+        group_rank *gr = &g->ranks[r];
+        lease *l = take_lease(b, gr->t, n);
+        if (l == NULL || l->count != n) {
+            if (l != NULL) {
+                unlink_lease(gr->t, l);
+                return_lease(b, l, 1);
+            }
+            break;
+        }
+        gr->pending[(gr->head + gr->n_pending) % g->ahead] = l;
+        gr->n_pending++;
+    }
+    if (r == g->world) {
+        g->steps++;
+        return 1;
+    }
+    // Undo the ranks already served: newest first, so the queues regain their order.
+    while (r-- > 0) {
+        group_rank *gr = &g->ranks[r];
+        lease *l = gr->pending[(gr->head + gr->n_pending - 1) % g->ahead];
+        gr->n_pending--;
+        unlink_lease(gr->t, l);
+        return_lease(b, l, 1);
+    }
+    return 0;
+}
+
+// Forms the next step if it can be formed now: every rank joined and connected, the slowest
+// rank fewer than `ahead` steps behind, and a batch for every rank. Called when a rank needs a
+// batch and has none formed, so steps are taken from the queues only as fast as the fastest
+// rank trains. Latches the end.
+static void
+fill(broker *b, group *g)
+{
+    if (g->end_code == STOKER_OK) {
+        uint64_t slowest = UINT64_MAX;
+        for (uint32_t r = 0; r < g->world; r++) {
+            const group_rank *gr = &g->ranks[r];
+            if (gr->t == NULL || !gr->t->connected)
+                return;
+            if (gr->delivered < slowest)
+                slowest = gr->delivered;
+        }
+        if (g->steps - slowest >= g->ahead)
+            return;
+        uint64_t full = (uint64_t)g->world * g->batch;
+        uint32_t n = g->batch;
+        if (b->c.queued < full) {
+            // A short step only when no full one can come: the supply is over, or the queues
+            // are full and still hold less than a full step.
+            int over = supply_over(b);
+            if (!over && !no_room(b))
+                return;
+            n = (uint32_t)(b->c.queued / g->world);
+            if (n == 0) {
+                if (over)
+                    end_group(b, g);
+                return;
+            }
+        }
+        form_step(b, g, n);
+    }
+}
+
+int
+group_take(broker *b, trainer *t, lease **l, uint64_t *step, uint64_t *leftover, char *why,
+           size_t why_len)
+{
+    group *g = t->group;
+    group_rank *gr = &g->ranks[t->rank];
+    if (g->end_code == STOKER_GROUP_BROKEN)
+        return stoker_errorf(why, why_len, STOKER_GROUP_BROKEN, "%s", g->end_reason);
+    if (gr->n_pending == 0)
+        fill(b, g);
+    if ((*l = pop_pending(g, gr)) != NULL) {
+        *step = ++gr->delivered;
+        return STOKER_OK;
+    }
+    *leftover = g->leftover;
+    if (g->end_code != STOKER_OK)
+        return stoker_errorf(why, why_len, g->end_code, "%s", g->end_reason);
+    return STOKER_OK;
+}
+
+void
+group_untake(broker *b, trainer *t, lease *l)
+{
+    (void)b;
+    group *g = t->group;
+    group_rank *gr = &g->ranks[t->rank];
+    gr->head = (gr->head + g->ahead - 1) % g->ahead;
+    gr->pending[gr->head] = l;
+    gr->n_pending++;
+    gr->delivered--;
+}
+
+int
+group_status(const broker *b, stoker_group_info **out, uint32_t *n)
+{
+    uint32_t count = 0;
+    for (const group *g = b->groups; g != NULL; g = g->next)
+        count++;
+    *out = NULL;
+    *n = 0;
+    if (count == 0)
+        return STOKER_OK;
+    stoker_group_info *info = calloc(count, sizeof(*info));
+    if (info == NULL)
+        return STOKER_NOMEM;
+    uint32_t i = 0;
+    for (const group *g = b->groups; g != NULL; g = g->next, i++) {
+        stoker_group_info *d = &info[i];
+        snprintf(d->name, sizeof(d->name), "%s", g->name);
+        d->world = g->world;
+        d->batch = g->batch;
+        d->steps = g->steps;
+        d->leftover = g->leftover;
+        d->state = g->end_code == STOKER_GROUP_BROKEN ? "broken"
+                   : g->end_code != STOKER_OK         ? "ended"
+                                                      : "open";
+        for (uint32_t r = 0; r < g->world; r++) {
+            const group_rank *gr = &g->ranks[r];
+            d->joined += gr->t != NULL;
+            d->rank_steps[r] = gr->delivered;
+            d->rank_ready[r] = gr->n_pending;
+        }
+    }
+    *out = info;
+    *n = count;
+    return STOKER_OK;
+}
+
+void
+group_destroy_all(broker *b)
+{
+    group *g = b->groups;
+    while (g != NULL) {
+        group *next = g->next;
+        group_free(g);
+        g = next;
+    }
+    b->groups = NULL;
+}

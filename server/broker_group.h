@@ -1,0 +1,46 @@
+// Private to the broker's rooms: data-parallel groups (docs/groups.md). A group is world ranks
+// (trainers) fed step by step: step k gives every rank one batch of the same size, formed only
+// when all of its batches can be filled, at most steps_ahead steps beyond the slowest rank; the
+// end reaches every rank at the same step, and a rank lost before it breaks the group.
+// Every function runs under the broker's lock, like the rest of broker_internal.h.
+#ifndef BROKER_GROUP_H
+#define BROKER_GROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "broker_internal.h"
+
+// Checks a trainer's hello with a group (req->group non-empty) and returns its group in *out
+// (created when none of that name is open). t is the trainer of req's session, or NULL when it
+// is new. STOKER_INVALID (bad rank, world or batch; a rank already held; ranks disagreeing) or
+// STOKER_NOMEM with the reason in why; nothing changes then.
+int group_admit(broker *b, const trainer *t, const stoker_request *req, struct group **out,
+                char *why, size_t why_len);
+// Makes t rank `rank` of g (after group_admit said yes).
+// Ranks in g: a step takes world batches at once (the queue sizing reads it).
+uint32_t group_world(const struct group *g);
+void group_attach(broker *b, struct group *g, trainer *t, uint32_t rank);
+// Before t is freed: it leaves its group (a group nobody is in any more is freed).
+void group_detach(broker *b, trainer *t);
+// t (a rank) was dropped (reason) or said goodbye: its group breaks unless it had ended. The
+// batches formed for the other ranks and not yet sent go back to their queues; t's own go back
+// with its leases (redeliver). Call before redeliver(b, t).
+void group_rank_lost(broker *b, trainer *t, const char *reason);
+
+// For a pull of grouped trainer t: forms the steps that can be formed, then gives t its next
+// batch in *l (and its step in *step), or tells why none comes: STOKER_OK (wait), or the end
+// (STOKER_END_OF_DATA / STOKER_NO_PRODUCERS, with the leftover in *leftover) or
+// STOKER_GROUP_BROKEN, with the reason in why.
+int group_take(broker *b, trainer *t, lease **l, uint64_t *step, uint64_t *leftover, char *why,
+               size_t why_len);
+// Gives back a batch group_take handed out that could not be sent (out of memory): t gets it
+// again with its next pull.
+void group_untake(broker *b, trainer *t, lease *l);
+
+// Groups as the status snapshot shows them: *out a malloc'd array of *n (NULL when none).
+int group_status(const broker *b, stoker_group_info **out, uint32_t *n);
+// Frees every group (broker_destroy; leases are freed with their trainers).
+void group_destroy_all(broker *b);
+
+#endif

@@ -1,0 +1,89 @@
+// The broker's queue sizing: how many examples each producer's queue may hold now, from what the
+// broker knows (the batch sizes its trainers ask for, the producers alive, --max-bytes), unless
+// the user fixed it with --queue-depth N; when the queues are full; and the one warning when a
+// batch came short because of them rather than the supply. It moves no examples itself.
+#include <stdio.h>
+
+#include "broker_group.h"
+#include "broker_internal.h"
+#include "stoker/log.h"
+
+#define DEPTH_MAX (1u << 24) // as --queue-depth's own bound
+
+void
+queues_resize(broker *b)
+{
+    if (!b->cfg.queue_depth_auto) {
+        b->queue_depth = b->cfg.queue_depth;
+        return;
+    }
+    uint64_t batch = 0; // the largest pull, or for a group's rank its whole step
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        const trainer *t = b->trainers[i];
+        uint64_t need = t->group != NULL ? (uint64_t)t->batch_examples * group_world(t->group)
+                                         : t->batch_examples;
+        if (t->connected && need > batch)
+            batch = need;
+    }
+    uint32_t alive = producers_alive(b);
+    if (alive == 0)
+        alive = 1;
+    // Two of the largest batch across the alive producers: one being taken while the next
+    // fills. A queue measured in examples cannot suit 44-byte and 150 KB examples alike with one
+    // number; --max-bytes bounds the memory in both cases.
+    uint64_t want = (2ull * batch + alive - 1) / alive;
+    if (b->example_bytes > 0) {
+        uint64_t fit = b->cfg.max_bytes / b->example_bytes / alive;
+        if (want > fit)
+            want = fit;
+    }
+    if (want > DEPTH_MAX)
+        want = DEPTH_MAX;
+    b->queue_depth = want > b->cfg.queue_depth ? (uint32_t)want : b->cfg.queue_depth;
+}
+
+int
+queues_full(const broker *b)
+{
+    if (b->example_bytes > bytes_room(b)) // queued and held for commits (broker_commit.c)
+        return 1;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        // Full for this producer when its next chunk (the size of its last) cannot fit: a queue
+        // of 63 with chunks of 3 and a depth of 64 takes nothing more.
+        uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
+        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples + chunk <= b->queue_depth)
+            return 0;
+    }
+    return 1;
+}
+
+void
+queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued)
+{
+    b->c.short_by_queues++;
+    if (b->queue_limit[0] != '\0')
+        return; // said once
+    uint32_t alive = producers_alive(b);
+    if (b->example_bytes > bytes_room(b))
+        snprintf(b->queue_limit, sizeof(b->queue_limit),
+                 "trainer %u '%s' asks for batches of %u examples; the queues hold at most "
+                 "--max-bytes %llu bytes (%llu examples of %zu bytes), so its batches come "
+                 "short (this one %llu): raise --max-bytes",
+                 t->id, t->name, max, (unsigned long long)b->cfg.max_bytes,
+                 (unsigned long long)(b->example_bytes ? b->cfg.max_bytes / b->example_bytes : 0),
+                 b->example_bytes, (unsigned long long)queued);
+    else if (!b->cfg.queue_depth_auto)
+        snprintf(b->queue_limit, sizeof(b->queue_limit),
+                 "trainer %u '%s' asks for batches of %u examples; %u producers x --queue-depth "
+                 "%u hold at most %llu, so its batches come short (this one %llu): raise "
+                 "--queue-depth, or leave it out and the broker sizes the queues",
+                 t->id, t->name, max, alive, b->queue_depth,
+                 (unsigned long long)alive * b->queue_depth, (unsigned long long)queued);
+    else
+        snprintf(b->queue_limit, sizeof(b->queue_limit),
+                 "trainer %u '%s' asks for batches of %u examples; %u producers x %u examples "
+                 "(sized by the broker) held only %llu: raise --max-bytes or --queue-depth",
+                 t->id, t->name, max, alive, b->queue_depth, (unsigned long long)queued);
+    stoker_warn("queue-limit: %s", b->queue_limit);
+}

@@ -1,0 +1,194 @@
+"""Each operation of the images generator's augment spec (producer/augment.c) against an
+independent reference: Pillow and torchvision's functional transforms on PIL images, on smooth
+random photo-like pictures. stoker computes in float where PIL rounds to 8 bits after each step,
+so each check states a tolerance in 8-bit levels: the largest and the mean absolute difference.
+Run by meson with STOKER_AUGMENT_TOOL set; exits 77 (skip) without Pillow, torchvision or numpy.
+
+    /usr/bin/python3 tests/producer/test_augment.py
+"""
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    from PIL import Image
+    import torchvision.transforms.functional as F
+    from torchvision.transforms import InterpolationMode
+except ImportError as e:  # pragma: no cover
+    print("skip: %s (python3-pil, python3-torchvision, python3-numpy)" % e)
+    sys.exit(77)
+
+TOOL = os.environ.get("STOKER_AUGMENT_TOOL", "build/tests/producer/augment_tool")
+
+
+def picture(w, h, seed):
+    """A smooth color field with edges and some fine texture, (h, w, 3) uint8."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.zeros((h, w, 3))
+    for c in range(3):
+        fx, fy, ph = rng.uniform(0.02, 0.15), rng.uniform(0.02, 0.15), rng.uniform(0, 6.3)
+        img[..., c] = 128 + 90 * np.sin(fx * x + ph) * np.cos(fy * y)
+    img[h // 3:h // 2, w // 4:w // 2] = rng.uniform(0, 255, 3)  # a sharp-edged block
+    img += rng.normal(0, 12, img.shape)  # texture: high frequencies for the antialias check
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def stoker(spec, img, out_h, out_w, seed=1):
+    h, w, _ = img.shape
+    res = subprocess.run([TOOL, spec, str(seed), str(w), str(h), str(out_h), str(out_w)],
+                         input=img.tobytes(), capture_output=True, check=True)
+    return np.frombuffer(res.stdout, dtype=np.float32).reshape(out_h, out_w, 3)
+
+
+def expect_close(name, ours, ref, max_abs, mean_abs, quantile=1.0):
+    ref = np.asarray(ref, dtype=np.float64)
+    assert ours.shape == ref.shape, (name, ours.shape, ref.shape)
+    diff = np.abs(ours.astype(np.float64) - ref)
+    worst = np.quantile(diff, quantile) if quantile < 1.0 else diff.max()
+    print("%-28s max %.3f (q%.3g %.3f) mean %.4f  [allowed %.2g, %.2g]"
+          % (name, diff.max(), quantile, worst, diff.mean(), max_abs, mean_abs))
+    if not os.environ.get("STOKER_AUGMENT_REPORT"):  # set: print every difference, assert none
+        assert worst <= max_abs and diff.mean() <= mean_abs, name
+
+
+def pil(img):
+    return Image.fromarray(img, "RGB")
+
+
+def test_resize_down_is_antialiased_like_pil():
+    img = picture(160, 120, 1)
+    ours = stoker("resize(36,50)", img, 36, 50)
+    ref = np.asarray(pil(img).resize((50, 36), Image.BILINEAR))
+    expect_close("resize down (antialias)", ours, ref, 1.0, 0.3)
+    # High-frequency energy (squared neighbour differences) matches PIL's; plain bilinear
+    # without antialiasing (the default pipeline's, torchvision's antialias=False) keeps more.
+    naive = 255 * np.asarray(F.resize(F.to_tensor(img), [36, 50], antialias=False))
+    naive = naive.transpose(1, 2, 0)
+    hf = lambda a: (np.diff(a.astype(np.float64), axis=1) ** 2).mean()  # noqa: E731
+    print("high-frequency energy: stoker %.1f, PIL %.1f, no antialias %.1f"
+          % (hf(ours), hf(ref), hf(naive)))
+    assert abs(hf(ours) / hf(ref) - 1) < 0.05 and hf(naive) > 1.2 * hf(ours)
+
+
+def test_resize_up_like_pil():
+    img = picture(30, 20, 2)
+    ours = stoker("resize(45,70)", img, 45, 70)
+    ref = np.asarray(pil(img).resize((70, 45), Image.BILINEAR))
+    expect_close("resize up", ours, ref, 1.0, 0.3)
+
+
+def test_eval_pipeline_like_torchvision_resize_center_crop():
+    for w, h in ((120, 90), (90, 131)):
+        img = picture(w, h, 3)
+        ours = stoker("resize(73),ccrop(64)", img, 64, 64)
+        ref = np.asarray(F.center_crop(F.resize(pil(img), 73), 64))
+        expect_close("resize(73),ccrop(64) %dx%d" % (w, h), ours, ref, 1.0, 0.3)
+
+
+def test_center_crop_pads_with_zeros_like_torchvision():
+    img = picture(21, 15, 4)
+    ours = stoker("ccrop(20,26)", img, 20, 26)
+    expect_close("ccrop with padding", ours, np.asarray(F.center_crop(pil(img), [20, 26])), 0, 0)
+
+
+def test_hflip():
+    img = picture(33, 17, 5)
+    expect_close("hflip(1)", stoker("hflip(1),ccrop", img, 17, 33),
+                 np.asarray(F.hflip(pil(img))), 0, 0)
+    expect_close("hflip(0)", stoker("hflip(0),ccrop", img, 17, 33), img, 0, 0)
+
+
+def test_color_jitter_operations_like_torchvision():
+    img = picture(64, 48, 6)
+    # PIL truncates each blend to 8 bits (up to 1 level, 0.5 on average); contrast also rounds
+    # its mean gray; hue goes through PIL's 8-bit HSV (hue in 1/256 turns, the shift rounded
+    # to int(h * 255) of them), up to a few levels on saturated pixels.
+    cases = [("b", 1.3, F.adjust_brightness, 1.0, 0.5), ("b", 0.6, F.adjust_brightness, 1.0, 0.5),
+             ("c", 1.4, F.adjust_contrast, 1.5, 0.7), ("c", 0.6, F.adjust_contrast, 1.5, 0.7),
+             ("s", 1.4, F.adjust_saturation, 1.0, 0.5), ("s", 0.0, F.adjust_saturation, 1.0, 0.5),
+             ("h", 0.1, F.adjust_hue, 10.0, 1.0), ("h", -0.35, F.adjust_hue, 10.0, 1.0)]
+    for key, f, fn, max_abs, mean_abs in cases:
+        ours = stoker("jitter(%s=%g:%g),ccrop" % (key, f, f), img, 48, 64)
+        expect_close("jitter %s=%g" % (key, f), ours, np.asarray(fn(pil(img), f)), max_abs,
+                     mean_abs, quantile=0.999)
+
+
+def test_rotation_like_pil_bilinear():
+    img = picture(64, 48, 7)
+    for deg in (10.0, -25.0, 90.0):
+        ours = stoker("rotate(%g:%g),ccrop" % (deg, deg), img, 48, 64)
+        ref = np.asarray(F.rotate(pil(img), deg, interpolation=InterpolationMode.BILINEAR))
+        # Pixels on the rotated border are in or out by a hair's breadth: a few may differ.
+        expect_close("rotate %g" % deg, ours, ref, 1.0, 0.5, quantile=0.99)
+
+
+def test_gaussian_blur_like_torchvision():
+    img = picture(40, 30, 8)
+    for k, sigma in ((5, 1.5), (9, 0.8)):
+        ours = stoker("blur(%d;%g,%g),ccrop" % (k, sigma, sigma), img, 30, 40)
+        ref = np.asarray(F.gaussian_blur(pil(img), [k, k], [sigma, sigma]))
+        expect_close("blur k=%d sigma=%g" % (k, sigma), ours, ref, 1.0, 0.3)
+
+
+def test_random_resized_crop_of_the_whole_image_is_a_resize():
+    img = picture(80, 80, 9)
+    ours = stoker("rrc(1,1;1,1)", img, 24, 24)
+    expect_close("rrc(1,1;1,1)", ours, np.asarray(pil(img).resize((24, 24), Image.BILINEAR)),
+                 1.0, 0.3)
+
+
+def test_random_resized_crop_is_some_crop_of_the_right_area():
+    # scale 0.25, ratio 1 on a 64x64 picture: a 32x32 crop somewhere, resized to 16x16 as PIL
+    # resizes that crop; find the offset among all and check the match.
+    img = picture(64, 64, 10)
+    for seed in (1, 2, 3):
+        ours = stoker("rrc(0.25,0.25;1,1)", img, 16, 16, seed)
+        best = min(
+            (np.abs(ours - np.asarray(pil(img[t:t + 32, l:l + 32]).resize((16, 16),
+                                                                          Image.BILINEAR))).max(),
+             t, l) for t in range(33) for l in range(33))
+        print("rrc crop seed %d: best offset (%d, %d), max diff %.3f" % (seed, best[1], best[2],
+                                                                         best[0]))
+        assert best[0] <= 1.0, best
+
+
+def test_random_erasing_blanks_one_box_of_the_right_area():
+    # scale 0.1, ratio 1 of 40x40: a round(sqrt(160)) = 13 pixel square, filled with 0 without
+    # normalize and with the mean color (0 once normalized) with it; the rest untouched.
+    img = picture(40, 40, 12)
+    for seed in (1, 2, 3):
+        for spec, fill in (("ccrop,erase(1;0.1,0.1;1,1)", [0, 0, 0]),
+                           ("ccrop,erase(1;0.1,0.1;1,1),normalize",
+                            [0.485 * 255, 0.456 * 255, 0.406 * 255])):
+            ours = stoker(spec, img, 40, 40, seed)
+            box = np.all(np.abs(ours - np.float32(fill)) < 1e-3, axis=2)
+            ys, xs = np.nonzero(box & np.any(ours != img, axis=2))
+            top, left = ys.min(), xs.min()
+            assert (ys.max() - top, xs.max() - left) == (12, 12), (spec, seed, ys, xs)
+            assert box[top:top + 13, left:left + 13].all()
+            rest = np.ones((40, 40), bool)
+            rest[top:top + 13, left:left + 13] = False
+            assert np.array_equal(ours[rest], img[rest].astype(np.float32)), (spec, seed)
+    print("erase: 13x13 boxes where expected")
+
+
+def test_same_seed_same_pixels():
+    img = picture(70, 50, 11)
+    spec = "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),blur(3),erase"
+    a, b = stoker(spec, img, 32, 32, 7), stoker(spec, img, 32, 32, 7)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, stoker(spec, img, 32, 32, 8))
+
+
+def main():
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
+    for name, fn in tests:
+        print("--", name)
+        fn()
+    print("ok: %d tests" % len(tests))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The Python examples of README.md and docs/python.md run as written: each ```python block is
+saved to a file and run by a fresh interpreter against a real broker with two real producers,
+its documented address (tcp://localhost:7070) replaced by the test broker's. A block written
+for torchrun (it says so) runs as two ranks with torchrun's environment (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) and the address as its argument, against a finite supply. A block
+that raises, exits non-zero, or talks to no broker fails the test."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+
+from helpers import Cluster, require, run
+
+require("numpy")
+require("torch")
+import stoker  # noqa: E402
+
+ROOT = os.environ.get("STOKER_SOURCE_ROOT",
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+DOCUMENTED_URL = "tcp://localhost:7070"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+def blocks(doc):
+    with open(os.path.join(ROOT, doc)) as f:
+        return BLOCK.findall(f.read())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_block(doc, i, code):
+    assert DOCUMENTED_URL in code, "%s block %d does not use %s" % (doc, i, DOCUMENTED_URL)
+    ranks = 2 if "torchrun" in code else 0
+    with Cluster() as c, tempfile.TemporaryDirectory(prefix="stoker-doc-") as tmp:
+        for k in range(2):
+            finite = ["--max-examples", "640"] if ranks else []
+            c.producer("--delay", "0:0", "--chunk", "64", "--seed", str(k + 1), *finite)
+        path = os.path.join(tmp, "%s-%d.py" % (os.path.basename(doc), i))
+        with open(path, "w") as f:
+            f.write(code.replace(DOCUMENTED_URL, c.url))
+        if ranks:
+            env = dict(os.environ, WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(free_port()))
+            procs = [subprocess.Popen([sys.executable, path, c.url], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, cwd=tmp,
+                                      env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
+                     for r in range(ranks)]
+            results = []
+            for p in procs:
+                try:
+                    out, _ = p.communicate(timeout=180)
+                except subprocess.TimeoutExpired:
+                    for q in procs:
+                        q.kill()
+                    raise AssertionError("%s block %d: a rank did not finish in 180 s" % (doc, i))
+                results.append((p.returncode, out.decode(errors="replace")))
+        else:
+            p = subprocess.run([sys.executable, path], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, timeout=180, cwd=tmp)
+            results = [(p.returncode, p.stdout.decode(errors="replace"))]
+        for rc, out in results:
+            print("--- %s block %d (exit %d):\n%s" % (doc, i, rc, out[-1500:]))
+            assert rc == 0, "%s block %d failed" % (doc, i)
+        st = stoker.status(c.url)["counters"]
+        assert st["acknowledged"] > 0 and st["discrepancy"] == 0, st
+
+
+def test_readme_python_examples_run_as_written():
+    found = blocks("README.md")
+    assert len(found) >= 1, "no ```python block in README.md"
+    for i, code in enumerate(found):
+        run_block("README.md", i, code)
+
+
+def test_docs_python_examples_run_as_written():
+    found = blocks("docs/python.md")
+    assert len(found) >= 2, "fewer ```python blocks in docs/python.md than expected"
+    for i, code in enumerate(found):
+        run_block("docs/python.md", i, code)
+
+
+run(globals())
