@@ -64,6 +64,20 @@ def test_state_dict_round_trip_is_checked():
                 raise AssertionError("a foreign state_dict was accepted")
 
 
+def test_uncommitted_batches_are_not_held_up_by_retention():
+    # Two producers with the default retention (twice the depth they are told) and a consumer
+    # that never commits: the broker counts the held leases into that depth, so 100 batches of
+    # 64 (far beyond 2 x 2 x 64 examples) come without a stall while all stay uncommitted.
+    with Cluster() as c:
+        for k in range(2):
+            c.producer("--delay", "0:0", "--chunk", "64", "--seed", str(k + 1))
+        with stoker.Client(c.url, stall_timeout=10, commit=True) as client:
+            n = sum(b.count for b in client.batches(64, max_batches=100))
+            assert n == 6400, n
+            st = stoker.status(c.url)["counters"]
+            assert st["acknowledged"] == 0 and st["in_flight"] >= 6400, st
+
+
 def test_commit_with_a_group_is_refused():
     # The ranks of a group acknowledge after each step: asking for both is an error naming both.
     try:
