@@ -5,8 +5,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
 
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
-Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks. Run scripts/build.sh first (or let
-bench/run.sh do it)."""
+Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, durable. Run
+scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -527,12 +527,113 @@ def bench_ranks(opts, tmp):
         res["rows"].append((f"ranks W={world}: end spread grouped / ungrouped, ms",
                             1000 * g["end_spread_s"], f"({1000 * u['end_spread_s']:.0f} ms)",
                             None))
+
+def floor_rate(tmp, tag, producers, total, retain):
+    """Examples/s of the floor workload (ipc) with the producers' retention on or off."""
+    url = endpoint("ipc", tmp, f"durable-{tag}")
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536")
+        trainer = procs.start(
+            [TRAINER, "--broker", url, "--batch-size", "256", "--round-length", "65536",
+             "--rounds", str(total // 65536), "--device", "cpu", "--prefetch", "8",
+             "--stall-timeout", "10", "--json", "-", "--progress", "off", "--log-level",
+             "warn"], stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        for i in range(producers):
+            procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096", "--name", f"p{i}",
+                         *([] if retain else ["--retain", "0"])])
+        out, _ = trainer.communicate(timeout=300)
+    return json.loads(out.strip().splitlines()[-1])["examples_per_second"]
+
+
+def seed_rate(tmp, tag, scale, retain):
+    """Examples/s of the seed workload (16 synthetic producers, delays divided by scale)."""
+    lo, hi = 0.05 / scale, 0.5 / scale
+    url = endpoint("ipc", tmp, f"durable-seed-{tag}")
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "12")
+        trainer = procs.start([TRAINER, "--broker", url, "--batch-size", "4", "--round-length",
+                               "20", "--rounds", "100", "--time-goal", str(60 / scale),
+                               "--device", "cpu", "--stall-timeout", "10", "--json", "-",
+                               "--progress", "off", "--log-level", "warn"],
+                              stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        for i in range(16):
+            procs.start([PRODUCER, "--broker", url, "--name", f"p{i}", "--delay", f"{lo}:{hi}",
+                         "--seed", str(i + 1), "--log-level", "error",
+                         *([] if retain else ["--retain", "0"])])
+        out, _ = trainer.communicate(timeout=200)
+    return json.loads(out.strip().splitlines()[-1])["examples_per_second"]
+
+
+def restart_to_batch(tmp):
+    """SIGKILL the broker under 2 producers and a trainer, restart it on the same path: seconds
+    from the restart to the first batch the new broker hands out (its delivered counter)."""
+    url = endpoint("ipc", tmp, "durable-restart")
+    port = free_port()
+    metrics = f"http://127.0.0.1:{port}"
+    args = ["--queue-depth", "64", "--metrics", metrics]
+    with Procs() as procs:
+        broker = start_broker(procs, url, *args)
+        procs.start([TRAINER, "--broker", url, "--batch-size", "16", "--rounds", "1000000",
+                     "--time-goal", "60", "--device", "cpu", "--stall-timeout", "30",
+                     "--progress", "off", "--log-level", "error"], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL)
+        for i in range(2):
+            procs.start([PRODUCER, "--broker", url, "--name", f"p{i}", "--delay", "0.001:0.002",
+                         "--log-level", "error"])
+        time.sleep(2)
+        broker.kill()
+        broker.wait()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        start_broker(procs, url, *args)
+        import urllib.request
+        while time.monotonic() - t0 < 30:
+            try:
+                with urllib.request.urlopen(metrics + "/status", timeout=1) as r:
+                    if json.load(r)["counters"]["delivered"] > 0:
+                        return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(0.005)
+    raise RuntimeError("no batch within 30 s of the broker restart")
+
+
+def bench_durable(opts, tmp):
+    """Retention (producers keep what is not yet trained) against the same runs without it, in
+    one run, alternating; and the time from a broker restart to the first batch after it."""
+    total = 1_048_576 if opts.quick else 4_194_304
+    reps = 1 if opts.quick else 3
+    scale = 10 if opts.quick else 2
+    res = {"floor_on": [], "floor_off": [], "seed_on": [], "seed_off": []}
+    for _ in range(reps):  # alternating, so the machine's drift hits both alike
+        res["floor_off"].append(floor_rate(tmp, "off", 2, total, False))
+        res["floor_on"].append(floor_rate(tmp, "on", 2, total, True))
+    for _ in range(reps):
+        res["seed_off"].append(seed_rate(tmp, "off", scale, False))
+        res["seed_on"].append(seed_rate(tmp, "on", scale, True))
+    restarts = [restart_to_batch(tmp) for _ in range(1 if opts.quick else 3)]
+    fo, ff = statistics.median(res["floor_on"]), statistics.median(res["floor_off"])
+    so, sf = statistics.median(res["seed_on"]), statistics.median(res["seed_off"])
+    res.update({"floor_overhead": 1 - fo / ff, "seed_overhead": 1 - so / sf,
+                "seed_delay_scale": scale, "restart_to_batch_s": restarts})
+    res["rows"] = [
+        ("durable floor ipc P=2: ex/s retention on", fo, "(figure)", None),
+        ("durable floor ipc P=2: ex/s retention off", ff, "(figure)", None),
+        ("durable floor: retention overhead", 1 - fo / ff, "< 0.05", 1 - fo / ff < 0.05),
+        (f"durable seed (delays/{scale}): ex/s on", so, "(figure)", None),
+        (f"durable seed (delays/{scale}): ex/s off", sf, "(figure)", None),
+        ("durable seed: retention overhead", 1 - so / sf, "< 0.05", 1 - so / sf < 0.05),
+        ("durable: s from broker restart to first batch", statistics.median(restarts), "(figure)",
+         None),
+    ]
     return res
 
 
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
-           "ranks": bench_ranks, "epochs": bench_epochs}
+           "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable}
 
 
 def main():

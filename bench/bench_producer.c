@@ -58,6 +58,8 @@ static const stoker_cli_option rows[] = {
     {"name", "S", "name shown in events and status", STOKER_CLI_STRING, AT(run.client.name)},
     {"items", "N", "serve a dataset of N items in the broker's epochs", STOKER_CLI_UINT, AT(items),
      .imin = 1, .imax = UINT32_MAX},
+    {"retain", "N", "examples kept until trained (0: off; default: twice the queue depth)",
+     STOKER_CLI_UINT, AT(run.retain), .imax = UINT32_MAX - 1},
 };
 
 int

@@ -307,6 +307,24 @@ stoker_consumer_flush(stoker_consumer *c)
 }
 
 void
+stoker_consumer_set_commit(stoker_consumer *c, int on)
+{
+    stoker_trainer_client_set_commit(c->tc, on);
+}
+
+int
+stoker_consumer_commit(stoker_consumer *c)
+{
+    return stoker_trainer_client_commit(c->tc);
+}
+
+uint64_t
+stoker_consumer_uncommitted(const stoker_consumer *c)
+{
+    return stoker_trainer_client_uncommitted(c->tc);
+}
+
+void
 stoker_consumer_batch_free(stoker_consumer_batch *b)
 {
     if (b == NULL)

@@ -36,6 +36,7 @@ stoker_producer_config_init(stoker_producer_config *cfg)
     memset(cfg, 0, sizeof(*cfg));
     stoker_client_options_init(&cfg->client);
     cfg->chunk = 3;
+    cfg->retain = STOKER_RETAIN_AUTO;
 }
 
 // A stop flag that watches both the caller's and the signal handler's.
@@ -222,8 +223,12 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
                      copts.url ? copts.url : "(no URL)", stoker_strerror(rv));
         return rv;
     }
+    // A dataset's items are owned by the broker's epoch, which a restarted broker starts anew:
+    // replaying retained chunks (which keep no item numbers) would not fit it, so retention is
+    // for streams only.
     if (gen->n_items > 0)
         stoker_producer_client_set_dataset(pc, gen->n_items, gen->fingerprint);
+    stoker_producer_client_set_retain(pc, gen->n_items > 0 ? 0 : cfg->retain);
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
         stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
                      stoker_producer_client_error(pc));
@@ -274,6 +279,14 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
                      (unsigned long long)st.examples, stoker_strerror(gen_rv));
         rv = gen_rv;
         goto out;
+    }
+    if (cfg->linger_ms > 0 && !should_stop(&stop)) {
+        rv = stoker_producer_client_drain(pc, cfg->linger_ms);
+        if (rv != STOKER_OK && rv != STOKER_INTERRUPTED)
+            stoker_warn("producer '%s': %llu pushed examples not reported trained after "
+                        "--linger %.1f s (%s); a broker death now loses them",
+                        name, (unsigned long long)stoker_producer_client_retained(pc),
+                        cfg->linger_ms / 1000.0, stoker_strerror(rv));
     }
     uint64_t acked_seq = stoker_producer_client_next_seq(pc);
     if ((rv = stoker_producer_client_goodbye(pc)) != STOKER_OK)

@@ -3,6 +3,10 @@
 // A stop (opts.stop) gives the pushes STOP_GRACE_MS: a push the broker can take is answered in
 // that time; one parked for room (queue full) or sent to a broker that is gone is abandoned, and
 // goodbye's answer then says where the session ended.
+// Retention: a copy of every pushed chunk is kept (retention.c) until the broker reports its
+// examples trained (trained_through in push, heartbeat and hello replies); a full buffer makes
+// push wait (backpressure). A hello that finds a broker holding less of the session than was
+// pushed (a restarted broker) is followed by pushing the retained chunks again from there.
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -10,6 +14,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "retention.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -46,7 +51,38 @@ struct stoker_producer_client {
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
     uint64_t dataset_size, dataset_fingerprint;
     const uint64_t *push_items;
+    // Retention (the pushing thread's, but trained, which the heartbeat thread raises too).
+    retention *kept;            // NULL when off
+    _Atomic uint32_t retain;    // bound in examples; STOKER_RETAIN_AUTO until the hello
+    int retain_auto;            // retain follows the broker's queue depth (no --retain N)
+    _Atomic uint64_t trained;   // seqs below it are trained (the broker said so)
+    uint64_t broker_seq;        // the broker's next seq for us, from its last answer
+    int full_logged;            // "retention full" said for this wait
+    uint64_t replays, replayed; // pushes again to a broker that lost them, and their examples
 };
+
+#define RETAIN_FALLBACK 1024 // examples, when the broker does not tell its queue depth
+
+// With the default retention, follows the broker's current queue depth (it sizes its queues
+// from the trainers' batches): twice it, so the broker's queue, not retention, stays the bound.
+static void
+note_depth(stoker_producer_client *pc, uint32_t depth)
+{
+    if (!pc->retain_auto)
+        return;
+    atomic_store(&pc->retain, depth == 0               ? (uint32_t)RETAIN_FALLBACK
+                              : depth > UINT32_MAX / 4 ? UINT32_MAX - 1
+                                                       : 2 * depth);
+}
+
+// Raises trained to through (never lowers it; the heartbeat thread may race the pusher).
+static void
+note_trained(stoker_producer_client *pc, uint64_t through)
+{
+    uint64_t cur = atomic_load(&pc->trained);
+    while (through > cur && !atomic_compare_exchange_weak(&pc->trained, &cur, through))
+        ;
+}
 
 static int
 stopped(const stoker_producer_client *pc)
@@ -78,8 +114,14 @@ heartbeat_main(void *arg)
             char err[256];
             atomic_store(&pc->last_sent_ms, stoker_now_ms());
             if (conn_call(pc->beat_ctx, &req, every, &rep, err, sizeof(err)) == STOKER_OK) {
-                if (rep->code != STOKER_OK)
+                if (rep->code == STOKER_OK) {
+                    note_trained(pc, rep->trained_through);
+                    if (rep->queue_depth > 0)
+                        note_depth(pc, rep->queue_depth);
+                } else
                     stoker_debug("heartbeat refused: %s", rep->message);
+                if (rep->code == STOKER_UNKNOWN_PEER)
+                    pc->said_hello = 0; // a new broker: the next push says hello (and re-pushes)
             } else {
                 stoker_debug("heartbeat: %s", err);
             }
@@ -124,6 +166,12 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->schema = *schema;
     pc->stop.flag = opts->stop;
     pc->stop.grace_ms = STOP_GRACE_MS;
+    pc->retain = STOKER_RETAIN_AUTO;
+    pc->retain_auto = 1;
+    if ((pc->kept = retention_create()) == NULL) {
+        free(pc);
+        return STOKER_NOMEM;
+    }
     pthread_mutex_init(&pc->lock, NULL);
     pthread_cond_init(&pc->cond, NULL);
     if ((rv = conn_open(&pc->conn, pc->url, opts->max_message_bytes, opts->reconnect_max_ms,
@@ -150,14 +198,16 @@ fail_ctx:
 fail_conn:
     pthread_cond_destroy(&pc->cond);
     pthread_mutex_destroy(&pc->lock);
+    retention_destroy(pc->kept);
     free(pc);
     return rv;
 }
 
 // One hello attempt. Returns STOKER_OK, a refusal code (final), a transport code (retry), or
 // STOKER_INTERRUPTED when stop (may be NULL) abandoned it.
+// at: the seq to announce (UINT64_MAX: the oldest kept, else the next).
 static int
-hello_once(stoker_producer_client *pc, conn_stop *stop)
+hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
 {
     stoker_request req = {
         .method = STOKER_HELLO,
@@ -165,7 +215,10 @@ hello_once(stoker_producer_client *pc, conn_stop *stop)
         .role = STOKER_ROLE_PRODUCER,
         .has_schema = 1,
         .schema = pc->schema,
-        .next_seq = pc->next_seq,
+        // A broker that does not know us starts where our retained (untrained) examples do.
+        .next_seq = at != UINT64_MAX   ? at
+                    : pc->kept != NULL ? retention_oldest(pc->kept, pc->next_seq)
+                                       : pc->next_seq,
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
     };
@@ -187,6 +240,11 @@ hello_once(stoker_producer_client *pc, conn_stop *stop)
         pc->heartbeat_ms = rep->heartbeat_ms;
         pc->said_hello = 1;
         pthread_mutex_unlock(&pc->lock);
+        note_trained(pc, rep->trained_through);
+        pc->broker_seq = rep->next_seq;
+        // The default: the broker's queue for us plus as much again in flight or awaiting the
+        // report that it was trained, so the broker's queue, not retention, stays the bound.
+        note_depth(pc, rep->queue_depth);
         if (rep->next_seq > pc->next_seq) {
             // The broker holds more of our session than we remember (we lost state): continue
             // after what it holds rather than collide with it.
@@ -217,7 +275,7 @@ stoker_producer_client_hello(stoker_producer_client *pc)
     for (;;) {
         if (stopped(pc))
             return STOKER_INTERRUPTED;
-        int rv = hello_once(pc, &pc->stop);
+        int rv = hello_once(pc, &pc->stop, UINT64_MAX);
         if (!transient(rv))
             return rv;
         if (stoker_now_ms() >= give_up) {
@@ -229,13 +287,14 @@ stoker_producer_client_hello(stoker_producer_client *pc)
     }
 }
 
-int
-stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
-                            uint64_t first_seq)
+#define NEED_REPLAY (-1) // push_raw: a hello found the broker short of first_seq
+
+// Sends chunk as first_seq.. until the broker holds it (it may hold it already). Returns
+// STOKER_OK, NEED_REPLAY when a hello on the way found a broker that lacks seqs before first_seq
+// (retained ones: push them first), or an error as for stoker_producer_client_push.
+static int
+push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
 {
-    if (!stoker_schema_equal(&chunk->schema, &pc->schema) || chunk->count == 0 ||
-        first_seq != pc->next_seq)
-        return STOKER_INVALID;
     stoker_request req = {.method = STOKER_PUSH, .first_seq = first_seq, .chunk = *chunk};
     if (pc->push_items != NULL) {
         req.n_items = chunk->count;
@@ -256,11 +315,14 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
         }
         int rv;
         if (!pc->said_hello) {
-            rv = hello_once(pc, &pc->stop);
+            rv = hello_once(pc, &pc->stop, UINT64_MAX);
             if (rv == STOKER_INTERRUPTED)
                 return rv;
             if (rv != STOKER_OK)
                 goto failed;
+            if (pc->kept != NULL && pc->broker_seq < first_seq &&
+                retention_find(pc->kept, pc->broker_seq, &(uint64_t){0}, &(int){0}) != NULL)
+                return NEED_REPLAY;
         }
         req.session = pc->opts.session;
         stoker_reply *rep = NULL;
@@ -278,7 +340,14 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
         rv = rep->code;
         if (rv == STOKER_OK) {
             if (rep->acked_through >= first_seq + chunk->count) {
-                pc->next_seq = rep->acked_through;
+                pc->broker_seq = rep->acked_through;
+                if (rep->acked_through > pc->next_seq)
+                    pc->next_seq = rep->acked_through;
+                note_trained(pc, rep->trained_through);
+                if (rep->queue_depth > 0)
+                    note_depth(pc, rep->queue_depth);
+                if (pc->kept != NULL)
+                    retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
                 stoker_reply_free(rep);
                 if (logged_down)
                     stoker_info("producer '%s': broker back, push resumed at seq %llu", pc->name,
@@ -314,6 +383,200 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
             return STOKER_CONNECTION;
         }
         backoff(pc, &delay);
+    }
+}
+
+// Pushes the retained chunks the broker lacks (from broker_seq up to next_seq): a restarted
+// broker that did not know the session. Returns STOKER_OK or an error as for push.
+static int
+replay(stoker_producer_client *pc)
+{
+    uint64_t from = pc->broker_seq, count = 0;
+    while (pc->kept != NULL && pc->said_hello && pc->broker_seq < pc->next_seq) {
+        uint64_t first;
+        int hole;
+        const stoker_chunk *c = retention_find(pc->kept, pc->broker_seq, &first, &hole);
+        if (c == NULL)
+            break; // not ours to give (never retained): the broker's seq rule decides
+        if (hole) {
+            // Trained already (acknowledged out of order): the broker skips these seqs.
+            int rv = hello_once(pc, &pc->stop, first + c->count);
+            if (rv != STOKER_OK && !transient(rv))
+                return rv;
+            if (rv != STOKER_OK)
+                pc->said_hello = 0;
+            continue;
+        }
+        if (count == 0)
+            stoker_warn("producer '%s': the broker holds our session only up to seq %llu (it "
+                        "restarted): pushing again %llu retained examples up to seq %llu",
+                        pc->name, (unsigned long long)pc->broker_seq,
+                        (unsigned long long)(pc->next_seq - pc->broker_seq),
+                        (unsigned long long)pc->next_seq);
+        int rv = push_raw(pc, c, first);
+        if (rv == NEED_REPLAY)
+            continue; // the broker restarted again meanwhile: from where it now is
+        if (rv != STOKER_OK)
+            return rv;
+        count += c->count;
+        pc->replays++;
+        pc->replayed += c->count;
+    }
+    if (count > 0)
+        stoker_info("producer '%s': pushed %llu retained examples again from seq %llu", pc->name,
+                    (unsigned long long)count, (unsigned long long)from);
+    return STOKER_OK;
+}
+
+// One heartbeat on the pushing thread's context: learns what is trained, and whether the broker
+// still knows us (if not, says hello and replays). Returns STOKER_OK or a transport error.
+static int
+poll_trained(stoker_producer_client *pc)
+{
+    if (!pc->said_hello) {
+        int rv = hello_once(pc, &pc->stop, UINT64_MAX);
+        if (rv != STOKER_OK)
+            return rv;
+    }
+    int rv = replay(pc);
+    if (rv != STOKER_OK)
+        return rv;
+    stoker_request req = {.method = STOKER_HEARTBEAT, .session = pc->opts.session};
+    stoker_reply *rep = NULL;
+    char err[256];
+    atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    rv = conn_call(pc->push_ctx, &req, pc->opts.request_timeout_ms, &rep, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        conn_copy_str(pc->error, sizeof(pc->error), err);
+        pc->said_hello = 0;
+        return rv;
+    }
+    if (rep->code == STOKER_OK) {
+        note_trained(pc, rep->trained_through);
+        if (rep->queue_depth > 0)
+            note_depth(pc, rep->queue_depth);
+        retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
+    } else if (rep->code == STOKER_UNKNOWN_PEER)
+        pc->said_hello = 0;
+    stoker_reply_free(rep);
+    return STOKER_OK;
+}
+
+// Waits until count more examples fit in the retention buffer (or it is empty): backpressure
+// while trainers are behind. Returns STOKER_OK or STOKER_INTERRUPTED.
+static int
+wait_room(stoker_producer_client *pc, uint32_t count)
+{
+    uint32_t nap = 1;
+    for (;;) {
+        retention_release(pc->kept, atomic_load(&pc->trained));
+        uint64_t held = retention_examples(pc->kept);
+        if (held == 0 || held + count <= pc->retain)
+            break;
+        if (stopped(pc))
+            return STOKER_INTERRUPTED;
+        if (!pc->full_logged) {
+            stoker_info("producer '%s': retention full (%llu examples pushed but not yet "
+                        "trained, --retain %u): generation waits for the trainers",
+                        pc->name, (unsigned long long)held, atomic_load(&pc->retain));
+            pc->full_logged = 1;
+        }
+        uint64_t before = atomic_load(&pc->trained);
+        if (poll_trained(pc) != STOKER_OK)
+            nap = 50;
+        // At most 4 ms between polls while the broker answers: a queue the trainers drain fast
+        // must not wait on a sleeping producer (a heartbeat costs one small round trip).
+        if (atomic_load(&pc->trained) > before)
+            nap = 1;
+        else if (nap < 4)
+            nap *= 2;
+        stoker_sleep_ms(nap, pc->opts.stop);
+    }
+    pc->full_logged = 0;
+    return STOKER_OK;
+}
+
+int
+stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
+                            uint64_t first_seq)
+{
+    if (!stoker_schema_equal(&chunk->schema, &pc->schema) || chunk->count == 0 ||
+        first_seq != pc->next_seq)
+        return STOKER_INVALID;
+    if (pc->kept == NULL)
+        return push_raw(pc, chunk, first_seq);
+    int rv;
+    if (pc->said_hello && (rv = wait_room(pc, chunk->count)) != STOKER_OK)
+        return rv;
+    for (;;) {
+        if ((rv = replay(pc)) != STOKER_OK)
+            return rv;
+        rv = push_raw(pc, chunk, first_seq);
+        if (rv != NEED_REPLAY)
+            break;
+    }
+    if (rv != STOKER_OK)
+        return rv;
+    if (retention_add(pc->kept, chunk, first_seq) != STOKER_OK) {
+        // Without memory to keep it, a broker restart would lose it: say so once per chunk.
+        stoker_warn("producer '%s': out of memory retaining seq %llu..; a broker restart now "
+                    "loses them",
+                    pc->name, (unsigned long long)first_seq);
+    }
+    retention_release(pc->kept, atomic_load(&pc->trained));
+    return STOKER_OK;
+}
+
+int
+stoker_producer_client_set_retain(stoker_producer_client *pc, uint32_t examples)
+{
+    if (examples == 0) {
+        retention_destroy(pc->kept);
+        pc->kept = NULL;
+    }
+    pc->retain = examples;
+    pc->retain_auto = examples == STOKER_RETAIN_AUTO;
+    return STOKER_OK;
+}
+
+uint64_t
+stoker_producer_client_retained(const stoker_producer_client *pc)
+{
+    return pc->kept != NULL ? retention_examples(pc->kept) : 0;
+}
+
+uint64_t
+stoker_producer_client_trained_through(const stoker_producer_client *pc)
+{
+    return atomic_load(&((stoker_producer_client *)pc)->trained);
+}
+
+uint32_t
+stoker_producer_client_retain(const stoker_producer_client *pc)
+{
+    return pc->kept != NULL ? pc->retain : 0;
+}
+
+int
+stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
+{
+    if (pc->kept == NULL)
+        return STOKER_OK;
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    uint32_t nap = 1;
+    for (;;) {
+        retention_release(pc->kept, atomic_load(&pc->trained));
+        if (retention_examples(pc->kept) == 0)
+            return STOKER_OK;
+        if (stopped(pc))
+            return STOKER_INTERRUPTED;
+        if (stoker_now_ms() >= deadline)
+            return STOKER_TIMEOUT;
+        uint64_t before = atomic_load(&pc->trained);
+        if (poll_trained(pc) != STOKER_OK)
+            nap = 50;
+        nap = atomic_load(&pc->trained) > before ? 1 : (nap < 50 ? nap * 2 : 50);
+        stoker_sleep_ms(nap, pc->opts.stop);
     }
 }
 
@@ -358,8 +621,10 @@ stoker_producer_client_goodbye(stoker_producer_client *pc)
             else if (rep->acked_through > pc->next_seq)
                 pc->next_seq = rep->acked_through; // took an abandoned push after all
             stoker_reply_free(rep);
-            if (rv == STOKER_UNKNOWN_PEER && hello_once(pc, NULL) == STOKER_OK)
+            if (rv == STOKER_UNKNOWN_PEER && hello_once(pc, NULL, UINT64_MAX) == STOKER_OK) {
+                replay(pc); // a restarted broker gets what it lost before the goodbye
                 continue;
+            }
             return rv;
         }
         conn_copy_str(pc->error, sizeof(pc->error), err);
@@ -386,6 +651,7 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
     conn_close(&pc->conn);
     pthread_cond_destroy(&pc->cond);
     pthread_mutex_destroy(&pc->lock);
+    retention_destroy(pc->kept);
     free(pc);
 }
 
@@ -418,7 +684,7 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
     for (;;) {
         if (stopped(pc))
             return STOKER_INTERRUPTED;
-        int rv = pc->said_hello ? STOKER_OK : hello_once(pc, &pc->stop);
+        int rv = pc->said_hello ? STOKER_OK : hello_once(pc, &pc->stop, UINT64_MAX);
         if (rv == STOKER_OK) {
             stoker_request req = {.method = STOKER_SHARD, .session = pc->opts.session};
             stoker_reply *rep = NULL;

@@ -96,6 +96,10 @@ struct stoker_trainer_client {
     uint64_t arena_secret;
     int arena_said, last_in_arena;
     uint64_t arena_batches;
+    // opts.commit: acknowledgements kept until stoker_trainer_client_commit (trainer_commit.c).
+    uint64_t *uncommitted;
+    uint32_t n_uncommitted, cap_uncommitted;
+    int told_commit_wait; // the broker's "waiting for a commit" was logged
 };
 
 void
@@ -243,6 +247,7 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
         .method = STOKER_HELLO,
         .session = tc->opts.client.session,
         .role = STOKER_ROLE_TRAINER,
+        .commit = tc->opts.commit,
     };
     conn_copy_str(req.name, sizeof(req.name), tc->name);
     conn_copy_str(req.token, sizeof(req.token), tc->token);
@@ -290,6 +295,11 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                              "trainer options: group '%s' needs a name of 1..%d bytes and a rank "
                              "below the world size (rank %u, world %u)",
                              opts->group, STOKER_NAME_MAX - 1, opts->rank, opts->world);
+    if (opts->group != NULL && opts->commit)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "trainer options: commit with checkpoints is not available to the "
+                             "ranks of a group ('%s' rank %u): use one or the other",
+                             opts->group, opts->rank);
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
     if (tc == NULL)
         return STOKER_NOMEM;
@@ -397,6 +407,7 @@ fail_slots:
     conn_close(&tc->conn);
 fail_conn:
     idset_destroy(tc->seen);
+    free(tc->uncommitted); // not committed: the broker redelivers those leases
 fail_seen:
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
@@ -750,6 +761,10 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
+            if (rep->message[0] != '\0' && !tc->told_commit_wait) {
+                stoker_warn("trainer: waiting: %s", rep->message); // once: commit to go on
+                tc->told_commit_wait = 1;
+            }
             stoker_reply_free(rep);
             continue;
         }
@@ -798,8 +813,9 @@ stoker_trainer_client_group_leftover(const stoker_trainer_client *tc)
     return tc->group_leftover;
 }
 
-void
-stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
+// Forgets that lease is held by the caller (acknowledged, or kept for the commit).
+static void
+unhold(stoker_trainer_client *tc, uint64_t lease)
 {
     pthread_mutex_lock(&tc->lock);
     for (uint32_t i = 0; i < tc->n_held; i++) {
@@ -810,6 +826,29 @@ stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
         }
     }
     pthread_mutex_unlock(&tc->lock);
+}
+
+void
+stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
+{
+    if (tc->opts.commit) {
+        // Kept until the next commit. Out of memory: sent now (it counts as trained at once).
+        if (tc->n_uncommitted == tc->cap_uncommitted) {
+            uint32_t cap = tc->cap_uncommitted ? tc->cap_uncommitted * 2 : 256;
+            uint64_t *u = realloc(tc->uncommitted, cap * sizeof(*u));
+            if (u != NULL) {
+                tc->uncommitted = u;
+                tc->cap_uncommitted = cap;
+            }
+        }
+        if (tc->n_uncommitted < tc->cap_uncommitted) {
+            unhold(tc, lease); // the goodbye names it among the uncommitted instead
+            tc->uncommitted[tc->n_uncommitted++] = lease;
+            return;
+        }
+        stoker_warn("trainer: out of memory keeping an acknowledgement for the commit");
+    }
+    unhold(tc, lease);
     pthread_mutex_lock(&tc->lock);
     int full = tc->n_pending_acks == MAX_ACKS;
     pthread_mutex_unlock(&tc->lock);
@@ -861,6 +900,65 @@ stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out)
     tc->ev_head = (tc->ev_head + 1) % MAX_EVENTS;
     tc->ev_len--;
     return 1;
+}
+
+int
+stoker_trainer_client_commit(stoker_trainer_client *tc)
+{
+    int rv = stoker_trainer_client_flush(tc);
+    uint32_t done = 0;
+    while (rv == STOKER_OK && done < tc->n_uncommitted) {
+        // Sent here, not through the pending acknowledgements, so that no pull in flight carries
+        // them: an OK means the broker applied every one.
+        uint32_t n = tc->n_uncommitted - done < MAX_ACKS ? tc->n_uncommitted - done : MAX_ACKS;
+        stoker_request req = {.method = STOKER_ACK,
+                              .session = tc->opts.client.session,
+                              .n_acks = n,
+                              .acks = tc->uncommitted + done};
+        stoker_reply *rep = NULL;
+        char err[256];
+        rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err,
+                       sizeof(err));
+        if (rv != STOKER_OK) {
+            stoker_warn("trainer: commit of %u leases failed: %s", n, err);
+            break;
+        }
+        rv = rep->code;
+        tc->acks_refused += rep->acks_refused;
+        stoker_reply_free(rep);
+        // Refused acknowledgements (leases given back after a disconnect) are final too.
+        if (rv == STOKER_OK || rv == STOKER_NOT_FOUND) {
+            rv = STOKER_OK;
+            done += n;
+        }
+    }
+    memmove(tc->uncommitted, tc->uncommitted + done, (tc->n_uncommitted - done) * sizeof(uint64_t));
+    tc->n_uncommitted -= done;
+    tc->told_commit_wait = 0;
+    return rv;
+}
+
+void
+stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on)
+{
+    if ((tc->opts.commit != 0) == (on != 0))
+        return;
+    if (on && tc->group[0] != '\0') {
+        stoker_warn("trainer '%s': commit with checkpoints refused: it is rank %u of group '%s', "
+                    "and the ranks of a group acknowledge after each step",
+                    tc->name, tc->opts.rank, tc->opts.group);
+        return;
+    }
+    if (!on)
+        stoker_trainer_client_commit(tc); // what was kept is sent now
+    tc->opts.commit = on != 0;
+    tc->need_hello = 1;
+}
+
+uint64_t
+stoker_trainer_client_uncommitted(const stoker_trainer_client *tc)
+{
+    return tc->n_uncommitted;
 }
 
 uint64_t
@@ -943,10 +1041,17 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     // leave instead of a lost connection. Bounded; without it the closed pipe does the same.
     // It names the batches our caller held unacknowledged (a loss: counted as redelivered); the
     // leases we got ahead and never handed out come back counted as returned unused.
+    // A committing trainer's trained but uncommitted leases were used too (they come back
+    // counted as redelivered): the newest of them fill what the goodbye can name after held.
+    uint64_t named[MAX_ACKS];
+    uint32_t n_named = tc->n_held;
+    memcpy(named, tc->held, n_named * sizeof(uint64_t));
+    for (uint32_t i = tc->n_uncommitted; i-- > 0 && n_named < MAX_ACKS;)
+        named[n_named++] = tc->uncommitted[i];
     stoker_request bye = {.method = STOKER_GOODBYE,
                           .session = tc->opts.client.session,
-                          .n_held = tc->n_held,
-                          .held = tc->held};
+                          .n_held = n_named,
+                          .held = named};
     stoker_reply *rep = NULL;
     char err[256];
     uint32_t timeout =
@@ -970,6 +1075,7 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     }
     idset_destroy(tc->seen);
     stoker_arena_unref(tc->arena); // batches still alive keep it mapped
+    free(tc->uncommitted);         // not committed: the broker redelivers those leases
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);

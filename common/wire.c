@@ -383,6 +383,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.want_arena = req->want_arena != 0;
         hello.dataset_size = req->dataset_size;
         hello.dataset_fingerprint = req->dataset_fingerprint;
+        hello.commit = req->commit != 0;
         hello.group = (char *)req->group;
         hello.rank = req->rank;
         hello.world = req->world;
@@ -487,6 +488,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->want_arena = r->hello->want_arena;
         req->dataset_size = r->hello->dataset_size;
         req->dataset_fingerprint = r->hello->dataset_fingerprint;
+        req->commit = r->hello->commit;
         if ((rv = copy_string(req->name, sizeof(req->name), r->hello->name, "hello: name", err,
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
@@ -614,6 +616,11 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.next_seq = rep->next_seq;
     r.heartbeat_ms = rep->heartbeat_ms;
     r.acked_through = rep->acked_through;
+    r.trained_through = rep->trained_through;
+    r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
+                                                                        : STOKER_TRAINED_AFTER_MAX;
+    r.trained_after = (uint64_t *)rep->trained_after;
+    r.queue_depth = rep->queue_depth;
     r.lease = rep->lease;
     r.acks_refused = rep->acks_refused;
     r.in_arena = rep->in_arena != 0;
@@ -658,7 +665,6 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         counters.short_by_queues = c->short_by_queues;
         r.counters = &counters;
         r.uptime_ms = rep->uptime_ms;
-        r.queue_depth = rep->queue_depth;
         r.max_bytes = rep->max_bytes;
         r.queue_depth_auto = rep->queue_depth_auto != 0;
         r.queue_limit = (char *)rep->queue_limit;
@@ -803,6 +809,14 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->next_seq = r->next_seq;
     rep->heartbeat_ms = r->heartbeat_ms;
     rep->acked_through = r->acked_through;
+    rep->trained_through = r->trained_through;
+    rep->n_trained_after = 0;
+    for (size_t i = 0; i + 1 < r->n_trained_after && i + 1 < STOKER_TRAINED_AFTER_MAX; i += 2) {
+        rep->trained_after[i] = r->trained_after[i];
+        rep->trained_after[i + 1] = r->trained_after[i + 1];
+        rep->n_trained_after = (uint32_t)i + 2;
+    }
+    rep->queue_depth = r->queue_depth;
     rep->lease = r->lease;
     rep->acks_refused = r->acks_refused;
     if (r->n_items > MAX_ITEMS) {
@@ -904,7 +918,6 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             .short_by_queues = c->short_by_queues,
         };
         rep->uptime_ms = r->uptime_ms;
-        rep->queue_depth = r->queue_depth;
         rep->max_bytes = r->max_bytes;
         rep->queue_depth_auto = r->queue_depth_auto;
         snprintf(rep->queue_limit, sizeof(rep->queue_limit), "%s",

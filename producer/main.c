@@ -104,6 +104,15 @@ static const stoker_cli_option rows[] = {
      .imax = 1u << 20},
     {"max-examples", "N", "stop after N examples and say goodbye (default: no limit)",
      STOKER_CLI_UINT, AT(run.max_examples), .imin = 1, .imax = UINT64_MAX / 2},
+    {"retain", "N",
+     "keep up to N pushed examples until trainers trained them,\n"
+     "so a restarted broker gets them again; a full buffer\n"
+     "waits (0: off) (default: twice the broker's queue depth)",
+     STOKER_CLI_UINT, AT(run.retain), .imax = UINT32_MAX - 1},
+    {"linger", "S",
+     "at the end, wait up to S seconds until everything pushed\n"
+     "is trained before saying goodbye (default 0)",
+     STOKER_CLI_SECONDS_MS, AT(run.linger_ms), .dmax = 86400},
     {"seed", "N",
      "run seed; each example's seed derives from it, the name\n"
      "and the example's seq",

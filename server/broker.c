@@ -226,6 +226,7 @@ broker_destroy(broker *b, broker_outbox *out)
             free_parked(k);
         }
         queue_fini(&p->q);
+        trained_fini(&p->trained);
         free(p);
     }
     for (parked *k = b->pulls, *next; k != NULL; k = next) {

@@ -57,8 +57,20 @@ typedef struct lease {
     uint64_t id;
     uint32_t count; // examples
     uint32_t n_parts, cap_parts;
-    lease_part *parts; // in example order
+    lease_part *parts;   // in example order
+    uint64_t held_bytes; // counted in the broker's held_bytes (a committing trainer's lease)
 } lease;
+
+// Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
+// the ranges beyond it (sorted, disjoint, not touching).
+typedef struct trained_range {
+    uint64_t first, end;
+} trained_range;
+typedef struct trained_set {
+    uint64_t through;
+    trained_range *ranges;
+    uint32_t n, cap;
+} trained_set;
 
 typedef struct producer {
     uint32_t id;
@@ -73,6 +85,7 @@ typedef struct producer {
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     parked *pushes, *pushes_tail; // parked pushes, FIFO
     uint64_t items_held;          // dataset items assigned to it, not yet accepted
+    trained_set trained;          // what its retention buffer may forget
 } producer;
 
 typedef struct trainer {
@@ -86,6 +99,7 @@ typedef struct trainer {
     lease *leases;
     uint32_t parked_pulls;
     int in_arena;            // its last batch went through shared memory
+    int commit; // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
     uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
@@ -117,6 +131,7 @@ struct broker {
 
     stoker_counters c;
     uint64_t queued_bytes;
+    uint64_t held_bytes;   // leases of committing trainers, inside max_bytes with queued_bytes
     uint32_t queue_depth;  // examples per producer queue now (broker_queues.c)
     char queue_limit[512]; // said once: why a batch came short because of the queues
 
@@ -207,6 +222,29 @@ void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, br
 // Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
 void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out);
 
+// --- broker_trained.c: which seqs are trained ---
+
+// Starts s empty with every seq below from counted as trained (frees what it held).
+void trained_init(trained_set *s, uint64_t from);
+void trained_fini(trained_set *s);
+// Records seqs first .. first + count - 1 as trained.
+void trained_add(trained_set *s, uint64_t first, uint64_t count);
+// Writes what s says into a reply to its producer (trained_through and trained_after).
+void trained_tell(const trained_set *s, stoker_reply *rep);
+
+// --- broker_commit.c: trainers that acknowledge at their commits ---
+
+// Bytes the queues may still take: max_bytes less what is queued and held for commits.
+uint64_t bytes_room(const broker *b);
+// Counts lease l (just given to t) as held when t commits; releases it when it ends.
+void commit_hold(broker *b, const trainer *t, lease *l);
+void commit_release(broker *b, lease *l);
+// Why an empty pull of t waits (held leases fill max_bytes), in buf; "" when that is not why.
+void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
+// The queue depth a producer's reply tells it (its default retention is twice that): the
+// current depth plus its share of the examples held for commits, which stay untrained until
+// their trainer commits (without it, retention would stop the producers long before max_bytes).
+uint32_t retain_depth(const broker *b);
 // --- broker_queues.c: queue sizing ---
 
 // Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes

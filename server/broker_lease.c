@@ -39,12 +39,14 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now
             if (p != NULL) {
                 p->acknowledged += l->parts[r].range.count;
                 p->in_flight -= l->parts[r].range.count;
+                trained_add(&p->trained, l->parts[r].range.first_seq, l->parts[r].range.count);
             }
         }
         b->c.acknowledged += l->count;
         b->c.in_flight -= l->count;
         if (b->arena != NULL)
             broker_arena_lease_done(b->arena, l->id);
+        commit_release(b, l);
         free_lease(l);
     }
     if (refused > 0)
@@ -90,6 +92,7 @@ return_lease(broker *b, lease *l, int unused)
     }
     if (b->arena != NULL)
         broker_arena_lease_done(b->arena, l->id);
+    commit_release(b, l);
     free_lease(l);
     return total;
 }
@@ -208,6 +211,7 @@ done:
     l->id = b->next_lease_id++;
     l->next = t->leases;
     t->leases = l;
+    commit_hold(b, t, l);
     return l;
 }
 
@@ -340,6 +344,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);
+    } else {
+        commit_why_empty(b, t, rep.message, sizeof(rep.message)); // waits for a commit?
     }
     rep.n_events = n_events;
     rep.events = events;

@@ -59,7 +59,9 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     }
     uint64_t end = first + count;
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
-        stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
+        stoker_reply rep = {
+            .code = STOKER_OK, .acked_through = p->next_seq, .queue_depth = retain_depth(b)};
+        trained_tell(&p->trained, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
         k->req = NULL;
@@ -68,8 +70,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
-    if (p->q.examples + fresh > b->queue_depth ||
-        b->queued_bytes + fresh_bytes > b->cfg.max_bytes) {
+    if (p->q.examples + fresh > b->queue_depth || fresh_bytes > bytes_room(b)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
@@ -104,7 +105,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    stoker_reply rep = {.code = STOKER_OK, .acked_through = end};
+    stoker_reply rep = {.code = STOKER_OK, .acked_through = end, .queue_depth = retain_depth(b)};
+    trained_tell(&p->trained, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
 }

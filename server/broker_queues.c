@@ -45,7 +45,7 @@ queues_resize(broker *b)
 int
 queues_full(const broker *b)
 {
-    if (b->queued_bytes + b->example_bytes > b->cfg.max_bytes)
+    if (b->example_bytes > bytes_room(b)) // queued and held for commits (broker_commit.c)
         return 1;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
@@ -65,7 +65,7 @@ queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued)
     if (b->queue_limit[0] != '\0')
         return; // said once
     uint32_t alive = producers_alive(b);
-    if (b->queued_bytes + b->example_bytes > b->cfg.max_bytes)
+    if (b->example_bytes > bytes_room(b))
         snprintf(b->queue_limit, sizeof(b->queue_limit),
                  "trainer %u '%s' asks for batches of %u examples; the queues hold at most "
                  "--max-bytes %llu bytes (%llu examples of %zu bytes), so its batches come "

@@ -126,6 +126,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                 return;
             }
             queue_fini(&b->producers[i]->q);
+            trained_fini(&b->producers[i]->trained);
             free(b->producers[i]);
             b->producers[i] = b->producers[--b->n_producers];
         }
@@ -148,6 +149,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->pipe = pipe;
         p->last_seen_ms = now_ms;
         p->next_seq = req->next_seq;
+        trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;
         stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
@@ -166,14 +168,21 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
             stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu", p->id,
                         p->name, (unsigned long long)req->next_seq,
                         (unsigned long long)p->next_seq);
+            trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
             p->next_seq = req->next_seq;
         }
     }
+    queues_resize(b); // one more producer alive: the depth it is told is the current one
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = p->id,
         .next_seq = p->next_seq,
         .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
+        .trained_through = p->trained.through,
+        // The current (sized) depth, plus the producer's share of what is held for commits
+        // (retain_depth): sizes its default retention, which follows it in push and heartbeat
+        // replies as the broker resizes its queues.
+        .queue_depth = retain_depth(b),
         .has_schema = 1,
         .schema = b->schema,
     };
@@ -222,6 +231,15 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     struct group *g = NULL;
     char why[STOKER_MESSAGE_MAX];
     int rv;
+    if (req->group[0] != '\0' && req->commit) {
+        stoker_warn("group-refused: trainer '%s' asks for group '%s' and commit with checkpoints",
+                    req->name, req->group);
+        send_code(b, out, token, STOKER_INVALID,
+                  "group '%s': commit with checkpoints is not available to the ranks of a group "
+                  "(they acknowledge after each step): use one or the other",
+                  req->group);
+        return;
+    }
     if (req->group[0] != '\0' && (rv = group_admit(b, t, req, &g, why, sizeof(why))) != STOKER_OK) {
         stoker_warn("group-refused: %s", why);
         send_code(b, out, token, rv, "%s", why);
@@ -262,6 +280,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->connected = 1;
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
+    t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
     if (g != NULL)
         group_attach(b, g, t, req->rank);
     stoker_reply rep = {
@@ -356,7 +375,9 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
         revive(b, p, pipe, now_ms, "heartbeat after silence");
-        send_code(b, out, token, STOKER_OK, NULL);
+        stoker_reply rep = {.code = STOKER_OK, .queue_depth = retain_depth(b)};
+        trained_tell(&p->trained, &rep);
+        send_reply(b, out, token, &rep);
     } else if (t != NULL) {
         t->last_seen_ms = now_ms;
         send_code(b, out, token, STOKER_OK, NULL);

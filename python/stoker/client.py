@@ -264,8 +264,12 @@ class Client:
 
     def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
-                 rank=None, world_size=None):
+                 rank=None, world_size=None, commit=False):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
+        if commit and self.group is not None:
+            raise ValueError("commit=True with group=%r: commit with checkpoints is not "
+                             "available to the ranks of a group (a group steps together; "
+                             "use one or the other)" % self.group)
         self._lib = _lib.load()
         self.url = url
         self.token_file = os.fspath(token_file) if token_file is not None else None
@@ -277,6 +281,8 @@ class Client:
         self.connect_timeout = connect_timeout
         self.name = name
         self.on_event = on_event
+        self.commit_mode = bool(commit)
+        self._commits = 0
         self.batch_size = None
         self.leftover = None  # a rank's, once the supply ended (see SupplyEnded.leftover)
         self._handle = None
@@ -335,6 +341,8 @@ class Client:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
         self._handle = handle.value
         self.batch_size = int(batch_size)
+        if self.commit_mode:
+            lib.stoker_consumer_set_commit(self._handle, 1)
         spec = ctypes.create_string_buffer(4096)
         lib.stoker_consumer_schema(self._handle, spec, len(spec))
         self.schema = spec.value.decode()
@@ -345,6 +353,41 @@ class Client:
             rank = lib.stoker_consumer_field_shape(self._handle, i, shape, _lib.MAX_RANK)
             self.fields.append(Field(name, dtype, tuple(shape[k] for k in range(rank))))
             self._field_names.append(name)
+
+    # -- commit with checkpoints --------------------------------------------------------------
+
+    def commit(self):
+        """With commit=True: acknowledges, now, every batch released since the last commit (and
+        the one batches() holds), so they count as trained; until then the broker keeps them and
+        redelivers them if this process dies. Raises StokerError when the broker did not confirm
+        (they stay uncommitted). Returns how many batches were committed."""
+        if self._handle is None:
+            return 0
+        if self._held is not None:
+            self._held.release()
+            self._held = None
+        n = self._lib.stoker_consumer_uncommitted(self._handle)
+        rv = self._lib.stoker_consumer_commit(self._handle)
+        if rv != _lib.OK:
+            _raise(rv, "commit: %s" % self._lib.stoker_consumer_error(self._handle).decode(
+                errors="replace"))
+        self._commits += 1
+        return n
+
+    def state_dict(self):
+        """The torchdata StatefulDataLoader protocol: call it when you save a checkpoint. It
+        commits (see commit()) and returns a small dict to save with the model. A process that
+        resumes from that checkpoint gets, from the broker, exactly what was not committed."""
+        committed = self.commit() if self.commit_mode else 0
+        return {"stoker": 1, "url": self.url, "commits": self._commits,
+                "committed_batches": int(committed)}
+
+    def load_state_dict(self, state):
+        """Resumes from state_dict()'s dict. The position lives in the broker (what was not
+        committed is delivered again), so this only checks the dict and continues the count."""
+        if not isinstance(state, dict) or state.get("stoker") != 1:
+            raise ValueError("not a stoker state_dict: %r" % (state,))
+        self._commits = int(state.get("commits", 0))
 
     def close(self, acknowledge_held=True):
         """Sends pending acknowledgements and disconnects. Batches already pulled stay readable.

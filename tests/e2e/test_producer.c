@@ -394,8 +394,10 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .
     testdir_ipc_url(url, sizeof(url), "broker");
     const char *const bargs[] = {"--queue-depth", "100000", NULL};
     proc_child *broker = e2e_broker_start(url, bargs);
-    proc_child *p =
-        e2e_producer_start(url, "survivor", PROC_ARGS("--delay", "0.001:0.002", "--chunk", "3"));
+    // Without retention (--retain 0): the new broker gets only what comes after the kill.
+    // test_durable.c shows what retention adds.
+    proc_child *p = e2e_producer_start(
+        url, "survivor", PROC_ARGS("--delay", "0.001:0.002", "--chunk", "3", "--retain", "0"));
     cr_assert(h_wait_producer(url, "survivor", 30, 10000), "no examples in 10 s");
     stoker_producer_info before = producer_info(url, "survivor");
 

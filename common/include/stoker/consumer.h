@@ -86,6 +86,14 @@ void stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b);
 // ack once per batch (a second ack of the same batch is ignored), free when nothing points into
 // the batch any more. stoker_consumer_batch_free may be called after the consumer is closed.
 void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
+// Commit with checkpoints (stoker_trainer_client_commit): with on, acknowledgements are kept
+// until stoker_consumer_commit, so what was trained since the last commit is redelivered if this
+// consumer dies; commit when your checkpoint is saved. Commit returns STOKER_OK once the broker
+// applied them, or the error (they stay kept). uncommitted: acknowledgements kept now. A rank of a
+// group cannot commit (set_commit refuses with a warning).
+void stoker_consumer_set_commit(stoker_consumer *c, int on);
+int stoker_consumer_commit(stoker_consumer *c);
+uint64_t stoker_consumer_uncommitted(const stoker_consumer *c);
 void stoker_consumer_batch_free(stoker_consumer_batch *b);
 // Sends the pending acknowledgements now instead of with the next pull, for a consumer that
 // stops pulling for a while (a training loop left by break). Bounded by the request timeout.

@@ -22,6 +22,12 @@ typedef struct stoker_producer_config {
     uint64_t max_examples;        // stop after this many (0: until the generator ends or stop)
     uint64_t seed;                // run seed; example seeds derive from (seed, name, seq)
     int handle_signals;           // install SIGINT/SIGTERM handlers that stop the run cleanly
+    // Retention (see producer_client.h): pushed examples are kept until trained, at most this
+    // many (0: off; default STOKER_RETAIN_AUTO, twice the broker's queue depth), so a broker
+    // restart loses nothing. linger_ms: before goodbye, wait up to this long until everything
+    // pushed is trained (default 0: a broker that dies after the goodbye loses what it held).
+    uint32_t retain;
+    uint32_t linger_ms;
 } stoker_producer_config;
 
 typedef struct stoker_producer_stats {

@@ -1,8 +1,11 @@
 // The producer side of the protocol: hello, push chunks with their first seq, heartbeat,
-// goodbye. Pushes are idempotent by seq, so after a RETRY, a timeout or a reconnect the client
-// simply sends the same chunk again; the broker keeps only examples beyond what it holds.
-// While connected, a background thread sends a heartbeat whenever nothing else was sent for a
-// third of the broker's producer timeout, so a slow generator is not taken for a lost producer.
+// goodbye, and retention: a copy of each pushed chunk is kept until the broker reports its
+// examples trained, so that a broker that dies and restarts gets them again (the trainers'
+// identity filter drops what they trained already). Pushes are idempotent by seq, so after a RETRY,
+// a timeout or a reconnect the client simply sends the same chunk again; the broker keeps only
+// examples beyond what it holds. While connected, a background thread sends a heartbeat whenever
+// nothing else was sent for a third of the broker's producer timeout, so a slow generator is not
+// taken for a lost producer.
 #ifndef STOKER_PRODUCER_CLIENT_H
 #define STOKER_PRODUCER_CLIENT_H
 
@@ -32,6 +35,25 @@ int stoker_producer_client_hello(stoker_producer_client *pc);
 // with STOKER_INTERRUPTED. Goodbye then tells whether the broker took it.
 int stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
                                 uint64_t first_seq);
+
+// Retention bound in examples (call before the first push): pushed examples not yet reported
+// trained are kept, and a push waits while keeping its chunk would exceed the bound (unless
+// nothing is kept). 0 turns retention off (a broker restart then loses what it held);
+// STOKER_RETAIN_AUTO, the default, is twice the broker's current queue depth (its hello reply
+// says it, and push and heartbeat replies say it again as the broker sizes its queues from the
+// trainers' batches): the broker's queue for this producer plus as much again in flight.
+#define STOKER_RETAIN_AUTO UINT32_MAX
+int stoker_producer_client_set_retain(stoker_producer_client *pc, uint32_t examples);
+// The bound in force (0: off; STOKER_RETAIN_AUTO before the first hello).
+uint32_t stoker_producer_client_retain(const stoker_producer_client *pc);
+// Examples kept now, and the seq below which the broker reported every example trained.
+uint64_t stoker_producer_client_retained(const stoker_producer_client *pc);
+uint64_t stoker_producer_client_trained_through(const stoker_producer_client *pc);
+// Waits (at most timeout_ms) until every pushed example is trained, pushing again to a broker
+// that restarted meanwhile. Call it before goodbye so that a broker death after the last push
+// loses nothing. STOKER_OK when nothing is kept any more, STOKER_TIMEOUT, STOKER_INTERRUPTED,
+// or a push error.
+int stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms);
 
 // The seq of the next example to push (0 for a new session).
 uint64_t stoker_producer_client_next_seq(const stoker_producer_client *pc);

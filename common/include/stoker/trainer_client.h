@@ -25,6 +25,13 @@ typedef struct stoker_trainer_options {
     // socket; falls back to the socket, with one log line, where the broker cannot serve them.
     // Default 1, or 0 when the environment has STOKER_SHM=0.
     int shm;
+    // Commit with checkpoints: acknowledgements (stoker_trainer_client_ack) are kept by the
+    // client and sent only by stoker_trainer_client_commit, so the broker keeps those leases
+    // in flight (inside its --max-bytes) until then and redelivers them if this trainer dies
+    // first. Commit when the model's state is saved: a model resumed from that checkpoint then
+    // sees every example exactly once in its lineage. 0 (default): acknowledged after the step.
+    // Not with group (create refuses both: the ranks of a group acknowledge after each step).
+    int commit;
     // Data-parallel group (docs/groups.md): NULL for none, else its name (borrowed for create),
     // this trainer's rank in 0..world-1 and the world size. Every rank gets batch_size examples
     // per step, the same number of steps, and the end at the same step; a rank lost before it
@@ -69,6 +76,18 @@ uint64_t stoker_trainer_client_group_leftover(const stoker_trainer_client *tc);
 void stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease);
 // Sends pending acknowledgements now (bounded by the request timeout).
 int stoker_trainer_client_flush(stoker_trainer_client *tc);
+// With opts.commit: sends every acknowledgement kept since the last commit and returns once the
+// broker applied them (STOKER_OK: those examples now count as trained and are never delivered
+// again), or the error (they stay uncommitted: a later commit sends them again; leases the broker
+// gave back meanwhile are refused and come again, dropped by the identity filter). Without
+// opts.commit it is stoker_trainer_client_flush.
+int stoker_trainer_client_commit(stoker_trainer_client *tc);
+// Turns opts.commit on or off after create (the client says hello again before its next pull,
+// which tells the broker). Not for a rank of a group (opts.group): create refuses both together,
+// and turning it on here is refused with a warning.
+void stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on);
+// Leases acknowledged but not yet committed.
+uint64_t stoker_trainer_client_uncommitted(const stoker_trainer_client *tc);
 
 // Pops the oldest event not yet returned into *out: 1 if there was one, 0 if none.
 int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out);

@@ -31,6 +31,7 @@ typedef struct stoker_request {
     int want_arena;               // HELLO of a trainer: asks for batches in shared memory
     uint64_t dataset_size;        // producer of a dataset: items it serves (0: a stream)
     uint64_t dataset_fingerprint; // and the fingerprint of its listing
+    int commit; // trainer: acknowledges only when it commits (leases count in --max-bytes)
     // HELLO of a trainer in a data-parallel group (group[0] == '\0': none): its rank in
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
@@ -76,6 +77,12 @@ typedef struct stoker_reply {
     uint32_t heartbeat_ms;
     // PUSH
     uint64_t acked_through;
+    // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
+    uint64_t trained_through;
+    // ... and [first, end) pairs of trained seqs beyond it (n_trained_after values, even)
+#define STOKER_TRAINED_AFTER_MAX 32
+    uint32_t n_trained_after;
+    uint64_t trained_after[STOKER_TRAINED_AFTER_MAX];
     // PULL: chunk data and runs alias the decoded message (or, when encoding, the caller's).
     // When encoding with n_parts > 0, the data comes from parts (chunk gives schema and count).
     uint64_t lease;
@@ -107,7 +114,7 @@ typedef struct stoker_reply {
     uint32_t n_producers;
     stoker_producer_info *producers;
     uint64_t uptime_ms;   // since the broker started
-    uint32_t queue_depth; // the broker's limits
+    uint32_t queue_depth; // the broker's limits (also in a producer's HELLO reply)
     uint64_t max_bytes;
     int queue_depth_auto;
     char queue_limit[STOKER_MESSAGE_MAX];

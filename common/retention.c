@@ -1,0 +1,143 @@
+// A producer's retention buffer (retention.h): a ring of chunk copies. Released slots keep their
+// buffers, so a steady producer copies into memory it already has instead of allocating per push;
+// a chunk trained out of order (a hole) frees its copy at once and keeps only its count.
+#include <stdlib.h>
+#include <string.h>
+
+#include "retention.h"
+#include "stoker/error.h"
+
+typedef struct entry {
+    stoker_chunk chunk; // owned; capacity may exceed count (a reused buffer)
+    uint64_t first_seq;
+    int hole; // trained out of order: not counted, not pushed again
+} entry;
+
+struct retention {
+    entry *ring;
+    uint32_t cap, head, len; // held entries: ring[(head + i) % cap], i < len
+    uint64_t examples;
+};
+
+retention *
+retention_create(void)
+{
+    return calloc(1, sizeof(retention));
+}
+
+void
+retention_destroy(retention *r)
+{
+    if (r == NULL)
+        return;
+    for (uint32_t i = 0; i < r->cap; i++)
+        stoker_chunk_fini(&r->ring[i].chunk);
+    free(r->ring);
+    free(r);
+}
+
+static int
+grow(retention *r)
+{
+    uint32_t cap = r->cap ? r->cap * 2 : 8;
+    entry *ring = calloc(cap, sizeof(*ring));
+    if (ring == NULL)
+        return STOKER_NOMEM;
+    // Held entries first, in order; then the free slots with their buffers.
+    for (uint32_t i = 0; i < r->cap; i++)
+        ring[i] = r->ring[(r->head + i) % r->cap];
+    free(r->ring);
+    r->ring = ring;
+    r->cap = cap;
+    r->head = 0;
+    return STOKER_OK;
+}
+
+int
+retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
+{
+    if (r->len == r->cap && grow(r) != STOKER_OK)
+        return STOKER_NOMEM;
+    entry *e = &r->ring[(r->head + r->len) % r->cap];
+    if (e->chunk.capacity < chunk->count ||
+        !stoker_schema_equal(&e->chunk.schema, &chunk->schema)) {
+        stoker_chunk_fini(&e->chunk);
+        int rv = stoker_chunk_init(&e->chunk, &chunk->schema, chunk->count);
+        if (rv != STOKER_OK)
+            return rv;
+    }
+    e->chunk.count = 0;
+    int rv = stoker_chunk_append(&e->chunk, chunk, 0, chunk->count);
+    if (rv != STOKER_OK)
+        return rv;
+    e->first_seq = first_seq;
+    e->hole = 0;
+    r->len++;
+    r->examples += chunk->count;
+    return STOKER_OK;
+}
+
+void
+retention_release(retention *r, uint64_t trained_through)
+{
+    while (r->len > 0) {
+        entry *e = &r->ring[r->head];
+        if (!e->hole && e->first_seq + e->chunk.count > trained_through)
+            break;
+        if (!e->hole)
+            r->examples -= e->chunk.count;
+        r->head = (r->head + 1) % r->cap;
+        r->len--;
+    }
+}
+
+void
+retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n)
+{
+    if (n < 2)
+        return;
+    for (uint32_t i = 0; i < r->len; i++) {
+        entry *e = &r->ring[(r->head + i) % r->cap];
+        if (e->hole)
+            continue;
+        for (uint32_t k = 0; k + 1 < n; k += 2) {
+            if (e->first_seq >= pairs[k] && e->first_seq + e->chunk.count <= pairs[k + 1]) {
+                // The copy goes (its seqs stay, as a count): holes behind an old chunk that is
+                // still in flight hold no example memory.
+                uint32_t count = e->chunk.count;
+                stoker_chunk_fini(&e->chunk);
+                e->chunk.count = count;
+                e->hole = 1;
+                r->examples -= count;
+                break;
+            }
+        }
+    }
+    retention_release(r, 0); // holes at the head go
+}
+
+uint64_t
+retention_examples(const retention *r)
+{
+    return r->examples;
+}
+
+uint64_t
+retention_oldest(const retention *r, uint64_t none)
+{
+    return r->len > 0 ? r->ring[r->head].first_seq : none;
+}
+
+const stoker_chunk *
+retention_find(const retention *r, uint64_t seq, uint64_t *first_seq, int *hole)
+{
+    for (uint32_t i = 0; i < r->len; i++) {
+        const entry *e = &r->ring[(r->head + i) % r->cap];
+        if (seq >= e->first_seq && seq < e->first_seq + e->chunk.count) {
+            *first_seq = e->first_seq;
+            *hole = e->hole;
+            return &e->chunk;
+        }
+    }
+    return NULL;
+}

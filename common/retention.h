@@ -1,0 +1,35 @@
+// Private to libstoker: a producer's retention buffer, copies of the chunks it pushed that the
+// broker has not yet reported trained, in seq order and contiguous. When a restarted broker does
+// not know the session, the producer pushes them again from the oldest. The bound (how many
+// examples may be held) is the producer client's to enforce; this only stores.
+#ifndef STOKER_RETENTION_H
+#define STOKER_RETENTION_H
+
+#include <stdint.h>
+
+#include "stoker/chunk.h"
+
+typedef struct retention retention;
+
+retention *retention_create(void);
+// Frees every copy; accepts NULL.
+void retention_destroy(retention *r);
+// Keeps a copy of chunk as seqs first_seq .. first_seq + count - 1 (after what is held).
+// STOKER_NOMEM leaves r unchanged.
+int retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq);
+// Forgets every chunk whose seqs are all below trained_through.
+void retention_release(retention *r, uint64_t trained_through);
+// Forgets the examples of every chunk wholly inside one of the n / 2 trained [first, end) pairs
+// (acknowledged out of order). Its seqs stay known as a hole, so that the held seqs still run
+// contiguously from the oldest (retention_find reports holes).
+void retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n);
+// Examples held, and the seq of the oldest (none when empty).
+uint64_t retention_examples(const retention *r);
+uint64_t retention_oldest(const retention *r, uint64_t none);
+// The held chunk containing seq (borrowed until the next add or release), its first seq in
+// *first_seq and in *hole whether its examples were forgotten as trained (then only its count
+// is meaningful); NULL when no held chunk contains it.
+const stoker_chunk *retention_find(const retention *r, uint64_t seq, uint64_t *first_seq,
+                                   int *hole);
+
+#endif

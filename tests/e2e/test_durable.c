@@ -1,0 +1,272 @@
+// Retention end to end (issue 16): producers keep what they pushed until a trainer trained it, so
+// a broker SIGKILLed and restarted on the same path, several times (also while the producers are
+// blocked on full queues), loses nothing and no example is trained twice, checked from the
+// identities the trainer trained; and the retention bound holds: a full retention buffer stalls
+// a producer (nothing trained, nothing more accepted) without losing anything.
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "e2e.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+
+TestSuite(durable, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
+
+// Asserts ex holds exactly seqs 0 .. per_session - 1 of n_sessions sessions, each once.
+static void
+assert_exactly(e2e_examples *ex, size_t n_sessions, uint64_t per_session)
+{
+    cr_assert_eq(e2e_duplicates(ex), 0, "an example was trained twice");
+    e2e_examples_sort(ex);
+    size_t sessions = 0;
+    for (size_t i = 0; i < ex->n; i++) {
+        if (i == 0 || ex->v[i].session != ex->v[i - 1].session) {
+            sessions++;
+            cr_assert_eq(ex->v[i].seq, 0, "session %zu starts at seq %llu: examples lost", sessions,
+                         (unsigned long long)ex->v[i].seq);
+        } else {
+            cr_assert_eq(ex->v[i].seq, ex->v[i - 1].seq + 1, "seq %llu lost",
+                         (unsigned long long)(ex->v[i - 1].seq + 1));
+        }
+        cr_assert_lt(ex->v[i].seq, per_session, "seq %llu beyond what was produced",
+                     (unsigned long long)ex->v[i].seq);
+    }
+    cr_assert_eq(sessions, n_sessions, "%zu sessions trained, %zu produced", sessions, n_sessions);
+    cr_assert_eq(ex->n, n_sessions * per_session, "%zu examples trained, %llu produced", ex->n,
+                 (unsigned long long)(n_sessions * per_session));
+}
+
+typedef struct full_queues {
+    uint32_t depth, chunk;
+} full_queues;
+
+// Every producer's queue is too full for one more chunk (its pushes wait).
+static int
+queues_full(const stoker_status *st, const void *arg)
+{
+    const full_queues *f = arg;
+    if (st->n_producers == 0)
+        return 0;
+    for (uint32_t i = 0; i < st->n_producers; i++) {
+        if (st->producers[i].queued + f->chunk <= f->depth)
+            return 0;
+    }
+    return 1;
+}
+
+static proc_child *
+restart(proc_child *broker, const char *url, const char *const *bargs)
+{
+    proc_signal(broker, SIGKILL);
+    cr_assert(proc_wait(broker, 5000), "the broker did not die of SIGKILL");
+    stoker_sleep_ms(150, NULL); // the producers push into nothing meanwhile
+    return e2e_broker_start(url, bargs);
+}
+
+Test(durable, broker_sigkill_and_restart_three_times_loses_nothing)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    const char *const bargs[] = {"--queue-depth", "40", NULL};
+    proc_child *broker = e2e_broker_start(url, bargs);
+    enum { PER = 900 };
+    // Retention above the queue depth, so that the producers block on the broker's full queues.
+    const char *const pargs[] = {"--max-examples", "900", "--delay",  "0.0002:0.0005",
+                                 "--chunk",        "3",   "--linger", "60",
+                                 "--retain",       "200", NULL};
+    proc_child *p1 = e2e_producer_start(url, "keeper-1", pargs);
+    proc_child *p2 = e2e_producer_start(url, "keeper-2", pargs);
+    stoker_trainer_client *tc = e2e_trainer_client(url, 16, 20000);
+    e2e_examples ex = {0};
+
+    // 1: mid-run, while the trainer pulls.
+    cr_assert_eq(e2e_pull_n(tc, &ex, 300, 30000), STOKER_OK);
+    broker = restart(broker, url, bargs);
+
+    // 2: while both producers wait on full queues (nobody pulls).
+    cr_assert_eq(e2e_pull_n(tc, &ex, 700, 30000), STOKER_OK);
+    full_queues f = {.depth = 40, .chunk = 3};
+    cr_assert(h_wait_status(url, queues_full, &f, 10000), "the queues did not fill in 10 s");
+    stoker_sleep_ms(100, NULL);
+    broker = restart(broker, url, bargs);
+
+    // 3: again mid-run, soon after the last restart.
+    cr_assert_eq(e2e_pull_n(tc, &ex, 1200, 30000), STOKER_OK);
+    broker = restart(broker, url, bargs);
+    // Both still have examples to deliver: wait until the new broker knows them, or one that is
+    // slow to reconnect (a loaded machine) misses the supply's end the other one's goodbye makes.
+    cr_assert(h_wait_producer(url, "keeper-1", 0, 20000), "keeper-1 did not come back");
+    cr_assert(h_wait_producer(url, "keeper-2", 0, 20000), "keeper-2 did not come back");
+
+    int rv = e2e_drain(tc, &ex, 60000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p1, 0, 10000);
+    proc_assert_exit(p2, 0, 10000);
+    fprintf(stderr,
+            "durable: %zu examples trained across 3 broker restarts, %llu duplicates "
+            "dropped by the trainer's identity filter\n",
+            ex.n, (unsigned long long)stoker_trainer_client_duplicates(tc));
+    assert_exactly(&ex, 2, PER);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
+
+typedef struct accepted_at_least {
+    uint64_t n;
+} accepted_at_least;
+
+static int
+accepted(const stoker_status *st, const void *arg)
+{
+    const accepted_at_least *a = arg;
+    return st->n_producers == 1 && st->producers[0].accepted >= a->n;
+}
+
+Test(durable, a_full_retention_buffer_stalls_the_producer_without_loss)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    // Queues far larger than the retention bound: the producer stops at its bound, not theirs.
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "100000"));
+    proc_child *p =
+        e2e_producer_start(url, "bounded",
+                           PROC_ARGS("--retain", "30", "--max-examples", "200", "--delay", "0:0",
+                                     "--chunk", "3", "--linger", "30"));
+    accepted_at_least a = {.n = 30};
+    cr_assert(h_wait_status(url, accepted, &a, 10000), "the producer did not push 30 in 10 s");
+    stoker_sleep_ms(500, NULL); // nothing is trained: it must be waiting
+    stoker_status *st = h_status(url);
+    uint64_t held = st->producers[0].accepted;
+    stoker_status_destroy(st);
+    cr_assert_eq(held, 30, "with --retain 30 and nothing trained, the broker got %llu examples",
+                 (unsigned long long)held);
+    cr_assert_eq(proc_wait(p, 0), 0, "the stalled producer exited");
+
+    stoker_trainer_client *tc = e2e_trainer_client(url, 8, 10000);
+    e2e_examples ex = {0};
+    int rv = e2e_drain(tc, &ex, 30000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p, 0, 10000);
+    assert_exactly(&ex, 1, 200);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
+
+// --- commit with checkpoints --------------------------------------------------------------------
+
+static stoker_trainer_client *
+committing_client(const char *url, uint32_t batch, uint32_t stall_ms)
+{
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = url;
+    o.client.name = "committer";
+    o.batch_size = batch;
+    o.stall_timeout_ms = stall_ms;
+    o.commit = 1;
+    stoker_trainer_client *tc = NULL;
+    char err[256];
+    cr_assert_eq(stoker_trainer_client_create(&o, &tc, err, sizeof(err)), STOKER_OK, "%s", err);
+    return tc;
+}
+
+Test(durable, a_trainer_that_dies_between_commits_resumes_with_each_example_once)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "64"));
+    proc_child *p = e2e_producer_start(
+        url, "source",
+        PROC_ARGS("--max-examples", "400", "--delay", "0:0", "--chunk", "4", "--linger", "30"));
+
+    // The first trainer commits (a checkpoint) after 120 examples, trains 100 more, and dies.
+    stoker_trainer_client *t1 = committing_client(url, 8, 10000);
+    e2e_examples checkpoint = {0}, lost_work = {0};
+    cr_assert_eq(e2e_pull_n(t1, &checkpoint, 120, 10000), STOKER_OK);
+    cr_assert_eq(stoker_trainer_client_commit(t1), STOKER_OK);
+    cr_assert_eq(stoker_trainer_client_uncommitted(t1), 0);
+    cr_assert_eq(e2e_pull_n(t1, &lost_work, 100, 10000), STOKER_OK);
+    cr_assert_gt(stoker_trainer_client_uncommitted(t1), 0);
+    stoker_trainer_client_destroy(t1); // its uncommitted leases go back to the queues
+
+    // Resumed from the checkpoint: it must see every example after it, each once.
+    stoker_trainer_client *t2 = committing_client(url, 8, 10000);
+    e2e_examples resumed = {0};
+    int rv;
+    do {
+        rv = e2e_pull_n(t2, &resumed, resumed.n + 40, 30000);
+        cr_assert_eq(stoker_trainer_client_commit(t2), STOKER_OK);
+    } while (rv == STOKER_OK);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p, 0, 10000);
+
+    // The lineage: what the checkpoint holds plus what the resumed trainer trained.
+    e2e_examples lineage = {0};
+    for (size_t i = 0; i < checkpoint.n + resumed.n; i++) {
+        const e2e_example *e = i < checkpoint.n ? &checkpoint.v[i] : &resumed.v[i - checkpoint.n];
+        e2e_example copy = {.session = e->session, .seq = e->seq};
+        if (lineage.n == lineage.cap) {
+            lineage.cap = lineage.cap ? lineage.cap * 2 : 512;
+            lineage.v = realloc(lineage.v, lineage.cap * sizeof(*lineage.v));
+            cr_assert_not_null(lineage.v);
+        }
+        lineage.v[lineage.n++] = copy;
+    }
+    assert_exactly(&lineage, 1, 400);
+    fprintf(stderr,
+            "commit: checkpoint at %zu, %zu trained after it were redelivered, the "
+            "resumed trainer trained %zu\n",
+            checkpoint.n, lost_work.n, resumed.n);
+    cr_assert_geq(resumed.n, lost_work.n, "the uncommitted work was not redelivered");
+    e2e_examples_fini(&lineage);
+    e2e_examples_fini(&checkpoint);
+    e2e_examples_fini(&lost_work);
+    e2e_examples_fini(&resumed);
+    stoker_trainer_client_destroy(t2);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
+
+Test(durable, uncommitted_leases_stay_inside_max_bytes)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    // 44-byte examples: room for 64 of them, queued and held together.
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--queue-depth", "1000", "--max-bytes", "2816"));
+    proc_child *p =
+        e2e_producer_start(url, "source",
+                           PROC_ARGS("--max-examples", "200", "--delay", "0:0", "--chunk", "4",
+                                     "--retain", "1000", "--linger", "30"));
+    stoker_trainer_client *tc = committing_client(url, 8, 1500);
+    e2e_examples ex = {0};
+    // Without a commit the trainer gets at most 64 examples: then its pulls wait.
+    int rv = e2e_pull_n(tc, &ex, 200, 10000);
+    cr_assert_eq(rv, STOKER_STALLED, "pulling without commits ended with %s", stoker_errname(rv));
+    cr_assert_leq(ex.n, 64, "%zu examples delivered uncommitted, --max-bytes holds 64", ex.n);
+    cr_assert_geq(ex.n, 48, "only %zu examples before the bound", ex.n);
+    stoker_status *st = h_status(url);
+    cr_assert_leq(st->counters.queued + st->counters.in_flight, 64);
+    stoker_status_destroy(st);
+    // Committing frees the room: the rest arrives.
+    do {
+        cr_assert_eq(stoker_trainer_client_commit(tc), STOKER_OK);
+        rv = e2e_pull_n(tc, &ex, ex.n + 32, 10000);
+    } while (rv == STOKER_OK || rv == STOKER_STALLED);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    cr_assert_eq(stoker_trainer_client_commit(tc), STOKER_OK);
+    proc_assert_exit(p, 0, 10000);
+    assert_exactly(&ex, 1, 200);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
