@@ -98,8 +98,8 @@ typedef struct trainer {
     uint64_t event_cursor; // index of the last event sent
     lease *leases;
     uint32_t parked_pulls;
-    int in_arena;            // its last batch went through shared memory
-    int commit; // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
+    int in_arena; // its last batch went through shared memory
+    int commit;   // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
     uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
