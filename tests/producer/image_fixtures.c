@@ -4,7 +4,10 @@
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
+
+#include <png.h>
 
 char img_root[64];
 
@@ -44,4 +47,17 @@ void
 img_make_dir(const char *rel)
 {
     cr_assert_eq(mkdir(img_path_in(rel), 0755), 0, "mkdir %s", rel);
+}
+
+void
+img_write_png(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, uint32_t format)
+{
+    png_image png;
+    memset(&png, 0, sizeof png);
+    png.version = PNG_IMAGE_VERSION;
+    png.width = w;
+    png.height = h;
+    png.format = format;
+    cr_assert(png_image_write_to_file(&png, img_path_in(rel), 0, pixels, 0, NULL), "png %s: %s",
+              rel, png.message);
 }

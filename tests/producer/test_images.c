@@ -48,19 +48,6 @@ pattern(uint32_t w, uint32_t h, int main)
 }
 
 static void
-write_png(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, uint32_t format)
-{
-    png_image png;
-    memset(&png, 0, sizeof png);
-    png.version = PNG_IMAGE_VERSION;
-    png.width = w;
-    png.height = h;
-    png.format = format;
-    cr_assert(png_image_write_to_file(&png, img_path_in(rel), 0, pixels, 0, NULL), "png %s: %s",
-              rel, png.message);
-}
-
-static void
 write_jpeg(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, int components)
 {
     FILE *f = fopen(img_path_in(rel), "wb");
@@ -112,7 +99,7 @@ make_three_classes(void)
             if (i == 1)
                 write_jpeg(rel, rgb, w, h, 3);
             else
-                write_png(rel, rgb, w, h, PNG_FORMAT_RGB);
+                img_write_png(rel, rgb, w, h, PNG_FORMAT_RGB);
             free(rgb);
         }
         snprintf(rel, sizeof rel, "%s/notes.txt", classes[c]);
@@ -258,7 +245,7 @@ Test(images, seeds_vary_crop_and_flip)
             p[1] = 100;
             p[2] = (uint8_t)(2 * y);
         }
-    write_png("only/ramp.png", rgb, w, h, PNG_FORMAT_RGB);
+    img_write_png("only/ramp.png", rgb, w, h, PNG_FORMAT_RGB);
     free(rgb);
     stoker_generator gen;
     create(&gen, SIZE);
@@ -315,7 +302,7 @@ Test(images, grayscale_jpeg_and_rgba_png_decode)
         rgba[4 * i + 2] = 60;
         rgba[4 * i + 3] = 0; // fully transparent: alpha is dropped, not composited
     }
-    write_png("rgba/a.png", rgba, 16, 16, PNG_FORMAT_RGBA);
+    img_write_png("rgba/a.png", rgba, 16, 16, PNG_FORMAT_RGBA);
     stoker_generator gen;
     create(&gen, SIZE);
     int seen[2] = {0};

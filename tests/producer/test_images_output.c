@@ -42,13 +42,7 @@ static void
 write_png(const char *rel, uint32_t w, uint32_t h, uint32_t salt)
 {
     uint8_t *px = pattern(w, h, salt);
-    png_image png;
-    memset(&png, 0, sizeof png);
-    png.version = PNG_IMAGE_VERSION;
-    png.width = w;
-    png.height = h;
-    png.format = PNG_FORMAT_RGB;
-    cr_assert(png_image_write_to_file(&png, img_path_in(rel), 0, px, 0, NULL), "png %s", rel);
+    img_write_png(rel, px, w, h, PNG_FORMAT_RGB);
     free(px);
 }
 
