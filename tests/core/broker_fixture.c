@@ -29,6 +29,14 @@ bf_init(void)
 }
 
 void
+bf_create(const broker_config *cfg)
+{
+    bf_now_ms = 1000;
+    bf_broker = broker_create(cfg, bf_now_ms);
+    cr_assert_not_null(bf_broker);
+}
+
+void
 bf_fini(void)
 {
     broker_outbox out = {0};

@@ -2,9 +2,9 @@
 // requests are handed to broker_handle as the transport would, tokens are fake (1, 2, 3...), time
 // is a number the test advances, every reply is decoded and kept by token, and after every step
 // the accounting identity produced == acknowledged + queued + in_flight is checked. Names start
-// with bf_ (broker fixture) as helpers.h's start with h_. This file does not build the broker:
-// each test makes bf_broker with its own configuration, at bf_now_ms, and owns the suite's
-// setup; it does not build requests either (helpers.h does).
+// with bf_ (broker fixture) as helpers.h's start with h_. This file does not choose the broker's
+// configuration (each test passes its own to bf_create, or makes bf_broker itself) nor own the
+// suite's setup, and it does not build requests (helpers.h does).
 #ifndef TESTS_CORE_BROKER_FIXTURE_H
 #define TESTS_CORE_BROKER_FIXTURE_H
 
@@ -19,6 +19,8 @@ extern uint64_t bf_now_ms;
 
 // Call from a suite's .init before making bf_broker: tokens start at 1, no replies are kept.
 void bf_init(void);
+// Makes bf_broker from cfg at time 1000 ms (bf_now_ms); fails the test if it cannot.
+void bf_create(const broker_config *cfg);
 // Call from a suite's .fini: destroys bf_broker (its goodbyes are dropped) and frees every kept
 // reply.
 void bf_fini(void);

@@ -31,9 +31,7 @@ make_broker(uint32_t queue_depth)
     cfg.park_ms = 250;
     cfg.producer_timeout_ms = 3000;
     cfg.trainer_timeout_ms = 10000;
-    bf_now_ms = 1000;
-    bf_broker = broker_create(&cfg, bf_now_ms);
-    cr_assert_not_null(bf_broker);
+    bf_create(&cfg);
 }
 
 static void
