@@ -8,10 +8,9 @@
 #include <criterion/criterion.h>
 
 #include "broker.h"
+#include "broker_fixture.h"
 #include "helpers.h"
 #include "stoker/error.h"
-
-#define MAX_REPLIES 256
 
 // Producers' sessions are 11, 12, 13...; trainers' 21, 22...; pipes equal sessions.
 #define P1 11
@@ -21,45 +20,6 @@
 #define T2 22
 
 static stoker_schema schema;
-static broker *b;
-static uint64_t now_ms;
-static uintptr_t next_token;
-static struct {
-    uintptr_t token;
-    stoker_reply *rep;
-} replies[MAX_REPLIES];
-static size_t n_replies;
-
-static void
-check_identity(const char *after)
-{
-    stoker_counters c;
-    broker_counters(b, &c);
-    cr_assert_eq(c.produced, c.acknowledged + c.queued + c.in_flight,
-                 "after %s: produced %llu != acknowledged %llu + queued %llu + in_flight %llu",
-                 after, (unsigned long long)c.produced, (unsigned long long)c.acknowledged,
-                 (unsigned long long)c.queued, (unsigned long long)c.in_flight);
-}
-
-// Decodes everything the broker wants to send and keeps it by token.
-static void
-collect(broker_outbox *out)
-{
-    for (size_t i = 0; i < out->n; i++) {
-        cr_assert_not_null(out->items[i].msg, "the broker could not encode a reply");
-        cr_assert_lt(n_replies, MAX_REPLIES);
-        stoker_reply *rep = NULL;
-        char err[256];
-        nng_msg *msg = out->items[i].msg;
-        cr_assert_eq(
-            stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err, sizeof(err)),
-            STOKER_OK, "undecodable reply: %s", err);
-        replies[n_replies].token = (uintptr_t)out->items[i].token;
-        replies[n_replies].rep = rep;
-        n_replies++;
-    }
-    broker_outbox_fini(out);
-}
 
 static void
 make_broker(uint32_t queue_depth)
@@ -71,9 +31,7 @@ make_broker(uint32_t queue_depth)
     cfg.park_ms = 250;
     cfg.producer_timeout_ms = 3000;
     cfg.trainer_timeout_ms = 10000;
-    now_ms = 1000;
-    b = broker_create(&cfg, now_ms);
-    cr_assert_not_null(b);
+    bf_create(&cfg);
 }
 
 static void
@@ -81,20 +39,14 @@ setup(void)
 {
     h_setup();
     h_schema(&schema);
-    next_token = 1;
-    n_replies = 0;
+    bf_init();
     make_broker(64);
 }
 
 static void
 teardown(void)
 {
-    broker_outbox out = {0};
-    broker_destroy(b, &out);
-    broker_outbox_fini(&out);
-    for (size_t i = 0; i < n_replies; i++)
-        stoker_reply_free(replies[i].rep);
-    n_replies = 0;
+    bf_fini();
     h_teardown();
 }
 
@@ -113,82 +65,29 @@ static void
 remake(uint32_t depth)
 {
     broker_outbox out = {0};
-    broker_destroy(b, &out);
+    broker_destroy(bf_broker, &out);
     broker_outbox_fini(&out);
     make_broker(depth);
-}
-
-// Hands req to the broker on pipe; returns the token its reply will carry.
-static uintptr_t
-handle(uint32_t pipe, stoker_request *req)
-{
-    uintptr_t token = next_token++;
-    broker_outbox out = {0};
-    broker_handle(b, (void *)token, pipe, req, now_ms, &out);
-    collect(&out);
-    check_identity("a request");
-    return token;
-}
-
-static void
-tick(uint64_t advance_ms)
-{
-    now_ms += advance_ms;
-    broker_outbox out = {0};
-    broker_tick(b, now_ms, &out);
-    collect(&out);
-    check_identity("a tick");
-}
-
-static void
-pipe_closed(uint32_t pipe)
-{
-    broker_outbox out = {0};
-    broker_pipe_closed(b, pipe, now_ms, &out);
-    collect(&out);
-    check_identity("a closed pipe");
-}
-
-// The reply for token (owned by the test until teardown), or NULL if not answered yet.
-static stoker_reply *
-reply(uintptr_t token)
-{
-    for (size_t i = 0; i < n_replies; i++) {
-        if (replies[i].token == token)
-            return replies[i].rep;
-    }
-    return NULL;
-}
-
-// The reply for token, which must exist, with its code.
-static stoker_reply *
-answered(uintptr_t token, int code)
-{
-    stoker_reply *rep = reply(token);
-    cr_assert_not_null(rep, "request %lu was not answered", (unsigned long)token);
-    cr_assert_eq(rep->code, code, "request %lu answered %s (%s), expected %s", (unsigned long)token,
-                 stoker_errname(rep->code), rep->message, stoker_errname(code));
-    return rep;
 }
 
 static stoker_counters
 counters(void)
 {
     stoker_counters c;
-    broker_counters(b, &c);
+    broker_counters(bf_broker, &c);
     return c;
 }
 
 static void
 hello_producer(uint64_t session, const char *name)
 {
-    answered(handle((uint32_t)session, h_hello_producer(session, name, &schema)), STOKER_OK);
+    bf_answered(bf_handle((uint32_t)session, h_hello_producer(session, name, &schema)), STOKER_OK);
 }
 
 static void
 hello_trainer(uint64_t session)
 {
-    answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
+    bf_answered(bf_handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
 }
 
 // A trainer that joins after the producers: its hello reply lists them (suite snapshot).
@@ -196,20 +95,20 @@ static void
 hello_trainer_after_producers(uint64_t session)
 {
     stoker_reply *rep =
-        answered(handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
+        bf_answered(bf_handle((uint32_t)session, h_hello_trainer(session, "trainer")), STOKER_OK);
     cr_assert_gt(rep->n_events, 0, "no snapshot of the producers in the hello reply");
 }
 
 static uintptr_t
 push(uint64_t session, uint64_t first_seq, uint32_t count)
 {
-    return handle((uint32_t)session, h_push(session, &schema, first_seq, count));
+    return bf_handle((uint32_t)session, h_push(session, &schema, first_seq, count));
 }
 
 static uintptr_t
 pull(uint64_t session, uint32_t max, uint32_t wait_ms)
 {
-    return handle((uint32_t)session, h_pull(session, max, wait_ms, 0, NULL));
+    return bf_handle((uint32_t)session, h_pull(session, max, wait_ms, 0, NULL));
 }
 
 // Checks that a pull reply's runs describe its examples' tags.
@@ -235,9 +134,9 @@ check_batch(const stoker_reply *rep)
 Test(push, resent_push_is_acknowledged_but_not_appended)
 {
     hello_producer(P1, "p1");
-    stoker_reply *rep = answered(push(P1, 0, 3), STOKER_OK);
+    stoker_reply *rep = bf_answered(push(P1, 0, 3), STOKER_OK);
     cr_assert_eq(rep->acked_through, 3);
-    rep = answered(push(P1, 0, 3), STOKER_OK);
+    rep = bf_answered(push(P1, 0, 3), STOKER_OK);
     cr_assert_eq(rep->acked_through, 3, "a resend is acknowledged through what is held");
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 3);
@@ -247,12 +146,12 @@ Test(push, resent_push_is_acknowledged_but_not_appended)
 Test(push, overlapping_push_appends_only_the_new_tail)
 {
     hello_producer(P1, "p1");
-    answered(push(P1, 0, 3), STOKER_OK);
-    stoker_reply *rep = answered(push(P1, 1, 4), STOKER_OK); // seqs 1..4: 3 and 4 are new
+    bf_answered(push(P1, 0, 3), STOKER_OK);
+    stoker_reply *rep = bf_answered(push(P1, 1, 4), STOKER_OK); // seqs 1..4: 3 and 4 are new
     cr_assert_eq(rep->acked_through, 5);
     cr_assert_eq(counters().produced, 5);
     hello_trainer(T1);
-    rep = answered(pull(T1, 5, 0), STOKER_OK);
+    rep = bf_answered(pull(T1, 5, 0), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 5);
     check_batch(rep);
     uint64_t expect = 0;
@@ -266,8 +165,8 @@ Test(push, overlapping_push_appends_only_the_new_tail)
 Test(push, push_with_a_gap_in_seq_is_refused)
 {
     hello_producer(P1, "p1");
-    answered(push(P1, 0, 3), STOKER_OK);
-    stoker_reply *rep = answered(push(P1, 5, 2), STOKER_SEQ_GAP);
+    bf_answered(push(P1, 0, 3), STOKER_OK);
+    stoker_reply *rep = bf_answered(push(P1, 5, 2), STOKER_SEQ_GAP);
     cr_assert(strstr(rep->message, "expects 3") != NULL, "message: %s", rep->message);
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 3);
@@ -278,7 +177,7 @@ Test(push, push_with_a_gap_in_seq_is_refused)
 Test(push, push_from_an_unknown_session_is_refused)
 {
     hello_producer(P1, "p1");
-    answered(push(P2, 0, 3), STOKER_UNKNOWN_PEER);
+    bf_answered(push(P2, 0, 3), STOKER_UNKNOWN_PEER);
     cr_assert_eq(counters().produced, 0);
 }
 
@@ -286,7 +185,7 @@ Test(push, chunk_larger_than_the_queue_is_refused)
 {
     remake(4);
     hello_producer(P1, "p1");
-    answered(push(P1, 0, 5), STOKER_TOO_LARGE);
+    bf_answered(push(P1, 0, 5), STOKER_TOO_LARGE);
     cr_assert_eq(counters().produced, 0);
 }
 
@@ -296,13 +195,13 @@ Test(backpressure, push_beyond_queue_depth_waits_then_gets_retry)
 {
     remake(4);
     hello_producer(P1, "p1");
-    answered(push(P1, 0, 3), STOKER_OK);
+    bf_answered(push(P1, 0, 3), STOKER_OK);
     uintptr_t parked = push(P1, 3, 3);
-    cr_assert_null(reply(parked), "a push that does not fit must wait");
-    tick(249);
-    cr_assert_null(reply(parked), "answered before the park time expired");
-    tick(1);
-    answered(parked, STOKER_RETRY);
+    cr_assert_null(bf_reply(parked), "a push that does not fit must wait");
+    bf_tick(249);
+    cr_assert_null(bf_reply(parked), "answered before the park time expired");
+    bf_tick(1);
+    bf_answered(parked, STOKER_RETRY);
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 3);
     cr_assert_eq(c.queued, 3, "the queue never holds more than its depth");
@@ -313,14 +212,14 @@ Test(backpressure, room_freed_by_a_pull_lets_the_parked_push_in)
     remake(4);
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
     uintptr_t parked = push(P1, 4, 2);
-    cr_assert_null(reply(parked));
-    tick(100);
-    cr_assert_null(reply(parked));
-    stoker_reply *rep = answered(pull(T1, 2, 0), STOKER_OK);
+    cr_assert_null(bf_reply(parked));
+    bf_tick(100);
+    cr_assert_null(bf_reply(parked));
+    stoker_reply *rep = bf_answered(pull(T1, 2, 0), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 2);
-    rep = answered(parked, STOKER_OK);
+    rep = bf_answered(parked, STOKER_OK);
     cr_assert_eq(rep->acked_through, 6);
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 6);
@@ -333,14 +232,14 @@ Test(backpressure, a_later_push_does_not_overtake_a_parked_one)
     remake(4);
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
     uintptr_t first = push(P1, 4, 2);
     uintptr_t resend = push(P1, 4, 2); // the client gave up waiting and resent
-    cr_assert_null(reply(first));
-    cr_assert_null(reply(resend));
-    answered(pull(T1, 4, 0), STOKER_OK);
-    cr_assert_eq(answered(first, STOKER_OK)->acked_through, 6);
-    cr_assert_eq(answered(resend, STOKER_OK)->acked_through, 6);
+    cr_assert_null(bf_reply(first));
+    cr_assert_null(bf_reply(resend));
+    bf_answered(pull(T1, 4, 0), STOKER_OK);
+    cr_assert_eq(bf_answered(first, STOKER_OK)->acked_through, 6);
+    cr_assert_eq(bf_answered(resend, STOKER_OK)->acked_through, 6);
     cr_assert_eq(counters().produced, 6, "the resend appended nothing");
 }
 
@@ -350,12 +249,12 @@ Test(lease, ack_frees_the_examples_once)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
-    stoker_reply *rep = answered(pull(T1, 4, 0), STOKER_OK);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 4, 0), STOKER_OK);
     uint64_t lease = rep->lease;
     cr_assert_neq(lease, 0);
     cr_assert_eq(counters().in_flight, 4);
-    answered(handle(T1, h_ack(T1, 1, &lease)), STOKER_OK);
+    bf_answered(bf_handle(T1, h_ack(T1, 1, &lease)), STOKER_OK);
     stoker_counters c = counters();
     cr_assert_eq(c.acknowledged, 4);
     cr_assert_eq(c.in_flight, 0);
@@ -365,13 +264,13 @@ Test(lease, double_ack_is_refused_and_changes_nothing)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
-    answered(push(P1, 4, 4), STOKER_OK);
-    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
-    answered(pull(T1, 2, 0), STOKER_OK); // another lease stays in flight
-    answered(handle(T1, h_ack(T1, 1, &lease)), STOKER_OK);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    bf_answered(push(P1, 4, 4), STOKER_OK);
+    uint64_t lease = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_answered(pull(T1, 2, 0), STOKER_OK); // another lease stays in flight
+    bf_answered(bf_handle(T1, h_ack(T1, 1, &lease)), STOKER_OK);
     stoker_counters before = counters();
-    stoker_reply *rep = answered(handle(T1, h_ack(T1, 1, &lease)), STOKER_NOT_FOUND);
+    stoker_reply *rep = bf_answered(bf_handle(T1, h_ack(T1, 1, &lease)), STOKER_NOT_FOUND);
     cr_assert_eq(rep->acks_refused, 1);
     stoker_counters after = counters();
     cr_assert_eq(after.acknowledged, before.acknowledged);
@@ -385,11 +284,11 @@ Test(lease, unknown_lease_is_refused_and_changes_nothing)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
-    answered(pull(T1, 4, 0), STOKER_OK);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    bf_answered(pull(T1, 4, 0), STOKER_OK);
     stoker_counters before = counters();
     uint64_t bogus = 987654321;
-    stoker_reply *rep = answered(handle(T1, h_ack(T1, 1, &bogus)), STOKER_NOT_FOUND);
+    stoker_reply *rep = bf_answered(bf_handle(T1, h_ack(T1, 1, &bogus)), STOKER_NOT_FOUND);
     cr_assert_eq(rep->acks_refused, 1);
     cr_assert(strstr(rep->message, "unknown or already acknowledged") != NULL, "message: %s",
               rep->message);
@@ -403,9 +302,9 @@ Test(lease, ack_of_another_trainers_lease_is_refused)
     hello_producer(P1, "p1");
     hello_trainer(T1);
     hello_trainer(T2);
-    answered(push(P1, 0, 4), STOKER_OK);
-    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
-    answered(handle(T2, h_ack(T2, 1, &lease)), STOKER_NOT_FOUND);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    uint64_t lease = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_answered(bf_handle(T2, h_ack(T2, 1, &lease)), STOKER_NOT_FOUND);
     cr_assert_eq(counters().in_flight, 4);
 }
 
@@ -413,10 +312,10 @@ Test(lease, piggybacked_refused_ack_is_reported_in_the_pull_reply)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 8), STOKER_OK);
-    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_answered(push(P1, 0, 8), STOKER_OK);
+    uint64_t lease = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
     uint64_t acks[2] = {lease, lease};
-    stoker_reply *rep = answered(handle(T1, h_pull(T1, 4, 0, 2, acks)), STOKER_OK);
+    stoker_reply *rep = bf_answered(bf_handle(T1, h_pull(T1, 4, 0, 2, acks)), STOKER_OK);
     cr_assert_eq(rep->acks_refused, 1, "the second ack of the same lease is refused");
     cr_assert_eq(rep->chunk.count, 4);
     stoker_counters c = counters();
@@ -431,17 +330,17 @@ Test(redelivery, closed_trainer_pipe_returns_leases_to_the_head_of_the_queue)
     hello_producer(P1, "p1");
     hello_trainer(T1);
     hello_trainer(T2);
-    answered(push(P1, 0, 6), STOKER_OK);
-    answered(pull(T1, 2, 0), STOKER_OK); // seqs 0, 1
-    answered(pull(T1, 2, 0), STOKER_OK); // seqs 2, 3
+    bf_answered(push(P1, 0, 6), STOKER_OK);
+    bf_answered(pull(T1, 2, 0), STOKER_OK); // seqs 0, 1
+    bf_answered(pull(T1, 2, 0), STOKER_OK); // seqs 2, 3
     cr_assert_eq(counters().in_flight, 4);
-    pipe_closed(T1);
+    bf_pipe_closed(T1);
     stoker_counters c = counters();
     cr_assert_eq(c.in_flight, 0);
     cr_assert_eq(c.queued, 6);
     cr_assert_eq(c.redelivered, 4);
     cr_assert_eq(c.trainers, 1);
-    stoker_reply *rep = answered(pull(T2, 6, 0), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T2, 6, 0), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 6);
     check_batch(rep);
     uint64_t expect = 0;
@@ -455,11 +354,11 @@ Test(redelivery, ack_after_redelivery_is_refused)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
-    uint64_t lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
-    pipe_closed(T1);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    uint64_t lease = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_pipe_closed(T1);
     // The trainer reconnects on a new pipe and acknowledges what it had: too late.
-    answered(handle(T1 + 100, h_ack(T1, 1, &lease)), STOKER_NOT_FOUND);
+    bf_answered(bf_handle(T1 + 100, h_ack(T1, 1, &lease)), STOKER_NOT_FOUND);
     stoker_counters c = counters();
     cr_assert_eq(c.acknowledged, 0);
     cr_assert_eq(c.queued, 4);
@@ -469,10 +368,10 @@ Test(redelivery, silent_trainer_is_dropped_and_its_leases_redelivered)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
-    answered(pull(T1, 4, 0), STOKER_OK);
-    answered(handle(P1, h_simple(STOKER_HEARTBEAT, P1)), STOKER_OK);
-    tick(10001);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    bf_answered(pull(T1, 4, 0), STOKER_OK);
+    bf_answered(bf_handle(P1, h_simple(STOKER_HEARTBEAT, P1)), STOKER_OK);
+    bf_tick(10001);
     stoker_counters c = counters();
     cr_assert_eq(c.redelivered, 4);
     cr_assert_eq(c.queued, 4);
@@ -488,11 +387,11 @@ Test(fairness, pulls_mix_producers_round_robin)
     hello_producer(P3, "p3");
     hello_trainer(T1);
     // P1 is much faster than the others.
-    answered(push(P1, 0, 30), STOKER_OK);
-    answered(push(P2, 0, 6), STOKER_OK);
-    answered(push(P3, 0, 6), STOKER_OK);
+    bf_answered(push(P1, 0, 30), STOKER_OK);
+    bf_answered(push(P2, 0, 6), STOKER_OK);
+    bf_answered(push(P3, 0, 6), STOKER_OK);
     for (int round = 0; round < 4; round++) {
-        stoker_reply *rep = answered(pull(T1, 3, 0), STOKER_OK);
+        stoker_reply *rep = bf_answered(pull(T1, 3, 0), STOKER_OK);
         check_batch(rep);
         uint32_t per[3] = {0};
         for (uint32_t r = 0; r < rep->n_runs; r++)
@@ -502,7 +401,7 @@ Test(fairness, pulls_mix_producers_round_robin)
                   per[1], per[2]);
     }
     // A pull of 6 takes two of each.
-    stoker_reply *rep = answered(pull(T1, 6, 0), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 6, 0), STOKER_OK);
     uint32_t per[3] = {0};
     for (uint32_t r = 0; r < rep->n_runs; r++)
         per[rep->runs[r].session - P1] += rep->runs[r].count;
@@ -514,8 +413,8 @@ Test(fairness, an_empty_queue_does_not_hold_back_the_others)
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
     hello_trainer(T1);
-    answered(push(P1, 0, 10), STOKER_OK);
-    stoker_reply *rep = answered(pull(T1, 5, 0), STOKER_OK);
+    bf_answered(push(P1, 0, 10), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 5, 0), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 5);
 }
 
@@ -526,13 +425,13 @@ Test(supply, all_producers_finished_and_empty_queues_give_end_of_data)
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
     hello_trainer(T1);
-    answered(push(P1, 0, 2), STOKER_OK);
-    answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
-    answered(handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
+    bf_answered(push(P1, 0, 2), STOKER_OK);
+    bf_answered(bf_handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    bf_answered(bf_handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
     // What is left comes first, even short of a full batch.
-    stoker_reply *rep = answered(pull(T1, 4, 1000), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 4, 1000), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 2);
-    answered(pull(T1, 4, 1000), STOKER_END_OF_DATA);
+    bf_answered(pull(T1, 4, 1000), STOKER_END_OF_DATA);
 }
 
 Test(supply, a_lost_producer_and_empty_queues_give_no_producers)
@@ -540,21 +439,21 @@ Test(supply, a_lost_producer_and_empty_queues_give_no_producers)
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
     hello_trainer(T1);
-    answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    bf_answered(bf_handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
     // The news of P1's goodbye comes back at once, with no examples and no end.
-    stoker_reply *news = answered(pull(T1, 4, 1000), STOKER_OK);
+    stoker_reply *news = bf_answered(pull(T1, 4, 1000), STOKER_OK);
     cr_assert_eq(news->n_events, 1);
     cr_assert_eq(news->events[0].kind, STOKER_EVENT_PRODUCER_FINISHED);
     cr_assert_eq(news->chunk.count, 0);
     uintptr_t waiting = pull(T1, 4, 1000);
-    cr_assert_null(reply(waiting), "P2 is alive: the pull waits");
-    pipe_closed(P2);
+    cr_assert_null(bf_reply(waiting), "P2 is alive: the pull waits");
+    bf_pipe_closed(P2);
     // The waiting pull is answered at once with the end and the news of the loss.
-    stoker_reply *rep = answered(waiting, STOKER_NO_PRODUCERS);
+    stoker_reply *rep = bf_answered(waiting, STOKER_NO_PRODUCERS);
     cr_assert_eq(rep->n_events, 1, "the waiting pull brings the loss");
     cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_LOST);
     cr_assert_str_eq(rep->events[0].name, "p2");
-    rep = answered(pull(T1, 4, 1000), STOKER_NO_PRODUCERS);
+    rep = bf_answered(pull(T1, 4, 1000), STOKER_NO_PRODUCERS);
     cr_assert(strstr(rep->message, "1 lost, 1 finished") != NULL, "message: %s", rep->message);
 }
 
@@ -562,27 +461,27 @@ Test(supply, silent_producer_is_lost_after_the_timeout)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 2), STOKER_OK);
-    tick(2999);
+    bf_answered(push(P1, 0, 2), STOKER_OK);
+    bf_tick(2999);
     cr_assert_eq(counters().producers_alive, 1);
-    tick(2);
+    bf_tick(2);
     cr_assert_eq(counters().producers_alive, 0);
     // Its queued examples stay deliverable.
-    stoker_reply *rep = answered(pull(T1, 4, 0), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 4, 0), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 2);
     int lost = 0;
     for (uint32_t i = 0; i < rep->n_events; i++)
         lost += rep->events[i].kind == STOKER_EVENT_PRODUCER_LOST;
     cr_assert_eq(lost, 1);
-    answered(pull(T1, 4, 0), STOKER_NO_PRODUCERS);
+    bf_answered(pull(T1, 4, 0), STOKER_NO_PRODUCERS);
 }
 
 Test(supply, no_producer_yet_is_not_the_end)
 {
     hello_trainer(T1);
-    uintptr_t t = handle(T1, h_pull(T1, 4, 100, 0, NULL));
+    uintptr_t t = bf_handle(T1, h_pull(T1, 4, 100, 0, NULL));
     // No schema yet: the broker asks for a hello first; no end of supply is reported.
-    stoker_reply *rep = reply(t);
+    stoker_reply *rep = bf_reply(t);
     if (rep != NULL)
         cr_assert(rep->code != STOKER_NO_PRODUCERS && rep->code != STOKER_END_OF_DATA,
                   "answered %s", stoker_errname(rep->code));
@@ -596,7 +495,7 @@ Test(schema, mismatch_is_refused_with_a_message_naming_both_schemas)
     stoker_schema other;
     h_schema_parse("input:float32[12],output:float32[1]", &other);
     stoker_reply *rep =
-        answered(handle(P2, h_hello_producer(P2, "aug-3", &other)), STOKER_SCHEMA_MISMATCH);
+        bf_answered(bf_handle(P2, h_hello_producer(P2, "aug-3", &other)), STOKER_SCHEMA_MISMATCH);
     char want[512], got[512];
     stoker_schema_format(&schema, want, sizeof(want));
     stoker_schema_format(&other, got, sizeof(got));
@@ -610,22 +509,22 @@ Test(schema, mismatch_is_refused_with_a_message_naming_both_schemas)
               got, rep->message);
     cr_assert(strstr(rep->message, "aug-3") != NULL, "message does not name the producer: %s",
               rep->message);
-    answered(push(P2, 0, 1), STOKER_UNKNOWN_PEER);
+    bf_answered(push(P2, 0, 1), STOKER_UNKNOWN_PEER);
 }
 
 Test(schema, broker_started_with_a_schema_refuses_another)
 {
     broker_outbox out = {0};
-    broker_destroy(b, &out);
+    broker_destroy(bf_broker, &out);
     broker_outbox_fini(&out);
     broker_config cfg;
     broker_config_init(&cfg);
     cfg.has_schema = 1;
     h_schema_parse("x:uint8[4]", &cfg.schema);
-    b = broker_create(&cfg, now_ms);
-    cr_assert_not_null(b);
+    bf_broker = broker_create(&cfg, bf_now_ms);
+    cr_assert_not_null(bf_broker);
     stoker_reply *rep =
-        answered(handle(P1, h_hello_producer(P1, "p1", &schema)), STOKER_SCHEMA_MISMATCH);
+        bf_answered(bf_handle(P1, h_hello_producer(P1, "p1", &schema)), STOKER_SCHEMA_MISMATCH);
     cr_assert(strstr(rep->message, "x:uint8[4]") != NULL, "message: %s", rep->message);
 }
 
@@ -634,9 +533,10 @@ Test(schema, broker_started_with_a_schema_refuses_another)
 Test(refuse, undecodable_request_is_answered_and_counted)
 {
     broker_outbox out = {0};
-    broker_refuse(b, (void *)(uintptr_t)99, 5, STOKER_INVALID, "not a valid stoker request", &out);
-    collect(&out);
-    stoker_reply *rep = answered(99, STOKER_INVALID);
+    broker_refuse(bf_broker, (void *)(uintptr_t)99, 5, STOKER_INVALID, "not a valid stoker request",
+                  &out);
+    bf_collect(&out);
+    stoker_reply *rep = bf_answered(99, STOKER_INVALID);
     cr_assert_str_eq(rep->message, "not a valid stoker request");
     cr_assert_eq(counters().refused, 1);
 }
@@ -646,7 +546,7 @@ Test(refuse, push_whose_blobs_do_not_fit_the_schema_is_refused)
     hello_producer(P1, "p1");
     stoker_schema small;
     h_schema_parse("input:float32[2],output:float32[1]", &small);
-    answered(handle(P1, h_push(P1, &small, 0, 2)), STOKER_INVALID);
+    bf_answered(bf_handle(P1, h_push(P1, &small, 0, 2)), STOKER_INVALID);
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 0);
     cr_assert_eq(c.queued, 0);
@@ -657,21 +557,21 @@ Test(refuse, push_whose_blobs_do_not_fit_the_schema_is_refused)
 Test(backpressure, max_bytes_bounds_all_queues_together)
 {
     broker_outbox out = {0};
-    broker_destroy(b, &out);
+    broker_destroy(bf_broker, &out);
     broker_outbox_fini(&out);
     broker_config cfg;
     broker_config_init(&cfg);
     cfg.max_bytes = 5 * stoker_schema_example_bytes(&schema); // room for 5 examples in all
-    b = broker_create(&cfg, now_ms);
-    cr_assert_not_null(b);
+    bf_broker = broker_create(&cfg, bf_now_ms);
+    cr_assert_not_null(bf_broker);
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
-    answered(push(P1, 0, 3), STOKER_OK);
+    bf_answered(push(P1, 0, 3), STOKER_OK);
     uintptr_t parked = push(P2, 0, 3);
-    cr_assert_null(reply(parked), "6 examples would exceed max_bytes");
-    tick(250);
-    answered(parked, STOKER_RETRY);
-    answered(push(P2, 0, 2), STOKER_OK);
+    cr_assert_null(bf_reply(parked), "6 examples would exceed max_bytes");
+    bf_tick(250);
+    bf_answered(parked, STOKER_RETRY);
+    bf_answered(push(P2, 0, 2), STOKER_OK);
     stoker_counters c = counters();
     cr_assert_eq(c.queued, 5);
     cr_assert_eq(c.queued_bytes, cfg.max_bytes);
@@ -681,20 +581,20 @@ Test(backpressure, parked_push_of_a_lost_producer_is_answered)
 {
     remake(2);
     hello_producer(P1, "p1");
-    answered(push(P1, 0, 2), STOKER_OK);
+    bf_answered(push(P1, 0, 2), STOKER_OK);
     uintptr_t parked = push(P1, 2, 2);
-    cr_assert_null(reply(parked));
-    pipe_closed(P1);
-    answered(parked, STOKER_RETRY);
+    cr_assert_null(bf_reply(parked));
+    bf_pipe_closed(P1);
+    bf_answered(parked, STOKER_RETRY);
     cr_assert_eq(counters().produced, 2);
 }
 
 Test(push, push_after_goodbye_is_refused)
 {
     hello_producer(P1, "p1");
-    answered(push(P1, 0, 2), STOKER_OK);
-    answered(handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
-    answered(push(P1, 2, 2), STOKER_INVALID);
+    bf_answered(push(P1, 0, 2), STOKER_OK);
+    bf_answered(bf_handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    bf_answered(push(P1, 2, 2), STOKER_INVALID);
     cr_assert_eq(counters().produced, 2);
 }
 
@@ -702,17 +602,18 @@ Test(push, reconnected_producer_resumes_its_seq_and_is_reported)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 3), STOKER_OK);
-    pipe_closed(P1);
+    bf_answered(push(P1, 0, 3), STOKER_OK);
+    bf_pipe_closed(P1);
     cr_assert_eq(counters().producers_alive, 0);
     // Hello again with the same session on a new pipe: the broker still knows seqs 0..2.
-    stoker_reply *rep = answered(handle(P1 + 100, h_hello_producer(P1, "p1", &schema)), STOKER_OK);
+    stoker_reply *rep =
+        bf_answered(bf_handle(P1 + 100, h_hello_producer(P1, "p1", &schema)), STOKER_OK);
     cr_assert_eq(rep->next_seq, 3);
     cr_assert_eq(counters().producers_alive, 1);
-    answered(push(P1, 0, 3), STOKER_OK); // a resend from before the reconnect: nothing new
-    answered(push(P1, 3, 1), STOKER_OK);
+    bf_answered(push(P1, 0, 3), STOKER_OK); // a resend from before the reconnect: nothing new
+    bf_answered(push(P1, 3, 1), STOKER_OK);
     cr_assert_eq(counters().produced, 4);
-    rep = answered(pull(T1, 4, 0), STOKER_OK);
+    rep = bf_answered(pull(T1, 4, 0), STOKER_OK);
     int kinds[8] = {0};
     for (uint32_t i = 0; i < rep->n_events; i++)
         kinds[rep->events[i].kind]++;
@@ -728,11 +629,11 @@ Test(short_batch, a_full_batch_waits_while_more_can_come)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 3), STOKER_OK);
+    bf_answered(push(P1, 0, 3), STOKER_OK);
     uintptr_t t = pull(T1, 8, 500);
-    cr_assert_null(reply(t), "a pull of 8 with 3 queued was answered at once");
-    answered(push(P1, 3, 5), STOKER_OK);
-    stoker_reply *rep = answered(t, STOKER_OK);
+    cr_assert_null(bf_reply(t), "a pull of 8 with 3 queued was answered at once");
+    bf_answered(push(P1, 3, 5), STOKER_OK);
+    stoker_reply *rep = bf_answered(t, STOKER_OK);
     cr_assert_eq(rep->chunk.count, 8);
     check_batch(rep);
 }
@@ -741,12 +642,12 @@ Test(short_batch, a_pull_whose_wait_is_over_gets_what_is_queued)
 {
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 3), STOKER_OK);
+    bf_answered(push(P1, 0, 3), STOKER_OK);
     uintptr_t t = pull(T1, 8, 500);
-    tick(499);
-    cr_assert_null(reply(t), "answered before its wait was over");
-    tick(1);
-    stoker_reply *rep = answered(t, STOKER_OK);
+    bf_tick(499);
+    cr_assert_null(bf_reply(t), "answered before its wait was over");
+    bf_tick(1);
+    stoker_reply *rep = bf_answered(t, STOKER_OK);
     cr_assert_eq(rep->chunk.count, 3,
                  "data that trickles in slower than a batch fills is not "
                  "held back (a trainer would report a false stall)");
@@ -759,12 +660,12 @@ Test(short_batch, a_batch_larger_than_the_queues_can_hold_is_delivered_short)
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
+    bf_answered(push(P1, 0, 4), STOKER_OK);
     uintptr_t t = pull(T1, 16, 5000);
-    cr_assert_null(reply(t), "answered while P2's queue could still take examples");
-    answered(push(P2, 0, 4), STOKER_OK);
+    cr_assert_null(bf_reply(t), "answered while P2's queue could still take examples");
+    bf_answered(push(P2, 0, 4), STOKER_OK);
     // Both queues are full: waiting longer can never fill a batch of 16.
-    stoker_reply *rep = answered(t, STOKER_OK);
+    stoker_reply *rep = bf_answered(t, STOKER_OK);
     cr_assert_eq(rep->chunk.count, 8);
     check_batch(rep);
 }
@@ -775,16 +676,16 @@ Test(lease, a_restarted_broker_never_accepts_an_ack_meant_for_its_predecessor)
     // on the same address): it must not acknowledge B's lease, which the trainer never saw.
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK);
-    uint64_t old_lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    uint64_t old_lease = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
     remake(64);
     hello_producer(P1, "p1");
     hello_trainer(T1);
-    answered(push(P1, 0, 4), STOKER_OK); // the new broker knows nothing: its seqs start anew
-    uint64_t new_lease = answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_answered(push(P1, 0, 4), STOKER_OK); // the new broker knows nothing: its seqs start anew
+    uint64_t new_lease = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
     cr_assert_neq(old_lease, new_lease, "a new broker reused lease id %llu",
                   (unsigned long long)new_lease);
-    answered(handle(T1, h_ack(T1, 1, &old_lease)), STOKER_NOT_FOUND);
+    bf_answered(bf_handle(T1, h_ack(T1, 1, &old_lease)), STOKER_NOT_FOUND);
     cr_assert_eq(counters().in_flight, 4, "the new broker's lease stays in flight");
 }
 
@@ -797,21 +698,21 @@ static void
 remake_auto(uint64_t max_bytes)
 {
     broker_outbox out = {0};
-    broker_destroy(b, &out);
+    broker_destroy(bf_broker, &out);
     broker_outbox_fini(&out);
     broker_config cfg;
     broker_config_init(&cfg);
     cfg.max_bytes = max_bytes;
     cr_assert(cfg.queue_depth_auto && cfg.queue_depth == 64, "the default is auto, at least 64");
-    b = broker_create(&cfg, now_ms);
-    cr_assert_not_null(b);
+    bf_broker = broker_create(&cfg, bf_now_ms);
+    cr_assert_not_null(bf_broker);
 }
 
 static stoker_status *
 snapshot(void)
 {
     stoker_status *st = NULL;
-    cr_assert_eq(broker_status(b, now_ms, 0, &st), STOKER_OK);
+    cr_assert_eq(broker_status(bf_broker, bf_now_ms, 0, &st), STOKER_OK);
     return st;
 }
 
@@ -827,8 +728,8 @@ Test(queues, by_default_the_queues_grow_to_hold_the_batches_trainers_ask_for)
                  st->queue_depth);
     stoker_status_destroy(st);
     for (uint32_t i = 0; i < 4; i++)
-        answered(push(P1, i * 64, 64), STOKER_OK); // a fixed depth of 64 would park the second
-    stoker_reply *rep = answered(t, STOKER_OK);
+        bf_answered(push(P1, i * 64, 64), STOKER_OK); // a fixed depth of 64 would park the second
+    stoker_reply *rep = bf_answered(t, STOKER_OK);
     cr_assert_eq(rep->chunk.count, 256, "a batch of 256 came with %u", rep->chunk.count);
     check_batch(rep);
     cr_assert_eq(counters().short_by_queues, 0);
@@ -845,7 +746,7 @@ Test(queues, the_depth_is_shared_by_the_alive_producers_and_falls_back_when_trai
     cr_assert_eq(st->queue_depth, 300, "two producers hold 2 x 300 together, not %u each",
                  st->queue_depth);
     stoker_status_destroy(st);
-    answered(handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
+    bf_answered(bf_handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
     st = snapshot();
     cr_assert_eq(st->queue_depth, 64, "without trainers the floor of 64 is left, not %u",
                  st->queue_depth);
@@ -857,8 +758,8 @@ Test(queues, a_fixed_depth_cuts_large_batches_short_and_says_so_once)
     remake(64);
     hello_producer(P1, "p1");
     hello_trainer_after_producers(T1);
-    answered(push(P1, 0, 64), STOKER_OK);
-    stoker_reply *rep = answered(pull(T1, 256, 5000), STOKER_OK);
+    bf_answered(push(P1, 0, 64), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 256, 5000), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 64);
     stoker_status *st = snapshot();
     cr_assert_not(st->queue_depth_auto);
@@ -869,17 +770,17 @@ Test(queues, a_fixed_depth_cuts_large_batches_short_and_says_so_once)
     char first[sizeof(st->queue_limit)];
     snprintf(first, sizeof(first), "%s", st->queue_limit);
     stoker_status_destroy(st);
-    answered(push(P1, 64, 64), STOKER_OK);
-    answered(pull(T1, 256, 5000), STOKER_OK);
+    bf_answered(push(P1, 64, 64), STOKER_OK);
+    bf_answered(pull(T1, 256, 5000), STOKER_OK);
     st = snapshot();
     cr_assert_eq(st->counters.short_by_queues, 2, "every such batch is counted");
     cr_assert_str_eq(st->queue_limit, first, "said once: the first one stays");
     stoker_status_destroy(st);
     // A batch cut short by the supply (its wait is over, the queue not full) is not counted.
-    answered(push(P1, 128, 8), STOKER_OK);
+    bf_answered(push(P1, 128, 8), STOKER_OK);
     uintptr_t t = pull(T1, 256, 100);
-    tick(100);
-    cr_assert_eq(answered(t, STOKER_OK)->chunk.count, 8);
+    bf_tick(100);
+    cr_assert_eq(bf_answered(t, STOKER_OK)->chunk.count, 8);
     cr_assert_eq(counters().short_by_queues, 2);
 }
 
@@ -893,10 +794,10 @@ Test(queues, max_bytes_bounds_the_grown_queues_and_is_named_when_it_cuts_a_batch
     cr_assert_eq(st->queue_depth, 100, "depth %u beyond what --max-bytes holds", st->queue_depth);
     stoker_status_destroy(st);
     for (uint32_t seq = 0; seq < 96; seq += 4)
-        answered(push(P1, seq, 4), STOKER_OK);
-    cr_assert_null(reply(t), "answered while the queue could take more");
-    answered(push(P1, 96, 4), STOKER_OK);
-    cr_assert_eq(answered(t, STOKER_OK)->chunk.count, 100);
+        bf_answered(push(P1, seq, 4), STOKER_OK);
+    cr_assert_null(bf_reply(t), "answered while the queue could take more");
+    bf_answered(push(P1, 96, 4), STOKER_OK);
+    cr_assert_eq(bf_answered(t, STOKER_OK)->chunk.count, 100);
     st = snapshot();
     cr_assert_eq(st->counters.short_by_queues, 1);
     cr_assert(strstr(st->queue_limit, "--max-bytes") != NULL, "queue_limit: '%s'", st->queue_limit);
@@ -911,12 +812,12 @@ Test(returned, a_goodbye_returns_unused_leases_apart_from_those_its_caller_held)
 {
     hello_producer(P1, "p1");
     hello_trainer_after_producers(T1);
-    answered(push(P1, 0, 12), STOKER_OK);
-    uint64_t held = answered(pull(T1, 4, 0), STOKER_OK)->lease;
-    answered(pull(T1, 4, 0), STOKER_OK); // prefetched, never handed out
-    answered(pull(T1, 4, 0), STOKER_OK);
+    bf_answered(push(P1, 0, 12), STOKER_OK);
+    uint64_t held = bf_answered(pull(T1, 4, 0), STOKER_OK)->lease;
+    bf_answered(pull(T1, 4, 0), STOKER_OK); // prefetched, never handed out
+    bf_answered(pull(T1, 4, 0), STOKER_OK);
     stoker_request bye = {.method = STOKER_GOODBYE, .session = T1, .n_held = 1, .held = &held};
-    answered(handle(T1, h_roundtrip(&bye)), STOKER_OK);
+    bf_answered(bf_handle(T1, h_roundtrip(&bye)), STOKER_OK);
     stoker_counters c = counters();
     cr_assert_eq(c.redelivered, 4, "only the batch its caller held is a loss");
     cr_assert_eq(c.returned_unused, 8);
@@ -933,14 +834,14 @@ Test(returned, a_clean_goodbye_is_no_redelivery_and_a_lost_trainer_is)
     hello_producer(P1, "p1");
     hello_trainer_after_producers(T1);
     hello_trainer(T2);
-    answered(push(P1, 0, 8), STOKER_OK);
-    answered(pull(T1, 4, 0), STOKER_OK);
-    answered(handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
+    bf_answered(push(P1, 0, 8), STOKER_OK);
+    bf_answered(pull(T1, 4, 0), STOKER_OK);
+    bf_answered(bf_handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
     stoker_counters c = counters();
     cr_assert_eq(c.redelivered, 0, "a clean close looked like a lost trainer");
     cr_assert_eq(c.returned_unused, 4);
-    answered(pull(T2, 4, 0), STOKER_OK);
-    pipe_closed(T2);
+    bf_answered(pull(T2, 4, 0), STOKER_OK);
+    bf_pipe_closed(T2);
     c = counters();
     cr_assert_eq(c.redelivered, 4);
     cr_assert_eq(c.returned_unused, 4);
@@ -956,9 +857,9 @@ Test(snapshot, a_trainer_that_joins_late_hears_of_the_producers_already_there)
     hello_producer(P1, "p1");
     hello_producer(P2, "p2");
     hello_producer(P3, "p3");
-    answered(handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
-    pipe_closed(P3);
-    stoker_reply *rep = answered(handle(T1, h_hello_trainer(T1, "late")), STOKER_OK);
+    bf_answered(bf_handle(P2, h_simple(STOKER_GOODBYE, P2)), STOKER_OK);
+    bf_pipe_closed(P3);
+    stoker_reply *rep = bf_answered(bf_handle(T1, h_hello_trainer(T1, "late")), STOKER_OK);
     cr_assert_eq(rep->n_events, 3, "%u events", rep->n_events);
     struct {
         const char *name;
@@ -979,14 +880,14 @@ Test(snapshot, a_trainer_that_joins_late_hears_of_the_producers_already_there)
     cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED, "the alive ones first");
     // Said once: its pulls bring only what happens next, from the log.
     hello_producer(0x4444, "p4");
-    rep = answered(pull(T1, 4, 1000), STOKER_OK);
+    rep = bf_answered(pull(T1, 4, 1000), STOKER_OK);
     cr_assert_eq(rep->n_events, 1);
     cr_assert_str_eq(rep->events[0].name, "p4");
     cr_assert_gt(rep->events[0].index, 0);
     uintptr_t t = pull(T1, 4, 1000);
-    cr_assert_null(reply(t), "an old event came again");
+    cr_assert_null(bf_reply(t), "an old event came again");
     // A hello again after it pulled (a reconnect) repeats nothing.
-    rep = answered(handle(T1 + 100, h_hello_trainer(T1, "late")), STOKER_OK);
+    rep = bf_answered(bf_handle(T1 + 100, h_hello_trainer(T1, "late")), STOKER_OK);
     cr_assert_eq(rep->n_events, 0);
 }
 
@@ -996,18 +897,18 @@ Test(snapshot, a_repeated_hello_before_the_first_pull_tells_the_state_then_once)
     hello_producer(P1, "p1");
     // Its first hello's reply was lost: the second tells the state now, and the log's join is
     // not told a second time.
-    stoker_reply *rep = answered(handle(T1, h_hello_trainer(T1, "trainer")), STOKER_OK);
+    stoker_reply *rep = bf_answered(bf_handle(T1, h_hello_trainer(T1, "trainer")), STOKER_OK);
     cr_assert_eq(rep->n_events, 1);
     cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED);
     uintptr_t t = pull(T1, 4, 1000);
-    cr_assert_null(reply(t), "p1's join was told twice");
+    cr_assert_null(bf_reply(t), "p1's join was told twice");
 }
 
 Test(snapshot, a_trainer_there_first_hears_joins_as_they_happen_and_no_snapshot)
 {
     hello_trainer(T1);
     hello_producer(P1, "p1");
-    stoker_reply *rep = answered(pull(T1, 4, 1000), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 4, 1000), STOKER_OK);
     cr_assert_eq(rep->n_events, 1);
     cr_assert_eq(rep->events[0].kind, STOKER_EVENT_PRODUCER_JOINED);
     cr_assert_gt(rep->events[0].index, 0);
@@ -1019,9 +920,9 @@ Test(queues, a_queue_with_no_room_for_another_chunk_counts_as_full)
     hello_producer(P1, "p1");
     hello_trainer_after_producers(T1);
     for (uint32_t seq = 0; seq < 63; seq += 3)
-        answered(push(P1, seq, 3), STOKER_OK);
+        bf_answered(push(P1, seq, 3), STOKER_OK);
     // 63 of 64: the next chunk of 3 cannot fit, so waiting longer cannot fill the batch.
-    stoker_reply *rep = answered(pull(T1, 256, 5000), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 256, 5000), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 63);
     cr_assert_eq(counters().short_by_queues, 1);
 }

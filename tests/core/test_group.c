@@ -10,52 +10,14 @@
 #include <criterion/criterion.h>
 
 #include "broker.h"
+#include "broker_fixture.h"
 #include "helpers.h"
 #include "stoker/error.h"
 
-#define MAX_REPLIES 256
-#define P1          11
-#define P2          12
+#define P1 11
+#define P2 12
 
 static stoker_schema schema;
-static broker *b;
-static uint64_t now_ms;
-static uintptr_t next_token;
-static struct {
-    uintptr_t token;
-    stoker_reply *rep;
-} replies[MAX_REPLIES];
-static size_t n_replies;
-
-static void
-check_identity(const char *after)
-{
-    stoker_counters c;
-    broker_counters(b, &c);
-    cr_assert_eq(c.produced, c.acknowledged + c.queued + c.in_flight,
-                 "after %s: produced %llu != acknowledged %llu + queued %llu + in_flight %llu",
-                 after, (unsigned long long)c.produced, (unsigned long long)c.acknowledged,
-                 (unsigned long long)c.queued, (unsigned long long)c.in_flight);
-}
-
-static void
-collect(broker_outbox *out)
-{
-    for (size_t i = 0; i < out->n; i++) {
-        cr_assert_not_null(out->items[i].msg, "the broker could not encode a reply");
-        cr_assert_lt(n_replies, MAX_REPLIES);
-        stoker_reply *rep = NULL;
-        char err[256];
-        nng_msg *msg = out->items[i].msg;
-        cr_assert_eq(
-            stoker_wire_decode_reply(nng_msg_body(msg), nng_msg_len(msg), &rep, err, sizeof(err)),
-            STOKER_OK, "undecodable reply: %s", err);
-        replies[n_replies].token = (uintptr_t)out->items[i].token;
-        replies[n_replies].rep = rep;
-        n_replies++;
-    }
-    broker_outbox_fini(out);
-}
 
 static void
 make_broker(uint32_t ahead, uint32_t depth)
@@ -67,9 +29,7 @@ make_broker(uint32_t ahead, uint32_t depth)
     cfg.producer_timeout_ms = 3000;
     cfg.trainer_timeout_ms = 10000;
     cfg.group_steps_ahead = ahead;
-    now_ms = 1000;
-    b = broker_create(&cfg, now_ms);
-    cr_assert_not_null(b);
+    bf_create(&cfg);
 }
 
 static void
@@ -77,80 +37,24 @@ setup(void)
 {
     h_setup();
     h_schema(&schema);
-    next_token = 1;
-    n_replies = 0;
+    bf_init();
     make_broker(4, 256);
 }
 
 static void
 teardown(void)
 {
-    broker_outbox out = {0};
-    broker_destroy(b, &out);
-    broker_outbox_fini(&out);
-    for (size_t i = 0; i < n_replies; i++)
-        stoker_reply_free(replies[i].rep);
-    n_replies = 0;
+    bf_fini();
     h_teardown();
 }
 
 TestSuite(group, .init = setup, .fini = teardown, .timeout = 10);
 
-static uintptr_t
-handle(uint32_t pipe, stoker_request *req)
-{
-    uintptr_t token = next_token++;
-    broker_outbox out = {0};
-    broker_handle(b, (void *)token, pipe, req, now_ms, &out);
-    collect(&out);
-    check_identity("a request");
-    return token;
-}
-
-static void
-tick(uint64_t advance_ms)
-{
-    now_ms += advance_ms;
-    broker_outbox out = {0};
-    broker_tick(b, now_ms, &out);
-    collect(&out);
-    check_identity("a tick");
-}
-
-static void
-pipe_closed(uint32_t pipe)
-{
-    broker_outbox out = {0};
-    broker_pipe_closed(b, pipe, now_ms, &out);
-    collect(&out);
-    check_identity("a closed pipe");
-}
-
-static stoker_reply *
-reply(uintptr_t token)
-{
-    for (size_t i = 0; i < n_replies; i++) {
-        if (replies[i].token == token)
-            return replies[i].rep;
-    }
-    return NULL;
-}
-
-static stoker_reply *
-answered(uintptr_t token, int code)
-{
-    stoker_reply *rep = reply(token);
-    cr_assert_not_null(rep, "request %lu was not answered", (unsigned long)token);
-    cr_assert_eq(rep->code, code, "request %lu answered %s (%s), expected %s", (unsigned long)token,
-                 stoker_errname(rep->code), rep->message, stoker_errname(code));
-    return rep;
-}
-
 // A batch of count examples for step `step`.
 static stoker_reply *
 batch(uintptr_t token, uint32_t count, uint64_t step)
 {
-    stoker_reply *rep = answered(token, STOKER_OK);
+    stoker_reply *rep = bf_answered(token, STOKER_OK);
     cr_assert_eq(rep->chunk.count, count, "request %lu: %u examples, expected %u",
                  (unsigned long)token, rep->chunk.count, count);
     cr_assert_eq(rep->group_step, step, "request %lu: step %llu, expected %llu",
@@ -168,33 +72,33 @@ hello_rank(uint64_t session, const char *group, uint32_t rank, uint32_t world, u
     req.rank = rank;
     req.world = world;
     req.group_batch = batch_n;
-    return handle((uint32_t)session, h_roundtrip(&req));
+    return bf_handle((uint32_t)session, h_roundtrip(&req));
 }
 
 static void
 producer(uint64_t session, uint32_t count)
 {
-    answered(handle((uint32_t)session, h_hello_producer(session, "p", &schema)), STOKER_OK);
+    bf_answered(bf_handle((uint32_t)session, h_hello_producer(session, "p", &schema)), STOKER_OK);
     if (count > 0)
-        answered(handle((uint32_t)session, h_push(session, &schema, 0, count)), STOKER_OK);
+        bf_answered(bf_handle((uint32_t)session, h_push(session, &schema, 0, count)), STOKER_OK);
 }
 
 static void
 finish(uint64_t session)
 {
-    answered(handle((uint32_t)session, h_simple(STOKER_GOODBYE, session)), STOKER_OK);
+    bf_answered(bf_handle((uint32_t)session, h_simple(STOKER_GOODBYE, session)), STOKER_OK);
 }
 
 static uintptr_t
 pull(uint64_t session, uint32_t max)
 {
-    return handle((uint32_t)session, h_pull(session, max, 1000, 0, NULL));
+    return bf_handle((uint32_t)session, h_pull(session, max, 1000, 0, NULL));
 }
 
 static const stoker_group_info *
 group_info(stoker_status **st)
 {
-    cr_assert_eq(broker_status(b, now_ms, 0, st), STOKER_OK);
+    cr_assert_eq(broker_status(bf_broker, bf_now_ms, 0, st), STOKER_OK);
     cr_assert_geq((*st)->n_groups, 1, "no group in the status");
     return &(*st)->groups[0];
 }
@@ -202,12 +106,12 @@ group_info(stoker_status **st)
 Test(group, step_starts_only_when_every_batch_can_be_filled)
 {
     producer(P1, 5); // 5 < 2 x 3: no step yet (before the ranks: no event wakes their pulls)
-    answered(hello_rank(21, "g", 0, 2, 3), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 3), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 3), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 3), STOKER_OK);
     uintptr_t a = pull(21, 3), c = pull(22, 3);
-    cr_assert_null(reply(a), "a step was started with 5 examples for 2 ranks of 3");
-    cr_assert_null(reply(c));
-    answered(handle(P1, h_push(P1, &schema, 5, 1)), STOKER_OK);
+    cr_assert_null(bf_reply(a), "a step was started with 5 examples for 2 ranks of 3");
+    cr_assert_null(bf_reply(c));
+    bf_answered(bf_handle(P1, h_push(P1, &schema, 5, 1)), STOKER_OK);
     stoker_reply *ra = batch(a, 3, 1), *rc = batch(c, 3, 1);
     // Disjoint: rank 0 has seqs 0..2, rank 1 seqs 3..5 (one producer, in order).
     cr_assert_eq(ra->runs[0].first_seq + ra->runs[0].count, rc->runs[0].first_seq);
@@ -216,30 +120,30 @@ Test(group, step_starts_only_when_every_batch_can_be_filled)
 Test(group, pull_wait_ends_empty_while_the_group_is_incomplete)
 {
     producer(P1, 10);
-    answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
     uintptr_t a = pull(21, 2);
-    cr_assert_null(reply(a), "rank 0 got a batch before rank 1 joined");
-    tick(1500);
-    stoker_reply *r = answered(a, STOKER_OK);
+    cr_assert_null(bf_reply(a), "rank 0 got a batch before rank 1 joined");
+    bf_tick(1500);
+    stoker_reply *r = bf_answered(a, STOKER_OK);
     cr_assert_eq(r->chunk.count, 0);
     stoker_counters c;
-    broker_counters(b, &c);
+    broker_counters(bf_broker, &c);
     cr_assert_eq(c.queued, 10, "examples were taken for an incomplete group");
 }
 
 Test(group, ranks_prefetch_a_bounded_number_of_steps)
 {
     broker_outbox out = {0};
-    broker_destroy(b, &out);
+    broker_destroy(bf_broker, &out);
     broker_outbox_fini(&out);
     make_broker(2, 256);
-    answered(hello_rank(21, "g", 0, 2, 1), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 1), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 1), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 1), STOKER_OK);
     producer(P1, 100);
     batch(pull(21, 1), 1, 1);
     batch(pull(21, 1), 1, 2);
     uintptr_t third = pull(21, 1);
-    cr_assert_null(reply(third), "rank 0 ran 3 steps ahead of rank 1 with --group-ahead 2");
+    cr_assert_null(bf_reply(third), "rank 0 ran 3 steps ahead of rank 1 with --group-ahead 2");
     stoker_status *st = NULL;
     const stoker_group_info *g = group_info(&st);
     cr_assert_eq(g->steps, 2);
@@ -253,16 +157,16 @@ Test(group, ranks_prefetch_a_bounded_number_of_steps)
 
 Test(group, end_reaches_every_rank_at_the_same_step_with_a_short_last_step)
 {
-    answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 4), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 4), STOKER_OK);
     producer(P1, 11); // 8 in step 1, 2 x 1 in a short step 2, 1 left over
     finish(P1);
     batch(pull(21, 4), 4, 1);
     batch(pull(21, 4), 1, 2);
-    stoker_reply *end0 = answered(pull(21, 4), STOKER_END_OF_DATA);
+    stoker_reply *end0 = bf_answered(pull(21, 4), STOKER_END_OF_DATA);
     batch(pull(22, 4), 4, 1);
     batch(pull(22, 4), 1, 2);
-    stoker_reply *end1 = answered(pull(22, 4), STOKER_END_OF_DATA);
+    stoker_reply *end1 = bf_answered(pull(22, 4), STOKER_END_OF_DATA);
     cr_assert_eq(end0->group_leftover, 1);
     cr_assert_eq(end1->group_leftover, 1);
     cr_assert(strstr(end0->message, "ended at step 2") != NULL, "%s", end0->message);
@@ -276,19 +180,19 @@ Test(group, end_reaches_every_rank_at_the_same_step_with_a_short_last_step)
     free(json);
     stoker_status_destroy(st);
     stoker_counters c;
-    broker_counters(b, &c);
+    broker_counters(bf_broker, &c);
     cr_assert_eq(c.queued, 1, "the leftover is still queued, not dropped");
 }
 
 Test(group, leftover_below_one_per_rank_is_reported_not_dropped)
 {
-    answered(hello_rank(21, "g", 0, 4, 2), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 4, 2), STOKER_OK);
     for (uint64_t s = 22; s <= 24; s++)
-        answered(hello_rank(s, "g", (uint32_t)(s - 21), 4, 2), STOKER_OK);
+        bf_answered(hello_rank(s, "g", (uint32_t)(s - 21), 4, 2), STOKER_OK);
     producer(P1, 3);
     finish(P1);
     for (uint64_t s = 21; s <= 24; s++) {
-        stoker_reply *r = answered(pull(s, 2), STOKER_END_OF_DATA);
+        stoker_reply *r = bf_answered(pull(s, 2), STOKER_END_OF_DATA);
         cr_assert_eq(r->group_leftover, 3);
         cr_assert(strstr(r->message, "ended at step 0") != NULL, "%s", r->message);
     }
@@ -296,66 +200,66 @@ Test(group, leftover_below_one_per_rank_is_reported_not_dropped)
 
 Test(group, refusals_at_hello)
 {
-    stoker_reply *r = answered(hello_rank(21, "g", 2, 2, 4), STOKER_INVALID);
+    stoker_reply *r = bf_answered(hello_rank(21, "g", 2, 2, 4), STOKER_INVALID);
     cr_assert(strstr(r->message, "outside the world size") != NULL, "%s", r->message);
-    answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
-    r = answered(hello_rank(22, "g", 0, 2, 4), STOKER_INVALID);
+    bf_answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
+    r = bf_answered(hello_rank(22, "g", 0, 2, 4), STOKER_INVALID);
     cr_assert(strstr(r->message, "rank 0 is already held") != NULL, "%s", r->message);
-    r = answered(hello_rank(23, "g", 1, 3, 4), STOKER_INVALID);
+    r = bf_answered(hello_rank(23, "g", 1, 3, 4), STOKER_INVALID);
     cr_assert(strstr(r->message, "disagree on the world size") != NULL, "%s", r->message);
-    r = answered(hello_rank(24, "g", 1, 2, 8), STOKER_INVALID);
+    r = bf_answered(hello_rank(24, "g", 1, 2, 8), STOKER_INVALID);
     cr_assert(strstr(r->message, "disagree on the batch size") != NULL, "%s", r->message);
-    r = answered(hello_rank(25, "h", 0, 0, 4), STOKER_INVALID);
+    r = bf_answered(hello_rank(25, "h", 0, 0, 4), STOKER_INVALID);
     cr_assert(strstr(r->message, "world size 0") != NULL, "%s", r->message);
-    answered(hello_rank(26, "g", 1, 2, 4), STOKER_OK); // the right one still joins
+    bf_answered(hello_rank(26, "g", 1, 2, 4), STOKER_OK); // the right one still joins
 }
 
 Test(group, lost_rank_breaks_the_group_and_its_batches_go_back)
 {
-    answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
     producer(P1, 20);
     for (uint64_t step = 1; step <= 4; step++) // rank 1 is sent none of its four formed steps
         batch(pull(21, 2), 2, step);
     uintptr_t waiting = pull(21, 2);
-    cr_assert_null(reply(waiting), "rank 0 ran 5 steps ahead of rank 1 (default bound 4)");
-    pipe_closed(22);
-    stoker_reply *r = answered(waiting, STOKER_GROUP_BROKEN);
+    cr_assert_null(bf_reply(waiting), "rank 0 ran 5 steps ahead of rank 1 (default bound 4)");
+    bf_pipe_closed(22);
+    stoker_reply *r = bf_answered(waiting, STOKER_GROUP_BROKEN);
     cr_assert(strstr(r->message, "rank 1") != NULL, "%s", r->message);
     // Rank 1's formed steps went back to the queues; rank 0's four sent batches stay leased.
     stoker_counters c;
-    broker_counters(b, &c);
+    broker_counters(bf_broker, &c);
     cr_assert_eq(c.in_flight, 8);
     cr_assert_eq(c.queued, 12);
-    answered(pull(21, 2), STOKER_GROUP_BROKEN);
+    bf_answered(pull(21, 2), STOKER_GROUP_BROKEN);
 }
 
 Test(group, silent_rank_breaks_the_group_within_the_trainer_timeout)
 {
-    answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
     producer(P1, 20);
     batch(pull(21, 2), 2, 1);
     for (int i = 0; i < 12; i++) { // rank 0 keeps pulling, rank 1 is silent
-        answered(handle(P1, h_simple(STOKER_HEARTBEAT, P1)), STOKER_OK);
+        bf_answered(bf_handle(P1, h_simple(STOKER_HEARTBEAT, P1)), STOKER_OK);
         pull(21, 2);
-        tick(1000);
+        bf_tick(1000);
     }
-    answered(pull(21, 2), STOKER_GROUP_BROKEN);
+    bf_answered(pull(21, 2), STOKER_GROUP_BROKEN);
 }
 
 Test(group, broken_group_reforms_cleanly_under_its_name)
 {
-    answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
     producer(P1, 20);
     batch(pull(21, 2), 2, 1);
-    pipe_closed(22);
-    answered(pull(21, 2), STOKER_GROUP_BROKEN);
-    pipe_closed(21);
+    bf_pipe_closed(22);
+    bf_answered(pull(21, 2), STOKER_GROUP_BROKEN);
+    bf_pipe_closed(21);
     // torchrun restarts both ranks: new sessions, the same group.
-    answered(hello_rank(31, "g", 0, 2, 2), STOKER_OK);
-    answered(hello_rank(32, "g", 1, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(31, "g", 0, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(32, "g", 1, 2, 2), STOKER_OK);
     batch(pull(31, 2), 2, 1);
     batch(pull(32, 2), 2, 1);
 }
@@ -363,38 +267,38 @@ Test(group, broken_group_reforms_cleanly_under_its_name)
 Test(group, queues_too_small_for_a_full_step_give_equal_short_steps)
 {
     broker_outbox out = {0};
-    broker_destroy(b, &out);
+    broker_destroy(bf_broker, &out);
     broker_outbox_fini(&out);
     make_broker(4, 4); // a queue of 4 can never hold a step of 2 x 4
     producer(P1, 3);   // 3 queued: another chunk of 3 cannot fit, so the queue is full
-    answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 4), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 4), STOKER_OK);
     // No full step can come: one each at once, 1 stays, and the room that makes lets the next
     // push in.
     batch(pull(21, 4), 1, 1);
     batch(pull(22, 4), 1, 1);
-    answered(handle(P1, h_push(P1, &schema, 3, 3)), STOKER_OK);
+    bf_answered(bf_handle(P1, h_push(P1, &schema, 3, 3)), STOKER_OK);
 }
 
 Test(group, rank_lost_after_the_end_leaves_the_others_their_steps)
 {
     producer(P1, 0);
-    answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
-    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
-    answered(handle(P1, h_push(P1, &schema, 0, 9)), STOKER_OK);
+    bf_answered(hello_rank(21, "g", 0, 2, 2), STOKER_OK);
+    bf_answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK);
+    bf_answered(bf_handle(P1, h_push(P1, &schema, 0, 9)), STOKER_OK);
     finish(P1);
     // Rank 0 takes both steps (2 x 2, then a short 2 x 2) and the end; rank 1 took none.
     batch(pull(21, 2), 2, 1);
     batch(pull(21, 2), 2, 2);
-    answered(pull(21, 2), STOKER_END_OF_DATA);
-    pipe_closed(21); // rank 0 leaves after the end: no break
+    bf_answered(pull(21, 2), STOKER_END_OF_DATA);
+    bf_pipe_closed(21); // rank 0 leaves after the end: no break
     batch(pull(22, 2), 2, 1);
-    pipe_closed(22); // rank 1 dies holding its formed step 2: redelivered, not sent
+    bf_pipe_closed(22); // rank 1 dies holding its formed step 2: redelivered, not sent
     stoker_counters c;
-    broker_counters(b, &c);
+    broker_counters(bf_broker, &c);
     // Nothing was acknowledged: both ranks' batches, sent or only formed, are queued again.
     cr_assert_eq(c.queued, 9);
     cr_assert_eq(c.in_flight, 0);
-    answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK); // the same session comes back
-    answered(pull(22, 2), STOKER_END_OF_DATA);
+    bf_answered(hello_rank(22, "g", 1, 2, 2), STOKER_OK); // the same session comes back
+    bf_answered(pull(22, 2), STOKER_END_OF_DATA);
 }

@@ -2,7 +2,6 @@
 // libpng, JPEG with libjpeg, a few sizes and color types): output schema, shape and range, labels
 // by folder, determinism by seed, that crops and flips vary, and clear errors for bad folders.
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,54 +11,27 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include "image_fixtures.h"
 #include "images.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
 #define SIZE 32
 
-static char root[64];
-
 static const float MEAN[3] = {0.485f, 0.456f, 0.406f};
 static const float STD[3] = {0.229f, 0.224f, 0.225f};
-
-static int
-remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static void
 make_root(void)
 {
-    strcpy(root, "/tmp/stoker-images-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
+    img_root_make("stoker-images");
     stoker_log_set_level(STOKER_LOG_WARN);
 }
 
 static void
 remove_root(void)
 {
-    nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static char *
-path_in(const char *rel)
-{
-    static char buf[4][256];
-    static int next;
-    char *p = buf[next++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", root, rel);
-    return p;
-}
-
-static void
-make_dir(const char *rel)
-{
-    cr_assert_eq(mkdir(path_in(rel), 0755), 0, "mkdir %s", rel);
+    img_root_remove();
 }
 
 // An (h, w, 3) image whose channel `main` is 230 and the other two rise from 0 to 80 along x.
@@ -76,22 +48,9 @@ pattern(uint32_t w, uint32_t h, int main)
 }
 
 static void
-write_png(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, uint32_t format)
-{
-    png_image png;
-    memset(&png, 0, sizeof png);
-    png.version = PNG_IMAGE_VERSION;
-    png.width = w;
-    png.height = h;
-    png.format = format;
-    cr_assert(png_image_write_to_file(&png, path_in(rel), 0, pixels, 0, NULL), "png %s: %s", rel,
-              png.message);
-}
-
-static void
 write_jpeg(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, int components)
 {
-    FILE *f = fopen(path_in(rel), "wb");
+    FILE *f = fopen(img_path_in(rel), "wb");
     cr_assert_not_null(f);
     struct jpeg_compress_struct cinfo;
     struct jpeg_error_mgr jerr;
@@ -117,7 +76,7 @@ write_jpeg(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, int c
 static void
 write_bytes(const char *rel, const void *data, size_t n)
 {
-    FILE *f = fopen(path_in(rel), "wb");
+    FILE *f = fopen(img_path_in(rel), "wb");
     cr_assert_not_null(f);
     fwrite(data, 1, n, f);
     fclose(f);
@@ -132,7 +91,7 @@ make_three_classes(void)
     const uint32_t sizes[3][2] = {{40, 30}, {17, 64}, {120, 90}};
     for (int c = 2; c >= 0; c--) {
         char rel[64];
-        make_dir(classes[c]);
+        img_make_dir(classes[c]);
         for (int i = 0; i < 3; i++) {
             uint32_t w = sizes[(c + i) % 3][0], h = sizes[(c + i) % 3][1];
             uint8_t *rgb = pattern(w, h, c);
@@ -140,7 +99,7 @@ make_three_classes(void)
             if (i == 1)
                 write_jpeg(rel, rgb, w, h, 3);
             else
-                write_png(rel, rgb, w, h, PNG_FORMAT_RGB);
+                img_write_png(rel, rgb, w, h, PNG_FORMAT_RGB);
             free(rgb);
         }
         snprintf(rel, sizeof rel, "%s/notes.txt", classes[c]);
@@ -152,7 +111,7 @@ static void
 create(stoker_generator *gen, uint32_t size)
 {
     char err[512] = "";
-    int rv = images_generator_create(root, size, false, gen, err, sizeof err);
+    int rv = images_generator_create(img_root, size, false, gen, err, sizeof err);
     cr_assert_eq(rv, STOKER_OK, "create: %s", err);
 }
 
@@ -265,7 +224,7 @@ Test(images, decode_each_makes_the_same_bytes)
     stoker_generator once, each;
     create(&once, SIZE);
     char err[512] = "";
-    cr_assert_eq(images_generator_create(root, SIZE, true, &each, err, sizeof err), STOKER_OK,
+    cr_assert_eq(images_generator_create(img_root, SIZE, true, &each, err, sizeof err), STOKER_OK,
                  "create: %s", err);
     for (uint64_t seed = 1; seed < 41; seed++)
         expect_same_example(&once, &each, seed);
@@ -276,7 +235,7 @@ Test(images, decode_each_makes_the_same_bytes)
 Test(images, seeds_vary_crop_and_flip)
 {
     // One image: red rises left to right, so a flip shows as red falling.
-    make_dir("only");
+    img_make_dir("only");
     const uint32_t w = 64, h = 48;
     uint8_t *rgb = malloc(w * h * 3);
     for (uint32_t y = 0; y < h; y++)
@@ -286,7 +245,7 @@ Test(images, seeds_vary_crop_and_flip)
             p[1] = 100;
             p[2] = (uint8_t)(2 * y);
         }
-    write_png("only/ramp.png", rgb, w, h, PNG_FORMAT_RGB);
+    img_write_png("only/ramp.png", rgb, w, h, PNG_FORMAT_RGB);
     free(rgb);
     stoker_generator gen;
     create(&gen, SIZE);
@@ -330,8 +289,8 @@ Test(images, seeds_vary_crop_and_flip)
 
 Test(images, grayscale_jpeg_and_rgba_png_decode)
 {
-    make_dir("gray");
-    make_dir("rgba");
+    img_make_dir("gray");
+    img_make_dir("rgba");
     uint8_t gray[50 * 20];
     for (int i = 0; i < 50 * 20; i++)
         gray[i] = (uint8_t)(i % 50 * 5);
@@ -343,7 +302,7 @@ Test(images, grayscale_jpeg_and_rgba_png_decode)
         rgba[4 * i + 2] = 60;
         rgba[4 * i + 3] = 0; // fully transparent: alpha is dropped, not composited
     }
-    write_png("rgba/a.png", rgba, 16, 16, PNG_FORMAT_RGBA);
+    img_write_png("rgba/a.png", rgba, 16, 16, PNG_FORMAT_RGBA);
     stoker_generator gen;
     create(&gen, SIZE);
     int seen[2] = {0};
@@ -368,7 +327,7 @@ expect_error(uint32_t size, int want_rv, const char *want1, const char *want2)
 {
     stoker_generator gen = {0};
     char err[512] = "";
-    int rv = images_generator_create(root, size, false, &gen, err, sizeof err);
+    int rv = images_generator_create(img_root, size, false, &gen, err, sizeof err);
     cr_expect_eq(rv, want_rv, "rv %d, err: %s", rv, err);
     cr_expect(strstr(err, want1) != NULL, "err '%s' lacks '%s'", err, want1);
     if (want2 != NULL)
@@ -379,7 +338,7 @@ expect_error(uint32_t size, int want_rv, const char *want1, const char *want2)
 Test(images, missing_folder_is_named)
 {
     char missing[128];
-    snprintf(missing, sizeof missing, "%s/nope", root);
+    snprintf(missing, sizeof missing, "%s/nope", img_root);
     stoker_generator gen = {0};
     char err[512] = "";
     cr_expect_eq(images_generator_create(missing, SIZE, false, &gen, err, sizeof err),
@@ -390,13 +349,13 @@ Test(images, missing_folder_is_named)
 Test(images, folder_without_classes_is_refused)
 {
     write_bytes("loose.png", "x", 1);
-    expect_error(SIZE, STOKER_INVALID, root, "no class subfolders");
+    expect_error(SIZE, STOKER_INVALID, img_root, "no class subfolders");
 }
 
 Test(images, empty_class_folder_is_named)
 {
     make_three_classes();
-    make_dir("d_empty");
+    img_make_dir("d_empty");
     expect_error(SIZE, STOKER_INVALID, "d_empty", "no .png, .jpg or .jpeg");
 }
 
@@ -410,11 +369,11 @@ Test(images, corrupt_png_is_named)
 
 Test(images, truncated_jpeg_is_named)
 {
-    make_dir("one");
+    img_make_dir("one");
     uint8_t *rgb = pattern(64, 64, 1);
     write_jpeg("one/full.jpg", rgb, 64, 64, 3);
     free(rgb);
-    FILE *f = fopen(path_in("one/full.jpg"), "rb");
+    FILE *f = fopen(img_path_in("one/full.jpg"), "rb");
     uint8_t buf[65536];
     size_t n = fread(buf, 1, sizeof buf, f);
     fclose(f);
@@ -424,7 +383,7 @@ Test(images, truncated_jpeg_is_named)
 
 Test(images, file_that_is_no_image_is_named)
 {
-    make_dir("x");
+    img_make_dir("x");
     write_bytes("x/fake.jpg", "GIF89a......", 12);
     expect_error(SIZE, STOKER_INVALID, "x/fake.jpg", "not a PNG or JPEG");
 }

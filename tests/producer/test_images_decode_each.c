@@ -4,7 +4,6 @@
 // skipped, counted, replaced by another image chosen from the seed, never fatal. Folders are
 // written by the tests (PNG with libpng, JPEG with libjpeg), as in test_images.c.
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +13,13 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include "image_fixtures.h"
 #include "images.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
 #define SIZE 32
-
-static char root[64];
 
 // WARN and ERROR lines logged by the generator, for the assertions on what it reports.
 static char logged[16384];
@@ -35,20 +33,10 @@ capture(stoker_log_level level, const char *line, void *arg)
     snprintf(logged + n, sizeof logged - n, "%s\n", line);
 }
 
-static int
-remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static void
 make_root(void)
 {
-    strcpy(root, "/tmp/stoker-images-each-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
+    img_root_make("stoker-images-each");
     logged[0] = '\0';
     stoker_log_set_level(STOKER_LOG_WARN);
     stoker_log_set_sink(capture, NULL);
@@ -58,26 +46,10 @@ static void
 remove_root(void)
 {
     stoker_log_set_sink(NULL, NULL);
-    nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    img_root_remove();
 }
 
 TestSuite(decode_each, .init = make_root, .fini = remove_root, .timeout = 60);
-
-static char *
-path_in(const char *rel)
-{
-    static char buf[4][256];
-    static int next;
-    char *p = buf[next++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", root, rel);
-    return p;
-}
-
-static void
-make_dir(const char *rel)
-{
-    cr_assert_eq(mkdir(path_in(rel), 0755), 0, "mkdir %s", rel);
-}
 
 // An (h, w, 3) image of smooth gradients (cheap to encode, still a real decode).
 static uint8_t *
@@ -95,14 +67,7 @@ static void
 write_png(const char *rel, uint32_t w, uint32_t h, uint32_t salt)
 {
     uint8_t *rgb = pattern(w, h, salt);
-    png_image png;
-    memset(&png, 0, sizeof png);
-    png.version = PNG_IMAGE_VERSION;
-    png.width = w;
-    png.height = h;
-    png.format = PNG_FORMAT_RGB;
-    cr_assert(png_image_write_to_file(&png, path_in(rel), 0, rgb, 0, NULL), "png %s: %s", rel,
-              png.message);
+    img_write_png(rel, rgb, w, h, PNG_FORMAT_RGB);
     free(rgb);
 }
 
@@ -110,7 +75,7 @@ static void
 write_jpeg(const char *rel, uint32_t w, uint32_t h, uint32_t salt)
 {
     uint8_t *rgb = pattern(w, h, salt);
-    FILE *f = fopen(path_in(rel), "wb");
+    FILE *f = fopen(img_path_in(rel), "wb");
     cr_assert_not_null(f);
     struct jpeg_compress_struct cinfo;
     struct jpeg_error_mgr jerr;
@@ -142,14 +107,14 @@ static void
 truncate_file(const char *rel, int keep_percent)
 {
     struct stat st;
-    cr_assert_eq(stat(path_in(rel), &st), 0);
-    cr_assert_eq(truncate(path_in(rel), st.st_size * keep_percent / 100), 0);
+    cr_assert_eq(stat(img_path_in(rel), &st), 0);
+    cr_assert_eq(truncate(img_path_in(rel), st.st_size * keep_percent / 100), 0);
 }
 
 static int
 create(stoker_generator *gen, bool each, char *err, size_t err_len)
 {
-    return images_generator_create(root, SIZE, each, gen, err, err_len);
+    return images_generator_create(img_root, SIZE, each, gen, err, err_len);
 }
 
 // Fills one example for seed; returns fill's code.
@@ -164,8 +129,8 @@ fill(stoker_generator *gen, uint64_t seed, float *img, int32_t *label)
 static void
 make_folder(int n_per_class, uint32_t w, uint32_t h)
 {
-    make_dir("a");
-    make_dir("b");
+    img_make_dir("a");
+    img_make_dir("b");
     for (int i = 0; i < n_per_class; i++) {
         char rel[64];
         snprintf(rel, sizeof rel, "a/%03d.png", i);
@@ -211,7 +176,7 @@ Test(decode_each, headers_of_png_and_jpeg_give_the_decoded_dimensions)
 {
     // Odd sizes, so that width and height cannot be mixed up unnoticed: same bytes as decoding
     // all at start, for many seeds (the crop depends on the dimensions).
-    make_dir("a");
+    img_make_dir("a");
     write_png("a/x.png", 37, 91, 1);
     write_jpeg("a/y.jpg", 203, 45, 2);
     char err[512] = "";
@@ -324,7 +289,7 @@ Test(decode_each, a_bad_header_is_still_refused_at_start_naming_the_file)
     make_folder(2, 40, 30);
     // A JPEG that ends before its frame header, and a PNG whose IHDR is missing.
     static const uint8_t jpeg_stub[] = {0xff, 0xd8, 0xff, 0xe0, 0x00, 0x04, 'J', 'F'};
-    FILE *f = fopen(path_in("b/zz.jpg"), "wb");
+    FILE *f = fopen(img_path_in("b/zz.jpg"), "wb");
     fwrite(jpeg_stub, 1, sizeof jpeg_stub, f);
     fclose(f);
     char err[512] = "";
@@ -332,9 +297,9 @@ Test(decode_each, a_bad_header_is_still_refused_at_start_naming_the_file)
     cr_assert_eq(create(&gen, true, err, sizeof err), STOKER_INVALID);
     cr_assert(strstr(err, "b/zz.jpg") != NULL && strstr(err, "JPEG") != NULL, "err: %s", err);
     cr_assert_null(gen.user, "out untouched on failure");
-    remove(path_in("b/zz.jpg"));
+    remove(img_path_in("b/zz.jpg"));
     static const uint8_t png_stub[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0};
-    f = fopen(path_in("a/zz.png"), "wb");
+    f = fopen(img_path_in("a/zz.png"), "wb");
     fwrite(png_stub, 1, sizeof png_stub, f);
     fclose(f);
     cr_assert_eq(create(&gen, true, err, sizeof err), STOKER_INVALID);

@@ -4,7 +4,6 @@
 // map, WebP, and clear errors for bad specs. Pixel accuracy of each operation against Pillow is
 // test_augment.py's.
 #include <criterion/criterion.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,40 +15,16 @@
 #include <webp/encode.h>
 #endif
 
+#include "image_fixtures.h"
 #include "images.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
-
-static char root[64];
 
 static const float MEAN[3] = {0.485f, 0.456f, 0.406f};
 static const float STD[3] = {0.229f, 0.224f, 0.225f};
 static const char *const RICH =
     "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),blur(3),erase,"
     "normalize";
-
-static int
-remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static char *
-path_in(const char *rel)
-{
-    static char buf[4][256];
-    static int next;
-    char *p = buf[next++ % 4];
-    snprintf(p, sizeof buf[0], "%s/%s", root, rel);
-    return p;
-}
-
-static void
-make_dir(const char *rel)
-{
-    cr_assert_eq(mkdir(path_in(rel), 0755), 0, "mkdir %s", rel);
-}
 
 // (h, w, 3) bytes varying with x, y and salt.
 static uint8_t *
@@ -67,13 +42,7 @@ static void
 write_png(const char *rel, uint32_t w, uint32_t h, uint32_t salt)
 {
     uint8_t *px = pattern(w, h, salt);
-    png_image png;
-    memset(&png, 0, sizeof png);
-    png.version = PNG_IMAGE_VERSION;
-    png.width = w;
-    png.height = h;
-    png.format = PNG_FORMAT_RGB;
-    cr_assert(png_image_write_to_file(&png, path_in(rel), 0, px, 0, NULL), "png %s", rel);
+    img_write_png(rel, px, w, h, PNG_FORMAT_RGB);
     free(px);
 }
 
@@ -81,10 +50,10 @@ write_png(const char *rel, uint32_t w, uint32_t h, uint32_t salt)
 static void
 make_tree(void)
 {
-    make_dir("a");
-    make_dir("a/sub");
-    make_dir("a/sub/deeper");
-    make_dir("b");
+    img_make_dir("a");
+    img_make_dir("a/sub");
+    img_make_dir("a/sub/deeper");
+    img_make_dir("b");
     write_png("a/1.png", 40, 30, 1);
     write_png("a/2.png", 30, 40, 2);
     write_png("a/sub/deeper/3.png", 50, 50, 3);
@@ -95,8 +64,7 @@ make_tree(void)
 static void
 setup(void)
 {
-    strcpy(root, "/tmp/stoker-images-out-XXXXXX");
-    cr_assert_not_null(mkdtemp(root));
+    img_root_make("stoker-images-out");
     stoker_log_set_level(STOKER_LOG_WARN);
     make_tree();
 }
@@ -104,7 +72,7 @@ setup(void)
 static void
 teardown(void)
 {
-    nftw(root, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    img_root_remove();
 }
 
 TestSuite(images_output, .init = setup, .fini = teardown, .timeout = 60);
@@ -114,7 +82,7 @@ config(void)
 {
     images_config cfg;
     images_config_init(&cfg);
-    cfg.dir = root;
+    cfg.dir = img_root;
     cfg.height = 24;
     cfg.width = 40;
     return cfg;
@@ -298,7 +266,7 @@ Test(images_output, nested_folders_are_walked_counted_and_mapped)
     cr_expect_float_eq(mean[0], 0.485f, 1e-6);
 
     char err[256];
-    const char *map = path_in("labels.json");
+    const char *map = img_path_in("labels.json");
     cr_assert_eq(images_generator_write_label_map(&gen, map, err, sizeof err), STOKER_OK, "%s",
                  err);
     FILE *f = fopen(map, "r");
@@ -322,16 +290,16 @@ Test(images_output, lossless_webp_decodes_to_its_pixels)
 {
     teardown();
     setup();
-    make_dir("c");
+    img_make_dir("c");
     const uint32_t w = 40, h = 24;
     uint8_t *px = pattern(w, h, 9), *webp = NULL;
     size_t len = WebPEncodeLosslessRGB(px, (int)w, (int)h, (int)w * 3, &webp);
     cr_assert(len > 0);
-    FILE *f = fopen(path_in("c/x.webp"), "wb");
+    FILE *f = fopen(img_path_in("c/x.webp"), "wb");
     fwrite(webp, 1, len, f);
     fclose(f);
     WebPFree(webp);
-    remove(path_in("a/1.png")); // class a keeps its other files
+    remove(img_path_in("a/1.png")); // class a keeps its other files
     for (int each = 0; each < 2; each++) {
         images_config cfg = config();
         cfg.augment = "ccrop";
