@@ -503,6 +503,7 @@ typedef struct brun {
 typedef struct batch {
     uint64_t lease;
     int consumer;
+    int client;   // which trainer client of that consumer process (a new one after an error)
     int lifetime; // 1, 2, or 0 until classified
     char ack;     // 'A', 'N' or 0
     int n_runs;
@@ -515,6 +516,7 @@ typedef struct check {
     batch *batches;
     size_t n_batches, cap_batches;
     uint64_t dup_seen; // trainer clients' duplicate counters, summed
+    int clients;       // trainer clients the consumer process made so far ("C" lines)
 } check;
 
 static sess *
@@ -581,6 +583,10 @@ parse_log(check *c, run_state *r, int ci)
             c->dup_seen += strtoull(line + 2, NULL, 10);
             continue;
         }
+        if (line[0] == 'C') { // a new trainer client: its identity filter starts empty
+            c->clients++;
+            continue;
+        }
         if (line[0] == 'A' || line[0] == 'N') {
             uint64_t lease = strtoull(line + 2, NULL, 10);
             size_t i = c->n_batches;
@@ -602,6 +608,7 @@ parse_log(check *c, run_state *r, int ci)
         batch *b = &c->batches[c->n_batches++];
         memset(b, 0, sizeof(*b));
         b->consumer = ci;
+        b->client = c->clients;
         b->lifetime = before_kill || at_kill ? 1 : 0;
         char *p = line + 2, *end;
         b->lease = strtoull(p, &end, 10);
@@ -757,10 +764,12 @@ check_run(run_state *r, totals *tot)
                 // (the push's acknowledgement died with the broker: e.g. the producer was frozen
                 // when the reply came, and nng drops a reply that arrives with the hang-up).
                 // The new broker cannot know it was trained; a consumer that trained it before
-                // drops it (the trainer client's identity filter), so the same consumer process
-                // never trains it twice.
+                // drops it (the trainer client's identity filter), so the same trainer client
+                // never trains it twice. (A consumer process that had to make a new client, after
+                // the broker was gone longer than its give-up time, starts with an empty filter.)
                 const batch *b1 = &c->batches[id->last[1]], *b2 = &c->batches[id->last[2]];
-                if (b1->ack == 'A' && b1->consumer == b2->consumer && across_reported++ < 5)
+                if (b1->ack == 'A' && b1->consumer == b2->consumer && b1->client == b2->client &&
+                    across_reported++ < 5)
                     fail("run %d: identity %016" PRIx64 ":%" PRIu64 " acknowledged under the "
                          "killed broker (lease %" PRIu64 ") was trained again by the same "
                          "consumer %d",
