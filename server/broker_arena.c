@@ -56,22 +56,6 @@ struct broker_arena {
     uint32_t next_ticket;
 };
 
-static void
-put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t
-get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 // --- regions (under the lock) -------------------------------------------------------------------
 
 static void
@@ -171,7 +155,7 @@ handshake(broker_arena *a, int fd)
         close(fd);
         return;
     }
-    uint64_t ticket = get_u64(buf);
+    uint64_t ticket = stoker_arena_get_word(buf);
     pthread_mutex_lock(&a->lock);
     int known = 0;
     for (uint32_t i = 0; i < MAX_TICKETS; i++) {
@@ -201,8 +185,8 @@ handshake(broker_arena *a, int fd)
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", a->memfd);
     int ro = open(path, O_RDONLY | O_CLOEXEC);
-    put_u64(buf, secret);
-    put_u64(buf + 8, a->bytes);
+    stoker_arena_put_word(buf, secret);
+    stoker_arena_put_word(buf + 8, a->bytes);
     char ctrl[CMSG_SPACE(sizeof(int))];
     memset(ctrl, 0, sizeof(ctrl));
     struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
@@ -243,7 +227,7 @@ serve_consumer(broker_arena *a, uint32_t id)
         for (ssize_t i = 0; i < n; i++) {
             c->partial[c->n_partial++] = buf[i];
             if (c->n_partial == 8) {
-                released(a, id, get_u64(c->partial));
+                released(a, id, stoker_arena_get_word(c->partial));
                 c->n_partial = 0;
             }
         }
