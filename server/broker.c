@@ -111,6 +111,20 @@ send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *
     outbox_add_fill(out, token, msg, fill);
 }
 
+parked *
+parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req)
+{
+    parked *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
+        stoker_request_free(req);
+        return NULL;
+    }
+    k->token = token;
+    k->req = req;
+    return k;
+}
+
 void
 send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
 {

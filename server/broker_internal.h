@@ -158,6 +158,9 @@ void send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_re
 // broker_lease.c: copies fill's examples into their arena region (unless copy is 0: the reply is
 // not sent), lets the region go as usual and frees fill. Runs outside the broker's lock.
 void broker_fill_run(broker_fill *fill, int copy);
+// A new parked request (token, req) that takes req; NULL when out of memory, after answering
+// RETRY (the client asks again) and freeing req.
+parked *parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req);
 // A reply with only a code and a formatted message (fmt may be NULL).
 void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -490,14 +490,9 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
-    parked *k = calloc(1, sizeof(*k));
-    if (k == NULL) {
-        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
-        stoker_request_free(req);
+    parked *k = parked_new(b, out, token, req);
+    if (k == NULL)
         return;
-    }
-    k->token = token;
-    k->req = req;
     k->trainer = t;
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
     if (req->max_examples != t->batch_examples) {
