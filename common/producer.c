@@ -268,10 +268,13 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         // One example at a time, so a stop request is seen between examples.
         for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !should_stop(&stop); i++)
             gen_rv = stoker_generator_fill_chunk(gen, chunk, 1, seq + i, cfg->seed, name);
-        if (chunk->count > 0) {
+        // Read before the chunk is handed over: once submitted, the pusher may push it and give
+        // its buffers to retention (the chunk then holds other buffers, count 0).
+        uint32_t made = chunk->count;
+        if (made > 0) {
             pipeline_submit(&pl, seq);
-            seq += chunk->count;
-            generated += chunk->count;
+            seq += made;
+            generated += made;
         }
     }
     rv = pipeline_finish(&pl, &st);
