@@ -150,6 +150,17 @@ struct broker {
 void outbox_add(broker_outbox *out, void *token, nng_msg *msg);
 // Encodes rep and queues it for token; counts refusals.
 void send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep);
+// The same, with fill (may be NULL; taken) to do before the reply is sent.
+typedef struct broker_fill broker_fill;
+void outbox_add_fill(broker_outbox *out, void *token, nng_msg *msg, broker_fill *fill);
+void send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *rep,
+                     broker_fill *fill);
+// broker_lease.c: copies fill's examples into their arena region (unless copy is 0: the reply is
+// not sent), lets the region go as usual and frees fill. Runs outside the broker's lock.
+void broker_fill_run(broker_fill *fill, int copy);
+// A new parked request (token, req) that takes req; NULL when out of memory, after answering
+// RETRY (the client asks again) and freeing req.
+parked *parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req);
 // A reply with only a code and a formatted message (fmt may be NULL).
 void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

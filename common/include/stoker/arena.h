@@ -23,6 +23,10 @@
 // the batch spans from at (what the broker reserves).
 uint64_t stoker_arena_layout(uint64_t at, uint32_t n, const size_t *sizes, uint64_t *offsets);
 
+// The socket protocol's 8-byte words (little-endian), for both sides.
+void stoker_arena_put_word(uint8_t *p, uint64_t v);
+uint64_t stoker_arena_get_word(const uint8_t *p);
+
 typedef struct stoker_arena stoker_arena;
 
 // Connects to the broker's arena socket (socket_name without the leading NUL of an abstract
