@@ -249,15 +249,33 @@ supply_state(const broker *b, char *why, size_t why_len)
 
 // A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only
 // the offset. Without room (regions still held), bytes as for any trainer.
+// Counted per trainer for /status (issue 13): a trainer that maps the arena keeps the shm path
+// when a batch finds no room (arena_full), one whose secret is unknown (no mapping) is on the
+// socket's.
 static void
 arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply *rep)
 {
-    t->in_arena = secret != 0 && b->arena != NULL &&
-                  broker_arena_put(b->arena, secret, l->id, rep->parts, rep->n_parts, &b->schema,
-                                   l->count, &rep->arena_offset) == STOKER_OK;
+    int rv = secret != 0 && b->arena != NULL
+                 ? broker_arena_put(b->arena, secret, l->id, rep->parts, rep->n_parts, &b->schema,
+                                    l->count, &rep->arena_offset)
+                 : STOKER_NOT_FOUND;
+    t->in_arena = rv == STOKER_OK;
     rep->in_arena = t->in_arena;
     if (t->in_arena)
         b->c.delivered_shm += l->count;
+    uint64_t bytes = (uint64_t)l->count * b->example_bytes;
+    t->delivery =
+        rv == STOKER_OK || rv == STOKER_LIMIT ? STOKER_DELIVERY_SHM : STOKER_DELIVERY_SOCKET;
+    t->arena_full += rv == STOKER_LIMIT;
+    if (t->in_arena) {
+        t->batches_shm++;
+        t->examples_shm += l->count;
+        t->bytes_shm += bytes;
+    } else {
+        t->batches_socket++;
+        t->examples_socket += l->count;
+        t->bytes_socket += bytes;
+    }
 }
 
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.

@@ -450,7 +450,11 @@ train_write_json(const train_result *r, FILE *f)
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
             r->data_wait_fraction, r->epochs);
     if (r->delivery != NULL)
-        fprintf(f, ", \"delivery\": \"%s\"", r->delivery);
+        fprintf(f,
+                ", \"delivery\": \"%s\", \"delivery_batches\": {\"shm\": %llu, \"socket\": %llu, "
+                "\"arena_full\": %llu}",
+                r->delivery, (unsigned long long)r->batches_shm,
+                (unsigned long long)r->batches_socket, (unsigned long long)r->batches_arena_full);
     if (r->has_audit) {
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "
