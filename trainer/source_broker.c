@@ -115,8 +115,8 @@ static const source_ops broker_ops = {
 };
 
 int
-source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
-                   char *why, size_t why_len)
+source_broker_open(const train_config *cfg, const source_hooks *hooks, source **out, char *why,
+                   size_t why_len)
 {
     broker_source *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -137,8 +137,10 @@ source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg,
     to.batch_size = cfg->batch_size;
     to.prefetch = cfg->prefetch;
     to.stall_timeout_ms = cfg->stall_timeout_ms;
-    to.on_event = on_event;
-    to.on_event_arg = arg;
+    to.on_event = hooks->on_event;
+    to.on_event_arg = hooks->arg;
+    to.on_arena = hooks->on_memory; // the arena's mapping, e.g. for CUDA pinning
+    to.on_arena_arg = hooks->arg;
     to.group = cfg->group;
     s->grouped = cfg->group != NULL;
     to.rank = cfg->rank;
