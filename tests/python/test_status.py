@@ -216,6 +216,13 @@ def test_status_names_each_consumers_delivery_path():
         after = json.loads(c.get("/status"))
         assert not any(e["connected"] for e in after["consumers"]), after["consumers"]
         assert 'stoker_consumers{delivery="shm"} 0\n' in c.get("/metrics")
+        # The table names each one's path too.
+        table = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0, table.stderr
+        rows = {line.split()[1]: line.split() for line in table.stdout.splitlines()
+                if line.split()[1:2] in (["shm-1"], ["shm-0"])}
+        assert rows["shm-1"][4] == "shm" and rows["shm-0"][4] == "socket", table.stdout
 
 
 if __name__ == "__main__":
