@@ -362,3 +362,60 @@ Test(shm, arena_bound_holds_under_a_slow_consumer_that_holds_batches)
     cr_assert_lt(peak, bound, "broker RSS %llu bytes over the bound %llu", (unsigned long long)peak,
                  (unsigned long long)bound);
 }
+
+// The hook the CUDA trainer pins the arena with (stoker_trainer_options.on_arena): called once
+// with the mapping when it is mapped, and once more with the same mapping just before it is
+// unmapped, which a batch still alive after the client's end postpones.
+typedef struct hook_calls {
+    int mapped, unmapped;
+    const void *base;
+    uint64_t bytes;
+} hook_calls;
+
+static void
+on_arena(const void *base, uint64_t bytes, int mapped, void *arg)
+{
+    hook_calls *h = arg;
+    if (mapped) {
+        h->mapped++;
+        h->base = base;
+        h->bytes = bytes;
+    } else {
+        cr_assert_eq(base, h->base, "unmapped a mapping the hook was not told of");
+        cr_assert_eq(bytes, h->bytes);
+        h->unmapped++;
+    }
+}
+
+Test(shm, arena_hook_sees_the_mapping_before_it_goes)
+{
+    char url[256];
+    broker(url, "65536");
+    producer(url, "400");
+    hook_calls calls = {0};
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = url;
+    o.client.name = "hooked";
+    o.client.give_up_ms = 5000;
+    o.batch_size = 8;
+    o.on_arena = on_arena;
+    o.on_arena_arg = &calls;
+    stoker_trainer_client *tc = NULL;
+    char err[512] = "";
+    cr_assert_eq(stoker_trainer_client_create(&o, &tc, err, sizeof(err)), STOKER_OK, "%s", err);
+    cr_assert_eq(calls.mapped, 1);
+    cr_assert_eq(calls.bytes, 65536);
+    stoker_batch *b = NULL;
+    cr_assert_eq(stoker_trainer_client_next(tc, &b), STOKER_OK);
+    cr_assert_not_null(b->arena, "the batch did not come through the arena");
+    const uint8_t *p = b->chunk.data[0];
+    cr_assert(p >= (const uint8_t *)calls.base && p < (const uint8_t *)calls.base + calls.bytes,
+              "the batch is not inside the mapping the hook was told of");
+    stoker_trainer_client_ack(tc, b->lease);
+    stoker_trainer_client_destroy(tc);
+    cr_assert_eq(calls.unmapped, 0, "unmapped while a batch still reads it");
+    stoker_batch_destroy(b);
+    cr_assert_eq(calls.unmapped, 1);
+    cr_assert_eq(calls.mapped, 1);
+}
