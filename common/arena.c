@@ -23,6 +23,8 @@ struct stoker_arena {
     const uint8_t *base;
     uint64_t bytes;
     uint64_t secret;
+    stoker_arena_hook on_unmap;
+    void *on_unmap_arg;
 };
 
 uint64_t
@@ -199,7 +201,22 @@ stoker_arena_unref(stoker_arena *a)
 {
     if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1)
         return;
+    if (a->on_unmap != NULL)
+        a->on_unmap(a->base, a->bytes, 0, a->on_unmap_arg);
     munmap((void *)a->base, a->bytes);
     close(a->sock);
     free(a);
+}
+
+const void *
+stoker_arena_base(const stoker_arena *a)
+{
+    return a->base;
+}
+
+void
+stoker_arena_on_unmap(stoker_arena *a, stoker_arena_hook fn, void *arg)
+{
+    a->on_unmap = fn;
+    a->on_unmap_arg = arg;
 }

@@ -307,6 +307,10 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->groups = rep->groups;
     rep->groups = NULL;
     rep->n_groups = 0;
+    st->n_consumers = rep->n_consumers; // issue 13
+    st->consumers = rep->consumers;
+    rep->consumers = NULL;
+    rep->n_consumers = 0;
     *out = st;
     return STOKER_OK;
 }

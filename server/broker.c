@@ -312,7 +312,8 @@ trainers_connected(const broker *b, int in_arena)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < b->n_trainers; i++)
-        n += b->trainers[i]->connected && (!in_arena || b->trainers[i]->in_arena);
+        n += b->trainers[i]->connected &&
+             (!in_arena || b->trainers[i]->delivery == STOKER_DELIVERY_SHM);
     return n;
 }
 

@@ -104,6 +104,12 @@ typedef struct trainer {
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
     uint32_t rank;
+    // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
+    // (broker_lease.c arena_reply), batches the full arena sent as bytes.
+    uint32_t pid;
+    stoker_delivery delivery;
+    uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
+    uint64_t arena_full;
 } trainer;
 
 struct broker {

@@ -306,18 +306,34 @@ fill_for(broker *b, const lease *l, const stoker_reply *rep, uint64_t offset)
 // A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only
 // the offset, and *fill the copy to make before the reply goes (outside the broker's lock).
 // Without room (regions still held), bytes as for any trainer.
+// Counted per trainer for /status (issue 13): a trainer that maps the arena keeps the shm path
+// when a batch finds no room (arena_full), one whose secret is unknown (no mapping) is on the
+// socket's.
 static void
 arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply *rep,
             broker_fill **fill)
 {
     *fill = NULL;
-    t->in_arena = secret != 0 && b->arena != NULL &&
-                  broker_arena_reserve(b->arena, secret, l->id, &b->schema, l->count,
-                                       &rep->arena_offset) == STOKER_OK;
+    int rv = secret != 0 && b->arena != NULL
+                 ? broker_arena_reserve(b->arena, secret, l->id, &b->schema, l->count,
+                                        &rep->arena_offset)
+                 : STOKER_NOT_FOUND;
+    t->in_arena = rv == STOKER_OK;
     rep->in_arena = t->in_arena;
-    if (!t->in_arena)
+    uint64_t bytes = (uint64_t)l->count * b->example_bytes;
+    t->delivery =
+        rv == STOKER_OK || rv == STOKER_LIMIT ? STOKER_DELIVERY_SHM : STOKER_DELIVERY_SOCKET;
+    t->arena_full += rv == STOKER_LIMIT;
+    if (!t->in_arena) {
+        t->batches_socket++;
+        t->examples_socket += l->count;
+        t->bytes_socket += bytes;
         return;
+    }
     b->c.delivered_shm += l->count;
+    t->batches_shm++;
+    t->examples_shm += l->count;
+    t->bytes_shm += bytes;
     if ((*fill = fill_for(b, l, rep, rep->arena_offset)) == NULL)
         broker_arena_fill(b->arena, l->id, rep->arena_offset, rep->parts, rep->n_parts, &b->schema,
                           l->count);

@@ -53,4 +53,14 @@ void stoker_arena_release(stoker_arena *a, uint64_t lease);
 // region still held). Accepts NULL.
 void stoker_arena_unref(stoker_arena *a);
 
+// The read-only mapping (borrowed, valid while a reference is held): for a caller that registers
+// it elsewhere, e.g. as CUDA pinned memory (trainer/backend_cuda.c).
+const void *stoker_arena_base(const stoker_arena *a);
+// A hook told of the mapping: mapped 1 once it exists, 0 just before it goes.
+typedef void (*stoker_arena_hook)(const void *base, uint64_t bytes, int mapped, void *arg);
+// Sets the hook the last unref calls (mapped 0) just before unmapping, to undo such a
+// registration, on whichever thread drops that reference; NULL for none. arg must outlive the
+// arena. Set it right after attach, before any other reference exists.
+void stoker_arena_on_unmap(stoker_arena *a, stoker_arena_hook fn, void *arg);
+
 #endif
