@@ -70,7 +70,8 @@ typedef struct images_gen {
     // a source row of its two neighbours and the weight of the second; the same for rows.
     uint32_t *col0, *col1, *row0, *row1;
     float *wx, *wy;
-    uint64_t listing; // hash of the class/file names in index order (a dataset's fingerprint)
+    uint64_t listing;     // hash of the class/file names in index order (a dataset's fingerprint)
+    stoker_labels labels; // the class-to-label map the producer says in its hello (bounded)
 } images_gen;
 
 // ImageNet statistics (torchvision's Normalize for its pretrained models).
@@ -98,6 +99,7 @@ images_destroy(void *user)
         free(g->classes[c].name);
     free(g->classes);
     augment_destroy(g->aug);
+    stoker_labels_fini(&g->labels);
     free(g->scratch);
     free(g->col0);
     free(g->col1);
@@ -751,6 +753,25 @@ log_classes(const images_gen *g, const char *dir)
                     dir, g->n_classes, lo, hi);
 }
 
+// The class-to-label map the producer says in its hello (stoker/labels.h bounds it).
+static int
+label_map(images_gen *g)
+{
+    const char **names = malloc((g->n_classes ? g->n_classes : 1) * sizeof(*names));
+    uint64_t *files = malloc((g->n_classes ? g->n_classes : 1) * sizeof(*files));
+    int rv = STOKER_NOMEM;
+    if (names != NULL && files != NULL) {
+        for (uint32_t c = 0; c < g->n_classes; c++) {
+            names[c] = g->classes[c].name;
+            files[c] = g->classes[c].files;
+        }
+        rv = stoker_labels_build(&g->labels, g->n_classes, names, files, g->n_classes);
+    }
+    free(names);
+    free(files);
+    return rv;
+}
+
 static int
 images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
@@ -851,6 +872,10 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
                     g->n_images, g->decoded_bytes / 1048576.0);
     if (!cfg->quiet)
         log_classes(g, dir);
+    if ((rv = label_map(g)) != STOKER_OK) {
+        images_destroy(g);
+        return stoker_errorf(err, err_len, rv, "images: out of memory");
+    }
     if (g->output == IMAGES_UINT8 && g->normalize)
         stoker_info("images: uint8 output: normalize on the consumer with mean (%.4g, %.4g, %.4g) "
                     "std (%.4g, %.4g, %.4g) for x / 255",
@@ -864,6 +889,7 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     out->n_items = 0; // a stream unless images_generator_dataset
     out->fingerprint = 0;
     out->fill_item = NULL;
+    out->labels = &g->labels;
     return STOKER_OK;
 }
 
