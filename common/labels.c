@@ -155,7 +155,8 @@ stoker_labels_render_json(stoker_text *t, const stoker_label_map *maps, uint32_t
         stoker_text_printf(t, "%s{\"producers\": [", i ? ", " : "");
         for (uint32_t k = 0; k < m->n_producers; k++)
             stoker_text_printf(t, "%s%u", k ? ", " : "", m->producers[k]);
-        stoker_text_printf(t, "], \"classes\": %u, \"listed\": %u, \"truncated\": %s, \"labels\": [",
+        stoker_text_printf(t,
+                           "], \"classes\": %u, \"listed\": %u, \"truncated\": %s, \"labels\": [",
                            m->labels.n_classes, m->labels.n_listed,
                            m->labels.n_listed < m->labels.n_classes ? "true" : "false");
         const char *name = m->labels.names;

@@ -137,16 +137,15 @@ Test(labels, a_map_travels_in_a_hello_and_in_a_status_reply)
     cr_assert_eq(stoker_wire_encode_request(&req, &msg), STOKER_OK);
     stoker_request *got;
     char err[256];
-    cr_assert_eq(stoker_wire_decode_request_msg(msg, &got, err, sizeof(err)), STOKER_OK, "%s",
-                 err);
+    cr_assert_eq(stoker_wire_decode_request_msg(msg, &got, err, sizeof(err)), STOKER_OK, "%s", err);
     cr_expect(stoker_labels_equal(&got->labels, &l));
     cr_expect_eq(got->labels.n_classes, 5);
     stoker_request_free(got);
 
     uint32_t ids[2] = {4, 9};
     stoker_label_map map = {.n_producers = 2, .producers = ids, .labels = l};
-    stoker_reply rep = {.code = STOKER_OK, .label_maps = &map, .n_label_maps = 1,
-                        .label_maps_omitted = 2};
+    stoker_reply rep = {
+        .code = STOKER_OK, .label_maps = &map, .n_label_maps = 1, .label_maps_omitted = 2};
     cr_assert_eq(stoker_wire_encode_reply(&rep, &msg), STOKER_OK);
     stoker_reply *back;
     cr_assert_eq(stoker_wire_decode_reply_msg(msg, &back, err, sizeof(err)), STOKER_OK, "%s", err);

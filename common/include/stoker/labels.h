@@ -13,7 +13,7 @@
 
 #include "stoker/text.h"
 
-#define STOKER_LABELS_MAX_CLASSES 1000 // classes listed by name; the rest are counted
+#define STOKER_LABELS_MAX_CLASSES 1000  // classes listed by name; the rest are counted
 #define STOKER_LABELS_MAX_BYTES   32768 // bytes of listed names (NULs included), at most
 #define STOKER_LABEL_NAME_MAX     256   // bytes of one name kept, NUL included (longer: cut)
 #define STOKER_LABEL_MAPS_MAX     16    // distinct maps a status snapshot lists; the rest counted
