@@ -170,6 +170,11 @@ def test_status_shows_each_distinct_label_map_once_and_python_agrees():
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         agree(page, json.loads(out.stdout))
+        table = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0, table.stderr
+        assert ("4 classes: 0 class0 (2 files), 1 class1 (2 files), 2 class2 (2 files), "
+                '3 odd "class" (1 files)') in table.stdout, table.stdout
 
 
 def test_metrics_render_the_same_snapshot():
