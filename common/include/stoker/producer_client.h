@@ -11,6 +11,7 @@
 
 #include "stoker/chunk.h"
 #include "stoker/client.h"
+#include "stoker/labels.h"
 
 typedef struct stoker_producer_client stoker_producer_client;
 
@@ -82,6 +83,10 @@ const char *stoker_producer_client_error(const stoker_producer_client *pc);
 // ends: next_seq moves past a push abandoned on stop that the broker took after all (brokers
 // drop pushes still waiting for room at goodbye, so nothing is taken after it).
 int stoker_producer_client_goodbye(stoker_producer_client *pc);
+
+// Before the first hello: every hello says labels (borrowed; must outlive the client), the
+// generator's class-to-label map, which the broker shows in /status. NULL: none.
+void stoker_producer_client_set_labels(stoker_producer_client *pc, const stoker_labels *labels);
 
 // Datasets (docs/datasets.md). Before the first hello: this client serves a dataset of n_items
 // items whose listing has fingerprint (the broker refuses one that differs from the others').
