@@ -1,12 +1,12 @@
 // Epochs over a dataset (see broker_epoch.h). At most two epochs are open at once: the oldest
 // not yet acknowledged in full (lo) and, unless strict, the next one, whose shards go out once
-// every item of lo was handed out, so producers never idle at an epoch's end. The per-item work
-// runs under the broker's lock on every push and ack, so it touches memory in order: a shard is
-// a run of the permutation copied into its producer's own list, a push must name that list's
-// next items (checked in order, no per-item state), and an ack sets one bit per item (an epoch's
-// bitmap, N/8 bytes, stays in cache). Each epoch's permutation (Fisher-Yates from the seed and
-// the epoch number) is drawn ahead, by a thread outside the lock, while the epoch before is made.
-// Items handed back after a loss go out before the permutation's rest.
+// every item of lo was handed out, so producers never idle at an epoch's end. The work runs
+// under the broker's lock on every push and ack, so it keeps no state per item at a place the
+// permutation chose: a shard is a run of the permutation copied into its producer's own list, a
+// push must name that list's next items (compared in order), and an ack counts its lease's
+// items (each was accepted once, and a lease is acknowledged once). Each epoch's permutation
+// (Fisher-Yates from the seed and the epoch number) is drawn ahead, by a thread outside the
+// lock, while the epoch before is made. Items handed back after a loss go out first.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +20,8 @@
 
 typedef struct epoch {
     uint32_t number;
-    uint32_t *order;      // (n,) the permutation, handed out from cursor on
-    uint64_t *acked_bits; // (n / 64 rounded up,) bit i: item i acknowledged
-    uint32_t *returned;   // items handed back, handed out before the order's rest
+    uint32_t *order;    // (n,) the permutation, handed out from cursor on
+    uint32_t *returned; // items handed back, handed out before the order's rest
     uint64_t n_returned, cap_returned;
     uint64_t cursor; // next position in order
     uint64_t acked;
@@ -136,7 +135,6 @@ static void
 epoch_fini(epoch *ep)
 {
     free(ep->order);
-    free(ep->acked_bits);
     free(ep->returned);
     memset(ep, 0, sizeof(*ep));
 }
@@ -150,10 +148,9 @@ epoch_open(epochs *e, uint32_t k)
     epoch_fini(ep);
     ep->number = k;
     ep->order = drawer_take(e, k);
-    ep->acked_bits = calloc((e->n + 63) / 64, sizeof(*ep->acked_bits));
     if (ep->order == NULL && (ep->order = malloc(e->n * sizeof(*ep->order))) != NULL)
         draw_order(ep->order, e->n, e->seed, k);
-    if (ep->order == NULL || ep->acked_bits == NULL) {
+    if (ep->order == NULL) {
         epoch_fini(ep);
         return STOKER_NOMEM;
     }
@@ -466,27 +463,19 @@ epochs_acked(broker *b, const queue_range *r, uint64_t now_ms)
     const uint64_t *items = queue_range_items(r);
     if (e == NULL || items == NULL)
         return;
-    // A range is part of one push, whose items are all of one shard, so of one epoch: look
-    // it up once, and again only where an item says otherwise.
-    epoch *ep = NULL;
-    uint64_t k = UINT64_MAX, acked = 0;
-    for (uint32_t j = 0; j < r->count; j++) {
-        if (EPOCH_OF(items[j]) != k) {
-            if (ep != NULL)
-                ep->acked += acked;
-            acked = 0;
-            k = EPOCH_OF(items[j]);
-            ep = item_epoch(e, items[j]);
-        }
-        uint64_t i = EPOCH_INDEX(items[j]);
-        if (ep == NULL || i >= e->n)
-            continue;
-        uint64_t bit = 1ull << (i % 64), word = ep->acked_bits[i / 64];
-        acked += (word & bit) == 0;
-        ep->acked_bits[i / 64] = word | bit;
+    // A range is part of one push, whose items are the next ones of one shard (epochs_check_push),
+    // so of one epoch, each accepted once and leased once at a time; a lease is acknowledged
+    // once (a second ack of it is refused before this): its items count without a look at each.
+    epoch *ep = item_epoch(e, items[0]);
+    if (ep == NULL)
+        return;
+    ep->acked += r->count;
+    if (ep->acked > e->n) {
+        stoker_error("epoch %u: %llu items acknowledged of %llu (a broken invariant: an item "
+                     "acknowledged twice)",
+                     ep->number, (unsigned long long)ep->acked, (unsigned long long)e->n);
+        ep->acked = e->n;
     }
-    if (ep != NULL)
-        ep->acked += acked;
     // Epochs end in order: a later one complete before an earlier one waits for it.
     while (e->lo < e->opened && e->win[e->lo % 2].acked == e->n) {
         stoker_info("epoch-end: epoch %u, all %llu items acknowledged", e->lo,
