@@ -98,9 +98,10 @@ void stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_i
 // last epoch is made; otherwise an error as for push. Retries connection trouble like push.
 int stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
                                  uint32_t *n, uint64_t *seed);
-// As push, each example i carrying items[i] (borrowed, chunk->count of them). Besides push's
-// errors, STOKER_SHARD_REVOKED: the broker gave these items to others meanwhile (this producer
-// was taken for lost); nothing of the chunk was taken: drop the shard, ask for a new one.
+// As push, each example i carrying items[i] (borrowed, chunk->count of them): a shard's items,
+// pushed in the order the shard listed them (STOKER_INVALID otherwise). Besides push's errors,
+// STOKER_SHARD_REVOKED: the broker gave these items to others meanwhile (this producer was
+// taken for lost); nothing of the chunk was taken: drop the shard, ask for a new one.
 int stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk *chunk,
                                       uint64_t first_seq, const uint64_t *items);
 
