@@ -78,6 +78,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     // for streams only.
     if (gen->n_items > 0)
         stoker_producer_client_set_dataset(pc, gen->n_items, gen->fingerprint);
+    stoker_producer_client_set_labels(pc, gen->labels);
     stoker_producer_client_set_retain(pc, gen->n_items > 0 ? 0 : cfg->retain);
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
         stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
