@@ -669,10 +669,13 @@ hold(stoker_trainer_client *tc, uint64_t lease)
     pthread_mutex_unlock(&tc->lock);
 }
 
-// Sends the pending acknowledgements on the control context now (see ACK_LINGER_MS); when the
-// request fails they are pending again, for the next pull to carry.
-static void
-send_acks_now(stoker_trainer_client *tc)
+// Takes the pending acknowledgements at once (a pull the issuer sends meanwhile does not carry
+// them) and sends them on the control context, so that an OK means the broker applied them.
+// From the pull loop (background, see ACK_LINGER_MS) a failed request makes them pending again,
+// for the next pull to carry, and nothing is logged; otherwise failures and refusals are logged.
+// STOKER_OK (also when none were pending), the transport error or the broker's code.
+static int
+send_pending_acks(stoker_trainer_client *tc, int background)
 {
     uint64_t acks[MAX_ACKS];
     pthread_mutex_lock(&tc->lock);
@@ -681,21 +684,30 @@ send_acks_now(stoker_trainer_client *tc)
     tc->n_pending_acks = 0;
     pthread_mutex_unlock(&tc->lock);
     if (n == 0)
-        return;
+        return STOKER_OK;
     stoker_request req = {
         .method = STOKER_ACK, .session = tc->opts.client.session, .n_acks = n, .acks = acks};
     stoker_reply *rep = NULL;
     char err[256];
-    if (conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err)) !=
-        STOKER_OK) {
-        pthread_mutex_lock(&tc->lock);
-        for (uint32_t i = 0; i < n && tc->n_pending_acks < MAX_ACKS; i++)
-            tc->pending_acks[tc->n_pending_acks++] = acks[i];
-        pthread_mutex_unlock(&tc->lock);
-        return;
+    int rv =
+        conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        if (background) {
+            pthread_mutex_lock(&tc->lock);
+            for (uint32_t i = 0; i < n && tc->n_pending_acks < MAX_ACKS; i++)
+                tc->pending_acks[tc->n_pending_acks++] = acks[i];
+            pthread_mutex_unlock(&tc->lock);
+        } else {
+            stoker_warn("trainer: could not acknowledge %u leases: %s", n, err);
+        }
+        return rv;
     }
+    rv = rep->code;
     tc->acks_refused += rep->acks_refused;
+    if (rv != STOKER_OK && !background)
+        stoker_warn("trainer: acknowledgement refused: %s", rep->message);
     stoker_reply_free(rep);
+    return rv;
 }
 
 int
@@ -751,7 +763,7 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
                 if (now >= wait_start + ACK_LINGER_MS) {
                     acks_sent = 1;
                     pthread_mutex_unlock(&tc->lock);
-                    send_acks_now(tc);
+                    (void)send_pending_acks(tc, 1);
                     pthread_mutex_lock(&tc->lock);
                     continue;
                 }
@@ -929,32 +941,7 @@ stoker_trainer_client_ack(stoker_trainer_client *tc, uint64_t lease)
 int
 stoker_trainer_client_flush(stoker_trainer_client *tc)
 {
-    // Takes the pending acknowledgements at once (a pull the issuer sends meanwhile does not
-    // carry them), so that an OK here means the broker applied them.
-    uint64_t acks[MAX_ACKS];
-    pthread_mutex_lock(&tc->lock);
-    uint32_t n = tc->n_pending_acks;
-    memcpy(acks, tc->pending_acks, n * sizeof(uint64_t));
-    tc->n_pending_acks = 0;
-    pthread_mutex_unlock(&tc->lock);
-    if (n == 0)
-        return STOKER_OK;
-    stoker_request req = {
-        .method = STOKER_ACK, .session = tc->opts.client.session, .n_acks = n, .acks = acks};
-    stoker_reply *rep = NULL;
-    char err[256];
-    int rv =
-        conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
-    if (rv != STOKER_OK) {
-        stoker_warn("trainer: could not acknowledge %u leases: %s", n, err);
-        return rv;
-    }
-    rv = rep->code;
-    tc->acks_refused += rep->acks_refused;
-    if (rv != STOKER_OK)
-        stoker_warn("trainer: acknowledgement refused: %s", rep->message);
-    stoker_reply_free(rep);
-    return rv;
+    return send_pending_acks(tc, 0);
 }
 
 int

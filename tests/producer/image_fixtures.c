@@ -9,7 +9,33 @@
 
 #include <png.h>
 
+#include "stoker/log.h"
+
 char img_root[64];
+char img_logged[16384];
+
+static void
+capture(stoker_log_level level, const char *line, void *arg)
+{
+    (void)level;
+    (void)arg;
+    size_t n = strlen(img_logged);
+    snprintf(img_logged + n, sizeof img_logged - n, "%s\n", line);
+}
+
+void
+img_capture_log(void)
+{
+    img_logged[0] = '\0';
+    stoker_log_set_level(STOKER_LOG_WARN);
+    stoker_log_set_sink(capture, NULL);
+}
+
+void
+img_release_log(void)
+{
+    stoker_log_set_sink(NULL, NULL);
+}
 
 static int
 remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

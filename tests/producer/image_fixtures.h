@@ -19,6 +19,12 @@ void img_root_remove(void);
 char *img_path_in(const char *rel);
 // Makes the folder img_root/rel (its parent must exist).
 void img_make_dir(const char *rel);
+// What the library logged at WARN and above since img_capture_log (lines, each ending in a
+// newline, until it fills), for assertions on what is reported.
+extern char img_logged[16384];
+// Starts capturing the log into img_logged (emptied); img_release_log gives the log back.
+void img_capture_log(void);
+void img_release_log(void);
 // Writes pixels (h rows of w pixels in libpng's format, PNG_FORMAT_RGB, _GRAY, ...) as the PNG
 // file img_root/rel.
 void img_write_png(const char *rel, const uint8_t *pixels, uint32_t w, uint32_t h, uint32_t format);

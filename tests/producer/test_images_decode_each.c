@@ -21,31 +21,17 @@
 
 #define SIZE 32
 
-// WARN and ERROR lines logged by the generator, for the assertions on what it reports.
-static char logged[16384];
-
-static void
-capture(stoker_log_level level, const char *line, void *arg)
-{
-    (void)level;
-    (void)arg;
-    size_t n = strlen(logged);
-    snprintf(logged + n, sizeof logged - n, "%s\n", line);
-}
-
 static void
 make_root(void)
 {
     img_root_make("stoker-images-each");
-    logged[0] = '\0';
-    stoker_log_set_level(STOKER_LOG_WARN);
-    stoker_log_set_sink(capture, NULL);
+    img_capture_log();
 }
 
 static void
 remove_root(void)
 {
-    stoker_log_set_sink(NULL, NULL);
+    img_release_log();
     img_root_remove();
 }
 
@@ -220,14 +206,15 @@ Test(decode_each, corrupt_files_are_named_skipped_and_counted_and_production_goe
     }
     cr_assert_eq(images_generator_skipped(&gen), 2, "%zu files skipped, expected 2",
                  images_generator_skipped(&gen));
-    cr_assert(strstr(logged, "a/002.png") != NULL, "the bad PNG is not named:\n%s", logged);
-    cr_assert(strstr(logged, "b/003.jpg") != NULL, "the bad JPEG is not named:\n%s", logged);
+    cr_assert(strstr(img_logged, "a/002.png") != NULL, "the bad PNG is not named:\n%s", img_logged);
+    cr_assert(strstr(img_logged, "b/003.jpg") != NULL, "the bad JPEG is not named:\n%s",
+              img_logged);
     // Each is reported once, not for every example that drew it.
-    const char *first = strstr(logged, "a/002.png");
-    cr_assert_null(strstr(first + 1, "a/002.png"), "reported twice:\n%s", logged);
+    const char *first = strstr(img_logged, "a/002.png");
+    cr_assert_null(strstr(first + 1, "a/002.png"), "reported twice:\n%s", img_logged);
     stoker_generator_fini(&gen);
-    cr_assert(strstr(logged, "2 of 10 files could not be decoded") != NULL,
-              "no count at the end:\n%s", logged);
+    cr_assert(strstr(img_logged, "2 of 10 files could not be decoded") != NULL,
+              "no count at the end:\n%s", img_logged);
     free(img);
 }
 
@@ -279,7 +266,7 @@ Test(decode_each, a_folder_where_every_file_is_corrupt_fails_the_fill_clearly)
     float *img = malloc(3 * SIZE * SIZE * sizeof *img);
     int32_t label;
     cr_assert_eq(fill(&gen, 1, img, &label), STOKER_INVALID);
-    cr_assert(strstr(logged, "none of the 4 files could be decoded") != NULL, "%s", logged);
+    cr_assert(strstr(img_logged, "none of the 4 files could be decoded") != NULL, "%s", img_logged);
     free(img);
     stoker_generator_fini(&gen);
 }

@@ -22,29 +22,17 @@
 #include "stoker/log.h"
 #include "stoker/rng.h"
 
-static char logged[16384]; // WARN and ERROR lines, for the assertions on what is reported
-
-static void
-capture(stoker_log_level level, const char *line, void *arg)
-{
-    (void)level, (void)arg;
-    size_t n = strlen(logged);
-    snprintf(logged + n, sizeof logged - n, "%s\n", line);
-}
-
 static void
 make_root(void)
 {
     img_root_make("stoker-images-formats");
-    logged[0] = '\0';
-    stoker_log_set_level(STOKER_LOG_WARN);
-    stoker_log_set_sink(capture, NULL);
+    img_capture_log();
 }
 
 static void
 remove_root(void)
 {
-    stoker_log_set_sink(NULL, NULL);
+    img_release_log();
     img_root_remove();
 }
 
@@ -376,7 +364,7 @@ Test(formats, bad_files_are_named_and_skipped_at_start_never_fatal)
     free(b);
     free(rgb);
     for (int each = 0; each < 2; each++) {
-        logged[0] = '\0';
+        img_logged[0] = '\0';
         stoker_generator gen;
         char err[512] = "";
         cr_assert_eq(open_folder(each, &gen, err, sizeof err), STOKER_OK, "decode_each %d: %s",
@@ -385,11 +373,11 @@ Test(formats, bad_files_are_named_and_skipped_at_start_never_fatal)
         // modes (a decode_each header check sees them too).
         const char *bad[] = {"a/broken.png", "b/text.jpg", "b/palette.bmp", "c/only.tif"};
         for (size_t i = 0; i < 4; i++)
-            cr_expect(strstr(logged, bad[i]) != NULL, "decode_each %d: %s not named:\n%s", each,
-                      bad[i], logged);
+            cr_expect(strstr(img_logged, bad[i]) != NULL, "decode_each %d: %s not named:\n%s", each,
+                      bad[i], img_logged);
         cr_expect_eq(images_generator_skipped_at_start(&gen), 4);
-        cr_expect(strstr(logged, "class 'c' (label 2) has no readable image") != NULL, "%s",
-                  logged);
+        cr_expect(strstr(img_logged, "class 'c' (label 2) has no readable image") != NULL, "%s",
+                  img_logged);
         cr_expect_eq(images_generator_classes(&gen), 3, "class c keeps its label");
         size_t files = 99;
         images_generator_class_name(&gen, 0, &files);
