@@ -961,6 +961,13 @@ stoker_trainer_client_uncommitted(const stoker_trainer_client *tc)
     return tc->n_uncommitted;
 }
 
+int
+stoker_trainer_client_mark_trained(stoker_trainer_client *tc, uint64_t session, uint64_t first_seq,
+                                   uint64_t count)
+{
+    return idset_add(tc->seen, session, first_seq, count) == UINT64_MAX ? STOKER_NOMEM : STOKER_OK;
+}
+
 uint64_t
 stoker_trainer_client_duplicates(const stoker_trainer_client *tc)
 {

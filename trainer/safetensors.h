@@ -1,7 +1,7 @@
 // safetensors files of float32 tensors: 8-byte little-endian header length, a JSON header
 // {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...} with names in
 // sorted order, then the raw data. Readable by numpy, PyTorch and the safetensors package.
-// Only F32 is written or read; names must not need JSON escaping. Little-endian hosts only.
+// Only F32 is written or read; names and metadata must not need JSON escaping. Little-endian hosts only.
 #ifndef STOKER_TRAINER_SAFETENSORS_H
 #define STOKER_TRAINER_SAFETENSORS_H
 
@@ -25,6 +25,17 @@ typedef struct safetensors_tensor {
 int safetensors_write(const char *path, const safetensors_tensor *tensors, size_t count, char *err,
                       size_t err_len);
 
+// One __metadata__ entry (string to string; both borrowed, neither may need JSON escaping).
+typedef struct safetensors_meta {
+    const char *key, *value;
+} safetensors_meta;
+
+// safetensors_write with metadata entries beside "format": "pt" (meta may be NULL when n_meta
+// is 0; a key "format" or a value that needs escaping is STOKER_INVALID).
+int safetensors_write_meta(const char *path, const safetensors_tensor *tensors, size_t count,
+                           const safetensors_meta *meta, size_t n_meta, char *err,
+                           size_t err_len);
+
 typedef struct safetensors_file safetensors_file;
 
 // Reads a whole safetensors file of F32 tensors. On success *out is owned by the caller
@@ -37,6 +48,9 @@ size_t safetensors_count(const safetensors_file *f);
 const safetensors_tensor *safetensors_get(const safetensors_file *f, size_t i);
 // The tensor called name, or NULL. Borrowed from f.
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
+
+// The __metadata__ value of key, or NULL when absent. Borrowed from f.
+const char *safetensors_meta_get(const safetensors_file *f, const char *key);
 
 // Accepts NULL.
 void safetensors_destroy(safetensors_file *f);

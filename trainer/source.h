@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint.h"
 #include "stoker/chunk.h"
 #include "stoker/protocol.h"
 #include "stoker/schema.h"
@@ -39,6 +40,16 @@ typedef struct source_ops {
     void (*audit)(source *src, train_result *res);
     // Says goodbye where there is someone to say it to, and frees src.
     void (*destroy)(source *src);
+    // Commit with checkpoints (cfg->checkpoint_path); NULL where there is no one to commit to.
+    // commit makes every batch settled so far count as trained at the far end: STOKER_OK, or the
+    // error (they stay uncommitted and the next commit tries again). pending: the identities
+    // trained that the far end may not know as trained (since the last successful commit, and
+    // those given to mark_trained), borrowed until the next call on src. mark_trained: identities
+    // the model trained before this source existed (the checkpoint it resumed from): dropped
+    // when delivered; STOKER_OK or STOKER_NOMEM.
+    int (*commit)(source *src);
+    const checkpoint_runs *(*pending)(source *src);
+    int (*mark_trained)(source *src, const checkpoint_runs *runs);
 } source_ops;
 
 // Implementations embed this as their first member.
