@@ -357,9 +357,9 @@ checkpoint_restore(const checkpoint *ck, mlp *net, char *why, size_t why_len)
         }
         offset += (size_t)out_dim * in_dim + out_dim;
     }
-    if (rv == STOKER_OK && ((rv = mlp_set_params(net, host, count)) != STOKER_OK ||
-                            (rv = mlp_set_adam(net, host + count, host + 2 * count, count,
-                                               ck->steps)) != STOKER_OK))
+    if (rv == STOKER_OK &&
+        ((rv = mlp_set_params(net, host, count)) != STOKER_OK ||
+         (rv = mlp_set_adam(net, host + count, host + 2 * count, count, ck->steps)) != STOKER_OK))
         stoker_errorf(why, why_len, rv, "--resume %s: cannot load the network: %s", ck->path,
                       mlp_error(net));
     free(host);

@@ -242,8 +242,8 @@ main(int argc, char **argv)
         char err[512];
         if (checkpoint_load(o.resume_path, &resume, err, sizeof(err)) != STOKER_OK)
             return stoker_cli_fail(&cli, "--resume: %s", err);
-        if (checkpoint_check_options(resume, o.train.hidden, o.train.n_hidden, o.train.classes,
-                                     err, sizeof(err)) != STOKER_OK) {
+        if (checkpoint_check_options(resume, o.train.hidden, o.train.n_hidden, o.train.classes, err,
+                                     sizeof(err)) != STOKER_OK) {
             checkpoint_destroy(resume);
             return stoker_cli_fail(&cli, "%s", err);
         }

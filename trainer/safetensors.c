@@ -45,8 +45,7 @@ plain_text(const char *text)
 static bool
 plain_name(const char *name)
 {
-    return name != NULL && name[0] != '\0' && strcmp(name, "__metadata__") != 0 &&
-           plain_text(name);
+    return name != NULL && name[0] != '\0' && strcmp(name, "__metadata__") != 0 && plain_text(name);
 }
 
 static int

@@ -1,7 +1,8 @@
 // safetensors files of float32 tensors: 8-byte little-endian header length, a JSON header
 // {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...} with names in
 // sorted order, then the raw data. Readable by numpy, PyTorch and the safetensors package.
-// Only F32 is written or read; names and metadata must not need JSON escaping. Little-endian hosts only.
+// Only F32 is written or read; names and metadata must not need JSON escaping. Little-endian hosts
+// only.
 #ifndef STOKER_TRAINER_SAFETENSORS_H
 #define STOKER_TRAINER_SAFETENSORS_H
 
@@ -33,8 +34,7 @@ typedef struct safetensors_meta {
 // safetensors_write with metadata entries beside "format": "pt" (meta may be NULL when n_meta
 // is 0; a key "format" or a value that needs escaping is STOKER_INVALID).
 int safetensors_write_meta(const char *path, const safetensors_tensor *tensors, size_t count,
-                           const safetensors_meta *meta, size_t n_meta, char *err,
-                           size_t err_len);
+                           const safetensors_meta *meta, size_t n_meta, char *err, size_t err_len);
 
 typedef struct safetensors_file safetensors_file;
 

@@ -250,8 +250,8 @@ save_checkpoint(const train_config *cfg, source *src, mlp *net, train_result *re
 
 // Loads the checkpoint resumed from into net and continues its lineage's counts.
 static int
-resume(const train_config *cfg, source *src, mlp *net, train_result *res, uint64_t *seed,
-       char *why, size_t why_len)
+resume(const train_config *cfg, source *src, mlp *net, train_result *res, uint64_t *seed, char *why,
+       size_t why_len)
 {
     int rv = checkpoint_restore(cfg->resume, net, why, why_len);
     if (rv != STOKER_OK)

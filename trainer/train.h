@@ -53,10 +53,10 @@ typedef struct train_config {
     uint32_t rank, world;
     // Checkpoints (checkpoint.h). With checkpoint_path the broker source commits: what it
     // trained counts as trained at the broker only once a checkpoint holding it is on disk.
-    const char *checkpoint_path;   // NULL: none (acknowledged after each step, as without)
-    uint32_t checkpoint_every;     // rounds between checkpoints (10)
+    const char *checkpoint_path;     // NULL: none (acknowledged after each step, as without)
+    uint32_t checkpoint_every;       // rounds between checkpoints (10)
     const struct checkpoint *resume; // loaded by the caller (borrowed), or NULL
-    const char *identity_log_path; // NULL, or a file to append each trained run's identities to
+    const char *identity_log_path;   // NULL, or a file to append each trained run's identities to
     // Output.
     const char *weights_path; // may be NULL
     int progress;             // 1: live status line, 0: one line per round
