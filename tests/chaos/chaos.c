@@ -26,7 +26,11 @@
 //   one it accepted; the identities it accepted that no consumer ever trained (the loss) are a
 //   subset of what it held (never an acknowledged one), and their number is exactly
 //   held (queued + in_flight) - trained but unacknowledged - re-pushed by producers to the next
-//   broker (a push whose acknowledgement was lost with the broker).
+//   broker (producers retain what is not trained and push it again);
+// - the broker's death loses nothing: every lost identity belongs to a producer that the chaos
+//   SIGKILLed itself (before the broker's death, or after it but before it pushed its retained
+//   examples to the new broker). A producer that lived on loses nothing: the drain waits until
+//   each such producer is known to the new broker beyond what the killed one held.
 // Every wait is bounded, a watchdog ends the whole test, and children die with it.
 //
 // Environment: STOKER_BROKER_BIN, STOKER_PRODUCER_BIN, STOKER_CHAOS_CONSUMER_BIN (set by meson),
@@ -186,6 +190,9 @@ typedef struct run_state {
     proc consumer;
     consumer_rec consumers[MAX_CONSUMERS];
     int n_consumers;
+    char names[MAX_PRODUCERS][32]; // the name of the process in each producer slot
+    char killed[MAX_SESSIONS][32]; // names of the producers the chaos SIGKILLed
+    int n_killed;
     int marker_consumer;  // consumer running when the broker was killed (-1 before)
     stoker_status *held;  // the killed broker's status while everything was frozen
     stoker_status *final; // the surviving broker's status after the drain
@@ -223,6 +230,7 @@ start_producer(run_state *r, int slot)
                           "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
                           seed,         "--log-level", "warn",    NULL};
     spawn(&r->producers[slot], "producer", argv, log);
+    snprintf(r->names[slot], sizeof(r->names[slot]), "%s", name);
     r->restart_at[slot] = 0;
     r->producer_starts++;
 }
@@ -347,6 +355,26 @@ kill_broker(run_state *r)
     kill(r->consumer.child.pid, SIGCONT);
 }
 
+// SIGKILLs the producer in slot i during the chaos and remembers its name (it may lose what it
+// retained, should the broker die too).
+static void
+kill_producer(run_state *r, int i)
+{
+    kill_proc(&r->producers[i]);
+    if (r->n_killed < MAX_SESSIONS)
+        memcpy(r->killed[r->n_killed++], r->names[i], sizeof(r->killed[0]));
+}
+
+static int
+was_killed(const run_state *r, const char *name)
+{
+    for (int i = 0; i < r->n_killed; i++) {
+        if (strcmp(r->killed[i], name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 // Reaps children that ended on their own (none should): a producer slot restarts, a consumer
 // is replaced.
 static void
@@ -423,7 +451,7 @@ chaos_phase(run_state *r, uint64_t run_ms)
             if (p->child.pid == 0) {
                 // dead, waiting for its restart
             } else if (what < 30) { // kill; a new one later
-                kill_proc(p);
+                kill_producer(r, i);
                 r->restart_at[i] = now + rnd(r, 0, 600);
                 r->producer_kills++;
             } else if (what < 75) { // freeze, sometimes beyond --producer-timeout (2 s)
@@ -434,7 +462,7 @@ chaos_phase(run_state *r, uint64_t run_ms)
                     r->producer_freezes++;
                 }
             } else { // replace at once
-                kill_proc(p);
+                kill_producer(r, i);
                 start_producer(r, i);
                 r->producer_replacements++;
             }
@@ -448,6 +476,40 @@ chaos_phase(run_state *r, uint64_t run_ms)
 static void
 drain_phase(run_state *r)
 {
+    // Every producer that lived through the broker's death pushes its retained examples to the
+    // new broker before the drain kills it: thaw them all, then wait (bounded) until the new
+    // broker knows each one's session beyond what the killed broker held of it.
+    for (int i = 0; i < r->n_producers; i++) {
+        if (r->producers[i].child.pid > 0 && r->producers[i].frozen) {
+            kill(r->producers[i].child.pid, SIGCONT);
+            r->producers[i].frozen = 0;
+        }
+    }
+    for (uint64_t deadline = stoker_now_ms() + 15000; r->held != NULL;) {
+        stoker_status *st = fetch_status(r);
+        const char *behind = NULL;
+        for (uint32_t i = 0; i < r->held->n_producers && behind == NULL; i++) {
+            const stoker_producer_info *p = &r->held->producers[i];
+            if (was_killed(r, p->name))
+                continue;
+            const stoker_producer_info *now = NULL;
+            for (uint32_t j = 0; j < st->n_producers; j++)
+                now = st->producers[j].session == p->session ? &st->producers[j] : now;
+            if (now == NULL || now->next_seq < p->next_seq)
+                behind = p->name;
+        }
+        stoker_status_destroy(st);
+        if (behind == NULL)
+            break;
+        if (stoker_now_ms() > deadline) {
+            fail("run %d: producer '%s' lived on but did not reach the new broker beyond what the "
+                 "killed one held within 15 s",
+                 r->index, behind);
+            break;
+        }
+        reap_unexpected(r);
+        stoker_sleep_ms(20, NULL);
+    }
     for (int i = 0; i < r->n_producers; i++) {
         kill_proc(&r->producers[i]);
         r->restart_at[i] = 0;
@@ -784,8 +846,10 @@ check_run(run_state *r, totals *tot)
         fail("run %d: the killed broker's frozen status: discrepancy %" PRId64, r->index,
              discrepancy(k1));
     uint64_t sum1 = 0, held = k1->queued + k1->in_flight, lost = 0, repushed = 0;
+    uint64_t lost_by_killed = 0;
     for (uint32_t i = 0; i < s1->n_producers; i++) {
         const stoker_producer_info *p = &s1->producers[i];
+        uint64_t lost_before = lost;
         sum1 += p->accepted;
         if (p->next_seq != p->accepted)
             fail("run %d: killed broker: session %016" PRIx64 " accepted %" PRIu64
@@ -797,6 +861,13 @@ check_run(run_state *r, totals *tot)
             lost += !t1 && !t2;
             repushed += !t1 && t2;
         }
+        // Loss is allowed only where the producer died too: it held the rest in retention.
+        if (lost > lost_before && !was_killed(r, p->name))
+            fail("run %d: producer '%s' (session %016" PRIx64 ") was never SIGKILLed, yet %" PRIu64
+                 " of its examples held by the killed broker were never trained",
+                 r->index, p->name, p->session, lost - lost_before);
+        if (was_killed(r, p->name))
+            lost_by_killed += lost - lost_before;
         // A producer that lived on resumed with the next broker where its acknowledgements
         // ended: never beyond what the killed broker held.
         const stoker_producer_info *p2 = status_session(s2, p->session);
@@ -876,10 +947,11 @@ check_run(run_state *r, totals *tot)
            r->index, redel_killed, redel_nack, nacks, k1->redelivered, k2->redelivered);
     printf("chaos: run %d: killed broker held %" PRIu64 " (queued %" PRIu64 ", in flight %" PRIu64
            "): %" PRIu64 " trained but unacknowledged, %" PRIu64 " re-pushed to the new broker, "
-           "%" PRIu64 " LOST; trained under both brokers %" PRIu64 "; trainer-counted "
-           "duplicates %" PRIu64 "\n",
-           r->index, held, k1->queued, k1->in_flight, trained_unacked, repushed, lost, twice_across,
-           c->dup_seen);
+           "%" PRIu64 " LOST (%" PRIu64 " of producers SIGKILLed themselves, 0 allowed of the "
+           "others); trained under both brokers %" PRIu64 "; trainer-counted duplicates %" PRIu64
+           "\n",
+           r->index, held, k1->queued, k1->in_flight, trained_unacked, repushed, lost,
+           lost_by_killed, twice_across, c->dup_seen);
     printf("chaos: run %d: surviving broker: produced %" PRIu64 " = acknowledged %" PRIu64
            ", queued %" PRIu64 ", in flight %" PRIu64 ", discrepancy %" PRId64 "\n",
            r->index, k2->produced, k2->acknowledged, k2->queued, k2->in_flight, discrepancy(k2));

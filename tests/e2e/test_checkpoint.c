@@ -46,8 +46,10 @@ wait_checkpoint_past(const char *path, uint64_t examples, proc_child *trainer)
         checkpoint_position pos = position(path, &ok);
         if (ok && pos.examples > examples)
             return pos;
-        cr_assert(!proc_wait(trainer, 0), "the trainer ended (status %d) before its checkpoint "
-                  "passed %" PRIu64 " examples", trainer->status, examples);
+        cr_assert(!proc_wait(trainer, 0),
+                  "the trainer ended (status %d) before its checkpoint "
+                  "passed %" PRIu64 " examples",
+                  trainer->status, examples);
         stoker_sleep_ms(10, NULL);
     }
     cr_assert_fail("no checkpoint past %" PRIu64 " examples in 30 s", examples);
@@ -130,21 +132,23 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
     char url[256];
     testdir_ipc_url(url, sizeof(url), "broker");
     proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "64"));
-    const char *const pargs[] = {"--max-examples", "600", "--delay", "0.001:0.003", "--chunk",
-                                 "3", "--linger", "60", NULL};
+    const char *const pargs[] = {"--max-examples", "600", "--delay", "0.001:0.003", "--chunk", "3",
+                                 "--linger",       "60",  NULL};
     proc_child *p1 = e2e_producer_start(url, "keeper-1", pargs);
     proc_child *p2 = e2e_producer_start(url, "keeper-2", pargs);
     const char *ck = testdir_file("model.ckpt");
     char logs[3][320];
     for (int i = 0; i < 3; i++)
-        snprintf(logs[i], sizeof(logs[i]), "%s", testdir_file(i == 0   ? "ids-0"
-                                                              : i == 1 ? "ids-1"
-                                                                       : "ids-2"));
+        snprintf(logs[i], sizeof(logs[i]), "%s",
+                 testdir_file(i == 0   ? "ids-0"
+                              : i == 1 ? "ids-1"
+                                       : "ids-2"));
     const char *json = testdir_file("summary.json");
     // Enough rounds for all the data: the run ends when the supply does.
-    const char *common[] = {"--broker", url, "--batch-size", "4", "--round-length", "20",
-                            "--rounds", "1000", "--device", "cpu", "--stall-timeout", "10",
-                            "--checkpoint", ck, "--checkpoint-every", "3"};
+    const char *common[] = {"--broker",       url,   "--batch-size",       "4",
+                            "--round-length", "20",  "--rounds",           "1000",
+                            "--device",       "cpu", "--stall-timeout",    "10",
+                            "--checkpoint",   ck,    "--checkpoint-every", "3"};
     enum { NC = sizeof(common) / sizeof(common[0]) };
 
     // 1: from scratch, killed after a checkpoint past 200 examples, between two checkpoints.
@@ -244,8 +248,8 @@ Test(checkpoint, a_checkpoint_of_another_network_is_refused_naming_the_differenc
     proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0"));
     const char *ck = testdir_file("model.ckpt");
     const char *weights = testdir_file("weights.safetensors");
-    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "3", "--device",
-                                                "cpu", "--checkpoint", ck, "--weights", weights));
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "3", "--device", "cpu",
+                                                "--checkpoint", ck, "--weights", weights));
     proc_assert_exit(t, 0, 20000);
 
     // Known before any broker: the hidden widths, the loss, the file itself (usage: exit 2).
@@ -291,11 +295,25 @@ Test(checkpoint, a_kill_while_writing_leaves_the_previous_checkpoint_whole)
     proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0", "--chunk", "8"));
     const char *ck = testdir_file("big.ckpt");
     // ~3 MB per checkpoint, one per batch: the trainer spends most of its time writing them.
-    const char *const args[] = {"--broker",     url,   "--hidden",           "256,256",
-                                "--batch-size", "8",   "--round-length",     "8",
-                                "--rounds",     "1000000", "--device",       "cpu",
-                                "--checkpoint", ck,    "--checkpoint-every", "1",
-                                "--resume",     ck,    NULL};
+    const char *const args[] = {"--broker",
+                                url,
+                                "--hidden",
+                                "256,256",
+                                "--batch-size",
+                                "8",
+                                "--round-length",
+                                "8",
+                                "--rounds",
+                                "1000000",
+                                "--device",
+                                "cpu",
+                                "--checkpoint",
+                                ck,
+                                "--checkpoint-every",
+                                "1",
+                                "--resume",
+                                ck,
+                                NULL};
     enum { N_ARGS = sizeof(args) / sizeof(args[0]) };
     const char *first[N_ARGS];
     memcpy(first, args, sizeof(args));
@@ -310,8 +328,9 @@ Test(checkpoint, a_kill_while_writing_leaves_the_previous_checkpoint_whole)
         int ok;
         checkpoint_position pos = position(ck, &ok);
         cr_assert(ok, "kill %d left no readable checkpoint", kill_no);
-        cr_assert_geq(pos.examples, last, "kill %d: the checkpoint went back from %" PRIu64
-                      " to %" PRIu64 " examples", kill_no, last, pos.examples);
+        cr_assert_geq(pos.examples, last,
+                      "kill %d: the checkpoint went back from %" PRIu64 " to %" PRIu64 " examples",
+                      kill_no, last, pos.examples);
         last = pos.examples;
     }
     fprintf(stderr, "checkpoint: 8 kills, %d temporary files left by kills during a write\n",
