@@ -119,7 +119,7 @@ static const stoker_cli_option rows[] = {
      "state and position there (safetensors, atomically); batches count\n"
      "as trained at the broker only once a checkpoint holds them",
      STOKER_CLI_STRING, AT(train.checkpoint_path)},
-    {"checkpoint-every", "ROUNDS", "rounds between checkpoints", STOKER_CLI_UINT,
+    {"checkpoint-every", "N", "rounds between checkpoints", STOKER_CLI_UINT,
      AT(train.checkpoint_every), .imin = 1, .imax = 1u << 30},
     {"resume", "PATH", "continue from this checkpoint: weights, Adam state, position",
      STOKER_CLI_STRING, AT(resume_path)},

@@ -456,7 +456,7 @@ train_run(const train_config *cfg, train_result *res)
         int round_done = res->examples >= (res->rounds + 1) * (uint64_t)cfg->round_length;
         if (round_done) {
             res->rounds++;
-            if (res->rounds == 1)
+            if (res->rounds == res->resumed_rounds + 1) // this run's first
                 res->first_round_loss = res->final_loss;
         }
         double now_s = (double)(stoker_now_ns() - start_ns) / 1e9;
