@@ -716,7 +716,7 @@ accepted_by(const stoker_status *st, uint64_t session, uint64_t seq)
 
 typedef struct totals {
     uint64_t examples_trained, batches, redelivered_killed, redelivered_nack, ack_refused_batches;
-    uint64_t held, trained_unacked, repushed, lost, twice_across, dup_seen;
+    uint64_t held, trained_unacked, repushed, lost, lost_by_killed, twice_across, dup_seen;
     uint64_t broker_redelivered;
     int producer_kills, producer_freezes, producer_replacements, producer_starts;
     int consumer_kills, broker_kills;
@@ -965,6 +965,7 @@ check_run(run_state *r, totals *tot)
     tot->trained_unacked += trained_unacked;
     tot->repushed += repushed;
     tot->lost += lost;
+    tot->lost_by_killed += lost_by_killed;
     tot->twice_across += twice_across;
     tot->dup_seen += c->dup_seen;
     tot->broker_redelivered += k1->redelivered + k2->redelivered;
@@ -1077,9 +1078,11 @@ main(void)
            tot.redelivered_killed, tot.redelivered_nack, tot.ack_refused_batches,
            tot.broker_redelivered);
     printf("chaos: killed brokers held %" PRIu64 ": trained but unacknowledged %" PRIu64
-           ", re-pushed %" PRIu64 ", lost %" PRIu64 "; trained under both brokers %" PRIu64
+           ", re-pushed %" PRIu64 ", lost %" PRIu64 " (%" PRIu64 " of producers SIGKILLed "
+           "themselves); trained under both brokers %" PRIu64
            "; trainer-counted duplicates %" PRIu64 "\n",
-           tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.twice_across, tot.dup_seen);
+           tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.lost_by_killed,
+           tot.twice_across, tot.dup_seen);
     if (failed_runs == 0 && !keep_dir) {
         char cmd[400];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
