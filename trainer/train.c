@@ -298,7 +298,8 @@ report(const train_config *cfg, progress *pg, source *src, const train_result *r
     if (pg->have_status)
         snprintf(supply, sizeof(supply), "  producers %u  queued %llu", pg->producers_alive,
                  (unsigned long long)pg->queued);
-    double rate = elapsed_s > 0 ? (double)res->examples / elapsed_s : 0;
+    // This run's rate: a resumed lineage's earlier examples took no time here.
+    double rate = elapsed_s > 0 ? (double)(res->examples - res->resumed_examples) / elapsed_s : 0;
     double wait = elapsed_s > 0 ? 100.0 * wait_s / elapsed_s : 0;
     if (pg->live) {
         fprintf(stderr, "\r\033[Kround %llu/%u  loss %.5f  %.1f ex/s  data wait %.1f%%%s",
@@ -483,7 +484,8 @@ train_run(const train_config *cfg, train_result *res)
             set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);
     }
     res->seconds = (double)(stoker_now_ns() - start_ns) / 1e9;
-    res->examples_per_second = res->seconds > 0 ? (double)res->examples / res->seconds : 0;
+    res->examples_per_second =
+        res->seconds > 0 ? (double)(res->examples - res->resumed_examples) / res->seconds : 0;
     res->data_wait_fraction = res->seconds > 0 ? (double)wait_ns / 1e9 / res->seconds : 0;
 
 done:
