@@ -645,8 +645,10 @@ hold(stoker_trainer_client *tc, uint64_t lease)
     pthread_mutex_unlock(&tc->lock);
 }
 
-int
-stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
+// next, waiting at most wait_ms: STOKER_TIMEOUT when that is shorter than the stall timeout and
+// ran out, else STOKER_STALLED (with its warning).
+static int
+next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
     char err[256];
     uint64_t wait_start = stoker_now_ms();
@@ -663,7 +665,7 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             }
         }
         // The stall clock runs while the caller waits, not during its training step.
-        uint64_t stall_at = wait_start + tc->opts.stall_timeout_ms;
+        uint64_t stall_at = wait_start + wait_ms;
 
         pthread_mutex_lock(&tc->lock);
         uint32_t busy = 0, idle = 0;
@@ -703,6 +705,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             pthread_mutex_unlock(&tc->lock);
             if (stopped(tc))
                 return STOKER_INTERRUPTED;
+            if (wait_ms < tc->opts.stall_timeout_ms)
+                return STOKER_TIMEOUT;
             stoker_warn("stalled: no batch for %u ms", tc->opts.stall_timeout_ms);
             return STOKER_STALLED;
         }
@@ -793,6 +797,19 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         stoker_reply_free(rep);
         return rv;
     }
+}
+
+int
+stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
+{
+    return next_batch(tc, out, tc->opts.stall_timeout_ms);
+}
+
+int
+stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
+{
+    return next_batch(tc, out,
+                      wait_ms < tc->opts.stall_timeout_ms ? wait_ms : tc->opts.stall_timeout_ms);
 }
 
 const char *

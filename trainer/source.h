@@ -27,7 +27,9 @@ typedef struct source_ops {
     // Waits for the next batch, bounded by the stall timeout. On STOKER_OK *chunk is borrowed
     // until settle, which the caller calls once after training on it. Otherwise no batch is held:
     // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended), STOKER_STALLED,
-    // STOKER_INTERRUPTED (cfg->stop set), or another error.
+    // STOKER_INTERRUPTED (cfg->stop set), or another error. A committing source with batches
+    // settled but not committed may also return STOKER_RETRY after a second without a batch:
+    // checkpoint (which commits) and call next again; the stall timeout keeps running.
     int (*next)(source *src, const stoker_chunk **chunk);
     // Done with the batch next returned (trained on or not): acknowledges it and frees it.
     void (*settle)(source *src);

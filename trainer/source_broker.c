@@ -26,7 +26,14 @@ typedef struct broker_source {
     checkpoint_runs pending;
     size_t n_inherited;
     FILE *identity_log; // --identity-log, or NULL
+    uint32_t stall_ms;  // the stall timeout
+    uint32_t idle_ms;   // waited without a batch before the last STOKER_RETRY (0: none since)
 } broker_source;
+
+// A committing source with uncommitted work returns STOKER_RETRY after waiting this long for a
+// batch, so that the trainer checkpoints and commits: producers that linger until their examples
+// are trained say goodbye only then, and the supply can end.
+#define IDLE_COMMIT_MS 1000u
 
 static const stoker_schema *
 broker_schema(const source *src)
@@ -40,9 +47,27 @@ broker_next(source *src, const stoker_chunk **chunk)
 {
     broker_source *s = (broker_source *)src;
     stoker_batch *batch = NULL;
-    int rv = stoker_trainer_client_next(s->tc, &batch);
+    int rv;
+    if (s->committing && s->pending.n > s->n_inherited &&
+        s->idle_ms + IDLE_COMMIT_MS < s->stall_ms) {
+        rv = stoker_trainer_client_next_within(s->tc, &batch, IDLE_COMMIT_MS);
+        if (rv == STOKER_TIMEOUT) {
+            s->idle_ms += IDLE_COMMIT_MS;
+            return STOKER_RETRY;
+        }
+    } else if (s->idle_ms > 0) {
+        // The rest of the stall timeout.
+        rv = stoker_trainer_client_next_within(s->tc, &batch, s->stall_ms - s->idle_ms);
+        if (rv == STOKER_TIMEOUT) {
+            stoker_warn("stalled: no batch for %u ms", s->stall_ms);
+            rv = STOKER_STALLED;
+        }
+    } else {
+        rv = stoker_trainer_client_next(s->tc, &batch);
+    }
     if (rv != STOKER_OK)
         return rv;
+    s->idle_ms = 0;
     s->batch = batch;
     *chunk = &batch->chunk;
     return STOKER_OK;
@@ -199,6 +224,7 @@ source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg,
     to.rank = cfg->rank;
     to.world = cfg->world;
     s->committing = to.commit = cfg->checkpoint_path != NULL;
+    s->stall_ms = cfg->stall_timeout_ms;
     if (cfg->identity_log_path != NULL) {
         if ((s->identity_log = fopen(cfg->identity_log_path, "a")) == NULL) {
             free(s);

@@ -401,6 +401,13 @@ train_run(const train_config *cfg, train_result *res)
         const stoker_chunk *chunk = NULL;
         rv = src->ops->next(src, &chunk);
         wait_ns += stoker_now_ns() - t0;
+        if (rv == STOKER_RETRY) { // idle with uncommitted work: checkpoint and commit it now
+            if (save_checkpoint(cfg, src, net, res, lineage_seed, why, sizeof(why)) != STOKER_OK) {
+                set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);
+                break;
+            }
+            continue;
+        }
         if (rv != STOKER_OK && cfg->epochs > 0 && res->epochs >= cfg->epochs) {
             set_reason(res, TRAIN_COMPLETED, "all %u epochs done", cfg->epochs);
             break;

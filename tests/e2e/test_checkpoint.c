@@ -338,3 +338,37 @@ Test(checkpoint, a_kill_while_writing_leaves_the_previous_checkpoint_whole)
     proc_kill(p);
     proc_broker_stop(broker);
 }
+
+// Producers that linger until their examples are trained say goodbye only once the trainer
+// commits; a committing trainer that waits a second without a batch checkpoints and commits, so
+// the supply ends (exit 3) long before the stall timeout, not by it (exit 4).
+Test(checkpoint, a_starved_trainer_commits_so_that_lingering_producers_can_finish)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    proc_child *p = e2e_producer_start(
+        url, "lingering",
+        PROC_ARGS("--max-examples", "130", "--delay", "0:0", "--chunk", "3", "--linger", "30"));
+    const char *ck = testdir_file("model.ckpt");
+    const char *json = testdir_file("summary.json");
+    uint64_t t0 = stoker_now_ms();
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "1000", "--device",
+                                                "cpu", "--checkpoint", ck, "--checkpoint-every",
+                                                "1000", "--stall-timeout", "20", "--json", json));
+    proc_assert_exit(t, 3, 15000);
+    uint64_t took_ms = stoker_now_ms() - t0;
+    cr_assert_lt(took_ms, 10000, "the supply ended after %llu ms", (unsigned long long)took_ms);
+    proc_assert_exit(p, 0, 10000);
+    char *summary = testdir_read(json, NULL);
+    cr_assert_not_null(summary);
+    cr_assert_eq(json_u64(summary, NULL, "examples"), 130, "%s", summary);
+    cr_assert_geq(json_u64(summary, NULL, "checkpoints"), 2, "%s", summary);
+    free(summary);
+    int ok;
+    cr_assert_eq(position(ck, &ok).examples, 130);
+    stoker_status *st = h_status(url);
+    cr_assert_eq(st->counters.acknowledged, 130);
+    stoker_status_destroy(st);
+    proc_broker_stop(broker);
+}

@@ -64,6 +64,12 @@ const stoker_schema *stoker_trainer_client_schema(const stoker_trainer_client *t
 // Never blocks longer than the stall timeout.
 int stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out);
 
+// As stoker_trainer_client_next, but waits at most wait_ms: when that is shorter than the stall
+// timeout and no batch came, returns STOKER_TIMEOUT (no warning; call again). For a caller that
+// has something to do while the supply is idle (a committing trainer checkpoints).
+int stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **out,
+                                      uint32_t wait_ms);
+
 // The broker's word on why the supply ended or the group broke (after next returned
 // STOKER_NO_PRODUCERS, STOKER_END_OF_DATA or STOKER_GROUP_BROKEN; "" before). Borrowed.
 const char *stoker_trainer_client_end_reason(const stoker_trainer_client *tc);
