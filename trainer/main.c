@@ -184,6 +184,9 @@ train_and_report(const train_config *cfg, FILE *json)
                     train_status_name(res->status), res->reason, (unsigned long long)res->examples,
                     res->seconds, res->examples_per_second, res->final_loss,
                     100 * res->data_wait_fraction);
+    else
+        stoker_error("%s: %s (after %llu examples in %.2f s)", train_status_name(res->status),
+                     res->reason, (unsigned long long)res->examples, res->seconds);
     if (res->has_resumed)
         stoker_info("resumed from round %llu (%llu examples, %llu batches); %llu rounds and "
                     "%llu examples in this run",
@@ -196,9 +199,6 @@ train_and_report(const train_config *cfg, FILE *json)
         stoker_info("checkpoints: %llu written to %s (%llu commits failed)",
                     (unsigned long long)res->checkpoints, cfg->checkpoint_path,
                     (unsigned long long)res->commits_failed);
-    else
-        stoker_error("%s: %s (after %llu examples in %.2f s)", train_status_name(res->status),
-                     res->reason, (unsigned long long)res->examples, res->seconds);
     if (json != NULL) {
         train_write_json(res, json);
         if (json != stdout)

@@ -372,3 +372,31 @@ Test(checkpoint, a_starved_trainer_commits_so_that_lingering_producers_can_finis
     stoker_status_destroy(st);
     proc_broker_stop(broker);
 }
+
+// Without --checkpoint nothing changes: acknowledged after each step, no checkpoint fields in the
+// summary, and a completed run logs its end at INFO, not as an error.
+Test(checkpoint, without_checkpoint_the_trainer_runs_as_before)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0"));
+    const char *json = testdir_file("summary.json");
+    proc_child *t = e2e_trainer_start(
+        PROC_ARGS("--broker", url, "--rounds", "5", "--device", "cpu", "--json", json));
+    proc_assert_exit(t, 0, 20000);
+    char *summary = testdir_read(json, NULL), *err = testdir_read(t->err_path, NULL);
+    cr_assert(summary != NULL && err != NULL);
+    cr_assert_null(strstr(summary, "checkpoints"), "%s", summary);
+    cr_assert_null(strstr(summary, "resumed_from"), "%s", summary);
+    cr_assert_not_null(strstr(err, "INFO completed: all 5 rounds done"), "%s", err);
+    cr_assert_null(strstr(err, "ERROR"), "%s", err);
+    free(summary);
+    free(err);
+    stoker_status *st = h_status(url);
+    cr_assert_geq(st->counters.acknowledged, 100, "acknowledged %llu",
+                  (unsigned long long)st->counters.acknowledged);
+    stoker_status_destroy(st);
+    proc_stop(p, 5000);
+    proc_broker_stop(broker);
+}
