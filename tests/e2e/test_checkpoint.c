@@ -294,7 +294,7 @@ Test(checkpoint, a_kill_while_writing_leaves_the_previous_checkpoint_whole)
     proc_child *broker = e2e_broker_start(url, NULL);
     proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0", "--chunk", "8"));
     const char *ck = testdir_file("big.ckpt");
-    // ~3 MB per checkpoint, one per batch: the trainer spends most of its time writing them.
+    // ~0.8 MB per checkpoint, one per batch: the trainer spends most of its time writing them.
     const char *const args[] = {"--broker",
                                 url,
                                 "--hidden",
