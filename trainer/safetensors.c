@@ -8,6 +8,7 @@
 #include "stoker/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,29 @@ build_header(const safetensors_tensor **sorted, size_t count, const safetensors_
     *out = buf;
     *out_len = len;
     return STOKER_OK;
+}
+
+// Makes a rename in path's folder durable (the folder's entry points at the new file even after a
+// machine crash). 0, or -1 with errno set when the folder was opened but not synced.
+static int
+sync_folder(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char folder[4096];
+    if (slash == NULL)
+        snprintf(folder, sizeof(folder), ".");
+    else if (slash == path)
+        snprintf(folder, sizeof(folder), "/");
+    else
+        snprintf(folder, sizeof(folder), "%.*s", (int)(slash - path), path);
+    int fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0; // a folder we cannot open cannot be synced either: the rename stands
+    int rv = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rv;
 }
 
 static bool
@@ -191,6 +215,11 @@ safetensors_write_meta(const char *path, const safetensors_tensor *tensors, size
         rv = stoker_errorf(err, err_len, STOKER_IO, "%s: cannot rename %s into place: %s", path,
                            tmp, strerror(errno));
         goto unlink_tmp;
+    }
+    if (sync_folder(path) != 0) {
+        rv = stoker_errorf(err, err_len, STOKER_IO,
+                           "%s: in place, but its folder's sync failed: %s", path, strerror(errno));
+        goto free_tmp;
     }
     rv = STOKER_OK;
     goto free_tmp;

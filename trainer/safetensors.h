@@ -18,8 +18,9 @@ typedef struct safetensors_tensor {
     const float *data; // product(shape) floats; borrowed (writer) / owned by the file (reader)
 } safetensors_tensor;
 
-// Writes count tensors to path atomically: a temporary file beside it, fsync, then rename, so a
-// reader sees the old file or the new one, never half. Tensors borrowed; their order does not
+// Writes count tensors to path atomically: a temporary file beside it, fsync, then rename and a
+// sync of the folder, so a reader sees the old file or the new one, never half, and the new one
+// stays after a machine crash. Tensors borrowed; their order does not
 // matter (they are sorted by name). Returns STOKER_OK; STOKER_INVALID for a duplicate or
 // unwritable name, too many dims; STOKER_IO or STOKER_NOMEM otherwise. err (err_len bytes,
 // may be NULL if err_len is 0) receives a message naming the path on failure.
