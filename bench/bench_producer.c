@@ -1,6 +1,9 @@
 // stoker-bench-producer: a producer with generation cost (nearly) zero, for measuring stoker's
 // own overhead. Each example's fields are filled with a byte derived from its seq (a memset), so
-// the data is defined and distinguishable without costing more than writing it once.
+// the data is defined and distinguishable without costing more than writing it once; with
+// --fill stamp only each field's first 8 bytes are written (the seq), the rest keeping what the
+// buffer held (zeros at first): generation free, like the raw nng baseline's messages, which
+// nobody writes.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@ typedef struct bench_gen {
     size_t bytes[STOKER_MAX_FIELDS];
     int is_float32[STOKER_MAX_FIELDS];
     uint32_t n_fields;
+    int stamp; // --fill stamp
 } bench_gen;
 
 static int
@@ -22,7 +26,13 @@ fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
     const bench_gen *g = user;
     (void)seed;
-    for (uint32_t i = 0; i < g->n_fields; i++) {
+    for (uint32_t i = 0; g->stamp && i < g->n_fields; i++) {
+        if (g->bytes[i] >= sizeof(seq))
+            memcpy(fields[i], &seq, sizeof(seq));
+        else
+            memset(fields[i], (int)(seq & 0xff), g->bytes[i]);
+    }
+    for (uint32_t i = 0; !g->stamp && i < g->n_fields; i++) {
         if (g->is_float32[i]) {
             // Finite values in [0, 1), so a trainer's real step on them stays finite.
             float v = (float)(seq % 1000) / 1000.0f, *f = fields[i];
@@ -45,10 +55,12 @@ fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
 typedef struct bench_options {
     stoker_producer_config run;
     const char *schema;
+    int stamp;      // --fill: 0 all, 1 stamp
     uint64_t items; // > 0: serve a dataset of this many items
 } bench_options;
 
 #define AT(member) STOKER_CLI_AT(bench_options, member)
+static const char *const fill_modes[] = {"all", "stamp", NULL};
 static const stoker_cli_option rows[] = {
     {"schema", "SPEC", "the examples' schema", STOKER_CLI_STRING, AT(schema)},
     {"chunk", "N", "examples per push", STOKER_CLI_UINT, AT(run.chunk), .imin = 1,
@@ -58,6 +70,9 @@ static const stoker_cli_option rows[] = {
     {"name", "S", "name shown in events and status", STOKER_CLI_STRING, AT(run.client.name)},
     {"items", "N", "serve a dataset of N items in the broker's epochs", STOKER_CLI_UINT, AT(items),
      .imin = 1, .imax = UINT32_MAX},
+    {"fill", "all|stamp",
+     "all: write every byte of each example; stamp: only its seq (generation free)",
+     STOKER_CLI_ENUM, AT(stamp), .choices = fill_modes},
     {"retain", "N", "examples kept until trained (0: off; default: twice the queue depth)",
      STOKER_CLI_UINT, AT(run.retain), .imax = UINT32_MAX - 1},
 };
@@ -92,6 +107,7 @@ main(int argc, char **argv)
     if (stoker_schema_parse(o.schema, &gen.schema, err, sizeof(err)) != STOKER_OK)
         return stoker_cli_fail(&cli, "--schema '%s': %s", o.schema, err);
     g.n_fields = gen.schema.n_fields;
+    g.stamp = o.stamp;
     for (uint32_t i = 0; i < g.n_fields; i++) {
         g.bytes[i] = stoker_field_bytes(&gen.schema.fields[i]);
         g.is_float32[i] = gen.schema.fields[i].dtype == STOKER_FLOAT32;

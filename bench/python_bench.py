@@ -10,7 +10,8 @@ generator's cost) plus the reference target function, so both sides have the sam
     /usr/bin/python3 bench/python_bench.py --large [--seconds 15]
 
 --large: 150,528-byte examples (224x224x3 uint8 images), batch 32, generation free on both sides
-(stoker-bench-producer; DataLoader workers yield a ready image), MB/s into the same loop; on the
+(stoker-bench-producer --fill stamp writes only each example's seq; DataLoader workers yield a
+ready image), MB/s into the same loop; on the
 broker's host stoker's batches come through its shared memory (STOKER_SHM=0: over the socket).
 
 Uses STOKER_BUILD (default build/) for the broker, the producer and libstoker.so. Needs numpy and
@@ -141,7 +142,8 @@ def run_stoker_large(args):
         for i in range(args.producers):
             procs.append(subprocess.Popen([
                 os.path.join(BUILD, "bench", "stoker-bench-producer"), "--broker", url,
-                "--schema", "image:uint8[224,224,3]", "--chunk", "32", "--name", "b%d" % i]))
+                "--schema", "image:uint8[224,224,3]", "--chunk", "32", "--fill", "stamp",
+                "--name", "b%d" % i]))
         ds = StokerIterableDataset(url, batch_size=32, stall_timeout=10)
         loader = torch.utils.data.DataLoader(ds, batch_size=None)
         return train_large(loader, args.seconds)

@@ -23,6 +23,8 @@ struct stoker_arena {
     const uint8_t *base;
     uint64_t bytes;
     uint64_t secret;
+    stoker_arena_hook on_unmap;
+    void *on_unmap_arg;
 };
 
 uint64_t
@@ -37,15 +39,15 @@ stoker_arena_layout(uint64_t at, uint32_t n, const size_t *sizes, uint64_t *offs
     return end - at;
 }
 
-static void
-put_u64(uint8_t *p, uint64_t v)
+void
+stoker_arena_put_word(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t
-get_u64(const uint8_t *p)
+uint64_t
+stoker_arena_get_word(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -88,7 +90,7 @@ stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_m
                              socket_name, strerror(e));
     }
     uint8_t msg[16];
-    put_u64(msg, ticket);
+    stoker_arena_put_word(msg, ticket);
     if (send(sock, msg, 8, MSG_NOSIGNAL) != 8) {
         int e = errno;
         close(sock);
@@ -116,7 +118,7 @@ stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_m
                              "or no answer within %u ms)",
                              timeout_ms);
     }
-    uint64_t secret = get_u64(msg), bytes = get_u64(msg + 8);
+    uint64_t secret = stoker_arena_get_word(msg), bytes = stoker_arena_get_word(msg + 8);
     // Read-only: the descriptor itself is read-only, so a writable shared mapping is refused.
     void *base = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
     int e = errno;
@@ -185,7 +187,7 @@ void
 stoker_arena_release(stoker_arena *a, uint64_t lease)
 {
     uint8_t msg[8];
-    put_u64(msg, lease);
+    stoker_arena_put_word(msg, lease);
     // The broker reads these as they come; a full socket buffer (a broker that stopped
     // reading) must not hang the training loop: the region stays held until we close.
     if (send(a->sock, msg, sizeof(msg), MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(msg))
@@ -199,7 +201,22 @@ stoker_arena_unref(stoker_arena *a)
 {
     if (a == NULL || atomic_fetch_sub(&a->refs, 1) != 1)
         return;
+    if (a->on_unmap != NULL)
+        a->on_unmap(a->base, a->bytes, 0, a->on_unmap_arg);
     munmap((void *)a->base, a->bytes);
     close(a->sock);
     free(a);
+}
+
+const void *
+stoker_arena_base(const stoker_arena *a)
+{
+    return a->base;
+}
+
+void
+stoker_arena_on_unmap(stoker_arena *a, stoker_arena_hook fn, void *arg)
+{
+    a->on_unmap = fn;
+    a->on_unmap_arg = arg;
 }

@@ -24,6 +24,8 @@ stoker_chunk_init(stoker_chunk *c, const stoker_schema *schema, uint32_t capacit
             stoker_chunk_fini(c);
             return STOKER_NOMEM;
         }
+        // Zeroed once: bytes a generator leaves unwritten go out as zeros, never as old heap.
+        memset(c->data[i], 0, rounded ? rounded : 64);
     }
     return STOKER_OK;
 }

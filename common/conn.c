@@ -155,13 +155,21 @@ conn_call_until(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, con
                 stoker_reply **out, char *err, size_t err_len)
 {
     nng_msg *msg;
-    nng_aio *aio;
-    call_waiter w = {.done = 0};
     int rv = stoker_wire_encode_request(req, &msg);
     if (rv != STOKER_OK) {
         snprintf(err, err_len, "cannot encode request: %s", stoker_strerror(rv));
         return rv;
     }
+    return conn_call_msg_until(ctx, msg, timeout_ms, stop, out, err, err_len);
+}
+
+int
+conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *stop,
+                    stoker_reply **out, char *err, size_t err_len)
+{
+    nng_aio *aio;
+    call_waiter w = {.done = 0};
+    int rv;
     if ((rv = nng_aio_alloc(&aio, call_done, &w)) != 0) {
         nng_msg_free(msg);
         snprintf(err, err_len, "out of memory");
@@ -299,6 +307,10 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->groups = rep->groups;
     rep->groups = NULL;
     rep->n_groups = 0;
+    st->n_consumers = rep->n_consumers; // issue 13
+    st->consumers = rep->consumers;
+    rep->consumers = NULL;
+    rep->n_consumers = 0;
     *out = st;
     return STOKER_OK;
 }

@@ -42,6 +42,10 @@ typedef struct conn_stop {
 // reached the broker and be applied there; only a later answer tells (for pushes: goodbye's).
 int conn_call_until(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
                     stoker_reply **out, char *err, size_t err_len);
+// conn_call_until with the request already encoded (stoker_wire_encode_request): msg is the
+// call's, sent or freed, whatever the outcome.
+int conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *stop,
+                        stoker_reply **out, char *err, size_t err_len);
 
 // Moves the counters, producers and events of a successful STATUS reply into a new status
 // (*out, owned by the caller). STOKER_OK or STOKER_NOMEM (rep unchanged).

@@ -354,6 +354,18 @@ stoker_consumer_delivery(const stoker_consumer *c)
     return stoker_trainer_client_delivery(c->tc);
 }
 
+void
+stoker_consumer_delivery_counts(const stoker_consumer *c, uint64_t *shm, uint64_t *socket,
+                                uint64_t *arena_full)
+{
+    if (shm != NULL)
+        *shm = stoker_trainer_client_arena_batches(c->tc);
+    if (socket != NULL)
+        *socket = stoker_trainer_client_socket_batches(c->tc);
+    if (arena_full != NULL)
+        *arena_full = stoker_trainer_client_arena_full_batches(c->tc);
+}
+
 uint32_t
 stoker_consumer_batch_count(const stoker_consumer_batch *b)
 {

@@ -1,8 +1,10 @@
 // The producer loop: fill a chunk, push it until acknowledged, repeat; goodbye at the end.
-// Generation and pushing overlap: the calling thread fills one chunk while a pusher thread
-// sends the previous one (two chunks, double-buffered), so a CPU-bound generator keeps its core
-// busy instead of idling for each push's round trip. Pushes still go out one at a time and in
-// seq order, so the broker's seq rule works as with a single chunk in flight.
+// Generation and pushing overlap: the calling thread fills one chunk, and encodes its push,
+// while a pusher thread sends the previous one (two chunks, double-buffered), so a CPU-bound
+// generator keeps its core busy instead of idling for each push's round trip, and the pusher's
+// path holds no copy of the examples (retention keeps the pushed chunk's own buffers). Pushes still
+// go out one at a time and in seq order, so the broker's seq rule works as with a single chunk in
+// flight.
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -71,11 +73,13 @@ typedef struct pipeline {
 // Pushes chunk from first_seq. Normally first_seq is the client's next seq; when the broker
 // already holds part of the chunk (it answered a hello with a later seq) only the rest is sent.
 static int
-push_chunk(pipeline *pl, const stoker_chunk *chunk, uint64_t first_seq)
+push_chunk(pipeline *pl, stoker_chunk *chunk, uint64_t first_seq)
 {
     uint64_t next = stoker_producer_client_next_seq(pl->pc);
     if (next >= first_seq + chunk->count)
-        return STOKER_OK; // all of it is held already
+        return STOKER_OK;  // all of it is held already
+    if (next <= first_seq) // the whole chunk: retention may keep its buffers rather than a copy
+        return stoker_producer_client_push_owned(pl->pc, chunk, first_seq);
     stoker_chunk view = *chunk;
     view.owns_data = 0;
     if (next > first_seq) {
@@ -100,6 +104,7 @@ pusher_main(void *arg)
             break; // done, and everything was pushed
         stoker_chunk *chunk = &pl->chunks[pl->push];
         uint64_t first_seq = pl->first_seq[pl->push];
+        uint32_t count = chunk->count; // a push may swap the chunk's buffers (retention)
         pthread_mutex_unlock(&pl->mu);
         int rv = push_chunk(pl, chunk, first_seq);
         pthread_mutex_lock(&pl->mu);
@@ -118,7 +123,7 @@ pusher_main(void *arg)
             pl->rv = rv;
             break;
         }
-        pl->examples += chunk->count;
+        pl->examples += count;
         pl->pushes++;
         pl->full[pl->push] = 0;
         pl->push ^= 1;
@@ -171,6 +176,9 @@ pipeline_free_chunk(pipeline *pl)
 static void
 pipeline_submit(pipeline *pl, uint64_t first_seq)
 {
+    // Encoded here, on the generating thread, while the pusher waits on the previous push; if
+    // this fails the pusher encodes it itself.
+    (void)stoker_producer_client_prepare(pl->pc, &pl->chunks[pl->fill], first_seq);
     pthread_mutex_lock(&pl->mu);
     pl->first_seq[pl->fill] = first_seq;
     pl->full[pl->fill] = 1;
@@ -260,10 +268,13 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         // One example at a time, so a stop request is seen between examples.
         for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !should_stop(&stop); i++)
             gen_rv = stoker_generator_fill_chunk(gen, chunk, 1, seq + i, cfg->seed, name);
-        if (chunk->count > 0) {
+        // Read before the chunk is handed over: once submitted, the pusher may push it and give
+        // its buffers to retention (the chunk then holds other buffers, count 0).
+        uint32_t made = chunk->count;
+        if (made > 0) {
             pipeline_submit(&pl, seq);
-            seq += chunk->count;
-            generated += chunk->count;
+            seq += made;
+            generated += made;
         }
     }
     rv = pipeline_finish(&pl, &st);

@@ -59,6 +59,14 @@ struct stoker_producer_client {
     uint64_t broker_seq;        // the broker's next seq for us, from its last answer
     int full_logged;            // "retention full" said for this wait
     uint64_t replays, replayed; // pushes again to a broker that lost them, and their examples
+    // Pushes encoded ahead of time on the generating thread (stoker_producer_client_prepare),
+    // taken by the push of the same seqs; prepare and push run on different threads.
+    pthread_mutex_t prepared_lock;
+    struct {
+        nng_msg *msg; // NULL: free slot
+        uint64_t first_seq;
+        uint32_t count;
+    } prepared[2];
 };
 
 #define RETAIN_FALLBACK 1024 // examples, when the broker does not tell its queue depth
@@ -173,6 +181,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
         return STOKER_NOMEM;
     }
     pthread_mutex_init(&pc->lock, NULL);
+    pthread_mutex_init(&pc->prepared_lock, NULL);
     pthread_cond_init(&pc->cond, NULL);
     if ((rv = conn_open(&pc->conn, pc->url, opts->max_message_bytes, opts->reconnect_max_ms,
                         &opts->tls, err, sizeof(err))) != STOKER_OK) {
@@ -197,6 +206,7 @@ fail_ctx:
     conn_close(&pc->conn);
 fail_conn:
     pthread_cond_destroy(&pc->cond);
+    pthread_mutex_destroy(&pc->prepared_lock);
     pthread_mutex_destroy(&pc->lock);
     retention_destroy(pc->kept);
     free(pc);
@@ -287,13 +297,61 @@ stoker_producer_client_hello(stoker_producer_client *pc)
     }
 }
 
+// The push prepared for exactly these seqs, now the caller's; NULL when there is none (a
+// dataset's pushes carry items and are never prepared).
+static nng_msg *
+take_prepared(stoker_producer_client *pc, uint64_t first_seq, uint32_t count)
+{
+    nng_msg *msg = NULL;
+    pthread_mutex_lock(&pc->prepared_lock);
+    for (int i = 0; i < 2; i++) {
+        if (pc->prepared[i].msg != NULL && pc->prepared[i].first_seq == first_seq &&
+            pc->prepared[i].count == count && pc->push_items == NULL) {
+            msg = pc->prepared[i].msg;
+            pc->prepared[i].msg = NULL;
+        }
+    }
+    pthread_mutex_unlock(&pc->prepared_lock);
+    return msg;
+}
+
+int
+stoker_producer_client_prepare(stoker_producer_client *pc, const stoker_chunk *chunk,
+                               uint64_t first_seq)
+{
+    if (!stoker_schema_equal(&chunk->schema, &pc->schema) || chunk->count == 0)
+        return STOKER_INVALID;
+    stoker_request req = {.method = STOKER_PUSH,
+                          .session = pc->opts.session,
+                          .first_seq = first_seq,
+                          .chunk = *chunk};
+    nng_msg *msg;
+    int rv = stoker_wire_encode_request(&req, &msg);
+    if (rv != STOKER_OK)
+        return rv;
+    pthread_mutex_lock(&pc->prepared_lock);
+    // A free slot, else the one for the older seqs (a prepared push nobody took).
+    int slot = pc->prepared[0].msg == NULL                             ? 0
+               : pc->prepared[1].msg == NULL                           ? 1
+               : pc->prepared[0].first_seq < pc->prepared[1].first_seq ? 0
+                                                                       : 1;
+    nng_msg *old = pc->prepared[slot].msg;
+    pc->prepared[slot].msg = msg;
+    pc->prepared[slot].first_seq = first_seq;
+    pc->prepared[slot].count = chunk->count;
+    pthread_mutex_unlock(&pc->prepared_lock);
+    nng_msg_free(old);
+    return STOKER_OK;
+}
+
 #define NEED_REPLAY (-1) // push_raw: a hello found the broker short of first_seq
 
 // Sends chunk as first_seq.. until the broker holds it (it may hold it already). Returns
 // STOKER_OK, NEED_REPLAY when a hello on the way found a broker that lacks seqs before first_seq
 // (retained ones: push them first), or an error as for stoker_producer_client_push.
 static int
-push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
+push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq,
+              nng_msg **prepared)
 {
     stoker_request req = {.method = STOKER_PUSH, .first_seq = first_seq, .chunk = *chunk};
     if (pc->push_items != NULL) {
@@ -328,8 +386,15 @@ push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_s
         stoker_reply *rep = NULL;
         char err[256];
         atomic_store(&pc->last_sent_ms, stoker_now_ms());
-        rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep, err,
-                             sizeof(err));
+        if (*prepared != NULL) {
+            // The first attempt sends what the generating thread encoded; resends encode anew.
+            rv = conn_call_msg_until(pc->push_ctx, *prepared, pc->opts.request_timeout_ms,
+                                     &pc->stop, &rep, err, sizeof(err));
+            *prepared = NULL;
+        } else {
+            rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep,
+                                 err, sizeof(err));
+        }
         if (rv == STOKER_INTERRUPTED)
             return rv; // abandoned: goodbye's answer says whether the broker took it
         if (rv != STOKER_OK) {
@@ -384,6 +449,16 @@ push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_s
         }
         backoff(pc, &delay);
     }
+}
+
+// push_attempts with the push prepared for these seqs, if any (stoker_producer_client_prepare).
+static int
+push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
+{
+    nng_msg *prepared = take_prepared(pc, first_seq, chunk->count);
+    int rv = push_attempts(pc, chunk, first_seq, &prepared);
+    nng_msg_free(prepared); // not sent (NULL when it was)
+    return rv;
 }
 
 // Pushes the retained chunks the broker lacks (from broker_seq up to next_seq): a restarted
@@ -496,9 +571,11 @@ wait_room(stoker_producer_client *pc, uint32_t count)
     return STOKER_OK;
 }
 
-int
-stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
-                            uint64_t first_seq)
+// Push (stoker_producer_client_push); owned, when not NULL, is chunk itself with its buffers
+// the caller's to give: retention then keeps them instead of a copy.
+static int
+push_keeping(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq,
+             stoker_chunk *owned)
 {
     if (!stoker_schema_equal(&chunk->schema, &pc->schema) || chunk->count == 0 ||
         first_seq != pc->next_seq)
@@ -517,7 +594,8 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
     }
     if (rv != STOKER_OK)
         return rv;
-    if (retention_add(pc->kept, chunk, first_seq) != STOKER_OK) {
+    if ((owned == NULL || retention_adopt(pc->kept, owned, first_seq) != STOKER_OK) &&
+        retention_add(pc->kept, chunk, first_seq) != STOKER_OK) {
         // Without memory to keep it, a broker restart would lose it: say so once per chunk.
         stoker_warn("producer '%s': out of memory retaining seq %llu..; a broker restart now "
                     "loses them",
@@ -525,6 +603,20 @@ stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chun
     }
     retention_release(pc->kept, atomic_load(&pc->trained));
     return STOKER_OK;
+}
+
+int
+stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
+                            uint64_t first_seq)
+{
+    return push_keeping(pc, chunk, first_seq, NULL);
+}
+
+int
+stoker_producer_client_push_owned(stoker_producer_client *pc, stoker_chunk *chunk,
+                                  uint64_t first_seq)
+{
+    return push_keeping(pc, chunk, first_seq, chunk->owns_data ? chunk : NULL);
 }
 
 int
@@ -650,6 +742,9 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
     }
     conn_close(&pc->conn);
     pthread_cond_destroy(&pc->cond);
+    for (int i = 0; i < 2; i++)
+        nng_msg_free(pc->prepared[i].msg);
+    pthread_mutex_destroy(&pc->prepared_lock);
     pthread_mutex_destroy(&pc->lock);
     retention_destroy(pc->kept);
     free(pc);

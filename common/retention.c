@@ -77,6 +77,35 @@ retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
     return STOKER_OK;
 }
 
+int
+retention_adopt(retention *r, stoker_chunk *chunk, uint64_t first_seq)
+{
+    if (!chunk->owns_data || chunk->count == 0)
+        return STOKER_INVALID;
+    if (r->len == r->cap && grow(r) != STOKER_OK)
+        return STOKER_NOMEM;
+    entry *e = &r->ring[(r->head + r->len) % r->cap];
+    // The free slot's buffers go to the caller, unless too small or of another schema (or none
+    // yet): then fresh ones of the caller's capacity, made before anything is swapped.
+    stoker_chunk spare = e->chunk;
+    if (spare.capacity < chunk->capacity || !stoker_schema_equal(&spare.schema, &chunk->schema)) {
+        stoker_chunk fresh;
+        int rv = stoker_chunk_init(&fresh, &chunk->schema, chunk->capacity);
+        if (rv != STOKER_OK)
+            return rv;
+        stoker_chunk_fini(&spare);
+        spare = fresh;
+    }
+    e->chunk = *chunk;
+    spare.count = 0;
+    *chunk = spare;
+    e->first_seq = first_seq;
+    e->hole = 0;
+    r->len++;
+    r->examples += e->chunk.count;
+    return STOKER_OK;
+}
+
 void
 retention_release(retention *r, uint64_t trained_through)
 {

@@ -17,6 +17,11 @@ void retention_destroy(retention *r);
 // Keeps a copy of chunk as seqs first_seq .. first_seq + count - 1 (after what is held).
 // STOKER_NOMEM leaves r unchanged.
 int retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq);
+// Keeps chunk itself instead of a copy: its buffers (it must own them) move into r, and chunk
+// gets buffers of at least the same capacity that r no longer needs (or new ones), count 0, so
+// the caller fills it again without allocating. STOKER_NOMEM or STOKER_INVALID (a borrowed or
+// empty chunk) leave both unchanged.
+int retention_adopt(retention *r, stoker_chunk *chunk, uint64_t first_seq);
 // Forgets every chunk whose seqs are all below trained_through.
 void retention_release(retention *r, uint64_t trained_through);
 // Forgets the examples of every chunk wholly inside one of the n / 2 trained [first, end) pairs

@@ -15,8 +15,102 @@ stoker_status_destroy(stoker_status *st)
     free(st->producers);
     free(st->events);
     free(st->groups);
+    free(st->consumers);
     free(st);
 }
+
+const char *
+stoker_delivery_name(stoker_delivery delivery)
+{
+    switch (delivery) {
+    case STOKER_DELIVERY_SOCKET:
+        return "socket";
+    case STOKER_DELIVERY_SHM:
+        return "shm";
+    default:
+        return "none";
+    }
+}
+
+// --- consumers (issue 13): their entries in JSON and in Prometheus text
+// ---------------------------
+
+static void
+consumers_json(stoker_text *t, const stoker_status *st)
+{
+    stoker_text_printf(t, ", \"consumers\": [");
+    for (uint32_t i = 0; i < st->n_consumers; i++) {
+        const stoker_consumer_info *c = &st->consumers[i];
+        stoker_text_printf(t, "%s{\"id\": %u, \"name\": ", i ? ", " : "", c->id);
+        stoker_text_json_string(t, c->name);
+        if (c->pid != 0)
+            stoker_text_printf(t, ", \"pid\": %u", c->pid);
+        else
+            stoker_text_printf(t, ", \"pid\": null");
+        stoker_text_printf(t,
+                           ", \"connected\": %s, \"delivery\": \"%s\", \"batches_shm\": %llu, "
+                           "\"batches_socket\": %llu, \"examples_shm\": %llu, "
+                           "\"examples_socket\": %llu, \"bytes_shm\": %llu, "
+                           "\"bytes_socket\": %llu, \"arena_full\": %llu}",
+                           c->connected ? "true" : "false", stoker_delivery_name(c->delivery),
+                           (unsigned long long)c->batches_shm,
+                           (unsigned long long)c->batches_socket,
+                           (unsigned long long)c->examples_shm,
+                           (unsigned long long)c->examples_socket, (unsigned long long)c->bytes_shm,
+                           (unsigned long long)c->bytes_socket, (unsigned long long)c->arena_full);
+    }
+    stoker_text_printf(t, "]");
+}
+
+static void label_value(char *dst, size_t cap, const char *src);
+
+static void
+consumers_metrics(stoker_text *t, const stoker_status *st)
+{
+    uint32_t by_path[3] = {0};
+    for (uint32_t i = 0; i < st->n_consumers; i++)
+        if (st->consumers[i].connected && st->consumers[i].delivery <= STOKER_DELIVERY_SHM)
+            by_path[st->consumers[i].delivery]++;
+    stoker_text_printf(t,
+                       "# HELP stoker_consumers Connected consumers by the path of their batches\n"
+                       "# TYPE stoker_consumers gauge\n"
+                       "stoker_consumers{delivery=\"shm\"} %u\n"
+                       "stoker_consumers{delivery=\"socket\"} %u\n"
+                       "stoker_consumers{delivery=\"none\"} %u\n",
+                       by_path[STOKER_DELIVERY_SHM], by_path[STOKER_DELIVERY_SOCKET],
+                       by_path[STOKER_DELIVERY_NONE]);
+    static const struct {
+        const char *name, *help;
+    } per[] = {
+        {"consumer_batches_total", "Batches sent to this consumer, by path"},
+        {"consumer_bytes_total", "Bytes of examples sent to this consumer, by path"},
+        {"consumer_arena_full_total",
+         "Batches of this consumer sent as bytes because the arena had no free region"},
+    };
+    for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
+        stoker_text_printf(t, "# HELP stoker_%s %s\n# TYPE stoker_%s counter\n", per[m].name,
+                           per[m].help, per[m].name);
+        for (uint32_t i = 0; i < st->n_consumers; i++) {
+            const stoker_consumer_info *c = &st->consumers[i];
+            char name[STOKER_NAME_MAX];
+            label_value(name, sizeof(name), c->name);
+            if (m == 2) {
+                stoker_text_printf(t, "stoker_%s{consumer=\"%u\",name=\"%s\"} %llu\n", per[m].name,
+                                   c->id, name, (unsigned long long)c->arena_full);
+                continue;
+            }
+            uint64_t shm = m == 0 ? c->batches_shm : c->bytes_shm;
+            uint64_t sock = m == 0 ? c->batches_socket : c->bytes_socket;
+            stoker_text_printf(t,
+                               "stoker_%s{consumer=\"%u\",name=\"%s\",path=\"shm\"} %llu\n"
+                               "stoker_%s{consumer=\"%u\",name=\"%s\",path=\"socket\"} %llu\n",
+                               per[m].name, c->id, name, (unsigned long long)shm, per[m].name,
+                               c->id, name, (unsigned long long)sock);
+        }
+    }
+}
+// --- end of consumers
+// -----------------------------------------------------------------------------
 
 char *
 stoker_status_render_json(const stoker_status *st)
@@ -75,7 +169,9 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_json_string(&t, e->reason);
         stoker_text_printf(&t, "}");
     }
-    stoker_text_printf(&t, "], \"groups\": [");
+    stoker_text_printf(&t, "]");
+    consumers_json(&t, st);
+    stoker_text_printf(&t, ", \"groups\": [");
     for (uint32_t i = 0; i < st->n_groups; i++) {
         const stoker_group_info *g = &st->groups[i];
         uint64_t slowest = UINT64_MAX;
@@ -206,6 +302,7 @@ stoker_status_render_metrics(const stoker_status *st)
                                p->id, name, (unsigned long long)v[m]);
         }
     }
+    consumers_metrics(&t, st);
     if (st->n_groups > 0)
         stoker_text_printf(&t,
                            "# HELP stoker_group_steps Steps formed for this group\n"

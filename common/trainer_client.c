@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
 #include "idset.h"
@@ -96,6 +97,7 @@ struct stoker_trainer_client {
     uint64_t arena_secret;
     int arena_said, last_in_arena;
     uint64_t arena_batches;
+    uint64_t socket_batches, arena_full_batches; // bytes over the socket; ... while mapped
     // opts.commit: acknowledgements kept until stoker_trainer_client_commit (trainer_commit.c).
     uint64_t *uncommitted;
     uint32_t n_uncommitted, cap_uncommitted;
@@ -212,6 +214,14 @@ attach_arena(stoker_trainer_client *tc, const stoker_reply *rep)
 {
     char why[384];
     if (rep->arena_socket[0] == '\0') {
+        // A broker without an arena (restarted so): the old one's secret means nothing there.
+        pthread_mutex_lock(&tc->lock);
+        stoker_arena *old = tc->arena;
+        tc->arena = NULL;
+        tc->arena_secret = 0;
+        pthread_mutex_unlock(&tc->lock);
+        stoker_arena_unref(old); // batches still in it keep it mapped
+        tc->arena_socket[0] = '\0';
         if (!tc->arena_said++)
             stoker_info("shm-fallback: the broker offers no shared memory (remote, or started "
                         "with --shm-bytes 0): batches come over the socket");
@@ -226,6 +236,10 @@ attach_arena(stoker_trainer_client *tc, const stoker_reply *rep)
         if (!tc->arena_said++)
             stoker_info("shm-fallback: %s: batches come over the socket", why);
         return;
+    }
+    if (tc->opts.on_arena != NULL) { // e.g. CUDA pinning (see the option)
+        tc->opts.on_arena(stoker_arena_base(a), stoker_arena_bytes(a), 1, tc->opts.on_arena_arg);
+        stoker_arena_on_unmap(a, tc->opts.on_arena, tc->opts.on_arena_arg);
     }
     pthread_mutex_lock(&tc->lock);
     stoker_arena *old = tc->arena;
@@ -252,6 +266,7 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     conn_copy_str(req.name, sizeof(req.name), tc->name);
     conn_copy_str(req.token, sizeof(req.token), tc->token);
     req.want_arena = tc->opts.shm;
+    req.pid = (uint32_t)getpid(); // /status names each consumer's process
     conn_copy_str(req.group, sizeof(req.group), tc->group);
     req.rank = tc->opts.rank;
     req.world = tc->opts.world;
@@ -610,6 +625,10 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
         return rv;
     }
     tc->last_in_arena = rep->in_arena;
+    if (!rep->in_arena) {
+        tc->socket_batches++;
+        tc->arena_full_batches += tc->arena != NULL; // mapped, yet bytes: no room in the arena
+    }
     uint64_t counted = 0, dups = 0;
     for (uint32_t i = 0; i < b->n_runs; i++)
         counted += b->runs[i].count;
@@ -1000,7 +1019,19 @@ stoker_trainer_client_acks_refused(const stoker_trainer_client *tc)
 const char *
 stoker_trainer_client_delivery(const stoker_trainer_client *tc)
 {
-    return tc->arena != NULL && tc->last_in_arena ? "shm" : "socket";
+    return tc->arena != NULL && tc->arena_batches > 0 ? "shm" : "socket";
+}
+
+uint64_t
+stoker_trainer_client_socket_batches(const stoker_trainer_client *tc)
+{
+    return tc->socket_batches;
+}
+
+uint64_t
+stoker_trainer_client_arena_full_batches(const stoker_trainer_client *tc)
+{
+    return tc->arena_full_batches;
 }
 
 uint64_t

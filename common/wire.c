@@ -356,6 +356,74 @@ group_state_name(uint32_t code)
     return code < 3 ? group_states[code] : "unknown";
 }
 
+// --- consumers (Status; issue 13) -----------------------------------------------------------
+
+// Fills the reply's consumers (one allocation: *structs, then *ptrs of them); STOKER_NOMEM.
+static int
+consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r, Stoker__ConsumerState **structs,
+                Stoker__ConsumerState ***ptrs)
+{
+    if (rep->n_consumers == 0)
+        return STOKER_OK;
+    *structs = calloc(rep->n_consumers, sizeof(**structs));
+    *ptrs = calloc(rep->n_consumers, sizeof(**ptrs));
+    if (*structs == NULL || *ptrs == NULL)
+        return STOKER_NOMEM;
+    for (uint32_t i = 0; i < rep->n_consumers; i++) {
+        const stoker_consumer_info *c = &rep->consumers[i];
+        Stoker__ConsumerState *d = &(*structs)[i];
+        stoker__consumer_state__init(d);
+        d->id = c->id;
+        d->name = (char *)c->name;
+        d->pid = c->pid;
+        d->connected = c->connected != 0;
+        d->delivery = (uint32_t)c->delivery;
+        d->batches_shm = c->batches_shm;
+        d->batches_socket = c->batches_socket;
+        d->examples_shm = c->examples_shm;
+        d->examples_socket = c->examples_socket;
+        d->bytes_shm = c->bytes_shm;
+        d->bytes_socket = c->bytes_socket;
+        d->arena_full = c->arena_full;
+        (*ptrs)[i] = d;
+    }
+    r->n_consumers = rep->n_consumers;
+    r->consumers = *ptrs;
+    return STOKER_OK;
+}
+
+static int
+consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_len)
+{
+    if (r->n_consumers == 0)
+        return STOKER_OK;
+    if (r->n_consumers > MAX_PRODUCERS)
+        return stoker_errorf(err, err_len, STOKER_INVALID, "reply lists %zu consumers, at most %d",
+                             r->n_consumers, MAX_PRODUCERS);
+    rep->consumers = calloc(r->n_consumers, sizeof(*rep->consumers));
+    if (rep->consumers == NULL)
+        return STOKER_NOMEM;
+    for (size_t i = 0; i < r->n_consumers; i++) {
+        const Stoker__ConsumerState *c = r->consumers[i];
+        stoker_consumer_info *d = &rep->consumers[i];
+        d->id = c->id;
+        snprintf(d->name, sizeof(d->name), "%s", c->name != NULL ? c->name : "");
+        d->pid = c->pid;
+        d->connected = c->connected;
+        d->delivery = c->delivery <= STOKER_DELIVERY_SHM ? (stoker_delivery)c->delivery
+                                                         : STOKER_DELIVERY_NONE;
+        d->batches_shm = c->batches_shm;
+        d->batches_socket = c->batches_socket;
+        d->examples_shm = c->examples_shm;
+        d->examples_socket = c->examples_socket;
+        d->bytes_shm = c->bytes_shm;
+        d->bytes_socket = c->bytes_socket;
+        d->arena_full = c->arena_full;
+    }
+    rep->n_consumers = (uint32_t)r->n_consumers;
+    return STOKER_OK;
+}
+
 // --- requests -------------------------------------------------------------------------------
 
 int
@@ -381,6 +449,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.next_seq = req->next_seq;
         hello.token = (char *)req->token;
         hello.want_arena = req->want_arena != 0;
+        hello.pid = req->pid;
         hello.dataset_size = req->dataset_size;
         hello.dataset_fingerprint = req->dataset_fingerprint;
         hello.commit = req->commit != 0;
@@ -486,6 +555,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->role = (stoker_role)r->hello->role;
         req->next_seq = r->hello->next_seq;
         req->want_arena = r->hello->want_arena;
+        req->pid = r->hello->pid;
         req->dataset_size = r->hello->dataset_size;
         req->dataset_fingerprint = r->hello->dataset_fingerprint;
         req->commit = r->hello->commit;
@@ -679,6 +749,9 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     Stoker__ProducerState **prod_ptrs = NULL;
     Stoker__GroupState *groups = NULL;
     Stoker__GroupState **group_ptrs = NULL;
+    Stoker__ConsumerState *consumers = NULL, **consumer_ptrs = NULL;
+    if (consumers_to_pb(rep, &r, &consumers, &consumer_ptrs) != STOKER_OK)
+        goto out; // rv is STOKER_NOMEM until the message is packed
     if (rep->n_runs > 0) {
         runs = calloc(rep->n_runs, sizeof(*runs));
         run_ptrs = calloc(rep->n_runs, sizeof(*run_ptrs));
@@ -775,6 +848,8 @@ out:
     free(prod_ptrs);
     free(groups);
     free(group_ptrs);
+    free(consumers);
+    free(consumer_ptrs);
     return rv;
 }
 
@@ -976,6 +1051,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
         }
         rep->n_groups = (uint32_t)r->n_groups;
     }
+    if ((rv = consumers_from_pb(r, rep, err, err_len)) != STOKER_OK)
+        goto fail;
     keep_msg(owner, msg);
     *out = rep;
     return STOKER_OK;
@@ -1006,6 +1083,7 @@ stoker_reply_free(stoker_reply *rep)
     free(rep->events);
     free(rep->producers);
     free(rep->groups);
+    free(rep->consumers);
     free(rep);
 }
 

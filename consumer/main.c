@@ -120,6 +120,24 @@ print_schema(stoker_consumer *c)
     return 0;
 }
 
+// How the batches came, over every connection of the run: the summary line says it.
+typedef struct delivery_totals {
+    uint64_t shm, socket, arena_full;
+    const char *path; // the latest connection's: "shm" or "socket"
+} delivery_totals;
+
+static void
+count_delivery(const stoker_consumer *c, delivery_totals *t)
+{
+    uint64_t shm, socket, arena_full;
+    stoker_consumer_delivery_counts(c, &shm, &socket, &arena_full);
+    t->shm += shm;
+    t->socket += socket;
+    t->arena_full += arena_full;
+    if (shm + socket > 0)
+        t->path = stoker_consumer_delivery(c);
+}
+
 // Writes batches until max_examples or the supply ends: the exit code.
 static int
 pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples, pull_format format)
@@ -127,10 +145,12 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
     int rv;
     uint64_t written = 0;
     int code = 0;
+    delivery_totals dt = {.path = "socket"};
     while (written < max_examples) {
         if (max_examples - written < o->batch_size) {
             // Leases are acknowledged whole: for an exact count, ask for exactly what is left
             // (a new connection; batches prefetched by this one go back to the broker).
+            count_delivery(c, &dt);
             stoker_consumer_close(c);
             running = NULL;
             o->batch_size = (uint32_t)(max_examples - written);
@@ -168,7 +188,15 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
             stoker_consumer_batch_free(b);
     }
     running = NULL;
+    count_delivery(c, &dt);
     stoker_consumer_close(c);
+    // The summary (docs/shm.md): which path the batches took; --log-level error hides it.
+    if (stoker_log_get_level() >= STOKER_LOG_WARN)
+        fprintf(stderr,
+                "stoker-pull: %llu examples written; delivery %s: %llu batches through shared "
+                "memory, %llu over the socket (%llu of them because the arena was full)\n",
+                (unsigned long long)written, dt.path, (unsigned long long)dt.shm,
+                (unsigned long long)dt.socket, (unsigned long long)dt.arena_full);
     return code;
 }
 

@@ -52,7 +52,8 @@ run_gpu_test() { # path of test_trainer_gpu
     local rc=$?
     cat "$OUT/test_gpu.log"
     case $rc in
-    0) finish "PASS: $(tail -1 "$OUT/test_gpu.log")" 0 ;;
+    0) [ -n "$PINNED_FAIL" ] && finish "FAIL: $PINNED_FAIL (GPU tests passed)" 1
+       finish "PASS: $(tail -1 "$OUT/test_gpu.log")${PINNED_OK:+; $PINNED_OK}" 0 ;;
     77) finish "$(grep -m1 SKIP "$OUT/test_gpu.log")" 77 ;;
     *) finish "FAIL: test_gpu exited $rc: $(tail -1 "$OUT/test_gpu.log")" 1 ;;
     esac
@@ -79,6 +80,38 @@ PY
     log "$(cat "$OUT/bench.txt")"
 }
 
+# The broker's shared-memory arena registered as pinned memory (docs/shm.md): a real broker and
+# producer on this host, the trainer on the GPU; its log must say shm-pinned and its summary
+# delivery shm. Sets PINNED_OK or PINNED_FAIL for the summary line.
+PINNED_OK="" PINNED_FAIL=""
+run_gpu_pinned() { # build folder (full meson build)
+    local b=$1 dir
+    [ -x "$b/server/stoker-broker" ] && [ -x "$b/producer/stoker-producer" ] ||
+        { log "no broker/producer built: pinned-arena check skipped"; return; }
+    dir=$(mktemp -d) || return
+    log "pinned-arena check: broker + producer + trainer --device gpu through shared memory"
+    "$b/server/stoker-broker" --listen "ipc://$dir/b.ipc" --log-level warn > "$OUT/pinned-broker.log" 2>&1 &
+    local broker=$!
+    "$b/producer/stoker-producer" --broker "ipc://$dir/b.ipc" --delay 0:0 --max-examples 4096 \
+        --log-level warn > "$OUT/pinned-producer.log" 2>&1 &
+    local producer=$!
+    timeout 120 "$b/trainer/stoker-trainer" --broker "ipc://$dir/b.ipc" --device gpu --rounds 2 \
+        --round-length 1024 --batch-size 64 --progress off --log-level info \
+        --json "$OUT/pinned.json" > "$OUT/pinned-trainer.log" 2>&1
+    local rc=$?
+    kill "$producer" "$broker" 2> /dev/null
+    wait "$producer" "$broker" 2> /dev/null
+    rm -rf "$dir"
+    if [ $rc -eq 0 ] && grep -q "shm-pinned:" "$OUT/pinned-trainer.log" &&
+        grep -q '"delivery": "shm"' "$OUT/pinned.json"; then
+        PINNED_OK="arena pinned ($(grep -o '"delivery_batches": {[^}]*}' "$OUT/pinned.json"))"
+    else
+        PINNED_FAIL="pinned-arena check: trainer exit $rc, $(grep -m1 -o 'shm-[a-z]*:.*' \
+            "$OUT/pinned-trainer.log" || echo 'no shm line') (see pinned-trainer.log)"
+    fi
+    log "${PINNED_OK:-$PINNED_FAIL}"
+}
+
 # ---- path 1: the project's meson build ----
 if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; then
     log "meson setup $BUILD -Dcuda=enabled"
@@ -88,6 +121,8 @@ if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; the
         grep -q "criterion tests: YES" "$OUT/meson-setup.log" &&
             targets+=(tests/trainer/test_trainer_backend tests/trainer/test_trainer_mlp)
         targets+=(trainer/stoker-trainer)
+        # The pinned-arena check needs the broker and a producer (meson setup found nng).
+        targets+=(server/stoker-broker producer/stoker-producer)
         if ninja -C "$BUILD" "${targets[@]}" > "$OUT/build.log" 2>&1; then
             # The CPU reference tests too, when criterion was there to build them.
             meson test -C "$BUILD" --suite trainer --no-rebuild --print-errorlogs \
@@ -95,6 +130,7 @@ if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; the
             log "meson test --suite trainer: exit $? (see meson-test.log)"
             cp "$BUILD/meson-logs/testlog.txt" "$OUT/" 2>/dev/null
             run_gpu_bench "$BUILD/trainer/stoker-trainer"
+            run_gpu_pinned "$BUILD"
             run_gpu_test "$BUILD/tests/trainer/test_trainer_gpu"
         fi
         log "meson build failed (see build.log); trying the direct build"

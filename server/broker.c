@@ -39,16 +39,30 @@ broker_config_init(broker_config *cfg)
 }
 
 void
+broker_outbox_fill(broker_outbox *out)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        if (out->items[i].fill != NULL) {
+            broker_fill_run(out->items[i].fill, out->items[i].msg != NULL);
+            out->items[i].fill = NULL;
+        }
+    }
+}
+
+void
 broker_outbox_fini(broker_outbox *out)
 {
-    for (size_t i = 0; i < out->n; i++)
+    for (size_t i = 0; i < out->n; i++) {
+        if (out->items[i].fill != NULL)
+            broker_fill_run(out->items[i].fill, 0);
         nng_msg_free(out->items[i].msg);
+    }
     free(out->items);
     memset(out, 0, sizeof(*out));
 }
 
 void
-outbox_add(broker_outbox *out, void *token, nng_msg *msg)
+outbox_add_fill(broker_outbox *out, void *token, nng_msg *msg, broker_fill *fill)
 {
     if (out->n == out->cap) {
         size_t cap = out->cap ? out->cap * 2 : 16;
@@ -57,6 +71,8 @@ outbox_add(broker_outbox *out, void *token, nng_msg *msg)
             // Cannot queue the reply: the client's request times out and is retried.
             stoker_error("out of memory queueing a reply");
             nng_msg_free(msg);
+            if (fill != NULL)
+                broker_fill_run(fill, 0);
             return;
         }
         out->items = items;
@@ -64,11 +80,25 @@ outbox_add(broker_outbox *out, void *token, nng_msg *msg)
     }
     out->items[out->n].token = token;
     out->items[out->n].msg = msg;
+    out->items[out->n].fill = fill;
     out->n++;
 }
 
 void
+outbox_add(broker_outbox *out, void *token, nng_msg *msg)
+{
+    outbox_add_fill(out, token, msg, NULL);
+}
+
+void
 send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep)
+{
+    send_reply_fill(b, out, token, rep, NULL);
+}
+
+void
+send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *rep,
+                broker_fill *fill)
 {
     nng_msg *msg = NULL;
     if (stoker_wire_encode_reply(rep, &msg) != STOKER_OK) {
@@ -78,7 +108,21 @@ send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep)
     if (rep->code != STOKER_OK && rep->code != STOKER_RETRY && rep->code != STOKER_NO_PRODUCERS &&
         rep->code != STOKER_END_OF_DATA)
         b->c.refused++;
-    outbox_add(out, token, msg);
+    outbox_add_fill(out, token, msg, fill);
+}
+
+parked *
+parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req)
+{
+    parked *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
+        stoker_request_free(req);
+        return NULL;
+    }
+    k->token = token;
+    k->req = req;
+    return k;
 }
 
 void
@@ -268,7 +312,8 @@ trainers_connected(const broker *b, int in_arena)
 {
     uint32_t n = 0;
     for (uint32_t i = 0; i < b->n_trainers; i++)
-        n += b->trainers[i]->connected && (!in_arena || b->trainers[i]->in_arena);
+        n += b->trainers[i]->connected &&
+             (!in_arena || b->trainers[i]->delivery == STOKER_DELIVERY_SHM);
     return n;
 }
 

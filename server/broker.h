@@ -61,14 +61,21 @@ typedef struct broker_config {
 // initialised config.
 void broker_config_init(broker_config *cfg);
 
+struct broker_fill; // a batch's copy into the shared-memory arena (broker_lease.c)
+
 typedef struct broker_outbox {
     struct {
         void *token;
         struct nng_msg *msg;
+        struct broker_fill *fill; // to do before msg is sent (broker_outbox_fill), or NULL
     } * items;
     size_t n, cap;
 } broker_outbox;
 
+// Does the copies the replies wait for (batches into the shared-memory arena), which the broker
+// leaves for after its lock is released: call it outside the lock, before sending any reply.
+void broker_outbox_fill(broker_outbox *out);
+// Frees the replies not sent (a copy not done is dropped: its region is let go as usual).
 void broker_outbox_fini(broker_outbox *out);
 
 // Returns a new broker, or NULL when out of memory.

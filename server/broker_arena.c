@@ -30,6 +30,7 @@ typedef struct region {
     uint32_t consumer;
     int lease_held;    // until acknowledged or redelivered
     int consumer_held; // until released, or the consumer's connection ends
+    int filling;       // reserved, the batch not yet copied in (broker_arena_fill)
 } region;
 
 typedef struct consumer {
@@ -55,22 +56,6 @@ struct broker_arena {
     uint32_t next_ticket;
 };
 
-static void
-put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t
-get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 // --- regions (under the lock) -------------------------------------------------------------------
 
 static void
@@ -84,7 +69,7 @@ drop_region(broker_arena *a, uint32_t i)
 static void
 maybe_free(broker_arena *a, uint32_t i)
 {
-    if (!a->regions[i].lease_held && !a->regions[i].consumer_held)
+    if (!a->regions[i].lease_held && !a->regions[i].consumer_held && !a->regions[i].filling)
         drop_region(a, i);
 }
 
@@ -170,7 +155,7 @@ handshake(broker_arena *a, int fd)
         close(fd);
         return;
     }
-    uint64_t ticket = get_u64(buf);
+    uint64_t ticket = stoker_arena_get_word(buf);
     pthread_mutex_lock(&a->lock);
     int known = 0;
     for (uint32_t i = 0; i < MAX_TICKETS; i++) {
@@ -200,8 +185,8 @@ handshake(broker_arena *a, int fd)
     char path[64];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", a->memfd);
     int ro = open(path, O_RDONLY | O_CLOEXEC);
-    put_u64(buf, secret);
-    put_u64(buf + 8, a->bytes);
+    stoker_arena_put_word(buf, secret);
+    stoker_arena_put_word(buf + 8, a->bytes);
     char ctrl[CMSG_SPACE(sizeof(int))];
     memset(ctrl, 0, sizeof(ctrl));
     struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
@@ -242,7 +227,7 @@ serve_consumer(broker_arena *a, uint32_t id)
         for (ssize_t i = 0; i < n; i++) {
             c->partial[c->n_partial++] = buf[i];
             if (c->n_partial == 8) {
-                released(a, id, get_u64(c->partial));
+                released(a, id, stoker_arena_get_word(c->partial));
                 c->n_partial = 0;
             }
         }
@@ -392,8 +377,8 @@ broker_arena_ticket(broker_arena *a)
 }
 
 int
-broker_arena_put(broker_arena *a, uint64_t secret, uint64_t lease, const stoker_chunk_part *parts,
-                 uint32_t n_parts, const stoker_schema *schema, uint32_t count, uint64_t *offset)
+broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease, const stoker_schema *schema,
+                     uint32_t count, uint64_t *offset)
 {
     size_t sizes[STOKER_MAX_FIELDS];
     uint64_t offsets[STOKER_MAX_FIELDS];
@@ -420,26 +405,47 @@ broker_arena_put(broker_arena *a, uint64_t secret, uint64_t lease, const stoker_
                                  .lease = lease,
                                  .consumer = consumer,
                                  .lease_held = 1,
-                                 .consumer_held = 1};
+                                 .consumer_held = 1,
+                                 .filling = 1};
         a->n_regions++;
         a->used_bytes += len;
     }
     pthread_mutex_unlock(&a->lock);
     if (i < 0)
         return STOKER_LIMIT;
-    // The copy runs outside the arena's lock: the region is ours until its lease is done, which
-    // only the broker (holding its lock, as we do) can say.
-    for (uint32_t f = 0; f < schema->n_fields; f++) {
-        uint8_t *dst = a->base + at + offsets[f];
-        size_t fb = stoker_field_bytes(&schema->fields[f]);
-        for (uint32_t k = 0; k < n_parts; k++) {
-            size_t n = fb * parts[k].count;
-            memcpy(dst, parts[k].data[f], n);
-            dst += n;
-        }
-    }
     *offset = at;
     return STOKER_OK;
+}
+
+void
+broker_arena_fill(broker_arena *a, uint64_t lease, uint64_t offset, const stoker_chunk_part *parts,
+                  uint32_t n_parts, const stoker_schema *schema, uint32_t count)
+{
+    // The copy runs outside the arena's lock (and the broker's): the region is ours while
+    // filling is set, whatever happens meanwhile to its lease or its consumer.
+    if (parts != NULL) {
+        size_t sizes[STOKER_MAX_FIELDS];
+        uint64_t offsets[STOKER_MAX_FIELDS];
+        for (uint32_t f = 0; f < schema->n_fields; f++)
+            sizes[f] = stoker_field_bytes(&schema->fields[f]) * count;
+        (void)stoker_arena_layout(0, schema->n_fields, sizes, offsets);
+        for (uint32_t f = 0; f < schema->n_fields; f++) {
+            uint8_t *dst = a->base + offset + offsets[f];
+            size_t fb = stoker_field_bytes(&schema->fields[f]);
+            for (uint32_t k = 0; k < n_parts; k++) {
+                size_t n = fb * parts[k].count;
+                memcpy(dst, parts[k].data[f], n);
+                dst += n;
+            }
+        }
+    }
+    pthread_mutex_lock(&a->lock);
+    int i = find_lease(a, lease);
+    if (i >= 0 && a->regions[i].off == offset) {
+        a->regions[i].filling = 0;
+        maybe_free(a, (uint32_t)i);
+    }
+    pthread_mutex_unlock(&a->lock);
 }
 
 void

@@ -26,13 +26,18 @@ void broker_arena_destroy(broker_arena *a);
 const char *broker_arena_socket(const broker_arena *a);
 uint64_t broker_arena_ticket(broker_arena *a);
 
-// Reserves a region for lease of the consumer that holds secret, and copies count examples of
-// schema from parts into it (blob layout: stoker_arena_layout). STOKER_OK with *offset;
-// STOKER_NOT_FOUND when no connected consumer holds secret (unknown, or its connection ended);
-// STOKER_LIMIT when no free region is large enough. Either way the caller sends bytes instead.
-int broker_arena_put(broker_arena *a, uint64_t secret, uint64_t lease,
-                     const stoker_chunk_part *parts, uint32_t n_parts, const stoker_schema *schema,
-                     uint32_t count, uint64_t *offset);
+// Reserves a region for lease (count examples of schema) of the consumer that holds secret.
+// STOKER_OK with *offset; STOKER_NOT_FOUND when no connected consumer holds secret (unknown, or
+// its connection ended); STOKER_LIMIT when no free region is large enough. Either way the caller
+// sends bytes instead. The region is never reused before broker_arena_fill.
+int broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease,
+                         const stoker_schema *schema, uint32_t count, uint64_t *offset);
+// Copies the examples in parts into lease's region at offset (blob layout: stoker_arena_layout),
+// then lets the region be reused as usual; with parts NULL only the latter (the reply is not
+// sent). Meant to run outside the broker's lock: the copy is the costly part of a batch.
+void broker_arena_fill(broker_arena *a, uint64_t lease, uint64_t offset,
+                       const stoker_chunk_part *parts, uint32_t n_parts,
+                       const stoker_schema *schema, uint32_t count);
 // The lease is acknowledged or redelivered: its region is reused once the consumer let go too.
 void broker_arena_lease_done(broker_arena *a, uint64_t lease);
 

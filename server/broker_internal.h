@@ -104,6 +104,12 @@ typedef struct trainer {
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
     uint32_t rank;
+    // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
+    // (broker_lease.c arena_reply), batches the full arena sent as bytes.
+    uint32_t pid;
+    stoker_delivery delivery;
+    uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
+    uint64_t arena_full;
 } trainer;
 
 struct broker {
@@ -150,6 +156,17 @@ struct broker {
 void outbox_add(broker_outbox *out, void *token, nng_msg *msg);
 // Encodes rep and queues it for token; counts refusals.
 void send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep);
+// The same, with fill (may be NULL; taken) to do before the reply is sent.
+typedef struct broker_fill broker_fill;
+void outbox_add_fill(broker_outbox *out, void *token, nng_msg *msg, broker_fill *fill);
+void send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *rep,
+                     broker_fill *fill);
+// broker_lease.c: copies fill's examples into their arena region (unless copy is 0: the reply is
+// not sent), lets the region go as usual and frees fill. Runs outside the broker's lock.
+void broker_fill_run(broker_fill *fill, int copy);
+// A new parked request (token, req) that takes req; NULL when out of memory, after answering
+// RETRY (the client asks again) and freeing req.
+parked *parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req);
 // A reply with only a code and a formatted message (fmt may be NULL).
 void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -247,17 +247,96 @@ supply_state(const broker *b, char *why, size_t why_len)
     return lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
 }
 
-// A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only
-// the offset. Without room (regions still held), bytes as for any trainer.
-static void
-arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply *rep)
+// A batch's copy into its arena region, left for after the broker's lock (broker_outbox_fill):
+// it holds a reference to each block the examples lie in, so an acknowledgement or a lost
+// producer meanwhile cannot free them.
+struct broker_fill {
+    broker_arena *arena;
+    uint64_t lease, offset;
+    stoker_schema schema;
+    uint32_t count, n_parts;
+    stoker_chunk_part *parts;
+    queue_range *held;
+};
+
+void
+broker_fill_run(broker_fill *fill, int copy)
 {
-    t->in_arena = secret != 0 && b->arena != NULL &&
-                  broker_arena_put(b->arena, secret, l->id, rep->parts, rep->n_parts, &b->schema,
-                                   l->count, &rep->arena_offset) == STOKER_OK;
+    broker_arena_fill(fill->arena, fill->lease, fill->offset, copy ? fill->parts : NULL,
+                      fill->n_parts, &fill->schema, fill->count);
+    for (uint32_t i = 0; i < fill->n_parts; i++)
+        queue_range_release(&fill->held[i]);
+    free(fill->parts);
+    free(fill->held);
+    free(fill);
+}
+
+// The copy of lease l's examples (rep->parts) into the region at offset, for later; NULL when out
+// of memory (the caller then copies at once).
+static broker_fill *
+fill_for(broker *b, const lease *l, const stoker_reply *rep, uint64_t offset)
+{
+    broker_fill *fill = calloc(1, sizeof(*fill));
+    if (fill == NULL)
+        return NULL;
+    fill->parts = malloc(l->n_parts * sizeof(*fill->parts));
+    fill->held = malloc(l->n_parts * sizeof(*fill->held));
+    if (fill->parts == NULL || fill->held == NULL) {
+        free(fill->parts);
+        free(fill->held);
+        free(fill);
+        return NULL;
+    }
+    *fill = (broker_fill){.arena = b->arena,
+                          .lease = l->id,
+                          .offset = offset,
+                          .schema = b->schema,
+                          .count = l->count,
+                          .n_parts = l->n_parts,
+                          .parts = fill->parts,
+                          .held = fill->held};
+    memcpy(fill->parts, rep->parts, l->n_parts * sizeof(*fill->parts));
+    for (uint32_t i = 0; i < l->n_parts; i++) {
+        fill->held[i] = l->parts[i].range;
+        queue_range_retain(&fill->held[i]);
+    }
+    return fill;
+}
+
+// A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only
+// the offset, and *fill the copy to make before the reply goes (outside the broker's lock).
+// Without room (regions still held), bytes as for any trainer.
+// Counted per trainer for /status (issue 13): a trainer that maps the arena keeps the shm path
+// when a batch finds no room (arena_full), one whose secret is unknown (no mapping) is on the
+// socket's.
+static void
+arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply *rep,
+            broker_fill **fill)
+{
+    *fill = NULL;
+    int rv = secret != 0 && b->arena != NULL
+                 ? broker_arena_reserve(b->arena, secret, l->id, &b->schema, l->count,
+                                        &rep->arena_offset)
+                 : STOKER_NOT_FOUND;
+    t->in_arena = rv == STOKER_OK;
     rep->in_arena = t->in_arena;
-    if (t->in_arena)
-        b->c.delivered_shm += l->count;
+    uint64_t bytes = (uint64_t)l->count * b->example_bytes;
+    t->delivery =
+        rv == STOKER_OK || rv == STOKER_LIMIT ? STOKER_DELIVERY_SHM : STOKER_DELIVERY_SOCKET;
+    t->arena_full += rv == STOKER_LIMIT;
+    if (!t->in_arena) {
+        t->batches_socket++;
+        t->examples_socket += l->count;
+        t->bytes_socket += bytes;
+        return;
+    }
+    b->c.delivered_shm += l->count;
+    t->batches_shm++;
+    t->examples_shm += l->count;
+    t->bytes_shm += bytes;
+    if ((*fill = fill_for(b, l, rep, rep->arena_offset)) == NULL)
+        broker_arena_fill(b->arena, l->id, rep->arena_offset, rep->parts, rep->n_parts, &b->schema,
+                          l->count);
 }
 
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
@@ -292,6 +371,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     if (!ready && !final)
         return 0;
     stoker_reply rep = {.code = STOKER_OK, .group_step = step, .group_leftover = leftover};
+    broker_fill *fill = NULL;
     stoker_chunk_part *parts = NULL;
     stoker_run *runs = NULL;
     uint64_t *items = NULL;
@@ -340,7 +420,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         rep.runs = runs;
         rep.n_items = items != NULL ? l->count : 0;
         rep.items = items;
-        arena_reply(b, t, k->req->arena_secret, l, &rep);
+        arena_reply(b, t, k->req->arena_secret, l, &rep, &fill);
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);
@@ -352,7 +432,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     rep.acks_refused = k->acks_refused;
     if (n_events > 0)
         t->event_cursor = events[n_events - 1].index;
-    send_reply(b, out, k->token, &rep);
+    send_reply_fill(b, out, k->token, &rep, fill);
     free(parts);
     free(runs);
     free(items);
@@ -426,14 +506,9 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
-    parked *k = calloc(1, sizeof(*k));
-    if (k == NULL) {
-        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
-        stoker_request_free(req);
+    parked *k = parked_new(b, out, token, req);
+    if (k == NULL)
         return;
-    }
-    k->token = token;
-    k->req = req;
     k->trainer = t;
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
     if (req->max_examples != t->batch_examples) {

@@ -165,14 +165,9 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
-    parked *k = calloc(1, sizeof(*k));
-    if (k == NULL) {
-        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
-        stoker_request_free(req);
+    parked *k = parked_new(b, out, token, req);
+    if (k == NULL)
         return;
-    }
-    k->token = token;
-    k->req = req;
     // Earlier pushes of this producer still waiting go first; and only so many may wait.
     int can_park = b->n_parked < b->cfg.max_parked;
     if (p->pushes == NULL && try_push(b, p, k, now_ms, out, !can_park)) {

@@ -13,6 +13,34 @@
 
 #define STATUS_PAGE_EVENTS 100 // events on /status
 
+// The trainers, each with its delivery path (issue 13). STOKER_NOMEM.
+static int
+consumers_status(const broker *b, stoker_status *st)
+{
+    st->consumers = calloc(b->n_trainers ? b->n_trainers : 1, sizeof(*st->consumers));
+    if (st->consumers == NULL)
+        return STOKER_NOMEM;
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        const trainer *t = b->trainers[i];
+        st->consumers[i] = (stoker_consumer_info){
+            .id = t->id,
+            .pid = t->pid,
+            .connected = t->connected,
+            .delivery = t->delivery,
+            .batches_shm = t->batches_shm,
+            .batches_socket = t->batches_socket,
+            .examples_shm = t->examples_shm,
+            .examples_socket = t->examples_socket,
+            .bytes_shm = t->bytes_shm,
+            .bytes_socket = t->bytes_socket,
+            .arena_full = t->arena_full,
+        };
+        snprintf(st->consumers[i].name, sizeof(st->consumers[i].name), "%s", t->name);
+    }
+    st->n_consumers = b->n_trainers;
+    return STOKER_OK;
+}
+
 int
 broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_status **out)
 {
@@ -55,7 +83,8 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)
         st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
-    if (group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
+    if (consumers_status(b, st) != STOKER_OK || // issue 13
+        group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
         stoker_status_destroy(st);
         return STOKER_NOMEM;
     }
@@ -94,6 +123,8 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .queue_depth_auto = st->queue_depth_auto,
         .groups = st->groups,
         .n_groups = st->n_groups,
+        .consumers = st->consumers,
+        .n_consumers = st->n_consumers,
     };
     snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);

@@ -280,6 +280,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->connected = 1;
     t->pipe = pipe;
     t->last_seen_ms = now_ms;
+    t->pid = req->pid;       // /status's consumers (issue 13)
     t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
     if (g != NULL)
         group_attach(b, g, t, req->rank);

@@ -1,5 +1,7 @@
 // Ranges of reference-counted blocks (see queue.h). All calls happen under the broker's lock,
-// so reference counts are plain integers.
+// except the release of a reference a reply's copy took (queue_range_retain), so reference
+// counts are atomic.
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,7 +9,7 @@
 #include "stoker/error.h"
 
 struct qblock {
-    uint32_t refs;
+    _Atomic uint32_t refs;
     stoker_request *req; // the push the data belongs to
     uint64_t first_seq;  // seq of example 0 of the block
 };
@@ -27,11 +29,18 @@ queue_init(queue *q, const stoker_schema *schema)
 void
 queue_range_release(queue_range *r)
 {
-    if (r->block != NULL && --r->block->refs == 0) {
+    if (r->block != NULL && atomic_fetch_sub(&r->block->refs, 1) == 1) {
         stoker_request_free(r->block->req);
         free(r->block);
     }
     r->block = NULL;
+}
+
+void
+queue_range_retain(const queue_range *r)
+{
+    if (r->block != NULL)
+        atomic_fetch_add(&r->block->refs, 1);
 }
 
 void
@@ -107,7 +116,7 @@ queue_take(queue *q, uint32_t max, queue_range *out)
             q->tail = NULL;
         free(node);
     } else {
-        r->block->refs++;
+        atomic_fetch_add(&r->block->refs, 1);
         r->first += n;
         r->count -= n;
         r->first_seq += n;

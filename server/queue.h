@@ -42,8 +42,12 @@ int queue_append_request(queue *q, stoker_request *req, uint32_t skip);
 uint32_t queue_take(queue *q, uint32_t max, queue_range *out);
 // Puts range r back at the head, taking over its reference. STOKER_NOMEM leaves r to the caller.
 int queue_put_back(queue *q, const queue_range *r);
-// Drops r's reference (the block is freed with its last one); accepts a zeroed range.
+// Drops r's reference (the block is freed with its last one); accepts a zeroed range. The one
+// call allowed outside the broker's lock, for a reference taken with queue_range_retain.
 void queue_range_release(queue_range *r);
+// Takes one more reference to r's block (for a copy of r released later with
+// queue_range_release, e.g. by a reply's copy outside the broker's lock).
+void queue_range_retain(const queue_range *r);
 // Where field f of the range's first example is (the range's examples follow contiguously).
 const uint8_t *queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f);
 // The dataset items of the range's examples (one each, in order), or NULL for a stream's.

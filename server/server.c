@@ -31,10 +31,12 @@ recv_next(rctx *c)
     nng_ctx_recv(c->ctx, c->aio);
 }
 
-// Sends the replies collected under the lock.
+// Sends the replies collected under the lock (which the caller no longer holds), after the copies
+// they wait for.
 static void
 flush(broker_outbox *out)
 {
+    broker_outbox_fill(out);
     for (size_t i = 0; i < out->n; i++) {
         rctx *c = out->items[i].token;
         nng_msg *msg = out->items[i].msg;

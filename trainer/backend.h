@@ -83,6 +83,14 @@ typedef struct backend_ops {
 
     // Frees the backend and everything it staged; buffers from alloc must be freed first.
     void (*destroy)(backend *be);
+
+    // Optional, NULL where pointless (the CPU): host memory that batches are read from in place
+    // (the broker's read-only shared-memory arena, docs/shm.md) registered with the device, so
+    // batch_upload copies straight from it instead of through its staging buffers. STOKER_OK,
+    // or an error with the reason in why: the caller carries on unregistered. Any thread.
+    int (*host_register)(backend *be, const void *base, size_t bytes, char *why, size_t why_len);
+    // Undoes host_register before the memory goes away; nothing in flight reads it afterwards.
+    void (*host_unregister)(backend *be, const void *base);
 } backend_ops;
 
 // Implementations embed this as their first member.

@@ -25,6 +25,10 @@
 #error "backend_cuda.c is built only when STOKER_HAS_CUDA is 1"
 #endif
 
+#include <pthread.h>
+
+#define MAX_REGISTERED 4 // host ranges registered at once (an arena, and a new broker's)
+
 // One staging slot: pinned host copies of a batch and the device buffers they are copied to.
 typedef struct slot {
     void *host_x, *host_y; // pinned (cudaMallocHost)
@@ -41,6 +45,13 @@ typedef struct cuda_backend {
     cublasHandle_t cublas;
     slot slots[2];
     int current; // slot of the latest batch, -1 before the first
+    // Host memory registered as pinned (host_register): uploads from inside it skip staging.
+    // Guarded by `registered_lock`: registration may come from the trainer client's thread.
+    pthread_mutex_t registered_lock;
+    struct {
+        const uint8_t *base;
+        size_t bytes;
+    } registered[MAX_REGISTERED];
 } cuda_backend;
 
 static int
@@ -182,12 +193,88 @@ slot_reserve(backend *be, slot *s, size_t x_bytes, size_t y_bytes)
 //   `consumed`, recorded on the compute stream when the following batch arrived (by then that
 //   step was fully queued).
 // Then the compute stream waits on this batch's `copied`, so the step never sees a half copy.
+// --- registered host memory (the broker's arena, pinned) ---------------------------------------
+
+// 1 when [p, p + bytes) lies inside memory registered with host_register.
+static bool
+registered(cuda_backend *cb, const void *p, size_t bytes)
+{
+    const uint8_t *q = p;
+    bool in = false;
+    pthread_mutex_lock(&cb->registered_lock);
+    for (int i = 0; i < MAX_REGISTERED && !in; i++)
+        in = cb->registered[i].base != NULL && q >= cb->registered[i].base &&
+             bytes <= cb->registered[i].bytes &&
+             (size_t)(q - cb->registered[i].base) <= cb->registered[i].bytes - bytes;
+    pthread_mutex_unlock(&cb->registered_lock);
+    return in;
+}
+
+static int
+cu_host_register(backend *be, const void *base, size_t bytes, char *why, size_t why_len)
+{
+    cuda_backend *cb = to_cuda(be);
+    int free_at = -1;
+    pthread_mutex_lock(&cb->registered_lock);
+    for (int i = 0; i < MAX_REGISTERED && free_at < 0; i++)
+        free_at = cb->registered[i].base == NULL ? i : -1;
+    pthread_mutex_unlock(&cb->registered_lock);
+    if (free_at < 0)
+        return stoker_errorf(why, why_len, STOKER_LIMIT,
+                             "%d host ranges registered already, at most %d", MAX_REGISTERED,
+                             MAX_REGISTERED);
+    // The arena is mapped read-only: registering it writable would fail. Read-only registration
+    // needs CUDA 11.1 and a device that supports it; else the plain flag, which may refuse.
+    cudaError_t err = cudaErrorNotSupported;
+#ifdef cudaHostRegisterReadOnly
+    err = cudaHostRegister((void *)base, bytes, cudaHostRegisterReadOnly);
+    if (err != cudaSuccess)
+        (void)cudaGetLastError(); // not sticky: clear it before trying the plain flag
+#endif
+    if (err != cudaSuccess)
+        err = cudaHostRegister((void *)base, bytes, cudaHostRegisterDefault);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return stoker_errorf(why, why_len, STOKER_DEVICE, "cudaHostRegister of %zu bytes: %s (%s)",
+                             bytes, cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+    pthread_mutex_lock(&cb->registered_lock);
+    cb->registered[free_at].base = base;
+    cb->registered[free_at].bytes = bytes;
+    pthread_mutex_unlock(&cb->registered_lock);
+    return STOKER_OK;
+}
+
+// batch_upload waits for its direct copies before it returns: nothing in flight reads base.
+static void
+cu_host_unregister(backend *be, const void *base)
+{
+    cuda_backend *cb = to_cuda(be);
+    bool found = false;
+    pthread_mutex_lock(&cb->registered_lock);
+    for (int i = 0; i < MAX_REGISTERED; i++) {
+        if (cb->registered[i].base == base) {
+            cb->registered[i].base = NULL;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&cb->registered_lock);
+    if (found && cudaHostUnregister((void *)base) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+// --- batches -------------------------------------------------------------------------------------
+
 static int
 cu_batch_upload(backend *be, const float *x, size_t x_count, const void *y, size_t y_bytes,
                 const float **x_dev, const void **y_dev)
 {
     cuda_backend *cb = to_cuda(be);
     size_t x_bytes = x_count * sizeof(float);
+    // Fields in registered (pinned) memory are copied straight from there by DMA, skipping the
+    // staging memcpy; x and y are borrowed for this call only, so it waits for those copies.
+    bool x_direct = registered(cb, x, x_bytes);
+    bool y_direct = y_bytes > 0 && registered(cb, y, y_bytes);
     if (cb->current >= 0)
         CUDA_TRY(be, cudaEventRecord(cb->slots[cb->current].consumed, cb->compute));
     int k = cb->current < 0 ? 0 : 1 - cb->current;
@@ -200,17 +287,21 @@ cu_batch_upload(backend *be, const float *x, size_t x_count, const void *y, size
         if (rv != STOKER_OK)
             return rv;
     }
-    memcpy(s->host_x, x, x_bytes);
-    if (y_bytes > 0)
+    if (!x_direct)
+        memcpy(s->host_x, x, x_bytes);
+    if (y_bytes > 0 && !y_direct)
         memcpy(s->host_y, y, y_bytes);
 
     if (s->used)
         CUDA_TRY(be, cudaStreamWaitEvent(cb->copy, s->consumed, 0));
-    CUDA_TRY(be, cudaMemcpyAsync(s->dev_x, s->host_x, x_bytes, cudaMemcpyHostToDevice, cb->copy));
+    CUDA_TRY(be, cudaMemcpyAsync(s->dev_x, x_direct ? (const void *)x : s->host_x, x_bytes,
+                                 cudaMemcpyHostToDevice, cb->copy));
     if (y_bytes > 0)
-        CUDA_TRY(be,
-                 cudaMemcpyAsync(s->dev_y, s->host_y, y_bytes, cudaMemcpyHostToDevice, cb->copy));
+        CUDA_TRY(be, cudaMemcpyAsync(s->dev_y, y_direct ? y : s->host_y, y_bytes,
+                                     cudaMemcpyHostToDevice, cb->copy));
     CUDA_TRY(be, cudaEventRecord(s->copied, cb->copy));
+    if (x_direct || y_direct) // the caller may release the arena's region once we return
+        CUDA_TRY(be, cudaEventSynchronize(s->copied));
     CUDA_TRY(be, cudaStreamWaitEvent(cb->compute, s->copied, 0));
     s->used = true;
     cb->current = k;
@@ -319,6 +410,10 @@ static void
 cu_destroy(backend *be)
 {
     cuda_backend *cb = to_cuda(be);
+    for (int i = 0; i < MAX_REGISTERED; i++) // normally undone already (the source goes first)
+        if (cb->registered[i].base != NULL)
+            cu_host_unregister(be, cb->registered[i].base);
+    pthread_mutex_destroy(&cb->registered_lock);
     if (cb->compute)
         cudaStreamSynchronize(cb->compute);
     if (cb->copy)
@@ -356,6 +451,8 @@ static const backend_ops cuda_ops = {
     .crossentropy_loss = cu_crossentropy_loss,
     .adam_step = cu_adam_step,
     .destroy = cu_destroy,
+    .host_register = cu_host_register,
+    .host_unregister = cu_host_unregister,
 };
 
 // Creates streams, events and the cuBLAS handle; on failure writes why and undoes everything
@@ -436,6 +533,7 @@ backend_cuda_create(backend **out, char *why, size_t why_len)
     cb->base.ops = &cuda_ops;
     cb->base.name = "gpu";
     cb->current = -1;
+    pthread_mutex_init(&cb->registered_lock, NULL);
     snprintf(cb->base.device, sizeof(cb->base.device), "%.80s (sm_%d%d, %.0f GiB)", prop.name,
              prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
     int rv = setup(cb, why, why_len);

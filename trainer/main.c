@@ -178,6 +178,12 @@ train_and_report(const train_config *cfg, FILE *json)
         return 1;
     }
     int code = train_run(cfg, res);
+    if (res->delivery != NULL) // a broker's batches: which path they took (docs/shm.md)
+        stoker_info("delivery %s: %llu batches through shared memory, %llu over the socket (%llu "
+                    "of them because the arena was full)",
+                    res->delivery, (unsigned long long)res->batches_shm,
+                    (unsigned long long)res->batches_socket,
+                    (unsigned long long)res->batches_arena_full);
     if (code == 0)
         stoker_info("%s: %s; %llu examples in %.2f s (%.1f/s), final loss %.5f, data wait "
                     "%.1f%%",

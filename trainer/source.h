@@ -21,6 +21,17 @@ typedef struct source source;
 // on the training thread.
 typedef void (*source_event_fn)(const stoker_event *e, void *arg);
 
+// What the training loop wants to hear from a source while it runs (borrowed; arg must outlive
+// the source and every batch it handed out).
+typedef struct source_hooks {
+    source_event_fn on_event; // required
+    // Optional (NULL: none): memory that batches will be read from in place, mapped 1 when the
+    // source maps it and 0 just before it unmaps it: the broker's shared-memory arena
+    // (stoker/arena.h), which the CUDA backend registers as pinned memory. Any thread.
+    void (*on_memory)(const void *base, uint64_t bytes, int mapped, void *arg);
+    void *arg;
+} source_hooks;
+
 typedef struct source_ops {
     // The schema of the batches (borrowed, valid while the source lives).
     const stoker_schema *(*schema)(const source *src);
@@ -59,22 +70,22 @@ struct source {
     const source_ops *ops;
 };
 
-// Opens a source as cfg says (cfg and the callback's arg are borrowed and must outlive it). On
+// Opens a source as cfg says (cfg and hooks->arg are borrowed and must outlive it). On
 // success *out is owned by the caller (ops->destroy). On failure why (why_len bytes) holds the
 // whole reason, ready for the summary, and the code says its kind: STOKER_INTERRUPTED (stopped
 // by a signal), STOKER_STALLED or STOKER_CONNECTION (no broker within the stall timeout), or
 // another error.
-typedef int (*source_open_fn)(const train_config *cfg, source_event_fn on_event, void *arg,
-                              source **out, char *why, size_t why_len);
+typedef int (*source_open_fn)(const train_config *cfg, const source_hooks *hooks, source **out,
+                              char *why, size_t why_len);
 
 // The synthetic generator, inline: never waits on anyone but its own delays, never ends; its
 // audit says everything made was trained on once (unless the run failed).
-int source_inline_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
-                       char *why, size_t why_len);
+int source_inline_open(const train_config *cfg, const source_hooks *hooks, source **out, char *why,
+                       size_t why_len);
 
 // The broker at cfg->broker_url, through a trainer client; connecting is bounded by the stall
 // timeout. Its audit is the broker's counters after acknowledgements were flushed.
-int source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
-                       char *why, size_t why_len);
+int source_broker_open(const train_config *cfg, const source_hooks *hooks, source **out, char *why,
+                       size_t why_len);
 
 #endif

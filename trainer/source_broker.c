@@ -132,6 +132,9 @@ broker_audit(source *src, train_result *res)
     }
     res->duplicates_seen = stoker_trainer_client_duplicates(s->tc);
     res->delivery = stoker_trainer_client_delivery(s->tc);
+    res->batches_shm = stoker_trainer_client_arena_batches(s->tc);
+    res->batches_socket = stoker_trainer_client_socket_batches(s->tc);
+    res->batches_arena_full = stoker_trainer_client_arena_full_batches(s->tc);
     res->has_group = s->grouped;
     res->group_leftover = stoker_trainer_client_group_leftover(s->tc);
 }
@@ -195,8 +198,8 @@ static const source_ops broker_ops = {
 };
 
 int
-source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
-                   char *why, size_t why_len)
+source_broker_open(const train_config *cfg, const source_hooks *hooks, source **out, char *why,
+                   size_t why_len)
 {
     broker_source *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -217,8 +220,10 @@ source_broker_open(const train_config *cfg, source_event_fn on_event, void *arg,
     to.batch_size = cfg->batch_size;
     to.prefetch = cfg->prefetch;
     to.stall_timeout_ms = cfg->stall_timeout_ms;
-    to.on_event = on_event;
-    to.on_event_arg = arg;
+    to.on_event = hooks->on_event;
+    to.on_event_arg = hooks->arg;
+    to.on_arena = hooks->on_memory; // the arena's mapping, e.g. for CUDA pinning
+    to.on_arena_arg = hooks->arg;
     to.group = cfg->group;
     s->grouped = cfg->group != NULL;
     to.rank = cfg->rank;

@@ -89,11 +89,10 @@ static const source_ops inline_ops = {
 };
 
 int
-source_inline_open(const train_config *cfg, source_event_fn on_event, void *arg, source **out,
-                   char *why, size_t why_len)
+source_inline_open(const train_config *cfg, const source_hooks *hooks, source **out, char *why,
+                   size_t why_len)
 {
-    (void)on_event;
-    (void)arg;
+    (void)hooks; // it has no producers and maps nothing
     inline_source *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return stoker_errorf(why, why_len, STOKER_NOMEM, "out of memory");

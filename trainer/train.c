@@ -208,9 +208,11 @@ record_event(train_result *res, const stoker_event *e, double at_s)
 }
 
 // Events are recorded the moment the source hears of them, even while it waits for a batch.
+// be: the backend memory the source maps is registered with (on_memory).
 typedef struct event_sink {
     train_result *res;
     uint64_t origin_ns;
+    backend *be;
 } event_sink;
 
 static void
@@ -276,6 +278,27 @@ resume(const train_config *cfg, source *src, mlp *net, train_result *res, uint64
     return STOKER_OK;
 }
 
+// The broker's shared-memory arena, mapped or about to be unmapped: the CUDA backend registers
+// it as pinned memory so uploads read batches straight from it; the CPU reads it in place.
+static void
+on_memory(const void *base, uint64_t bytes, int mapped, void *arg)
+{
+    backend *be = ((event_sink *)arg)->be;
+    if (be->ops->host_register == NULL)
+        return;
+    if (!mapped) {
+        be->ops->host_unregister(be, base);
+        return;
+    }
+    char why[256];
+    if (be->ops->host_register(be, base, bytes, why, sizeof(why)) == STOKER_OK)
+        stoker_info("shm-pinned: the broker's arena (%llu MiB) is registered with the GPU: "
+                    "uploads read batches straight from it",
+                    (unsigned long long)(bytes >> 20));
+    else
+        stoker_warn("shm-unpinned: %s; uploads go through staging buffers", why);
+}
+
 typedef struct progress {
     int live;
     uint64_t last_status_ms;
@@ -323,7 +346,7 @@ train_run(const train_config *cfg, train_result *res)
     backend *be = NULL;
     mlp *net = NULL;
     batch_view view = {0};
-    event_sink sink = {res, stoker_now_ns()};
+    event_sink sink = {res, stoker_now_ns(), NULL};
 
     // The device first: probing CUDA takes a while, and the clock of a training run should not
     // include it (nor the examples producers queue meanwhile).
@@ -334,10 +357,12 @@ train_run(const train_config *cfg, train_result *res)
     if (why[0] != '\0')
         stoker_info("backend-fallback: %s", why);
     snprintf(res->device, sizeof(res->device), "%s", be->name);
+    sink.be = be;
     stoker_info("backend: %s (%s)", be->name, be->device);
     // The one place that knows there are two kinds of source.
     source_open_fn open_source = cfg->inline_mode ? source_inline_open : source_broker_open;
-    if ((rv = open_source(cfg, on_event, &sink, &src, why, sizeof(why))) != STOKER_OK) {
+    source_hooks hooks = {.on_event = on_event, .on_memory = on_memory, .arg = &sink};
+    if ((rv = open_source(cfg, &hooks, &src, why, sizeof(why))) != STOKER_OK) {
         train_status st = rv == STOKER_INTERRUPTED                          ? TRAIN_INTERRUPTED
                           : rv == STOKER_STALLED || rv == STOKER_CONNECTION ? TRAIN_STALLED
                                                                             : TRAIN_ERROR;
@@ -537,7 +562,11 @@ train_write_json(const train_result *r, FILE *f)
             finite_or_zero(r->final_loss), finite_or_zero(r->first_round_loss),
             r->data_wait_fraction, r->epochs);
     if (r->delivery != NULL)
-        fprintf(f, ", \"delivery\": \"%s\"", r->delivery);
+        fprintf(f,
+                ", \"delivery\": \"%s\", \"delivery_batches\": {\"shm\": %llu, \"socket\": %llu, "
+                "\"arena_full\": %llu}",
+                r->delivery, (unsigned long long)r->batches_shm,
+                (unsigned long long)r->batches_socket, (unsigned long long)r->batches_arena_full);
     if (r->has_audit) {
         fprintf(f,
                 ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "

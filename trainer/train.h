@@ -81,6 +81,9 @@ typedef struct train_result {
     uint64_t rounds, batches, examples;
     double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;
     const char *delivery; // how batches arrived: "shm", "socket" (static), NULL: not a broker
+    // With delivery: batches through shared memory, as bytes over the socket, and of those the
+    // ones sent so because the broker's arena was full.
+    uint64_t batches_shm, batches_socket, batches_arena_full;
     int has_audit;
     uint64_t produced, acknowledged, still_queued, in_flight, redelivered, duplicates_seen;
     uint64_t returned_unused; // handed back unused by trainers that said goodbye (not a loss)

@@ -513,8 +513,8 @@ class Client:
 
     @property
     def delivery(self):
-        """How the last batch arrived: "shm" (the broker's shared memory, on its host) or
-        "socket"."""
+        """How batches arrive: "shm" (the broker's shared memory, on its host: mapped and used;
+        a batch the full arena sent as bytes does not change it, see Batch.shared) or "socket"."""
         return self._lib.stoker_consumer_delivery(self._handle).decode() if self._handle else "socket"
 
     def duplicates(self):

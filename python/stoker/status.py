@@ -1,6 +1,7 @@
 """python -m stoker.status URL [--token-file F] [--json] [--timeout SEC]
 
-Prints a stoker broker's status: its counters, then one row per producer. The keys are those of
+Prints a stoker broker's status: its counters, then one row per producer and one per consumer
+(with its delivery path, "shm" or "socket"). The keys are those of
 the broker's /status page (--json prints them all), rendered by libstoker from the same snapshot.
 Exit codes: 0 printed, 1 the broker did not answer, 2 usage.
 """
@@ -13,6 +14,8 @@ from .client import StokerError, status
 
 COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "returned_unused",
             "delivered", "queued_bytes", "refused", "short_by_queues", "discrepancy"]
+CONSUMER_COLUMNS = ["id", "name", "pid", "connected", "delivery", "batches_shm", "batches_socket",
+                    "arena_full"]
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
                     "redelivered", "returned_unused", "next_seq", "silent_s", "session"]
 
@@ -44,6 +47,10 @@ def format_status(st, url=""):
                            PRODUCER_COLUMNS))
     else:
         lines.append("no producers")
+    if st.get("consumers"):  # each consumer's delivery path (docs/shm.md)
+        lines.append("")
+        lines.append(table([["-" if c.get(k) is None else c.get(k, "") for k in CONSUMER_COLUMNS]
+                            for c in st["consumers"]], CONSUMER_COLUMNS))
     for g in st.get("groups", []):
         lines.append("")
         lines.append("group %s: %s, %d of %d ranks, batch %d, %d steps, %d left over" % (

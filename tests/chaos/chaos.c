@@ -8,7 +8,9 @@
 // - the broker is killed once per run: producers and consumer are frozen, its Status taken (what
 //   it holds), then it is SIGKILLed, everyone thawed, and a new broker started on the same
 //   ipc:// path; producers and consumer reconnect on their own.
-// At the end of a run the producers are killed and the consumer drains the broker.
+// At the end of a run the producers are killed and the consumer drains the broker. Consumers
+// alternate between the broker's shared memory (the default on its host) and the socket
+// (STOKER_SHM=0); each must have taken its own path (its "V" and "P" log lines).
 //
 // The consumer logs every batch ("B lease runs") before it counts as trained and every
 // acknowledgement that the broker confirmed ("A lease"; "N lease" when refused or failed). From
@@ -173,6 +175,12 @@ append_file(const char *path, const char *text)
 typedef struct consumer_rec {
     char log[300];
     int killed; // SIGKILLed by the chaos (its unacknowledged batches may come again)
+    // Its delivery path (docs/shm.md): shm 1 for the default (shared memory on the broker's
+    // host), 0 when started with STOKER_SHM=0; and what its log says: batches through shared
+    // memory and as bytes ("V" lines), its clients' summaries ("P" lines) and their paths.
+    int shm;
+    uint64_t via_shm, via_socket;
+    int summaries, summaries_shm;
 } consumer_rec;
 
 typedef struct run_state {
@@ -254,7 +262,13 @@ start_consumer(run_state *r)
     const char *argv[] = {consumer_bin, "--broker", r->url,       "--log", c->log,
                           "--batch",    "8",        "--prefetch", "4",     "--train-ms",
                           r->train_ms,  "--seed",   seed,         NULL};
+    // Every other consumer takes its batches over the socket (STOKER_SHM=0), the others through
+    // the broker's shared memory; which one starts alternates between runs.
+    c->shm = (r->index + r->n_consumers) % 2 == 0;
+    if (!c->shm)
+        setenv("STOKER_SHM", "0", 1);
     spawn(&r->consumer, "consumer", argv, errlog);
+    unsetenv("STOKER_SHM");
 }
 
 // A broker that stops answering is a bug to find, not just a failure: where each of its
@@ -686,6 +700,16 @@ parse_log(check *c, run_state *r, int ci)
             c->clients++;
             continue;
         }
+        if (line[0] == 'V') { // the path of the batch just logged
+            consumer_rec *cr = &r->consumers[ci];
+            line[2] == 's' ? cr->via_shm++ : cr->via_socket++;
+            continue;
+        }
+        if (line[0] == 'P') { // a client's summary: its delivery path
+            r->consumers[ci].summaries++;
+            r->consumers[ci].summaries_shm += strncmp(line + 2, "shm ", 4) == 0;
+            continue;
+        }
         if (line[0] == 'A' || line[0] == 'N') {
             uint64_t lease = strtoull(line + 2, NULL, 10);
             size_t i = c->n_batches;
@@ -757,12 +781,43 @@ typedef struct totals {
     uint64_t broker_redelivered;
     int producer_kills, producer_freezes, producer_replacements, producer_starts;
     int consumer_kills, broker_kills;
+    uint64_t via_shm, via_socket_only; // batches of shm consumers via shm, of STOKER_SHM=0 ones
 } totals;
 
 static int64_t
 discrepancy(const stoker_counters *k)
 {
     return (int64_t)(k->produced - k->acknowledged - k->queued - k->in_flight);
+}
+
+// Each consumer took the path it was started for: with STOKER_SHM=0 never shared memory, its
+// summaries "socket"; by default shared memory for most batches (a pull in flight while the
+// broker was replaced comes as bytes: its secret was the old arena's), its summaries "shm".
+static void
+check_paths(run_state *r, totals *tot)
+{
+    uint64_t shm_batches[2] = {0, 0}, socket_batches[2] = {0, 0};
+    for (int ci = 0; ci < r->n_consumers; ci++) {
+        const consumer_rec *cr = &r->consumers[ci];
+        shm_batches[cr->shm] += cr->via_shm;
+        socket_batches[cr->shm] += cr->via_socket;
+        if (!cr->shm && (cr->via_shm > 0 || cr->summaries_shm > 0))
+            fail("run %d: consumer %d, started with STOKER_SHM=0, had %" PRIu64 " batches "
+                 "through shared memory (%d summaries said shm)",
+                 r->index, ci, cr->via_shm, cr->summaries_shm);
+        if (cr->shm && cr->via_shm + cr->via_socket >= 10 && cr->via_shm <= cr->via_socket)
+            fail("run %d: consumer %d, on the broker's host, had %" PRIu64 " batches through "
+                 "shared memory and %" PRIu64 " over the socket",
+                 r->index, ci, cr->via_shm, cr->via_socket);
+        if (cr->shm && cr->via_shm > 0 && cr->summaries_shm < cr->summaries - 1)
+            fail("run %d: consumer %d: %d of its %d clients' summaries said shm", r->index, ci,
+                 cr->summaries_shm, cr->summaries);
+    }
+    printf("chaos: run %d: delivery: shm consumers %" PRIu64 " batches through shared memory, "
+           "%" PRIu64 " as bytes; STOKER_SHM=0 consumers %" PRIu64 " as bytes\n",
+           r->index, shm_batches[1], socket_batches[1], socket_batches[0]);
+    tot->via_shm += shm_batches[1];
+    tot->via_socket_only += socket_batches[0];
 }
 
 static void
@@ -998,6 +1053,7 @@ check_run(run_state *r, totals *tot)
            ", queued %" PRIu64 ", in flight %" PRIu64 ", discrepancy %" PRId64 "\n",
            r->index, k2->produced, k2->acknowledged, k2->queued, k2->in_flight, discrepancy(k2));
 
+    check_paths(r, tot);
     tot->batches += c->n_batches;
     tot->examples_trained += examples;
     tot->redelivered_killed += redel_killed;
@@ -1126,6 +1182,13 @@ main(void)
            "\n",
            tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.lost_by_killed,
            tot.twice_across, tot.dup_seen);
+    printf("chaos: delivery: %" PRIu64 " batches through shared memory (default consumers), "
+           "%" PRIu64 " as bytes to STOKER_SHM=0 consumers\n",
+           tot.via_shm, tot.via_socket_only);
+    if (runs >= 2 && (tot.via_shm == 0 || tot.via_socket_only == 0)) {
+        printf("chaos: FAIL: a delivery path was never taken (each run starts with the other)\n");
+        failed_runs++;
+    }
     if (failed_runs == 0 && !keep_dir) {
         char cmd[400];
         snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);

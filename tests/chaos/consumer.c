@@ -10,8 +10,11 @@
 //   acknowledgement, and appends
 //   "A <lease>"           once the flush returned OK with no acknowledgement refused, or
 //   "N <lease> <code>"    when the acknowledgement failed or was refused (not acknowledged).
-// It also appends "D <n>" when the client's duplicate counter grew by n and "C" each time it
-// connects with a new trainer client.
+// It also appends "D <n>" when the client's duplicate counter grew by n, "C" each time it
+// connects with a new trainer client, "V s" or "V b" after each "B" line (the batch came through
+// the broker's shared memory, or as bytes over the socket), and, when it closes a client,
+// "P <delivery> <shm batches> <socket batches> <of those, arena full>" (the client's summary;
+// STOKER_SHM=0 in its environment keeps it on the socket).
 // The supply ending (no producers) or any error other than a stall closes the client and
 // connects again; SIGTERM / SIGINT end it cleanly (exit 0). Every wait is bounded by the
 // client's stall timeout.
@@ -166,6 +169,7 @@ main(int argc, char **argv)
             }
             line[len++] = '\n';
             put_line(line, len);
+            put_line(b->arena != NULL ? "V s\n" : "V b\n", 4);
             if (covered != b->chunk.count)
                 fprintf(stderr,
                         "chaos-consumer: lease %" PRIu64 ": runs cover %" PRIu64
@@ -193,6 +197,9 @@ main(int argc, char **argv)
         if (rv != STOKER_OK && rv != STOKER_INTERRUPTED && rv != STOKER_NO_PRODUCERS &&
             rv != STOKER_END_OF_DATA)
             fprintf(stderr, "chaos-consumer: next: %s\n", stoker_strerror(rv));
+        put_fmt("P %s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", stoker_trainer_client_delivery(tc),
+                stoker_trainer_client_arena_batches(tc), stoker_trainer_client_socket_batches(tc),
+                stoker_trainer_client_arena_full_batches(tc));
         stoker_trainer_client_destroy(tc);
         // The supply ended (every producer gone, nothing queued) or an error: connect again.
         if (!stop_flag)

@@ -88,8 +88,8 @@ e2e_trainer_client(const char *url, uint32_t batch_size, uint32_t stall_ms)
     return tc;
 }
 
-static void
-record(e2e_examples *ex, const stoker_batch *b)
+void
+e2e_record(e2e_examples *ex, const stoker_batch *b)
 {
     const stoker_schema *s = &b->chunk.schema;
     size_t eb = stoker_schema_example_bytes(s);
@@ -146,7 +146,7 @@ pull(stoker_trainer_client *tc, e2e_examples *ex, size_t n, int timeout_ms)
         poll_events(tc, ex);
         if (rv != STOKER_OK)
             return rv;
-        record(ex, b);
+        e2e_record(ex, b);
         stoker_trainer_client_ack(tc, b->lease);
         stoker_batch_destroy(b);
     }

@@ -62,6 +62,8 @@ typedef struct e2e_examples {
     stoker_event events[64];
     int n_events;
 } e2e_examples;
+// Records the examples of b (identities and bytes) into ex; b stays the caller's.
+void e2e_record(e2e_examples *ex, const stoker_batch *b);
 // Pulls until the supply ends or timeout_ms passes, acknowledging every batch and recording its
 // examples and the events that arrive (polled). Returns the code that ended it
 // (STOKER_END_OF_DATA, STOKER_NO_PRODUCERS, STOKER_TIMEOUT...).

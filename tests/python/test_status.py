@@ -119,7 +119,8 @@ def test_status_page_and_python_status_agree_key_for_key():
         agree(page, json.loads(out.stdout))
         # What was asserted is not vacuous: the keys of both, the escaped name, the counters.
         for key in ("uptime_s", "schema", "queue_depth", "max_bytes", "counters",
-                    "producers_alive", "trainers", "producers", "events"):
+                    "producers_alive", "trainers", "trainers_shm", "producers", "events",
+                    "consumers"):
             assert key in page, key
         assert sorted(p["name"] for p in page["producers"]) == sorted(["alpha", ODD_NAME])
         assert page["counters"]["produced"] == 48 and page["counters"]["queued"] == 48
@@ -158,6 +159,70 @@ def test_metrics_render_the_same_snapshot():
         assert metrics["stoker_producer_queue_depth" + labels] == p["queued"] == 12
         assert metrics["stoker_producer_accepted_total" + labels] == p["accepted"] == 12
         assert metrics["stoker_producer_alive" + labels] == 0
+
+
+
+def client_with_shm(url, shm):
+    """A stoker.Client made with STOKER_SHM set to shm ("1" or "0") for its creation only."""
+    old = os.environ.get("STOKER_SHM")
+    os.environ["STOKER_SHM"] = shm
+    try:
+        return stoker.Client(url, batch_size=8, stall_timeout=10, name="shm-" + shm)
+    finally:
+        if old is None:
+            del os.environ["STOKER_SHM"]
+        else:
+            os.environ["STOKER_SHM"] = old
+
+
+def test_status_names_each_consumers_delivery_path():
+    # One broker, two consumers in this process: one through shared memory (the default on the
+    # broker's host), one with STOKER_SHM=0. /status, the Status reply and /metrics name each
+    # one's path and count its batches on that path only.
+    with MetricsBroker() as c:
+        c.producer("gamma", "--delay", "0:0", "--chunk", "8")
+        shm, sock = client_with_shm(c.url, "1"), client_with_shm(c.url, "0")
+        try:
+            for _ in range(3):
+                for cl in (shm, sock):
+                    cl.next_batch().release()
+            assert (shm.delivery, sock.delivery) == ("shm", "socket")
+            page = json.loads(c.get("/status"))
+            lib = stoker.status(c.url)
+            metrics = c.get("/metrics")
+        finally:
+            shm.close()
+            sock.close()
+        for st in (page, lib):
+            by_name = {e["name"]: e for e in st["consumers"]}
+            assert sorted(by_name) == ["shm-0", "shm-1"], st["consumers"]
+            s, o = by_name["shm-1"], by_name["shm-0"]
+            assert s["delivery"] == "shm" and o["delivery"] == "socket", st["consumers"]
+            assert s["pid"] == o["pid"] == os.getpid(), st["consumers"]
+            assert s["connected"] and o["connected"]
+            assert s["batches_shm"] >= 3 and s["batches_socket"] == 0, s
+            assert o["batches_socket"] >= 3 and o["batches_shm"] == 0, o
+            assert s["examples_shm"] == 8 * s["batches_shm"] and s["bytes_shm"] > 0, s
+            assert o["examples_socket"] == 8 * o["batches_socket"] and o["bytes_socket"] > 0, o
+            assert s["arena_full"] == o["arena_full"] == 0
+            assert st["trainers"] == 2 and st["trainers_shm"] == 1, st
+        assert 'stoker_consumers{delivery="shm"} 1\n' in metrics, metrics
+        assert 'stoker_consumers{delivery="socket"} 1\n' in metrics, metrics
+        assert "stoker_trainers_shm 1\n" in metrics, metrics
+        s = {e["name"]: e for e in page["consumers"]}["shm-1"]
+        assert ('stoker_consumer_batches_total{consumer="%d",name="shm-1",path="socket"} 0\n'
+                % s["id"]) in metrics, metrics
+        # Said goodbye: still listed, no longer connected, no longer counted by path.
+        after = json.loads(c.get("/status"))
+        assert not any(e["connected"] for e in after["consumers"]), after["consumers"]
+        assert 'stoker_consumers{delivery="shm"} 0\n' in c.get("/metrics")
+        # The table names each one's path too.
+        table = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0, table.stderr
+        rows = {line.split()[1]: line.split() for line in table.stdout.splitlines()
+                if line.split()[1:2] in (["shm-1"], ["shm-0"])}
+        assert rows["shm-1"][4] == "shm" and rows["shm-0"][4] == "socket", table.stdout
 
 
 if __name__ == "__main__":

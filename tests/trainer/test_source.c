@@ -20,6 +20,8 @@ no_events(const stoker_event *e, void *arg)
     cr_assert_fail("the inline source has no producers to report");
 }
 
+static const source_hooks no_hooks = {.on_event = no_events};
+
 static train_config
 inline_config(uint32_t batch_size)
 {
@@ -36,8 +38,7 @@ open_inline(const train_config *cfg)
 {
     source *src = NULL;
     char why[256] = "";
-    cr_assert_eq(source_inline_open(cfg, no_events, NULL, &src, why, sizeof(why)), STOKER_OK, "%s",
-                 why);
+    cr_assert_eq(source_inline_open(cfg, &no_hooks, &src, why, sizeof(why)), STOKER_OK, "%s", why);
     cr_assert_not_null(src);
     return src;
 }
@@ -139,7 +140,7 @@ Test(source_inline, a_zero_batch_size_is_refused)
     train_config cfg = inline_config(0);
     source *src = NULL;
     char why[256] = "";
-    cr_assert_neq(source_inline_open(&cfg, no_events, NULL, &src, why, sizeof(why)), STOKER_OK);
+    cr_assert_neq(source_inline_open(&cfg, &no_hooks, &src, why, sizeof(why)), STOKER_OK);
     cr_assert_null(src);
     cr_assert_str_eq(why, "out of memory");
 }
@@ -157,7 +158,7 @@ Test(source_broker, no_broker_fails_within_the_stall_timeout_and_names_the_url)
     source *src = NULL;
     char why[512] = "";
     uint64_t t0 = stoker_now_ms();
-    int rv = source_broker_open(&cfg, no_events, NULL, &src, why, sizeof(why));
+    int rv = source_broker_open(&cfg, &no_hooks, &src, why, sizeof(why));
     uint64_t took_ms = stoker_now_ms() - t0;
     rmdir(dir);
     cr_assert(rv == STOKER_CONNECTION || rv == STOKER_STALLED, "rv %d (%s)", rv, why);

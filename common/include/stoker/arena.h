@@ -23,6 +23,10 @@
 // the batch spans from at (what the broker reserves).
 uint64_t stoker_arena_layout(uint64_t at, uint32_t n, const size_t *sizes, uint64_t *offsets);
 
+// The socket protocol's 8-byte words (little-endian), for both sides.
+void stoker_arena_put_word(uint8_t *p, uint64_t v);
+uint64_t stoker_arena_get_word(const uint8_t *p);
+
 typedef struct stoker_arena stoker_arena;
 
 // Connects to the broker's arena socket (socket_name without the leading NUL of an abstract
@@ -48,5 +52,15 @@ void stoker_arena_release(stoker_arena *a, uint64_t lease);
 // Drops one reference; the last unmaps the arena and closes the socket (which releases every
 // region still held). Accepts NULL.
 void stoker_arena_unref(stoker_arena *a);
+
+// The read-only mapping (borrowed, valid while a reference is held): for a caller that registers
+// it elsewhere, e.g. as CUDA pinned memory (trainer/backend_cuda.c).
+const void *stoker_arena_base(const stoker_arena *a);
+// A hook told of the mapping: mapped 1 once it exists, 0 just before it goes.
+typedef void (*stoker_arena_hook)(const void *base, uint64_t bytes, int mapped, void *arg);
+// Sets the hook the last unref calls (mapped 0) just before unmapping, to undo such a
+// registration, on whichever thread drops that reference; NULL for none. arg must outlive the
+// arena. Set it right after attach, before any other reference exists.
+void stoker_arena_on_unmap(stoker_arena *a, stoker_arena_hook fn, void *arg);
 
 #endif

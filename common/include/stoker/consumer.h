@@ -104,8 +104,13 @@ int stoker_consumer_flush(stoker_consumer *c);
 // 1 when b's fields are in the broker's shared memory (mapped read-only: writing through
 // stoker_consumer_batch_field's pointers faults; copy first), 0 when in the batch's own memory.
 int stoker_consumer_batch_shared(const stoker_consumer_batch *b);
-// How the last batch arrived: "shm" (the broker's shared memory) or "socket" (static string).
+// How batches arrive: "shm" (the broker's shared memory, mapped and used) or "socket" (static
+// string); see stoker_trainer_client_delivery.
 const char *stoker_consumer_delivery(const stoker_consumer *c);
+// Batches received so far through shared memory, as bytes over the socket, and of the latter
+// those that came so while the arena was mapped (the broker's arena was full). Any may be NULL.
+void stoker_consumer_delivery_counts(const stoker_consumer *c, uint64_t *shm, uint64_t *socket,
+                                     uint64_t *arena_full);
 
 // Examples in the batch: batch_size, or fewer when the supply ends, when the producers' queues
 // are all full before a batch is, or when the pull's wait ends first (data trickling in).

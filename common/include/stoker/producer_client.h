@@ -36,6 +36,19 @@ int stoker_producer_client_hello(stoker_producer_client *pc);
 int stoker_producer_client_push(stoker_producer_client *pc, const stoker_chunk *chunk,
                                 uint64_t first_seq);
 
+// As push, for a chunk whose buffers the client may take (the chunk owns them): instead of
+// copying the pushed examples into the retention buffer, the client keeps the buffers and gives
+// chunk others of at least its capacity (count 0), so the caller fills it again at once. chunk
+// keeps its buffers when retention is off or the push fails.
+int stoker_producer_client_push_owned(stoker_producer_client *pc, stoker_chunk *chunk,
+                                      uint64_t first_seq);
+// Encodes the push of chunk as first_seq.. now, on the calling thread, so that the push of the
+// same seqs later sends it without encoding (a copy of every byte): a generating thread pays it
+// while the pushing thread waits on the network. Optional; at most two are kept (a third
+// replaces the older). STOKER_OK, STOKER_INVALID (wrong schema, empty) or STOKER_NOMEM.
+int stoker_producer_client_prepare(stoker_producer_client *pc, const stoker_chunk *chunk,
+                                   uint64_t first_seq);
+
 // Retention bound in examples (call before the first push): pushed examples not yet reported
 // trained are kept, and a push waits while keeping its chunk would exceed the bound (unless
 // nothing is kept). 0 turns retention off (a broker restart then loses what it held);

@@ -74,8 +74,8 @@ typedef struct stoker_counters {
     uint32_t producers_alive;
     uint32_t trainers;
     uint64_t refused; // requests refused with an error
-    // Shared memory (docs/shm.md): examples delivered through it, and connected trainers whose
-    // last batch came through it (the others get bytes over their sockets).
+    // Shared memory (docs/shm.md): examples delivered through it, and connected trainers that
+    // take their batches through it (map the arena; the others get bytes over their sockets).
     uint64_t delivered_shm;
     uint32_t trainers_shm;
     // Examples returned to their queues unused: leases a trainer got ahead (prefetched) and

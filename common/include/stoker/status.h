@@ -24,6 +24,31 @@ typedef struct stoker_group_info {
     uint32_t rank_ready[STOKER_GROUP_MAX_WORLD]; // formed for each rank, not sent yet
 } stoker_group_info;
 
+// --- consumers and their delivery path (issue 13, docs/shm.md) ---------------------------------
+// How a consumer's batches reach it: by its latest batch, shared memory when it maps the broker's
+// arena (a batch the full arena could not hold still counts as shm, in arena_full), else socket.
+typedef enum stoker_delivery {
+    STOKER_DELIVERY_NONE = 0, // no batch yet
+    STOKER_DELIVERY_SOCKET = 1,
+    STOKER_DELIVERY_SHM = 2,
+} stoker_delivery;
+
+// "none", "socket", "shm" (static).
+const char *stoker_delivery_name(stoker_delivery delivery);
+
+// A trainer (any consumer: the C trainer, the consumer API, Python, stoker-pull) as the broker
+// sees it. Batches, examples and bytes it was sent each way (redeliveries included).
+typedef struct stoker_consumer_info {
+    uint32_t id;
+    char name[STOKER_NAME_MAX];
+    uint32_t pid; // its process id as it said in its hello; 0: not said
+    int connected;
+    stoker_delivery delivery;
+    uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
+    uint64_t arena_full; // batches sent as bytes because the arena had no free region
+} stoker_consumer_info;
+// --- end of consumers ---------------------------------------------------------------------------
+
 typedef struct stoker_status {
     uint64_t uptime_ms;   // since the broker started
     int has_schema;       // 0 until the first producer said hello (or --schema)
@@ -46,6 +71,8 @@ typedef struct stoker_status {
     uint64_t items_reassigned, pushes_revoked;
     uint32_t n_groups;
     stoker_group_info *groups;
+    uint32_t n_consumers; // issue 13: every trainer the broker knows, connected or not
+    stoker_consumer_info *consumers;
 } stoker_status;
 
 // Frees the snapshot and its arrays (malloc'd); accepts NULL.
@@ -55,7 +82,10 @@ void stoker_status_destroy(stoker_status *status);
 //   uptime_s, schema, queue_depth, queue_depth_auto, max_bytes, queue_limit,
 //   counters {produced, acknowledged, queued, in_flight, redelivered, returned_unused,
 //             delivered, queued_bytes, refused, short_by_queues, discrepancy},
-//   producers_alive, trainers,
+//   producers_alive, trainers, trainers_shm,
+//   consumers [{id, name, pid (null: not said), connected, delivery ("none", "socket", "shm"),
+//               batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm,
+//               bytes_socket, arena_full}],
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
 //               redelivered, returned_unused, next_seq, silent_s}],
 //   events [{index, kind, producer, name, at, reason}],
@@ -66,7 +96,9 @@ void stoker_status_destroy(stoker_status *status);
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the
-// per-producer ones). Returns a malloc'd string (the caller frees) or NULL when out of memory.
+// per-producer ones, per consumer for stoker_consumer_*; stoker_consumers{delivery="shm"} and
+// {delivery="socket"} count connected consumers by path). Returns a malloc'd string (the caller
+// frees) or NULL when out of memory.
 char *stoker_status_render_metrics(const stoker_status *status);
 
 #endif

@@ -6,6 +6,7 @@
 #ifndef STOKER_TRAINER_CLIENT_H
 #define STOKER_TRAINER_CLIENT_H
 
+#include "stoker/arena.h"
 #include "stoker/chunk.h"
 #include "stoker/client.h"
 
@@ -25,6 +26,13 @@ typedef struct stoker_trainer_options {
     // socket; falls back to the socket, with one log line, where the broker cannot serve them.
     // Default 1, or 0 when the environment has STOKER_SHM=0.
     int shm;
+    // Called with the arena's read-only mapping once it is mapped (mapped 1, from create or a
+    // later hello, on the caller's or the client's own thread) and just before it is unmapped
+    // (mapped 0, by whichever thread frees its last batch or the client): e.g. to register it as
+    // CUDA pinned memory so uploads read it directly. NULL for none; on_arena_arg must outlive
+    // every batch (a batch keeps the mapping).
+    stoker_arena_hook on_arena;
+    void *on_arena_arg;
     // Commit with checkpoints: acknowledgements (stoker_trainer_client_ack) are kept by the
     // client and sent only by stoker_trainer_client_commit, so the broker keeps those leases
     // in flight (inside its --max-bytes) until then and redelivers them if this trainer dies
@@ -109,11 +117,16 @@ int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *ou
 uint64_t stoker_trainer_client_duplicates(const stoker_trainer_client *tc);
 uint64_t stoker_trainer_client_acks_refused(const stoker_trainer_client *tc);
 
-// How batches arrive: "shm" once the broker's shared memory is mapped and the last batch came
-// through it, "socket" otherwise (a static string).
+// How batches arrive: "shm" once the broker's shared memory is mapped and batches came through
+// it (a batch the full arena sent as bytes does not change that), "socket" otherwise (a static
+// string).
 const char *stoker_trainer_client_delivery(const stoker_trainer_client *tc);
 // Batches that came through shared memory so far.
 uint64_t stoker_trainer_client_arena_batches(const stoker_trainer_client *tc);
+// Batches that came as bytes over the socket so far, and of those the ones that came so while
+// the arena was mapped (the broker's arena had no free region: the fallback of a full arena).
+uint64_t stoker_trainer_client_socket_batches(const stoker_trainer_client *tc);
+uint64_t stoker_trainer_client_arena_full_batches(const stoker_trainer_client *tc);
 
 // The broker's status, as stoker_status_fetch.
 int stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out);

@@ -29,6 +29,7 @@ typedef struct stoker_request {
     uint64_t next_seq; // producer: the seq it will push next (resumption)
     char token[STOKER_TOKEN_MAX];
     int want_arena;               // HELLO of a trainer: asks for batches in shared memory
+    uint32_t pid;                 // HELLO of a trainer: its process id (0: not said)
     uint64_t dataset_size;        // producer of a dataset: items it serves (0: a stream)
     uint64_t dataset_fingerprint; // and the fingerprint of its listing
     int commit; // trainer: acknowledges only when it commits (leases count in --max-bytes)
@@ -120,6 +121,8 @@ typedef struct stoker_reply {
     char queue_limit[STOKER_MESSAGE_MAX];
     uint32_t n_groups;
     stoker_group_info *groups;
+    uint32_t n_consumers; // STATUS: the trainers and their delivery paths (issue 13)
+    stoker_consumer_info *consumers;
     // PULL in shared memory: the chunk's blobs are in the broker's arena, field i at
     // arena_offset + the 64-byte aligned sizes of the fields before it; nothing follows the
     // protobuf part, and a decoded chunk's data pointers are NULL (data_len is set).
