@@ -306,6 +306,11 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->n_groups = rep->n_groups;
     st->groups = rep->groups;
     rep->groups = NULL;
+    st->n_label_maps = rep->n_label_maps; // label maps (issue 18): take ownership
+    st->label_maps = rep->label_maps;
+    st->label_maps_omitted = rep->label_maps_omitted;
+    rep->label_maps = NULL;
+    rep->n_label_maps = 0;
     rep->n_groups = 0;
     st->n_consumers = rep->n_consumers; // issue 13
     st->consumers = rep->consumers;

@@ -1,11 +1,6 @@
 // The producer loop: fill a chunk, push it until acknowledged, repeat; goodbye at the end.
-// Generation and pushing overlap: the calling thread fills one chunk, and encodes its push,
-// while a pusher thread sends the previous one (two chunks, double-buffered), so a CPU-bound
-// generator keeps its core busy instead of idling for each push's round trip, and the pusher's
-// path holds no copy of the examples (retention keeps the pushed chunk's own buffers). Pushes still
-// go out one at a time and in seq order, so the broker's seq rule works as with a single chunk in
-// flight.
-#include <pthread.h>
+// Generation and pushing overlap: the calling thread fills one chunk while a pusher thread
+// (producer_pipeline.c) sends the previous one. A dataset's loop is producer_dataset.c.
 #include <signal.h>
 #include <string.h>
 
@@ -16,6 +11,7 @@
 #include "stoker/producer.h"
 #include "stoker/producer_client.h"
 #include "producer_dataset.h"
+#include "producer_pipeline.h"
 
 static volatile int signal_stop;
 
@@ -50,160 +46,6 @@ static int
 should_stop(const stops *s)
 {
     return signal_stop || (s->user != NULL && *s->user);
-}
-
-// --- the pusher thread ---------------------------------------------------------------------------
-
-typedef struct pipeline {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    stoker_chunk chunks[2];
-    uint64_t first_seq[2];
-    int full[2];       // filled and waiting for (or in) its push
-    int fill, push;    // the next chunk to fill, the next to push
-    int done;          // no more chunks will come
-    int rv;            // the pusher's failure (it then stops), STOKER_OK while it works
-    uint64_t examples; // acknowledged by the broker
-    uint64_t pushes;
-    stoker_producer_client *pc;
-    const char *name;
-    pthread_t thread;
-} pipeline;
-
-// Pushes chunk from first_seq. Normally first_seq is the client's next seq; when the broker
-// already holds part of the chunk (it answered a hello with a later seq) only the rest is sent.
-static int
-push_chunk(pipeline *pl, stoker_chunk *chunk, uint64_t first_seq)
-{
-    uint64_t next = stoker_producer_client_next_seq(pl->pc);
-    if (next >= first_seq + chunk->count)
-        return STOKER_OK;  // all of it is held already
-    if (next <= first_seq) // the whole chunk: retention may keep its buffers rather than a copy
-        return stoker_producer_client_push_owned(pl->pc, chunk, first_seq);
-    stoker_chunk view = *chunk;
-    view.owns_data = 0;
-    if (next > first_seq) {
-        uint32_t skip = (uint32_t)(next - first_seq);
-        for (uint32_t f = 0; f < view.schema.n_fields; f++)
-            view.data[f] += (size_t)skip * stoker_field_bytes(&view.schema.fields[f]);
-        view.count -= skip;
-        first_seq = next;
-    }
-    return stoker_producer_client_push(pl->pc, &view, first_seq);
-}
-
-static void *
-pusher_main(void *arg)
-{
-    pipeline *pl = arg;
-    pthread_mutex_lock(&pl->mu);
-    for (;;) {
-        while (!pl->full[pl->push] && !pl->done)
-            pthread_cond_wait(&pl->cv, &pl->mu);
-        if (!pl->full[pl->push])
-            break; // done, and everything was pushed
-        stoker_chunk *chunk = &pl->chunks[pl->push];
-        uint64_t first_seq = pl->first_seq[pl->push];
-        uint32_t count = chunk->count; // a push may swap the chunk's buffers (retention)
-        pthread_mutex_unlock(&pl->mu);
-        int rv = push_chunk(pl, chunk, first_seq);
-        pthread_mutex_lock(&pl->mu);
-        if (rv == STOKER_INTERRUPTED) {
-            // Stopped while the broker had no room (or was unreachable): the push was abandoned;
-            // goodbye's answer says whether the broker took it after all.
-            stoker_info("producer '%s': stopped with seq %llu.. waiting for room (queue full); "
-                        "not pushing it",
-                        pl->name, (unsigned long long)first_seq);
-        } else if (rv != STOKER_OK) {
-            stoker_error("producer '%s': push of seq %llu failed: %s (%s)", pl->name,
-                         (unsigned long long)first_seq, stoker_strerror(rv),
-                         stoker_producer_client_error(pl->pc));
-        }
-        if (rv != STOKER_OK) {
-            pl->rv = rv;
-            break;
-        }
-        pl->examples += count;
-        pl->pushes++;
-        pl->full[pl->push] = 0;
-        pl->push ^= 1;
-        pthread_cond_broadcast(&pl->cv);
-    }
-    pthread_cond_broadcast(&pl->cv);
-    pthread_mutex_unlock(&pl->mu);
-    return NULL;
-}
-
-static int
-pipeline_start(pipeline *pl, stoker_producer_client *pc, const stoker_schema *schema,
-               uint32_t chunk, const char *name)
-{
-    memset(pl, 0, sizeof(*pl));
-    pl->pc = pc;
-    pl->name = name;
-    int rv;
-    if ((rv = stoker_chunk_init(&pl->chunks[0], schema, chunk)) != STOKER_OK)
-        return rv;
-    if ((rv = stoker_chunk_init(&pl->chunks[1], schema, chunk)) != STOKER_OK) {
-        stoker_chunk_fini(&pl->chunks[0]);
-        return rv;
-    }
-    pthread_mutex_init(&pl->mu, NULL);
-    pthread_cond_init(&pl->cv, NULL);
-    if (pthread_create(&pl->thread, NULL, pusher_main, pl) != 0) {
-        pthread_cond_destroy(&pl->cv);
-        pthread_mutex_destroy(&pl->mu);
-        stoker_chunk_fini(&pl->chunks[0]);
-        stoker_chunk_fini(&pl->chunks[1]);
-        return STOKER_NOMEM;
-    }
-    return STOKER_OK;
-}
-
-// Waits for a chunk to fill; NULL when the pusher has stopped.
-static stoker_chunk *
-pipeline_free_chunk(pipeline *pl)
-{
-    pthread_mutex_lock(&pl->mu);
-    while (pl->full[pl->fill] && pl->rv == STOKER_OK)
-        pthread_cond_wait(&pl->cv, &pl->mu);
-    stoker_chunk *chunk = pl->rv == STOKER_OK ? &pl->chunks[pl->fill] : NULL;
-    pthread_mutex_unlock(&pl->mu);
-    return chunk;
-}
-
-// Hands the chunk pipeline_free_chunk returned, filled from first_seq, to the pusher.
-static void
-pipeline_submit(pipeline *pl, uint64_t first_seq)
-{
-    // Encoded here, on the generating thread, while the pusher waits on the previous push; if
-    // this fails the pusher encodes it itself.
-    (void)stoker_producer_client_prepare(pl->pc, &pl->chunks[pl->fill], first_seq);
-    pthread_mutex_lock(&pl->mu);
-    pl->first_seq[pl->fill] = first_seq;
-    pl->full[pl->fill] = 1;
-    pl->fill ^= 1;
-    pthread_cond_broadcast(&pl->cv);
-    pthread_mutex_unlock(&pl->mu);
-}
-
-// Lets the pusher push what was submitted, stops it and frees the pipeline. Returns the
-// pusher's failure or STOKER_OK; adds what it pushed to *st.
-static int
-pipeline_finish(pipeline *pl, stoker_producer_stats *st)
-{
-    pthread_mutex_lock(&pl->mu);
-    pl->done = 1;
-    pthread_cond_broadcast(&pl->cv);
-    pthread_mutex_unlock(&pl->mu);
-    pthread_join(pl->thread, NULL);
-    st->examples += pl->examples;
-    st->pushes += pl->pushes;
-    stoker_chunk_fini(&pl->chunks[0]);
-    stoker_chunk_fini(&pl->chunks[1]);
-    pthread_cond_destroy(&pl->cv);
-    pthread_mutex_destroy(&pl->mu);
-    return pl->rv;
 }
 
 int
@@ -248,8 +90,8 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         rv = producer_dataset_run(cfg, gen, pc, &st);
         goto out;
     }
-    pipeline pl;
-    if ((rv = pipeline_start(&pl, pc, &gen->schema, cfg->chunk, name)) != STOKER_OK)
+    producer_pipeline *pl;
+    if ((rv = producer_pipeline_create(pc, &gen->schema, cfg->chunk, name, &pl)) != STOKER_OK)
         goto out;
     uint64_t seq = stoker_producer_client_next_seq(pc), generated = 0;
     int gen_rv = STOKER_OK;
@@ -261,7 +103,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
             if (cfg->max_examples - generated < n)
                 n = (uint32_t)(cfg->max_examples - generated);
         }
-        stoker_chunk *chunk = pipeline_free_chunk(&pl);
+        stoker_chunk *chunk = producer_pipeline_free_chunk(pl);
         if (chunk == NULL)
             break; // the pusher stopped
         chunk->count = 0;
@@ -272,14 +114,14 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         // its buffers to retention (the chunk then holds other buffers, count 0).
         uint32_t made = chunk->count;
         if (made > 0) {
-            pipeline_submit(&pl, seq);
+            producer_pipeline_submit(pl, seq, NULL);
             seq += made;
             generated += made;
         }
     }
-    rv = pipeline_finish(&pl, &st);
+    rv = producer_pipeline_finish(pl, &st);
     if (rv == STOKER_INTERRUPTED) {
-        rv = STOKER_OK; // stopped while the broker had no room: see pusher_main
+        rv = STOKER_OK; // stopped while the broker had no room: the pusher logged it
     } else if (rv != STOKER_OK) {
         goto out;
     }

@@ -51,6 +51,7 @@ struct stoker_producer_client {
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
     uint64_t dataset_size, dataset_fingerprint;
     const uint64_t *push_items;
+    const stoker_labels *labels; // said in hello (stoker_producer_client_set_labels); borrowed
     // Retention (the pushing thread's, but trained, which the heartbeat thread raises too).
     retention *kept;            // NULL when off
     _Atomic uint32_t retain;    // bound in examples; STOKER_RETAIN_AUTO until the hello
@@ -232,6 +233,8 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
     };
+    if (pc->labels != NULL)
+        req.labels = *pc->labels; // borrowed for the encoding
     conn_copy_str(req.name, sizeof(req.name), pc->name);
     conn_copy_str(req.token, sizeof(req.token), pc->token);
     stoker_reply *rep = NULL;
@@ -748,6 +751,12 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
     pthread_mutex_destroy(&pc->lock);
     retention_destroy(pc->kept);
     free(pc);
+}
+
+void
+stoker_producer_client_set_labels(stoker_producer_client *pc, const stoker_labels *labels)
+{
+    pc->labels = labels;
 }
 
 // --- datasets -----------------------------------------------------------------------------------

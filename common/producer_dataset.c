@@ -2,12 +2,14 @@
 // the generator's fill_item and the item's seed, push them a chunk at a time carrying their
 // items, repeat until the broker's last epoch is made. A shard the broker took back (this
 // producer was taken for lost while it was frozen or cut off) is dropped: its items were handed
-// to others. Chunks are made and pushed in turn (no pusher thread as for streams: a shard's
-// end must be known before the next is asked for).
+// to others. Within a shard, making a chunk overlaps pushing the previous one (the pusher
+// thread of producer_pipeline.c, as for streams); the next shard is asked for once every push
+// of this one was answered, since asking hands back what this producer still holds.
 #include <stdlib.h>
 #include <string.h>
 
 #include "producer_dataset.h"
+#include "producer_pipeline.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -20,6 +22,7 @@ typedef struct dataset_run {
     const stoker_producer_config *cfg;
     const stoker_generator *gen;
     stoker_producer_client *pc;
+    producer_pipeline *pl;
     const char *name;
 } dataset_run;
 
@@ -56,34 +59,29 @@ make_items(const dataset_run *r, stoker_chunk *chunk, const uint64_t *items, uin
     return STOKER_OK;
 }
 
-// Makes and pushes one shard. STOKER_OK when all of it was taken or the broker took it back,
-// otherwise the error.
+// Makes one shard and hands its chunks to the pusher, then waits until every push of it was
+// answered. STOKER_OK when all of it was taken or the broker took it back, otherwise the
+// error (the pusher's, or the generator's once the pushes submitted before it were answered).
 static int
-run_shard(const dataset_run *r, stoker_chunk *chunk, const uint64_t *items, uint32_t n,
-          uint64_t dataset_seed, stoker_producer_stats *st)
+run_shard(const dataset_run *r, const uint64_t *items, uint32_t n, uint64_t dataset_seed)
 {
-    for (uint32_t off = 0; off < n;) {
-        if (stop_requested(r))
-            return STOKER_INTERRUPTED;
-        uint32_t m = n - off < chunk->capacity ? n - off : chunk->capacity;
-        int rv = make_items(r, chunk, items + off, m, dataset_seed);
-        if (rv != STOKER_OK)
-            return rv;
-        uint64_t seq = stoker_producer_client_next_seq(r->pc);
-        rv = stoker_producer_client_push_items(r->pc, chunk, seq, items + off);
-        if (rv == STOKER_SHARD_REVOKED) {
-            stoker_info("shard-revoked: producer '%s': %u items of its shard went to others "
-                        "while it was away; asking for a new shard",
-                        r->name, n - off);
-            return STOKER_OK;
+    int rv = STOKER_OK;
+    for (uint32_t off = 0; off < n && !producer_pipeline_revoked(r->pl);) {
+        if (stop_requested(r)) {
+            rv = STOKER_INTERRUPTED;
+            break;
         }
-        if (rv != STOKER_OK)
-            return rv;
-        st->examples += m;
-        st->pushes++;
+        stoker_chunk *chunk = producer_pipeline_free_chunk(r->pl);
+        if (chunk == NULL)
+            break; // the pusher failed: drain says how
+        uint32_t m = n - off < chunk->capacity ? n - off : chunk->capacity;
+        if ((rv = make_items(r, chunk, items + off, m, dataset_seed)) != STOKER_OK)
+            break;
+        producer_pipeline_submit(r->pl, 0, items + off);
         off += m;
     }
-    return STOKER_OK;
+    int push_rv = producer_pipeline_drain(r->pl, NULL);
+    return push_rv != STOKER_OK ? push_rv : rv;
 }
 
 int
@@ -94,9 +92,9 @@ producer_dataset_run(const stoker_producer_config *cfg, const stoker_generator *
                      .gen = gen,
                      .pc = pc,
                      .name = cfg->client.name != NULL ? cfg->client.name : "producer"};
-    stoker_chunk chunk;
     uint64_t *items = malloc(SHARD_MAX * sizeof(*items));
-    int rv = items == NULL ? STOKER_NOMEM : stoker_chunk_init(&chunk, &gen->schema, cfg->chunk);
+    int rv = items == NULL ? STOKER_NOMEM
+                           : producer_pipeline_create(pc, &gen->schema, cfg->chunk, r.name, &r.pl);
     if (rv != STOKER_OK) {
         free(items);
         return rv;
@@ -118,10 +116,12 @@ producer_dataset_run(const stoker_producer_config *cfg, const stoker_generator *
         if (rv != STOKER_OK)
             break;
         shards++;
-        if ((rv = run_shard(&r, &chunk, items, n, dataset_seed, st)) != STOKER_OK)
+        if ((rv = run_shard(&r, items, n, dataset_seed)) != STOKER_OK)
             break;
     }
-    stoker_chunk_fini(&chunk);
+    int push_rv = producer_pipeline_finish(r.pl, st);
+    if (rv == STOKER_OK)
+        rv = push_rv;
     free(items);
     if (rv == STOKER_INTERRUPTED || stop_requested(&r) || ended) {
         rv = STOKER_OK;

@@ -16,6 +16,7 @@ stoker_status_destroy(stoker_status *st)
     free(st->events);
     free(st->groups);
     free(st->consumers);
+    stoker_label_maps_free(st->label_maps, st->n_label_maps);
     free(st);
 }
 
@@ -193,6 +194,10 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t, "]}");
     }
     stoker_text_printf(&t, "]");
+    // --- label maps (issue 18) ---
+    stoker_text_printf(&t, ", \"labels\": ");
+    stoker_labels_render_json(&t, st->label_maps, st->n_label_maps, st->label_maps_omitted);
+    // --- end of label maps ---
     if (st->dataset_size > 0)
         stoker_text_printf(&t,
                            ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "

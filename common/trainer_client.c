@@ -27,6 +27,11 @@
 // client remembers which of the last SEEN_EVENTS indices it saw (MAX_PREFETCH replies of at most
 // the broker's 64 events each) instead of only the highest.
 #define SEEN_EVENTS 4096
+// Acknowledgements wait for the next pull to carry them; while the caller waits this long for a
+// batch with every pull parked at the broker (nothing to deliver), they are sent on their own
+// instead: the broker may wait for them (a dataset's epoch ends when its last item is
+// acknowledged) and a parked pull comes back only after its wait_ms.
+#define ACK_LINGER_MS 5
 
 typedef enum slot_state { SLOT_IDLE, SLOT_SENDING, SLOT_RECEIVING, SLOT_DONE } slot_state;
 
@@ -664,6 +669,35 @@ hold(stoker_trainer_client *tc, uint64_t lease)
     pthread_mutex_unlock(&tc->lock);
 }
 
+// Sends the pending acknowledgements on the control context now (see ACK_LINGER_MS); when the
+// request fails they are pending again, for the next pull to carry.
+static void
+send_acks_now(stoker_trainer_client *tc)
+{
+    uint64_t acks[MAX_ACKS];
+    pthread_mutex_lock(&tc->lock);
+    uint32_t n = tc->n_pending_acks;
+    memcpy(acks, tc->pending_acks, n * sizeof(uint64_t));
+    tc->n_pending_acks = 0;
+    pthread_mutex_unlock(&tc->lock);
+    if (n == 0)
+        return;
+    stoker_request req = {
+        .method = STOKER_ACK, .session = tc->opts.client.session, .n_acks = n, .acks = acks};
+    stoker_reply *rep = NULL;
+    char err[256];
+    if (conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err)) !=
+        STOKER_OK) {
+        pthread_mutex_lock(&tc->lock);
+        for (uint32_t i = 0; i < n && tc->n_pending_acks < MAX_ACKS; i++)
+            tc->pending_acks[tc->n_pending_acks++] = acks[i];
+        pthread_mutex_unlock(&tc->lock);
+        return;
+    }
+    tc->acks_refused += rep->acks_refused;
+    stoker_reply_free(rep);
+}
+
 // next, waiting at most wait_ms: STOKER_TIMEOUT when that is shorter than the stall timeout and
 // ran out, else STOKER_STALLED (with its warning).
 static int
@@ -671,6 +705,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
     char err[256];
     uint64_t wait_start = stoker_now_ms();
+    int acks_sent = 0;
     for (;;) {
         if (tc->supply_ended)
             return tc->supply_ended;
@@ -713,6 +748,18 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             if (now >= stall_at)
                 break;
             uint64_t wait = stall_at - now < 100 ? stall_at - now : 100;
+            // --- acknowledgements held back while starving (ACK_LINGER_MS), once per call ---
+            if (!acks_sent && tc->n_pending_acks > 0 && !tc->opts.commit) {
+                if (now >= wait_start + ACK_LINGER_MS) {
+                    acks_sent = 1;
+                    pthread_mutex_unlock(&tc->lock);
+                    send_acks_now(tc);
+                    pthread_mutex_lock(&tc->lock);
+                    continue;
+                }
+                wait = wait_start + ACK_LINGER_MS - now;
+            }
+            // --- end of the acknowledgements hook ---
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += (long)wait * 1000000L;

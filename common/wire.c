@@ -356,6 +356,122 @@ group_state_name(uint32_t code)
     return code < 3 ? group_states[code] : "unknown";
 }
 
+// --- label maps (issue 18) ----------------------------------------------------------------------
+
+// The listed names of l as pointers, for a repeated string field: malloc'd (the caller frees),
+// NULL when none are listed or out of memory (tell them apart by l->n_listed).
+static char **
+label_name_ptrs(const stoker_labels *l)
+{
+    if (l->n_listed == 0)
+        return NULL;
+    char **ptrs = malloc(l->n_listed * sizeof(*ptrs));
+    if (ptrs == NULL)
+        return NULL;
+    char *name = l->names;
+    for (uint32_t i = 0; i < l->n_listed; i++) {
+        ptrs[i] = name;
+        name += strlen(name) + 1;
+    }
+    return ptrs;
+}
+
+// A peer's map (classes, then names and file counts of the first classes) into *out, within
+// the bounds of stoker/labels.h (extra names are dropped, not refused).
+static int
+labels_from_pb(stoker_labels *out, uint32_t classes, size_t n_names, char **names, size_t n_files,
+               const uint64_t *files, const char *what, char *err, size_t err_len)
+{
+    if (n_names != n_files || n_names > classes)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "%s: %zu class names and %zu file counts for %u classes", what,
+                             n_names, n_files, classes);
+    for (size_t i = 0; i < n_names; i++)
+        if (names[i] == NULL)
+            return stoker_errorf(err, err_len, STOKER_INVALID, "%s: a class without a name", what);
+    uint32_t n =
+        n_names > STOKER_LABELS_MAX_CLASSES ? STOKER_LABELS_MAX_CLASSES : (uint32_t)n_names;
+    if (stoker_labels_build(out, classes, (const char *const *)names, files, n) != STOKER_OK)
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "%s: out of memory", what);
+    return STOKER_OK;
+}
+
+// The maps of a Status reply as LabelMap messages (arrays the caller frees with
+// label_maps_pb_free). STOKER_OK or STOKER_NOMEM.
+typedef struct label_maps_pb {
+    Stoker__LabelMap *maps;
+    Stoker__LabelMap **ptrs;
+    uint32_t n;
+} label_maps_pb;
+
+static void
+label_maps_pb_free(label_maps_pb *pb)
+{
+    for (uint32_t i = 0; pb->maps != NULL && i < pb->n; i++)
+        free(pb->maps[i].names);
+    free(pb->maps);
+    free(pb->ptrs);
+}
+
+static int
+label_maps_to_pb(const stoker_label_map *maps, uint32_t n, label_maps_pb *pb)
+{
+    *pb = (label_maps_pb){0};
+    if (n == 0)
+        return STOKER_OK;
+    pb->maps = calloc(n, sizeof(*pb->maps));
+    pb->ptrs = calloc(n, sizeof(*pb->ptrs));
+    if (pb->maps == NULL || pb->ptrs == NULL)
+        return STOKER_NOMEM;
+    pb->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        Stoker__LabelMap *m = &pb->maps[i];
+        stoker__label_map__init(m);
+        m->n_producers = maps[i].n_producers;
+        m->producers = maps[i].producers;
+        m->classes = maps[i].labels.n_classes;
+        m->n_names = maps[i].labels.n_listed;
+        m->names = label_name_ptrs(&maps[i].labels);
+        m->n_files = maps[i].labels.n_listed;
+        m->files = maps[i].labels.files;
+        if (m->names == NULL && m->n_names > 0)
+            return STOKER_NOMEM;
+        pb->ptrs[i] = m;
+    }
+    return STOKER_OK;
+}
+
+static int
+label_maps_from_pb(Stoker__LabelMap *const *pb, size_t n, stoker_reply *rep, char *err,
+                   size_t err_len)
+{
+    if (n > STOKER_LABEL_MAPS_MAX)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "reply lists %zu label maps (at most %d)", n, STOKER_LABEL_MAPS_MAX);
+    if (n == 0)
+        return STOKER_OK;
+    rep->label_maps = calloc(n, sizeof(*rep->label_maps));
+    if (rep->label_maps == NULL)
+        return STOKER_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        stoker_label_map *d = &rep->label_maps[i];
+        rep->n_label_maps = (uint32_t)i + 1; // freed with the reply from here on
+        if (pb[i]->n_producers > MAX_PRODUCERS)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "reply: a label map of %zu producers", pb[i]->n_producers);
+        d->producers = malloc((pb[i]->n_producers ? pb[i]->n_producers : 1) * sizeof(uint32_t));
+        if (d->producers == NULL)
+            return STOKER_NOMEM;
+        memcpy(d->producers, pb[i]->producers, pb[i]->n_producers * sizeof(uint32_t));
+        d->n_producers = (uint32_t)pb[i]->n_producers;
+        int rv = labels_from_pb(&d->labels, pb[i]->classes, pb[i]->n_names, pb[i]->names,
+                                pb[i]->n_files, pb[i]->files, "reply: label map", err, err_len);
+        if (rv != STOKER_OK)
+            return rv;
+    }
+    return STOKER_OK;
+}
+
 // --- consumers (Status; issue 13) -----------------------------------------------------------
 
 // Fills the reply's consumers (one allocation: *structs, then *ptrs of them); STOKER_NOMEM.
@@ -437,6 +553,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
     schema_pb spb;
     chunk_pb cpb;
     blob_source blobs = {0}, *src = NULL;
+    char **label_names = NULL;
 
     stoker__request__init(&r);
     r.method = (Stoker__Method)req->method;
@@ -457,6 +574,15 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         hello.rank = req->rank;
         hello.world = req->world;
         hello.batch = req->group_batch;
+        hello.label_classes = req->labels.n_classes;
+        if (req->labels.n_listed > 0) {
+            if ((label_names = label_name_ptrs(&req->labels)) == NULL)
+                return STOKER_NOMEM;
+            hello.n_label_names = req->labels.n_listed;
+            hello.label_names = label_names;
+            hello.n_label_files = req->labels.n_listed;
+            hello.label_files = req->labels.files;
+        }
         if (req->has_schema) {
             schema_to_pb(&req->schema, &spb);
             hello.schema = &spb.schema;
@@ -496,7 +622,9 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
     default:
         break;
     }
-    return pack_into_msg(&r.base, src, out);
+    int rv = pack_into_msg(&r.base, src, out);
+    free(label_names);
+    return rv;
 }
 
 static int decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err,
@@ -573,6 +701,10 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
             rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
             req->has_schema = rv == STOKER_OK;
         }
+        if (rv == STOKER_OK && r->hello->label_classes > 0)
+            rv = labels_from_pb(&req->labels, r->hello->label_classes, r->hello->n_label_names,
+                                r->hello->label_names, r->hello->n_label_files,
+                                r->hello->label_files, "hello: label map", err, err_len);
         break;
     case STOKER__METHOD__PUSH:
         if (r->push == NULL || r->push->chunk == NULL) {
@@ -665,6 +797,7 @@ stoker_request_free(stoker_request *req)
     if (req == NULL)
         return;
     owner_free(req->owner);
+    stoker_labels_fini(&req->labels);
     free(req);
 }
 
@@ -837,8 +970,17 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         r.n_groups = rep->n_groups;
         r.groups = group_ptrs;
     }
+    label_maps_pb label_pb;
+    if (label_maps_to_pb(rep->label_maps, rep->n_label_maps, &label_pb) != STOKER_OK) {
+        label_maps_pb_free(&label_pb);
+        goto out;
+    }
+    r.n_label_maps = label_pb.n;
+    r.label_maps = label_pb.ptrs;
+    r.label_maps_omitted = rep->label_maps_omitted;
     // A batch in the arena travels as its description only.
     rv = pack_into_msg(&r.base, rep->chunk.count > 0 && !rep->in_arena ? &blobs : NULL, out);
+    label_maps_pb_free(&label_pb);
 out:
     free(runs);
     free(run_ptrs);
@@ -1051,6 +1193,9 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
         }
         rep->n_groups = (uint32_t)r->n_groups;
     }
+    rep->label_maps_omitted = r->label_maps_omitted;
+    if ((rv = label_maps_from_pb(r->label_maps, r->n_label_maps, rep, err, err_len)) != STOKER_OK)
+        goto fail;
     if ((rv = consumers_from_pb(r, rep, err, err_len)) != STOKER_OK)
         goto fail;
     keep_msg(owner, msg);
@@ -1083,6 +1228,7 @@ stoker_reply_free(stoker_reply *rep)
     free(rep->events);
     free(rep->producers);
     free(rep->groups);
+    stoker_label_maps_free(rep->label_maps, rep->n_label_maps);
     free(rep->consumers);
     free(rep);
 }

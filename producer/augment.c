@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "randaug.h"
 #include "stoker/error.h"
 
 #define MAX_OPS  32
@@ -26,6 +27,7 @@ typedef enum op_kind {
     OP_ROTATE,
     OP_BLUR,
     OP_ERASE,
+    OP_RANDAUG,
     OP_NORMALIZE
 } op_kind;
 
@@ -39,6 +41,7 @@ typedef struct op {
     bool has[4];        // jitter: brightness, contrast, saturation, hue given
     double range[4][2]; // jitter: factor ranges (hue: shift in turns)
     float mean[3], std[3];
+    uint32_t ra_n, ra_m, ra_bins; // randaug: operations per example, magnitude bin, bins
 } op;
 
 struct augment {
@@ -128,9 +131,10 @@ build_op(const char *name, const arg *args, int n, op *o, char *err, size_t err_
 {
     int groups = n > 0 ? args[n - 1].group + 1 : 0;
     for (int i = 0; i < n; i++)
-        if (args[i].name[0] != '\0' && strcmp(name, "jitter") != 0)
-            return BAD("%s: named argument '%s=' not understood (only jitter takes names)", name,
-                       args[i].name);
+        if (args[i].name[0] != '\0' && strcmp(name, "jitter") != 0 && strcmp(name, "randaug") != 0)
+            return BAD("%s: named argument '%s=' not understood (only jitter and randaug take "
+                       "names)",
+                       name, args[i].name);
     for (int i = 0; i < n; i++)
         if (args[i].range && strcmp(name, "jitter") != 0 && strcmp(name, "rotate") != 0)
             return BAD("%s: LO:HI ranges are for jitter and rotate", name);
@@ -227,6 +231,27 @@ build_op(const char *name, const arg *args, int n, op *o, char *err, size_t err_
             o->b[0] = args[1].lo, o->b[1] = args[2].lo;
         if (!(o->b[0] > 0 && o->b[0] <= o->b[1]))
             return BAD("blur: sigma %g..%g must satisfy 0 < SMIN <= SMAX", o->b[0], o->b[1]);
+    } else if (strcmp(name, "randaug") == 0) {
+        // RandAugment(num_ops=N, magnitude=M, num_magnitude_bins=B): randaug, randaug(N,M),
+        // randaug(n=N,m=M,bins=B).
+        *o = (op){.kind = OP_RANDAUG, .ra_n = 2, .ra_m = 9, .ra_bins = RANDAUG_BINS};
+        if (n > 3 || groups > 1)
+            return BAD("randaug takes (N,M) or (n=N,m=M,bins=B), e.g. randaug(n=2,m=9)");
+        for (int i = 0; i < n; i++) {
+            const char *key = args[i].name[0] ? args[i].name : i == 0 ? "n" : i == 1 ? "m" : "";
+            uint32_t *field = strcmp(key, "n") == 0      ? &o->ra_n
+                              : strcmp(key, "m") == 0    ? &o->ra_m
+                              : strcmp(key, "bins") == 0 ? &o->ra_bins
+                                                         : NULL;
+            if (field == NULL)
+                return BAD("randaug: argument '%s' is not n=, m= or bins=", args[i].name);
+            if (args[i].lo < 0 || args[i].lo > 1000 || args[i].lo != floor(args[i].lo))
+                return BAD("randaug: %s=%g must be a whole number in 0..1000", key, args[i].lo);
+            *field = (uint32_t)args[i].lo;
+        }
+        if (o->ra_n > 16 || o->ra_bins < 2 || o->ra_m >= o->ra_bins)
+            return BAD("randaug: n=%u (at most 16), m=%u (below bins), bins=%u (at least 2)",
+                       o->ra_n, o->ra_m, o->ra_bins);
     } else if (strcmp(name, "normalize") == 0) {
         *o = (op){.kind = OP_NORMALIZE,
                   .mean = {0.485f, 0.456f, 0.406f},
@@ -243,7 +268,7 @@ build_op(const char *name, const arg *args, int n, op *o, char *err, size_t err_
         }
     } else {
         return BAD("unknown operation '%s' (rrc, resize, ccrop, hflip, jitter, rotate, blur, "
-                   "erase, normalize)",
+                   "erase, randaug, normalize)",
                    name);
     }
     return STOKER_OK;
@@ -876,6 +901,9 @@ augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t hei
             break;
         case OP_ERASE:
             erase(a, o, &im, rng);
+            break;
+        case OP_RANDAUG:
+            rv = randaug_apply(o->ra_n, o->ra_m, o->ra_bins, im.px, im.h, im.w, rng);
             break;
         case OP_NORMALIZE: // applied by the caller, by output dtype
             break;

@@ -1,5 +1,6 @@
 // An image augmentation pipeline given as a short spec, e.g.
-// "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),normalize" or, for
+// "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),normalize" (or with
+// "randaug(n=2,m=9)" for RandAugment) or, for
 // evaluation, "resize(73),ccrop(64)": parsing the spec and applying it to 8-bit RGB pixels with
 // every random choice drawn from a caller's generator. It does not decode files or know about
 // examples, schemas or output dtypes (images.c does).
@@ -27,6 +28,8 @@ typedef struct augment augment;
 //   erase | erase(P) | erase(P;SMIN,SMAX;RMIN,RMAX)  RandomErasing(P, scale, ratio) after
 //                             Normalize: fills with the mean color (0 once normalized), or 0
 //                             without normalize; defaults (0.5;0.02,0.33;0.3,3.3)
+//   randaug | randaug(N,M) | randaug(n=N,m=M,bins=B)  RandAugment(num_ops=N, magnitude=M,
+//                             num_magnitude_bins=B), defaults 2, 9, 31 (randaug.h)
 //   normalize | normalize(M,M,M;S,S,S)  Normalize; default ImageNet's mean and std
 // Resampling (rrc, resize) is PIL's bilinear filter: antialiased when it shrinks.
 // If the geometry does not end at the output size, a final resize makes it so.

@@ -1,7 +1,8 @@
 // Reading image files: the whole file into memory, its header alone (signature and dimensions,
 // for checking a folder without decoding it), and decoding PNG (libpng's simplified API), JPEG
-// (libjpeg-turbo) and WebP (libwebp, when built with it) to 8-bit RGB. It knows nothing of
-// folders, labels or augmentation (images.c).
+// (libjpeg-turbo), WebP (libwebp, when built with it), BMP (image_bmp.c) and TIFF (image_tiff.c,
+// libtiff when built with it) to 8-bit RGB. It knows nothing of folders, labels or augmentation
+// (images.c).
 #include "image_file.h"
 
 #include <errno.h>
@@ -21,6 +22,8 @@
 #include <webp/decode.h>
 #endif
 
+#include "image_bmp.h"
+#include "image_tiff.h"
 #include "images.h"
 #include "stoker/error.h"
 
@@ -47,7 +50,8 @@ reserve(budget *g, const char *path, uint32_t width, uint32_t height, size_t *by
         return stoker_errorf(
             err, err_len, STOKER_TOO_LARGE,
             "images: the decoded images need more than %zu MiB (limit reached at '%s', after "
-            "%zu images); use fewer or smaller images",
+            "%zu images); use fewer or smaller images, or --decode each "
+            "(which keeps no pixels between examples)",
             IMAGES_MAX_DECODED_BYTES >> 20, path, g->n_images);
     }
     *bytes = need;
@@ -286,7 +290,62 @@ decode_webp(budget *g, const char *path, const uint8_t *data, size_t len, image_
 #endif
 }
 
-// Decodes a PNG, JPEG or WebP file (by its signature) into im.
+static int
+decode_bmp(budget *g, const char *path, const uint8_t *data, size_t len, image_pixels *im,
+           char *err, size_t err_len)
+{
+    bmp_info info;
+    const char *why;
+    if (!bmp_parse(data, len, len, &info, &why))
+        return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': %s", path, why);
+    size_t bytes;
+    int rv = reserve(g, path, info.width, info.height, &bytes, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    uint8_t *buf = malloc(bytes + PIXEL_PAD);
+    if (buf == NULL) {
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'",
+                             path);
+    }
+    bmp_rows(data, &info, buf);
+    memset(buf + bytes, 0, PIXEL_PAD);
+    im->rgb = buf;
+    im->width = info.width;
+    im->height = info.height;
+    *g->decoded_bytes += bytes;
+    return STOKER_OK;
+}
+
+static int
+decode_tiff(budget *g, const char *path, const uint8_t *data, size_t len, image_pixels *im,
+            char *err, size_t err_len)
+{
+    char why[300];
+    uint32_t w, h;
+    void *tif = tiff_open(data, len, &w, &h, why, sizeof(why));
+    if (tif == NULL)
+        return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': %s", path, why);
+    size_t bytes;
+    int rv = reserve(g, path, w, h, &bytes, err, err_len);
+    uint8_t *buf = NULL;
+    if (rv == STOKER_OK && (buf = malloc(bytes + PIXEL_PAD)) == NULL)
+        rv = stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory decoding '%s'", path);
+    if (rv == STOKER_OK && !tiff_read(tif, buf, why, sizeof(why)))
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': %s", path, why);
+    tiff_close(tif);
+    if (rv != STOKER_OK) {
+        free(buf);
+        return rv;
+    }
+    memset(buf + bytes, 0, PIXEL_PAD);
+    im->rgb = buf;
+    im->width = w;
+    im->height = h;
+    *g->decoded_bytes += bytes;
+    return STOKER_OK;
+}
+
+// Decodes a PNG, JPEG, WebP, BMP or TIFF file (by its signature) into im.
 static int
 decode_any(budget *g, const char *path, const uint8_t *data, size_t len, image_pixels *im,
            char *err, size_t err_len)
@@ -298,8 +357,12 @@ decode_any(budget *g, const char *path, const uint8_t *data, size_t len, image_p
         return decode_jpeg(g, path, data, len, im, err, err_len);
     if (is_webp(data, len))
         return decode_webp(g, path, data, len, im, err, err_len);
+    if (bmp_is(data, len))
+        return decode_bmp(g, path, data, len, im, err, err_len);
+    if (tiff_is(data, len))
+        return decode_tiff(g, path, data, len, im, err, err_len);
     return stoker_errorf(err, err_len, STOKER_INVALID,
-                         "images: '%s' is not a PNG or JPEG file (%s)", path,
+                         "images: '%s' is not a PNG or JPEG file (%s; nor WebP, BMP or TIFF)", path,
                          len == 0 ? "empty" : "unknown signature");
 }
 
@@ -382,7 +445,7 @@ image_file_probe(const char *path, uint32_t *width, uint32_t *height, char *err,
         return stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
                              strerror(errno));
     }
-    uint8_t h[24];
+    uint8_t h[BMP_HEADER_BYTES + 12]; // BMP's headers and bit-field masks; PNG's IHDR
     ssize_t n;
     while ((n = pread(fd, h, sizeof h, 0)) < 0 && errno == EINTR) {
     }
@@ -390,7 +453,7 @@ image_file_probe(const char *path, uint32_t *width, uint32_t *height, char *err,
     const char *kind;
     if (n >= 8 && memcmp(h, png_magic, 8) == 0) {
         kind = "PNG";
-        ok = n == (ssize_t)sizeof h && memcmp(h + 12, "IHDR", 4) == 0;
+        ok = n >= 24 && memcmp(h + 12, "IHDR", 4) == 0;
         if (ok) {
             *width = be32(h + 16);
             *height = be32(h + 20);
@@ -413,10 +476,32 @@ image_file_probe(const char *path, uint32_t *width, uint32_t *height, char *err,
 #else
         ok = false;
 #endif
+    } else if (n >= 2 && bmp_is(h, (size_t)n)) {
+        struct stat st;
+        bmp_info info;
+        const char *why = NULL;
+        kind = "BMP";
+        ok = fstat(fd, &st) == 0 && bmp_parse(h, (size_t)n, (uint64_t)st.st_size, &info, &why);
+        if (!ok) {
+            close(fd);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': %s", path,
+                                 why != NULL ? why : "cannot read its size");
+        }
+        *width = info.width;
+        *height = info.height;
+    } else if (n >= 4 && tiff_is(h, (size_t)n)) {
+        char why[300];
+        kind = "TIFF";
+        if (!tiff_probe(fd, width, height, why, sizeof(why))) {
+            close(fd);
+            return stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s': %s", path, why);
+        }
+        ok = true;
     } else {
         close(fd);
-        stoker_errorf(err, err_len, STOKER_INVALID, "images: '%s' is not a PNG or JPEG file (%s)",
-                      path, n == 0 ? "empty" : "unknown signature");
+        stoker_errorf(err, err_len, STOKER_INVALID,
+                      "images: '%s' is not a PNG or JPEG file (%s; nor WebP, BMP or TIFF)", path,
+                      n == 0 ? "empty" : "unknown signature");
         return n < 0 ? STOKER_IO : STOKER_INVALID;
     }
     close(fd);

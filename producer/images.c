@@ -64,13 +64,16 @@ typedef struct images_gen {
     size_t n_images, cap_images;
     image *images;
     size_t decoded_bytes;
+    bool strict;         // a bad file at start fails creation (else it is reported and skipped)
+    size_t n_skipped;    // files left out at start: corrupt, unsupported or unreadable
     size_t n_bad;        // decode_each: files that failed to decode and are skipped
     uint64_t n_replaced; // decode_each: examples made from another image than the one drawn
     // Per-example sampling tables, reused by every fill: for output column x, the byte offsets in
     // a source row of its two neighbours and the weight of the second; the same for rows.
     uint32_t *col0, *col1, *row0, *row1;
     float *wx, *wy;
-    uint64_t listing; // hash of the class/file names in index order (a dataset's fingerprint)
+    uint64_t listing;     // hash of the class/file names in index order (a dataset's fingerprint)
+    stoker_labels labels; // the class-to-label map the producer says in its hello (bounded)
 } images_gen;
 
 // ImageNet statistics (torchvision's Normalize for its pretrained models).
@@ -98,6 +101,7 @@ images_destroy(void *user)
         free(g->classes[c].name);
     free(g->classes);
     augment_destroy(g->aug);
+    stoker_labels_fini(&g->labels);
     free(g->scratch);
     free(g->col0);
     free(g->col1);
@@ -134,8 +138,11 @@ static bool
 has_image_extension(const char *name)
 {
     const char *dot = strrchr(name, '.');
-    return dot != NULL && (strcasecmp(dot, ".png") == 0 || strcasecmp(dot, ".jpg") == 0 ||
-                           strcasecmp(dot, ".jpeg") == 0 || strcasecmp(dot, ".webp") == 0);
+    static const char *const known[] = {".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff"};
+    for (size_t i = 0; dot != NULL && i < sizeof known / sizeof *known; i++)
+        if (strcasecmp(dot, known[i]) == 0)
+            return true;
+    return false;
 }
 
 // Lists the non-hidden entries of dir that are folders (want_dirs) or regular image files,
@@ -343,7 +350,8 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
         rv = list_tree(class_dir, "", 0, &files, err, err_len);
         if (rv == STOKER_OK && files.n == 0) {
             stoker_errorf(err, err_len, STOKER_INVALID,
-                          "images: class folder '%s' has no .png, .jpg or .jpeg (or .webp) files",
+                          "images: class folder '%s' has no .png, .jpg or .jpeg (or .webp, .bmp, "
+                          ".tif, .tiff) files",
                           class_dir);
             rv = STOKER_INVALID;
         }
@@ -356,16 +364,36 @@ load_tree(images_gen *g, const char *dir, char *err, size_t err_len)
                 rv = STOKER_NOMEM;
                 break;
             }
-            rv = load_image(g, path, (int32_t)c, err, err_len);
+            char why[512] = "";
+            rv = load_image(g, path, (int32_t)c, why, sizeof why);
+            if ((rv == STOKER_INVALID || rv == STOKER_IO) && !g->strict) {
+                // A corrupt, unsupported or unreadable file: said with its path, left out.
+                stoker_warn("%s; skipped", why);
+                g->n_skipped++;
+                g->classes[c].files--;
+                free(path);
+                rv = STOKER_OK;
+                continue;
+            }
+            if (rv != STOKER_OK && err != NULL)
+                snprintf(err, err_len, "%s", why);
             const char *rel = path + strlen(dir) + 1; // class/file: the same on every box
             g->listing = stoker_hash64(rel, strlen(rel) + 1, g->listing);
             free(path);
         }
+        if (rv == STOKER_OK && g->classes[c].files == 0 && files.n > 0)
+            stoker_warn("images: class '%s' (label %zu) has no readable image: none of its "
+                        "examples can be made",
+                        g->classes[c].name, c);
         names_free(&files);
         free(class_dir);
     }
     if (rv == STOKER_NOMEM)
         stoker_errorf(err, err_len, STOKER_INVALID, "images: out of memory loading '%s'", dir);
+    if (rv == STOKER_OK && g->n_images == 0)
+        rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                           "images: '%s': none of its %zu image files could be read", dir,
+                           g->n_skipped);
     names_free(&classes);
     return rv;
 }
@@ -751,6 +779,25 @@ log_classes(const images_gen *g, const char *dir)
                     dir, g->n_classes, lo, hi);
 }
 
+// The class-to-label map the producer says in its hello (stoker/labels.h bounds it).
+static int
+label_map(images_gen *g)
+{
+    const char **names = malloc((g->n_classes ? g->n_classes : 1) * sizeof(*names));
+    uint64_t *files = malloc((g->n_classes ? g->n_classes : 1) * sizeof(*files));
+    int rv = STOKER_NOMEM;
+    if (names != NULL && files != NULL) {
+        for (uint32_t c = 0; c < g->n_classes; c++) {
+            names[c] = g->classes[c].name;
+            files[c] = g->classes[c].files;
+        }
+        rv = stoker_labels_build(&g->labels, g->n_classes, names, files, g->n_classes);
+    }
+    free(names);
+    free(files);
+    return rv;
+}
+
 static int
 images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
@@ -813,6 +860,7 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     g->output = cfg->output;
     g->hwc = cfg->hwc;
     g->label = cfg->label;
+    g->strict = cfg->strict;
     int rv;
     if (cfg->augment != NULL) {
         if ((rv = augment_parse(cfg->augment, &g->aug, err, err_len)) != STOKER_OK) {
@@ -842,6 +890,9 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
         images_destroy(g);
         return rv;
     }
+    if (g->n_skipped > 0)
+        stoker_warn("images: %s: %zu files could not be read and were skipped (each named above)",
+                    dir, g->n_skipped);
     if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
@@ -851,6 +902,10 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
                     g->n_images, g->decoded_bytes / 1048576.0);
     if (!cfg->quiet)
         log_classes(g, dir);
+    if ((rv = label_map(g)) != STOKER_OK) {
+        images_destroy(g);
+        return stoker_errorf(err, err_len, rv, "images: out of memory");
+    }
     if (g->output == IMAGES_UINT8 && g->normalize)
         stoker_info("images: uint8 output: normalize on the consumer with mean (%.4g, %.4g, %.4g) "
                     "std (%.4g, %.4g, %.4g) for x / 255",
@@ -864,6 +919,7 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     out->n_items = 0; // a stream unless images_generator_dataset
     out->fingerprint = 0;
     out->fill_item = NULL;
+    out->labels = &g->labels;
     return STOKER_OK;
 }
 
@@ -878,6 +934,7 @@ images_generator_create(const char *dir, uint32_t size, bool decode_each, stoker
     cfg.decode_each = decode_each;
     cfg.label = IMAGES_LABEL_INT32;
     cfg.quiet = true;
+    cfg.strict = true;
     return images_generator_open(&cfg, out, err, err_len);
 }
 
@@ -886,6 +943,13 @@ images_generator_skipped(const stoker_generator *gen)
 {
     const images_gen *g = gen->user;
     return g->n_bad;
+}
+
+size_t
+images_generator_skipped_at_start(const stoker_generator *gen)
+{
+    const images_gen *g = gen->user;
+    return g->n_skipped;
 }
 
 void

@@ -20,7 +20,8 @@
 
 // Reads dir (borrowed): one subfolder per class, sorted by name (strcmp), the label being the
 // subfolder's index; hidden entries (".name") are skipped. In each class folder every file named
-// *.png, *.jpg or *.jpeg (any case) is decoded (by content, not name) to 8-bit RGB: grayscale is
+// *.png, *.jpg or *.jpeg (any case; images_generator_open also reads *.webp, *.bmp, *.tif and
+// *.tiff) is decoded (by content, not name) to 8-bit RGB: grayscale is
 // expanded, alpha dropped, 16-bit reduced. Other files are ignored. With decode_each only each
 // file's header is read here (signature, then the PNG IHDR or JPEG frame header dimensions), so
 // creation costs a listing and a small read per file, not a decode.
@@ -72,6 +73,11 @@ typedef struct images_config {
     bool hwc;             // channel-last (height, width, 3) instead of (3, height, width)
     images_label label;   // int64 scalar (default, what PyTorch losses take) or int32[1]
     bool quiet;           // no per-class lines in the start-up log
+    // A file that cannot be read or decoded at start (with decode_each: whose header cannot be)
+    // fails creation (strict; images_generator_create's contract) or, by default, is logged
+    // with its path (WARN), left out and counted (images_generator_skipped_at_start); its class
+    // keeps its label. Creation still fails when no file at all can be read.
+    bool strict;
 } images_config;
 
 void images_config_init(images_config *cfg);
@@ -101,5 +107,7 @@ int images_generator_write_label_map(const stoker_generator *gen, const char *pa
 
 // decode_each: how many files failed to decode and are skipped so far (0 otherwise).
 size_t images_generator_skipped(const stoker_generator *gen);
+// How many files were left out at creation (not strict): corrupt, unsupported or unreadable.
+size_t images_generator_skipped_at_start(const stoker_generator *gen);
 
 #endif

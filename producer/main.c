@@ -144,8 +144,8 @@ static const stoker_cli_option exec_rows[] = {
 };
 static const stoker_cli_option images_rows[] = {
     {"images", "DIR",
-     "one subfolder of PNG/JPEG/WebP files per class (nested\n"
-     "folders walked)",
+     "one subfolder of PNG/JPEG/WebP/BMP/TIFF files per class\n"
+     "(nested folders walked; bad files named and skipped)",
      STOKER_CLI_STRING, AT(images_dir)},
     {"size", "N|HxW", "output side, or height x width, in pixels", STOKER_CLI_CUSTOM, AT(height),
      .parse = parse_size, .show = show_size},

@@ -4,12 +4,12 @@
 set -euo pipefail
 
 # clang and libclang-rt-14-dev build the libFuzzer target whose replay is in the test suite
-# (fuzz/meson.build) and which scripts/fuzz.sh fuzzes with. libwebp-dev lets the images generator
-# read WebP; python3-pil and python3-torchvision are the references the augment operations are
+# (fuzz/meson.build) and which scripts/fuzz.sh fuzzes with. libwebp-dev and libtiff-dev let the
+# images generator read WebP and TIFF; python3-pil and python3-torchvision are the references the augment operations are
 # tested against (tests/producer/test_augment.py) and the side-by-side of bench.py's images_tv.
 STOKER_PKGS=(meson ninja-build cmake pkg-config gcc libnng-dev libprotobuf-c-dev protobuf-c-compiler
     libcriterion-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev iproute2 python3 procps
-    python3-numpy python3-torch openssl clang libclang-rt-14-dev libwebp-dev python3-pil
+    python3-numpy python3-torch openssl clang libclang-rt-14-dev libwebp-dev libtiff-dev python3-pil
     python3-torchvision docker.io debootstrap curl)
 STOKER_PKGS_NORECOMMENDS=(docker-compose)
 

@@ -271,6 +271,7 @@ broker_destroy(broker *b, broker_outbox *out)
         }
         queue_fini(&p->q);
         trained_fini(&p->trained);
+        stoker_labels_fini(&p->labels);
         free(p);
     }
     for (parked *k = b->pulls, *next; k != NULL; k = next) {

@@ -1,9 +1,13 @@
 // Epochs over a dataset (see broker_epoch.h). At most two epochs are open at once: the oldest
 // not yet acknowledged in full (lo) and, unless strict, the next one, whose shards go out once
-// every item of lo was handed out, so producers never idle at an epoch's end. Each open epoch
-// keeps one word per item (its state and, while assigned, its producer: one memory access per
-// item on the push and ack paths); shards are cut from the permutation in order,
-// except that items handed back after a loss go out first.
+// every item of lo was handed out, so producers never idle at an epoch's end. The work runs
+// under the broker's lock on every push and ack, so it keeps no state per item at a place the
+// permutation chose: a shard is a run of the permutation copied into its producer's own list, a
+// push must name that list's next items (compared in order), and an ack counts its lease's
+// items (each was accepted once, and a lease is acknowledged once). Each epoch's permutation
+// (Fisher-Yates from the seed and the epoch number) is drawn ahead, by a thread outside the
+// lock, while the epoch before is made. Items handed back after a loss go out first.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,20 +18,30 @@
 #include "stoker/log.h"
 #include "stoker/rng.h"
 
-enum { ITEM_NEW = 0, ITEM_ASSIGNED, ITEM_ACCEPTED, ITEM_ACKED };
-// An item's word: its state in the low 2 bits, its producer's id above (ids past 2^30 wrap; two
-// producers 2^30 sessions apart would share a word, which no broker lives to see).
-#define SLOT(state, owner) ((uint32_t)(state) | ((uint32_t)(owner) << 2))
-
 typedef struct epoch {
     uint32_t number;
-    uint32_t *order;     // (n,) the permutation
-    uint32_t *slot;      // (n,) SLOT(state, owner): ITEM_* and, while ASSIGNED, the producer
-    uint32_t *returned;  // items handed back, handed out before the order's rest
-    uint64_t n_returned; // (at most n)
-    uint64_t cursor;     // next position in order
+    uint32_t *order;    // (n,) the permutation, handed out from cursor on
+    uint32_t *returned; // items handed back, handed out before the order's rest
+    uint64_t n_returned, cap_returned;
+    uint64_t cursor; // next position in order
     uint64_t acked;
 } epoch;
+
+// A producer's shard: the items handed to it, made and accepted in this order up to `done`.
+typedef struct held {
+    uint32_t producer_id;
+    uint32_t n, done;
+    uint64_t *items; // (n,) EPOCH_ITEM, all of one epoch
+} held;
+
+// The next epoch's permutation, drawn by a thread of its own while the broker works.
+typedef struct drawer {
+    pthread_t thread;
+    int running; // the thread was started and not yet joined
+    uint32_t number;
+    uint32_t *order; // (n,) owned until taken
+    uint64_t n, seed;
+} drawer;
 
 struct epochs {
     uint64_t n;
@@ -39,42 +53,108 @@ struct epochs {
     uint64_t fingerprint;
     epoch win[2]; // epoch k at win[k % 2] while lo <= k < opened
     uint32_t lo, opened;
+    held *held; // one per producer holding a shard, unordered
+    uint32_t n_held, cap_held;
+    drawer next;
+    uint32_t *spare_order; // a finished epoch's permutation array, for the next draw
+    uint64_t *spare_items; // a released shard's list, for the next shard
     uint64_t reassigned, revoked;
 };
+
+__extension__ typedef unsigned __int128 u128;
+
+// The permutation of epoch k: Fisher-Yates over 0..n-1 from (seed, k). A draw below i + 1 is
+// the high half of a 64x64-bit product (Lemire's reduction), not a division: an epoch of N
+// items costs N of them.
+static void
+draw_order(uint32_t *order, uint64_t n, uint64_t seed, uint32_t k)
+{
+    for (uint64_t i = 0; i < n; i++)
+        order[i] = (uint32_t)i;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed ^ ((uint64_t)k * 0x9e3779b97f4a7c15ull));
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = (uint64_t)(((u128)stoker_rng_u64(&rng) * (i + 1)) >> 64);
+        uint32_t t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+static void *
+drawer_main(void *arg)
+{
+    drawer *d = arg;
+    draw_order(d->order, d->n, d->seed, d->number);
+    return NULL;
+}
+
+// Starts drawing epoch k's permutation, unless no epoch k will be made. Without memory or a
+// thread nothing is started: epoch_open then draws it itself.
+static void
+drawer_start(epochs *e, uint32_t k)
+{
+    drawer *d = &e->next;
+    if (d->running || (e->limit > 0 && k >= e->limit))
+        return;
+    d->order = e->spare_order != NULL ? e->spare_order : malloc(e->n * sizeof(*d->order));
+    e->spare_order = NULL;
+    if (d->order == NULL)
+        return;
+    d->number = k;
+    d->n = e->n;
+    d->seed = e->seed;
+    if (pthread_create(&d->thread, NULL, drawer_main, d) != 0) {
+        free(d->order);
+        d->order = NULL;
+        return;
+    }
+    d->running = 1;
+}
+
+// Epoch k's permutation if it was drawn ahead (waiting for the thread, which had an epoch's time
+// to finish), else NULL. The caller owns what is returned.
+static uint32_t *
+drawer_take(epochs *e, uint32_t k)
+{
+    drawer *d = &e->next;
+    if (!d->running)
+        return NULL;
+    pthread_join(d->thread, NULL);
+    d->running = 0;
+    uint32_t *order = d->order;
+    d->order = NULL;
+    if (d->number != k) {
+        free(order);
+        return NULL;
+    }
+    return order;
+}
 
 static void
 epoch_fini(epoch *ep)
 {
     free(ep->order);
-    free(ep->slot);
     free(ep->returned);
     memset(ep, 0, sizeof(*ep));
 }
 
-// Opens epoch k in its window slot: its permutation (Fisher-Yates from (seed, k)).
+// Opens epoch k in its window slot, with its permutation drawn ahead when it was, and starts
+// drawing the next one.
 static int
 epoch_open(epochs *e, uint32_t k)
 {
     epoch *ep = &e->win[k % 2];
     epoch_fini(ep);
     ep->number = k;
-    ep->order = malloc(e->n * sizeof(*ep->order));
-    ep->slot = calloc(e->n, sizeof(*ep->slot));
-    ep->returned = malloc(e->n * sizeof(*ep->returned));
-    if (ep->order == NULL || ep->slot == NULL || ep->returned == NULL) {
+    ep->order = drawer_take(e, k);
+    if (ep->order == NULL && (ep->order = malloc(e->n * sizeof(*ep->order))) != NULL)
+        draw_order(ep->order, e->n, e->seed, k);
+    if (ep->order == NULL) {
         epoch_fini(ep);
         return STOKER_NOMEM;
     }
-    for (uint64_t i = 0; i < e->n; i++)
-        ep->order[i] = (uint32_t)i;
-    stoker_rng rng;
-    stoker_rng_seed(&rng, e->seed ^ ((uint64_t)k * 0x9e3779b97f4a7c15ull));
-    for (uint64_t i = e->n - 1; i > 0; i--) {
-        uint64_t j = stoker_rng_u64(&rng) % (i + 1);
-        uint32_t t = ep->order[i];
-        ep->order[i] = ep->order[j];
-        ep->order[j] = t;
-    }
+    drawer_start(e, k + 1);
     return STOKER_OK;
 }
 
@@ -92,6 +172,7 @@ epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32
     e->shard_items = shard_items;
     e->limit = limit;
     e->strict = strict;
+    drawer_start(e, 0);
     return e;
 }
 
@@ -100,8 +181,14 @@ epochs_destroy(epochs *e)
 {
     if (e == NULL)
         return;
+    free(drawer_take(e, e->next.number));
     epoch_fini(&e->win[0]);
     epoch_fini(&e->win[1]);
+    for (uint32_t h = 0; h < e->n_held; h++)
+        free(e->held[h].items);
+    free(e->held);
+    free(e->spare_order);
+    free(e->spare_items);
     free(e);
 }
 
@@ -115,16 +202,15 @@ item_epoch(epochs *e, uint64_t item)
     return &e->win[k % 2];
 }
 
-// Items of a push or a lease sit at random places of their epoch (a permutation's order): ask
-// for all their words first, so the cache misses overlap instead of coming one by one.
-static void
-prefetch_items(epochs *e, const uint64_t *items, uint32_t n)
+// The shard producer id holds, or NULL.
+static held *
+find_held(epochs *e, uint32_t producer_id)
 {
-    for (uint32_t j = 0; j < n; j++) {
-        epoch *ep = item_epoch(e, items[j]);
-        if (ep != NULL)
-            __builtin_prefetch(&ep->slot[EPOCH_INDEX(items[j])], 1);
+    for (uint32_t h = 0; h < e->n_held; h++) {
+        if (e->held[h].producer_id == producer_id)
+            return &e->held[h];
     }
+    return NULL;
 }
 
 int
@@ -156,23 +242,49 @@ epochs_check_hello(broker *b, const stoker_request *req, char *err, size_t err_l
     return STOKER_OK;
 }
 
+// Appends the unmade rest of h to its epoch's items to hand out first; returns how many.
+// Returns 0 without memory: those items are then lost for the epoch, which therefore never
+// ends; the broker logs it (an epoch ends only when every item was acknowledged).
+static uint64_t
+hand_back(epochs *e, const held *h)
+{
+    uint64_t back = h->n - h->done;
+    if (back == 0)
+        return 0;
+    epoch *ep = item_epoch(e, h->items[h->done]);
+    if (ep == NULL)
+        return 0; // cannot happen: an epoch ends only when all of its items were accepted
+    if (ep->n_returned + back > ep->cap_returned) {
+        uint64_t cap = ep->cap_returned * 2 > ep->n_returned + back ? ep->cap_returned * 2
+                                                                    : ep->n_returned + back;
+        uint32_t *r = realloc(ep->returned, cap * sizeof(*r));
+        if (r == NULL) {
+            stoker_error("broker out of memory handing back %llu items of epoch %u: that "
+                         "epoch cannot end",
+                         (unsigned long long)back, ep->number);
+            return 0;
+        }
+        ep->returned = r;
+        ep->cap_returned = cap;
+    }
+    for (uint32_t j = h->done; j < h->n; j++)
+        ep->returned[ep->n_returned++] = (uint32_t)EPOCH_INDEX(h->items[j]);
+    return back;
+}
+
 void
 epochs_release(broker *b, producer *p, const char *why)
 {
     epochs *e = b->epochs;
-    if (e == NULL || p->items_held == 0)
+    held *h = e != NULL ? find_held(e, p->id) : NULL;
+    if (h == NULL)
         return;
-    uint64_t back = 0;
-    for (uint32_t k = e->lo; k < e->opened; k++) {
-        epoch *ep = &e->win[k % 2];
-        for (uint64_t i = 0; i < e->n; i++) {
-            if (ep->slot[i] == SLOT(ITEM_ASSIGNED, p->id)) {
-                ep->slot[i] = ITEM_NEW;
-                ep->returned[ep->n_returned++] = (uint32_t)i;
-                back++;
-            }
-        }
-    }
+    uint64_t back = hand_back(e, h);
+    if (e->spare_items == NULL)
+        e->spare_items = h->items;
+    else
+        free(h->items);
+    *h = e->held[--e->n_held];
     p->items_held = 0;
     e->reassigned += back;
     if (back > 0)
@@ -207,6 +319,28 @@ next_work(epochs *e, int *nomem)
     return &e->win[e->opened++ % 2];
 }
 
+// A new, empty shard for producer producer_id with room for cap items (every shard has the
+// same), or NULL without memory.
+static held *
+held_add(epochs *e, uint32_t producer_id, uint32_t cap)
+{
+    if (e->n_held == e->cap_held) {
+        uint32_t ncap = e->cap_held ? e->cap_held * 2 : 8;
+        held *nh = realloc(e->held, ncap * sizeof(*nh));
+        if (nh == NULL)
+            return NULL;
+        e->held = nh;
+        e->cap_held = ncap;
+    }
+    uint64_t *items = e->spare_items != NULL ? e->spare_items : malloc(cap * sizeof(*items));
+    e->spare_items = NULL;
+    if (items == NULL)
+        return NULL;
+    held *h = &e->held[e->n_held++];
+    *h = (held){.producer_id = producer_id, .items = items};
+    return h;
+}
+
 void
 epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                     broker_outbox *out)
@@ -236,23 +370,24 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
                       "no items to hand out now (epoch %u waits for its last items)", e->lo);
         return;
     }
-    uint32_t n = 0;
     uint32_t want =
         e->shard_items < STOKER_SHARD_MAX_ITEMS ? e->shard_items : STOKER_SHARD_MAX_ITEMS;
-    uint64_t *items = malloc(want * sizeof(*items));
-    if (items == NULL) {
+    held *h = held_add(e, p->id, want);
+    if (h == NULL) {
         send_code(b, out, token, STOKER_RETRY, "broker out of memory cutting a shard");
         return;
     }
-    while (n < want && has_work(e, ep)) {
-        uint32_t i = ep->n_returned > 0 ? ep->returned[--ep->n_returned] : ep->order[ep->cursor++];
-        ep->slot[i] = SLOT(ITEM_ASSIGNED, p->id);
-        items[n++] = EPOCH_ITEM(ep->number, i);
-    }
-    p->items_held += n;
-    stoker_reply rep = {.code = STOKER_OK, .n_items = n, .items = items, .dataset_seed = e->seed};
+    while (h->n < want && ep->n_returned > 0)
+        h->items[h->n++] = EPOCH_ITEM(ep->number, ep->returned[--ep->n_returned]);
+    uint64_t run = e->n - ep->cursor < want - h->n ? e->n - ep->cursor : want - h->n;
+    const uint32_t *order = ep->order + ep->cursor;
+    for (uint64_t j = 0; j < run; j++)
+        h->items[h->n++] = EPOCH_ITEM(ep->number, order[j]);
+    ep->cursor += run;
+    p->items_held = h->n;
+    stoker_reply rep = {
+        .code = STOKER_OK, .n_items = h->n, .items = h->items, .dataset_seed = e->seed};
     send_reply(b, out, token, &rep);
-    free(items);
 }
 
 int
@@ -265,33 +400,45 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
                              "push of %u examples from '%s' names %u items: a dataset's "
                              "examples each carry their item",
                              req->chunk.count, p->name, req->n_items);
-    prefetch_items(e, req->items + skip, req->n_items - skip);
-    for (uint32_t j = skip; j < req->n_items; j++) {
-        epoch *ep = item_epoch(e, req->items[j]);
-        uint64_t i = EPOCH_INDEX(req->items[j]);
-        if (ep == NULL || ep->slot[i] != SLOT(ITEM_ASSIGNED, p->id)) {
-            e->revoked++;
-            epochs_release(b, p, "its push was refused");
-            return stoker_errorf(err, err_len, STOKER_SHARD_REVOKED,
-                                 "item %llu of epoch %u is not producer '%s''s any more (it was "
-                                 "taken for lost and its shard went to others): drop the shard "
-                                 "and ask for a new one",
-                                 (unsigned long long)i, EPOCH_OF(req->items[j]), p->name);
+    uint32_t m = req->n_items - skip;
+    const uint64_t *items = req->items + skip;
+    held *h = find_held(e, p->id);
+    // The usual case: the shard's next m items, in the order they were handed out.
+    if (h != NULL && h->n - h->done >= m &&
+        memcmp(items, h->items + h->done, m * sizeof(*items)) == 0)
+        return STOKER_OK;
+    for (uint32_t j = 0; j < m; j++) {
+        uint32_t at = h != NULL ? h->done + j : 0;
+        if (h != NULL && at < h->n && h->items[at] == items[j])
+            continue;
+        for (; h != NULL && at < h->n; at++) {
+            if (h->items[at] == items[j])
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "item %llu of epoch %u comes out of order in a push from "
+                                     "'%s': a shard's items are pushed in the order the broker "
+                                     "handed them out",
+                                     (unsigned long long)EPOCH_INDEX(items[j]), EPOCH_OF(items[j]),
+                                     p->name);
         }
+        e->revoked++;
+        epochs_release(b, p, "its push was refused");
+        return stoker_errorf(err, err_len, STOKER_SHARD_REVOKED,
+                             "item %llu of epoch %u is not producer '%s''s any more (it was "
+                             "taken for lost and its shard went to others): drop the shard "
+                             "and ask for a new one",
+                             (unsigned long long)EPOCH_INDEX(items[j]), EPOCH_OF(items[j]),
+                             p->name);
     }
-    return STOKER_OK;
+    return STOKER_OK; // not reached: the memcmp above matched
 }
 
 void
 epochs_accepted(broker *b, producer *p, const stoker_request *req, uint32_t skip)
 {
-    epochs *e = b->epochs;
-    for (uint32_t j = skip; j < req->n_items; j++) {
-        epoch *ep = item_epoch(e, req->items[j]);
-        if (ep != NULL)
-            ep->slot[EPOCH_INDEX(req->items[j])] = ITEM_ACCEPTED;
-    }
+    held *h = find_held(b->epochs, p->id);
     uint32_t n = req->n_items - skip;
+    if (h != NULL)
+        h->done = h->n - h->done > n ? h->done + n : h->n;
     p->items_held = p->items_held > n ? p->items_held - n : 0;
 }
 
@@ -316,21 +463,30 @@ epochs_acked(broker *b, const queue_range *r, uint64_t now_ms)
     const uint64_t *items = queue_range_items(r);
     if (e == NULL || items == NULL)
         return;
-    prefetch_items(e, items, r->count);
-    for (uint32_t j = 0; j < r->count; j++) {
-        epoch *ep = item_epoch(e, items[j]);
-        uint64_t i = EPOCH_INDEX(items[j]);
-        if (ep != NULL && ep->slot[i] == ITEM_ACCEPTED) {
-            ep->slot[i] = ITEM_ACKED;
-            ep->acked++;
-        }
+    // A range is part of one push, whose items are the next ones of one shard (epochs_check_push),
+    // so of one epoch, each accepted once and leased once at a time; a lease is acknowledged
+    // once (a second ack of it is refused before this): its items count without a look at each.
+    epoch *ep = item_epoch(e, items[0]);
+    if (ep == NULL)
+        return;
+    ep->acked += r->count;
+    if (ep->acked > e->n) {
+        stoker_error("epoch %u: %llu items acknowledged of %llu (a broken invariant: an item "
+                     "acknowledged twice)",
+                     ep->number, (unsigned long long)ep->acked, (unsigned long long)e->n);
+        ep->acked = e->n;
     }
     // Epochs end in order: a later one complete before an earlier one waits for it.
     while (e->lo < e->opened && e->win[e->lo % 2].acked == e->n) {
         stoker_info("epoch-end: epoch %u, all %llu items acknowledged", e->lo,
                     (unsigned long long)e->n);
         epoch_end_event(b, e->lo, now_ms);
-        epoch_fini(&e->win[e->lo % 2]);
+        epoch *done = &e->win[e->lo % 2];
+        if (e->spare_order == NULL) {
+            e->spare_order = done->order;
+            done->order = NULL;
+        }
+        epoch_fini(done);
         e->lo++;
     }
 }

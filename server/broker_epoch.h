@@ -26,7 +26,9 @@ typedef struct epochs epochs;
 #define EPOCH_OF(item)           ((uint32_t)((item) >> 32))
 #define EPOCH_INDEX(item)        ((item)&0xffffffffu)
 
-// A new state for cfg's dataset (cfg->dataset_size > 0), or NULL when out of memory.
+// A new state for cfg's dataset (cfg->dataset_size > 0), or NULL when out of memory. Starts a
+// thread drawing the first epoch's permutation (each epoch's is drawn while the one before is
+// made); epochs_destroy waits for it.
 epochs *epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32_t epochs,
                       int strict);
 // Frees; accepts NULL.
@@ -42,9 +44,10 @@ int epochs_check_hello(struct broker *b, const stoker_request *req, char *err, s
 void epochs_handle_shard(struct broker *b, void *token, uint32_t pipe, stoker_request *req,
                          uint64_t now_ms, struct broker_outbox *out);
 
-// Whether examples skip.. of push req from p may be accepted: every item must be p's (assigned to
-// it and not yet accepted). STOKER_OK, or STOKER_SHARD_REVOKED / STOKER_INVALID with err; on
-// SHARD_REVOKED the items p still holds are handed back (it drops its shard).
+// Whether examples skip.. of push req from p may be accepted: they must be the next items of
+// p's shard (assigned to it, not yet accepted, in the shard's order). STOKER_OK, or
+// STOKER_SHARD_REVOKED / STOKER_INVALID (out of order) with err; on SHARD_REVOKED the items p
+// still holds are handed back (it drops its shard).
 int epochs_check_push(struct broker *b, struct producer *p, const stoker_request *req,
                       uint32_t skip, char *err, size_t err_len);
 // Marks examples skip.. of req (just queued) accepted.

@@ -27,6 +27,7 @@
 #include "broker.h"
 #include "broker_epoch.h"
 #include "queue.h"
+#include "stoker/labels.h"
 
 #define EVENT_LOG         4096 // events remembered
 #define EVENTS_PER_REPLY  64
@@ -86,6 +87,7 @@ typedef struct producer {
     parked *pushes, *pushes_tail; // parked pushes, FIFO
     uint64_t items_held;          // dataset items assigned to it, not yet accepted
     trained_set trained;          // what its retention buffer may forget
+    stoker_labels labels;         // its class-to-label map, from its latest hello (may be empty)
 } producer;
 
 typedef struct trainer {

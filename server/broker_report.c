@@ -83,6 +83,16 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)
         st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
+    // Label maps (issue 18): each distinct map once, with the producers that said it.
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->labels.n_classes > 0 &&
+            stoker_label_maps_add(&st->label_maps, &st->n_label_maps, &st->label_maps_omitted,
+                                  p->id, &p->labels) != STOKER_OK) {
+            stoker_status_destroy(st);
+            return STOKER_NOMEM;
+        }
+    }
     if (consumers_status(b, st) != STOKER_OK || // issue 13
         group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
         stoker_status_destroy(st);
@@ -125,6 +135,9 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .n_groups = st->n_groups,
         .consumers = st->consumers,
         .n_consumers = st->n_consumers,
+        .label_maps = st->label_maps,
+        .n_label_maps = st->n_label_maps,
+        .label_maps_omitted = st->label_maps_omitted,
     };
     snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);

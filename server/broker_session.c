@@ -127,6 +127,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
             }
             queue_fini(&b->producers[i]->q);
             trained_fini(&b->producers[i]->trained);
+            stoker_labels_fini(&b->producers[i]->labels);
             free(b->producers[i]);
             b->producers[i] = b->producers[--b->n_producers];
         }
@@ -171,6 +172,12 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
             trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
             p->next_seq = req->next_seq;
         }
+    }
+    // Its label map, as said in this hello (a restarted producer may serve another folder).
+    stoker_labels labels;
+    if (stoker_labels_copy(&labels, &req->labels) == STOKER_OK) {
+        stoker_labels_fini(&p->labels);
+        p->labels = labels;
     }
     queues_resize(b); // one more producer alive: the depth it is told is the current one
     stoker_reply rep = {

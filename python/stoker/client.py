@@ -531,7 +531,8 @@ class Client:
         short_by_queues, discrepancy), producers_alive, trainers, producers (a list of dicts: id,
         name, session, state, queued, accepted, delivered, acknowledged, redelivered,
         returned_unused, next_seq, silent_s), events (the latest, at most 64: index, kind, producer,
-        name, at, reason)."""
+        name, at, reason), labels (the producers' class-to-label maps: maps, each with producers,
+        classes, listed, truncated and labels [{label, name, files}]; omitted)."""
         if self._handle is not None:
             return _status_json(self._lib, lambda buf, n, ln: self._lib.stoker_consumer_status_json(
                 self._handle, buf, n, ln), lambda buf: self._lib.stoker_consumer_error(

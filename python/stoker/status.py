@@ -16,6 +16,7 @@ COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "r
             "delivered", "queued_bytes", "refused", "short_by_queues", "discrepancy"]
 CONSUMER_COLUMNS = ["id", "name", "pid", "connected", "delivery", "batches_shm", "batches_socket",
                     "arena_full"]
+LABELS_SHOWN = 10  # classes of a label map the table names (--json has them all)
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
                     "redelivered", "returned_unused", "next_seq", "silent_s", "session"]
 
@@ -58,6 +59,17 @@ def format_status(st, url=""):
             g["leftover"]))
         lines.append(table([[r["rank"], r["steps"], r["ahead"], r["ready"]] for r in g["ranks"]],
                            ["rank", "steps", "ahead", "ready"]))
+    labels = st.get("labels") or {}
+    for m in labels.get("maps", []):
+        shown = ", ".join("%d %s (%d files)" % (c["label"], c["name"], c["files"])
+                          for c in m["labels"][:LABELS_SHOWN])
+        more = m["classes"] - min(len(m["labels"]), LABELS_SHOWN)
+        lines.append("")
+        lines.append("label map of producer%s %s: %d classes: %s%s" % (
+            "s" if len(m["producers"]) > 1 else "", ", ".join(str(p) for p in m["producers"]),
+            m["classes"], shown, " and %d more" % more if more > 0 else ""))
+    if labels.get("omitted"):
+        lines.append("(%d producers' label maps not shown)" % labels["omitted"])
     return "\n".join(lines)
 
 

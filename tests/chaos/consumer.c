@@ -2,7 +2,7 @@
 // what it trained and what the broker acknowledged, in a log that survives SIGKILL.
 //
 //   chaos-consumer --broker URL --log PATH [--batch N] [--prefetch N] [--train-ms MIN:MAX]
-//                  [--seed N]
+//                  [--seed N] [--dataset]
 //
 // For every batch it appends (one write() each, O_APPEND, so a line is either there or not):
 //   "B <lease> <session-hex>:<first_seq>:<count> ..."  before the batch counts as trained;
@@ -15,6 +15,10 @@
 // the broker's shared memory, or as bytes over the socket), and, when it closes a client,
 // "P <delivery> <shm batches> <socket batches> <of those, arena full>" (the client's summary;
 // STOKER_SHM=0 in its environment keeps it on the socket).
+// A dataset's batch (the broker serves a dataset) is followed by "I <lease> <epoch>:<index> ..."
+// (its items, before it counts as trained) and each EPOCH_END event the client heard of by
+// "E <epoch>" (after the batch that brought it). With --dataset it ends (exit 0, after an "X"
+// line) when the supply ended and the broker's status says its last epoch ended.
 // The supply ending (no producers) or any error other than a stall closes the client and
 // connects again; SIGTERM / SIGINT end it cleanly (exit 0). Every wait is bounded by the
 // client's stall timeout.
@@ -32,6 +36,7 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"
+#include "stoker/status.h"
 #include "stoker/trainer_client.h"
 
 static volatile int stop_flag;
@@ -81,8 +86,46 @@ static void
 usage(void)
 {
     fprintf(stderr, "usage: chaos-consumer --broker URL --log PATH [--batch N] [--prefetch N] "
-                    "[--train-ms MIN:MAX] [--seed N]\n");
+                    "[--train-ms MIN:MAX] [--seed N] [--dataset]\n");
     exit(2);
+}
+
+// Logs the items of a dataset's batch (before it counts as trained).
+static void
+put_items(const stoker_batch *b, char *line, size_t cap)
+{
+    if (b->items == NULL)
+        return;
+    size_t len = (size_t)snprintf(line, cap, "I %" PRIu64, b->lease);
+    for (uint32_t i = 0; i < b->chunk.count && len < cap - 32; i++)
+        len += (size_t)snprintf(line + len, cap - len, " %u:%" PRIu64,
+                                stoker_item_epoch(b->items[i]), stoker_item_index(b->items[i]));
+    line[len++] = '\n';
+    put_line(line, len);
+}
+
+// Logs the EPOCH_END events the client heard of.
+static void
+put_events(stoker_trainer_client *tc)
+{
+    stoker_event ev;
+    while (stoker_trainer_client_poll_event(tc, &ev)) {
+        if (ev.kind == STOKER_EVENT_EPOCH_END)
+            put_fmt("E %u\n", ev.epoch);
+    }
+}
+
+// Whether the broker's dataset is done: its last epoch ended.
+static int
+dataset_done(const char *url)
+{
+    stoker_status *st = NULL;
+    char err[256] = "";
+    if (stoker_status_fetch(url, NULL, 2000, &st, err, sizeof(err)) != STOKER_OK)
+        return 0;
+    int done = st->epochs_limit > 0 && st->epochs_done >= st->epochs_limit;
+    stoker_status_destroy(st);
+    return done;
 }
 
 int
@@ -91,8 +134,13 @@ main(int argc, char **argv)
     const char *url = NULL, *log_path = NULL;
     unsigned batch = 8, prefetch = 4, train_min = 0, train_max = 3;
     uint64_t seed = 1;
+    int dataset = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--dataset") == 0) {
+            dataset = 1;
+            continue;
+        }
         if (v == NULL)
             usage();
         if (strcmp(a, "--broker") == 0)
@@ -155,6 +203,7 @@ main(int argc, char **argv)
         while (!stop_flag) {
             stoker_batch *b = NULL;
             rv = stoker_trainer_client_next(tc, &b);
+            put_events(tc);
             if (rv == STOKER_STALLED)
                 continue;
             if (rv != STOKER_OK)
@@ -175,6 +224,7 @@ main(int argc, char **argv)
                         "chaos-consumer: lease %" PRIu64 ": runs cover %" PRIu64
                         " examples, batch has %u\n",
                         b->lease, covered, b->chunk.count);
+            put_items(b, line, sizeof(line));
             uint64_t d = stoker_trainer_client_duplicates(tc);
             if (d > dups_logged) {
                 put_fmt("D %" PRIu64 "\n", d - dups_logged);
@@ -201,6 +251,11 @@ main(int argc, char **argv)
                 stoker_trainer_client_arena_batches(tc), stoker_trainer_client_socket_batches(tc),
                 stoker_trainer_client_arena_full_batches(tc));
         stoker_trainer_client_destroy(tc);
+        if (dataset && (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA) &&
+            dataset_done(url)) {
+            put_line("X\n", 2);
+            break;
+        }
         // The supply ended (every producer gone, nothing queued) or an error: connect again.
         if (!stop_flag)
             stoker_sleep_ms(20, &stop_flag);

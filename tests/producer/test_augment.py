@@ -182,6 +182,68 @@ def test_same_seed_same_pixels():
     assert not np.array_equal(a, stoker(spec, img, 32, 32, 8))
 
 
+def randaug_op(name, magnitude, img):
+    w, h = img.shape[1], img.shape[0]
+    res = subprocess.run([TOOL, "--op", name, repr(magnitude), str(w), str(h)],
+                         input=img.tobytes(), capture_output=True, check=True)
+    return np.frombuffer(res.stdout, dtype=np.float32).reshape(h, w, 3)
+
+
+def randaug_space(w, h):
+    """torchvision's RandAugment operations with their magnitudes at bin 9 of 31 (both signs
+    where signed), as (name, magnitude) pairs."""
+    from torchvision.transforms import RandAugment
+    space = RandAugment()._augmentation_space(31, (h, w))  # forward() passes (height, width)
+    out = []
+    for name, (mags, signed) in space.items():
+        m = float(mags[9].item()) if mags.ndim > 0 else 0.0
+        out += [(name, m)] + ([(name, -m)] if signed else [])
+    return out
+
+
+# RandAugment's operations one by one against torchvision's own _apply_op on a PIL image
+# (nearest-neighbour geometry, fill 0), in 8-bit levels: the geometric ones and the lookup
+# tables (posterize, solarize, equalize) exact, the blends within PIL's truncation (as jitter).
+RANDAUG_TOLERANCE = {
+    "Identity": (0, 0), "ShearX": (0, 0), "ShearY": (0, 0), "TranslateX": (0, 0),
+    "TranslateY": (0, 0), "Rotate": (0, 0), "Brightness": (1.0, 0.5), "Color": (1.5, 0.6),
+    "Contrast": (1.5, 0.7), "Sharpness": (1.5, 0.6), "Posterize": (0, 0), "Solarize": (0, 0),
+    "AutoContrast": (1.0, 0.5), "Equalize": (0, 0)}
+
+
+def test_randaugment_operations_like_torchvision():
+    from torchvision.transforms.autoaugment import _apply_op
+    img = picture(64, 48, 13)
+    for name, m in randaug_space(64, 48):
+        ref = np.asarray(_apply_op(pil(img), name, m, InterpolationMode.NEAREST, None))
+        max_abs, mean_abs = RANDAUG_TOLERANCE[name]
+        # Geometry: a pixel whose source position lands within float rounding of a pixel edge
+        # may be taken from the neighbour; allow 0.2 % of them.
+        q = 0.998 if name in ("ShearX", "ShearY", "Rotate") else 1.0
+        expect_close("randaug %s %.3g" % (name, m), randaug_op(name, m, img), ref, max_abs,
+                     max(mean_abs, 0.2 if q < 1 else 0), quantile=q)
+
+
+def test_randaug_policy_draws_torchvision_operations_and_is_seeded():
+    # randaug(n=1,m=9): each example is one of the operations above (either sign), chosen by
+    # its seed; the same seed gives the same pixels, other seeds other operations.
+    from torchvision.transforms.autoaugment import _apply_op
+    img = picture(40, 30, 14)
+    candidates = [(n, m, np.asarray(_apply_op(pil(img), n, m, InterpolationMode.NEAREST, None),
+                                    dtype=np.float64)) for n, m in randaug_space(40, 30)]
+    chosen = set()
+    for seed in range(1, 25):
+        ours = stoker("randaug(n=1,m=9)", img, 30, 40, seed)
+        assert np.array_equal(ours, stoker("randaug(n=1,m=9)", img, 30, 40, seed))
+        best = min(candidates, key=lambda c: np.abs(ours - c[2]).mean())
+        assert np.abs(ours - best[2]).mean() <= 0.7, (seed, best[:2])
+        chosen.add(best[0])
+    print("randaug(n=1,m=9): 24 seeds drew %d different operations" % len(chosen))
+    assert len(chosen) >= 6, chosen
+    two = [stoker("randaug(2,9),normalize", img, 30, 40, s) for s in (5, 5, 6)]
+    assert np.array_equal(two[0], two[1]) and not np.array_equal(two[0], two[2])
+
+
 def main():
     tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
     for name, fn in tests:

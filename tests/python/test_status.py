@@ -134,6 +134,50 @@ def test_status_page_and_python_status_agree_key_for_key():
         assert "0 producers alive, 0 trainers" in table.stdout, table.stdout
 
 
+def test_status_shows_each_distinct_label_map_once_and_python_agrees():
+    # Two images producers on one folder say the same class-to-label map: listed once with both
+    # ids; a third on another folder has its own. The library's status renders the same block.
+    root = os.environ.get("STOKER_SOURCE_ROOT", ".")
+
+    def make(folder, classes, per_class):
+        subprocess.run([sys.executable, os.path.join(root, "bench", "make_images.py"), folder,
+                        str(classes), str(per_class), "24", "16"], check=True,
+                       capture_output=True)
+
+    with MetricsBroker() as c:
+        folder, solo = os.path.join(c.dir, "images"), os.path.join(c.dir, "solo")
+        make(folder, 3, 2)
+        make(solo, 1, 1)
+        os.makedirs(os.path.join(folder, 'odd "class"'))  # a name JSON must escape, nested
+        shutil.copytree(os.path.join(solo, "class0"), os.path.join(folder, 'odd "class"', "in"))
+        for name, where in (("img-a", folder), ("img-b", folder), ("img-c", solo)):
+            c.producer(name, "--generator", "images", "--images", where, "--size", "8",
+                       "--chunk", "4", "--max-examples", "8")
+        page = settled(c, 3)
+        ids = {p["name"]: p["id"] for p in page["producers"]}
+        maps = sorted(page["labels"]["maps"], key=lambda m: -m["classes"])
+        assert maps == [
+            {"producers": sorted([ids["img-a"], ids["img-b"]]), "classes": 4, "listed": 4,
+             "truncated": False,
+             "labels": [{"label": 0, "name": "class0", "files": 2},
+                        {"label": 1, "name": "class1", "files": 2},
+                        {"label": 2, "name": "class2", "files": 2},
+                        {"label": 3, "name": 'odd "class"', "files": 1}]},
+            {"producers": [ids["img-c"]], "classes": 1, "listed": 1, "truncated": False,
+             "labels": [{"label": 0, "name": "class0", "files": 1}]}], page["labels"]
+        assert page["labels"]["omitted"] == 0
+        agree(page, stoker.status(c.url))
+        out = subprocess.run([sys.executable, "-m", "stoker.status", c.url, "--json"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        agree(page, json.loads(out.stdout))
+        table = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                               capture_output=True, text=True, timeout=30)
+        assert table.returncode == 0, table.stderr
+        assert ("4 classes: 0 class0 (2 files), 1 class1 (2 files), 2 class2 (2 files), "
+                '3 odd "class" (1 files)') in table.stdout, table.stdout
+
+
 def test_metrics_render_the_same_snapshot():
     with MetricsBroker() as c:
         c.producer("beta", "--delay", "0:0", "--chunk", "4", "--max-examples", "12")

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "stoker/chunk.h"
+#include "stoker/labels.h"
 #include "stoker/schema.h"
 
 // Fills example seq. fields[i] points at room for one example of field i of the generator's
@@ -37,6 +38,9 @@ typedef struct stoker_generator {
     uint64_t n_items;
     uint64_t fingerprint;
     stoker_item_fn fill_item;
+    // Its class-to-label map (the images generator's), which the producer says in its hello and
+    // the broker shows in /status; NULL: none. Owned by user, valid until destroy.
+    const stoker_labels *labels;
 } stoker_generator;
 
 // Appends up to n examples to chunk (which must have the generator's schema and room for n),

@@ -11,6 +11,7 @@
 
 #include "stoker/chunk.h"
 #include "stoker/client.h"
+#include "stoker/labels.h"
 
 typedef struct stoker_producer_client stoker_producer_client;
 
@@ -83,6 +84,10 @@ const char *stoker_producer_client_error(const stoker_producer_client *pc);
 // drop pushes still waiting for room at goodbye, so nothing is taken after it).
 int stoker_producer_client_goodbye(stoker_producer_client *pc);
 
+// Before the first hello: every hello says labels (borrowed; must outlive the client), the
+// generator's class-to-label map, which the broker shows in /status. NULL: none.
+void stoker_producer_client_set_labels(stoker_producer_client *pc, const stoker_labels *labels);
+
 // Datasets (docs/datasets.md). Before the first hello: this client serves a dataset of n_items
 // items whose listing has fingerprint (the broker refuses one that differs from the others').
 void stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_items,
@@ -93,9 +98,10 @@ void stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_i
 // last epoch is made; otherwise an error as for push. Retries connection trouble like push.
 int stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
                                  uint32_t *n, uint64_t *seed);
-// As push, each example i carrying items[i] (borrowed, chunk->count of them). Besides push's
-// errors, STOKER_SHARD_REVOKED: the broker gave these items to others meanwhile (this producer
-// was taken for lost); nothing of the chunk was taken: drop the shard, ask for a new one.
+// As push, each example i carrying items[i] (borrowed, chunk->count of them): a shard's items,
+// pushed in the order the shard listed them (STOKER_INVALID otherwise). Besides push's errors,
+// STOKER_SHARD_REVOKED: the broker gave these items to others meanwhile (this producer was
+// taken for lost); nothing of the chunk was taken: drop the shard, ask for a new one.
 int stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk *chunk,
                                       uint64_t first_seq, const uint64_t *items);
 

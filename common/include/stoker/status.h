@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "stoker/labels.h"
 #include "stoker/protocol.h"
 #include "stoker/schema.h"
 
@@ -73,6 +74,13 @@ typedef struct stoker_status {
     stoker_group_info *groups;
     uint32_t n_consumers; // issue 13: every trainer the broker knows, connected or not
     stoker_consumer_info *consumers;
+    // --- label maps (issue 18) ---
+    // The producers' class-to-label maps, each distinct map once with the producers that said
+    // it (stoker/labels.h); label_maps_omitted: producers whose map did not fit.
+    uint32_t n_label_maps;
+    stoker_label_map *label_maps;
+    uint32_t label_maps_omitted;
+    // --- end of label maps ---
 } stoker_status;
 
 // Frees the snapshot and its arrays (malloc'd); accepts NULL.
@@ -91,6 +99,8 @@ void stoker_status_destroy(stoker_status *status);
 //   events [{index, kind, producer, name, at, reason}],
 //   groups [{name, state, world, batch, joined, steps, leftover,
 //            ranks [{rank, steps, ahead, ready}]}] (ahead: steps beyond the slowest rank),
+//   labels {maps [{producers, classes, listed, truncated, labels [{label, name, files}]}],
+//   omitted} (stoker/labels.h),
 //   mode ("dataset" or "streams"), dataset {items, epochs_done, epochs, items_reassigned,
 //   pushes_revoked} (null for streams).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.

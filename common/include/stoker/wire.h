@@ -37,6 +37,9 @@ typedef struct stoker_request {
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
+    // HELLO of a producer: its class-to-label map (n_classes 0: none). Encoding borrows the
+    // caller's arrays; a decoded request owns a copy built within the map's bounds.
+    stoker_labels labels;
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -123,6 +126,11 @@ typedef struct stoker_reply {
     stoker_group_info *groups;
     uint32_t n_consumers; // STATUS: the trainers and their delivery paths (issue 13)
     stoker_consumer_info *consumers;
+    // STATUS: the producers' distinct label maps (encoding borrows them; decoded, owned) and
+    // the producers whose maps did not fit.
+    uint32_t n_label_maps;
+    stoker_label_map *label_maps;
+    uint32_t label_maps_omitted;
     // PULL in shared memory: the chunk's blobs are in the broker's arena, field i at
     // arena_offset + the 64-byte aligned sizes of the fields before it; nothing follows the
     // protobuf part, and a decoded chunk's data pointers are NULL (data_len is set).
