@@ -706,6 +706,13 @@ parse_log(check *c, run_state *r, int ci)
             continue;
         }
         if (line[0] == 'P') { // a client's summary: its delivery path
+            // A client that got no batch has no path to report (one that met a new broker before
+            // any producer did, answered NO_PRODUCERS at once, and the consumer connects again).
+            unsigned long long via_shm = 0, via_socket = 0;
+            const char *nums = strchr(line + 2, ' ');
+            if (nums != NULL && sscanf(nums, "%llu %llu", &via_shm, &via_socket) == 2 &&
+                via_shm + via_socket == 0)
+                continue;
             r->consumers[ci].summaries++;
             r->consumers[ci].summaries_shm += strncmp(line + 2, "shm ", 4) == 0;
             continue;
