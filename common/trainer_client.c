@@ -710,8 +710,10 @@ send_pending_acks(stoker_trainer_client *tc, int background)
     return rv;
 }
 
-int
-stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
+// next, waiting at most wait_ms: STOKER_TIMEOUT when that is shorter than the stall timeout and
+// ran out, else STOKER_STALLED (with its warning).
+static int
+next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
     char err[256];
     uint64_t wait_start = stoker_now_ms();
@@ -729,7 +731,7 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             }
         }
         // The stall clock runs while the caller waits, not during its training step.
-        uint64_t stall_at = wait_start + tc->opts.stall_timeout_ms;
+        uint64_t stall_at = wait_start + wait_ms;
 
         pthread_mutex_lock(&tc->lock);
         uint32_t busy = 0, idle = 0;
@@ -781,6 +783,8 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
             pthread_mutex_unlock(&tc->lock);
             if (stopped(tc))
                 return STOKER_INTERRUPTED;
+            if (wait_ms < tc->opts.stall_timeout_ms)
+                return STOKER_TIMEOUT;
             stoker_warn("stalled: no batch for %u ms", tc->opts.stall_timeout_ms);
             return STOKER_STALLED;
         }
@@ -871,6 +875,19 @@ stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
         stoker_reply_free(rep);
         return rv;
     }
+}
+
+int
+stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
+{
+    return next_batch(tc, out, tc->opts.stall_timeout_ms);
+}
+
+int
+stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
+{
+    return next_batch(tc, out,
+                      wait_ms < tc->opts.stall_timeout_ms ? wait_ms : tc->opts.stall_timeout_ms);
 }
 
 const char *
@@ -1012,6 +1029,13 @@ uint64_t
 stoker_trainer_client_uncommitted(const stoker_trainer_client *tc)
 {
     return tc->n_uncommitted;
+}
+
+int
+stoker_trainer_client_mark_trained(stoker_trainer_client *tc, uint64_t session, uint64_t first_seq,
+                                   uint64_t count)
+{
+    return idset_add(tc->seen, session, first_seq, count) == UINT64_MAX ? STOKER_NOMEM : STOKER_OK;
 }
 
 uint64_t

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "stoker/cli.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -28,7 +29,8 @@ typedef struct trainer_options {
     train_config train;
     stoker_client_options client;
     const char *json_path;
-    const char *progress; // auto | on | off
+    const char *progress;    // auto | on | off
+    const char *resume_path; // --resume: loaded into train.resume before training
 } trainer_options;
 
 static int
@@ -112,6 +114,19 @@ static const stoker_cli_option rows[] = {
      .imax = 65536},
     {"weights", "PATH", "save the weights there as safetensors when stopping", STOKER_CLI_STRING,
      AT(train.weights_path)},
+    {"checkpoint", "PATH",
+     "every --checkpoint-every rounds and at the end, save weights, Adam\n"
+     "state and position there (safetensors, atomically); batches count\n"
+     "as trained at the broker only once a checkpoint holds them",
+     STOKER_CLI_STRING, AT(train.checkpoint_path)},
+    {"checkpoint-every", "N", "rounds between checkpoints", STOKER_CLI_UINT,
+     AT(train.checkpoint_every), .imin = 1, .imax = 1u << 30},
+    {"resume", "PATH", "continue from this checkpoint: weights, Adam state, position",
+     STOKER_CLI_STRING, AT(resume_path)},
+    {"identity-log", "PATH",
+     "append the identities of the examples trained to PATH, a line\n"
+     "'SESSION FIRST_SEQ COUNT' per run (SESSION in hex)",
+     STOKER_CLI_STRING, AT(train.identity_log_path)},
     {"json", "PATH|-", "write the summary as JSON (- for stdout)", STOKER_CLI_STRING,
      AT(json_path)},
     {"progress", "auto|on|off", "live status line (auto: when stderr is a terminal)",
@@ -129,8 +144,15 @@ check(const stoker_cli *cli, const trainer_options *o)
         stoker_cli_exclude(cli, "inline", "token-file", "--token-file applies to --broker only") !=
             0 ||
         stoker_cli_check_tls(cli, &o->client) != 0 ||
-        stoker_cli_exclude(cli, "inline", "group", "--group applies to --broker only") != 0)
+        stoker_cli_exclude(cli, "inline", "group", "--group applies to --broker only") != 0 ||
+        stoker_cli_exclude(cli, "inline", "identity-log",
+                           "--identity-log applies to --broker only") != 0 ||
+        stoker_cli_exclude(cli, "group", "checkpoint",
+                           "--checkpoint commits with each checkpoint, which the ranks of a group "
+                           "cannot (they acknowledge after each step)") != 0)
         return 2;
+    if (stoker_cli_given(cli, "checkpoint-every") && cfg->checkpoint_path == NULL)
+        return stoker_cli_fail(cli, "--checkpoint-every goes with --checkpoint PATH");
     if (cfg->group == NULL && (stoker_cli_given(cli, "rank") || stoker_cli_given(cli, "world")))
         return stoker_cli_fail(cli, "--rank and --world go with --group");
     if (cfg->group != NULL && (!stoker_cli_given(cli, "rank") || !stoker_cli_given(cli, "world")))
@@ -171,6 +193,18 @@ train_and_report(const train_config *cfg, FILE *json)
     else
         stoker_error("%s: %s (after %llu examples in %.2f s)", train_status_name(res->status),
                      res->reason, (unsigned long long)res->examples, res->seconds);
+    if (res->has_resumed)
+        stoker_info("resumed from round %llu (%llu examples, %llu batches); %llu rounds and "
+                    "%llu examples in this run",
+                    (unsigned long long)res->resumed_rounds,
+                    (unsigned long long)res->resumed_examples,
+                    (unsigned long long)res->resumed_batches,
+                    (unsigned long long)(res->rounds - res->resumed_rounds),
+                    (unsigned long long)(res->examples - res->resumed_examples));
+    if (res->checkpointing)
+        stoker_info("checkpoints: %llu written to %s (%llu commits failed)",
+                    (unsigned long long)res->checkpoints, cfg->checkpoint_path,
+                    (unsigned long long)res->commits_failed);
     if (json != NULL) {
         train_write_json(res, json);
         if (json != stdout)
@@ -209,12 +243,28 @@ main(int argc, char **argv)
     o.train.tls = o.client.tls;
     o.train.progress =
         strcmp(o.progress, "on") == 0 || (strcmp(o.progress, "auto") == 0 && isatty(STDERR_FILENO));
+    checkpoint *resume = NULL;
+    if (o.resume_path != NULL) {
+        char err[512];
+        if (checkpoint_load(o.resume_path, &resume, err, sizeof(err)) != STOKER_OK)
+            return stoker_cli_fail(&cli, "--resume: %s", err);
+        if (checkpoint_check_options(resume, o.train.hidden, o.train.n_hidden, o.train.classes, err,
+                                     sizeof(err)) != STOKER_OK) {
+            checkpoint_destroy(resume);
+            return stoker_cli_fail(&cli, "%s", err);
+        }
+        o.train.resume = resume;
+    }
     FILE *json = NULL;
     if (o.json_path != NULL &&
-        (json = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w")) == NULL)
+        (json = strcmp(o.json_path, "-") == 0 ? stdout : fopen(o.json_path, "w")) == NULL) {
+        checkpoint_destroy(resume);
         return stoker_cli_fail(&cli, "--json '%s': cannot open for writing", o.json_path);
+    }
     stoker_log_init("trainer", cli.log_level);
     stoker_process_on_stop(on_signal);
     o.train.stop = &stop_requested;
-    return train_and_report(&o.train, json);
+    code = train_and_report(&o.train, json);
+    checkpoint_destroy(resume);
+    return code;
 }

@@ -478,6 +478,34 @@ mlp_set_params(mlp *net, const float *params, size_t count)
     return backend_failed(net, net->be->ops->upload(net->be, net->params, params, count));
 }
 
+int
+mlp_get_adam(mlp *net, float *m, float *v, size_t count)
+{
+    if (count != net->param_count)
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "asked for %zu moments, the network has %zu parameters", count,
+                             net->param_count);
+    int rv = net->be->ops->download(net->be, m, net->adam_m, count);
+    if (rv == STOKER_OK)
+        rv = net->be->ops->download(net->be, v, net->adam_v, count);
+    return backend_failed(net, rv);
+}
+
+int
+mlp_set_adam(mlp *net, const float *m, const float *v, size_t count, uint64_t steps)
+{
+    if (count != net->param_count)
+        return stoker_errorf(net->error, sizeof(net->error), STOKER_INVALID,
+                             "got %zu moments, the network has %zu parameters", count,
+                             net->param_count);
+    int rv = net->be->ops->upload(net->be, net->adam_m, m, count);
+    if (rv == STOKER_OK)
+        rv = net->be->ops->upload(net->be, net->adam_v, v, count);
+    if (rv == STOKER_OK)
+        net->step = steps;
+    return backend_failed(net, rv);
+}
+
 uint32_t
 mlp_layer_count(const mlp *net)
 {

@@ -67,6 +67,12 @@ int mlp_get_params(mlp *net, float *params, size_t count);
 // Replaces all parameters (same order); Adam's moments and step count are kept.
 int mlp_set_params(mlp *net, const float *params, size_t count);
 
+// Adam's state, for checkpoints: the first (m) and second (v) moments, count floats each in
+// the mlp_get_params order, and the steps taken. get copies them out; set replaces them and the
+// step count (the parameters are mlp_set_params's business). STOKER_INVALID on a count mismatch.
+int mlp_get_adam(mlp *net, float *m, float *v, size_t count);
+int mlp_set_adam(mlp *net, const float *m, const float *v, size_t count, uint64_t steps);
+
 // Number of layers (hidden_count + 1), and layer i's (out, in) sizes; STOKER_INVALID for a bad i.
 uint32_t mlp_layer_count(const mlp *net);
 int mlp_layer_shape(const mlp *net, uint32_t layer, uint32_t *out_dim, uint32_t *in_dim);

@@ -8,6 +8,7 @@
 #include "stoker/error.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,16 +31,22 @@ element_count(const safetensors_tensor *t)
     return n;
 }
 
-// Names go into JSON unescaped, so refuse anything that would need escaping.
+// Text that goes into JSON unescaped: refuse anything that would need escaping.
 static bool
-plain_name(const char *name)
+plain_text(const char *text)
 {
-    if (name == NULL || name[0] == '\0' || strcmp(name, "__metadata__") == 0)
+    if (text == NULL)
         return false;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
         if (*p < 0x20 || *p == '"' || *p == '\\' || *p == 0x7f)
             return false;
     return true;
+}
+
+static bool
+plain_name(const char *name)
+{
+    return name != NULL && name[0] != '\0' && strcmp(name, "__metadata__") != 0 && plain_text(name);
 }
 
 static int
@@ -51,14 +58,18 @@ by_name(const void *a, const void *b)
 
 // Builds the padded JSON header for the tensors in sorted order. *out is malloc'd.
 static int
-build_header(const safetensors_tensor **sorted, size_t count, char **out, size_t *out_len)
+build_header(const safetensors_tensor **sorted, size_t count, const safetensors_meta *meta,
+             size_t n_meta, char **out, size_t *out_len)
 {
     char *buf = NULL;
     size_t len = 0;
     FILE *mem = open_memstream(&buf, &len);
     if (mem == NULL)
         return STOKER_NOMEM;
-    fputs("{\"__metadata__\":{\"format\":\"pt\"}", mem);
+    fputs("{\"__metadata__\":{\"format\":\"pt\"", mem);
+    for (size_t i = 0; i < n_meta; i++)
+        fprintf(mem, ",\"%s\":\"%s\"", meta[i].key, meta[i].value);
+    fputc('}', mem);
     uint64_t offset = 0;
     for (size_t i = 0; i < count; i++) {
         const safetensors_tensor *t = sorted[i];
@@ -83,6 +94,29 @@ build_header(const safetensors_tensor **sorted, size_t count, char **out, size_t
     return STOKER_OK;
 }
 
+// Makes a rename in path's folder durable (the folder's entry points at the new file even after a
+// machine crash). 0, or -1 with errno set when the folder was opened but not synced.
+static int
+sync_folder(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char folder[4096];
+    if (slash == NULL)
+        snprintf(folder, sizeof(folder), ".");
+    else if (slash == path)
+        snprintf(folder, sizeof(folder), "/");
+    else
+        snprintf(folder, sizeof(folder), "%.*s", (int)(slash - path), path);
+    int fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0; // a folder we cannot open cannot be synced either: the rename stands
+    int rv = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rv;
+}
+
 static bool
 write_all(FILE *f, const void *data, size_t bytes)
 {
@@ -93,8 +127,22 @@ int
 safetensors_write(const char *path, const safetensors_tensor *tensors, size_t count, char *err,
                   size_t err_len)
 {
+    return safetensors_write_meta(path, tensors, count, NULL, 0, err, err_len);
+}
+
+int
+safetensors_write_meta(const char *path, const safetensors_tensor *tensors, size_t count,
+                       const safetensors_meta *meta, size_t n_meta, char *err, size_t err_len)
+{
     if (err_len > 0)
         err[0] = '\0';
+    for (size_t i = 0; i < n_meta; i++) {
+        if (!plain_text(meta[i].key) || meta[i].key[0] == '\0' ||
+            strcmp(meta[i].key, "format") == 0 || !plain_text(meta[i].value))
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "%s: metadata entry %zu ('%s') not writable", path, i,
+                                 meta[i].key ? meta[i].key : "(null)");
+    }
     const safetensors_tensor **sorted = malloc((count ? count : 1) * sizeof(*sorted));
     if (sorted == NULL)
         return stoker_errorf(err, err_len, STOKER_NOMEM, "%s: out of memory", path);
@@ -119,7 +167,7 @@ safetensors_write(const char *path, const safetensors_tensor *tensors, size_t co
 
     char *header = NULL;
     size_t header_len = 0;
-    int rv = build_header(sorted, count, &header, &header_len);
+    int rv = build_header(sorted, count, meta, n_meta, &header, &header_len);
     if (rv != STOKER_OK) {
         free(sorted);
         return stoker_errorf(err, err_len, rv, "%s: out of memory", path);
@@ -168,6 +216,11 @@ safetensors_write(const char *path, const safetensors_tensor *tensors, size_t co
                            tmp, strerror(errno));
         goto unlink_tmp;
     }
+    if (sync_folder(path) != 0) {
+        rv = stoker_errorf(err, err_len, STOKER_IO,
+                           "%s: in place, but its folder's sync failed: %s", path, strerror(errno));
+        goto free_tmp;
+    }
     rv = STOKER_OK;
     goto free_tmp;
 
@@ -187,6 +240,8 @@ struct safetensors_file {
     size_t count;
     safetensors_tensor *tensors; // sorted by name; names malloc'd
     float *data;                 // the whole data section
+    size_t n_meta;
+    char **meta; // __metadata__: key, value, key, value... (2 * n_meta, malloc'd)
 };
 
 typedef struct parser {
@@ -409,6 +464,38 @@ parse_tensor(parser *ps, safetensors_tensor *t, uint64_t *begin, uint64_t *end)
     return STOKER_OK;
 }
 
+// The __metadata__ object: string keys to string values (the format's rule).
+static int
+parse_meta(parser *ps, safetensors_file *f)
+{
+    if (!expect(ps, '{'))
+        return bad(ps, "__metadata__ is not an object");
+    if (expect(ps, '}'))
+        return STOKER_OK;
+    do {
+        char **grown = realloc(f->meta, (2 * f->n_meta + 2) * sizeof(*grown));
+        if (grown == NULL)
+            return STOKER_NOMEM;
+        f->meta = grown;
+        char *key = NULL, *value = NULL;
+        int rv = parse_string(ps, &key);
+        if (rv != STOKER_OK)
+            return rv;
+        if (!expect(ps, ':')) {
+            free(key);
+            return bad(ps, "expected ':'");
+        }
+        if ((rv = parse_string(ps, &value)) != STOKER_OK) {
+            free(key);
+            return rv;
+        }
+        f->meta[2 * f->n_meta] = key;
+        f->meta[2 * f->n_meta + 1] = value;
+        f->n_meta++;
+    } while (expect(ps, ','));
+    return expect(ps, '}') ? STOKER_OK : bad(ps, "expected '}' after __metadata__");
+}
+
 static int
 parse_header(parser *ps, safetensors_file *f, uint64_t data_bytes)
 {
@@ -428,7 +515,7 @@ parse_header(parser *ps, safetensors_file *f, uint64_t data_bytes)
         }
         if (strcmp(name, "__metadata__") == 0) {
             free(name);
-            if ((rv = skip_value(ps, 1)) != STOKER_OK)
+            if ((rv = parse_meta(ps, f)) != STOKER_OK)
                 return rv;
             continue;
         }
@@ -569,11 +656,23 @@ safetensors_find(const safetensors_file *f, const char *name)
     return bsearch(&key, f->tensors, f->count, sizeof(*f->tensors), by_tensor_name);
 }
 
+const char *
+safetensors_meta_get(const safetensors_file *f, const char *key)
+{
+    for (size_t i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta[2 * i], key) == 0)
+            return f->meta[2 * i + 1];
+    return NULL;
+}
+
 void
 safetensors_destroy(safetensors_file *f)
 {
     if (f == NULL)
         return;
+    for (size_t i = 0; i < 2 * f->n_meta; i++)
+        free(f->meta[i]);
+    free(f->meta);
     for (size_t i = 0; i < f->count; i++)
         free((char *)f->tensors[i].name);
     free(f->tensors);

@@ -1,7 +1,8 @@
 // safetensors files of float32 tensors: 8-byte little-endian header length, a JSON header
 // {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...} with names in
 // sorted order, then the raw data. Readable by numpy, PyTorch and the safetensors package.
-// Only F32 is written or read; names must not need JSON escaping. Little-endian hosts only.
+// Only F32 is written or read; names and metadata must not need JSON escaping. Little-endian hosts
+// only.
 #ifndef STOKER_TRAINER_SAFETENSORS_H
 #define STOKER_TRAINER_SAFETENSORS_H
 
@@ -17,13 +18,24 @@ typedef struct safetensors_tensor {
     const float *data; // product(shape) floats; borrowed (writer) / owned by the file (reader)
 } safetensors_tensor;
 
-// Writes count tensors to path atomically: a temporary file beside it, fsync, then rename, so a
-// reader sees the old file or the new one, never half. Tensors borrowed; their order does not
+// Writes count tensors to path atomically: a temporary file beside it, fsync, then rename and a
+// sync of the folder, so a reader sees the old file or the new one, never half, and the new one
+// stays after a machine crash. Tensors borrowed; their order does not
 // matter (they are sorted by name). Returns STOKER_OK; STOKER_INVALID for a duplicate or
 // unwritable name, too many dims; STOKER_IO or STOKER_NOMEM otherwise. err (err_len bytes,
 // may be NULL if err_len is 0) receives a message naming the path on failure.
 int safetensors_write(const char *path, const safetensors_tensor *tensors, size_t count, char *err,
                       size_t err_len);
+
+// One __metadata__ entry (string to string; both borrowed, neither may need JSON escaping).
+typedef struct safetensors_meta {
+    const char *key, *value;
+} safetensors_meta;
+
+// safetensors_write with metadata entries beside "format": "pt" (meta may be NULL when n_meta
+// is 0; a key "format" or a value that needs escaping is STOKER_INVALID).
+int safetensors_write_meta(const char *path, const safetensors_tensor *tensors, size_t count,
+                           const safetensors_meta *meta, size_t n_meta, char *err, size_t err_len);
 
 typedef struct safetensors_file safetensors_file;
 
@@ -37,6 +49,9 @@ size_t safetensors_count(const safetensors_file *f);
 const safetensors_tensor *safetensors_get(const safetensors_file *f, size_t i);
 // The tensor called name, or NULL. Borrowed from f.
 const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name);
+
+// The __metadata__ value of key, or NULL when absent. Borrowed from f.
+const char *safetensors_meta_get(const safetensors_file *f, const char *key);
 
 // Accepts NULL.
 void safetensors_destroy(safetensors_file *f);

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checkpoint.h"
 #include "stoker/chunk.h"
 #include "stoker/protocol.h"
 #include "stoker/schema.h"
@@ -37,7 +38,9 @@ typedef struct source_ops {
     // Waits for the next batch, bounded by the stall timeout. On STOKER_OK *chunk is borrowed
     // until settle, which the caller calls once after training on it. Otherwise no batch is held:
     // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended), STOKER_STALLED,
-    // STOKER_INTERRUPTED (cfg->stop set), or another error.
+    // STOKER_INTERRUPTED (cfg->stop set), or another error. A committing source with batches
+    // settled but not committed may also return STOKER_RETRY after a second without a batch:
+    // checkpoint (which commits) and call next again; the stall timeout keeps running.
     int (*next)(source *src, const stoker_chunk **chunk);
     // Done with the batch next returned (trained on or not): acknowledges it and frees it.
     void (*settle)(source *src);
@@ -50,6 +53,16 @@ typedef struct source_ops {
     void (*audit)(source *src, train_result *res);
     // Says goodbye where there is someone to say it to, and frees src.
     void (*destroy)(source *src);
+    // Commit with checkpoints (cfg->checkpoint_path); NULL where there is no one to commit to.
+    // commit makes every batch settled so far count as trained at the far end: STOKER_OK, or the
+    // error (they stay uncommitted and the next commit tries again). pending: the identities
+    // trained that the far end may not know as trained (since the last successful commit, and
+    // those given to mark_trained), borrowed until the next call on src. mark_trained: identities
+    // the model trained before this source existed (the checkpoint it resumed from): dropped
+    // when delivered; STOKER_OK or STOKER_NOMEM.
+    int (*commit)(source *src);
+    const checkpoint_runs *(*pending)(source *src);
+    int (*mark_trained)(source *src, const checkpoint_runs *runs);
 } source_ops;
 
 // Implementations embed this as their first member.

@@ -1,9 +1,13 @@
 // The broker batch source (see source.h): batches come through libstoker's trainer client, each
 // one's lease acknowledged once the loop settles it, and the audit is the broker's own counters.
 // Connecting, prefetching, redelivery and duplicate checks are the client's business, not this
-// file's.
+// file's. With --checkpoint the client commits (its acknowledgements count only when train.c
+// commits after a checkpoint) and this file remembers what was trained since; --identity-log
+// appends each settled batch's identities.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "source.h"
@@ -16,7 +20,20 @@ typedef struct broker_source {
     stoker_trainer_client *tc;
     stoker_batch *batch; // the one next handed out, until settle; NULL when none
     int grouped;         // a rank of a data-parallel group
+    int committing;      // --checkpoint: commit mode, pending kept
+    // Identities trained the broker may not know as trained: [0, n_inherited) from mark_trained
+    // (kept for the lineage), the rest since the last successful commit.
+    checkpoint_runs pending;
+    size_t n_inherited;
+    FILE *identity_log; // --identity-log, or NULL
+    uint32_t stall_ms;  // the stall timeout
+    uint32_t idle_ms;   // waited without a batch before the last STOKER_RETRY (0: none since)
 } broker_source;
+
+// A committing source with uncommitted work returns STOKER_RETRY after waiting this long for a
+// batch, so that the trainer checkpoints and commits: producers that linger until their examples
+// are trained say goodbye only then, and the supply can end.
+#define IDLE_COMMIT_MS 1000u
 
 static const stoker_schema *
 broker_schema(const source *src)
@@ -30,9 +47,27 @@ broker_next(source *src, const stoker_chunk **chunk)
 {
     broker_source *s = (broker_source *)src;
     stoker_batch *batch = NULL;
-    int rv = stoker_trainer_client_next(s->tc, &batch);
+    int rv;
+    if (s->committing && s->pending.n > s->n_inherited &&
+        s->idle_ms + IDLE_COMMIT_MS < s->stall_ms) {
+        rv = stoker_trainer_client_next_within(s->tc, &batch, IDLE_COMMIT_MS);
+        if (rv == STOKER_TIMEOUT) {
+            s->idle_ms += IDLE_COMMIT_MS;
+            return STOKER_RETRY;
+        }
+    } else if (s->idle_ms > 0) {
+        // The rest of the stall timeout.
+        rv = stoker_trainer_client_next_within(s->tc, &batch, s->stall_ms - s->idle_ms);
+        if (rv == STOKER_TIMEOUT) {
+            stoker_warn("stalled: no batch for %u ms", s->stall_ms);
+            rv = STOKER_STALLED;
+        }
+    } else {
+        rv = stoker_trainer_client_next(s->tc, &batch);
+    }
     if (rv != STOKER_OK)
         return rv;
+    s->idle_ms = 0;
     s->batch = batch;
     *chunk = &batch->chunk;
     return STOKER_OK;
@@ -44,6 +79,16 @@ broker_settle(source *src)
     broker_source *s = (broker_source *)src;
     if (s->batch == NULL)
         return;
+    for (uint32_t i = 0; i < s->batch->n_runs; i++) {
+        const stoker_run *r = &s->batch->runs[i];
+        if (s->committing &&
+            checkpoint_runs_add(&s->pending, r->session, r->first_seq, r->count) != STOKER_OK)
+            stoker_warn("trainer: out of memory keeping the identities trained since the last "
+                        "commit; a death before it may train them twice");
+        if (s->identity_log != NULL)
+            fprintf(s->identity_log, "%016llx %llu %u\n", (unsigned long long)r->session,
+                    (unsigned long long)r->first_seq, r->count);
+    }
     stoker_trainer_client_ack(s->tc, s->batch->lease);
     stoker_batch_destroy(s->batch);
     s->batch = NULL;
@@ -102,7 +147,42 @@ broker_destroy(source *src)
         return;
     stoker_batch_destroy(s->batch);
     stoker_trainer_client_destroy(s->tc);
+    checkpoint_runs_fini(&s->pending);
+    if (s->identity_log != NULL)
+        fclose(s->identity_log);
     free(s);
+}
+
+static int
+broker_commit(source *src)
+{
+    broker_source *s = (broker_source *)src;
+    int rv = stoker_trainer_client_commit(s->tc);
+    if (rv == STOKER_OK)
+        s->pending.n = s->n_inherited;
+    return rv;
+}
+
+static const checkpoint_runs *
+broker_pending(source *src)
+{
+    return &((broker_source *)src)->pending;
+}
+
+static int
+broker_mark_trained(source *src, const checkpoint_runs *runs)
+{
+    broker_source *s = (broker_source *)src;
+    for (size_t i = 0; i < runs->n; i++) {
+        const checkpoint_run *r = &runs->v[i];
+        int rv = stoker_trainer_client_mark_trained(s->tc, r->session, r->first_seq, r->count);
+        if (rv == STOKER_OK)
+            rv = checkpoint_runs_add(&s->pending, r->session, r->first_seq, r->count);
+        if (rv != STOKER_OK)
+            return rv;
+    }
+    s->n_inherited = s->pending.n;
+    return STOKER_OK;
 }
 
 static const source_ops broker_ops = {
@@ -112,6 +192,9 @@ static const source_ops broker_ops = {
     .supply = broker_supply,
     .audit = broker_audit,
     .destroy = broker_destroy,
+    .commit = broker_commit,
+    .pending = broker_pending,
+    .mark_trained = broker_mark_trained,
 };
 
 int
@@ -145,9 +228,22 @@ source_broker_open(const train_config *cfg, const source_hooks *hooks, source **
     s->grouped = cfg->group != NULL;
     to.rank = cfg->rank;
     to.world = cfg->world;
+    s->committing = to.commit = cfg->checkpoint_path != NULL;
+    s->stall_ms = cfg->stall_timeout_ms;
+    if (cfg->identity_log_path != NULL) {
+        if ((s->identity_log = fopen(cfg->identity_log_path, "a")) == NULL) {
+            free(s);
+            return stoker_errorf(why, why_len, STOKER_IO, "--identity-log %s: %s",
+                                 cfg->identity_log_path, strerror(errno));
+        }
+        // A line per run as soon as it is trained: what a SIGKILL leaves is whole lines.
+        setvbuf(s->identity_log, NULL, _IOLBF, 0);
+    }
     char err[512] = "";
     int rv = stoker_trainer_client_create(&to, &s->tc, err, sizeof(err));
     if (rv != STOKER_OK) {
+        if (s->identity_log != NULL)
+            fclose(s->identity_log);
         free(s);
         return stoker_errorf(why, why_len, rv, "cannot start feeding from %s: %s", cfg->broker_url,
                              err[0] != '\0' ? err : stoker_strerror(rv));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "source.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -38,6 +39,7 @@ train_config_init(train_config *cfg)
     cfg->target_field = "output";
     cfg->prefetch = feed.prefetch;
     cfg->stall_timeout_ms = feed.stall_timeout_ms;
+    cfg->checkpoint_every = 10;
 }
 
 const char *
@@ -220,6 +222,62 @@ on_event(const stoker_event *e, void *arg)
     record_event(sink->res, e, (double)(stoker_now_ns() - sink->origin_ns) / 1e9);
 }
 
+// Writes a checkpoint of net and the lineage's position, then commits: the batches trained so
+// far count as trained at the broker only once the file holding them is in place. A failed
+// commit is logged and tried again with the next checkpoint (the file keeps what is pending).
+static int
+save_checkpoint(const train_config *cfg, source *src, mlp *net, train_result *res, uint64_t seed,
+                char *why, size_t why_len)
+{
+    checkpoint_position pos = {.rounds = res->rounds,
+                               .batches = res->batches,
+                               .examples = res->examples,
+                               .epochs = res->epochs,
+                               .seed = seed};
+    const checkpoint_runs *pending = src->ops->pending ? src->ops->pending(src) : NULL;
+    int rv = checkpoint_save(cfg->checkpoint_path, net, &pos, pending, why, why_len);
+    if (rv != STOKER_OK)
+        return rv;
+    res->checkpoints++;
+    if (src->ops->commit != NULL && (rv = src->ops->commit(src)) != STOKER_OK) {
+        res->commits_failed++;
+        stoker_warn("checkpoint-commit-failed: %s (what it holds stays uncommitted; the next "
+                    "checkpoint commits it)",
+                    stoker_strerror(rv));
+    }
+    stoker_debug("checkpoint: %s at round %llu, %llu examples", cfg->checkpoint_path,
+                 (unsigned long long)res->rounds, (unsigned long long)res->examples);
+    return STOKER_OK;
+}
+
+// Loads the checkpoint resumed from into net and continues its lineage's counts.
+static int
+resume(const train_config *cfg, source *src, mlp *net, train_result *res, uint64_t *seed, char *why,
+       size_t why_len)
+{
+    int rv = checkpoint_restore(cfg->resume, net, why, why_len);
+    if (rv != STOKER_OK)
+        return rv;
+    const checkpoint_position *pos = checkpoint_position_of(cfg->resume);
+    if (src->ops->mark_trained != NULL &&
+        (rv = src->ops->mark_trained(src, checkpoint_pending(cfg->resume))) != STOKER_OK)
+        return stoker_errorf(why, why_len, rv, "--resume: %s", stoker_strerror(rv));
+    res->has_resumed = 1;
+    res->resumed_rounds = pos->rounds;
+    res->resumed_batches = pos->batches;
+    res->resumed_examples = pos->examples;
+    res->rounds += pos->rounds;
+    res->batches += pos->batches;
+    res->examples += pos->examples;
+    res->epochs += pos->epochs;
+    *seed = pos->seed;
+    stoker_info("resumed: round %llu, %llu examples, %llu steps (%zu identities' runs pending "
+                "from before)",
+                (unsigned long long)pos->rounds, (unsigned long long)pos->examples,
+                (unsigned long long)mlp_steps(net), checkpoint_pending(cfg->resume)->n);
+    return STOKER_OK;
+}
+
 // The broker's shared-memory arena, mapped or about to be unmapped: the CUDA backend registers
 // it as pinned memory so uploads read batches straight from it; the CPU reads it in place.
 static void
@@ -263,7 +321,8 @@ report(const train_config *cfg, progress *pg, source *src, const train_result *r
     if (pg->have_status)
         snprintf(supply, sizeof(supply), "  producers %u  queued %llu", pg->producers_alive,
                  (unsigned long long)pg->queued);
-    double rate = elapsed_s > 0 ? (double)res->examples / elapsed_s : 0;
+    // This run's rate: a resumed lineage's earlier examples took no time here.
+    double rate = elapsed_s > 0 ? (double)(res->examples - res->resumed_examples) / elapsed_s : 0;
     double wait = elapsed_s > 0 ? 100.0 * wait_s / elapsed_s : 0;
     if (pg->live) {
         fprintf(stderr, "\r\033[Kround %llu/%u  loss %.5f  %.1f ex/s  data wait %.1f%%%s",
@@ -331,6 +390,13 @@ train_run(const train_config *cfg, train_result *res)
         set_reason(res, TRAIN_ERROR, "cannot build the network: %s", why);
         goto done;
     }
+    uint64_t lineage_seed = cfg->seed;
+    res->checkpointing = cfg->checkpoint_path != NULL;
+    if (cfg->resume != NULL &&
+        (rv = resume(cfg, src, net, res, &lineage_seed, why, sizeof(why))) != STOKER_OK) {
+        set_reason(res, TRAIN_ERROR, "%s", why);
+        goto done;
+    }
 
     progress pg = {.live = cfg->progress};
     uint64_t total = (uint64_t)cfg->rounds * cfg->round_length;
@@ -360,6 +426,13 @@ train_run(const train_config *cfg, train_result *res)
         const stoker_chunk *chunk = NULL;
         rv = src->ops->next(src, &chunk);
         wait_ns += stoker_now_ns() - t0;
+        if (rv == STOKER_RETRY) { // idle with uncommitted work: checkpoint and commit it now
+            if (save_checkpoint(cfg, src, net, res, lineage_seed, why, sizeof(why)) != STOKER_OK) {
+                set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);
+                break;
+            }
+            continue;
+        }
         if (rv != STOKER_OK && cfg->epochs > 0 && res->epochs >= cfg->epochs) {
             set_reason(res, TRAIN_COMPLETED, "all %u epochs done", cfg->epochs);
             break;
@@ -416,7 +489,7 @@ train_run(const train_config *cfg, train_result *res)
         int round_done = res->examples >= (res->rounds + 1) * (uint64_t)cfg->round_length;
         if (round_done) {
             res->rounds++;
-            if (res->rounds == 1)
+            if (res->rounds == res->resumed_rounds + 1) // this run's first
                 res->first_round_loss = res->final_loss;
         }
         double now_s = (double)(stoker_now_ns() - start_ns) / 1e9;
@@ -426,11 +499,25 @@ train_run(const train_config *cfg, train_result *res)
             round_loss_sum = 0;
             round_batches = 0;
         }
+        if (round_done && cfg->checkpoint_path != NULL &&
+            res->rounds % cfg->checkpoint_every == 0 &&
+            save_checkpoint(cfg, src, net, res, lineage_seed, why, sizeof(why)) != STOKER_OK) {
+            set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);
+            break;
+        }
     }
     if (pg.live)
         fputc('\n', stderr);
+    // A clean end: the last checkpoint holds everything trained, and commits it.
+    if (cfg->checkpoint_path != NULL && res->status != TRAIN_ERROR &&
+        save_checkpoint(cfg, src, net, res, lineage_seed, why, sizeof(why)) != STOKER_OK) {
+        stoker_error("cannot write the checkpoint: %s", why);
+        if (res->status == TRAIN_COMPLETED || res->status == TRAIN_TIME_GOAL)
+            set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);
+    }
     res->seconds = (double)(stoker_now_ns() - start_ns) / 1e9;
-    res->examples_per_second = res->seconds > 0 ? (double)res->examples / res->seconds : 0;
+    res->examples_per_second =
+        res->seconds > 0 ? (double)(res->examples - res->resumed_examples) / res->seconds : 0;
     res->data_wait_fraction = res->seconds > 0 ? (double)wait_ns / 1e9 / res->seconds : 0;
 
 done:
@@ -495,6 +582,15 @@ train_write_json(const train_result *r, FILE *f)
     } else {
         fprintf(f, ", \"audit\": null");
     }
+    if (r->checkpointing)
+        fprintf(f, ", \"checkpoints\": %llu, \"commits_failed\": %llu",
+                (unsigned long long)r->checkpoints, (unsigned long long)r->commits_failed);
+    if (r->has_resumed)
+        fprintf(f,
+                ", \"resumed_from\": {\"rounds\": %llu, \"batches\": %llu, \"examples\": "
+                "%llu}",
+                (unsigned long long)r->resumed_rounds, (unsigned long long)r->resumed_batches,
+                (unsigned long long)r->resumed_examples);
     fprintf(f, ", \"events\": [");
     for (uint32_t i = 0; i < r->n_events; i++) {
         const train_event *e = &r->events[i];

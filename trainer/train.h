@@ -51,6 +51,12 @@ typedef struct train_config {
     uint32_t stall_timeout_ms;
     const char *group; // NULL, or the data-parallel group this trainer is rank `rank` of
     uint32_t rank, world;
+    // Checkpoints (checkpoint.h). With checkpoint_path the broker source commits: what it
+    // trained counts as trained at the broker only once a checkpoint holding it is on disk.
+    const char *checkpoint_path;     // NULL: none (acknowledged after each step, as without)
+    uint32_t checkpoint_every;       // rounds between checkpoints (10)
+    const struct checkpoint *resume; // loaded by the caller (borrowed), or NULL
+    const char *identity_log_path;   // NULL, or a file to append each trained run's identities to
     // Output.
     const char *weights_path; // may be NULL
     int progress;             // 1: live status line, 0: one line per round
@@ -87,6 +93,11 @@ typedef struct train_result {
     uint32_t n_events;
     train_event events[TRAIN_MAX_EVENTS];
     uint32_t epochs; // epochs of a dataset whose every item was delivered (EPOCH_END events)
+    // Checkpoints: how many were written (and committed) by this run; where the lineage stood
+    // when this run resumed (rounds, batches and examples above include it).
+    int checkpointing, has_resumed;
+    uint64_t checkpoints, commits_failed;
+    uint64_t resumed_rounds, resumed_batches, resumed_examples;
 } train_result;
 
 // Runs training as configured. Always fills *result (status and reason say how it ended) and

@@ -28,7 +28,11 @@
 //   one it accepted; the identities it accepted that no consumer ever trained (the loss) are a
 //   subset of what it held (never an acknowledged one), and their number is exactly
 //   held (queued + in_flight) - trained but unacknowledged - re-pushed by producers to the next
-//   broker (a push whose acknowledgement was lost with the broker).
+//   broker (producers retain what is not trained and push it again);
+// - the broker's death loses nothing: every lost identity belongs to a producer that the chaos
+//   SIGKILLed itself (before the broker's death, or after it but before it pushed its retained
+//   examples to the new broker). A producer that lived on loses nothing: the drain waits until
+//   each such producer is known to the new broker beyond what the killed one held.
 // Every wait is bounded, a watchdog ends the whole test, and children die with it.
 //
 // Environment: STOKER_BROKER_BIN, STOKER_PRODUCER_BIN, STOKER_CHAOS_CONSUMER_BIN (set by meson),
@@ -194,6 +198,13 @@ typedef struct run_state {
     proc consumer;
     consumer_rec consumers[MAX_CONSUMERS];
     int n_consumers;
+    char names[MAX_PRODUCERS][32]; // the name of the process in each producer slot
+    char killed[MAX_SESSIONS][32]; // names of the producers the chaos SIGKILLed
+    int n_killed;
+    // Of those, the ones that may lose examples: SIGKILLed before the broker's death, while it was
+    // down, or before the new broker had their session beyond what the killed one held.
+    char may_lose[MAX_SESSIONS][32];
+    int n_may_lose;
     int marker_consumer;  // consumer running when the broker was killed (-1 before)
     stoker_status *held;  // the killed broker's status while everything was frozen
     stoker_status *final; // the surviving broker's status after the drain
@@ -231,6 +242,7 @@ start_producer(run_state *r, int slot)
                           "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
                           seed,         "--log-level", "warn",    NULL};
     spawn(&r->producers[slot], "producer", argv, log);
+    snprintf(r->names[slot], sizeof(r->names[slot]), "%s", name);
     r->restart_at[slot] = 0;
     r->producer_starts++;
 }
@@ -361,6 +373,59 @@ kill_broker(run_state *r)
     kill(r->consumer.child.pid, SIGCONT);
 }
 
+static int
+named(const char (*names)[32], int n, const char *name)
+{
+    for (int i = 0; i < n; i++) {
+        if (strcmp(names[i], name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int
+was_killed(const run_state *r, const char *name)
+{
+    return named(r->killed, r->n_killed, name);
+}
+
+// Whether examples of the producer called name may be lost: it was SIGKILLed while the killed
+// broker held examples of it that no other copy was sure to reach the new broker.
+static int
+may_lose(const run_state *r, const char *name)
+{
+    return named(r->may_lose, r->n_may_lose, name);
+}
+
+static const stoker_producer_info *status_session(const stoker_status *st, uint64_t session);
+
+// SIGKILLs the producer in slot i during the chaos and remembers its name, and whether it may
+// lose examples: unless the broker was killed before and the new one already has this
+// producer's session beyond what the killed one held (its retained examples pushed again), a
+// broker death around its own takes the only copies of what it retained.
+static void
+kill_producer(run_state *r, int i)
+{
+    int lose = 1;
+    const stoker_producer_info *held = NULL;
+    for (uint32_t k = 0; r->held != NULL && k < r->held->n_producers; k++)
+        held = strcmp(r->held->producers[k].name, r->names[i]) == 0 ? &r->held->producers[k] : held;
+    if (r->held != NULL && held == NULL) {
+        lose = 0; // started after the broker's death: the killed broker held nothing of it
+    } else if (held != NULL && r->broker.child.pid > 0) {
+        // Taken before the kill: what it shows pushed again stays pushed.
+        stoker_status *st = fetch_status(r);
+        const stoker_producer_info *now = status_session(st, held->session);
+        lose = now == NULL || now->next_seq < held->next_seq;
+        stoker_status_destroy(st);
+    }
+    kill_proc(&r->producers[i]);
+    if (r->n_killed < MAX_SESSIONS)
+        memcpy(r->killed[r->n_killed++], r->names[i], sizeof(r->killed[0]));
+    if (lose && r->n_may_lose < MAX_SESSIONS)
+        memcpy(r->may_lose[r->n_may_lose++], r->names[i], sizeof(r->may_lose[0]));
+}
+
 // Reaps children that ended on their own (none should): a producer slot restarts, a consumer
 // is replaced.
 static void
@@ -437,7 +502,7 @@ chaos_phase(run_state *r, uint64_t run_ms)
             if (p->child.pid == 0) {
                 // dead, waiting for its restart
             } else if (what < 30) { // kill; a new one later
-                kill_proc(p);
+                kill_producer(r, i);
                 r->restart_at[i] = now + rnd(r, 0, 600);
                 r->producer_kills++;
             } else if (what < 75) { // freeze, sometimes beyond --producer-timeout (2 s)
@@ -448,7 +513,7 @@ chaos_phase(run_state *r, uint64_t run_ms)
                     r->producer_freezes++;
                 }
             } else { // replace at once
-                kill_proc(p);
+                kill_producer(r, i);
                 start_producer(r, i);
                 r->producer_replacements++;
             }
@@ -462,6 +527,40 @@ chaos_phase(run_state *r, uint64_t run_ms)
 static void
 drain_phase(run_state *r)
 {
+    // Every producer that lived through the broker's death pushes its retained examples to the
+    // new broker before the drain kills it: thaw them all, then wait (bounded) until the new
+    // broker knows each one's session beyond what the killed broker held of it.
+    for (int i = 0; i < r->n_producers; i++) {
+        if (r->producers[i].child.pid > 0 && r->producers[i].frozen) {
+            kill(r->producers[i].child.pid, SIGCONT);
+            r->producers[i].frozen = 0;
+        }
+    }
+    for (uint64_t deadline = stoker_now_ms() + 15000; r->held != NULL;) {
+        stoker_status *st = fetch_status(r);
+        const char *behind = NULL;
+        for (uint32_t i = 0; i < r->held->n_producers && behind == NULL; i++) {
+            const stoker_producer_info *p = &r->held->producers[i];
+            if (was_killed(r, p->name))
+                continue;
+            const stoker_producer_info *now = NULL;
+            for (uint32_t j = 0; j < st->n_producers; j++)
+                now = st->producers[j].session == p->session ? &st->producers[j] : now;
+            if (now == NULL || now->next_seq < p->next_seq)
+                behind = p->name;
+        }
+        stoker_status_destroy(st);
+        if (behind == NULL)
+            break;
+        if (stoker_now_ms() > deadline) {
+            fail("run %d: producer '%s' lived on but did not reach the new broker beyond what the "
+                 "killed one held within 15 s",
+                 r->index, behind);
+            break;
+        }
+        reap_unexpected(r);
+        stoker_sleep_ms(20, NULL);
+    }
     for (int i = 0; i < r->n_producers; i++) {
         kill_proc(&r->producers[i]);
         r->restart_at[i] = 0;
@@ -607,6 +706,13 @@ parse_log(check *c, run_state *r, int ci)
             continue;
         }
         if (line[0] == 'P') { // a client's summary: its delivery path
+            // A client that got no batch has no path to report (one that met a new broker before
+            // any producer did, answered NO_PRODUCERS at once, and the consumer connects again).
+            unsigned long long via_shm = 0, via_socket = 0;
+            const char *nums = strchr(line + 2, ' ');
+            if (nums != NULL && sscanf(nums, "%llu %llu", &via_shm, &via_socket) == 2 &&
+                via_shm + via_socket == 0)
+                continue;
             r->consumers[ci].summaries++;
             r->consumers[ci].summaries_shm += strncmp(line + 2, "shm ", 4) == 0;
             continue;
@@ -678,7 +784,7 @@ accepted_by(const stoker_status *st, uint64_t session, uint64_t seq)
 
 typedef struct totals {
     uint64_t examples_trained, batches, redelivered_killed, redelivered_nack, ack_refused_batches;
-    uint64_t held, trained_unacked, repushed, lost, twice_across, dup_seen;
+    uint64_t held, trained_unacked, repushed, lost, lost_by_killed, twice_across, dup_seen;
     uint64_t broker_redelivered;
     int producer_kills, producer_freezes, producer_replacements, producer_starts;
     int consumer_kills, broker_kills;
@@ -839,8 +945,10 @@ check_run(run_state *r, totals *tot)
         fail("run %d: the killed broker's frozen status: discrepancy %" PRId64, r->index,
              discrepancy(k1));
     uint64_t sum1 = 0, held = k1->queued + k1->in_flight, lost = 0, repushed = 0;
+    uint64_t lost_by_killed = 0;
     for (uint32_t i = 0; i < s1->n_producers; i++) {
         const stoker_producer_info *p = &s1->producers[i];
+        uint64_t lost_before = lost;
         sum1 += p->accepted;
         if (p->next_seq != p->accepted)
             fail("run %d: killed broker: session %016" PRIx64 " accepted %" PRIu64
@@ -852,6 +960,17 @@ check_run(run_state *r, totals *tot)
             lost += !t1 && !t2;
             repushed += !t1 && t2;
         }
+        // Loss is allowed only where the producer died too before it pushed its retained
+        // examples to the new broker.
+        if (lost > lost_before && !may_lose(r, p->name))
+            fail("run %d: producer '%s' (session %016" PRIx64 ") %s, yet %" PRIu64
+                 " of its examples held by the killed broker were never trained",
+                 r->index, p->name, p->session,
+                 was_killed(r, p->name) ? "was SIGKILLed only after it reached the new broker"
+                                        : "was never SIGKILLed",
+                 lost - lost_before);
+        if (may_lose(r, p->name))
+            lost_by_killed += lost - lost_before;
         // A producer that lived on resumed with the next broker where its acknowledgements
         // ended: never beyond what the killed broker held.
         const stoker_producer_info *p2 = status_session(s2, p->session);
@@ -931,10 +1050,12 @@ check_run(run_state *r, totals *tot)
            r->index, redel_killed, redel_nack, nacks, k1->redelivered, k2->redelivered);
     printf("chaos: run %d: killed broker held %" PRIu64 " (queued %" PRIu64 ", in flight %" PRIu64
            "): %" PRIu64 " trained but unacknowledged, %" PRIu64 " re-pushed to the new broker, "
-           "%" PRIu64 " LOST; trained under both brokers %" PRIu64 "; trainer-counted "
-           "duplicates %" PRIu64 "\n",
-           r->index, held, k1->queued, k1->in_flight, trained_unacked, repushed, lost, twice_across,
-           c->dup_seen);
+           "%" PRIu64 " LOST (%" PRIu64
+           " of producers SIGKILLed before pushing it again, 0 allowed of the "
+           "others); trained under both brokers %" PRIu64 "; trainer-counted duplicates %" PRIu64
+           "\n",
+           r->index, held, k1->queued, k1->in_flight, trained_unacked, repushed, lost,
+           lost_by_killed, twice_across, c->dup_seen);
     printf("chaos: run %d: surviving broker: produced %" PRIu64 " = acknowledged %" PRIu64
            ", queued %" PRIu64 ", in flight %" PRIu64 ", discrepancy %" PRId64 "\n",
            r->index, k2->produced, k2->acknowledged, k2->queued, k2->in_flight, discrepancy(k2));
@@ -949,6 +1070,7 @@ check_run(run_state *r, totals *tot)
     tot->trained_unacked += trained_unacked;
     tot->repushed += repushed;
     tot->lost += lost;
+    tot->lost_by_killed += lost_by_killed;
     tot->twice_across += twice_across;
     tot->dup_seen += c->dup_seen;
     tot->broker_redelivered += k1->redelivered + k2->redelivered;
@@ -1061,9 +1183,12 @@ main(void)
            tot.redelivered_killed, tot.redelivered_nack, tot.ack_refused_batches,
            tot.broker_redelivered);
     printf("chaos: killed brokers held %" PRIu64 ": trained but unacknowledged %" PRIu64
-           ", re-pushed %" PRIu64 ", lost %" PRIu64 "; trained under both brokers %" PRIu64
-           "; trainer-counted duplicates %" PRIu64 "\n",
-           tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.twice_across, tot.dup_seen);
+           ", re-pushed %" PRIu64 ", lost %" PRIu64 " (%" PRIu64
+           " of producers SIGKILLed before pushing it "
+           "again); trained under both brokers %" PRIu64 "; trainer-counted duplicates %" PRIu64
+           "\n",
+           tot.held, tot.trained_unacked, tot.repushed, tot.lost, tot.lost_by_killed,
+           tot.twice_across, tot.dup_seen);
     printf("chaos: delivery: %" PRIu64 " batches through shared memory (default consumers), "
            "%" PRIu64 " as bytes to STOKER_SHM=0 consumers\n",
            tot.via_shm, tot.via_socket_only);

@@ -1,7 +1,8 @@
 """Commit with checkpoints from Python (issue 16): Client(commit=True) keeps its
 acknowledgements until state_dict() (the torchdata StatefulDataLoader protocol) commits them. A
 consumer that stops after a checkpoint without committing its later work, and one resumed with
-load_state_dict(), together train every example exactly once (the lineage). Commit is refused
+load_state_dict(), together train every example exactly once (the lineage); so does a training
+process SIGKILLed between checkpoints twice and started again. Commit is refused
 for the ranks of a group."""
 
 from helpers import Cluster, require, run
@@ -47,6 +48,81 @@ def test_resumed_lineage_sees_each_example_once():
         assert len(set(lineage)) == len(lineage), "an example was trained twice in the lineage"
         assert sorted(s for _, s in lineage) == list(range(N)), "examples lost"
         assert set(after) <= set(resumed), "the uncommitted work was not delivered again"
+
+
+# A training process with the StatefulDataLoader loop: every 5 batches it takes state_dict() (which
+# commits) and saves it with its "model" (here: the identities it trained) atomically (temporary
+# file, fsync, rename); started again it resumes from the saved checkpoint with load_state_dict().
+# It prints the batches it trained so far, one line per batch.
+TRAINING_PROCESS = r"""
+import json, os, sys, time
+import stoker
+url, path = sys.argv[1], sys.argv[2]
+saved = {"state": None, "trained": []}
+if os.path.exists(path):
+    with open(path) as f:
+        saved = json.load(f)
+trained = saved["trained"]
+
+def checkpoint(client):
+    state = client.state_dict()
+    with open(path + ".tmp", "w") as f:
+        json.dump({"state": state, "trained": trained}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+with stoker.Client(url, stall_timeout=10, commit=True) as client:
+    if saved["state"] is not None:
+        client.load_state_dict(saved["state"])
+    try:
+        for i, batch in enumerate(client.batches(8)):
+            sessions, seqs = batch.identities()
+            trained.extend(zip(sessions.tolist(), seqs.tolist()))
+            time.sleep(0.01)  # the training step
+            if i % 5 == 4:
+                checkpoint(client)
+            print(i, flush=True)
+    except stoker.SupplyEnded:
+        pass
+    checkpoint(client)
+"""
+
+
+def test_a_training_process_sigkilled_between_checkpoints_resumes_each_example_once():
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    with Cluster("--queue-depth", "64") as c:
+        c.producer("--delay", "0:0", "--chunk", "4", "--max-examples", str(N), "--linger", "30")
+        path = os.path.join(c.dir, "checkpoint.json")
+        for kill in range(2):
+            child = subprocess.Popen([sys.executable, "-c", TRAINING_PROCESS, c.url, path],
+                                     stdout=subprocess.PIPE, text=True)
+            try:
+                # Two batches after its second checkpoint (batch 9): between checkpoints.
+                for line in child.stdout:
+                    if int(line) == 11:
+                        break
+                else:
+                    raise AssertionError("the training process ended early: %s" % child.wait())
+                child.send_signal(signal.SIGKILL)
+                assert child.wait(10) == -signal.SIGKILL
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
+            with open(path) as f:
+                assert len(json.load(f)["trained"]) == 80 * (kill + 1)
+        final = subprocess.run([sys.executable, "-c", TRAINING_PROCESS, c.url, path],
+                               stdout=subprocess.DEVNULL, timeout=60)
+        assert final.returncode == 0, final
+        with open(path) as f:
+            lineage = [tuple(x) for x in json.load(f)["trained"]]
+        assert len(set(lineage)) == len(lineage), "an example was trained twice in the lineage"
+        assert sorted(s for _, s in lineage) == list(range(N)), "examples lost"
 
 
 def test_state_dict_round_trip_is_checked():

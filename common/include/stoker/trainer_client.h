@@ -72,6 +72,12 @@ const stoker_schema *stoker_trainer_client_schema(const stoker_trainer_client *t
 // Never blocks longer than the stall timeout.
 int stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out);
 
+// As stoker_trainer_client_next, but waits at most wait_ms: when that is shorter than the stall
+// timeout and no batch came, returns STOKER_TIMEOUT (no warning; call again). For a caller that
+// has something to do while the supply is idle (a committing trainer checkpoints).
+int stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **out,
+                                      uint32_t wait_ms);
+
 // The broker's word on why the supply ended or the group broke (after next returned
 // STOKER_NO_PRODUCERS, STOKER_END_OF_DATA or STOKER_GROUP_BROKEN; "" before). Borrowed.
 const char *stoker_trainer_client_end_reason(const stoker_trainer_client *tc);
@@ -96,6 +102,12 @@ int stoker_trainer_client_commit(stoker_trainer_client *tc);
 void stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on);
 // Leases acknowledged but not yet committed.
 uint64_t stoker_trainer_client_uncommitted(const stoker_trainer_client *tc);
+// Marks the identities (session, first_seq .. first_seq + count - 1) as trained before this
+// client existed (by the model a trainer resumed from a checkpoint taken just before a commit
+// that never happened): when the broker delivers them they are dropped like duplicates and their
+// leases acknowledged (with opts.commit, at the next commit). STOKER_OK or STOKER_NOMEM.
+int stoker_trainer_client_mark_trained(stoker_trainer_client *tc, uint64_t session,
+                                       uint64_t first_seq, uint64_t count);
 
 // Pops the oldest event not yet returned into *out: 1 if there was one, 0 if none.
 int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out);

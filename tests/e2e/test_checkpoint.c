@@ -1,0 +1,402 @@
+// stoker-trainer's checkpoints end to end (issue 16): the real trainer with --checkpoint
+// SIGKILLed between checkpoints and restarted with --resume, twice: what the resumed lineage
+// trained (each process's --identity-log, cut at the position of the checkpoint the next one
+// resumed from) is every example produced, each once. A checkpoint of another network is refused
+// with a message naming the difference; a trainer SIGKILLed while it writes checkpoints always
+// leaves a whole one behind (temporary file, fsync, rename). Checkpoints are read with the
+// trainer's own reader (trainer/checkpoint.c).
+#include <dirent.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "checkpoint.h"
+#include "e2e.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+
+TestSuite(checkpoint, .init = e2e_setup, .fini = e2e_teardown, .timeout = 150);
+
+#define SCHEMA "input:float32[10],output:float32[1]"
+
+// The position of the checkpoint at path, or 0 in *ok when there is none (yet) to read.
+static checkpoint_position
+position(const char *path, int *ok)
+{
+    checkpoint_position pos = {0};
+    checkpoint *ck = NULL;
+    char err[512];
+    *ok = testdir_exists(path) && checkpoint_load(path, &ck, err, sizeof(err)) == STOKER_OK;
+    if (*ok)
+        pos = *checkpoint_position_of(ck);
+    checkpoint_destroy(ck);
+    return pos;
+}
+
+// Waits (at most 30 s) until the checkpoint at path is past `examples`; its position.
+static checkpoint_position
+wait_checkpoint_past(const char *path, uint64_t examples, proc_child *trainer)
+{
+    for (int waited = 0; waited < 30000; waited += 10) {
+        int ok;
+        checkpoint_position pos = position(path, &ok);
+        if (ok && pos.examples > examples)
+            return pos;
+        cr_assert(!proc_wait(trainer, 0),
+                  "the trainer ended (status %d) before its checkpoint "
+                  "passed %" PRIu64 " examples",
+                  trainer->status, examples);
+        stoker_sleep_ms(10, NULL);
+    }
+    cr_assert_fail("no checkpoint past %" PRIu64 " examples in 30 s", examples);
+    return (checkpoint_position){0};
+}
+
+static void
+add_example(e2e_examples *ex, uint64_t session, uint64_t seq)
+{
+    if (ex->n == ex->cap) {
+        ex->cap = ex->cap ? 2 * ex->cap : 1024;
+        ex->v = realloc(ex->v, ex->cap * sizeof(*ex->v));
+        cr_assert_not_null(ex->v);
+    }
+    ex->v[ex->n++] = (e2e_example){.session = session, .seq = seq};
+}
+
+// Adds to lineage the first n examples of the identity log at path (lines "SESSION FIRST COUNT").
+static void
+take_log(e2e_examples *lineage, const char *path, uint64_t n)
+{
+    char *text = testdir_read(path, NULL);
+    cr_assert_not_null(text, "no identity log %s", path);
+    uint64_t taken = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL && taken < n;
+         line = strtok_r(NULL, "\n", &save)) {
+        unsigned long long session, first;
+        unsigned count;
+        cr_assert_eq(sscanf(line, "%llx %llu %u", &session, &first, &count), 3,
+                     "bad identity log line '%s' in %s", line, path);
+        for (unsigned i = 0; i < count && taken < n; i++, taken++)
+            add_example(lineage, session, first + i);
+    }
+    free(text);
+    cr_assert_eq(taken, n, "%s logs %" PRIu64 " examples, its checkpoint holds %" PRIu64, path,
+                 taken, n);
+}
+
+// Asserts ex holds exactly seqs 0 .. per_session - 1 of n_sessions sessions, each once.
+static void
+assert_exactly(e2e_examples *ex, size_t n_sessions, uint64_t per_session)
+{
+    cr_assert_eq(e2e_duplicates(ex), 0, "an example was trained twice in the lineage");
+    e2e_examples_sort(ex);
+    size_t sessions = 0;
+    for (size_t i = 0; i < ex->n; i++) {
+        if (i == 0 || ex->v[i].session != ex->v[i - 1].session) {
+            sessions++;
+            cr_assert_eq(ex->v[i].seq, 0, "session %zu starts at seq %" PRIu64 ": examples lost",
+                         sessions, ex->v[i].seq);
+        } else {
+            cr_assert_eq(ex->v[i].seq, ex->v[i - 1].seq + 1, "seq %" PRIu64 " lost",
+                         ex->v[i - 1].seq + 1);
+        }
+        cr_assert_lt(ex->v[i].seq, per_session, "seq %" PRIu64 " beyond what was produced",
+                     ex->v[i].seq);
+    }
+    cr_assert_eq(sessions, n_sessions, "%zu sessions trained, %zu produced", sessions, n_sessions);
+    cr_assert_eq(ex->n, n_sessions * per_session, "%zu examples trained, %" PRIu64 " produced",
+                 ex->n, (uint64_t)(n_sessions * per_session));
+}
+
+// The value of "key": N in the JSON text (the first one after `after`, when given).
+static uint64_t
+json_u64(const char *text, const char *after, const char *key)
+{
+    const char *p = after != NULL ? strstr(text, after) : text;
+    cr_assert_not_null(p, "'%s' not in the summary %s", after, text);
+    char needle[64];
+    snprintf(needle, sizeof(needle), "\"%s\": ", key);
+    p = strstr(p, needle);
+    cr_assert_not_null(p, "'%s' not in the summary %s", key, text);
+    return strtoull(p + strlen(needle), NULL, 10);
+}
+
+Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_once)
+{
+    enum { PER = 600 };
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "64"));
+    const char *const pargs[] = {"--max-examples", "600", "--delay", "0.001:0.003", "--chunk", "3",
+                                 "--linger",       "60",  NULL};
+    proc_child *p1 = e2e_producer_start(url, "keeper-1", pargs);
+    proc_child *p2 = e2e_producer_start(url, "keeper-2", pargs);
+    const char *ck = testdir_file("model.ckpt");
+    char logs[3][320];
+    for (int i = 0; i < 3; i++)
+        snprintf(logs[i], sizeof(logs[i]), "%s",
+                 testdir_file(i == 0   ? "ids-0"
+                              : i == 1 ? "ids-1"
+                                       : "ids-2"));
+    const char *json = testdir_file("summary.json");
+    // Enough rounds for all the data: the run ends when the supply does.
+    const char *common[] = {"--broker",       url,   "--batch-size",       "4",
+                            "--round-length", "20",  "--rounds",           "1000",
+                            "--device",       "cpu", "--stall-timeout",    "10",
+                            "--checkpoint",   ck,    "--checkpoint-every", "3"};
+    enum { NC = sizeof(common) / sizeof(common[0]) };
+
+    // 1: from scratch, killed after a checkpoint past 200 examples, between two checkpoints.
+    const char *a1[NC + 3];
+    memcpy(a1, common, sizeof(common));
+    a1[NC] = "--identity-log";
+    a1[NC + 1] = logs[0];
+    a1[NC + 2] = NULL;
+    proc_child *t = e2e_trainer_start(a1);
+    wait_checkpoint_past(ck, 200, t);
+    stoker_sleep_ms(40, NULL);
+    proc_signal(t, SIGKILL);
+    cr_assert(proc_wait(t, 5000), "the trainer did not die of SIGKILL");
+    int ok;
+    checkpoint_position at1 = position(ck, &ok);
+    cr_assert(ok, "no readable checkpoint after the kill");
+
+    // 2: resumed, killed again likewise.
+    const char *a2[NC + 5];
+    memcpy(a2, common, sizeof(common));
+    a2[NC] = "--identity-log";
+    a2[NC + 1] = logs[1];
+    a2[NC + 2] = "--resume";
+    a2[NC + 3] = ck;
+    a2[NC + 4] = NULL;
+    t = e2e_trainer_start(a2);
+    wait_checkpoint_past(ck, at1.examples + 200, t);
+    stoker_sleep_ms(40, NULL);
+    proc_signal(t, SIGKILL);
+    cr_assert(proc_wait(t, 5000), "the trainer did not die of SIGKILL");
+    checkpoint_position at2 = position(ck, &ok);
+    cr_assert(ok, "no readable checkpoint after the second kill");
+
+    // 3: resumed, trains to the supply's end (exit 3) and checkpoints there.
+    const char *a3[NC + 7];
+    memcpy(a3, common, sizeof(common));
+    a3[NC] = "--identity-log";
+    a3[NC + 1] = logs[2];
+    a3[NC + 2] = "--resume";
+    a3[NC + 3] = ck;
+    a3[NC + 4] = "--json";
+    a3[NC + 5] = json;
+    a3[NC + 6] = NULL;
+    t = e2e_trainer_start(a3);
+    proc_assert_exit(t, 3, 60000);
+    proc_assert_exit(p1, 0, 10000);
+    proc_assert_exit(p2, 0, 10000);
+    checkpoint_position at3 = position(ck, &ok);
+    cr_assert(ok, "no readable checkpoint at the end");
+
+    char *summary = testdir_read(json, NULL);
+    cr_assert_not_null(summary);
+    cr_assert_eq(json_u64(summary, "\"resumed_from\"", "examples"), at2.examples, "%s", summary);
+    cr_assert_eq(json_u64(summary, "\"resumed_from\"", "rounds"), at2.rounds, "%s", summary);
+    cr_assert_eq(json_u64(summary, NULL, "examples"), at3.examples, "%s", summary);
+    cr_assert_eq(json_u64(summary, NULL, "commits_failed"), 0, "%s", summary);
+    free(summary);
+
+    e2e_examples lineage = {0};
+    take_log(&lineage, logs[0], at1.examples);
+    take_log(&lineage, logs[1], at2.examples - at1.examples);
+    take_log(&lineage, logs[2], at3.examples - at2.examples);
+    fprintf(stderr,
+            "checkpoint: killed at checkpoints of %" PRIu64 " and %" PRIu64 " examples, ended at "
+            "%" PRIu64 "\n",
+            at1.examples, at2.examples, at3.examples);
+    assert_exactly(&lineage, 2, PER);
+    e2e_examples_fini(&lineage);
+    h_assert_identity(url);
+    stoker_status *st = h_status(url);
+    cr_assert_eq(st->counters.acknowledged, 2 * PER, "the broker counts %" PRIu64 " trained",
+                 st->counters.acknowledged);
+    stoker_status_destroy(st);
+    proc_broker_stop(broker);
+}
+
+// Runs the trainer with args to its end (at most 20 s); asserts exit code and that its stderr
+// holds every one of the needles (NULL-terminated).
+static void
+refused(const char *const *args, int code, const char *const *needles)
+{
+    proc_child *t = e2e_trainer_start(args);
+    proc_assert_exit(t, code, 20000);
+    char *err = testdir_read(t->err_path, NULL);
+    cr_assert_not_null(err);
+    for (int i = 0; needles[i] != NULL; i++)
+        cr_assert_not_null(strstr(err, needles[i]), "'%s' not in the trainer's stderr: %s",
+                           needles[i], err);
+    free(err);
+}
+
+Test(checkpoint, a_checkpoint_of_another_network_is_refused_naming_the_difference)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
+    proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0"));
+    const char *ck = testdir_file("model.ckpt");
+    const char *weights = testdir_file("weights.safetensors");
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "3", "--device", "cpu",
+                                                "--checkpoint", ck, "--weights", weights));
+    proc_assert_exit(t, 0, 20000);
+
+    // Known before any broker: the hidden widths, the loss, the file itself (usage: exit 2).
+    refused(PROC_ARGS("--broker", url, "--hidden", "8", "--resume", ck), 2,
+            PROC_ARGS("hidden layers 16", "--hidden is 8", "--hidden 16"));
+    refused(PROC_ARGS("--broker", url, "--classes", "3", "--resume", ck), 2,
+            PROC_ARGS("trained with MSE", "--classes 3"));
+    refused(PROC_ARGS("--broker", url, "--resume", weights), 2,
+            PROC_ARGS("not a stoker-trainer checkpoint", "stoker.checkpoint"));
+    refused(PROC_ARGS("--broker", url, "--resume", testdir_file("nothing.ckpt")), 2,
+            PROC_ARGS("--resume", "nothing.ckpt"));
+    // Known from the broker's schema: the input size (an error of the run: exit 1).
+    char url6[256];
+    testdir_ipc_url(url6, sizeof(url6), "broker6");
+    proc_child *broker6 =
+        e2e_broker_start(url6, PROC_ARGS("--schema", "input:float32[6],output:float32[1]"));
+    refused(PROC_ARGS("--broker", url6, "--resume", ck, "--stall-timeout", "2"), 1,
+            PROC_ARGS("layers.0.weight is [16, 10] in the checkpoint, [16, 6] in this network"));
+    proc_broker_stop(broker6);
+    proc_stop(p, 5000);
+    proc_broker_stop(broker);
+}
+
+// Temporary files a checkpoint write left beside path (a kill during the write).
+static int
+leftovers(const char *dir, const char *base)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    size_t len = strlen(base);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += strncmp(e->d_name, base, len) == 0 && strstr(e->d_name + len, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+Test(checkpoint, a_kill_while_writing_leaves_the_previous_checkpoint_whole)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0", "--chunk", "8"));
+    const char *ck = testdir_file("big.ckpt");
+    // ~0.8 MB per checkpoint, one per batch: the trainer spends most of its time writing them.
+    const char *const args[] = {"--broker",
+                                url,
+                                "--hidden",
+                                "256,256",
+                                "--batch-size",
+                                "8",
+                                "--round-length",
+                                "8",
+                                "--rounds",
+                                "1000000",
+                                "--device",
+                                "cpu",
+                                "--checkpoint",
+                                ck,
+                                "--checkpoint-every",
+                                "1",
+                                "--resume",
+                                ck,
+                                NULL};
+    enum { N_ARGS = sizeof(args) / sizeof(args[0]) };
+    const char *first[N_ARGS];
+    memcpy(first, args, sizeof(args));
+    first[N_ARGS - 3] = NULL; // no --resume before there is a checkpoint
+    uint64_t last = 0;
+    for (int kill_no = 0; kill_no < 8; kill_no++) {
+        proc_child *t = e2e_trainer_start(kill_no == 0 ? first : args);
+        wait_checkpoint_past(ck, last, t);
+        stoker_sleep_ms(20 + 13 * kill_no, NULL);
+        proc_signal(t, SIGKILL);
+        cr_assert(proc_wait(t, 5000), "the trainer did not die of SIGKILL");
+        int ok;
+        checkpoint_position pos = position(ck, &ok);
+        cr_assert(ok, "kill %d left no readable checkpoint", kill_no);
+        cr_assert_geq(pos.examples, last,
+                      "kill %d: the checkpoint went back from %" PRIu64 " to %" PRIu64 " examples",
+                      kill_no, last, pos.examples);
+        last = pos.examples;
+    }
+    fprintf(stderr, "checkpoint: 8 kills, %d temporary files left by kills during a write\n",
+            leftovers(testdir_path(), "big.ckpt"));
+    proc_kill(p);
+    proc_broker_stop(broker);
+}
+
+// Producers that linger until their examples are trained say goodbye only once the trainer
+// commits; a committing trainer that waits a second without a batch checkpoints and commits, so
+// the supply ends (exit 3) long before the stall timeout, not by it (exit 4).
+Test(checkpoint, a_starved_trainer_commits_so_that_lingering_producers_can_finish)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    proc_child *p = e2e_producer_start(
+        url, "lingering",
+        PROC_ARGS("--max-examples", "130", "--delay", "0:0", "--chunk", "3", "--linger", "30"));
+    const char *ck = testdir_file("model.ckpt");
+    const char *json = testdir_file("summary.json");
+    uint64_t t0 = stoker_now_ms();
+    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--rounds", "1000", "--device",
+                                                "cpu", "--checkpoint", ck, "--checkpoint-every",
+                                                "1000", "--stall-timeout", "20", "--json", json));
+    proc_assert_exit(t, 3, 15000);
+    uint64_t took_ms = stoker_now_ms() - t0;
+    cr_assert_lt(took_ms, 10000, "the supply ended after %llu ms", (unsigned long long)took_ms);
+    proc_assert_exit(p, 0, 10000);
+    char *summary = testdir_read(json, NULL);
+    cr_assert_not_null(summary);
+    cr_assert_eq(json_u64(summary, NULL, "examples"), 130, "%s", summary);
+    cr_assert_geq(json_u64(summary, NULL, "checkpoints"), 2, "%s", summary);
+    free(summary);
+    int ok;
+    cr_assert_eq(position(ck, &ok).examples, 130);
+    stoker_status *st = h_status(url);
+    cr_assert_eq(st->counters.acknowledged, 130);
+    stoker_status_destroy(st);
+    proc_broker_stop(broker);
+}
+
+// Without --checkpoint nothing changes: acknowledged after each step, no checkpoint fields in the
+// summary, and a completed run logs its end at INFO, not as an error.
+Test(checkpoint, without_checkpoint_the_trainer_runs_as_before)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, NULL);
+    proc_child *p = e2e_producer_start(url, "source", PROC_ARGS("--delay", "0:0"));
+    const char *json = testdir_file("summary.json");
+    proc_child *t = e2e_trainer_start(
+        PROC_ARGS("--broker", url, "--rounds", "5", "--device", "cpu", "--json", json));
+    proc_assert_exit(t, 0, 20000);
+    char *summary = testdir_read(json, NULL), *err = testdir_read(t->err_path, NULL);
+    cr_assert(summary != NULL && err != NULL);
+    cr_assert_null(strstr(summary, "checkpoints"), "%s", summary);
+    cr_assert_null(strstr(summary, "resumed_from"), "%s", summary);
+    cr_assert_not_null(strstr(err, "INFO completed: all 5 rounds done"), "%s", err);
+    cr_assert_null(strstr(err, "ERROR"), "%s", err);
+    free(summary);
+    free(err);
+    stoker_status *st = h_status(url);
+    cr_assert_geq(st->counters.acknowledged, 100, "acknowledged %llu",
+                  (unsigned long long)st->counters.acknowledged);
+    stoker_status_destroy(st);
+    proc_stop(p, 5000);
+    proc_broker_stop(broker);
+}
