@@ -174,6 +174,37 @@ Test(durable, a_full_retention_buffer_stalls_the_producer_without_loss)
     proc_broker_stop(broker);
 }
 
+// The bound is memory, not only a count: a producer of 150,528-byte examples that nobody trains
+// holds --retain of them (plus its two chunks being made and pushed), however much room the
+// broker's queue has left.
+Test(durable, retention_memory_stays_within_its_bound)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "100000"));
+    proc_child *p =
+        e2e_start("bench-producer", "STOKER_BENCH_PRODUCER_BIN",
+                  PROC_ARGS("--broker", url, "--name", "big", "--schema", "image:uint8[224,224,3]",
+                            "--chunk", "8", "--retain", "64", "--fill", "all"));
+    accepted_at_least a = {.n = 64};
+    cr_assert(h_wait_status(url, accepted, &a, 10000), "the producer did not push 64 in 10 s");
+    stoker_sleep_ms(500, NULL); // nothing is trained: it must be waiting at its bound
+    stoker_status *st = h_status(url);
+    uint64_t held = st->producers[0].accepted;
+    stoker_status_destroy(st);
+    cr_assert_eq(held, 64, "with --retain 64 and nothing trained, the broker got %llu examples",
+                 (unsigned long long)held);
+    // 64 retained + 2 chunks of 8 = 80 examples of 150,528 bytes (12 MB); 4x that for the
+    // process, its libraries and malloc's slack. Unbounded, 500 ms would hold hundreds more.
+    uint64_t rss = proc_rss_bytes(p);
+    cr_assert_gt(rss, 0, "cannot read the producer's VmRSS");
+    cr_assert_lt(rss, 4 * 80 * 150528 + (16u << 20), "producer RSS %llu MB with --retain 64",
+                 (unsigned long long)(rss >> 20));
+    proc_signal(p, SIGTERM);
+    proc_assert_exit(p, 0, 5000);
+    proc_broker_stop(broker);
+}
+
 // --- commit with checkpoints --------------------------------------------------------------------
 
 static stoker_trainer_client *
