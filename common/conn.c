@@ -1,6 +1,7 @@
 // A REQ socket to the broker, synchronous calls on contexts, and the status helper.
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "stoker/clock.h"
 #include "tls_config.h"
 #include "stoker/error.h"
+#include "stoker/log.h"
 
 void
 conn_copy_str(char *dst, size_t cap, const char *src)
@@ -35,12 +37,55 @@ url_host(const char *url, char *host, size_t cap)
     snprintf(host, cap, "%.*s", (int)n, p);
 }
 
+// Counts the socket's connections (nng calls this on its own threads).
+static void
+pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
+{
+    (void)p;
+    conn *c = arg;
+    if (ev == NNG_PIPE_EV_ADD_POST) {
+        atomic_fetch_add(&c->pipes, 1);
+    } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
+        atomic_store(&c->pipeless_since_ms, stoker_now_ms());
+    }
+}
+
+// Creates and starts the dialer for c->url (with c->tls when set).
+static int
+dial(conn *c, char *err, size_t err_len)
+{
+    int rv;
+    if ((rv = nng_dialer_create(&c->dialer, c->sock, c->url)) != 0) {
+        snprintf(err, err_len, "bad broker URL '%s': %s", c->url, nng_strerror(rv));
+        return STOKER_INVALID;
+    }
+    nng_dialer_set_size(c->dialer, NNG_OPT_RECVMAXSZ, c->max_message_bytes);
+    if (c->tls != NULL && (rv = nng_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, c->tls)) != 0) {
+        snprintf(err, err_len, "TLS on '%s': %s", c->url, nng_strerror(rv));
+        nng_dialer_close(c->dialer);
+        return stoker_err_from_nng(rv);
+    }
+    if ((rv = nng_dialer_start(c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
+        snprintf(err, err_len, "cannot dial '%s': %s", c->url, nng_strerror(rv));
+        nng_dialer_close(c->dialer);
+        return stoker_err_from_nng(rv);
+    }
+    return STOKER_OK;
+}
+
 int
 conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
           const stoker_tls_options *tls, char *err, size_t err_len)
 {
     int rv;
     memset(c, 0, sizeof(*c));
+    if (strlen(url) >= sizeof(c->url)) {
+        snprintf(err, err_len, "broker URL longer than %zu bytes", sizeof(c->url) - 1);
+        return STOKER_INVALID;
+    }
+    snprintf(c->url, sizeof(c->url), "%s", url);
+    c->max_message_bytes = max_message_bytes;
+    atomic_store(&c->pipeless_since_ms, stoker_now_ms());
     if ((rv = nng_req0_open(&c->sock)) != 0) {
         snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
         return stoker_err_from_nng(rv);
@@ -49,12 +94,8 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
     nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, max_message_bytes);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, (nng_duration)reconnect_max_ms);
-    if ((rv = nng_dialer_create(&c->dialer, c->sock, url)) != 0) {
-        snprintf(err, err_len, "bad broker URL '%s': %s", url, nng_strerror(rv));
-        nng_close(c->sock);
-        return STOKER_INVALID;
-    }
-    nng_dialer_set_size(c->dialer, NNG_OPT_RECVMAXSZ, max_message_bytes);
+    nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
+    nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
     if (stoker_tls_url(url)) {
         stoker_tls_options none = {0};
         char host[256];
@@ -70,18 +111,14 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
             nng_close(c->sock);
             return rv;
         }
-        rv = nng_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, cfg);
-        nng_tls_config_free(cfg); // the dialer holds its own reference
-        if (rv != 0) {
-            snprintf(err, err_len, "TLS on '%s': %s", url, nng_strerror(rv));
-            nng_close(c->sock);
-            return stoker_err_from_nng(rv);
-        }
+        c->tls = cfg; // kept for dialing again; each dialer holds its own reference too
     }
-    if ((rv = nng_dialer_start(c->dialer, NNG_FLAG_NONBLOCK)) != 0) {
-        snprintf(err, err_len, "cannot dial '%s': %s", url, nng_strerror(rv));
+    if ((rv = dial(c, err, err_len)) != STOKER_OK) {
         nng_close(c->sock);
-        return stoker_err_from_nng(rv);
+        if (c->tls != NULL)
+            nng_tls_config_free(c->tls);
+        c->tls = NULL;
+        return rv;
     }
     c->open = 1;
     return STOKER_OK;
@@ -93,7 +130,29 @@ conn_close(conn *c)
     if (c->open) {
         nng_close(c->sock);
         c->open = 0;
+        if (c->tls != NULL)
+            nng_tls_config_free(c->tls);
+        c->tls = NULL;
     }
+}
+
+int
+conn_watch(conn *c, uint32_t after_ms)
+{
+    uint64_t now = stoker_now_ms();
+    if (!c->open || atomic_load(&c->pipes) > 0 ||
+        now < atomic_load(&c->pipeless_since_ms) + after_ms)
+        return 0;
+    char err[256];
+    nng_dialer_close(c->dialer);
+    atomic_store(&c->pipeless_since_ms, now);
+    if (dial(c, err, sizeof(err)) != STOKER_OK) {
+        stoker_warn("dialer-restart: %s (tried again in %u ms)", err, after_ms);
+        return 0;
+    }
+    c->redials++;
+    stoker_debug("dialer-restarted: no connection to %s for %u ms: dialing anew", c->url, after_ms);
+    return 1;
 }
 
 // Completion of a call's aio, signalled to the waiting thread.

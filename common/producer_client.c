@@ -113,6 +113,11 @@ heartbeat_main(void *arg)
     stoker_producer_client *pc = arg;
     pthread_mutex_lock(&pc->lock);
     while (!pc->closing) {
+        // Under the lock, so that destroy (which takes it to say closing) never closes the
+        // connection while the dialer is being replaced.
+        if (conn_watch(&pc->conn, CONN_WATCH_MS))
+            stoker_info("producer '%s': no connection to the broker for %u ms: dialing anew",
+                        pc->name, CONN_WATCH_MS);
         uint32_t every = pc->heartbeat_ms > 0 ? pc->heartbeat_ms : 1000;
         uint64_t now = stoker_now_ms();
         uint64_t due = atomic_load(&pc->last_sent_ms) + every;
@@ -405,6 +410,14 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
             rv = rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
             goto failed;
         }
+        // The broker answered: the give-up clock starts again (a push may wait for room far
+        // longer than give_up_ms), and a later outage is said again.
+        give_up = stoker_now_ms() + pc->opts.give_up_ms;
+        if (logged_down) {
+            stoker_info("producer '%s': broker back, pushing seq %llu", pc->name,
+                        (unsigned long long)first_seq);
+            logged_down = 0;
+        }
         rv = rep->code;
         if (rv == STOKER_OK) {
             if (rep->acked_through >= first_seq + chunk->count) {
@@ -417,9 +430,6 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
                 if (pc->kept != NULL)
                     retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
                 stoker_reply_free(rep);
-                if (logged_down)
-                    stoker_info("producer '%s': broker back, push resumed at seq %llu", pc->name,
-                                (unsigned long long)first_seq);
                 return STOKER_OK;
             }
             rv = STOKER_INTERNAL;

@@ -97,6 +97,33 @@ Test(producer, max_examples_stops_after_exactly_n_and_reports_finished)
     proc_broker_stop(broker);
 }
 
+// A client whose socket has had no connection for 2.5 s replaces its dialer (conn_watch: nng
+// 1.5.2's dialer can stop redialing after a broker died during a handshake); the new dialer
+// connects as soon as a broker listens.
+Test(producer, a_long_unconnected_producer_dials_anew_and_connects)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *p = e2e_producer_start(url, "patient", PROC_ARGS("--log-level", "info"));
+    char *err = NULL;
+    for (int waited = 0; waited < 10000; waited += 100) {
+        free(err);
+        err = testdir_read(p->err_path, NULL);
+        if (err != NULL && strstr(err, "dialing anew") != NULL)
+            break;
+        stoker_sleep_ms(100, NULL);
+    }
+    cr_assert(err != NULL && strstr(err, "dialing anew") != NULL,
+              "no 'dialing anew' in 10 s without a broker:\n%s", err != NULL ? err : "");
+    free(err);
+    proc_child *broker = e2e_broker_start(url, NULL);
+    cr_assert(h_wait_producer(url, "patient", 1, 5000),
+              "the producer did not push through the new dialer in 5 s");
+    proc_signal(p, SIGTERM);
+    proc_assert_exit(p, 0, 5000);
+    proc_broker_stop(broker);
+}
+
 Test(producer, sigterm_says_goodbye_and_loses_nothing)
 {
     char url[256];
