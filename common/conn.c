@@ -37,13 +37,14 @@ url_host(const char *url, char *host, size_t cap)
     snprintf(host, cap, "%.*s", (int)n, p);
 }
 
-// Counts the socket's connections (nng calls this on its own threads).
+// Counts the socket's connections (nng calls this on its own threads). nng runs REM_POST for
+// every pipe it ran ADD_PRE for, also one that failed before ADD_POST: count from ADD_PRE.
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
     (void)p;
     conn *c = arg;
-    if (ev == NNG_PIPE_EV_ADD_POST) {
+    if (ev == NNG_PIPE_EV_ADD_PRE) {
         atomic_fetch_add(&c->pipes, 1);
     } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
         atomic_store(&c->pipeless_since_ms, stoker_now_ms());
@@ -94,7 +95,7 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
     nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, max_message_bytes);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 10);
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, (nng_duration)reconnect_max_ms);
-    nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_POST, pipe_event, c);
+    nng_pipe_notify(c->sock, NNG_PIPE_EV_ADD_PRE, pipe_event, c);
     nng_pipe_notify(c->sock, NNG_PIPE_EV_REM_POST, pipe_event, c);
     if (stoker_tls_url(url)) {
         stoker_tls_options none = {0};
