@@ -294,9 +294,10 @@ stoker_client_options_init(stoker_client_options *o)
     o->max_message_bytes = 256u << 20;
 }
 
-int
-stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, stoker_status **out,
-                    char *err, size_t err_len)
+// One connection, one Status request (after a hello, with a token).
+static int
+status_fetch_once(const char *url, const char *token, uint32_t timeout_ms, stoker_status **out,
+                  char *err, size_t err_len)
 {
     conn c;
     nng_ctx ctx;
@@ -334,6 +335,23 @@ stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, sto
     nng_ctx_close(ctx);
     conn_close(&c);
     return rv;
+}
+
+int
+stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, stoker_status **out,
+                    char *err, size_t err_len)
+{
+    // A connection reset before the answer (the broker dropped it, or a listener it restarted)
+    // is tried again on a new connection while the time lasts.
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    for (;;) {
+        uint64_t now = stoker_now_ms();
+        int rv = status_fetch_once(url, token, now < deadline ? (uint32_t)(deadline - now) : 1, out,
+                                   err, err_len);
+        if ((rv != STOKER_CONNECTION && rv != STOKER_CLOSED) || stoker_now_ms() + 20 >= deadline)
+            return rv;
+        stoker_sleep_ms(20, NULL);
+    }
 }
 
 int

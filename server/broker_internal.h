@@ -118,6 +118,9 @@ struct broker {
     broker_config cfg;
     char token[STOKER_TOKEN_MAX];
     uint64_t start_ms;
+    // Until then the supply is not said to have ended: a producer came back from a broker that
+    // died (its hello continued a session at seq > 0), so others of that broker may follow.
+    uint64_t returning_until_ms;
     int has_schema;
     stoker_schema schema;
     size_t example_bytes;

@@ -228,11 +228,13 @@ pending_events(const broker *b, const trainer *t, stoker_event *buf)
     return n;
 }
 
-// Why the supply ended, or STOKER_OK while producers may still send.
+// Why the supply ended, or STOKER_OK while producers may still send: also for
+// --producer-timeout after a producer came back from a broker that died (returning_until_ms),
+// so that one finishing first does not end the supply for the others still reconnecting.
 static int
-supply_state(const broker *b, char *why, size_t why_len)
+supply_state(const broker *b, uint64_t now_ms, char *why, size_t why_len)
 {
-    if (b->n_producers == 0 || b->c.queued > 0)
+    if (b->n_producers == 0 || b->c.queued > 0 || now_ms < b->returning_until_ms)
         return STOKER_OK;
     uint32_t lost = 0, finished = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
@@ -349,7 +351,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     stoker_event events[EVENTS_PER_REPLY];
     uint32_t n_events = pending_events(b, t, events);
     int alive = producers_alive(b) > 0;
-    int ended = supply_state(b, why, sizeof(why));
+    int ended = supply_state(b, now_ms, why, sizeof(why));
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
     int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,

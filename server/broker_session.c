@@ -151,6 +151,8 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->last_seen_ms = now_ms;
         p->next_seq = req->next_seq;
         trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
+        if (req->next_seq > 0) // a session a dead broker held: its other producers may follow
+            b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;
         stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
