@@ -247,6 +247,8 @@ main(int argc, char **argv)
         if (rv != STOKER_OK && rv != STOKER_INTERRUPTED && rv != STOKER_NO_PRODUCERS &&
             rv != STOKER_END_OF_DATA)
             fprintf(stderr, "chaos-consumer: next: %s\n", stoker_strerror(rv));
+        // The reply that ended the supply may carry the last epoch's end with it.
+        put_events(tc);
         put_fmt("P %s %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", stoker_trainer_client_delivery(tc),
                 stoker_trainer_client_arena_batches(tc), stoker_trainer_client_socket_batches(tc),
                 stoker_trainer_client_arena_full_batches(tc));
