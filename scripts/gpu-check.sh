@@ -2,7 +2,8 @@
 # What to run on a machine with an NVIDIA GPU: builds the trainer core with CUDA and runs the
 # GPU-against-CPU tests (tests/trainer/test_gpu.c) and, with the full build, a GPU training
 # benchmark against the CPU, writing logs and a summary under "$OUT"
-# (default ./gpu-out). Usage: scripts/gpu-check.sh   (env: OUT, BUILD, STOKER_GPU_CHECK_DIRECT)
+# (default ./gpu-out). Usage: scripts/gpu-check.sh   (env: OUT, BUILD, STOKER_GPU_CHECK_DIRECT,
+# STOKER_GPU_CHECK_PREBUILT=DIR: run the binaries that scripts/gpu-pack.sh packed instead of building)
 #
 # Assumptions, checked rather than trusted (the lent GPU machine is not this Debian box):
 # - nvcc (CUDA 12+, Hopper sm_90 or newer GPU) is on PATH or in /usr/local/cuda/bin, with cudart
@@ -48,7 +49,7 @@ command -v nvcc > /dev/null || finish "FAIL: nvcc not found (see env.txt)" 1
 
 run_gpu_test() { # path of test_trainer_gpu
     log "running $1"
-    "$1" > "$OUT/test_gpu.log" 2>&1
+    timeout 300 "$1" > "$OUT/test_gpu.log" 2>&1
     local rc=$?
     cat "$OUT/test_gpu.log"
     case $rc in
@@ -66,9 +67,9 @@ run_gpu_bench() { # path of stoker-trainer
         --round-length 102400 --progress off --log-level warn)
     [ -x "$trainer" ] || { log "no stoker-trainer built: GPU benchmark skipped"; return; }
     log "GPU training benchmark (batch 1024, hidden 1024,1024)"
-    "$trainer" "${common[@]}" --rounds 20 --device gpu --json "$OUT/bench-gpu.json" \
+    timeout 120 "$trainer" "${common[@]}" --rounds 20 --device gpu --json "$OUT/bench-gpu.json" \
         > "$OUT/bench-gpu.log" 2>&1
-    "$trainer" "${common[@]}" --rounds 2 --device cpu --json "$OUT/bench-cpu.json" \
+    timeout 120 "$trainer" "${common[@]}" --rounds 2 --device cpu --json "$OUT/bench-cpu.json" \
         > "$OUT/bench-cpu.log" 2>&1
     python3 - "$OUT/bench-gpu.json" "$OUT/bench-cpu.json" > "$OUT/bench.txt" 2>&1 << 'PY'
 import json, sys
@@ -111,6 +112,24 @@ run_gpu_pinned() { # build folder (full meson build)
     fi
     log "${PINNED_OK:-$PINNED_FAIL}"
 }
+
+# ---- path 0: binaries built elsewhere (scripts/gpu-pack.sh), for a GPU machine without nng,
+# protobuf-c or criterion: the same checks, run from the pack with its libraries ----
+if [ -n "${STOKER_GPU_CHECK_PREBUILT:-}" ]; then
+    PACK=$(cd "$STOKER_GPU_CHECK_PREBUILT" && pwd) || finish "FAIL: no pack at $STOKER_GPU_CHECK_PREBUILT" 1
+    cuda_libs=$(dirname "$(find / -xdev -name 'libcublas.so.1[0-9]*' -print -quit 2> /dev/null)")
+    export LD_LIBRARY_PATH="$PACK/lib:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    log "prebuilt pack $PACK (cuBLAS from $cuda_libs)"
+    ldd "$PACK/tests/trainer/test_trainer_gpu" > "$OUT/ldd.txt" 2>&1
+    for t in test_trainer_backend test_trainer_mlp; do
+        [ -x "$PACK/tests/trainer/$t" ] || continue
+        timeout 300 "$PACK/tests/trainer/$t" > "$OUT/$t.log" 2>&1
+        log "$t (CPU reference, criterion): exit $? ($(tail -1 "$OUT/$t.log"))"
+    done
+    run_gpu_bench "$PACK/trainer/stoker-trainer"
+    run_gpu_pinned "$PACK"
+    run_gpu_test "$PACK/tests/trainer/test_trainer_gpu"
+fi
 
 # ---- path 1: the project's meson build ----
 if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; then
