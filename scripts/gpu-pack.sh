@@ -2,14 +2,16 @@
 # Packs the GPU checks' binaries, built here with CUDA, and the libraries they need that a GPU
 # machine may lack (nng, protobuf-c, criterion, OpenBLAS, ...; not glibc, not CUDA's own), for
 # `STOKER_GPU_CHECK_PREBUILT=DIR scripts/gpu-check.sh` on a machine that has CUDA but not the
-# project's other dependencies. Usage: scripts/gpu-pack.sh DIR   (env: BUILD, default build-gpu)
+# project's other dependencies (and bench/bench.py with STOKER_BUILD=DIR, STOKER_LIB=DIR/common/libstoker.so.0.1.0).
+# Usage: scripts/gpu-pack.sh DIR   (env: BUILD, default build-gpu)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-"$ROOT/build-gpu"}
 PACK=${1:?usage: scripts/gpu-pack.sh DIR}
 BINS=(tests/trainer/test_trainer_gpu tests/trainer/test_trainer_backend tests/trainer/test_trainer_mlp
-    trainer/stoker-trainer server/stoker-broker producer/stoker-producer)
+    trainer/stoker-trainer server/stoker-broker producer/stoker-producer
+    bench/stoker-bench-producer bench/stoker-bench-consumer bench/nng-raw common/libstoker.so.0.1.0)
 
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" -Dcuda=enabled
 grep -q "STOKER_HAS_CUDA 1" "$BUILD/config.h" || { echo "gpu-pack: $BUILD is not built with CUDA" >&2; exit 1; }
