@@ -156,20 +156,7 @@ def bench_floor(opts, tmp):
     res = {"configs": [], "rows": []}
     for kind in ("ipc", "tcp"):
         for producers in (1, 2, 4):
-            url = endpoint(kind, tmp, f"floor{producers}")
-            with Procs() as procs:
-                start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536")
-                trainer = procs.start(
-                    [TRAINER, "--broker", url, "--batch-size", "256", "--round-length", "65536",
-                     "--rounds", str(total // 65536), "--device", "cpu", "--prefetch", "8",
-                     "--stall-timeout", "10", "--json", "-", "--progress", "off", "--log-level",
-                     "warn"], stdout=subprocess.PIPE, text=True)
-                time.sleep(1)
-                for i in range(producers):
-                    procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096", "--name",
-                                 f"p{i}"])
-                out, _ = trainer.communicate(timeout=300)
-                st = json.loads(out.strip().splitlines()[-1])
+            st = floor_run(tmp, f"floor{producers}", producers, total, kind=kind)
             raw = raw_nng(kind, tmp, producers, 256 * SYNTH_BYTES, total // 256)
             raw_eps = raw["messages_per_second"] * 256
             eps = st["examples_per_second"]
@@ -365,17 +352,19 @@ def bench_images(opts, tmp):
                       crates[2] / (cinline * cores), "", None)]}
 
 
-def floor_run(tmp, tag, producers, total, dataset_items=0):
-    """The floor workload (ipc) through a broker: a stream, or with dataset_items a dataset of
-    that many items for total // dataset_items epochs. Returns the trainer's summary."""
-    url = endpoint("ipc", tmp, tag)
-    broker_extra, trainer_extra, producer_extra = [], ["--rounds", str(total // 65536)], []
+def floor_run(tmp, tag, producers, total, dataset_items=0, kind="ipc", producer_flags=()):
+    """The floor workload (see bench_floor) through a broker over kind (ipc or tcp): a stream, or
+    with dataset_items a dataset of that many items for total // dataset_items epochs;
+    producer_flags go to every producer (e.g. --retain 0). Returns the trainer's summary."""
+    url = endpoint(kind, tmp, tag)
+    broker_extra, trainer_extra = [], ["--rounds", str(total // 65536)]
+    producer_extra = list(producer_flags)
     if dataset_items:
         epochs = total // dataset_items
         broker_extra = ["--dataset-size", str(dataset_items), "--epochs", str(epochs),
                         "--shard-items", "65536"]
         trainer_extra = ["--epochs", str(epochs)]
-        producer_extra = ["--items", str(dataset_items)]
+        producer_extra += ["--items", str(dataset_items)]
     with Procs() as procs:
         start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536", *broker_extra)
         trainer = procs.start(
@@ -544,24 +533,6 @@ def bench_ranks(opts, tmp):
                             1000 * g["end_spread_s"], f"({1000 * u['end_spread_s']:.0f} ms)",
                             None))
 
-def floor_rate(tmp, tag, producers, total, retain):
-    """Examples/s of the floor workload (ipc) with the producers' retention on or off."""
-    url = endpoint("ipc", tmp, f"durable-{tag}")
-    with Procs() as procs:
-        start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536")
-        trainer = procs.start(
-            [TRAINER, "--broker", url, "--batch-size", "256", "--round-length", "65536",
-             "--rounds", str(total // 65536), "--device", "cpu", "--prefetch", "8",
-             "--stall-timeout", "10", "--json", "-", "--progress", "off", "--log-level",
-             "warn"], stdout=subprocess.PIPE, text=True)
-        time.sleep(1)
-        for i in range(producers):
-            procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096", "--name", f"p{i}",
-                         *([] if retain else ["--retain", "0"])])
-        out, _ = trainer.communicate(timeout=300)
-    return json.loads(out.strip().splitlines()[-1])["examples_per_second"]
-
-
 def seed_rate(tmp, tag, scale, retain):
     """Examples/s of the seed workload (16 synthetic producers, delays divided by scale)."""
     lo, hi = 0.05 / scale, 0.5 / scale
@@ -624,8 +595,9 @@ def bench_durable(opts, tmp):
     scale = 10 if opts.quick else 2
     res = {"floor_on": [], "floor_off": [], "seed_on": [], "seed_off": []}
     for _ in range(reps):  # alternating, so the machine's drift hits both alike
-        res["floor_off"].append(floor_rate(tmp, "off", 2, total, False))
-        res["floor_on"].append(floor_rate(tmp, "on", 2, total, True))
+        res["floor_off"].append(floor_run(tmp, "durable-off", 2, total,
+                                          producer_flags=["--retain", "0"])["examples_per_second"])
+        res["floor_on"].append(floor_run(tmp, "durable-on", 2, total)["examples_per_second"])
     for _ in range(reps):
         res["seed_off"].append(seed_rate(tmp, "off", scale, False))
         res["seed_on"].append(seed_rate(tmp, "on", scale, True))

@@ -42,7 +42,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +52,7 @@
 #include "stoker/error.h"
 #include "stoker/rng.h"
 
+#include "harness.h"
 #include "proc.h"
 #include "testdir.h"
 
@@ -62,60 +62,10 @@
 #define MAX_SEQ       (1u << 22)
 #define LEASE_NEAR    1000000u // leases of one broker lie within this of each other
 
-// ---- failure, watchdog ---------------------------------------------------------------------
+// ---- the temporary directory -----------------------------------------------------------------
 
 static char tmpdir[256];
 static int keep_dir;
-static int run_failed;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-// Records a failed assertion of the current run (the run goes on to report everything).
-static void
-fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("chaos: FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    fflush(stdout);
-    run_failed = 1;
-}
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-// A fixture that cannot do its job: stop the whole test (children die with us).
-static void
-die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("chaos: ERROR: ");
-    vprintf(fmt, ap);
-    printf("\nchaos: logs kept in %s\n", tmpdir);
-    va_end(ap);
-    fflush(stdout);
-    _exit(1); // children die with us (PR_SET_PDEATHSIG)
-}
-
-// The test library's failures (a child that cannot be started, killed or stopped) end the test.
-static void
-die_hook(const char *msg)
-{
-    die("%s", msg);
-}
-
-static void
-on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "chaos: ERROR: watchdog: the test ran past its time bound\n";
-    ssize_t n = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
-    (void)n;
-    _exit(1);
-}
 
 // ---- processes -----------------------------------------------------------------------------
 
@@ -163,10 +113,10 @@ append_file(const char *path, const char *text)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
-        die("open %s: %s", path, strerror(errno));
+        harness_die("open %s: %s", path, strerror(errno));
     size_t len = strlen(text);
     if (write(fd, text, len) != (ssize_t)len)
-        die("write %s: %s", path, strerror(errno));
+        harness_die("write %s: %s", path, strerror(errno));
     close(fd);
 }
 
@@ -251,7 +201,7 @@ static void
 start_consumer(run_state *r)
 {
     if (r->n_consumers == MAX_CONSUMERS)
-        die("run %d: too many consumers", r->index);
+        harness_die("run %d: too many consumers", r->index);
     consumer_rec *c = &r->consumers[r->n_consumers++];
     memset(c, 0, sizeof(*c));
     snprintf(c->log, sizeof(c->log), "%s/run%d-consumer%d.log", tmpdir, r->index,
@@ -315,7 +265,7 @@ fetch_status(run_state *r)
         stoker_sleep_ms(50, NULL);
     }
     dump_threads(r->broker.child.pid, r->broker_log);
-    die("run %d: no Status from the broker: %s", r->index, err);
+    harness_die("run %d: no Status from the broker: %s", r->index, err);
 }
 
 static int
@@ -357,7 +307,7 @@ kill_broker(run_state *r)
         if (same)
             break;
         if (i == 20)
-            die("run %d: the frozen broker's counters keep changing", r->index);
+            harness_die("run %d: the frozen broker's counters keep changing", r->index);
     }
     kill_proc(&r->broker);
     r->held = st;
@@ -441,13 +391,13 @@ reap_unexpected(run_state *r)
         }
     }
     if (r->consumer.child.pid > 0 && proc_wait(&r->consumer.child, 0)) {
-        fail("run %d: the consumer exited on its own (status %d)", r->index,
-             r->consumer.child.status);
+        harness_fail("run %d: the consumer exited on its own (status %d)", r->index,
+                     r->consumer.child.status);
         start_consumer(r);
     }
     if (r->broker.child.pid > 0 && proc_wait(&r->broker.child, 0))
-        die("run %d: the broker died on its own (status %d; see %s)", r->index,
-            r->broker.child.status, r->broker_log);
+        harness_die("run %d: the broker died on its own (status %d; see %s)", r->index,
+                    r->broker.child.status, r->broker_log);
 }
 
 static void
@@ -553,9 +503,10 @@ drain_phase(run_state *r)
         if (behind == NULL)
             break;
         if (stoker_now_ms() > deadline) {
-            fail("run %d: producer '%s' lived on but did not reach the new broker beyond what the "
-                 "killed one held within 15 s",
-                 r->index, behind);
+            harness_fail(
+                "run %d: producer '%s' lived on but did not reach the new broker beyond what the "
+                "killed one held within 15 s",
+                r->index, behind);
             break;
         }
         reap_unexpected(r);
@@ -579,8 +530,9 @@ drain_phase(run_state *r)
         if (drained)
             break;
         if (attempt == 1) {
-            fail("run %d: the broker was not drained (queued or in flight) within 8 s, twice",
-                 r->index);
+            harness_fail(
+                "run %d: the broker was not drained (queued or in flight) within 8 s, twice",
+                r->index);
             break;
         }
         // A lease whose acknowledgement failed on a live connection stays in flight until its
@@ -590,10 +542,10 @@ drain_phase(run_state *r)
         start_consumer(r);
     }
     if (!stop_proc(&r->consumer, 5000))
-        fail("run %d: the consumer did not exit within 5 s of SIGTERM", r->index);
+        harness_fail("run %d: the consumer did not exit within 5 s of SIGTERM", r->index);
     r->final = fetch_status(r);
     if (!stop_proc(&r->broker, 5000))
-        fail("run %d: the broker did not exit within 5 s of SIGTERM", r->index);
+        harness_fail("run %d: the broker did not exit within 5 s of SIGTERM", r->index);
 }
 
 // ---- the check -----------------------------------------------------------------------------
@@ -642,7 +594,7 @@ find_sess(check *c, uint64_t session, int create)
     if (!create)
         return NULL;
     if (c->n_sessions == MAX_SESSIONS)
-        die("more than %d producer sessions in one run", MAX_SESSIONS);
+        harness_die("more than %d producer sessions in one run", MAX_SESSIONS);
     sess *s = &c->sessions[c->n_sessions++];
     memset(s, 0, sizeof(*s));
     s->session = session;
@@ -659,7 +611,7 @@ find_id(check *c, uint64_t session, uint64_t seq, int create)
         if (!create)
             return NULL;
         if (seq >= MAX_SEQ)
-            die("implausible seq %" PRIu64 " of session %016" PRIx64, seq, session);
+            harness_die("implausible seq %" PRIu64 " of session %016" PRIx64, seq, session);
         uint64_t cap = s->cap ? s->cap : 1024;
         while (cap <= seq)
             cap *= 2;
@@ -723,8 +675,8 @@ parse_log(check *c, run_state *r, int ci)
             while (i > first_batch && c->batches[i - 1].lease != lease)
                 i--;
             if (i == first_batch)
-                fail("run %d consumer %d: '%c %" PRIu64 "' without its batch", r->index, ci,
-                     line[0], lease);
+                harness_fail("run %d consumer %d: '%c %" PRIu64 "' without its batch", r->index, ci,
+                             line[0], lease);
             else
                 c->batches[i - 1].ack = line[0];
             continue;
@@ -747,10 +699,10 @@ parse_log(check *c, run_state *r, int ci)
             brun run;
             run.session = strtoull(p + 1, &end, 16);
             if (*end != ':')
-                die("run %d consumer %d: bad line '%s'", r->index, ci, line);
+                harness_die("run %d consumer %d: bad line '%s'", r->index, ci, line);
             run.first = strtoull(end + 1, &end, 10);
             if (*end != ':')
-                die("run %d consumer %d: bad line '%s'", r->index, ci, line);
+                harness_die("run %d consumer %d: bad line '%s'", r->index, ci, line);
             run.count = strtoull(end + 1, &end, 10);
             p = end;
             b->runs = realloc(b->runs, (size_t)(b->n_runs + 1) * sizeof(brun));
@@ -809,16 +761,17 @@ check_paths(run_state *r, totals *tot)
         shm_batches[cr->shm] += cr->via_shm;
         socket_batches[cr->shm] += cr->via_socket;
         if (!cr->shm && (cr->via_shm > 0 || cr->summaries_shm > 0))
-            fail("run %d: consumer %d, started with STOKER_SHM=0, had %" PRIu64 " batches "
-                 "through shared memory (%d summaries said shm)",
-                 r->index, ci, cr->via_shm, cr->summaries_shm);
+            harness_fail("run %d: consumer %d, started with STOKER_SHM=0, had %" PRIu64 " batches "
+                         "through shared memory (%d summaries said shm)",
+                         r->index, ci, cr->via_shm, cr->summaries_shm);
         if (cr->shm && cr->via_shm + cr->via_socket >= 10 && cr->via_shm <= cr->via_socket)
-            fail("run %d: consumer %d, on the broker's host, had %" PRIu64 " batches through "
-                 "shared memory and %" PRIu64 " over the socket",
-                 r->index, ci, cr->via_shm, cr->via_socket);
+            harness_fail("run %d: consumer %d, on the broker's host, had %" PRIu64
+                         " batches through "
+                         "shared memory and %" PRIu64 " over the socket",
+                         r->index, ci, cr->via_shm, cr->via_socket);
         if (cr->shm && cr->via_shm > 0 && cr->summaries_shm < cr->summaries - 1)
-            fail("run %d: consumer %d: %d of its %d clients' summaries said shm", r->index, ci,
-                 cr->summaries_shm, cr->summaries);
+            harness_fail("run %d: consumer %d: %d of its %d clients' summaries said shm", r->index,
+                         ci, cr->summaries_shm, cr->summaries);
     }
     printf("chaos: run %d: delivery: shm consumers %" PRIu64 " batches through shared memory, "
            "%" PRIu64 " as bytes; STOKER_SHM=0 consumers %" PRIu64 " as bytes\n",
@@ -849,9 +802,10 @@ check_run(run_state *r, totals *tot)
             b->lifetime =
                 min1 != UINT64_MAX && b->lease >= min1 && b->lease <= max1 + LEASE_NEAR ? 1 : 2;
             if (b->lifetime == 1 && b->consumer > r->marker_consumer)
-                fail("run %d: consumer %d, started after the broker's kill, has lease %" PRIu64
-                     " of the killed broker",
-                     r->index, b->consumer, b->lease);
+                harness_fail(
+                    "run %d: consumer %d, started after the broker's kill, has lease %" PRIu64
+                    " of the killed broker",
+                    r->index, b->consumer, b->lease);
         }
         if (b->lifetime == 2) {
             min2 = b->lease < min2 ? b->lease : min2;
@@ -859,9 +813,11 @@ check_run(run_state *r, totals *tot)
         }
     }
     if (min2 != UINT64_MAX && max2 - min2 > LEASE_NEAR)
-        fail("run %d: the surviving broker's leases span %" PRIu64 " ids", r->index, max2 - min2);
+        harness_fail("run %d: the surviving broker's leases span %" PRIu64 " ids", r->index,
+                     max2 - min2);
     if (max1 - min1 > LEASE_NEAR && min1 != UINT64_MAX)
-        fail("run %d: the killed broker's leases span %" PRIu64 " ids", r->index, max1 - min1);
+        harness_fail("run %d: the killed broker's leases span %" PRIu64 " ids", r->index,
+                     max1 - min1);
 
     // Deliveries in order (consumers ran one after the other, lines in order).
     uint64_t redel_killed = 0, redel_nack = 0, nacks = 0, examples = 0;
@@ -889,10 +845,11 @@ check_run(run_state *r, totals *tot)
                         why = "delivered again though its earlier batch was neither "
                               "acknowledged, refused, nor held by a killed consumer";
                     if (why != NULL && reported++ < 10)
-                        fail("run %d: identity %016" PRIx64 ":%" PRIu64 " %s (broker lifetime "
-                             "%d; leases %" PRIu64 " consumer %d, then %" PRIu64 " consumer %d)",
-                             r->index, b->runs[k].session, q, why, l, pb->lease, pb->consumer,
-                             b->lease, b->consumer);
+                        harness_fail(
+                            "run %d: identity %016" PRIx64 ":%" PRIu64 " %s (broker lifetime "
+                            "%d; leases %" PRIu64 " consumer %d, then %" PRIu64 " consumer %d)",
+                            r->index, b->runs[k].session, q, why, l, pb->lease, pb->consumer,
+                            b->lease, b->consumer);
                 }
                 id->n[l]++;
                 id->last[l] = (int32_t)bi;
@@ -915,9 +872,9 @@ check_run(run_state *r, totals *tot)
                 acked[l] += c->batches[id->last[l]].ack == 'A';
                 const stoker_status *st = l == 1 ? s1 : s2;
                 if (!accepted_by(st, s->session, q) && (l == 1 ? bad1++ : bad2++) < 5)
-                    fail("run %d: identity %016" PRIx64 ":%" PRIu64 " trained in broker "
-                         "lifetime %d, which never accepted it",
-                         r->index, s->session, q, l);
+                    harness_fail("run %d: identity %016" PRIx64 ":%" PRIu64 " trained in broker "
+                                 "lifetime %d, which never accepted it",
+                                 r->index, s->session, q, l);
             }
             if (id->n[1] > 0 && id->n[2] > 0) {
                 twice_across++;
@@ -931,10 +888,11 @@ check_run(run_state *r, totals *tot)
                 const batch *b1 = &c->batches[id->last[1]], *b2 = &c->batches[id->last[2]];
                 if (b1->ack == 'A' && b1->consumer == b2->consumer && b1->client == b2->client &&
                     across_reported++ < 5)
-                    fail("run %d: identity %016" PRIx64 ":%" PRIu64 " acknowledged under the "
-                         "killed broker (lease %" PRIu64 ") was trained again by the same "
-                         "consumer %d",
-                         r->index, s->session, q, b1->lease, b1->consumer);
+                    harness_fail("run %d: identity %016" PRIx64 ":%" PRIu64
+                                 " acknowledged under the "
+                                 "killed broker (lease %" PRIu64 ") was trained again by the same "
+                                 "consumer %d",
+                                 r->index, s->session, q, b1->lease, b1->consumer);
             }
         }
     }
@@ -942,8 +900,8 @@ check_run(run_state *r, totals *tot)
     // The killed broker.
     const stoker_counters *k1 = &s1->counters;
     if (discrepancy(k1) != 0)
-        fail("run %d: the killed broker's frozen status: discrepancy %" PRId64, r->index,
-             discrepancy(k1));
+        harness_fail("run %d: the killed broker's frozen status: discrepancy %" PRId64, r->index,
+                     discrepancy(k1));
     uint64_t sum1 = 0, held = k1->queued + k1->in_flight, lost = 0, repushed = 0;
     uint64_t lost_by_killed = 0;
     for (uint32_t i = 0; i < s1->n_producers; i++) {
@@ -951,9 +909,9 @@ check_run(run_state *r, totals *tot)
         uint64_t lost_before = lost;
         sum1 += p->accepted;
         if (p->next_seq != p->accepted)
-            fail("run %d: killed broker: session %016" PRIx64 " accepted %" PRIu64
-                 " but next_seq %" PRIu64 " (a fresh session starts at 0)",
-                 r->index, p->session, p->accepted, p->next_seq);
+            harness_fail("run %d: killed broker: session %016" PRIx64 " accepted %" PRIu64
+                         " but next_seq %" PRIu64 " (a fresh session starts at 0)",
+                         r->index, p->session, p->accepted, p->next_seq);
         for (uint64_t q = p->next_seq - p->accepted; q < p->next_seq; q++) {
             idrec *id = find_id(c, p->session, q, 0);
             int t1 = id != NULL && id->n[1] > 0, t2 = id != NULL && id->n[2] > 0;
@@ -963,55 +921,59 @@ check_run(run_state *r, totals *tot)
         // Loss is allowed only where the producer died too before it pushed its retained
         // examples to the new broker.
         if (lost > lost_before && !may_lose(r, p->name))
-            fail("run %d: producer '%s' (session %016" PRIx64 ") %s, yet %" PRIu64
-                 " of its examples held by the killed broker were never trained",
-                 r->index, p->name, p->session,
-                 was_killed(r, p->name) ? "was SIGKILLed only after it reached the new broker"
-                                        : "was never SIGKILLed",
-                 lost - lost_before);
+            harness_fail("run %d: producer '%s' (session %016" PRIx64 ") %s, yet %" PRIu64
+                         " of its examples held by the killed broker were never trained",
+                         r->index, p->name, p->session,
+                         was_killed(r, p->name)
+                             ? "was SIGKILLed only after it reached the new broker"
+                             : "was never SIGKILLed",
+                         lost - lost_before);
         if (may_lose(r, p->name))
             lost_by_killed += lost - lost_before;
         // A producer that lived on resumed with the next broker where its acknowledgements
         // ended: never beyond what the killed broker held.
         const stoker_producer_info *p2 = status_session(s2, p->session);
         if (p2 != NULL && p2->next_seq - p2->accepted > p->next_seq)
-            fail("run %d: session %016" PRIx64 " resumed at seq %" PRIu64 " with the new broker, "
-                 "the killed one held only up to %" PRIu64 " (examples skipped)",
-                 r->index, p->session, p2->next_seq - p2->accepted, p->next_seq);
+            harness_fail("run %d: session %016" PRIx64 " resumed at seq %" PRIu64
+                         " with the new broker, "
+                         "the killed one held only up to %" PRIu64 " (examples skipped)",
+                         r->index, p->session, p2->next_seq - p2->accepted, p->next_seq);
     }
     if (sum1 != k1->produced)
-        fail("run %d: killed broker: producers' accepted sum to %" PRIu64 ", produced %" PRIu64,
-             r->index, sum1, k1->produced);
+        harness_fail("run %d: killed broker: producers' accepted sum to %" PRIu64
+                     ", produced %" PRIu64,
+                     r->index, sum1, k1->produced);
     if (trained[1] < k1->acknowledged)
-        fail("run %d: killed broker acknowledged %" PRIu64
-             " examples, consumers trained only %" PRIu64,
-             r->index, k1->acknowledged, trained[1]);
+        harness_fail("run %d: killed broker acknowledged %" PRIu64
+                     " examples, consumers trained only %" PRIu64,
+                     r->index, k1->acknowledged, trained[1]);
     if (acked[1] > k1->acknowledged)
-        fail("run %d: consumers logged %" PRIu64 " acknowledged examples, the killed broker "
-             "counted %" PRIu64,
-             r->index, acked[1], k1->acknowledged);
+        harness_fail("run %d: consumers logged %" PRIu64
+                     " acknowledged examples, the killed broker "
+                     "counted %" PRIu64,
+                     r->index, acked[1], k1->acknowledged);
     uint64_t trained_unacked = trained[1] - k1->acknowledged;
     if (lost + trained_unacked + repushed != held)
-        fail("run %d: the killed broker held %" PRIu64 " (queued %" PRIu64 " + in flight %" PRIu64
-             "); lost %" PRIu64 " + trained unacknowledged %" PRIu64 " + re-pushed %" PRIu64
-             " should equal it",
-             r->index, held, k1->queued, k1->in_flight, lost, trained_unacked, repushed);
+        harness_fail("run %d: the killed broker held %" PRIu64 " (queued %" PRIu64
+                     " + in flight %" PRIu64 "); lost %" PRIu64 " + trained unacknowledged %" PRIu64
+                     " + re-pushed %" PRIu64 " should equal it",
+                     r->index, held, k1->queued, k1->in_flight, lost, trained_unacked, repushed);
 
     // The surviving broker, drained.
     const stoker_counters *k2 = &s2->counters;
     if (discrepancy(k2) != 0)
-        fail("run %d: surviving broker: discrepancy %" PRId64, r->index, discrepancy(k2));
+        harness_fail("run %d: surviving broker: discrepancy %" PRId64, r->index, discrepancy(k2));
     if (k2->queued != 0 || k2->in_flight != 0)
-        fail("run %d: surviving broker not drained: queued %" PRIu64 ", in flight %" PRIu64,
-             r->index, k2->queued, k2->in_flight);
+        harness_fail("run %d: surviving broker not drained: queued %" PRIu64 ", in flight %" PRIu64,
+                     r->index, k2->queued, k2->in_flight);
     uint64_t sum2 = 0, missing2 = 0, dropped2 = 0;
     for (uint32_t i = 0; i < s2->n_producers; i++) {
         const stoker_producer_info *p = &s2->producers[i];
         sum2 += p->accepted;
         if (p->accepted > p->next_seq)
-            fail("run %d: surviving broker: session %016" PRIx64 " accepted %" PRIu64
-                 " > next_seq %" PRIu64,
-                 r->index, p->session, p->accepted, p->next_seq);
+            harness_fail("run %d: surviving broker: session %016" PRIx64 " accepted %" PRIu64
+                         " > next_seq %" PRIu64,
+                         r->index, p->session, p->accepted, p->next_seq);
         for (uint64_t q = p->next_seq - p->accepted; q < p->next_seq; q++) {
             idrec *id = find_id(c, p->session, q, 0);
             if (id != NULL && id->n[2] == 0 && id->n[1] > 0) {
@@ -1020,23 +982,25 @@ check_run(run_state *r, totals *tot)
                 dropped2++;
             } else if (id == NULL || id->n[2] == 0) {
                 if (missing2++ < 5)
-                    fail("run %d: identity %016" PRIx64 ":%" PRIu64 " accepted by the "
-                         "surviving broker was never delivered",
-                         r->index, p->session, q);
+                    harness_fail("run %d: identity %016" PRIx64 ":%" PRIu64 " accepted by the "
+                                 "surviving broker was never delivered",
+                                 r->index, p->session, q);
             }
         }
     }
     if (sum2 != k2->produced)
-        fail("run %d: surviving broker: producers' accepted sum to %" PRIu64 ", produced %" PRIu64,
-             r->index, sum2, k2->produced);
+        harness_fail("run %d: surviving broker: producers' accepted sum to %" PRIu64
+                     ", produced %" PRIu64,
+                     r->index, sum2, k2->produced);
     if (trained[2] + dropped2 != k2->produced || k2->acknowledged != k2->produced)
-        fail("run %d: surviving broker: produced %" PRIu64 ", acknowledged %" PRIu64
-             ", identities trained %" PRIu64 " + dropped as seen before %" PRIu64,
-             r->index, k2->produced, k2->acknowledged, trained[2], dropped2);
+        harness_fail("run %d: surviving broker: produced %" PRIu64 ", acknowledged %" PRIu64
+                     ", identities trained %" PRIu64 " + dropped as seen before %" PRIu64,
+                     r->index, k2->produced, k2->acknowledged, trained[2], dropped2);
     if (acked[2] > k2->acknowledged)
-        fail("run %d: consumers logged %" PRIu64 " acknowledged examples, the surviving broker "
-             "counted %" PRIu64,
-             r->index, acked[2], k2->acknowledged);
+        harness_fail("run %d: consumers logged %" PRIu64
+                     " acknowledged examples, the surviving broker "
+                     "counted %" PRIu64,
+                     r->index, acked[2], k2->acknowledged);
 
     printf("chaos: run %d: %zu batches, %" PRIu64 " examples trained (%" PRIu64 " + %" PRIu64
            " distinct per broker); producers: %d started, %d killed, %d frozen, %d replaced; "
@@ -1085,18 +1049,10 @@ check_run(run_state *r, totals *tot)
 
 // ---- main ----------------------------------------------------------------------------------
 
-static uint64_t
-env_u64(const char *name, uint64_t dflt)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' ? strtoull(v, NULL, 0) : dflt;
-}
-
 int
 main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    proc_set_fail(die_hook);
+    harness_init("chaos", tmpdir);
     broker_bin = getenv("STOKER_BROKER_BIN");
     producer_bin = getenv("STOKER_PRODUCER_BIN");
     consumer_bin = getenv("STOKER_CHAOS_CONSUMER_BIN");
@@ -1105,11 +1061,9 @@ main(void)
                "STOKER_CHAOS_CONSUMER_BIN must be set (meson test sets them)\n");
         return 77;
     }
-    uint64_t seed = env_u64("STOKER_CHAOS_SEED", 0);
-    if (seed == 0)
-        seed = stoker_random_u64() % 1000000000u + 1;
-    uint64_t runs = env_u64("STOKER_CHAOS_RUNS", 8);
-    uint64_t run_ms = env_u64("STOKER_CHAOS_RUN_MS", 14000);
+    uint64_t seed = harness_seed();
+    uint64_t runs = harness_env_u64("STOKER_CHAOS_RUNS", 8);
+    uint64_t run_ms = harness_env_u64("STOKER_CHAOS_RUN_MS", 14000);
     keep_dir = getenv("STOKER_CHAOS_KEEP") != NULL;
     if (run_ms < 2000)
         run_ms = 2000;
@@ -1119,14 +1073,12 @@ main(void)
 
     // Every run ends within run_ms + ~1 s of broker restart + 2 x 8 s of drain + stops (5 s
     // each at most); the watchdog bounds the whole test whatever happens.
-    signal(SIGALRM, on_alarm);
-    alarm((unsigned)(runs * (run_ms / 1000 + 35) + 30));
-    signal(SIGPIPE, SIG_IGN);
+    harness_watchdog((unsigned)(runs * (run_ms / 1000 + 35) + 30));
 
     const char *base = getenv("TMPDIR") != NULL ? getenv("TMPDIR") : "/tmp";
     snprintf(tmpdir, sizeof(tmpdir), "%s/stoker-chaos-XXXXXX", base);
     if (mkdtemp(tmpdir) == NULL)
-        die("mkdtemp %s: %s", tmpdir, strerror(errno));
+        harness_die("mkdtemp %s: %s", tmpdir, strerror(errno));
 
     stoker_rng rng;
     stoker_rng_seed(&rng, seed);
@@ -1144,7 +1096,7 @@ main(void)
         r->train_ms = ri % 2 == 0 ? "8:30" : "0:3";
         snprintf(r->url, sizeof(r->url), "ipc://%s/broker%d.sock", tmpdir, r->index);
         snprintf(r->broker_log, sizeof(r->broker_log), "%s/run%d-broker.log", tmpdir, r->index);
-        run_failed = 0;
+        harness_run_failed = 0;
         uint64_t t0 = stoker_now_ms();
         start_broker(r);
         for (int i = 0; i < r->n_producers; i++)
@@ -1158,9 +1110,9 @@ main(void)
         kill_proc(&r->broker);
         check_run(r, &tot);
         printf("chaos: run %d: %s in %.1f s (%d producers, consumer trains %s ms per batch)\n",
-               r->index, run_failed ? "FAILED" : "ok", (double)(stoker_now_ms() - t0) / 1000.0,
-               r->n_producers, r->train_ms);
-        failed_runs += run_failed;
+               r->index, harness_run_failed ? "FAILED" : "ok",
+               (double)(stoker_now_ms() - t0) / 1000.0, r->n_producers, r->train_ms);
+        failed_runs += harness_run_failed;
         tot.producer_kills += r->producer_kills;
         tot.producer_freezes += r->producer_freezes;
         tot.producer_replacements += r->producer_replacements;

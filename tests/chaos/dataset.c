@@ -25,7 +25,6 @@
 // STOKER_CHAOS_SEED, STOKER_CHAOS_RUNS (default 2), STOKER_CHAOS_KEEP=1 keeps the directory.
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +36,7 @@
 #include "stoker/rng.h"
 #include "stoker/status.h"
 
+#include "harness.h"
 #include "proc.h"
 #include "testdir.h"
 
@@ -47,41 +47,6 @@
 #define RUN_LIMIT_MS  120000 // a run's epochs must end within this
 #define END_MS        20000  // after the last epoch, everyone exits within this
 #define TIMEOUT_MS    1000   // the broker's --producer-timeout
-
-static int run_failed;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-// Records a failed assertion of the current run (the run goes on to report everything).
-static void
-fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    printf("chaos-dataset: FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    run_failed = 1;
-}
-
-// A fixture that cannot do its job: stop the whole test (children die with us).
-static void
-die_hook(const char *msg)
-{
-    printf("chaos-dataset: ERROR: %s\nchaos-dataset: logs kept in %s\n", msg, testdir_path());
-    _exit(1);
-}
-
-static void
-on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "chaos-dataset: ERROR: watchdog: the test ran past its bound\n";
-    ssize_t n = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
-    (void)n;
-    _exit(1);
-}
 
 typedef struct slot {
     proc_child child;    // child.pid 0 when not running
@@ -329,10 +294,11 @@ end_phase(run_state *r)
 {
     uint64_t t0 = stoker_now_ms();
     if (!proc_wait(&r->consumer, END_MS))
-        fail("run %d: the consumer did not see the supply end within %d s", r->index,
-             END_MS / 1000);
+        harness_fail("run %d: the consumer did not see the supply end within %d s", r->index,
+                     END_MS / 1000);
     else if (proc_exit_code(&r->consumer) != 0)
-        fail("run %d: the consumer exited %d, not 0", r->index, proc_exit_code(&r->consumer));
+        harness_fail("run %d: the consumer exited %d, not 0", r->index,
+                     proc_exit_code(&r->consumer));
     for (int i = 0; i < r->n_producers; i++) {
         slot *s = &r->producers[i];
         if (s->child.pid == 0)
@@ -340,11 +306,11 @@ end_phase(run_state *r)
         uint64_t spent = stoker_now_ms() - t0;
         int left = spent < END_MS ? (int)(END_MS - spent) : 0;
         if (!proc_wait(&s->child, left))
-            fail("run %d: producer slot %d still runs %d s after the last epoch", r->index, i,
-                 END_MS / 1000);
+            harness_fail("run %d: producer slot %d still runs %d s after the last epoch", r->index,
+                         i, END_MS / 1000);
         else if (proc_exit_code(&s->child) != 0)
-            fail("run %d: producer slot %d exited %d, not 0", r->index, i,
-                 proc_exit_code(&s->child));
+            harness_fail("run %d: producer slot %d exited %d, not 0", r->index, i,
+                         proc_exit_code(&s->child));
     }
     printf("chaos-dataset: run %d: consumer and producers ended %.1f s after the last epoch\n",
            r->index, (double)(stoker_now_ms() - t0) / 1000.0);
@@ -385,7 +351,7 @@ read_consumer(run_state *r, ledger *g, int c)
 {
     char *text = testdir_read(r->consumer_log[c], NULL);
     if (text == NULL) {
-        fail("run %d: no log from consumer %d (%s)", r->index, c, r->consumer_log[c]);
+        harness_fail("run %d: no log from consumer %d (%s)", r->index, c, r->consumer_log[c]);
         return;
     }
     lease_items *leases = NULL;
@@ -411,17 +377,18 @@ read_consumer(run_state *r, ledger *g, int c)
             while (li->n < 64 && sscanf(p, " %u:%" SCNu64 "%n", &e, &i, &len) == 2) {
                 p += len;
                 if (e >= EPOCHS || i >= g->n_items) {
-                    fail("run %d: consumer %d got item %u:%" PRIu64
-                         ", outside %d epochs of %" PRIu64,
-                         r->index, c, e, i, EPOCHS, g->n_items);
+                    harness_fail("run %d: consumer %d got item %u:%" PRIu64
+                                 ", outside %d epochs of %" PRIu64,
+                                 r->index, c, e, i, EPOCHS, g->n_items);
                     continue;
                 }
                 if (g->ended[e])
-                    fail("run %d: item %u:%" PRIu64 " delivered after epoch %u ended", r->index, e,
-                         i, e);
+                    harness_fail("run %d: item %u:%" PRIu64 " delivered after epoch %u ended",
+                                 r->index, e, i, e);
                 if (g->acked[e][i] > 0)
-                    fail("run %d: item %u:%" PRIu64 " delivered again after it was acknowledged",
-                         r->index, e, i);
+                    harness_fail("run %d: item %u:%" PRIu64
+                                 " delivered again after it was acknowledged",
+                                 r->index, e, i);
                 g->redeliveries += g->delivered[e][i] > 0;
                 g->delivered[e][i]++;
                 g->last_consumer[e][i] = (int8_t)c;
@@ -439,22 +406,24 @@ read_consumer(run_state *r, ledger *g, int c)
                 uint32_t e = (uint32_t)(li->items[j] >> 32);
                 uint64_t i = li->items[j] & 0xffffffffu;
                 if (++g->acked[e][i] > 1)
-                    fail("run %d: item %u:%" PRIu64 " acknowledged twice", r->index, e, i);
+                    harness_fail("run %d: item %u:%" PRIu64 " acknowledged twice", r->index, e, i);
             }
         } else if (line[0] == 'E') {
             int e = atoi(line + 1);
             if (e < 0 || e >= EPOCHS) {
-                fail("run %d: an end of epoch %d, outside the %d epochs", r->index, e, EPOCHS);
+                harness_fail("run %d: an end of epoch %d, outside the %d epochs", r->index, e,
+                             EPOCHS);
                 continue;
             }
             if (e <= g->last_end)
-                fail("run %d: epoch %d ended after epoch %d", r->index, e, g->last_end);
+                harness_fail("run %d: epoch %d ended after epoch %d", r->index, e, g->last_end);
             uint64_t missing = 0;
             for (uint64_t i = 0; i < g->n_items; i++)
                 missing += g->delivered[e][i] == 0;
             if (missing > 0)
-                fail("run %d: epoch %d ended with %" PRIu64 " of its items not yet delivered",
-                     r->index, e, missing);
+                harness_fail("run %d: epoch %d ended with %" PRIu64
+                             " of its items not yet delivered",
+                             r->index, e, missing);
             g->ended[e] = 1;
             g->last_end = e;
         }
@@ -485,7 +454,7 @@ check_run(run_state *r)
         for (uint64_t i = 0; i < r->n_items; i++) {
             if (g.delivered[e][i] == 0) {
                 if (never++ < 5)
-                    fail("run %d: item %d:%" PRIu64 " was never delivered", r->index, e, i);
+                    harness_fail("run %d: item %d:%" PRIu64 " was never delivered", r->index, e, i);
                 continue;
             }
             int c = g.last_consumer[e][i];
@@ -495,38 +464,41 @@ check_run(run_state *r)
                 if (r->consumer_killed[c])
                     unacked_ok++;
                 else if (unacked_ok + g.unlogged_acks < 5)
-                    fail("run %d: item %d:%" PRIu64 " was never acknowledged by consumer %d, "
-                         "which lived on",
-                         r->index, e, i, c);
+                    harness_fail("run %d: item %d:%" PRIu64
+                                 " was never acknowledged by consumer %d, "
+                                 "which lived on",
+                                 r->index, e, i, c);
             }
         }
         g.unlogged_acks += unacked_ok;
         // The end goes with the pull after the epoch's last acknowledgement: to the consumer
         // that took its last items, which may have been killed first.
         if (!g.ended[e] && !r->consumer_killed[g.last_of_epoch[e]])
-            fail("run %d: no consumer heard of epoch %d's end", r->index, e);
+            harness_fail("run %d: no consumer heard of epoch %d's end", r->index, e);
         else if (!g.ended[e])
             printf("chaos-dataset: run %d: epoch %d's end went to the killed consumer\n", r->index,
                    e);
     }
     if (r->strict && g.mixed_batches > 0)
-        fail("run %d: %" PRIu64 " batches mixed epochs under --strict-epochs", r->index,
-             g.mixed_batches);
+        harness_fail("run %d: %" PRIu64 " batches mixed epochs under --strict-epochs", r->index,
+                     g.mixed_batches);
 
     stoker_status *st = status(r);
     uint64_t want = r->n_items * EPOCHS;
     if (st->counters.produced != want)
-        fail("run %d: the broker accepted %" PRIu64 " examples, %" PRIu64 " items x %d epochs "
-             "is %" PRIu64 " (an item accepted twice, or lost)",
-             r->index, st->counters.produced, r->n_items, EPOCHS, want);
+        harness_fail("run %d: the broker accepted %" PRIu64 " examples, %" PRIu64
+                     " items x %d epochs "
+                     "is %" PRIu64 " (an item accepted twice, or lost)",
+                     r->index, st->counters.produced, r->n_items, EPOCHS, want);
     if (st->counters.acknowledged != want || st->counters.queued != 0 ||
         st->counters.in_flight != 0)
-        fail("run %d: the broker acknowledged %" PRIu64 " of %" PRIu64 " (queued %" PRIu64
-             ", in flight %" PRIu64 ")",
-             r->index, st->counters.acknowledged, want, st->counters.queued,
-             st->counters.in_flight);
+        harness_fail("run %d: the broker acknowledged %" PRIu64 " of %" PRIu64 " (queued %" PRIu64
+                     ", in flight %" PRIu64 ")",
+                     r->index, st->counters.acknowledged, want, st->counters.queued,
+                     st->counters.in_flight);
     if (st->epochs_done != EPOCHS)
-        fail("run %d: the broker says %u epochs done, not %d", r->index, st->epochs_done, EPOCHS);
+        harness_fail("run %d: the broker says %u epochs done, not %d", r->index, st->epochs_done,
+                     EPOCHS);
     printf("chaos-dataset: run %d: %" PRIu64 " deliveries of %" PRIu64 " items, %" PRIu64
            " again after a killed consumer, %" PRIu64 " acknowledged unlogged; broker: accepted "
            "%" PRIu64 ", %" PRIu64 " items reassigned, %" PRIu64 " pushes revoked, %" PRIu64
@@ -541,34 +513,22 @@ check_run(run_state *r)
     }
 }
 
-static uint64_t
-env_u64(const char *name, uint64_t dflt)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' ? strtoull(v, NULL, 0) : dflt;
-}
-
 int
 main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    proc_set_fail(die_hook);
+    harness_init("chaos-dataset", testdir_path());
     if (getenv("STOKER_BROKER_BIN") == NULL || getenv("STOKER_PRODUCER_BIN") == NULL ||
         getenv("STOKER_CHAOS_CONSUMER_BIN") == NULL) {
         printf("chaos-dataset: SKIP: STOKER_BROKER_BIN, STOKER_PRODUCER_BIN and "
                "STOKER_CHAOS_CONSUMER_BIN must be set (meson test sets them)\n");
         return 77;
     }
-    uint64_t seed = env_u64("STOKER_CHAOS_SEED", 0);
-    if (seed == 0)
-        seed = stoker_random_u64() % 1000000000u + 1;
-    uint64_t runs = env_u64("STOKER_CHAOS_RUNS", 2);
+    uint64_t seed = harness_seed();
+    uint64_t runs = harness_env_u64("STOKER_CHAOS_RUNS", 2);
     printf("chaos-dataset: seed %" PRIu64 " (STOKER_CHAOS_SEED=%" PRIu64 " repeats it), %" PRIu64
            " runs\n",
            seed, seed, runs);
-    signal(SIGALRM, on_alarm);
-    alarm((unsigned)(runs * (RUN_LIMIT_MS + END_MS + 10000) / 1000 + 30));
-    signal(SIGPIPE, SIG_IGN);
+    harness_watchdog((unsigned)(runs * (RUN_LIMIT_MS + END_MS + 10000) / 1000 + 30));
     testdir_create("stoker-chaos-dataset-");
 
     stoker_rng rng;
@@ -585,7 +545,7 @@ main(void)
         r->train_ms = ri % 2 == 0 ? "4:15" : "0:3";
         r->strict = ri % 2 == 1;
         snprintf(r->url, sizeof(r->url), "ipc://%s/broker%d.sock", testdir_path(), r->index);
-        run_failed = 0;
+        harness_run_failed = 0;
         uint64_t t0 = stoker_now_ms();
         start_broker(r);
         for (int i = 0; i < r->n_producers; i++)
@@ -598,10 +558,10 @@ main(void)
             proc_kill(&r->producers[i].child);
         proc_kill(&r->consumer);
         if (proc_stop(&r->broker, 5000) != 1 || proc_exit_code(&r->broker) != 0)
-            fail("run %d: the broker did not exit cleanly on SIGTERM", r->index);
-        printf("chaos-dataset: run %d: %s in %.1f s\n", r->index, run_failed ? "FAILED" : "ok",
-               (double)(stoker_now_ms() - t0) / 1000.0);
-        failed_runs += run_failed;
+            harness_fail("run %d: the broker did not exit cleanly on SIGTERM", r->index);
+        printf("chaos-dataset: run %d: %s in %.1f s\n", r->index,
+               harness_run_failed ? "FAILED" : "ok", (double)(stoker_now_ms() - t0) / 1000.0);
+        failed_runs += harness_run_failed;
         free(r);
     }
     if (failed_runs == 0 && getenv("STOKER_CHAOS_KEEP") == NULL)

@@ -1,5 +1,6 @@
 // Fixtures of the end-to-end tests (see e2e.h). Children and the temporary directory are the test
 // library's (tests/lib); e2e_teardown kills and reaps every child whatever the test did.
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,29 @@ e2e_duplicates(const e2e_examples *ex)
     size_t dups = h_ids_duplicates(&ids);
     h_ids_fini(&ids);
     return dups;
+}
+
+void
+e2e_assert_exactly(e2e_examples *ex, size_t n_sessions, uint64_t per_session)
+{
+    cr_assert_eq(e2e_duplicates(ex), 0, "an example was trained twice");
+    e2e_examples_sort(ex);
+    size_t sessions = 0;
+    for (size_t i = 0; i < ex->n; i++) {
+        if (i == 0 || ex->v[i].session != ex->v[i - 1].session) {
+            sessions++;
+            cr_assert_eq(ex->v[i].seq, 0, "session %zu starts at seq %" PRIu64 ": examples lost",
+                         sessions, ex->v[i].seq);
+        } else {
+            cr_assert_eq(ex->v[i].seq, ex->v[i - 1].seq + 1, "seq %" PRIu64 " lost",
+                         ex->v[i - 1].seq + 1);
+        }
+        cr_assert_lt(ex->v[i].seq, per_session, "seq %" PRIu64 " beyond what was produced",
+                     ex->v[i].seq);
+    }
+    cr_assert_eq(sessions, n_sessions, "%zu sessions trained, %zu produced", sessions, n_sessions);
+    cr_assert_eq(ex->n, n_sessions * per_session, "%zu examples trained, %" PRIu64 " produced",
+                 ex->n, (uint64_t)(n_sessions * per_session));
 }
 
 void

@@ -74,6 +74,9 @@ int e2e_pull_n(stoker_trainer_client *tc, e2e_examples *ex, size_t n, int timeou
 size_t e2e_duplicates(const e2e_examples *ex);
 // Sorts by (session, seq).
 void e2e_examples_sort(e2e_examples *ex);
+// Asserts ex holds exactly seqs 0 .. per_session - 1 of n_sessions sessions, each once: no
+// duplicate, no gap, nothing beyond (sorts ex).
+void e2e_assert_exactly(e2e_examples *ex, size_t n_sessions, uint64_t per_session);
 void e2e_examples_fini(e2e_examples *ex);
 
 // Runs python3 (STOKER_PYTHON) on tests/e2e/check.py (STOKER_E2E_CHECK) with args (its output

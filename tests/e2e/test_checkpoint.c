@@ -89,30 +89,6 @@ take_log(e2e_examples *lineage, const char *path, uint64_t n)
                  taken, n);
 }
 
-// Asserts ex holds exactly seqs 0 .. per_session - 1 of n_sessions sessions, each once.
-static void
-assert_exactly(e2e_examples *ex, size_t n_sessions, uint64_t per_session)
-{
-    cr_assert_eq(e2e_duplicates(ex), 0, "an example was trained twice in the lineage");
-    e2e_examples_sort(ex);
-    size_t sessions = 0;
-    for (size_t i = 0; i < ex->n; i++) {
-        if (i == 0 || ex->v[i].session != ex->v[i - 1].session) {
-            sessions++;
-            cr_assert_eq(ex->v[i].seq, 0, "session %zu starts at seq %" PRIu64 ": examples lost",
-                         sessions, ex->v[i].seq);
-        } else {
-            cr_assert_eq(ex->v[i].seq, ex->v[i - 1].seq + 1, "seq %" PRIu64 " lost",
-                         ex->v[i - 1].seq + 1);
-        }
-        cr_assert_lt(ex->v[i].seq, per_session, "seq %" PRIu64 " beyond what was produced",
-                     ex->v[i].seq);
-    }
-    cr_assert_eq(sessions, n_sessions, "%zu sessions trained, %zu produced", sessions, n_sessions);
-    cr_assert_eq(ex->n, n_sessions * per_session, "%zu examples trained, %" PRIu64 " produced",
-                 ex->n, (uint64_t)(n_sessions * per_session));
-}
-
 // The value of "key": N in the JSON text (the first one after `after`, when given).
 static uint64_t
 json_u64(const char *text, const char *after, const char *key)
@@ -215,7 +191,7 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
             "checkpoint: killed at checkpoints of %" PRIu64 " and %" PRIu64 " examples, ended at "
             "%" PRIu64 "\n",
             at1.examples, at2.examples, at3.examples);
-    assert_exactly(&lineage, 2, PER);
+    e2e_assert_exactly(&lineage, 2, PER);
     e2e_examples_fini(&lineage);
     h_assert_identity(url);
     stoker_status *st = h_status(url);

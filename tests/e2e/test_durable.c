@@ -16,30 +16,6 @@
 
 TestSuite(durable, .init = e2e_setup, .fini = e2e_teardown, .timeout = 120);
 
-// Asserts ex holds exactly seqs 0 .. per_session - 1 of n_sessions sessions, each once.
-static void
-assert_exactly(e2e_examples *ex, size_t n_sessions, uint64_t per_session)
-{
-    cr_assert_eq(e2e_duplicates(ex), 0, "an example was trained twice");
-    e2e_examples_sort(ex);
-    size_t sessions = 0;
-    for (size_t i = 0; i < ex->n; i++) {
-        if (i == 0 || ex->v[i].session != ex->v[i - 1].session) {
-            sessions++;
-            cr_assert_eq(ex->v[i].seq, 0, "session %zu starts at seq %llu: examples lost", sessions,
-                         (unsigned long long)ex->v[i].seq);
-        } else {
-            cr_assert_eq(ex->v[i].seq, ex->v[i - 1].seq + 1, "seq %llu lost",
-                         (unsigned long long)(ex->v[i - 1].seq + 1));
-        }
-        cr_assert_lt(ex->v[i].seq, per_session, "seq %llu beyond what was produced",
-                     (unsigned long long)ex->v[i].seq);
-    }
-    cr_assert_eq(sessions, n_sessions, "%zu sessions trained, %zu produced", sessions, n_sessions);
-    cr_assert_eq(ex->n, n_sessions * per_session, "%zu examples trained, %llu produced", ex->n,
-                 (unsigned long long)(n_sessions * per_session));
-}
-
 typedef struct full_queues {
     uint32_t depth, chunk;
 } full_queues;
@@ -124,7 +100,7 @@ Test(durable, broker_sigkill_and_restart_three_times_loses_nothing)
             "durable: %zu examples trained across 3 broker restarts, %llu duplicates "
             "dropped by the trainer's identity filter\n",
             ex.n, (unsigned long long)stoker_trainer_client_duplicates(tc));
-    assert_exactly(&ex, 2, PER);
+    e2e_assert_exactly(&ex, 2, PER);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
@@ -167,7 +143,7 @@ Test(durable, a_full_retention_buffer_stalls_the_producer_without_loss)
     int rv = e2e_drain(tc, &ex, 30000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
     proc_assert_exit(p, 0, 10000);
-    assert_exactly(&ex, 1, 200);
+    e2e_assert_exactly(&ex, 1, 200);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
@@ -265,7 +241,7 @@ Test(durable, a_trainer_that_dies_between_commits_resumes_with_each_example_once
         }
         lineage.v[lineage.n++] = copy;
     }
-    assert_exactly(&lineage, 1, 400);
+    e2e_assert_exactly(&lineage, 1, 400);
     fprintf(stderr,
             "commit: checkpoint at %zu, %zu trained after it were redelivered, the "
             "resumed trainer trained %zu\n",
@@ -309,7 +285,7 @@ Test(durable, uncommitted_leases_stay_inside_max_bytes)
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
     cr_assert_eq(stoker_trainer_client_commit(tc), STOKER_OK);
     proc_assert_exit(p, 0, 10000);
-    assert_exactly(&ex, 1, 200);
+    e2e_assert_exactly(&ex, 1, 200);
     e2e_examples_fini(&ex);
     stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
