@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "safetensors.h"
 #include "stoker/cli.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -262,6 +263,15 @@ main(int argc, char **argv)
         return stoker_cli_fail(&cli, "--json '%s': cannot open for writing", o.json_path);
     }
     stoker_log_init("trainer", cli.log_level);
+    // A trainer SIGKILLed while writing leaves its temporary file: this run writes the same paths.
+    const char *outputs[] = {o.train.checkpoint_path, o.train.weights_path};
+    for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
+        unsigned stale = outputs[i] != NULL ? safetensors_remove_stale(outputs[i]) : 0;
+        if (stale > 0)
+            stoker_info("removed %u temporary file(s) beside %s that an earlier run killed while "
+                        "writing left behind",
+                        stale, outputs[i]);
+    }
     stoker_process_on_stop(on_signal);
     o.train.stop = &stop_requested;
     code = train_and_report(&o.train, json);

@@ -7,7 +7,9 @@
 
 #include "stoker/error.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -678,4 +680,34 @@ safetensors_destroy(safetensors_file *f)
     free(f->tensors);
     free(f->data);
     free(f);
+}
+
+unsigned
+safetensors_remove_stale(const char *path)
+{
+    char *dir_copy = strdup(path), *base_copy = strdup(path);
+    unsigned removed = 0;
+    if (dir_copy == NULL || base_copy == NULL)
+        goto out;
+    const char *dir = dirname(dir_copy), *base = basename(base_copy);
+    size_t base_len = strlen(base);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        goto out;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        // Exactly base + ".tmp." + mkstemp's six characters.
+        if (strlen(e->d_name) != base_len + 11 || strncmp(e->d_name, base, base_len) != 0 ||
+            strncmp(e->d_name + base_len, ".tmp.", 5) != 0)
+            continue;
+        char full[4096];
+        if (snprintf(full, sizeof(full), "%s/%s", dir, e->d_name) >= (int)sizeof(full))
+            continue;
+        if (unlink(full) == 0)
+            removed++;
+    }
+    closedir(d);
+out:
+    free(dir_copy);
+    free(base_copy);
+    return removed;
 }

@@ -27,6 +27,11 @@ typedef struct safetensors_tensor {
 int safetensors_write(const char *path, const safetensors_tensor *tensors, size_t count, char *err,
                       size_t err_len);
 
+// Removes the temporary files a writer of path killed mid-write left beside it (path.tmp.XXXXXX,
+// as safetensors_write names them) and returns how many went. Call it before this process
+// writes path; a file some other live process is writing would go too.
+unsigned safetensors_remove_stale(const char *path);
+
 // One __metadata__ entry (string to string; both borrowed, neither may need JSON escaping).
 typedef struct safetensors_meta {
     const char *key, *value;

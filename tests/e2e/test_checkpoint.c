@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -311,6 +312,21 @@ Test(checkpoint, a_kill_while_writing_leaves_the_previous_checkpoint_whole)
     }
     fprintf(stderr, "checkpoint: 8 kills, %d temporary files left by kills during a write\n",
             leftovers(testdir_path(), "big.ckpt"));
+    // The next run removes what killed writers left beside its checkpoint (and nothing else).
+    const char *stale = testdir_file("big.ckpt.tmp.Zq3x9A");
+    const char *other = testdir_file("other.ckpt.tmp.Zq3x9A");
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(i == 0 ? stale : other, "w");
+        cr_assert_not_null(f);
+        fclose(f);
+    }
+    proc_child *t = e2e_trainer_start(args);
+    wait_checkpoint_past(ck, last, t);
+    proc_signal(t, SIGTERM);
+    cr_assert(proc_wait(t, 10000), "the trainer did not stop on SIGTERM");
+    cr_assert_eq(leftovers(testdir_path(), "big.ckpt"), 0,
+                 "a run left the temporary files of killed writers beside its checkpoint");
+    cr_assert_eq(access(other, F_OK), 0, "a temporary file of another path was removed");
     proc_kill(p);
     proc_broker_stop(broker);
 }
