@@ -126,7 +126,8 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_STRING, AT(resume_path)},
     {"identity-log", "PATH",
      "append the identities of the examples trained to PATH, a line\n"
-     "'SESSION FIRST_SEQ COUNT' per run (SESSION in hex)",
+     "'SESSION FIRST_SEQ COUNT' per run (SESSION in hex); of a\n"
+     "dataset, 'SESSION SEQ 1 EPOCH INDEX' per example",
      STOKER_CLI_STRING, AT(train.identity_log_path)},
     {"json", "PATH|-", "write the summary as JSON (- for stdout)", STOKER_CLI_STRING,
      AT(json_path)},

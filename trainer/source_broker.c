@@ -48,7 +48,11 @@ broker_next(source *src, const stoker_chunk **chunk)
     broker_source *s = (broker_source *)src;
     stoker_batch *batch = NULL;
     int rv;
-    if (s->committing && s->pending.n > s->n_inherited &&
+    // Idle with something to commit: what was trained since the last commit, or leases whose
+    // examples were all dropped as trained already (a resumed run's inherited identities
+    // delivered again): the supply (a dataset's epoch end, lingering producers) waits for those.
+    if (s->committing &&
+        (s->pending.n > s->n_inherited || stoker_trainer_client_uncommitted(s->tc) > 0) &&
         s->idle_ms + IDLE_COMMIT_MS < s->stall_ms) {
         rv = stoker_trainer_client_next_within(s->tc, &batch, IDLE_COMMIT_MS);
         if (rv == STOKER_TIMEOUT) {
@@ -85,9 +89,19 @@ broker_settle(source *src)
             checkpoint_runs_add(&s->pending, r->session, r->first_seq, r->count) != STOKER_OK)
             stoker_warn("trainer: out of memory keeping the identities trained since the last "
                         "commit; a death before it may train them twice");
-        if (s->identity_log != NULL)
+        if (s->identity_log != NULL && s->batch->items == NULL)
             fprintf(s->identity_log, "%016llx %llu %u\n", (unsigned long long)r->session,
                     (unsigned long long)r->first_seq, r->count);
+    }
+    // A dataset's examples one a line, each with its item: the run's identities as above (count
+    // 1), then the epoch and the index.
+    const uint64_t *item = s->batch->items;
+    for (uint32_t i = 0; s->identity_log != NULL && item != NULL && i < s->batch->n_runs; i++) {
+        const stoker_run *r = &s->batch->runs[i];
+        for (uint32_t k = 0; k < r->count; k++, item++)
+            fprintf(s->identity_log, "%016llx %llu 1 %u %llu\n", (unsigned long long)r->session,
+                    (unsigned long long)(r->first_seq + k), stoker_item_epoch(*item),
+                    (unsigned long long)stoker_item_index(*item));
     }
     stoker_trainer_client_ack(s->tc, s->batch->lease);
     stoker_batch_destroy(s->batch);

@@ -4,7 +4,7 @@
 // resumed from) is every example produced, each once. A checkpoint of another network is refused
 // with a message naming the difference; a trainer SIGKILLed while it writes checkpoints always
 // leaves a whole one behind (temporary file, fsync, rename). Checkpoints are read with the
-// trainer's own reader (trainer/checkpoint.c).
+// trainer's own reader (trainer/checkpoint.c). The same over a dataset trained in epochs.
 #include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -198,6 +198,106 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
     stoker_status *st = h_status(url);
     cr_assert_eq(st->counters.acknowledged, 2 * PER, "the broker counts %" PRIu64 " trained",
                  st->counters.acknowledged);
+    stoker_status_destroy(st);
+    proc_broker_stop(broker);
+}
+
+// Counts, into seen[epoch * items + index], the first n examples of a dataset's identity log
+// (lines "SESSION SEQ 1 EPOCH INDEX").
+static void
+take_items(uint8_t *seen, uint32_t epochs, uint32_t items, const char *path, uint64_t n)
+{
+    char *text = testdir_read(path, NULL);
+    cr_assert_not_null(text, "no identity log %s", path);
+    uint64_t taken = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line != NULL && taken < n;
+         line = strtok_r(NULL, "\n", &save), taken++) {
+        unsigned long long session, seq, index;
+        unsigned count, epoch;
+        cr_assert_eq(sscanf(line, "%llx %llu %u %u %llu", &session, &seq, &count, &epoch, &index),
+                     5, "bad identity log line '%s' in %s", line, path);
+        cr_assert(count == 1 && epoch < epochs && index < items, "line '%s' of %s", line, path);
+        seen[(size_t)epoch * items + index]++;
+    }
+    free(text);
+    cr_assert_eq(taken, n, "%s logs %" PRIu64 " examples, its checkpoint holds %" PRIu64, path,
+                 taken, n);
+}
+
+// The same lineage over a dataset trained in epochs: each index once per epoch in what the
+// resumed lineage trained, though the items trained after each last checkpoint were delivered
+// again (and, their shards' producers being gone meanwhile or not, made again).
+Test(checkpoint, a_dataset_lineage_killed_between_checkpoints_trains_each_item_once_per_epoch)
+{
+    enum { ITEMS = 600, EPOCHS = 3 };
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(
+        url, PROC_ARGS("--dataset-size", "600", "--epochs", "3", "--shard-items", "32"));
+    proc_child *p[2];
+    for (int i = 0; i < 2; i++)
+        p[i] = e2e_producer_start(
+            url, i == 0 ? "maker-1" : "maker-2",
+            PROC_ARGS("--items", "600", "--chunk", "8", "--delay", "0.002:0.004"));
+    const char *ck = testdir_file("epochs.ckpt");
+    char logs[3][320];
+    for (int i = 0; i < 3; i++)
+        snprintf(logs[i], sizeof(logs[i]), "%s",
+                 testdir_file(i == 0   ? "items-0"
+                              : i == 1 ? "items-1"
+                                       : "items-2"));
+    const char *common[] = {"--broker",       url,   "--batch-size",       "8",
+                            "--round-length", "40",  "--rounds",           "1000",
+                            "--device",       "cpu", "--stall-timeout",    "10",
+                            "--checkpoint",   ck,    "--checkpoint-every", "2"};
+    enum { NC = sizeof(common) / sizeof(common[0]) };
+    checkpoint_position at[3];
+    for (int run = 0; run < 3; run++) {
+        const char *a[NC + 5];
+        memcpy(a, common, sizeof(common));
+        int n = NC;
+        a[n++] = "--identity-log";
+        a[n++] = logs[run];
+        if (run > 0) {
+            a[n++] = "--resume";
+            a[n++] = ck;
+        }
+        a[n] = NULL;
+        proc_child *t = e2e_trainer_start(a);
+        if (run < 2) { // killed between two checkpoints, past 400 more examples
+            wait_checkpoint_past(ck, (run == 0 ? 0 : at[0].examples) + 400, t);
+            stoker_sleep_ms(30, NULL);
+            proc_signal(t, SIGKILL);
+            cr_assert(proc_wait(t, 5000), "the trainer did not die of SIGKILL");
+        } else { // trains to the dataset's end
+            proc_assert_exit(t, 3, 60000);
+        }
+        int ok;
+        at[run] = position(ck, &ok);
+        cr_assert(ok, "no readable checkpoint after run %d", run);
+    }
+    for (int i = 0; i < 2; i++)
+        proc_assert_exit(p[i], 0, 10000);
+    uint8_t *seen = calloc((size_t)EPOCHS * ITEMS, 1);
+    cr_assert_not_null(seen);
+    take_items(seen, EPOCHS, ITEMS, logs[0], at[0].examples);
+    take_items(seen, EPOCHS, ITEMS, logs[1], at[1].examples - at[0].examples);
+    take_items(seen, EPOCHS, ITEMS, logs[2], at[2].examples - at[1].examples);
+    fprintf(stderr,
+            "checkpoint over epochs: killed at checkpoints of %" PRIu64 " and %" PRIu64
+            " examples, ended at %" PRIu64 " (%u epochs)\n",
+            at[0].examples, at[1].examples, at[2].examples, at[2].epochs);
+    cr_assert_eq(at[2].examples, (uint64_t)EPOCHS * ITEMS);
+    cr_assert_eq(at[2].epochs, EPOCHS, "the last checkpoint says %u epochs", at[2].epochs);
+    for (uint32_t e = 0; e < EPOCHS; e++)
+        for (uint32_t i = 0; i < ITEMS; i++)
+            cr_assert_eq(seen[(size_t)e * ITEMS + i], 1,
+                         "epoch %u item %u trained %u times in the lineage", e, i,
+                         seen[(size_t)e * ITEMS + i]);
+    free(seen);
+    stoker_status *st = h_status(url);
+    cr_assert_eq(st->epochs_done, EPOCHS);
     stoker_status_destroy(st);
     proc_broker_stop(broker);
 }
