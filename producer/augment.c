@@ -893,8 +893,10 @@ augment_draft_scale(uint32_t box_h, uint32_t box_w, uint32_t out_h, uint32_t out
 
 uint32_t
 augment_draft(const augment *a, uint32_t width, uint32_t height, const stoker_rng *rng,
-              uint32_t out_h, uint32_t out_w)
+              uint32_t out_h, uint32_t out_w, uint32_t *rows)
 {
+    if (rows != NULL)
+        *rows = height;
     if (a->n == 0)
         return 1;
     const op *o = &a->ops[0];
@@ -902,6 +904,8 @@ augment_draft(const augment *a, uint32_t width, uint32_t height, const stoker_rn
         stoker_rng r = *rng; // the draws augment_apply_image will make
         uint32_t box[4];
         rrc_box(o, &r, width, height, box);
+        if (rows != NULL)
+            *rows = box[0] + box[2];
         return augment_draft_scale(box[2], box[3], out_h, out_w);
     }
     if (o->kind == OP_RESIZE) {
@@ -932,7 +936,7 @@ augment_apply_image(const augment *a, const augment_image *src, stoker_rng *rng,
 {
     const uint32_t scale = src->scale;
     if (scale != 1 &&
-        (scale > augment_draft(a, src->full_width, src->full_height, rng, out_h, out_w) ||
+        (scale > augment_draft(a, src->full_width, src->full_height, rng, out_h, out_w, NULL) ||
          src->width != (src->full_width + scale - 1) / scale ||
          src->height != (src->full_height + scale - 1) / scale))
         return STOKER_INVALID;

@@ -71,9 +71,10 @@ uint32_t augment_draft_scale(uint32_t box_h, uint32_t box_w, uint32_t out_h, uin
 // The reduction the example drawn from rng (borrowed, not advanced: the state augment_apply_image
 // will start from) may use: augment_draft_scale of the region the first operation resamples
 // (rrc's box, resize's whole image to its target) to its size; 1 when the pipeline starts with
-// anything else.
+// anything else. *rows (if not NULL): how many of the full image's top rows the example reads
+// (rrc's box ends above the bottom; every row otherwise).
 uint32_t augment_draft(const augment *a, uint32_t width, uint32_t height, const stoker_rng *rng,
-                       uint32_t out_h, uint32_t out_w);
+                       uint32_t out_h, uint32_t out_w, uint32_t *rows);
 
 // The reductions augment_draft can give for some example of a width x height image: from *lo
 // to *hi (powers of two; resize's is one scale, rrc's any up to that of the whole image).

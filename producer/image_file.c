@@ -146,7 +146,7 @@ jpeg_quiet(j_common_ptr cinfo)
 
 static int
 decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, uint32_t scale,
-            image_pixels *im, char *err, size_t err_len)
+            uint32_t max_rows, image_pixels *im, char *err, size_t err_len)
 {
     struct jpeg_decompress_struct cinfo;
     jpeg_err jerr;
@@ -194,7 +194,9 @@ decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, uint32
         return rv;
     }
     size_t stride = (size_t)cinfo.output_width * 3;
-    while (cinfo.output_scanline < cinfo.output_height) {
+    const uint32_t stop =
+        max_rows > 0 && max_rows < cinfo.output_height ? max_rows : cinfo.output_height;
+    while (cinfo.output_scanline < stop) {
         uint8_t *row = buf + (size_t)cinfo.output_scanline * stride;
         JSAMPROW rows[1] = {cmyk ? cmyk_row : row};
         jpeg_read_scanlines(&cinfo, rows, 1);
@@ -208,7 +210,12 @@ decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, uint32
             }
         }
     }
-    jpeg_finish_decompress(&cinfo);
+    if (stop < cinfo.output_height) {
+        memset(buf + stop * stride, 0, (cinfo.output_height - stop) * stride);
+        jpeg_abort_decompress(&cinfo);
+    } else {
+        jpeg_finish_decompress(&cinfo);
+    }
     memset(buf + bytes, 0, PIXEL_PAD);
     im->rgb = buf;
     im->width = cinfo.output_width;
@@ -353,13 +360,13 @@ decode_tiff(budget *g, const char *path, const uint8_t *data, size_t len, image_
 // Decodes a PNG, JPEG, WebP, BMP or TIFF file (by its signature) into im.
 static int
 decode_any(budget *g, const char *path, const uint8_t *data, size_t len, uint32_t scale,
-           image_pixels *im, char *err, size_t err_len)
+           uint32_t rows, image_pixels *im, char *err, size_t err_len)
 {
     static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (len >= 8 && memcmp(data, png_magic, 8) == 0)
         return decode_png(g, path, data, len, im, err, err_len);
     if (image_file_scalable(data, len))
-        return decode_jpeg(g, path, data, len, scale, im, err, err_len);
+        return decode_jpeg(g, path, data, len, scale, rows, im, err, err_len);
     if (is_webp(data, len))
         return decode_webp(g, path, data, len, im, err, err_len);
     if (bmp_is(data, len))
@@ -537,14 +544,14 @@ image_file_scalable(const uint8_t *data, size_t len)
 
 int
 image_file_decode_scaled(const char *path, const uint8_t *data, size_t len, uint32_t scale,
-                         size_t *decoded_bytes, size_t n_images, image_pixels *out, char *err,
-                         size_t err_len)
+                         uint32_t rows, size_t *decoded_bytes, size_t n_images, image_pixels *out,
+                         char *err, size_t err_len)
 {
     budget g = {decoded_bytes, n_images};
     image_pixels px = {0};
     if (scale != 2 && scale != 4 && scale != 8)
         scale = 1;
-    int rv = decode_any(&g, path, data, len, scale, &px, err, err_len);
+    int rv = decode_any(&g, path, data, len, scale, rows, &px, err, err_len);
     if (rv != STOKER_OK)
         return rv;
     if (px.scale == 0) { // not a JPEG: full size
@@ -560,5 +567,6 @@ int
 image_file_decode(const char *path, const uint8_t *data, size_t len, size_t *decoded_bytes,
                   size_t n_images, image_pixels *out, char *err, size_t err_len)
 {
-    return image_file_decode_scaled(path, data, len, 1, decoded_bytes, n_images, out, err, err_len);
+    return image_file_decode_scaled(path, data, len, 1, 0, decoded_bytes, n_images, out, err,
+                                    err_len);
 }

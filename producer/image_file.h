@@ -37,10 +37,12 @@ int image_file_decode(const char *path, const uint8_t *data, size_t len, size_t 
 // Like image_file_decode, a JPEG decoded reduced by scale (1, 2, 4 or 8; anything else is
 // taken as 1) with libjpeg's DCT scaling, as PIL's Image.draft does: ceil(width / scale) x
 // ceil(height / scale) pixels, pixel (x, y) standing for the full image's square of side scale
-// at (x * scale, y * scale). Other formats decode at full size (out->scale 1).
+// at (x * scale, y * scale). rows > 0 decodes only the first rows rows of that (a JPEG's data
+// is in row order: the rest is neither decoded nor checked) and zeroes the others; they are the
+// same pixels a whole decode gives. Other formats decode whole at full size (out->scale 1).
 int image_file_decode_scaled(const char *path, const uint8_t *data, size_t len, uint32_t scale,
-                             size_t *decoded_bytes, size_t n_images, image_pixels *out, char *err,
-                             size_t err_len);
+                             uint32_t rows, size_t *decoded_bytes, size_t n_images,
+                             image_pixels *out, char *err, size_t err_len);
 
 // Whether data (a file's contents) decodes at reduced scale: a JPEG.
 bool image_file_scalable(const uint8_t *data, size_t len);

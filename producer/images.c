@@ -280,18 +280,20 @@ list_tree(const char *dir, const char *prefix, int depth, name_list *out, char *
     return rv;
 }
 
-static uint32_t draft(const images_gen *g, uint32_t width, uint32_t height, const stoker_rng *rng);
+static uint32_t draft(const images_gen *g, uint32_t width, uint32_t height, const stoker_rng *rng,
+                      uint32_t *rows);
 static void draft_range(const images_gen *g, uint32_t width, uint32_t height, uint32_t *lo,
                         uint32_t *hi);
 
 // Decodes data (the file at path) reduced by scale (JPEG; others at full size) into *px,
-// counted in g's decoded-pixel budget.
+// counted in g's decoded-pixel budget; with rows > 0 a JPEG only down to the full image's row
+// rows (what the example reads).
 static int
 decode_into(images_gen *g, const char *path, const uint8_t *data, size_t len, uint32_t scale,
-            image_pixels *px, char *err, size_t err_len)
+            uint32_t rows, image_pixels *px, char *err, size_t err_len)
 {
-    return image_file_decode_scaled(path, data, len, scale, &g->decoded_bytes, g->n_images, px, err,
-                                    err_len);
+    return image_file_decode_scaled(path, data, len, scale, (rows + scale - 1) / scale,
+                                    &g->decoded_bytes, g->n_images, px, err, err_len);
 }
 
 static int
@@ -316,7 +318,7 @@ decode_levels(images_gen *g, const char *path, const uint8_t *data, size_t len, 
               char *err, size_t err_len)
 {
     image_pixels px;
-    int rv = decode_into(g, path, data, len, 1, &px, err, err_len);
+    int rv = decode_into(g, path, data, len, 1, 0, &px, err, err_len);
     if (rv != STOKER_OK)
         return rv;
     im->at[0] = (level){px.rgb, px.width, px.height};
@@ -330,7 +332,7 @@ decode_levels(images_gen *g, const char *path, const uint8_t *data, size_t len, 
     for (uint32_t s = 2; s <= hi && rv == STOKER_OK; s *= 2) {
         if (s < lo)
             continue;
-        rv = decode_into(g, path, data, len, s, &px, err, err_len);
+        rv = decode_into(g, path, data, len, s, 0, &px, err, err_len);
         if (rv == STOKER_OK) {
             im->at[level_of(s)] = (level){px.rgb, px.width, px.height};
             g->reduced_bytes += (size_t)px.width * px.height * 3;
@@ -653,7 +655,8 @@ jitter_plane(float *o, size_t n, bool brightness_first, float brightness, float 
 }
 
 // Reads and decodes im's file (decode_each) into *out, a JPEG reduced as far as the example
-// drawn from rng (not advanced) allows (draft). STOKER_OK; STOKER_NOMEM; another code with err
+// drawn from rng (not advanced) allows and only down to the last row it reads (draft): the
+// pixels it reads are those decode once holds. STOKER_OK; STOKER_NOMEM; another code with err
 // written when the file cannot be read or decoded.
 static int
 decode_file(images_gen *g, const image *im, const stoker_rng *rng, image_pixels *out, char *err,
@@ -665,17 +668,17 @@ decode_file(images_gen *g, const image *im, const stoker_rng *rng, image_pixels 
     if (rv != STOKER_OK)
         return rv;
     // The size its header had at start (the same pixels decode once holds).
-    uint32_t scale = image_file_scalable(data, len) ? draft(g, im->width, im->height, rng) : 1;
-    rv = decode_into(g, im->path, data, len, scale, out, err, err_len);
+    uint32_t rows = 0, scale = 1;
+    if (image_file_scalable(data, len))
+        scale = draft(g, im->width, im->height, rng, &rows);
+    rv = decode_into(g, im->path, data, len, scale, rows, out, err, err_len);
     if (rv == STOKER_OK && image_file_scalable(data, len) &&
         (out->full_width != im->width || out->full_height != im->height)) {
         // Rewritten since: choose from the size it has now.
-        uint32_t again = draft(g, out->full_width, out->full_height, rng);
-        if (again != out->scale) {
-            g->decoded_bytes -= (size_t)out->width * out->height * 3;
-            free(out->rgb);
-            rv = decode_into(g, im->path, data, len, again, out, err, err_len);
-        }
+        uint32_t again = draft(g, out->full_width, out->full_height, rng, &rows);
+        g->decoded_bytes -= (size_t)out->width * out->height * 3;
+        free(out->rgb);
+        rv = decode_into(g, im->path, data, len, again, rows, out, err, err_len);
     }
     free(data);
     return rv;
@@ -815,16 +818,21 @@ emit(const images_gen *g, const float *src, bool src_chw, bool src_normalized, v
 
 // The reduction example rng (not advanced) may decode a width x height JPEG at: where the
 // pipeline's first resampling shrinks by 2, 4 or 8 anyway (augment_draft; the default
-// pipeline's crop alike), 1 with the draft off.
+// pipeline's crop alike). *rows (if not NULL): how many of the image's top rows the example
+// reads. With the draft off: 1, and every row (0).
 static uint32_t
-draft(const images_gen *g, uint32_t width, uint32_t height, const stoker_rng *rng)
+draft(const images_gen *g, uint32_t width, uint32_t height, const stoker_rng *rng, uint32_t *rows)
 {
+    if (rows != NULL)
+        *rows = 0;
     if (!g->jpeg_draft)
         return 1;
     if (g->aug != NULL)
-        return augment_draft(g->aug, width, height, rng, g->out_h, g->out_w);
+        return augment_draft(g->aug, width, height, rng, g->out_h, g->out_w, rows);
     stoker_rng r = *rng; // the draws default_pipeline will make
     crop box = random_crop(&r, width, height);
+    if (rows != NULL)
+        *rows = box.top + box.height;
     return augment_draft_scale(box.height, box.width, g->out_h, g->out_w);
 }
 
@@ -857,7 +865,7 @@ make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *cons
         src = (augment_image){decoded.rgb,   decoded.width,      decoded.height,
                               decoded.scale, decoded.full_width, decoded.full_height};
     } else {
-        uint32_t scale = im->scalable ? draft(g, im->width, im->height, &rng) : 1;
+        uint32_t scale = im->scalable ? draft(g, im->width, im->height, &rng, NULL) : 1;
         const level *l = &im->at[level_of(scale)];
         if (l->rgb == NULL) { // draft_range said which it holds: a broken invariant
             stoker_error("images: no pixels at 1/%u for image %zu", scale, drawn);

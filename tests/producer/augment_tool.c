@@ -58,8 +58,9 @@ jpeg(int argc, char **argv)
     uint32_t oh = (uint32_t)strtoul(argv[5], NULL, 10), ow = (uint32_t)strtoul(argv[6], NULL, 10);
     stoker_rng rng;
     stoker_rng_seed(&rng, strtoull(argv[4], NULL, 10));
-    uint32_t scale = argc == 8 ? 1 : augment_draft(a, px.width, px.height, &rng, oh, ow);
-    int rv = image_file_decode_scaled(argv[2], data, len, scale, &budget, 0, &px, err, sizeof err);
+    uint32_t scale = argc == 8 ? 1 : augment_draft(a, px.width, px.height, &rng, oh, ow, NULL);
+    int rv =
+        image_file_decode_scaled(argv[2], data, len, scale, 0, &budget, 0, &px, err, sizeof err);
     float *out = malloc((size_t)oh * ow * 3 * sizeof *out);
     if (rv == STOKER_OK && out != NULL) {
         const augment_image src = {px.rgb,   px.width,      px.height,
