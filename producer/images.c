@@ -1039,15 +1039,17 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     if (g->n_skipped > 0)
         stoker_warn("images: %s: %zu files could not be read and were skipped (each named above)",
                     dir, g->n_skipped);
+    char reduced[96] = "";
+    if (g->reduced_bytes > 0)
+        snprintf(reduced, sizeof reduced, " (%.1f MiB of it JPEGs at reduced scales)",
+                 g->reduced_bytes / 1048576.0);
     if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
                     dir, g->n_classes, g->n_images);
     else
-        stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded (%.1f MiB of it JPEGs "
-                    "at reduced scales)",
-                    dir, g->n_classes, g->n_images, g->decoded_bytes / 1048576.0,
-                    g->reduced_bytes / 1048576.0);
+        stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded%s", dir, g->n_classes,
+                    g->n_images, g->decoded_bytes / 1048576.0, reduced);
     if (!cfg->quiet)
         log_classes(g, dir);
     if ((rv = label_map(g)) != STOKER_OK) {

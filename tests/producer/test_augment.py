@@ -258,9 +258,14 @@ def test_randaug_policy_draws_torchvision_operations_and_is_seeded():
 
 
 def jpeg_file(img, name):
-    """img saved as a JPEG (quality 90, as the benchmark's photos) in a temporary folder."""
+    """img saved as a JPEG (quality 90, as the benchmark's photos) in a temporary folder that
+    is removed at exit."""
+    import atexit
+    import shutil
     import tempfile
-    path = os.path.join(tempfile.mkdtemp(prefix="stoker-augment-"), name)
+    folder = tempfile.mkdtemp(prefix="stoker-augment-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, name)
     pil(img).save(path, quality=90)
     return path
 
