@@ -36,7 +36,8 @@
 // The fill callback never ends (no STOKER_END_OF_DATA). It draws everything from seed: an image
 // uniformly among all images (so classes are weighted by their image counts), a crop of 8-100 %
 // of its area with aspect ratio 3/4-4/3 (torchvision RandomResizedCrop's algorithm, with its
-// center-crop fallback) resized to size x size by bilinear interpolation without antialiasing, a
+// center-crop fallback) resized to size x size by bilinear interpolation without antialiasing
+// (from the JPEG decoded reduced where that crop allows: jpeg_draft in images_config), a
 // horizontal flip with probability 0.5, brightness and contrast factors uniform in [0.6, 1.4]
 // applied in random order (clamped to [0, 1] after each, as ColorJitter does), then
 // (x - mean) / std per channel with ImageNet's mean (0.485, 0.456, 0.406) and std (0.229, 0.224,
