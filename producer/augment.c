@@ -419,6 +419,7 @@ typedef struct taps {
     uint32_t *first, *count; // per output: first source index and number of taps
     float *w;                // per output: ksize weights
     uint32_t ksize;
+    uint32_t base, span; // the source pixels the span touches: [base, base + span)
 } taps;
 
 static float
@@ -428,26 +429,36 @@ triangle(double x)
     return x < 1.0 ? (float)(1.0 - x) : 0.0f;
 }
 
-// Taps of n outputs over the source span [first, first + len) (PIL's precompute_coeffs with the
-// span as the whole input: the crop is taken first, as torchvision's crop-then-resize does).
+// Taps of n outputs over the source span [first, first + len) of a line of src_len pixels
+// (PIL's precompute_coeffs with the span as the whole input: the crop is taken first, as
+// torchvision's crop-then-resize does). The span may have fractional ends (a box mapped onto an
+// image decoded reduced): it then takes in the pixels it touches, PIL's resize(box=) of that
+// crop. Integer ends give exactly the integer computation.
 static int
-taps_make(taps *t, uint32_t first, uint32_t len, uint32_t n)
+taps_make(taps *t, double first, double len, uint32_t src_len, uint32_t n)
 {
-    double scale = (double)len / n, filterscale = scale < 1 ? 1 : scale;
+    double base = floor(first), end = ceil(first + len);
+    if (end > src_len)
+        end = src_len;
+    const double offset = first - base; // 0 for integer ends
+    const long span = (long)(end - base);
+    double scale = len / n, filterscale = scale < 1 ? 1 : scale;
     double support = filterscale;
     t->ksize = (uint32_t)ceil(support) * 2 + 1;
+    t->base = (uint32_t)base;
+    t->span = (uint32_t)span;
     t->first = malloc(n * sizeof *t->first);
     t->count = malloc(n * sizeof *t->count);
     t->w = calloc((size_t)n * t->ksize, sizeof *t->w);
     if (!t->first || !t->count || !t->w)
         return STOKER_NOMEM;
     for (uint32_t i = 0; i < n; i++) {
-        double center = (i + 0.5) * scale;
+        double center = offset + (i + 0.5) * scale;
         long lo = (long)(center - support + 0.5), hi = (long)(center + support + 0.5);
         if (lo < 0)
             lo = 0;
-        if (hi > (long)len)
-            hi = (long)len;
+        if (hi > span)
+            hi = span;
         float *w = t->w + (size_t)i * t->ksize;
         double total = 0;
         uint32_t k = 0;
@@ -457,7 +468,7 @@ taps_make(taps *t, uint32_t first, uint32_t len, uint32_t n)
         }
         for (uint32_t j = 0; j < k && total > 0; j++)
             w[j] = (float)(w[j] / total);
-        t->first[i] = first + (uint32_t)lo;
+        t->first[i] = t->base + (uint32_t)lo;
         t->count[i] = k;
     }
     return STOKER_OK;
@@ -471,20 +482,22 @@ taps_fini(taps *t)
     free(t->w);
 }
 
-// Resamples the box (top, left, bh, bw) of src to oh x ow into *dst (allocated): horizontal
-// pass first, then vertical, as PIL does.
+// Resamples the box (top, left, bh, bw) of src (in src's pixels; fractional where a box of the
+// full image is mapped onto a reduced one) to oh x ow into *dst (allocated): horizontal pass
+// first, then vertical, as PIL does.
 static int
-resample(const work *src, uint32_t top, uint32_t left, uint32_t bh, uint32_t bw, uint32_t oh,
-         uint32_t ow, work *dst)
+resample(const work *src, double top, double left, double bh, double bw, uint32_t oh, uint32_t ow,
+         work *dst)
 {
     taps tx = {0}, ty = {0};
     work mid = {0};
     int rv = STOKER_NOMEM;
-    if (taps_make(&tx, left, bw, ow) != STOKER_OK || taps_make(&ty, top, bh, oh) != STOKER_OK ||
-        work_alloc(&mid, bh, ow) != STOKER_OK || work_alloc(dst, oh, ow) != STOKER_OK)
+    if (taps_make(&tx, left, bw, src->w, ow) != STOKER_OK ||
+        taps_make(&ty, top, bh, src->h, oh) != STOKER_OK ||
+        work_alloc(&mid, ty.span, ow) != STOKER_OK || work_alloc(dst, oh, ow) != STOKER_OK)
         goto out;
-    for (uint32_t y = 0; y < bh; y++) { // (bh, ow, 3)
-        const size_t row = (size_t)(top + y) * src->w * 3;
+    for (uint32_t y = 0; y < ty.span; y++) { // (rows the box touches, ow, 3)
+        const size_t row = (size_t)(ty.base + y) * src->w * 3;
         float *o = mid.px + (size_t)y * ow * 3;
         for (uint32_t x = 0; x < ow; x++) {
             const float *w = tx.w + (size_t)x * tx.ksize;
@@ -507,7 +520,7 @@ resample(const work *src, uint32_t top, uint32_t left, uint32_t bh, uint32_t bw,
         float *o = dst->px + (size_t)y * ow * 3;
         memset(o, 0, (size_t)ow * 3 * sizeof(float));
         for (uint32_t k = 0; k < ty.count[y]; k++) {
-            const float *row = mid.px + (size_t)(ty.first[y] - top + k) * ow * 3;
+            const float *row = mid.px + (size_t)(ty.first[y] - ty.base + k) * ow * 3;
             for (uint32_t i = 0; i < ow * 3; i++)
                 o[i] += w[k] * row[i];
         }
@@ -853,34 +866,103 @@ jitter(const op *o, work *im, stoker_rng *rng)
 
 // ---- the pipeline ----
 
-int
-augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t height,
-              stoker_rng *rng, uint32_t out_h, uint32_t out_w, float *out)
+// resize's target for a width x height image: shorter side to s, the longer scaled and truncated
+// (torchvision), or exactly h x w.
+static void
+resize_target(const op *o, uint32_t width, uint32_t height, uint32_t *h, uint32_t *w)
 {
-    work im = {.u8 = rgb, .h = height, .w = width}, next = {0};
+    *h = o->h, *w = o->w;
+    if (o->s > 0) {
+        bool wide = width > height;
+        uint32_t s = wide ? height : width, l = wide ? width : height;
+        uint32_t nl = (uint32_t)((uint64_t)o->s * l / s);
+        *h = wide ? o->s : nl;
+        *w = wide ? nl : o->s;
+    }
+}
+
+uint32_t
+augment_draft_scale(uint32_t box_h, uint32_t box_w, uint32_t out_h, uint32_t out_w)
+{
+    uint32_t s = 1;
+    while (s < 8 && (uint64_t)box_h >= (uint64_t)out_h * s * 2 &&
+           (uint64_t)box_w >= (uint64_t)out_w * s * 2)
+        s *= 2;
+    return s;
+}
+
+uint32_t
+augment_draft(const augment *a, uint32_t width, uint32_t height, const stoker_rng *rng,
+              uint32_t out_h, uint32_t out_w, uint32_t *rows)
+{
+    if (rows != NULL)
+        *rows = height;
+    if (a->n == 0)
+        return 1;
+    const op *o = &a->ops[0];
+    if (o->kind == OP_RRC) {
+        stoker_rng r = *rng; // the draws augment_apply_image will make
+        uint32_t box[4];
+        rrc_box(o, &r, width, height, box);
+        if (rows != NULL)
+            *rows = box[0] + box[2];
+        return augment_draft_scale(box[2], box[3], out_h, out_w);
+    }
+    if (o->kind == OP_RESIZE) {
+        uint32_t h, w;
+        resize_target(o, width, height, &h, &w);
+        return augment_draft_scale(height, width, h, w);
+    }
+    return 1;
+}
+
+void
+augment_draft_range(const augment *a, uint32_t width, uint32_t height, uint32_t out_h,
+                    uint32_t out_w, uint32_t *lo, uint32_t *hi)
+{
+    *lo = *hi = 1;
+    if (a->n > 0 && a->ops[0].kind == OP_RRC) { // any box up to the whole image
+        *hi = augment_draft_scale(height, width, out_h, out_w);
+    } else if (a->n > 0 && a->ops[0].kind == OP_RESIZE) { // always the same
+        uint32_t h, w;
+        resize_target(&a->ops[0], width, height, &h, &w);
+        *lo = *hi = augment_draft_scale(height, width, h, w);
+    }
+}
+
+int
+augment_apply_image(const augment *a, const augment_image *src, stoker_rng *rng, uint32_t out_h,
+                    uint32_t out_w, float *out)
+{
+    const uint32_t scale = src->scale;
+    if (scale != 1 &&
+        (scale > augment_draft(a, src->full_width, src->full_height, rng, out_h, out_w, NULL) ||
+         src->width != (src->full_width + scale - 1) / scale ||
+         src->height != (src->full_height + scale - 1) / scale))
+        return STOKER_INVALID;
+    work im = {.u8 = src->rgb, .h = src->height, .w = src->width}, next = {0};
     int rv = STOKER_OK;
     for (size_t i = 0; i < a->n && rv == STOKER_OK; i++) {
         const op *o = &a->ops[i];
         bool samples = o->kind == OP_RRC || o->kind == OP_RESIZE || o->kind == OP_NORMALIZE;
         if (!samples && (rv = work_floats(&im)) != STOKER_OK)
             break;
+        // The first operation computes its geometry at full size and reads the pixels at
+        // 1/s of it (s is 1 past it: the image is then the pipeline's own).
+        const double s = i == 0 ? scale : 1;
+        const uint32_t gw = i == 0 ? src->full_width : im.w;
+        const uint32_t gh = i == 0 ? src->full_height : im.h;
         switch (o->kind) {
         case OP_RRC: {
             uint32_t box[4];
-            rrc_box(o, rng, im.w, im.h, box);
-            rv = resample(&im, box[0], box[1], box[2], box[3], out_h, out_w, &next);
+            rrc_box(o, rng, gw, gh, box);
+            rv = resample(&im, box[0] / s, box[1] / s, box[2] / s, box[3] / s, out_h, out_w, &next);
             break;
         }
         case OP_RESIZE: {
-            uint32_t h = o->h, w = o->w;
-            if (o->s > 0) { // shorter side to s, the longer scaled and truncated (torchvision)
-                bool wide = im.w > im.h;
-                uint32_t s = wide ? im.h : im.w, l = wide ? im.w : im.h;
-                uint32_t nl = (uint32_t)((uint64_t)o->s * l / s);
-                h = wide ? o->s : nl;
-                w = wide ? nl : o->s;
-            }
-            rv = resample(&im, 0, 0, im.h, im.w, h, w, &next);
+            uint32_t h, w;
+            resize_target(o, gw, gh, &h, &w);
+            rv = resample(&im, 0, 0, gh / s, gw / s, h, w, &next);
             break;
         }
         case OP_CCROP:
@@ -922,4 +1004,17 @@ augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t hei
         memcpy(out, im.px, (size_t)out_h * out_w * 3 * sizeof(float));
     free(im.px);
     return rv;
+}
+
+int
+augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t height,
+              stoker_rng *rng, uint32_t out_h, uint32_t out_w, float *out)
+{
+    const augment_image src = {.rgb = rgb,
+                               .width = width,
+                               .height = height,
+                               .scale = 1,
+                               .full_width = width,
+                               .full_height = height};
+    return augment_apply_image(a, &src, rng, out_h, out_w, out);
 }

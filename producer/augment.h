@@ -33,6 +33,9 @@ typedef struct augment augment;
 //   normalize | normalize(M,M,M;S,S,S)  Normalize; default ImageNet's mean and std
 // Resampling (rrc, resize) is PIL's bilinear filter: antialiased when it shrinks.
 // If the geometry does not end at the output size, a final resize makes it so.
+// When the pipeline starts with rrc or resize, the source may come reduced by 2, 4 or 8 (a JPEG
+// decoded with DCT scaling, as PIL's Image.draft): augment_draft says by how much it may, for
+// an example, without upsampling what the first operation resamples.
 
 // Parses spec (borrowed). STOKER_OK with *out (caller owns; augment_destroy); STOKER_INVALID
 // with err naming the operation or argument that is wrong; STOKER_NOMEM.
@@ -49,5 +52,40 @@ bool augment_normalization(const augment *a, float mean[3], float std[3]);
 // STOKER_OK; STOKER_NOMEM.
 int augment_apply(const augment *a, const uint8_t *rgb, uint32_t width, uint32_t height,
                   stoker_rng *rng, uint32_t out_h, uint32_t out_w, float *out);
+
+// A source image whose pixels may be the image reduced by scale.
+typedef struct augment_image {
+    const uint8_t *rgb;     // borrowed; (height, width, 3) bytes
+    uint32_t width, height; // of rgb: ceil(full_width / scale) x ceil(full_height / scale)
+    uint32_t scale;         // 1, 2, 4 or 8; pixel (x, y) stands for the full image's
+                            // square of side scale at (x * scale, y * scale)
+    uint32_t full_width, full_height; // the image's own size: every draw and size is computed
+                                      // from it, so the random choices do not depend on scale
+} augment_image;
+
+// The largest reduction s in {1, 2, 4, 8} at which a box_h x box_w region of the full image
+// still has at least out_h x out_w pixels: resampling it from the image reduced by s shrinks
+// (or keeps its size), never enlarges.
+uint32_t augment_draft_scale(uint32_t box_h, uint32_t box_w, uint32_t out_h, uint32_t out_w);
+
+// The reduction the example drawn from rng (borrowed, not advanced: the state augment_apply_image
+// will start from) may use: augment_draft_scale of the region the first operation resamples
+// (rrc's box, resize's whole image to its target) to its size; 1 when the pipeline starts with
+// anything else. *rows (if not NULL): how many of the full image's top rows the example reads
+// (rrc's box ends above the bottom; every row otherwise).
+uint32_t augment_draft(const augment *a, uint32_t width, uint32_t height, const stoker_rng *rng,
+                       uint32_t out_h, uint32_t out_w, uint32_t *rows);
+
+// The reductions augment_draft can give for some example of a width x height image: from *lo
+// to *hi (powers of two; resize's is one scale, rrc's any up to that of the whole image).
+void augment_draft_range(const augment *a, uint32_t width, uint32_t height, uint32_t out_h,
+                         uint32_t out_w, uint32_t *lo, uint32_t *hi);
+
+// augment_apply on src, which may be reduced: the first operation's box (or its whole image)
+// is mapped onto src's pixels and resampled from there (a fractional box, edges clamped to the
+// pixels it touches). src->scale must be 1 or what augment_draft allowed for this rng (a larger
+// scale is STOKER_INVALID). With scale 1 the result is augment_apply's, bit for bit.
+int augment_apply_image(const augment *a, const augment_image *src, stoker_rng *rng, uint32_t out_h,
+                        uint32_t out_w, float *out);
 
 #endif

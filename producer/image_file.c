@@ -1,8 +1,8 @@
 // Reading image files: the whole file into memory, its header alone (signature and dimensions,
 // for checking a folder without decoding it), and decoding PNG (libpng's simplified API), JPEG
-// (libjpeg-turbo), WebP (libwebp, when built with it), BMP (image_bmp.c) and TIFF (image_tiff.c,
-// libtiff when built with it) to 8-bit RGB. It knows nothing of folders, labels or augmentation
-// (images.c).
+// (libjpeg-turbo, at full size or reduced by its DCT scaling), WebP (libwebp, when built with it),
+// BMP (image_bmp.c) and TIFF (image_tiff.c, libtiff when built with it) to 8-bit RGB. It knows
+// nothing of folders, labels or augmentation (images.c).
 #include "image_file.h"
 
 #include <errno.h>
@@ -145,8 +145,8 @@ jpeg_quiet(j_common_ptr cinfo)
 }
 
 static int
-decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, image_pixels *im,
-            char *err, size_t err_len)
+decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, uint32_t scale,
+            uint32_t max_rows, image_pixels *im, char *err, size_t err_len)
 {
     struct jpeg_decompress_struct cinfo;
     jpeg_err jerr;
@@ -172,6 +172,8 @@ decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, image_
     jpeg_read_header(&cinfo, TRUE);
     bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
     cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = scale;
     jpeg_start_decompress(&cinfo);
     size_t bytes;
     rv = reserve(g, path, cinfo.output_width, cinfo.output_height, &bytes, err, err_len);
@@ -192,7 +194,9 @@ decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, image_
         return rv;
     }
     size_t stride = (size_t)cinfo.output_width * 3;
-    while (cinfo.output_scanline < cinfo.output_height) {
+    const uint32_t stop =
+        max_rows > 0 && max_rows < cinfo.output_height ? max_rows : cinfo.output_height;
+    while (cinfo.output_scanline < stop) {
         uint8_t *row = buf + (size_t)cinfo.output_scanline * stride;
         JSAMPROW rows[1] = {cmyk ? cmyk_row : row};
         jpeg_read_scanlines(&cinfo, rows, 1);
@@ -206,11 +210,19 @@ decode_jpeg(budget *g, const char *path, const uint8_t *data, size_t len, image_
             }
         }
     }
-    jpeg_finish_decompress(&cinfo);
+    if (stop < cinfo.output_height) {
+        memset(buf + stop * stride, 0, (cinfo.output_height - stop) * stride);
+        jpeg_abort_decompress(&cinfo);
+    } else {
+        jpeg_finish_decompress(&cinfo);
+    }
     memset(buf + bytes, 0, PIXEL_PAD);
     im->rgb = buf;
     im->width = cinfo.output_width;
     im->height = cinfo.output_height;
+    im->scale = scale;
+    im->full_width = cinfo.image_width;
+    im->full_height = cinfo.image_height;
     jpeg_destroy_decompress(&cinfo);
     free(cmyk_row);
     *g->decoded_bytes += bytes;
@@ -347,14 +359,14 @@ decode_tiff(budget *g, const char *path, const uint8_t *data, size_t len, image_
 
 // Decodes a PNG, JPEG, WebP, BMP or TIFF file (by its signature) into im.
 static int
-decode_any(budget *g, const char *path, const uint8_t *data, size_t len, image_pixels *im,
-           char *err, size_t err_len)
+decode_any(budget *g, const char *path, const uint8_t *data, size_t len, uint32_t scale,
+           uint32_t rows, image_pixels *im, char *err, size_t err_len)
 {
     static const uint8_t png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     if (len >= 8 && memcmp(data, png_magic, 8) == 0)
         return decode_png(g, path, data, len, im, err, err_len);
-    if (len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff)
-        return decode_jpeg(g, path, data, len, im, err, err_len);
+    if (image_file_scalable(data, len))
+        return decode_jpeg(g, path, data, len, scale, rows, im, err, err_len);
     if (is_webp(data, len))
         return decode_webp(g, path, data, len, im, err, err_len);
     if (bmp_is(data, len))
@@ -524,10 +536,37 @@ image_file_probe(const char *path, uint32_t *width, uint32_t *height, char *err,
     return STOKER_OK;
 }
 
+bool
+image_file_scalable(const uint8_t *data, size_t len)
+{
+    return len >= 3 && data[0] == 0xff && data[1] == 0xd8 && data[2] == 0xff;
+}
+
+int
+image_file_decode_scaled(const char *path, const uint8_t *data, size_t len, uint32_t scale,
+                         uint32_t rows, size_t *decoded_bytes, size_t n_images, image_pixels *out,
+                         char *err, size_t err_len)
+{
+    budget g = {decoded_bytes, n_images};
+    image_pixels px = {0};
+    if (scale != 2 && scale != 4 && scale != 8)
+        scale = 1;
+    int rv = decode_any(&g, path, data, len, scale, rows, &px, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    if (px.scale == 0) { // not a JPEG: full size
+        px.scale = 1;
+        px.full_width = px.width;
+        px.full_height = px.height;
+    }
+    *out = px;
+    return STOKER_OK;
+}
+
 int
 image_file_decode(const char *path, const uint8_t *data, size_t len, size_t *decoded_bytes,
                   size_t n_images, image_pixels *out, char *err, size_t err_len)
 {
-    budget g = {decoded_bytes, n_images};
-    return decode_any(&g, path, data, len, out, err, err_len);
+    return image_file_decode_scaled(path, data, len, 1, 0, decoded_bytes, n_images, out, err,
+                                    err_len);
 }

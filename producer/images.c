@@ -8,7 +8,9 @@
 // skipped and counted, and another image is drawn in its place. Shrinking is plain bilinear without
 // antialiasing (torchvision's antialias=False), which is cheaper than PIL's filter and fine for
 // augmentation. An augment spec (augment.c) replaces that default pipeline; this file then only
-// chooses the image and converts the pipeline's floats to the output's dtype and layout.
+// chooses the image and converts the pipeline's floats to the output's dtype and layout. A JPEG
+// is taken reduced (DCT scaling) where the first crop or resize shrinks it anyway, chosen from
+// the example's seed; decoded once, it is held at each scale its examples may use.
 // Reading and decoding one file is image_file.c's.
 #include "images.h"
 
@@ -36,12 +38,22 @@
 
 #define MAX_REDRAWS 16 // random draws for a bad file's replacement; then the next good file
 
-typedef struct image {
-    uint8_t *rgb; // (height, width, 3), then PIXEL_PAD zero bytes; NULL when decoded per example
-    char *path;   // the file, read for each example when decoded per example (else NULL)
+// Decoded pixels at one scale: (height, width, 3), then PIXEL_PAD zero bytes.
+typedef struct level {
+    uint8_t *rgb; // NULL when not held
     uint32_t width, height;
+} level;
+
+typedef struct image {
+    // Decoded once: the pixels reduced by 1 << i, held for each reduction an example may ask
+    // (a JPEG with the draft on: draft_range's; else at[0] alone). All NULL when decoded per
+    // example.
+    level at[IMAGE_SCALES];
+    char *path;             // the file, read for each example when decoded per example (else NULL)
+    uint32_t width, height; // full size
     int32_t label;
-    bool bad; // decoded per example, it failed once: skipped from then on
+    bool scalable; // decoded once, a JPEG: examples may take it reduced
+    bool bad;      // decoded per example, it failed once: skipped from then on
 } image;
 
 typedef struct class_info {
@@ -55,6 +67,7 @@ typedef struct images_gen {
     augment *aug; // NULL: the built-in default pipeline
     images_output output;
     bool hwc;
+    bool jpeg_draft; // JPEGs decoded reduced where the first resampling shrinks anyway
     images_label label;
     bool normalize;        // float32 output is normalized with mean and std
     float mean[3], std[3]; // what the pipeline normalizes with (declared for uint8 output)
@@ -64,10 +77,11 @@ typedef struct images_gen {
     size_t n_images, cap_images;
     image *images;
     size_t decoded_bytes;
-    bool strict;         // a bad file at start fails creation (else it is reported and skipped)
-    size_t n_skipped;    // files left out at start: corrupt, unsupported or unreadable
-    size_t n_bad;        // decode_each: files that failed to decode and are skipped
-    uint64_t n_replaced; // decode_each: examples made from another image than the one drawn
+    size_t reduced_bytes; // of decoded_bytes, the JPEGs' reduced copies (decoded once)
+    bool strict;          // a bad file at start fails creation (else it is reported and skipped)
+    size_t n_skipped;     // files left out at start: corrupt, unsupported or unreadable
+    size_t n_bad;         // decode_each: files that failed to decode and are skipped
+    uint64_t n_replaced;  // decode_each: examples made from another image than the one drawn
     // Per-example sampling tables, reused by every fill: for output column x, the byte offsets in
     // a source row of its two neighbours and the weight of the second; the same for rows.
     uint32_t *col0, *col1, *row0, *row1;
@@ -93,7 +107,8 @@ images_destroy(void *user)
                     "examples were made from another image instead",
                     g->n_bad, g->n_images, (unsigned long long)g->n_replaced);
     for (size_t i = 0; i < g->n_images; i++) {
-        free(g->images[i].rgb);
+        for (int l = 0; l < IMAGE_SCALES; l++)
+            free(g->images[i].at[l].rgb);
         free(g->images[i].path);
     }
     free(g->images);
@@ -265,17 +280,73 @@ list_tree(const char *dir, const char *prefix, int depth, name_list *out, char *
     return rv;
 }
 
-// Decodes data (the file at path) into im's pixels, counted in g's decoded-pixel budget.
+static uint32_t draft(const images_gen *g, uint32_t width, uint32_t height, const stoker_rng *rng,
+                      uint32_t *rows);
+static void draft_range(const images_gen *g, uint32_t width, uint32_t height, uint32_t *lo,
+                        uint32_t *hi);
+
+// Decodes data (the file at path) reduced by scale (JPEG; others at full size) into *px,
+// counted in g's decoded-pixel budget; with rows > 0 a JPEG only down to the full image's row
+// rows (what the example reads).
 static int
-decode_into(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im, char *err,
-            size_t err_len)
+decode_into(images_gen *g, const char *path, const uint8_t *data, size_t len, uint32_t scale,
+            uint32_t rows, image_pixels *px, char *err, size_t err_len)
+{
+    return image_file_decode_scaled(path, data, len, scale, (rows + scale - 1) / scale,
+                                    &g->decoded_bytes, g->n_images, px, err, err_len);
+}
+
+static int
+level_of(uint32_t scale)
+{
+    return scale == 8 ? 3 : scale == 4 ? 2 : scale == 2 ? 1 : 0;
+}
+
+static void
+level_free(images_gen *g, level *l)
+{
+    g->decoded_bytes -= (size_t)l->width * l->height * 3;
+    free(l->rgb);
+    *l = (level){0};
+}
+
+// Decode once: data (the file at path) into im at every scale an example may ask: full size,
+// and for a JPEG with the draft on each reduction of draft_range (1.33x the pixels of full size
+// at most), so that examples are the pixels --decode each makes.
+static int
+decode_levels(images_gen *g, const char *path, const uint8_t *data, size_t len, image *im,
+              char *err, size_t err_len)
 {
     image_pixels px;
-    int rv = image_file_decode(path, data, len, &g->decoded_bytes, g->n_images, &px, err, err_len);
-    if (rv == STOKER_OK) {
-        im->rgb = px.rgb;
-        im->width = px.width;
-        im->height = px.height;
+    int rv = decode_into(g, path, data, len, 1, 0, &px, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    im->at[0] = (level){px.rgb, px.width, px.height};
+    im->width = px.width;
+    im->height = px.height;
+    im->scalable = g->jpeg_draft && image_file_scalable(data, len);
+    if (!im->scalable)
+        return STOKER_OK;
+    uint32_t lo, hi;
+    draft_range(g, im->width, im->height, &lo, &hi);
+    for (uint32_t s = 2; s <= hi && rv == STOKER_OK; s *= 2) {
+        if (s < lo)
+            continue;
+        rv = decode_into(g, path, data, len, s, 0, &px, err, err_len);
+        if (rv == STOKER_OK) {
+            im->at[level_of(s)] = (level){px.rgb, px.width, px.height};
+            g->reduced_bytes += (size_t)px.width * px.height * 3;
+        }
+    }
+    if (rv == STOKER_OK && lo > 1) // every example takes it reduced: full size is not needed
+        level_free(g, &im->at[0]);
+    if (rv != STOKER_OK) {
+        for (int l = 0; l < IMAGE_SCALES; l++) {
+            if (l > 0 && im->at[l].rgb != NULL)
+                g->reduced_bytes -= (size_t)im->at[l].width * im->at[l].height * 3;
+            if (im->at[l].rgb != NULL)
+                level_free(g, &im->at[l]);
+        }
     }
     return rv;
 }
@@ -308,10 +379,17 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
     size_t len = 0;
     if ((rv = image_file_read(path, &data, &len, err, err_len)) != STOKER_OK)
         return rv;
-    rv = decode_into(g, path, data, len, &im, err, err_len);
+    rv = decode_levels(g, path, data, len, &im, err, err_len);
     free(data);
     if (rv == STOKER_OK)
         g->images[g->n_images++] = im;
+    if (rv == STOKER_TOO_LARGE && g->reduced_bytes > 0 && err != NULL) {
+        size_t n = strlen(err);
+        snprintf(err + n, err_len - n,
+                 "; %.1f MiB of it are JPEGs also held at the reduced scales examples use "
+                 "(--jpeg-draft off holds full size only, and decodes slower)",
+                 g->reduced_bytes / 1048576.0);
+    }
     return rv;
 }
 
@@ -438,24 +516,32 @@ random_crop(stoker_rng *rng, uint32_t width, uint32_t height)
 }
 
 // Bilinear sampling positions (half-pixel centers, edges clamped) of n outputs over a source span
-// of len pixels starting at first; offsets scaled by unit bytes. reversed fills them back to
-// front (the horizontal flip).
+// of len full-size pixels starting at first, in a line of src_len pixels that is the image
+// reduced by scale: the span maps to [first / scale, (first + len) / scale), and the clamping
+// is to the pixels it touches. Offsets scaled by unit bytes. reversed fills them back to front
+// (the horizontal flip). With scale 1 this is the plain integer span.
 static void
-sample_table(uint32_t n, uint32_t first, uint32_t len, uint32_t unit, bool reversed, uint32_t *i0,
-             uint32_t *i1, float *w)
+sample_table(uint32_t n, uint32_t first, uint32_t len, uint32_t scale, uint32_t src_len,
+             uint32_t unit, bool reversed, uint32_t *i0, uint32_t *i1, float *w)
 {
-    const double step = (double)len / n;
+    const uint32_t base = first / scale;
+    const double offset = (double)first / scale - base; // 0 when scale is 1
+    uint32_t end = (first + len + scale - 1) / scale;
+    if (end > src_len)
+        end = src_len;
+    const uint32_t span = end - base;
+    const double step = (double)len / scale / n;
     for (uint32_t k = 0; k < n; k++) {
-        double s = (k + 0.5) * step - 0.5;
+        double s = offset + (k + 0.5) * step - 0.5;
         if (s < 0)
             s = 0;
-        if (s > len - 1)
-            s = len - 1;
+        if (s > span - 1)
+            s = span - 1;
         uint32_t a = (uint32_t)s;
-        uint32_t b = a + 1 < len ? a + 1 : a;
+        uint32_t b = a + 1 < span ? a + 1 : a;
         uint32_t at = reversed ? n - 1 - k : k;
-        i0[at] = (first + a) * unit;
-        i1[at] = (first + b) * unit;
+        i0[at] = (base + a) * unit;
+        i1[at] = (base + b) * unit;
         w[at] = (float)(s - a);
     }
 }
@@ -568,20 +654,33 @@ jitter_plane(float *o, size_t n, bool brightness_first, float brightness, float 
     }
 }
 
-// Reads and decodes im's file (decode_each) into *out. STOKER_OK; STOKER_NOMEM; another code
-// with err written when the file cannot be read or decoded.
+// Reads and decodes im's file (decode_each) into *out, a JPEG reduced as far as the example
+// drawn from rng (not advanced) allows and only down to the last row it reads (draft): the
+// pixels it reads are those decode once holds. STOKER_OK; STOKER_NOMEM; another code with err
+// written when the file cannot be read or decoded.
 static int
-decode_file(images_gen *g, const image *im, image *out, char *err, size_t err_len)
+decode_file(images_gen *g, const image *im, const stoker_rng *rng, image_pixels *out, char *err,
+            size_t err_len)
 {
     uint8_t *data = NULL;
     size_t len = 0;
     int rv = image_file_read(im->path, &data, &len, err, err_len);
     if (rv != STOKER_OK)
         return rv;
-    rv = decode_into(g, im->path, data, len, out, err, err_len);
+    // The size its header had at start (the same pixels decode once holds).
+    uint32_t rows = 0, scale = 1;
+    if (image_file_scalable(data, len))
+        scale = draft(g, im->width, im->height, rng, &rows);
+    rv = decode_into(g, im->path, data, len, scale, rows, out, err, err_len);
+    if (rv == STOKER_OK && image_file_scalable(data, len) &&
+        (out->full_width != im->width || out->full_height != im->height)) {
+        // Rewritten since: choose from the size it has now.
+        uint32_t again = draft(g, out->full_width, out->full_height, rng, &rows);
+        g->decoded_bytes -= (size_t)out->width * out->height * 3;
+        free(out->rgb);
+        rv = decode_into(g, im->path, data, len, again, rows, out, err, err_len);
+    }
     free(data);
-    if (rv == STOKER_OK)
-        out->label = im->label;
     return rv;
 }
 
@@ -592,15 +691,16 @@ decode_file(images_gen *g, const image *im, image *out, char *err, size_t err_le
 // bad, so the examples stay determined by the seed. STOKER_OK; STOKER_NOMEM; STOKER_INVALID when
 // every file failed.
 static int
-decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image *out)
+decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image_pixels *out, int32_t *label)
 {
     size_t i = drawn;
     for (unsigned attempt = 1;; attempt++) {
         image *im = &g->images[i];
         if (!im->bad) {
             char err[512];
-            int rv = decode_file(g, im, out, err, sizeof err);
+            int rv = decode_file(g, im, rng, out, err, sizeof err);
             if (rv == STOKER_OK) {
+                *label = im->label;
                 if (i != drawn)
                     g->n_replaced++;
                 return STOKER_OK;
@@ -623,12 +723,14 @@ decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image *out)
 }
 
 // The default pipeline (see images.h) from im into out, (3, out_h, out_w) floats: normalized
-// with ImageNet's statistics, or with normalize false left in [0, 255].
+// with ImageNet's statistics, or with normalize false left in [0, 255]. im may be reduced: the
+// crop is drawn at full size and sampled from its pixels.
 static void
-default_pipeline(images_gen *g, stoker_rng *rng_state, const image *im, float *out, bool normalize)
+default_pipeline(images_gen *g, stoker_rng *rng_state, const augment_image *im, float *out,
+                 bool normalize)
 {
     stoker_rng rng = *rng_state;
-    crop box = random_crop(&rng, im->width, im->height);
+    crop box = random_crop(&rng, im->full_width, im->full_height);
     bool flip = stoker_rng_uniform(&rng) < 0.5;
     float brightness = (float)stoker_rng_range(&rng, 0.6, 1.4);
     float contrast = (float)stoker_rng_range(&rng, 0.6, 1.4);
@@ -636,8 +738,9 @@ default_pipeline(images_gen *g, stoker_rng *rng_state, const image *im, float *o
 
     const uint32_t n = g->out_w, rows = g->out_h;
     const size_t plane = (size_t)rows * n;
-    sample_table(n, box.left, box.width, 3, flip, g->col0, g->col1, g->wx);
-    sample_table(rows, box.top, box.height, 1, false, g->row0, g->row1, g->wy);
+    sample_table(n, box.left, box.width, im->scale, im->width, 3, flip, g->col0, g->col1, g->wx);
+    sample_table(rows, box.top, box.height, im->scale, im->height, 1, false, g->row0, g->row1,
+                 g->wy);
 
     // Pass 1: bilinear resample into the output, values in [0, 255]; (3, rows, n). A pixel is one
     // vector (r, g, b, unused), so the three channels are interpolated together.
@@ -713,6 +816,38 @@ emit(const images_gen *g, const float *src, bool src_chw, bool src_normalized, v
     }
 }
 
+// The reduction example rng (not advanced) may decode a width x height JPEG at: where the
+// pipeline's first resampling shrinks by 2, 4 or 8 anyway (augment_draft; the default
+// pipeline's crop alike). *rows (if not NULL): how many of the image's top rows the example
+// reads. With the draft off: 1, and every row (0).
+static uint32_t
+draft(const images_gen *g, uint32_t width, uint32_t height, const stoker_rng *rng, uint32_t *rows)
+{
+    if (rows != NULL)
+        *rows = 0;
+    if (!g->jpeg_draft)
+        return 1;
+    if (g->aug != NULL)
+        return augment_draft(g->aug, width, height, rng, g->out_h, g->out_w, rows);
+    stoker_rng r = *rng; // the draws default_pipeline will make
+    crop box = random_crop(&r, width, height);
+    if (rows != NULL)
+        *rows = box.top + box.height;
+    return augment_draft_scale(box.height, box.width, g->out_h, g->out_w);
+}
+
+// The reductions draft can give for some example of a width x height JPEG.
+static void
+draft_range(const images_gen *g, uint32_t width, uint32_t height, uint32_t *lo, uint32_t *hi)
+{
+    if (g->aug != NULL) {
+        augment_draft_range(g->aug, width, height, g->out_h, g->out_w, lo, hi);
+        return;
+    }
+    *lo = 1; // crops down to a few pixels; up to the whole image
+    *hi = augment_draft_scale(height, width, g->out_h, g->out_w);
+}
+
 // Makes an example of image drawn through the pipeline, the rest of its randomness from
 // from_rng (a stream's fill and a dataset's fill_item share it).
 static int
@@ -720,30 +855,40 @@ make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *cons
 {
     stoker_rng rng = *from_rng;
     const image *im = &g->images[drawn];
-    image decoded = {0};
+    image_pixels decoded = {0};
+    augment_image src;
+    int32_t label = im->label;
     if (g->decode_each) {
-        int rv = decode_drawn(g, &rng, drawn, &decoded);
+        int rv = decode_drawn(g, &rng, drawn, &decoded, &label);
         if (rv != STOKER_OK)
             return rv;
-        im = &decoded;
+        src = (augment_image){decoded.rgb,   decoded.width,      decoded.height,
+                              decoded.scale, decoded.full_width, decoded.full_height};
+    } else {
+        uint32_t scale = im->scalable ? draft(g, im->width, im->height, &rng, NULL) : 1;
+        const level *l = &im->at[level_of(scale)];
+        if (l->rgb == NULL) { // draft_range said which it holds: a broken invariant
+            stoker_error("images: no pixels at 1/%u for image %zu", scale, drawn);
+            return STOKER_INTERNAL;
+        }
+        src = (augment_image){l->rgb, l->width, l->height, scale, im->width, im->height};
     }
     int rv = STOKER_OK;
     if (g->aug != NULL) {
-        rv = augment_apply(g->aug, im->rgb, im->width, im->height, &rng, g->out_h, g->out_w,
-                           g->scratch);
+        rv = augment_apply_image(g->aug, &src, &rng, g->out_h, g->out_w, g->scratch);
         if (rv == STOKER_OK)
             emit(g, g->scratch, false, false, fields[0]);
     } else if (g->output == IMAGES_FLOAT32 && !g->hwc) {
-        default_pipeline(g, &rng, im, fields[0], true); // straight into the field
+        default_pipeline(g, &rng, &src, fields[0], true); // straight into the field
     } else {
         bool normalize = g->output == IMAGES_FLOAT32;
-        default_pipeline(g, &rng, im, g->scratch, normalize);
+        default_pipeline(g, &rng, &src, g->scratch, normalize);
         emit(g, g->scratch, true, normalize, fields[0]);
     }
     if (g->label == IMAGES_LABEL_INT64)
-        *(int64_t *)fields[1] = im->label;
+        *(int64_t *)fields[1] = label;
     else
-        *(int32_t *)fields[1] = im->label;
+        *(int32_t *)fields[1] = label;
     if (g->decode_each) {
         free(decoded.rgb);
         g->decoded_bytes -= (size_t)decoded.width * decoded.height * 3;
@@ -754,7 +899,7 @@ make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *cons
 void
 images_config_init(images_config *cfg)
 {
-    *cfg = (images_config){.height = 64, .width = 64};
+    *cfg = (images_config){.height = 64, .width = 64, .jpeg_draft = true};
 }
 
 // One INFO line per class up to this many; beyond, a summary (the label map has them all).
@@ -859,6 +1004,7 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     g->decode_each = cfg->decode_each;
     g->output = cfg->output;
     g->hwc = cfg->hwc;
+    g->jpeg_draft = cfg->jpeg_draft;
     g->label = cfg->label;
     g->strict = cfg->strict;
     int rv;
@@ -893,13 +1039,17 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     if (g->n_skipped > 0)
         stoker_warn("images: %s: %zu files could not be read and were skipped (each named above)",
                     dir, g->n_skipped);
+    char reduced[96] = "";
+    if (g->reduced_bytes > 0)
+        snprintf(reduced, sizeof reduced, " (%.1f MiB of it JPEGs at reduced scales)",
+                 g->reduced_bytes / 1048576.0);
     if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
                     dir, g->n_classes, g->n_images);
     else
-        stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded", dir, g->n_classes,
-                    g->n_images, g->decoded_bytes / 1048576.0);
+        stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded%s", dir, g->n_classes,
+                    g->n_images, g->decoded_bytes / 1048576.0, reduced);
     if (!cfg->quiet)
         log_classes(g, dir);
     if ((rv = label_map(g)) != STOKER_OK) {

@@ -3,7 +3,8 @@
 // flip, brightness and contrast jitter, normalization), or any pipeline an augment spec gives
 // (augment.h), training or evaluation. Every image is decoded once, at creation, into memory, and
 // examples are made from those pixels (or, with decode_each, only headers are checked at creation
-// and each example reads and decodes its file). It does not watch the folder for changes.
+// and each example reads and decodes its file). JPEGs may be decoded reduced (jpeg_draft in
+// images_config). It does not watch the folder for changes.
 #ifndef PRODUCER_IMAGES_H
 #define PRODUCER_IMAGES_H
 
@@ -35,7 +36,8 @@
 // The fill callback never ends (no STOKER_END_OF_DATA). It draws everything from seed: an image
 // uniformly among all images (so classes are weighted by their image counts), a crop of 8-100 %
 // of its area with aspect ratio 3/4-4/3 (torchvision RandomResizedCrop's algorithm, with its
-// center-crop fallback) resized to size x size by bilinear interpolation without antialiasing, a
+// center-crop fallback) resized to size x size by bilinear interpolation without antialiasing
+// (from the JPEG decoded reduced where that crop allows: jpeg_draft in images_config), a
 // horizontal flip with probability 0.5, brightness and contrast factors uniform in [0.6, 1.4]
 // applied in random order (clamped to [0, 1] after each, as ColorJitter does), then
 // (x - mean) / std per channel with ImageNet's mean (0.485, 0.456, 0.406) and std (0.229, 0.224,
@@ -78,6 +80,14 @@ typedef struct images_config {
     // with its path (WARN), left out and counted (images_generator_skipped_at_start); its class
     // keeps its label. Creation still fails when no file at all can be read.
     bool strict;
+    // JPEGs are decoded reduced by 2, 4 or 8 (libjpeg's DCT scaling, PIL's Image.draft) when
+    // the pipeline's first resampling (rrc's or the default pipeline's crop, or resize) shrinks
+    // the region by at least that anyway, never below the size it resamples to; the rest of the
+    // pipeline runs on the smaller image. Default true; false decodes every JPEG at full size.
+    // Either way an example is the same pixels with decode_each or not (decoded once, a JPEG
+    // is held at each scale its examples may use: at most 1.33x the pixels of full size,
+    // counted in IMAGES_MAX_DECODED_BYTES).
+    bool jpeg_draft;
 } images_config;
 
 void images_config_init(images_config *cfg);

@@ -25,6 +25,7 @@ typedef struct producer_options {
     const char *images_dir;
     uint32_t height, width;
     int decode_each;
+    int jpeg_full;         // --jpeg-draft off: JPEGs decoded at full size
     const char *augment;   // NULL: the default pipeline
     int output;            // images_output
     int layout;            // 0: chw, 1: hwc
@@ -50,6 +51,7 @@ options_init(producer_options *o)
 static const char *const generators[] = {"synthetic", "exec", "images", NULL};
 static const char *const formats[] = {"text", "raw", NULL}; // by exec_format
 static const char *const decodes[] = {"once", "each", NULL};
+static const char *const drafts[] = {"on", "off", NULL};
 static const char *const outputs[] = {"float32", "uint8", NULL}; // by images_output
 static const char *const layouts[] = {"chw", "hwc", NULL};
 static const char *const labels[] = {"int64", "int32", NULL}; // by images_label
@@ -173,6 +175,12 @@ static const stoker_cli_option images_rows[] = {
      "loader does (a file that fails is logged with its path\n"
      "and skipped)",
      STOKER_CLI_ENUM, AT(decode_each), .choices = decodes},
+    {"jpeg-draft", "on|off",
+     "on: decode a JPEG at 1/2, 1/4 or 1/8 of its size (DCT\n"
+     "scaling, PIL's draft) where the first resize or crop\n"
+     "shrinks it that much anyway, never below the output size;\n"
+     "off: always at full size (slower)",
+     STOKER_CLI_ENUM, AT(jpeg_full), .choices = drafts},
 };
 
 // What the table cannot say: the broker is needed unless measuring, and options of one
@@ -188,14 +196,15 @@ check(const stoker_cli *cli, const producer_options *o)
     if (!is_exec && (stoker_cli_given(cli, "exec") || stoker_cli_given(cli, "schema") ||
                      stoker_cli_given(cli, "format")))
         return stoker_cli_fail(cli, "--exec, --schema and --format need --generator exec");
-    static const char *const images_flags[] = {"images", "size",   "decode",    "augment",
-                                               "output", "layout", "label-map", "label"};
+    static const char *const images_flags[] = {"images",  "size",      "decode",
+                                               "augment", "output",    "layout",
+                                               "label",   "label-map", "jpeg-draft"};
     for (size_t i = 0; !is_images && i < sizeof images_flags / sizeof *images_flags; i++)
         if (stoker_cli_given(cli, images_flags[i]))
             return stoker_cli_fail(cli,
                                    "--%s needs --generator images (as do --images, --size, "
                                    "--decode, --augment, --output, --layout, --label, "
-                                   "--label-map)",
+                                   "--label-map, --jpeg-draft)",
                                    images_flags[i]);
     if ((is_exec || is_images) && stoker_cli_given(cli, "delay"))
         return stoker_cli_fail(cli, "--delay applies to --generator synthetic only");
@@ -237,6 +246,7 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
         cfg.height = o->height;
         cfg.width = o->width;
         cfg.decode_each = o->decode_each;
+        cfg.jpeg_draft = !o->jpeg_full;
         cfg.augment = o->augment;
         cfg.output = (images_output)o->output;
         cfg.hwc = o->layout == 1;

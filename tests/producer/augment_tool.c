@@ -4,11 +4,15 @@
 //   augment_tool SPEC SEED W H OUT_H OUT_W
 // or one RandAugment operation alone (randaug.h) at a signed magnitude, same size out:
 //   augment_tool --op NAME MAGNITUDE W H
+// or a JPEG file decoded as the images generator decodes it for that seed (reduced by the
+// scale augment_draft allows, or at full size with --full), SPEC applied; the scale on stderr:
+//   augment_tool --jpeg FILE SPEC SEED OUT_H OUT_W [--full]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "augment.h"
+#include "image_file.h"
 #include "randaug.h"
 #include "stoker/error.h"
 
@@ -33,9 +37,52 @@ one_op(char **argv)
     return rv == STOKER_OK ? 0 : 1;
 }
 
+static int
+jpeg(int argc, char **argv)
+{
+    char err[512];
+    augment *a;
+    if (augment_parse(argv[3], &a, err, sizeof err) != STOKER_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    uint8_t *data;
+    size_t len, budget = 0;
+    image_pixels px;
+    if (image_file_read(argv[2], &data, &len, err, sizeof err) != STOKER_OK ||
+        image_file_decode(argv[2], data, len, &budget, 0, &px, err, sizeof err) != STOKER_OK) {
+        fprintf(stderr, "%s\n", err);
+        return 2;
+    }
+    free(px.rgb); // only its size: the draft is chosen from it
+    uint32_t oh = (uint32_t)strtoul(argv[5], NULL, 10), ow = (uint32_t)strtoul(argv[6], NULL, 10);
+    stoker_rng rng;
+    stoker_rng_seed(&rng, strtoull(argv[4], NULL, 10));
+    uint32_t scale = argc == 8 ? 1 : augment_draft(a, px.width, px.height, &rng, oh, ow, NULL);
+    int rv =
+        image_file_decode_scaled(argv[2], data, len, scale, 0, &budget, 0, &px, err, sizeof err);
+    float *out = malloc((size_t)oh * ow * 3 * sizeof *out);
+    if (rv == STOKER_OK && out != NULL) {
+        const augment_image src = {px.rgb,   px.width,      px.height,
+                                   px.scale, px.full_width, px.full_height};
+        rv = augment_apply_image(a, &src, &rng, oh, ow, out);
+        free(px.rgb);
+    }
+    if (rv == STOKER_OK) {
+        fprintf(stderr, "%u\n", scale);
+        fwrite(out, sizeof *out, (size_t)oh * ow * 3, stdout);
+    }
+    free(out);
+    free(data);
+    augment_destroy(a);
+    return rv == STOKER_OK ? 0 : 1;
+}
+
 int
 main(int argc, char **argv)
 {
+    if ((argc == 7 || argc == 8) && strcmp(argv[1], "--jpeg") == 0)
+        return jpeg(argc, argv);
     if (argc == 6 && strcmp(argv[1], "--op") == 0)
         return one_op(argv);
     if (argc != 7) {

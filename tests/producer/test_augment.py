@@ -42,6 +42,19 @@ def stoker(spec, img, out_h, out_w, seed=1):
     return np.frombuffer(res.stdout, dtype=np.float32).reshape(out_h, out_w, 3)
 
 
+# A reduced JPEG decode against the full-size path (test_jpeg_draft_stays_antialiased_...): the
+# 99.9th-percentile and mean difference in 8-bit levels, and the relative difference in
+# high-frequency energy allowed. Measured on these pictures: at most 26 (at the sharp-edged
+# block, where the reduced DCT rings), 1.8 on average, and 15 % more high-frequency energy than
+# PIL's full-size resize where the reduction does all the shrinking (1/4, then 80 to 80); plain
+# bilinear without antialiasing keeps 54 % more (test_resize_down_is_antialiased_like_pil).
+DRAFT_MAX, DRAFT_MEAN, DRAFT_HF = 30.0, 2.0, 0.2
+# A reduced decode then resized, against Pillow's draft() then resize: PIL rounds to 8 bits
+# after each of its two passes, stoker once, so the mean difference is a little over the 0.3
+# of a single pass.
+DRAFT_PIL_MEAN = 0.35
+
+
 def expect_close(name, ours, ref, max_abs, mean_abs, quantile=1.0):
     ref = np.asarray(ref, dtype=np.float64)
     assert ours.shape == ref.shape, (name, ours.shape, ref.shape)
@@ -242,6 +255,88 @@ def test_randaug_policy_draws_torchvision_operations_and_is_seeded():
     assert len(chosen) >= 6, chosen
     two = [stoker("randaug(2,9),normalize", img, 30, 40, s) for s in (5, 5, 6)]
     assert np.array_equal(two[0], two[1]) and not np.array_equal(two[0], two[2])
+
+
+def jpeg_file(img, name):
+    """img saved as a JPEG (quality 90, as the benchmark's photos) in a temporary folder that
+    is removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="stoker-augment-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, name)
+    pil(img).save(path, quality=90)
+    return path
+
+
+def stoker_jpeg(path, spec, out_h, out_w, seed=1, full=False):
+    """The images generator's way with a JPEG: decoded reduced where the spec's first resampling
+    allows (--jpeg-draft on), or at full size; returns the pixels and the scale used."""
+    res = subprocess.run([TOOL, "--jpeg", path, spec, str(seed), str(out_h), str(out_w)]
+                         + (["--full"] if full else []), capture_output=True, check=True)
+    out = np.frombuffer(res.stdout, dtype=np.float32).reshape(out_h, out_w, 3)
+    return out, int(res.stderr.decode().split()[-1])
+
+
+def drafted(path, w, h):
+    """Pillow's own reduced decode: Image.draft to at least w x h, as PIL's thumbnail does."""
+    im = Image.open(path)
+    im.draft("RGB", (w, h))
+    return im.convert("RGB")
+
+
+def hf(a):
+    """High-frequency energy: mean squared difference of horizontal neighbours."""
+    return (np.diff(np.asarray(a, dtype=np.float64), axis=1) ** 2).mean()
+
+
+def test_jpeg_draft_is_pillow_draft_then_the_same_resize():
+    # The reduced decode (libjpeg's DCT scaling) is Pillow's draft(); the resize after it is the
+    # same antialiased bilinear resize of the same pixels, with the box mapped onto them
+    # (fractional where the size is not a multiple: 321 x 241 at 1/4).
+    cases = [((320, 240), "resize(60,80)", (60, 80), 4, None),
+             ((321, 241), "resize(60,80)", (60, 80), 4, (0, 0, 321 / 4, 241 / 4)),
+             ((256, 256), "rrc(1,1;1,1)", (24, 24), 8, None),
+             ((320, 240), "resize(30,40)", (30, 40), 8, None),
+             ((320, 240), "resize(100,100)", (100, 100), 2, None)]
+    for (w, h), spec, (oh, ow), scale, box in cases:
+        path = jpeg_file(picture(w, h, 20 + w), "p.jpg")
+        ours, used = stoker_jpeg(path, spec, oh, ow)
+        assert used == scale, (spec, w, h, used)
+        small = drafted(path, ow, oh)
+        assert small.size == ((w + scale - 1) // scale, (h + scale - 1) // scale), small.size
+        ref = np.asarray(small.resize((ow, oh), Image.BILINEAR, box=box))
+        expect_close("draft %dx%d %s" % (w, h, spec), ours, ref, 1.0, DRAFT_PIL_MEAN)
+
+
+def test_jpeg_draft_eval_pipeline_like_pillow_draft():
+    for w, h in ((320, 240), (240, 330)):
+        path = jpeg_file(picture(w, h, 21), "e.jpg")
+        ours, used = stoker_jpeg(path, "resize(73),ccrop(64)", 64, 64)
+        assert used == 2, used
+        ref = np.asarray(F.center_crop(F.resize(drafted(path, 73, 73), 73), 64))
+        expect_close("draft resize(73),ccrop(64) %dx%d" % (w, h), ours, ref, 1.0,
+                     DRAFT_PIL_MEAN)
+
+
+def test_jpeg_draft_stays_antialiased_and_close_to_the_full_size_path():
+    # Against the full-size decode and PIL's resize: the DCT reduction averages where the
+    # bilinear filter weighs, so pixels move a little more than the 1-level tolerance of the
+    # operations above, but the high frequencies stay as low as PIL's (no aliasing comes back).
+    path = jpeg_file(picture(320, 240, 22), "a.jpg")
+    full = Image.open(path).convert("RGB")
+    for spec, (oh, ow) in (("resize(60,80)", (60, 80)), ("resize(36,50)", (36, 50)),
+                           ("resize(100,100)", (100, 100))):
+        ours, used = stoker_jpeg(path, spec, oh, ow)
+        exact, _ = stoker_jpeg(path, spec, oh, ow, full=True)
+        ref = np.asarray(full.resize((ow, oh), Image.BILINEAR))
+        expect_close("--jpeg-draft off %s" % spec, exact, ref, 1.0, 0.3)
+        expect_close("draft %s vs full size" % spec, ours, ref, DRAFT_MAX, DRAFT_MEAN,
+                     quantile=0.999)
+        print("high-frequency energy %s: draft %.1f, PIL full size %.1f (1/%d)"
+              % (spec, hf(ours), hf(ref), used))
+        assert used > 1 and abs(hf(ours) / hf(ref) - 1) < DRAFT_HF
 
 
 def main():

@@ -292,3 +292,83 @@ Test(decode_each, a_bad_header_is_still_refused_at_start_naming_the_file)
     cr_assert_eq(create(&gen, true, err, sizeof err), STOKER_INVALID);
     cr_assert(strstr(err, "a/zz.png") != NULL && strstr(err, "PNG") != NULL, "err: %s", err);
 }
+
+// Opens img_root with pipeline spec (NULL: the built-in one), the JPEG draft on or off.
+static void
+open_with(const char *spec, images_output output, bool each, bool draft, stoker_generator *gen)
+{
+    images_config cfg;
+    images_config_init(&cfg);
+    cfg.dir = img_root;
+    cfg.height = cfg.width = SIZE;
+    cfg.augment = spec;
+    cfg.output = output;
+    cfg.decode_each = each;
+    cfg.jpeg_draft = draft;
+    cfg.quiet = true;
+    char err[512] = "";
+    cr_assert_eq(images_generator_open(&cfg, gen, err, sizeof err), STOKER_OK, "%s", err);
+}
+
+// JPEGs decoded reduced (the default, --jpeg-draft on): decoding once (each JPEG held at every
+// scale its examples may use) makes exactly the bytes decoding each example does, for the
+// built-in pipeline, a rich one and an evaluation one (resize first: one reduced scale only),
+// float32 and uint8; sizes from no reduction possible to 1/8, odd ones (fractional boxes).
+// With the draft off the two modes agree as well, and the draft does change some examples.
+Test(decode_each, jpeg_draft_decode_once_and_each_make_the_same_bytes)
+{
+    static const uint32_t sizes[][2] = {{300, 260}, {301, 203}, {97, 75}, {33, 40}, {130, 517}};
+    img_make_dir("a");
+    img_make_dir("b");
+    write_png("a/big.png", 300, 260, 9);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        char rel[64];
+        snprintf(rel, sizeof rel, "%s/%zu.jpg", i % 2 ? "a" : "b", i);
+        write_jpeg(rel, sizes[i][0], sizes[i][1], (uint32_t)i);
+    }
+    static const char *const specs[] = {
+        NULL, "rrc(0.08,1;0.75,1.33),hflip,jitter(b=0.4,c=0.4,s=0.4,h=0.1),rotate(15),normalize",
+        "resize(37),ccrop(32),normalize", "rrc(0.5,1;0.75,1.33)"};
+    for (size_t k = 0; k < sizeof specs / sizeof *specs; k++) {
+        for (int out = 0; out < 2; out++) {
+            images_output output = out ? IMAGES_UINT8 : IMAGES_FLOAT32;
+            stoker_generator once, each, full_once, full_each;
+            open_with(specs[k], output, false, true, &once);
+            open_with(specs[k], output, true, true, &each);
+            open_with(specs[k], output, false, false, &full_once);
+            open_with(specs[k], output, true, false, &full_each);
+            size_t bytes = stoker_field_bytes(&once.schema.fields[0]);
+            uint8_t *x = malloc(bytes), *y = malloc(bytes), *fx = malloc(bytes),
+                    *fy = malloc(bytes);
+            int changed = 0;
+            for (uint64_t seed = 1; seed <= 60; seed++) {
+                int64_t lx, ly, lfx, lfy;
+                void *fx_fields[] = {fx, &lfx}, *fy_fields[] = {fy, &lfy};
+                void *x_fields[] = {x, &lx}, *y_fields[] = {y, &ly};
+                cr_assert_eq(once.fill(once.user, 0, seed, x_fields), STOKER_OK);
+                cr_assert_eq(each.fill(each.user, 0, seed, y_fields), STOKER_OK);
+                cr_assert_eq(full_once.fill(full_once.user, 0, seed, fx_fields), STOKER_OK);
+                cr_assert_eq(full_each.fill(full_each.user, 0, seed, fy_fields), STOKER_OK);
+                cr_expect(memcmp(x, y, bytes) == 0 && lx == ly,
+                          "spec '%s' %s seed %llu: decode once and each differ with the draft",
+                          specs[k] ? specs[k] : "(built-in)", out ? "uint8" : "float32",
+                          (unsigned long long)seed);
+                cr_expect(memcmp(fx, fy, bytes) == 0 && lfx == lfy,
+                          "spec '%s' seed %llu: decode once and each differ without the draft",
+                          specs[k] ? specs[k] : "(built-in)", (unsigned long long)seed);
+                cr_expect_eq(lx, lfx);
+                changed += memcmp(x, fx, bytes) != 0;
+            }
+            cr_expect_gt(changed, 10, "spec '%s': the draft changed only %d of 60 examples",
+                         specs[k] ? specs[k] : "(built-in)", changed);
+            free(x);
+            free(y);
+            free(fx);
+            free(fy);
+            stoker_generator_fini(&once);
+            stoker_generator_fini(&each);
+            stoker_generator_fini(&full_once);
+            stoker_generator_fini(&full_each);
+        }
+    }
+}
