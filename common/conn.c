@@ -74,6 +74,32 @@ dial(conn *c, char *err, size_t err_len)
     return STOKER_OK;
 }
 
+// Initialises cv for cond_wait_ms (timed on the monotonic clock). 0 or an errno value.
+static int
+cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rv = pthread_condattr_init(&ca);
+    if (rv != 0)
+        return rv;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rv = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rv;
+}
+
+// Waits on cv (made by cond_init_monotonic; mu held) until signalled or ms have passed.
+static void
+cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
 // Replaces the dialer when the socket has had no connection for CONN_WATCH_MS (the watcher's
 // thread, under watch_mu, so conn_close waits for it to finish).
 static void
@@ -100,12 +126,7 @@ watch_main(void *arg)
     conn *c = arg;
     pthread_mutex_lock(&c->watch_mu);
     while (!c->closing) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += CONN_WATCH_EVERY_MS * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&c->watch_cv, &c->watch_mu, &ts);
+        cond_wait_ms(&c->watch_cv, &c->watch_mu, CONN_WATCH_EVERY_MS);
         if (!c->closing)
             redial_if_stuck(c);
     }
@@ -117,24 +138,18 @@ watch_main(void *arg)
 static int
 watcher_start(conn *c)
 {
-    pthread_condattr_t ca;
     c->closing = 0;
     if (pthread_mutex_init(&c->watch_mu, NULL) != 0)
         return STOKER_NOMEM;
-    if (pthread_condattr_init(&ca) != 0)
-        goto fail_attr;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rv = pthread_cond_init(&c->watch_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rv != 0)
-        goto fail_attr;
+    if (cond_init_monotonic(&c->watch_cv) != 0)
+        goto fail_cond;
     if (pthread_create(&c->watcher, NULL, watch_main, c) != 0)
         goto fail_thread;
     return STOKER_OK;
 
 fail_thread:
     pthread_cond_destroy(&c->watch_cv);
-fail_attr:
+fail_cond:
     pthread_mutex_destroy(&c->watch_mu);
     return STOKER_NOMEM;
 }
@@ -254,12 +269,7 @@ call_wait(nng_aio *aio, call_waiter *w, conn_stop *stop)
     if (stop != NULL && stop->flag != NULL) {
         pthread_mutex_lock(&w->mu);
         while (!w->done && !give_up_now(stop)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += CALL_POLL_MS * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
-            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            cond_wait_ms(&w->cv, &w->mu, CALL_POLL_MS);
         }
         int done = w->done;
         pthread_mutex_unlock(&w->mu);
@@ -296,11 +306,7 @@ conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *s
         return STOKER_NOMEM;
     }
     pthread_mutex_init(&w.mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_monotonic(&w.cv);
     // One deadline for send and receive together.
     uint64_t deadline = stoker_now_ms() + timeout_ms;
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
