@@ -74,6 +74,86 @@ dial(conn *c, char *err, size_t err_len)
     return STOKER_OK;
 }
 
+// Initialises cv for cond_wait_ms (timed on the monotonic clock). 0 or an errno value.
+static int
+cond_init_monotonic(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    int rv = pthread_condattr_init(&ca);
+    if (rv != 0)
+        return rv;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rv = pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return rv;
+}
+
+// Waits on cv (made by cond_init_monotonic; mu held) until signalled or ms have passed.
+static void
+cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+// Replaces the dialer when the socket has had no connection for CONN_WATCH_MS (the watcher's
+// thread, under watch_mu, so conn_close waits for it to finish).
+static void
+redial_if_stuck(conn *c)
+{
+    uint64_t now = stoker_now_ms();
+    if (atomic_load(&c->pipes) > 0 || now < atomic_load(&c->pipeless_since_ms) + CONN_WATCH_MS)
+        return;
+    char err[256];
+    nng_dialer_close(c->dialer);
+    atomic_store(&c->pipeless_since_ms, now);
+    if (dial(c, err, sizeof(err)) != STOKER_OK) {
+        stoker_warn("dialer-restart: %s (tried again in %u ms)", err, CONN_WATCH_MS);
+        return;
+    }
+    c->redials++;
+    stoker_info("dialer-restarted: no connection to %s for %u ms: dialing anew", c->url,
+                CONN_WATCH_MS);
+}
+
+static void *
+watch_main(void *arg)
+{
+    conn *c = arg;
+    pthread_mutex_lock(&c->watch_mu);
+    while (!c->closing) {
+        cond_wait_ms(&c->watch_cv, &c->watch_mu, CONN_WATCH_EVERY_MS);
+        if (!c->closing)
+            redial_if_stuck(c);
+    }
+    pthread_mutex_unlock(&c->watch_mu);
+    return NULL;
+}
+
+// Starts c's watcher (its lock, condition on the monotonic clock, and thread).
+static int
+watcher_start(conn *c)
+{
+    c->closing = 0;
+    if (pthread_mutex_init(&c->watch_mu, NULL) != 0)
+        return STOKER_NOMEM;
+    if (cond_init_monotonic(&c->watch_cv) != 0)
+        goto fail_cond;
+    if (pthread_create(&c->watcher, NULL, watch_main, c) != 0)
+        goto fail_thread;
+    return STOKER_OK;
+
+fail_thread:
+    pthread_cond_destroy(&c->watch_cv);
+fail_cond:
+    pthread_mutex_destroy(&c->watch_mu);
+    return STOKER_NOMEM;
+}
+
 int
 conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
           const stoker_tls_options *tls, char *err, size_t err_len)
@@ -114,46 +194,41 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
         }
         c->tls = cfg; // kept for dialing again; each dialer holds its own reference too
     }
-    if ((rv = dial(c, err, err_len)) != STOKER_OK) {
-        nng_close(c->sock);
-        if (c->tls != NULL)
-            nng_tls_config_free(c->tls);
-        c->tls = NULL;
-        return rv;
+    if ((rv = dial(c, err, err_len)) != STOKER_OK)
+        goto fail_dial;
+    if ((rv = watcher_start(c)) != STOKER_OK) {
+        snprintf(err, err_len, "cannot start the dialer's watcher: %s", stoker_strerror(rv));
+        goto fail_dial;
     }
     c->open = 1;
     return STOKER_OK;
+
+fail_dial:
+    nng_close(c->sock);
+    if (c->tls != NULL)
+        nng_tls_config_free(c->tls);
+    c->tls = NULL;
+    return rv;
 }
 
 void
 conn_close(conn *c)
 {
     if (c->open) {
+        // The watcher first: it may be replacing the dialer of the socket closed next.
+        pthread_mutex_lock(&c->watch_mu);
+        c->closing = 1;
+        pthread_cond_signal(&c->watch_cv);
+        pthread_mutex_unlock(&c->watch_mu);
+        pthread_join(c->watcher, NULL);
+        pthread_cond_destroy(&c->watch_cv);
+        pthread_mutex_destroy(&c->watch_mu);
         nng_close(c->sock);
         c->open = 0;
         if (c->tls != NULL)
             nng_tls_config_free(c->tls);
         c->tls = NULL;
     }
-}
-
-int
-conn_watch(conn *c, uint32_t after_ms)
-{
-    uint64_t now = stoker_now_ms();
-    if (!c->open || atomic_load(&c->pipes) > 0 ||
-        now < atomic_load(&c->pipeless_since_ms) + after_ms)
-        return 0;
-    char err[256];
-    nng_dialer_close(c->dialer);
-    atomic_store(&c->pipeless_since_ms, now);
-    if (dial(c, err, sizeof(err)) != STOKER_OK) {
-        stoker_warn("dialer-restart: %s (tried again in %u ms)", err, after_ms);
-        return 0;
-    }
-    c->redials++;
-    stoker_debug("dialer-restarted: no connection to %s for %u ms: dialing anew", c->url, after_ms);
-    return 1;
 }
 
 // Completion of a call's aio, signalled to the waiting thread.
@@ -194,12 +269,7 @@ call_wait(nng_aio *aio, call_waiter *w, conn_stop *stop)
     if (stop != NULL && stop->flag != NULL) {
         pthread_mutex_lock(&w->mu);
         while (!w->done && !give_up_now(stop)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += CALL_POLL_MS * 1000000L;
-            ts.tv_sec += ts.tv_nsec / 1000000000L;
-            ts.tv_nsec %= 1000000000L;
-            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            cond_wait_ms(&w->cv, &w->mu, CALL_POLL_MS);
         }
         int done = w->done;
         pthread_mutex_unlock(&w->mu);
@@ -236,11 +306,7 @@ conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *s
         return STOKER_NOMEM;
     }
     pthread_mutex_init(&w.mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w.cv, &ca);
-    pthread_condattr_destroy(&ca);
+    cond_init_monotonic(&w.cv);
     // One deadline for send and receive together.
     uint64_t deadline = stoker_now_ms() + timeout_ms;
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);

@@ -4,6 +4,7 @@
 #ifndef STOKER_CONN_H
 #define STOKER_CONN_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -17,29 +18,36 @@ typedef struct conn {
     nng_socket sock;
     nng_dialer dialer;
     int open;
-    // What dialing again needs (conn_watch), and the connections the socket has now.
+    // What dialing again needs (the watcher), and the connections the socket has now.
     char url[512];
     size_t max_message_bytes;
     nng_tls_config *tls; // NULL unless tls+tcp://
     _Atomic int pipes;
     _Atomic uint64_t pipeless_since_ms; // when pipes last fell to 0 (or the open)
     uint64_t redials;
+    // The dialer's watcher: a thread of the conn's own, from conn_open to conn_close.
+    pthread_t watcher;
+    pthread_mutex_t watch_mu;
+    pthread_cond_t watch_cv; // signalled by conn_close
+    int closing;             // under watch_mu
 } conn;
 
 // Opens a REQ socket and starts dialing url in the background (returns at once). tls (may be
-// NULL) applies to tls+tcp:// URLs.
+// NULL) applies to tls+tcp:// URLs. Also starts the dialer's watcher: a thread that looks every
+// CONN_WATCH_EVERY_MS and, when the socket has had no connection for CONN_WATCH_MS, replaces the
+// dialer by a new one (logged "dialer-restarted ... dialing anew"). nng 1.5.2's dialer can stop
+// redialing after a connection dies during its handshake (a broker SIGKILLed and restarted on the
+// same address); sends would then time out forever. c must stay where it is until conn_close.
 int conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
               const stoker_tls_options *tls, char *err, size_t err_len);
+// Stops and joins the watcher, then closes the socket (aborting calls in flight on its contexts).
+// May be called twice; not from two threads at once.
 void conn_close(conn *c);
 
-// The dialer's watchdog, for a thread that looks now and then (a client's heartbeat): when the
-// socket has had no connection for after_ms, the dialer is replaced by a new one. nng 1.5.2's
-// dialer can stop redialing after a connection dies during its handshake (a broker SIGKILLed
-// and restarted on the same address); sends then time out forever. Returns 1 when it redialed.
-int conn_watch(conn *c, uint32_t after_ms);
 // No connection for this long, though a working dialer retries at least every reconnect_max_ms
-// (1 s by default): the clients' after_ms.
-#define CONN_WATCH_MS 2500
+// (1 s by default): the dialer is replaced. The watcher looks this often.
+#define CONN_WATCH_MS       2500
+#define CONN_WATCH_EVERY_MS 500
 
 // Sends req on ctx and waits for the reply, at most timeout_ms in all. On STOKER_OK *out is the
 // decoded reply (caller frees with stoker_reply_free); its code may still be an error. Transport

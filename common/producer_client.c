@@ -113,11 +113,6 @@ heartbeat_main(void *arg)
     stoker_producer_client *pc = arg;
     pthread_mutex_lock(&pc->lock);
     while (!pc->closing) {
-        // Under the lock, so that destroy (which takes it to say closing) never closes the
-        // connection while the dialer is being replaced.
-        if (conn_watch(&pc->conn, CONN_WATCH_MS))
-            stoker_info("producer '%s': no connection to the broker for %u ms: dialing anew",
-                        pc->name, CONN_WATCH_MS);
         uint32_t every = pc->heartbeat_ms > 0 ? pc->heartbeat_ms : 1000;
         uint64_t now = stoker_now_ms();
         uint64_t due = atomic_load(&pc->last_sent_ms) + every;

@@ -759,9 +759,6 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             uint64_t now = stoker_now_ms();
             if (now >= stall_at)
                 break;
-            if (conn_watch(&tc->conn, CONN_WATCH_MS)) // a dialer stuck after a broker's death
-                stoker_info("trainer: no connection to the broker for %u ms: dialing anew",
-                            CONN_WATCH_MS);
             uint64_t wait = stall_at - now < 100 ? stall_at - now : 100;
             // --- acknowledgements held back while starving (ACK_LINGER_MS), once per call ---
             if (!acks_sent && tc->n_pending_acks > 0 && !tc->opts.commit) {

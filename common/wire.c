@@ -337,6 +337,47 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
     return STOKER_OK;
 }
 
+// --- Status: what is copied as it is ------------------------------------------------------------
+
+// The fields each Status struct shares with its protobuf message, by the same name and meaning:
+// the encoder and the decoder both walk these lists (COPY_FIELD: d->f = s->f), so a field is
+// named once. Names, states and kinds are converted by hand beside them.
+// clang-format off
+#define COUNTERS_FIELDS(X)                                                                         \
+    X(produced) X(acknowledged) X(queued) X(in_flight) X(redelivered) X(delivered)                 \
+    X(queued_bytes) X(producers_alive) X(trainers) X(delivered_shm) X(trainers_shm) X(refused)     \
+    X(returned_unused) X(short_by_queues)
+#define RUN_FIELDS(X) X(producer) X(session) X(first_seq) X(count)
+#define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch)
+#define PRODUCER_FIELDS(X)                                                                         \
+    X(id) X(session) X(queued) X(accepted) X(delivered) X(acknowledged) X(redelivered)             \
+    X(returned_unused) X(next_seq) X(silent_ms)
+#define GROUP_FIELDS(X) X(world) X(batch) X(joined) X(steps) X(leftover)
+#define CONSUMER_FIELDS(X)                                                                         \
+    X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
+    X(bytes_shm) X(bytes_socket) X(arena_full)
+// clang-format on
+#define COPY_FIELD(f) d->f = s->f;
+
+// n messages of desc's type, initialised, behind the array of pointers to them that a repeated
+// field holds: one allocation (free the pointers). NULL when n is 0 or out of memory.
+static void *
+pb_repeated(const ProtobufCMessageDescriptor *desc, size_t n)
+{
+    if (n == 0)
+        return NULL;
+    size_t head = n * sizeof(void *);
+    head += (_Alignof(max_align_t) - head % _Alignof(max_align_t)) % _Alignof(max_align_t);
+    void **ptrs = malloc(head + n * desc->sizeof_message);
+    if (ptrs == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        ptrs[i] = (char *)ptrs + head + i * desc->sizeof_message;
+        protobuf_c_message_init(desc, ptrs[i]);
+    }
+    return ptrs;
+}
+
 // --- groups (Status) ----------------------------------------------------------------------------
 
 static const char *const group_states[] = {"open", "ended", "broken"};
@@ -396,47 +437,37 @@ labels_from_pb(stoker_labels *out, uint32_t classes, size_t n_names, char **name
     return STOKER_OK;
 }
 
-// The maps of a Status reply as LabelMap messages (arrays the caller frees with
-// label_maps_pb_free). STOKER_OK or STOKER_NOMEM.
-typedef struct label_maps_pb {
-    Stoker__LabelMap *maps;
-    Stoker__LabelMap **ptrs;
-    uint32_t n;
-} label_maps_pb;
-
+// Frees what label_maps_to_pb set in r.
 static void
-label_maps_pb_free(label_maps_pb *pb)
+label_maps_pb_free(Stoker__Reply *r)
 {
-    for (uint32_t i = 0; pb->maps != NULL && i < pb->n; i++)
-        free(pb->maps[i].names);
-    free(pb->maps);
-    free(pb->ptrs);
+    for (size_t i = 0; r->label_maps != NULL && i < r->n_label_maps; i++)
+        free(r->label_maps[i]->names);
+    free(r->label_maps);
 }
 
+// The reply's label maps as r's LabelMap messages (free with label_maps_pb_free, also after a
+// failure). STOKER_OK or STOKER_NOMEM.
 static int
-label_maps_to_pb(const stoker_label_map *maps, uint32_t n, label_maps_pb *pb)
+label_maps_to_pb(const stoker_reply *rep, Stoker__Reply *r)
 {
-    *pb = (label_maps_pb){0};
-    if (n == 0)
-        return STOKER_OK;
-    pb->maps = calloc(n, sizeof(*pb->maps));
-    pb->ptrs = calloc(n, sizeof(*pb->ptrs));
-    if (pb->maps == NULL || pb->ptrs == NULL)
+    Stoker__LabelMap **maps = pb_repeated(&stoker__label_map__descriptor, rep->n_label_maps);
+    if (maps == NULL && rep->n_label_maps > 0)
         return STOKER_NOMEM;
-    pb->n = n;
-    for (uint32_t i = 0; i < n; i++) {
-        Stoker__LabelMap *m = &pb->maps[i];
-        stoker__label_map__init(m);
-        m->n_producers = maps[i].n_producers;
-        m->producers = maps[i].producers;
-        m->classes = maps[i].labels.n_classes;
-        m->n_names = maps[i].labels.n_listed;
-        m->names = label_name_ptrs(&maps[i].labels);
-        m->n_files = maps[i].labels.n_listed;
-        m->files = maps[i].labels.files;
+    r->n_label_maps = rep->n_label_maps;
+    r->label_maps = maps;
+    r->label_maps_omitted = rep->label_maps_omitted;
+    for (uint32_t i = 0; i < rep->n_label_maps; i++) {
+        const stoker_label_map *s = &rep->label_maps[i];
+        Stoker__LabelMap *m = maps[i];
+        m->n_producers = s->n_producers;
+        m->producers = s->producers;
+        m->classes = s->labels.n_classes;
+        m->n_names = m->n_files = s->labels.n_listed;
+        m->names = label_name_ptrs(&s->labels);
+        m->files = s->labels.files;
         if (m->names == NULL && m->n_names > 0)
             return STOKER_NOMEM;
-        pb->ptrs[i] = m;
     }
     return STOKER_OK;
 }
@@ -474,37 +505,23 @@ label_maps_from_pb(Stoker__LabelMap *const *pb, size_t n, stoker_reply *rep, cha
 
 // --- consumers (Status; issue 13) -----------------------------------------------------------
 
-// Fills the reply's consumers (one allocation: *structs, then *ptrs of them); STOKER_NOMEM.
+// The reply's consumers as r's ConsumerState messages (free r->consumers). STOKER_NOMEM.
 static int
-consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r, Stoker__ConsumerState **structs,
-                Stoker__ConsumerState ***ptrs)
+consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r)
 {
-    if (rep->n_consumers == 0)
-        return STOKER_OK;
-    *structs = calloc(rep->n_consumers, sizeof(**structs));
-    *ptrs = calloc(rep->n_consumers, sizeof(**ptrs));
-    if (*structs == NULL || *ptrs == NULL)
+    Stoker__ConsumerState **ds = pb_repeated(&stoker__consumer_state__descriptor, rep->n_consumers);
+    if (ds == NULL && rep->n_consumers > 0)
         return STOKER_NOMEM;
     for (uint32_t i = 0; i < rep->n_consumers; i++) {
-        const stoker_consumer_info *c = &rep->consumers[i];
-        Stoker__ConsumerState *d = &(*structs)[i];
-        stoker__consumer_state__init(d);
-        d->id = c->id;
-        d->name = (char *)c->name;
-        d->pid = c->pid;
-        d->connected = c->connected != 0;
-        d->delivery = (uint32_t)c->delivery;
-        d->batches_shm = c->batches_shm;
-        d->batches_socket = c->batches_socket;
-        d->examples_shm = c->examples_shm;
-        d->examples_socket = c->examples_socket;
-        d->bytes_shm = c->bytes_shm;
-        d->bytes_socket = c->bytes_socket;
-        d->arena_full = c->arena_full;
-        (*ptrs)[i] = d;
+        const stoker_consumer_info *s = &rep->consumers[i];
+        Stoker__ConsumerState *d = ds[i];
+        CONSUMER_FIELDS(COPY_FIELD)
+        d->name = (char *)s->name;
+        d->connected = s->connected != 0;
+        d->delivery = (uint32_t)s->delivery;
     }
     r->n_consumers = rep->n_consumers;
-    r->consumers = *ptrs;
+    r->consumers = ds;
     return STOKER_OK;
 }
 
@@ -520,21 +537,13 @@ consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t e
     if (rep->consumers == NULL)
         return STOKER_NOMEM;
     for (size_t i = 0; i < r->n_consumers; i++) {
-        const Stoker__ConsumerState *c = r->consumers[i];
+        const Stoker__ConsumerState *s = r->consumers[i];
         stoker_consumer_info *d = &rep->consumers[i];
-        d->id = c->id;
-        snprintf(d->name, sizeof(d->name), "%s", c->name != NULL ? c->name : "");
-        d->pid = c->pid;
-        d->connected = c->connected;
-        d->delivery = c->delivery <= STOKER_DELIVERY_SHM ? (stoker_delivery)c->delivery
+        CONSUMER_FIELDS(COPY_FIELD)
+        snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+        d->connected = s->connected;
+        d->delivery = s->delivery <= STOKER_DELIVERY_SHM ? (stoker_delivery)s->delivery
                                                          : STOKER_DELIVERY_NONE;
-        d->batches_shm = c->batches_shm;
-        d->batches_socket = c->batches_socket;
-        d->examples_shm = c->examples_shm;
-        d->examples_socket = c->examples_socket;
-        d->bytes_shm = c->bytes_shm;
-        d->bytes_socket = c->bytes_socket;
-        d->arena_full = c->arena_full;
     }
     rep->n_consumers = (uint32_t)r->n_consumers;
     return STOKER_OK;
@@ -851,21 +860,9 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     }
     if (rep->has_counters) {
         stoker__counters__init(&counters);
-        const stoker_counters *c = &rep->counters;
-        counters.produced = c->produced;
-        counters.acknowledged = c->acknowledged;
-        counters.queued = c->queued;
-        counters.in_flight = c->in_flight;
-        counters.redelivered = c->redelivered;
-        counters.delivered = c->delivered;
-        counters.queued_bytes = c->queued_bytes;
-        counters.producers_alive = c->producers_alive;
-        counters.trainers = c->trainers;
-        counters.delivered_shm = c->delivered_shm;
-        counters.trainers_shm = c->trainers_shm;
-        counters.refused = c->refused;
-        counters.returned_unused = c->returned_unused;
-        counters.short_by_queues = c->short_by_queues;
+        const stoker_counters *s = &rep->counters;
+        Stoker__Counters *d = &counters;
+        COUNTERS_FIELDS(COPY_FIELD)
         r.counters = &counters;
         r.uptime_ms = rep->uptime_ms;
         r.max_bytes = rep->max_bytes;
@@ -873,125 +870,64 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         r.queue_limit = (char *)rep->queue_limit;
     }
 
-    // Repeated sub-messages need arrays of structs and of pointers: one allocation each.
-    Stoker__Run *runs = NULL;
-    Stoker__Run **run_ptrs = NULL;
-    Stoker__Event *events = NULL;
-    Stoker__Event **event_ptrs = NULL;
-    Stoker__ProducerState *prods = NULL;
-    Stoker__ProducerState **prod_ptrs = NULL;
-    Stoker__GroupState *groups = NULL;
-    Stoker__GroupState **group_ptrs = NULL;
-    Stoker__ConsumerState *consumers = NULL, **consumer_ptrs = NULL;
-    if (consumers_to_pb(rep, &r, &consumers, &consumer_ptrs) != STOKER_OK)
-        goto out; // rv is STOKER_NOMEM until the message is packed
-    if (rep->n_runs > 0) {
-        runs = calloc(rep->n_runs, sizeof(*runs));
-        run_ptrs = calloc(rep->n_runs, sizeof(*run_ptrs));
-        if (runs == NULL || run_ptrs == NULL)
-            goto out;
-        for (uint32_t i = 0; i < rep->n_runs; i++) {
-            stoker__run__init(&runs[i]);
-            runs[i].producer = rep->runs[i].producer;
-            runs[i].session = rep->runs[i].session;
-            runs[i].first_seq = rep->runs[i].first_seq;
-            runs[i].count = rep->runs[i].count;
-            run_ptrs[i] = &runs[i];
-        }
-        r.n_runs = rep->n_runs;
-        r.runs = run_ptrs;
-    }
-    if (rep->n_events > 0) {
-        events = calloc(rep->n_events, sizeof(*events));
-        event_ptrs = calloc(rep->n_events, sizeof(*event_ptrs));
-        if (events == NULL || event_ptrs == NULL)
-            goto out;
-        for (uint32_t i = 0; i < rep->n_events; i++) {
-            const stoker_event *e = &rep->events[i];
-            stoker__event__init(&events[i]);
-            events[i].index = e->index;
-            events[i].kind = (uint32_t)e->kind;
-            events[i].producer = e->producer;
-            events[i].name = (char *)e->name;
-            events[i].at_s = e->at_s;
-            events[i].reason = (char *)e->reason;
-            events[i].epoch = e->epoch;
-            event_ptrs[i] = &events[i];
-        }
-        r.n_events = rep->n_events;
-        r.events = event_ptrs;
-    }
-    if (rep->n_producers > 0) {
-        prods = calloc(rep->n_producers, sizeof(*prods));
-        prod_ptrs = calloc(rep->n_producers, sizeof(*prod_ptrs));
-        if (prods == NULL || prod_ptrs == NULL)
-            goto out;
-        for (uint32_t i = 0; i < rep->n_producers; i++) {
-            const stoker_producer_info *p = &rep->producers[i];
-            stoker__producer_state__init(&prods[i]);
-            prods[i].id = p->id;
-            prods[i].name = (char *)p->name;
-            prods[i].session = p->session;
-            prods[i].state = (uint32_t)p->status;
-            prods[i].queued = p->queued;
-            prods[i].accepted = p->accepted;
-            prods[i].delivered = p->delivered;
-            prods[i].acknowledged = p->acknowledged;
-            prods[i].redelivered = p->redelivered;
-            prods[i].returned_unused = p->returned_unused;
-            prods[i].next_seq = p->next_seq;
-            prods[i].silent_ms = p->silent_ms;
-            prod_ptrs[i] = &prods[i];
-        }
-        r.n_producers = rep->n_producers;
-        r.producers = prod_ptrs;
-    }
-    if (rep->n_groups > 0) {
-        groups = calloc(rep->n_groups, sizeof(*groups));
-        group_ptrs = calloc(rep->n_groups, sizeof(*group_ptrs));
-        if (groups == NULL || group_ptrs == NULL)
-            goto out;
-        for (uint32_t i = 0; i < rep->n_groups; i++) {
-            stoker_group_info *g = &rep->groups[i];
-            stoker__group_state__init(&groups[i]);
-            groups[i].name = g->name;
-            groups[i].state = group_state_code(g->state);
-            groups[i].world = g->world;
-            groups[i].batch = g->batch;
-            groups[i].joined = g->joined;
-            groups[i].steps = g->steps;
-            groups[i].leftover = g->leftover;
-            groups[i].n_rank_steps = g->world;
-            groups[i].rank_steps = g->rank_steps;
-            groups[i].n_rank_ready = g->world;
-            groups[i].rank_ready = g->rank_ready;
-            group_ptrs[i] = &groups[i];
-        }
-        r.n_groups = rep->n_groups;
-        r.groups = group_ptrs;
-    }
-    label_maps_pb label_pb;
-    if (label_maps_to_pb(rep->label_maps, rep->n_label_maps, &label_pb) != STOKER_OK) {
-        label_maps_pb_free(&label_pb);
+    // Repeated sub-messages: each an array of pointers to messages, one allocation
+    // (pb_repeated), freed at out. rv is STOKER_NOMEM until the message is packed.
+    Stoker__Run **runs = pb_repeated(&stoker__run__descriptor, rep->n_runs);
+    Stoker__Event **events = pb_repeated(&stoker__event__descriptor, rep->n_events);
+    Stoker__ProducerState **prods =
+        pb_repeated(&stoker__producer_state__descriptor, rep->n_producers);
+    Stoker__GroupState **groups = pb_repeated(&stoker__group_state__descriptor, rep->n_groups);
+    if ((runs == NULL && rep->n_runs > 0) || (events == NULL && rep->n_events > 0) ||
+        (prods == NULL && rep->n_producers > 0) || (groups == NULL && rep->n_groups > 0) ||
+        consumers_to_pb(rep, &r) != STOKER_OK || label_maps_to_pb(rep, &r) != STOKER_OK)
         goto out;
+    for (uint32_t i = 0; i < rep->n_runs; i++) {
+        const stoker_run *s = &rep->runs[i];
+        Stoker__Run *d = runs[i];
+        RUN_FIELDS(COPY_FIELD)
     }
-    r.n_label_maps = label_pb.n;
-    r.label_maps = label_pb.ptrs;
-    r.label_maps_omitted = rep->label_maps_omitted;
+    r.n_runs = rep->n_runs;
+    r.runs = runs;
+    for (uint32_t i = 0; i < rep->n_events; i++) {
+        const stoker_event *s = &rep->events[i];
+        Stoker__Event *d = events[i];
+        EVENT_FIELDS(COPY_FIELD)
+        d->kind = (uint32_t)s->kind;
+        d->name = (char *)s->name;
+        d->reason = (char *)s->reason;
+    }
+    r.n_events = rep->n_events;
+    r.events = events;
+    for (uint32_t i = 0; i < rep->n_producers; i++) {
+        const stoker_producer_info *s = &rep->producers[i];
+        Stoker__ProducerState *d = prods[i];
+        PRODUCER_FIELDS(COPY_FIELD)
+        d->name = (char *)s->name;
+        d->state = (uint32_t)s->status;
+    }
+    r.n_producers = rep->n_producers;
+    r.producers = prods;
+    for (uint32_t i = 0; i < rep->n_groups; i++) {
+        const stoker_group_info *s = &rep->groups[i];
+        Stoker__GroupState *d = groups[i];
+        GROUP_FIELDS(COPY_FIELD)
+        d->name = (char *)s->name;
+        d->state = group_state_code(s->state);
+        d->n_rank_steps = d->n_rank_ready = s->world;
+        d->rank_steps = (uint64_t *)s->rank_steps;
+        d->rank_ready = (uint32_t *)s->rank_ready;
+    }
+    r.n_groups = rep->n_groups;
+    r.groups = groups;
     // A batch in the arena travels as its description only.
     rv = pack_into_msg(&r.base, rep->chunk.count > 0 && !rep->in_arena ? &blobs : NULL, out);
-    label_maps_pb_free(&label_pb);
 out:
     free(runs);
-    free(run_ptrs);
     free(events);
-    free(event_ptrs);
     free(prods);
-    free(prod_ptrs);
     free(groups);
-    free(group_ptrs);
-    free(consumers);
-    free(consumer_ptrs);
+    free(r.consumers);
+    label_maps_pb_free(&r);
     return rv;
 }
 
@@ -1086,10 +1022,9 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             goto fail;
         }
         for (size_t i = 0; i < r->n_runs; i++) {
-            rep->runs[i].producer = r->runs[i]->producer;
-            rep->runs[i].session = r->runs[i]->session;
-            rep->runs[i].first_seq = r->runs[i]->first_seq;
-            rep->runs[i].count = r->runs[i]->count;
+            const Stoker__Run *s = r->runs[i];
+            stoker_run *d = &rep->runs[i];
+            RUN_FIELDS(COPY_FIELD)
         }
         rep->n_runs = (uint32_t)r->n_runs;
     }
@@ -1100,40 +1035,23 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             goto fail;
         }
         for (size_t i = 0; i < r->n_events; i++) {
-            const Stoker__Event *e = r->events[i];
+            const Stoker__Event *s = r->events[i];
             stoker_event *d = &rep->events[i];
-            d->index = e->index;
+            EVENT_FIELDS(COPY_FIELD)
             d->kind =
-                e->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || e->kind == STOKER_EVENT_EPOCH_END
-                    ? (stoker_event_kind)e->kind
+                s->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || s->kind == STOKER_EVENT_EPOCH_END
+                    ? (stoker_event_kind)s->kind
                     : STOKER_EVENT_NONE;
-            d->epoch = e->epoch;
-            d->producer = e->producer;
-            d->at_s = e->at_s;
-            snprintf(d->name, sizeof(d->name), "%s", e->name != NULL ? e->name : "");
-            snprintf(d->reason, sizeof(d->reason), "%s", e->reason != NULL ? e->reason : "");
+            snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+            snprintf(d->reason, sizeof(d->reason), "%s", s->reason != NULL ? s->reason : "");
         }
         rep->n_events = (uint32_t)r->n_events;
     }
     if (r->counters != NULL) {
-        const Stoker__Counters *c = r->counters;
+        const Stoker__Counters *s = r->counters;
+        stoker_counters *d = &rep->counters;
         rep->has_counters = 1;
-        rep->counters = (stoker_counters){
-            .produced = c->produced,
-            .acknowledged = c->acknowledged,
-            .queued = c->queued,
-            .in_flight = c->in_flight,
-            .redelivered = c->redelivered,
-            .delivered = c->delivered,
-            .queued_bytes = c->queued_bytes,
-            .producers_alive = c->producers_alive,
-            .trainers = c->trainers,
-            .delivered_shm = c->delivered_shm,
-            .trainers_shm = c->trainers_shm,
-            .refused = c->refused,
-            .returned_unused = c->returned_unused,
-            .short_by_queues = c->short_by_queues,
-        };
+        COUNTERS_FIELDS(COPY_FIELD)
         rep->uptime_ms = r->uptime_ms;
         rep->max_bytes = r->max_bytes;
         rep->queue_depth_auto = r->queue_depth_auto;
@@ -1147,21 +1065,12 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             goto fail;
         }
         for (size_t i = 0; i < r->n_producers; i++) {
-            const Stoker__ProducerState *p = r->producers[i];
+            const Stoker__ProducerState *s = r->producers[i];
             stoker_producer_info *d = &rep->producers[i];
-            d->id = p->id;
-            snprintf(d->name, sizeof(d->name), "%s", p->name != NULL ? p->name : "");
-            d->session = p->session;
-            d->status = p->state <= STOKER_PRODUCER_FINISHED ? (stoker_producer_status)p->state
+            PRODUCER_FIELDS(COPY_FIELD)
+            snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+            d->status = s->state <= STOKER_PRODUCER_FINISHED ? (stoker_producer_status)s->state
                                                              : STOKER_PRODUCER_LOST;
-            d->queued = p->queued;
-            d->accepted = p->accepted;
-            d->delivered = p->delivered;
-            d->acknowledged = p->acknowledged;
-            d->redelivered = p->redelivered;
-            d->returned_unused = p->returned_unused;
-            d->next_seq = p->next_seq;
-            d->silent_ms = p->silent_ms;
         }
         rep->n_producers = (uint32_t)r->n_producers;
     }
@@ -1172,24 +1081,20 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             goto fail;
         }
         for (size_t i = 0; i < r->n_groups; i++) {
-            const Stoker__GroupState *g = r->groups[i];
+            const Stoker__GroupState *s = r->groups[i];
             stoker_group_info *d = &rep->groups[i];
-            if (g->world > STOKER_GROUP_MAX_WORLD || g->n_rank_steps != g->world ||
-                g->n_rank_ready != g->world) {
+            if (s->world > STOKER_GROUP_MAX_WORLD || s->n_rank_steps != s->world ||
+                s->n_rank_ready != s->world) {
                 rv = stoker_errorf(err, err_len, STOKER_INVALID,
-                                   "reply: group of %u ranks with %zu/%zu rank entries", g->world,
-                                   g->n_rank_steps, g->n_rank_ready);
+                                   "reply: group of %u ranks with %zu/%zu rank entries", s->world,
+                                   s->n_rank_steps, s->n_rank_ready);
                 goto fail;
             }
-            snprintf(d->name, sizeof(d->name), "%s", g->name != NULL ? g->name : "");
-            d->state = group_state_name(g->state);
-            d->world = g->world;
-            d->batch = g->batch;
-            d->joined = g->joined;
-            d->steps = g->steps;
-            d->leftover = g->leftover;
-            memcpy(d->rank_steps, g->rank_steps, g->world * sizeof(uint64_t));
-            memcpy(d->rank_ready, g->rank_ready, g->world * sizeof(uint32_t));
+            GROUP_FIELDS(COPY_FIELD)
+            snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+            d->state = group_state_name(s->state);
+            memcpy(d->rank_steps, s->rank_steps, s->world * sizeof(uint64_t));
+            memcpy(d->rank_ready, s->rank_ready, s->world * sizeof(uint32_t));
         }
         rep->n_groups = (uint32_t)r->n_groups;
     }

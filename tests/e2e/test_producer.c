@@ -97,8 +97,8 @@ Test(producer, max_examples_stops_after_exactly_n_and_reports_finished)
     proc_broker_stop(broker);
 }
 
-// A client whose socket has had no connection for 2.5 s replaces its dialer (conn_watch: nng
-// 1.5.2's dialer can stop redialing after a broker died during a handshake); the new dialer
+// A client whose socket has had no connection for 2.5 s replaces its dialer (the conn's watcher:
+// nng 1.5.2's dialer can stop redialing after a broker died during a handshake); the new dialer
 // connects as soon as a broker listens.
 Test(producer, a_long_unconnected_producer_dials_anew_and_connects)
 {
