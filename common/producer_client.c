@@ -818,8 +818,9 @@ stoker_producer_client_shard_ahead(stoker_producer_client *pc, uint64_t *items, 
     stoker_request req = {.method = STOKER_SHARD, .session = pc->opts.session};
     stoker_reply *rep = NULL;
     char err[256];
+    conn_stop stop = {.flag = pc->opts.stop, .grace_ms = STOP_GRACE_MS}; // not the pusher's
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
-    int rv = conn_call_until(pc->shard_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep, err,
+    int rv = conn_call_until(pc->shard_ctx, &req, pc->opts.request_timeout_ms, &stop, &rep, err,
                              sizeof(err));
     if (rv != STOKER_OK) {
         stoker_debug("producer '%s': shard asked ahead: %s", pc->name, err);
