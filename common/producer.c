@@ -115,7 +115,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         // its buffers to retention (the chunk then holds other buffers, count 0).
         uint32_t made = chunk->count;
         if (made > 0) {
-            producer_pipeline_submit(pl, seq, NULL);
+            (void)producer_pipeline_submit(pl, seq, NULL, 0);
             seq += made;
             generated += made;
         }

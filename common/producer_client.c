@@ -1,5 +1,6 @@
-// Producer client: hello / push / heartbeat / goodbye over one REQ socket with two contexts
-// (the pushing thread's and the heartbeat thread's). The seq rule makes every resend safe.
+// Producer client: hello / push / heartbeat / goodbye over one REQ socket with three contexts
+// (the pushing thread's, the heartbeat thread's, and a dataset's shard requests made ahead on
+// the generating thread). The seq rule makes every resend safe.
 // A stop (opts.stop) gives the pushes STOP_GRACE_MS: a push the broker can take is answered in
 // that time; one parked for room (queue full) or sent to a broker that is gone is abandoned, and
 // goodbye's answer then says where the session ended.
@@ -32,6 +33,7 @@ struct stoker_producer_client {
     conn conn;
     nng_ctx push_ctx;
     nng_ctx beat_ctx;
+    nng_ctx shard_ctx; // stoker_producer_client_shard_ahead's, while the pusher uses push_ctx
     uint64_t next_seq;
     conn_stop stop; // the pushing thread's: opts.stop with STOP_GRACE_MS
     uint32_t id;
@@ -51,6 +53,7 @@ struct stoker_producer_client {
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
     uint64_t dataset_size, dataset_fingerprint;
     const uint64_t *push_items;
+    uint64_t push_shard;         // the shard push_items belong to
     const stoker_labels *labels; // said in hello (stoker_producer_client_set_labels); borrowed
     // Retention (the pushing thread's, but trained, which the heartbeat thread raises too).
     retention *kept;            // NULL when off
@@ -190,7 +193,8 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
         goto fail_conn;
     }
     if ((rv = nng_ctx_open(&pc->push_ctx, pc->conn.sock)) != 0 ||
-        (rv = nng_ctx_open(&pc->beat_ctx, pc->conn.sock)) != 0) {
+        (rv = nng_ctx_open(&pc->beat_ctx, pc->conn.sock)) != 0 ||
+        (rv = nng_ctx_open(&pc->shard_ctx, pc->conn.sock)) != 0) {
         rv = stoker_err_from_nng(rv);
         goto fail_ctx;
     }
@@ -360,6 +364,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
     if (pc->push_items != NULL) {
         req.n_items = chunk->count;
         req.items = pc->push_items;
+        req.shard = pc->push_shard;
     }
     uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
@@ -776,17 +781,58 @@ stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_items,
 
 int
 stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk *chunk,
-                                  uint64_t first_seq, const uint64_t *items)
+                                  uint64_t first_seq, const uint64_t *items, uint64_t shard)
 {
     pc->push_items = items;
+    pc->push_shard = shard;
     int rv = stoker_producer_client_push(pc, chunk, first_seq);
     pc->push_items = NULL;
+    pc->push_shard = 0;
+    return rv;
+}
+
+// Copies a SHARD reply's items (at most cap), seed and id to the caller.
+static void
+take_shard(const stoker_reply *rep, uint64_t *items, uint32_t cap, stoker_shard *out)
+{
+    uint32_t got = rep->n_items < cap ? rep->n_items : cap;
+    memcpy(items, rep->items, got * sizeof(*items));
+    out->n = got;
+    out->seed = rep->dataset_seed;
+    out->id = rep->shard;
+}
+
+int
+stoker_producer_client_shard_ahead(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
+                                   stoker_shard *out)
+{
+    if (stopped(pc))
+        return STOKER_INTERRUPTED;
+    if (!pc->said_hello)
+        return STOKER_UNKNOWN_PEER; // the pusher's hello comes first
+    stoker_request req = {.method = STOKER_SHARD, .session = pc->opts.session};
+    stoker_reply *rep = NULL;
+    char err[256];
+    conn_stop stop = {.flag = pc->opts.stop, .grace_ms = STOP_GRACE_MS}; // not the pusher's
+    atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    int rv = conn_call_until(pc->shard_ctx, &req, pc->opts.request_timeout_ms, &stop, &rep, err,
+                             sizeof(err));
+    if (rv != STOKER_OK) {
+        stoker_debug("producer '%s': shard asked ahead: %s", pc->name, err);
+        return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
+    }
+    rv = rep->code;
+    if (rv == STOKER_OK)
+        take_shard(rep, items, cap, out);
+    else
+        stoker_debug("producer '%s': shard asked ahead: %s", pc->name, rep->message);
+    stoker_reply_free(rep);
     return rv;
 }
 
 int
-stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap, uint32_t *n,
-                             uint64_t *seed)
+stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
+                             stoker_shard *out)
 {
     uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
@@ -807,12 +853,8 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
             } else {
                 rv = rep->code;
                 conn_copy_str(pc->error, sizeof(pc->error), rep->message);
-                if (rv == STOKER_OK) {
-                    uint32_t got = rep->n_items < cap ? rep->n_items : cap;
-                    memcpy(items, rep->items, got * sizeof(*items));
-                    *n = got;
-                    *seed = rep->dataset_seed;
-                }
+                if (rv == STOKER_OK)
+                    take_shard(rep, items, cap, out);
                 stoker_reply_free(rep);
                 if (rv == STOKER_OK || rv == STOKER_RETRY || rv == STOKER_END_OF_DATA)
                     return rv;

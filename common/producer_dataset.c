@@ -2,9 +2,10 @@
 // the generator's fill_item and the item's seed, push them a chunk at a time carrying their
 // items, repeat until the broker's last epoch is made. A shard the broker took back (this
 // producer was taken for lost while it was frozen or cut off) is dropped: its items were handed
-// to others. Within a shard, making a chunk overlaps pushing the previous one (the pusher
-// thread of producer_pipeline.c, as for streams); the next shard is asked for once every push
-// of this one was answered, since asking hands back what this producer still holds.
+// to others. Making a chunk overlaps pushing the previous one (the pusher thread of
+// producer_pipeline.c, as for streams), across shards too: the next shard is asked for (on the
+// client's shard context) as soon as this one's last chunk is made, while its pushes are in
+// flight, since the broker keeps a producer's current shard and the one asked ahead.
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,29 +60,26 @@ make_items(const dataset_run *r, stoker_chunk *chunk, const uint64_t *items, uin
     return STOKER_OK;
 }
 
-// Makes one shard and hands its chunks to the pusher, then waits until every push of it was
-// answered. STOKER_OK when all of it was taken or the broker took it back, otherwise the
-// error (the pusher's, or the generator's once the pushes submitted before it were answered).
+// Makes shard s (items) and hands its chunks to the pusher, without waiting for their pushes;
+// *last is raised to the last chunk's mark. Stops early when a push of the shard was refused
+// as revoked. STOKER_OK, or the error (the pusher stopped, the generator failed, a stop).
 static int
-run_shard(const dataset_run *r, const uint64_t *items, uint32_t n, uint64_t dataset_seed)
+make_shard(const dataset_run *r, const uint64_t *items, const stoker_shard *s, uint64_t *last)
 {
-    int rv = STOKER_OK;
-    for (uint32_t off = 0; off < n && !producer_pipeline_revoked(r->pl);) {
-        if (stop_requested(r)) {
-            rv = STOKER_INTERRUPTED;
-            break;
-        }
+    for (uint32_t off = 0; off < s->n && !producer_pipeline_revoked(r->pl, s->id);) {
+        if (stop_requested(r))
+            return STOKER_INTERRUPTED;
         stoker_chunk *chunk = producer_pipeline_free_chunk(r->pl);
         if (chunk == NULL)
-            break; // the pusher failed: drain says how
-        uint32_t m = n - off < chunk->capacity ? n - off : chunk->capacity;
-        if ((rv = make_items(r, chunk, items + off, m, dataset_seed)) != STOKER_OK)
-            break;
-        producer_pipeline_submit(r->pl, 0, items + off);
+            return producer_pipeline_drain(r->pl); // the pusher failed: this says how
+        uint32_t m = s->n - off < chunk->capacity ? s->n - off : chunk->capacity;
+        int rv = make_items(r, chunk, items + off, m, s->seed);
+        if (rv != STOKER_OK)
+            return rv;
+        *last = producer_pipeline_submit(r->pl, 0, items + off, s->id);
         off += m;
     }
-    int push_rv = producer_pipeline_drain(r->pl, NULL);
-    return push_rv != STOKER_OK ? push_rv : rv;
+    return STOKER_OK;
 }
 
 int
@@ -92,32 +90,57 @@ producer_dataset_run(const stoker_producer_config *cfg, const stoker_generator *
                      .gen = gen,
                      .pc = pc,
                      .name = cfg->client.name != NULL ? cfg->client.name : "producer"};
-    uint64_t *items = malloc(SHARD_MAX * sizeof(*items));
+    // Two shards' items: the one being made, and the one before, whose last chunks may still
+    // be in flight (the pusher reads their items).
+    uint64_t *items = malloc(2 * SHARD_MAX * sizeof(*items));
     int rv = items == NULL ? STOKER_NOMEM
                            : producer_pipeline_create(pc, &gen->schema, cfg->chunk, r.name, &r.pl);
     if (rv != STOKER_OK) {
         free(items);
         return rv;
     }
-    uint64_t shards = 0;
-    int ended = 0;
+    uint64_t shards = 0, asked_ahead = 0;
+    uint64_t last = 0;      // the mark of the last chunk submitted
+    uint64_t prev_last = 0; // the mark of the last chunk of the shard before the current one
+    int ended = 0, have = 0, k = 0;
+    stoker_shard cur = {0};
     while (!stop_requested(&r)) {
-        uint32_t n = 0;
-        uint64_t dataset_seed = 0;
-        rv = stoker_producer_client_shard(pc, items, SHARD_MAX, &n, &dataset_seed);
-        if (rv == STOKER_RETRY) {
-            stoker_sleep_ms(IDLE_MS, cfg->client.stop);
-            continue;
+        if (!have) {
+            // Nothing asked ahead (the first shard, or the broker had none or did not answer):
+            // ask the usual way, which may say hello, once no push is in flight.
+            if ((rv = producer_pipeline_drain(r.pl)) != STOKER_OK)
+                break;
+            rv = stoker_producer_client_shard(pc, items + k * SHARD_MAX, SHARD_MAX, &cur);
+            if (rv == STOKER_RETRY) {
+                stoker_sleep_ms(IDLE_MS, cfg->client.stop);
+                continue;
+            }
+            if (rv == STOKER_END_OF_DATA) {
+                ended = 1;
+                break;
+            }
+            if (rv != STOKER_OK)
+                break;
         }
-        if (rv == STOKER_END_OF_DATA) {
+        shards++;
+        if ((rv = make_shard(&r, items + k * SHARD_MAX, &cur, &last)) != STOKER_OK)
+            break;
+        // Ask for the next shard while this one's last chunks are pushed, and make it at once.
+        // The broker keeps two shards for us, so the one before must be taken in full first
+        // (it is, unless this shard was a single chunk), and its items array is then free.
+        have = 0;
+        if ((rv = producer_pipeline_wait(r.pl, prev_last)) != STOKER_OK)
+            break;
+        prev_last = last;
+        k ^= 1;
+        int ahead = stoker_producer_client_shard_ahead(pc, items + k * SHARD_MAX, SHARD_MAX, &cur);
+        if (ahead == STOKER_OK) {
+            have = 1;
+            asked_ahead++;
+        } else if (ahead == STOKER_END_OF_DATA) {
             ended = 1;
             break;
         }
-        if (rv != STOKER_OK)
-            break;
-        shards++;
-        if ((rv = run_shard(&r, items, n, dataset_seed)) != STOKER_OK)
-            break;
     }
     int push_rv = producer_pipeline_finish(r.pl, st);
     if (rv == STOKER_OK)
@@ -134,8 +157,8 @@ producer_dataset_run(const stoker_producer_config *cfg, const stoker_generator *
     int bye = stoker_producer_client_goodbye(pc);
     if (bye != STOKER_OK)
         stoker_warn("producer '%s': goodbye not acknowledged: %s", r.name, stoker_strerror(bye));
-    stoker_info("producer '%s' finished: %llu items in %llu shards (%s)", r.name,
+    stoker_info("producer '%s' finished: %llu items in %llu shards, %llu asked ahead (%s)", r.name,
                 (unsigned long long)st->examples, (unsigned long long)shards,
-                ended ? "last epoch made" : "stopped");
+                (unsigned long long)asked_ahead, ended ? "last epoch made" : "stopped");
     return STOKER_OK;
 }

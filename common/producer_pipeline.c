@@ -3,7 +3,8 @@
 // when it submits (stoker_producer_client_prepare), and retention keeps the pushed chunk's own
 // buffers (stoker_producer_client_push_owned), so the pusher's path holds no copy of the
 // examples. It knows streams' seq resumption and datasets'
-// revoked shards; it does not generate, ask for shards or say goodbye.
+// revoked shards (by shard id: a revoked shard's later chunks are dropped, the next shard's
+// pushed); it does not generate, ask for shards or say goodbye.
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +19,13 @@ struct producer_pipeline {
     stoker_chunk chunks[2];
     uint64_t first_seq[2];
     const uint64_t *items[2]; // a dataset chunk's items, NULL for a stream's
+    uint64_t shard[2];        // a dataset chunk's shard id
     int full[2];              // filled and waiting for (or in) its push
     int fill, push;           // the next chunk to fill, the next to push
     int done;                 // no more chunks will come
-    int revoked;              // a dataset push was refused as revoked since the last drain
+    uint64_t revoked;         // the last shard a push of which was refused as revoked, 0: none
+    uint64_t submitted;       // chunks submitted
+    uint64_t answered;        // chunks pushed or dropped (in submission order)
     int rv;                   // the pusher's failure (it then stops), STOKER_OK while it works
     uint64_t examples;        // acknowledged by the broker
     uint64_t pushes;
@@ -53,18 +57,19 @@ push_stream(producer_pipeline *pl, stoker_chunk *chunk, uint64_t first_seq)
     return stoker_producer_client_push(pl->pc, &view, first_seq);
 }
 
-// Pushes a dataset's chunk; a chunk of a shard already revoked is dropped.
+// Pushes a dataset's chunk of shard `shard`; a chunk of a shard already revoked is dropped.
 static int
-push_items(producer_pipeline *pl, const stoker_chunk *chunk, const uint64_t *items, int revoked)
+push_items(producer_pipeline *pl, const stoker_chunk *chunk, const uint64_t *items, uint64_t shard,
+           int revoked)
 {
     if (revoked)
         return STOKER_SHARD_REVOKED;
     uint64_t seq = stoker_producer_client_next_seq(pl->pc);
-    int rv = stoker_producer_client_push_items(pl->pc, chunk, seq, items);
+    int rv = stoker_producer_client_push_items(pl->pc, chunk, seq, items, shard);
     if (rv == STOKER_SHARD_REVOKED)
-        stoker_info("shard-revoked: producer '%s': the rest of its shard went to others while "
-                    "it was away; asking for a new shard",
-                    pl->name);
+        stoker_info("shard-revoked: producer '%s': the rest of its shard %llu went to others "
+                    "while it was away; dropping it",
+                    pl->name, (unsigned long long)shard);
     return rv;
 }
 
@@ -81,10 +86,11 @@ pusher_main(void *arg)
         stoker_chunk *chunk = &pl->chunks[pl->push];
         uint64_t first_seq = pl->first_seq[pl->push];
         const uint64_t *items = pl->items[pl->push];
-        int revoked = pl->revoked;
+        uint64_t shard = pl->shard[pl->push];
+        int revoked = items != NULL && pl->revoked != 0 && pl->revoked == shard;
         uint32_t count = chunk->count; // a push may swap the chunk's buffers (retention)
         pthread_mutex_unlock(&pl->mu);
-        int rv = items != NULL ? push_items(pl, chunk, items, revoked)
+        int rv = items != NULL ? push_items(pl, chunk, items, shard, revoked)
                                : push_stream(pl, chunk, first_seq);
         pthread_mutex_lock(&pl->mu);
         if (rv == STOKER_INTERRUPTED) {
@@ -99,7 +105,7 @@ pusher_main(void *arg)
                          stoker_producer_client_error(pl->pc));
         }
         if (rv == STOKER_SHARD_REVOKED) {
-            pl->revoked = 1; // nothing of the chunk was taken
+            pl->revoked = shard; // nothing of the chunk was taken
         } else if (rv != STOKER_OK) {
             pl->rv = rv;
             break;
@@ -109,6 +115,7 @@ pusher_main(void *arg)
         }
         pl->full[pl->push] = 0;
         pl->push ^= 1;
+        pl->answered++;
         pthread_cond_broadcast(&pl->cv);
     }
     pthread_cond_broadcast(&pl->cv);
@@ -161,8 +168,9 @@ producer_pipeline_free_chunk(producer_pipeline *pl)
     return chunk;
 }
 
-void
-producer_pipeline_submit(producer_pipeline *pl, uint64_t first_seq, const uint64_t *items)
+uint64_t
+producer_pipeline_submit(producer_pipeline *pl, uint64_t first_seq, const uint64_t *items,
+                         uint64_t shard)
 {
     // A stream's push is encoded here, on the generating thread, while the pusher waits on the
     // previous one; if this fails the pusher encodes it itself.
@@ -171,33 +179,42 @@ producer_pipeline_submit(producer_pipeline *pl, uint64_t first_seq, const uint64
     pthread_mutex_lock(&pl->mu);
     pl->first_seq[pl->fill] = first_seq;
     pl->items[pl->fill] = items;
+    pl->shard[pl->fill] = shard;
     pl->full[pl->fill] = 1;
     pl->fill ^= 1;
+    uint64_t mark = ++pl->submitted;
     pthread_cond_broadcast(&pl->cv);
     pthread_mutex_unlock(&pl->mu);
+    return mark;
 }
 
 int
-producer_pipeline_revoked(producer_pipeline *pl)
+producer_pipeline_revoked(producer_pipeline *pl, uint64_t shard)
 {
     pthread_mutex_lock(&pl->mu);
-    int revoked = pl->revoked;
+    int revoked = shard != 0 && pl->revoked == shard;
     pthread_mutex_unlock(&pl->mu);
     return revoked;
 }
 
 int
-producer_pipeline_drain(producer_pipeline *pl, int *revoked)
+producer_pipeline_wait(producer_pipeline *pl, uint64_t mark)
 {
     pthread_mutex_lock(&pl->mu);
-    while ((pl->full[0] || pl->full[1]) && pl->rv == STOKER_OK)
+    while (pl->answered < mark && pl->rv == STOKER_OK)
         pthread_cond_wait(&pl->cv, &pl->mu);
-    if (revoked != NULL)
-        *revoked = pl->revoked;
-    pl->revoked = 0;
     int rv = pl->rv;
     pthread_mutex_unlock(&pl->mu);
     return rv;
+}
+
+int
+producer_pipeline_drain(producer_pipeline *pl)
+{
+    pthread_mutex_lock(&pl->mu);
+    uint64_t mark = pl->submitted;
+    pthread_mutex_unlock(&pl->mu);
+    return producer_pipeline_wait(pl, mark);
 }
 
 int

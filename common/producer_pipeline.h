@@ -14,8 +14,9 @@
 
 typedef struct producer_pipeline producer_pipeline;
 
-// Starts the pusher for pc (borrowed; only the pusher uses it until drain or finish return)
-// with two chunks of `chunk` examples of schema. STOKER_OK and *out, or STOKER_NOMEM.
+// Starts the pusher for pc (borrowed; only the pusher uses it until drain or finish return,
+// but for stoker_producer_client_shard_ahead, made for that) with two chunks of `chunk`
+// examples of schema. STOKER_OK and *out, or STOKER_NOMEM.
 int producer_pipeline_create(stoker_producer_client *pc, const stoker_schema *schema,
                              uint32_t chunk, const char *name, producer_pipeline **out);
 
@@ -25,18 +26,23 @@ stoker_chunk *producer_pipeline_free_chunk(producer_pipeline *pl);
 
 // Hands the chunk free_chunk returned to the pusher. A stream's chunk (items NULL) goes out
 // from first_seq, less what the broker already holds of it; a dataset's chunk carries items
-// (borrowed until drain returns, one per example) and goes out at the client's next seq. After
-// a push was refused as STOKER_SHARD_REVOKED the shard's later chunks are dropped unpushed.
-void producer_pipeline_submit(producer_pipeline *pl, uint64_t first_seq, const uint64_t *items);
+// of shard `shard` (its id; borrowed until the chunk is answered, one per example) and goes out
+// at the client's next seq. After a push was refused as STOKER_SHARD_REVOKED that shard's later
+// chunks are dropped unpushed. Returns the chunk's mark for producer_pipeline_wait (1, 2, ...).
+uint64_t producer_pipeline_submit(producer_pipeline *pl, uint64_t first_seq, const uint64_t *items,
+                                  uint64_t shard);
 
-// Whether a dataset push was refused as revoked since the last drain (the rest of the shard
-// need not be made).
-int producer_pipeline_revoked(producer_pipeline *pl);
+// Whether a push of dataset shard `shard` was refused as revoked (the rest of that shard need
+// not be made; a later shard is unaffected).
+int producer_pipeline_revoked(producer_pipeline *pl, uint64_t shard);
+
+// Waits until the chunks submitted up to mark (submit's return) were pushed or dropped.
+// Returns the pusher's failure or STOKER_OK.
+int producer_pipeline_wait(producer_pipeline *pl, uint64_t mark);
 
 // Waits until every submitted chunk was pushed or dropped (the client is then free for the
-// caller until the next submit). Returns the pusher's failure or STOKER_OK; *revoked (may be
-// NULL) says whether a push was refused as revoked since the last drain, and is reset.
-int producer_pipeline_drain(producer_pipeline *pl, int *revoked);
+// caller until the next submit). Returns the pusher's failure or STOKER_OK.
+int producer_pipeline_drain(producer_pipeline *pl);
 
 // Lets the pusher push what was submitted, stops it and frees the pipeline. Returns the
 // pusher's failure or STOKER_OK; adds what it pushed to *st.

@@ -605,6 +605,7 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
         push.chunk = &cpb.chunk;
         push.n_items = req->n_items;
         push.items = (uint64_t *)req->items;
+        push.shard = req->shard;
         r.push = &push;
         blobs.chunk = &req->chunk;
         src = &blobs;
@@ -732,6 +733,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
                                r->push->n_items, req->chunk.count);
         req->n_items = (uint32_t)r->push->n_items;
         req->items = r->push->items;
+        req->shard = r->push->shard;
         break;
     case STOKER__METHOD__PULL:
         if (r->pull == NULL) {
@@ -842,6 +844,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.n_items = rep->n_items;
     r.items = rep->items;
     r.dataset_seed = rep->dataset_seed;
+    r.shard = rep->shard;
     r.dataset_size = rep->dataset_size;
     r.epochs_done = rep->epochs_done;
     r.epochs_limit = rep->epochs_limit;
@@ -980,6 +983,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->n_items = (uint32_t)r->n_items;
     rep->items = r->items;
     rep->dataset_seed = r->dataset_seed;
+    rep->shard = r->shard;
     rep->dataset_size = r->dataset_size;
     rep->epochs_done = r->epochs_done;
     rep->epochs_limit = r->epochs_limit;

@@ -6,7 +6,10 @@
 // push must name that list's next items (compared in order), and an ack counts its lease's
 // items (each was accepted once, and a lease is acknowledged once). Each epoch's permutation
 // (Fisher-Yates from the seed and the epoch number) is drawn ahead, by a thread outside the
-// lock, while the epoch before is made. Items handed back after a loss go out first.
+// lock, while the epoch before is made. Items handed back after a loss go out first. A
+// producer holds up to two shards: the one its pushes are filling and the next, asked for
+// while the first one's last pushes are in flight (so it never idles at a shard's end); a
+// shard leaves its list once pushed in full, and each push names its shard's id.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +31,10 @@ typedef struct epoch {
 } epoch;
 
 // A producer's shard: the items handed to it, made and accepted in this order up to `done`.
+// Removed once done == n (or handed back).
 typedef struct held {
     uint32_t producer_id;
+    uint64_t id; // named by the shard's pushes; ids grow with each shard cut
     uint32_t n, done;
     uint64_t *items; // (n,) EPOCH_ITEM, all of one epoch
 } held;
@@ -53,13 +58,17 @@ struct epochs {
     uint64_t fingerprint;
     epoch win[2]; // epoch k at win[k % 2] while lo <= k < opened
     uint32_t lo, opened;
-    held *held; // one per producer holding a shard, unordered
+    held *held; // at most two per producer (HELD_MAX), unordered
     uint32_t n_held, cap_held;
+    uint64_t next_shard; // the id of the next shard cut
     drawer next;
     uint32_t *spare_order; // a finished epoch's permutation array, for the next draw
     uint64_t *spare_items; // a released shard's list, for the next shard
     uint64_t reassigned, revoked;
 };
+
+// Shards a producer holds at most: the one its pushes fill and the one asked for ahead.
+#define HELD_MAX 2
 
 __extension__ typedef unsigned __int128 u128;
 
@@ -172,6 +181,7 @@ epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32
     e->shard_items = shard_items;
     e->limit = limit;
     e->strict = strict;
+    e->next_shard = 1;
     drawer_start(e, 0);
     return e;
 }
@@ -202,15 +212,30 @@ item_epoch(epochs *e, uint64_t item)
     return &e->win[k % 2];
 }
 
-// The shard producer id holds, or NULL.
+// Shard `shard` of producer producer_id, or with shard 0 its oldest (the one its pushes fill);
+// NULL when it holds no such shard.
 static held *
-find_held(epochs *e, uint32_t producer_id)
+find_held(epochs *e, uint32_t producer_id, uint64_t shard)
 {
+    held *found = NULL;
     for (uint32_t h = 0; h < e->n_held; h++) {
-        if (e->held[h].producer_id == producer_id)
-            return &e->held[h];
+        held *x = &e->held[h];
+        if (x->producer_id != producer_id)
+            continue;
+        if (shard != 0 ? x->id == shard : found == NULL || x->id < found->id)
+            found = x;
     }
-    return NULL;
+    return found;
+}
+
+// How many shards producer producer_id holds.
+static uint32_t
+count_held(const epochs *e, uint32_t producer_id)
+{
+    uint32_t count = 0;
+    for (uint32_t h = 0; h < e->n_held; h++)
+        count += e->held[h].producer_id == producer_id;
+    return count;
 }
 
 int
@@ -272,24 +297,34 @@ hand_back(epochs *e, const held *h)
     return back;
 }
 
-void
-epochs_release(broker *b, producer *p, const char *why)
+// Removes shard h of producer p from the list, its unmade rest handed back first (none when
+// it was pushed in full), and keeps its item list for the next shard.
+static void
+drop_held(epochs *e, producer *p, held *h, const char *why)
 {
-    epochs *e = b->epochs;
-    held *h = e != NULL ? find_held(e, p->id) : NULL;
-    if (h == NULL)
-        return;
     uint64_t back = hand_back(e, h);
+    uint64_t id = h->id;
     if (e->spare_items == NULL)
         e->spare_items = h->items;
     else
         free(h->items);
     *h = e->held[--e->n_held];
-    p->items_held = 0;
+    p->items_held = p->items_held > back ? p->items_held - back : 0;
     e->reassigned += back;
     if (back > 0)
-        stoker_info("shard-returned: %llu items of producer %u '%s' go to others (%s)",
-                    (unsigned long long)back, p->id, p->name, why);
+        stoker_info("shard-returned: %llu items of producer %u '%s' (shard %llu) go to others "
+                    "(%s)",
+                    (unsigned long long)back, p->id, p->name, (unsigned long long)id, why);
+}
+
+void
+epochs_release(broker *b, producer *p, const char *why)
+{
+    epochs *e = b->epochs;
+    held *h;
+    while (e != NULL && (h = find_held(e, p->id, 0)) != NULL)
+        drop_held(e, p, h, why);
+    p->items_held = 0;
 }
 
 // Whether epoch ep has items to hand out.
@@ -337,7 +372,7 @@ held_add(epochs *e, uint32_t producer_id, uint32_t cap)
     if (items == NULL)
         return NULL;
     held *h = &e->held[e->n_held++];
-    *h = (held){.producer_id = producer_id, .items = items};
+    *h = (held){.producer_id = producer_id, .id = e->next_shard++, .items = items};
     return h;
 }
 
@@ -357,7 +392,10 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
         return;
     }
     revive(b, p, pipe, now_ms, "asked for a shard");
-    epochs_release(b, p, "asked for a new shard");
+    // Its shards pushed in full left the list already; one asking while it still holds two
+    // gave up the older one (a producer asks ahead only while one shard's pushes are in flight).
+    if (count_held(e, p->id) >= HELD_MAX)
+        drop_held(e, p, find_held(e, p->id, 0), "asked for a third shard");
     int nomem = 0;
     epoch *ep = next_work(e, &nomem);
     if (ep == NULL) {
@@ -384,9 +422,15 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
     for (uint64_t j = 0; j < run; j++)
         h->items[h->n++] = EPOCH_ITEM(ep->number, order[j]);
     ep->cursor += run;
-    p->items_held = h->n;
-    stoker_reply rep = {
-        .code = STOKER_OK, .n_items = h->n, .items = h->items, .dataset_seed = e->seed};
+    p->items_held += h->n;
+    stoker_debug("shard-out: shard %llu, %u items of epoch %u, to producer %u '%s', which holds "
+                 "%u",
+                 (unsigned long long)h->id, h->n, ep->number, p->id, p->name, count_held(e, p->id));
+    stoker_reply rep = {.code = STOKER_OK,
+                        .n_items = h->n,
+                        .items = h->items,
+                        .dataset_seed = e->seed,
+                        .shard = h->id};
     send_reply(b, out, token, &rep);
 }
 
@@ -402,7 +446,7 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
                              req->chunk.count, p->name, req->n_items);
     uint32_t m = req->n_items - skip;
     const uint64_t *items = req->items + skip;
-    held *h = find_held(e, p->id);
+    held *h = find_held(e, p->id, req->shard);
     // The usual case: the shard's next m items, in the order they were handed out.
     if (h != NULL && h->n - h->done >= m &&
         memcmp(items, h->items + h->done, m * sizeof(*items)) == 0)
@@ -420,8 +464,11 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
                                      (unsigned long long)EPOCH_INDEX(items[j]), EPOCH_OF(items[j]),
                                      p->name);
         }
+        // The producer drops the shard its push named: what it still holds of it goes to
+        // others (nothing, usually: it was handed back when the producer was taken for lost).
         e->revoked++;
-        epochs_release(b, p, "its push was refused");
+        if (h != NULL)
+            drop_held(e, p, h, "its push was refused");
         return stoker_errorf(err, err_len, STOKER_SHARD_REVOKED,
                              "item %llu of epoch %u is not producer '%s''s any more (it was "
                              "taken for lost and its shard went to others): drop the shard "
@@ -435,11 +482,15 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
 void
 epochs_accepted(broker *b, producer *p, const stoker_request *req, uint32_t skip)
 {
-    held *h = find_held(b->epochs, p->id);
+    epochs *e = b->epochs;
+    held *h = find_held(e, p->id, req->shard);
     uint32_t n = req->n_items - skip;
-    if (h != NULL)
-        h->done = h->n - h->done > n ? h->done + n : h->n;
     p->items_held = p->items_held > n ? p->items_held - n : 0;
+    if (h == NULL)
+        return;
+    h->done = h->n - h->done > n ? h->done + n : h->n;
+    if (h->done == h->n)
+        drop_held(e, p, h, "pushed in full"); // nothing to hand back
 }
 
 static void

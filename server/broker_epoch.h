@@ -38,22 +38,24 @@ void epochs_destroy(epochs *e);
 // reason in err (a stream producer, another size, another listing than the first producer's).
 int epochs_check_hello(struct broker *b, const stoker_request *req, char *err, size_t err_len);
 
-// Answers a SHARD request (takes req): the producer's next items, RETRY when none can be handed
-// out now, END_OF_DATA when the last epoch is made. Items the producer still held are first
-// handed back (it asks when its shard is done).
+// Answers a SHARD request (takes req): the producer's next items and the shard's id, RETRY when
+// none can be handed out now, END_OF_DATA when the last epoch is made. The producer keeps the
+// shard it still pushes (it asks ahead, while that shard's last pushes are in flight), up to
+// two shards in all: one asking while it holds two first has the older one's rest handed back.
 void epochs_handle_shard(struct broker *b, void *token, uint32_t pipe, stoker_request *req,
                          uint64_t now_ms, struct broker_outbox *out);
 
 // Whether examples skip.. of push req from p may be accepted: they must be the next items of
-// p's shard (assigned to it, not yet accepted, in the shard's order). STOKER_OK, or
-// STOKER_SHARD_REVOKED / STOKER_INVALID (out of order) with err; on SHARD_REVOKED the items p
-// still holds are handed back (it drops its shard).
+// the shard the push names (req->shard; 0: p's oldest), assigned to p, not yet accepted, in
+// the shard's order. STOKER_OK, or STOKER_SHARD_REVOKED / STOKER_INVALID (out of order) with
+// err; on SHARD_REVOKED what p still holds of that shard is handed back (it drops the shard).
 int epochs_check_push(struct broker *b, struct producer *p, const stoker_request *req,
                       uint32_t skip, char *err, size_t err_len);
-// Marks examples skip.. of req (just queued) accepted.
+// Marks examples skip.. of req (just queued) accepted; a shard pushed in full leaves p's list.
 void epochs_accepted(struct broker *b, struct producer *p, const stoker_request *req,
                      uint32_t skip);
-// Hands back the items p holds but has not pushed (it was lost or said goodbye).
+// Hands back the items of every shard p holds (both, when it asked ahead) that it has not
+// pushed (it was lost or said goodbye).
 void epochs_release(struct broker *b, struct producer *p, const char *why);
 // Marks the items of r (leased, now acknowledged) done; an epoch whose last item this was gets
 // its EPOCH_END event.

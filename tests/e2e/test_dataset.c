@@ -503,3 +503,60 @@ Test(dataset, exec_that_cannot_make_an_index_fails_and_its_items_go_to_others)
     seen_fini(&s);
     proc_broker_stop(broker);
 }
+
+// A producer asks for its next shard while its current one's last pushes are in flight, so it
+// may hold two when it dies: both go back, and the one asked ahead is made once, by others.
+Test(dataset, producer_killed_holding_two_shards_hands_both_back)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "two_shards");
+    // A queue of 8 examples and no trainer yet: the victim's second push waits for room, so
+    // it has made its first shard (16 items, two chunks) and asked for the next one.
+    proc_child *broker = e2e_broker_start(
+        url, PROC_ARGS("--dataset-size", "200", "--epochs", "1", "--shard-items", "16",
+                       "--queue-depth", "8", "--producer-timeout", "0.5", "--log-level", "debug"));
+    proc_child *victim = e2e_producer_start(
+        url, "victim",
+        PROC_ARGS("--items", "200", "--chunk", "8", "--delay", "0:0", "--retain", "0"));
+    uint64_t deadline = stoker_now_ms() + 10000;
+    while (!testdir_contains(broker->err_path, "'victim', which holds 2")) {
+        cr_assert_lt(stoker_now_ms(), deadline, "the victim never held two shards");
+        stoker_sleep_ms(10, NULL);
+    }
+    cr_assert(h_wait_producer(url, "victim", 8, 10000), "the victim's first push never landed");
+    stoker_sleep_ms(100, NULL); // its second push is parked for room, its next shard begun
+    proc_signal(victim, SIGKILL);
+    proc_wait(victim, 5000);
+    // Both shards go back: the first one's 8 unpushed items and the second one's 16.
+    stoker_status *st = NULL;
+    deadline = stoker_now_ms() + 10000;
+    for (;;) {
+        st = h_status(url);
+        if (st->items_reassigned > 0)
+            break;
+        stoker_status_destroy(st);
+        cr_assert_lt(stoker_now_ms(), deadline, "the victim's shards were never handed back");
+        stoker_sleep_ms(20, NULL);
+    }
+    cr_assert_eq(st->items_reassigned, 24,
+                 "%llu items handed back, expected 8 of the first shard and 16 of the second",
+                 (unsigned long long)st->items_reassigned);
+    stoker_status_destroy(st);
+    // Another producer makes them, each once: the epoch is every index exactly once.
+    proc_child *heir = e2e_producer_start(
+        url, "heir", PROC_ARGS("--items", "200", "--chunk", "8", "--delay", "0:0"));
+    cr_assert(h_wait_producer(url, "heir", 8, 10000), "the heir never pushed");
+    stoker_trainer_client *tc = e2e_trainer_client(url, 8, 8000);
+    seen s;
+    seen_init(&s, 200, 1, 0);
+    drain(tc, &s, 60000);
+    cr_assert_eq(s.n_ended, 1, "%u epoch ends, expected 1", s.n_ended);
+    assert_epoch_complete(&s, 0);
+    cr_assert_eq(s.total, 200, "%llu examples delivered, expected 200",
+                 (unsigned long long)s.total);
+    cr_assert_eq(stoker_trainer_client_duplicates(tc), 0);
+    proc_assert_exit(heir, 0, 10000);
+    stoker_trainer_client_destroy(tc);
+    seen_fini(&s);
+    proc_broker_stop(broker);
+}

@@ -92,18 +92,34 @@ void stoker_producer_client_set_labels(stoker_producer_client *pc, const stoker_
 // items whose listing has fingerprint (the broker refuses one that differs from the others').
 void stoker_producer_client_set_dataset(stoker_producer_client *pc, uint64_t n_items,
                                         uint64_t fingerprint);
-// Asks the broker for the next shard: on STOKER_OK, *n (at most cap) items ((epoch << 32) |
-// index, stoker_item_* in producer.h) written to items, and the broker's dataset seed to *seed.
-// STOKER_RETRY: nothing to make right now (ask again shortly); STOKER_END_OF_DATA: the broker's
-// last epoch is made; otherwise an error as for push. Retries connection trouble like push.
+// A shard the broker handed out: n items written to the caller's array, the broker's dataset
+// seed, and the shard's id, which every push of its items names.
+typedef struct stoker_shard {
+    uint32_t n;
+    uint64_t seed;
+    uint64_t id;
+} stoker_shard;
+// Asks the broker for the next shard: on STOKER_OK, out->n (at most cap) items ((epoch << 32) |
+// index, stoker_item_* in producer.h) written to items, the seed and id to *out. The broker
+// keeps the shard this producer still pushes: a producer holds up to two, the one it pushes
+// and one asked for ahead; asking while holding two hands the older one's unpushed rest to
+// others. STOKER_RETRY: nothing to make right now (ask again shortly); STOKER_END_OF_DATA: the
+// broker's last epoch is made; otherwise an error as for push. Retries connection trouble like
+// push, saying hello on the pushing context: call it while no push is in flight.
 int stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
-                                 uint32_t *n, uint64_t *seed);
-// As push, each example i carrying items[i] (borrowed, chunk->count of them): a shard's items,
-// pushed in the order the shard listed them (STOKER_INVALID otherwise). Besides push's errors,
-// STOKER_SHARD_REVOKED: the broker gave these items to others meanwhile (this producer was
-// taken for lost); nothing of the chunk was taken: drop the shard, ask for a new one.
+                                 stoker_shard *out);
+// As stoker_producer_client_shard, but safe while another thread pushes: one attempt on a
+// context of its own, no hello, no retry. Any failure is returned as is (STOKER_UNKNOWN_PEER
+// when no hello was said yet); once the pushes are done, ask with stoker_producer_client_shard.
+int stoker_producer_client_shard_ahead(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
+                                       stoker_shard *out);
+// As push, each example i carrying items[i] (borrowed, chunk->count of them): the items of
+// shard `shard` (its id), pushed in the order the shard listed them (STOKER_INVALID
+// otherwise). Besides push's errors, STOKER_SHARD_REVOKED: the broker gave these items to
+// others meanwhile (this producer was taken for lost); nothing of the chunk was taken: drop
+// that shard (a shard asked for ahead may still be this producer's: its pushes say).
 int stoker_producer_client_push_items(stoker_producer_client *pc, const stoker_chunk *chunk,
-                                      uint64_t first_seq, const uint64_t *items);
+                                      uint64_t first_seq, const uint64_t *items, uint64_t shard);
 
 // Stops the heartbeat thread, closes the socket and frees; accepts NULL. Without a goodbye the
 // broker reports the producer lost.

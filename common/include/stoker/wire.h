@@ -50,6 +50,7 @@ typedef struct stoker_request {
     // decoded message.
     uint32_t n_items;
     const uint64_t *items;
+    uint64_t shard; // PUSH of a dataset: the shard of items (0: the oldest one held)
     // PULL
     uint32_t max_examples;
     uint32_t wait_ms;
@@ -105,6 +106,7 @@ typedef struct stoker_reply {
     uint32_t n_items;
     uint64_t *items;
     uint64_t dataset_seed; // SHARD
+    uint64_t shard;        // SHARD: the shard's id (never 0), which its pushes name
     // STATUS of a dataset broker
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
