@@ -703,7 +703,7 @@ send_pending_acks(stoker_trainer_client *tc, int background)
         return rv;
     }
     rv = rep->code;
-    tc->acks_refused += rep->acks_refused;
+    take_reply_extras(tc, rep); // events an acknowledgement brought about (an epoch's end)
     if (rv != STOKER_OK && !background)
         stoker_warn("trainer: acknowledgement refused: %s", rep->message);
     stoker_reply_free(rep);
@@ -750,7 +750,12 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         if (tc->ending && busy == 0) {
             // Replies can overtake each other: the end was only final once every pull that
             // was in flight with it came back (with the last batches, if any).
+            int acks = tc->n_pending_acks > 0 && !tc->opts.commit;
             pthread_mutex_unlock(&tc->lock);
+            // The last acknowledgements go now rather than at close: one may end a dataset's
+            // epoch, and its reply brings that event before the end is reported.
+            if (acks)
+                (void)send_pending_acks(tc, 0);
             stoker_info("supply-ended: %s", tc->end_reason);
             tc->supply_ended = tc->ending;
             return tc->supply_ended;
@@ -994,7 +999,7 @@ stoker_trainer_client_commit(stoker_trainer_client *tc)
             break;
         }
         rv = rep->code;
-        tc->acks_refused += rep->acks_refused;
+        take_reply_extras(tc, rep); // events the commit brought about (an epoch's end)
         stoker_reply_free(rep);
         // Refused acknowledgements (leases given back after a disconnect) are final too.
         if (rv == STOKER_OK || rv == STOKER_NOT_FOUND) {

@@ -543,11 +543,19 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     } else {
         uint32_t refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
+        // With the events the trainer has not heard yet: an acknowledgement that ends an epoch
+        // may come after the reply that ended the supply, and is then the last thing it sends.
+        stoker_event events[EVENTS_PER_REPLY];
+        uint32_t n_events = pending_events(b, t, events);
         stoker_reply rep = {.code = refused == 0 ? STOKER_OK : STOKER_NOT_FOUND,
-                            .acks_refused = refused};
+                            .acks_refused = refused,
+                            .n_events = n_events,
+                            .events = events};
         if (refused > 0)
             snprintf(rep.message, sizeof(rep.message),
                      "%u of %u leases unknown or already acknowledged", refused, req->n_acks);
+        if (n_events > 0)
+            t->event_cursor = events[n_events - 1].index;
         send_reply(b, out, token, &rep);
     }
     stoker_request_free(req);

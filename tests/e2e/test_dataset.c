@@ -229,6 +229,42 @@ Test(dataset, every_index_once_per_epoch_while_producers_die_freeze_and_return)
     proc_broker_stop(broker);
 }
 
+// The last epoch's end comes from the trainer's last acknowledgement, which can follow the reply
+// that ended the supply (a pull sent ahead was answered "ended" while the last batch was being
+// trained): the client still reports that epoch's end before the end of the supply.
+Test(dataset, the_last_epoch_end_is_heard_when_the_supply_ended_before_its_last_ack)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--dataset-size", "64", "--epochs", "1", "--shard-items",
+                                        "64", "--producer-timeout", "0.3"));
+    proc_child *p = e2e_producer_start(
+        url, "once", PROC_ARGS("--items", "64", "--chunk", "64", "--delay", "0:0"));
+    stoker_trainer_client *tc = e2e_trainer_client(url, 64, 8000);
+    seen s;
+    seen_init(&s, 64, 1, 0);
+    stoker_batch *b = NULL;
+    cr_assert_eq(stoker_trainer_client_next(tc, &b), STOKER_OK);
+    take_events(tc, &s);
+    record(&s, b);
+    // Held, not acknowledged, while the producer is killed and declared lost: the pull sent
+    // ahead is answered with the end of the supply while the epoch still waits for this batch.
+    proc_signal(p, SIGKILL);
+    cr_assert(proc_wait(p, 5000), "the producer did not die of SIGKILL");
+    stoker_sleep_ms(1000, NULL);
+    cr_assert_eq(s.n_ended, 0, "the epoch ended before its last batch was acknowledged");
+    stoker_trainer_client_ack(tc, b->lease);
+    stoker_batch_destroy(b);
+    int rv = pull_one(tc, &s);
+    cr_assert_eq(rv, STOKER_NO_PRODUCERS, "supply ended with %s", stoker_strerror(rv));
+    cr_assert_eq(s.n_ended, 1, "the epoch's end was not reported before the end of the supply");
+    assert_epoch_complete(&s, 0);
+    stoker_trainer_client_destroy(tc);
+    seen_fini(&s);
+    proc_broker_stop(broker);
+}
+
 // One producer, so delivery follows the broker's order; seed and producer name as given.
 static void
 one_run(seen *s, const char *seed, const char *producer_name, const char *dir_name)

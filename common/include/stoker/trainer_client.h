@@ -18,7 +18,9 @@ typedef struct stoker_trainer_options {
     uint32_t prefetch;         // pull requests kept in flight (default 4, at most 64)
     uint32_t stall_timeout_ms; // waiting this long for a batch: STOKER_STALLED (default 4000)
     // Called for each event as soon as a reply brings it, from inside stoker_trainer_client_next
-    // (on the caller's thread), even while next keeps waiting for a batch. When NULL, events
+    // (on the caller's thread), even while next keeps waiting for a batch, or from inside
+    // stoker_trainer_client_ack / _flush / _commit (an acknowledgement's reply brings the events it
+    // caused, such as the end of a dataset's epoch). When NULL, events
     // are queued for stoker_trainer_client_poll_event instead.
     void (*on_event)(const stoker_event *event, void *arg);
     void *on_event_arg;
