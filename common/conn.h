@@ -40,8 +40,9 @@ typedef struct conn {
 // same address); sends would then time out forever. c must stay where it is until conn_close.
 int conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
               const stoker_tls_options *tls, char *err, size_t err_len);
-// Stops and joins the watcher, then closes the socket (aborting calls in flight on its contexts).
-// May be called twice; not from two threads at once.
+// Stops and joins the watcher, then closes the socket (aborting calls in flight on its contexts),
+// waiting at most 5 s for nng to finish: nng 1.5.2's close can deadlock now and then, and is then
+// left behind with a warning. May be called twice; not from two threads at once.
 void conn_close(conn *c);
 
 // No connection for this long, though a working dialer retries at least every reconnect_max_ms
