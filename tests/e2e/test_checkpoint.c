@@ -90,6 +90,17 @@ take_log(e2e_examples *lineage, const char *path, uint64_t n)
                  taken, n);
 }
 
+// The identity logs of three runs in the test's folder: STEM-0, STEM-1, STEM-2.
+static void
+log_paths(char logs[3][320], const char *stem)
+{
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "%s-%d", stem, i);
+        snprintf(logs[i], 320, "%s", testdir_file(name));
+    }
+}
+
 // The value of "key": N in the JSON text (the first one after `after`, when given).
 static uint64_t
 json_u64(const char *text, const char *after, const char *key)
@@ -115,11 +126,7 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
     proc_child *p2 = e2e_producer_start(url, "keeper-2", pargs);
     const char *ck = testdir_file("model.ckpt");
     char logs[3][320];
-    for (int i = 0; i < 3; i++)
-        snprintf(logs[i], sizeof(logs[i]), "%s",
-                 testdir_file(i == 0   ? "ids-0"
-                              : i == 1 ? "ids-1"
-                                       : "ids-2"));
+    log_paths(logs, "ids");
     const char *json = testdir_file("summary.json");
     // Enough rounds for all the data: the run ends when the supply does.
     const char *common[] = {"--broker",       url,   "--batch-size",       "4",
@@ -242,11 +249,7 @@ Test(checkpoint, a_dataset_lineage_killed_between_checkpoints_trains_each_item_o
             PROC_ARGS("--items", "600", "--chunk", "8", "--delay", "0.002:0.004"));
     const char *ck = testdir_file("epochs.ckpt");
     char logs[3][320];
-    for (int i = 0; i < 3; i++)
-        snprintf(logs[i], sizeof(logs[i]), "%s",
-                 testdir_file(i == 0   ? "items-0"
-                              : i == 1 ? "items-1"
-                                       : "items-2"));
+    log_paths(logs, "items");
     const char *common[] = {"--broker",       url,   "--batch-size",       "8",
                             "--round-length", "40",  "--rounds",           "1000",
                             "--device",       "cpu", "--stall-timeout",    "10",
