@@ -215,9 +215,10 @@ done:
     return l;
 }
 
-// Events t has not been sent yet: [first, first + n) in the log.
+// Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
+// reply being made carries them.
 static uint32_t
-pending_events(const broker *b, const trainer *t, stoker_event *buf)
+take_events(const broker *b, trainer *t, stoker_event *buf)
 {
     uint64_t from = t->event_cursor + 1;
     if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
@@ -225,6 +226,8 @@ pending_events(const broker *b, const trainer *t, stoker_event *buf)
     uint32_t n = 0;
     for (uint64_t i = from; i <= b->n_events && n < EVENTS_PER_REPLY; i++)
         buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    if (n > 0)
+        t->event_cursor = buf[n - 1].index;
     return n;
 }
 
@@ -349,7 +352,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint32_t max = k->req->max_examples;
     char why[160];
     stoker_event events[EVENTS_PER_REPLY];
-    uint32_t n_events = pending_events(b, t, events);
+    // Sent with this reply whenever there are some (they make it ready).
+    uint32_t n_events = take_events(b, t, events);
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, now_ms, why, sizeof(why));
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
@@ -432,8 +436,6 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     rep.n_events = n_events;
     rep.events = events;
     rep.acks_refused = k->acks_refused;
-    if (n_events > 0)
-        t->event_cursor = events[n_events - 1].index;
     send_reply_fill(b, out, k->token, &rep, fill);
     free(parts);
     free(runs);
@@ -546,7 +548,7 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
         // With the events the trainer has not heard yet: an acknowledgement that ends an epoch
         // may come after the reply that ended the supply, and is then the last thing it sends.
         stoker_event events[EVENTS_PER_REPLY];
-        uint32_t n_events = pending_events(b, t, events);
+        uint32_t n_events = take_events(b, t, events);
         stoker_reply rep = {.code = refused == 0 ? STOKER_OK : STOKER_NOT_FOUND,
                             .acks_refused = refused,
                             .n_events = n_events,
@@ -554,8 +556,6 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
         if (refused > 0)
             snprintf(rep.message, sizeof(rep.message),
                      "%u of %u leases unknown or already acknowledged", refused, req->n_acks);
-        if (n_events > 0)
-            t->event_cursor = events[n_events - 1].index;
         send_reply(b, out, token, &rep);
     }
     stoker_request_free(req);

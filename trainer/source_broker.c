@@ -83,22 +83,18 @@ broker_settle(source *src)
     broker_source *s = (broker_source *)src;
     if (s->batch == NULL)
         return;
+    const uint64_t *item = s->batch->items; // a dataset's, one per example in run order
     for (uint32_t i = 0; i < s->batch->n_runs; i++) {
         const stoker_run *r = &s->batch->runs[i];
         if (s->committing &&
             checkpoint_runs_add(&s->pending, r->session, r->first_seq, r->count) != STOKER_OK)
             stoker_warn("trainer: out of memory keeping the identities trained since the last "
                         "commit; a death before it may train them twice");
-        if (s->identity_log != NULL && s->batch->items == NULL)
+        if (s->identity_log != NULL && item == NULL)
             fprintf(s->identity_log, "%016llx %llu %u\n", (unsigned long long)r->session,
                     (unsigned long long)r->first_seq, r->count);
-    }
-    // A dataset's examples one a line, each with its item: the run's identities as above (count
-    // 1), then the epoch and the index.
-    const uint64_t *item = s->batch->items;
-    for (uint32_t i = 0; s->identity_log != NULL && item != NULL && i < s->batch->n_runs; i++) {
-        const stoker_run *r = &s->batch->runs[i];
-        for (uint32_t k = 0; k < r->count; k++, item++)
+        // A dataset's examples one a line: the identity (count 1), the epoch and the index.
+        for (uint32_t k = 0; s->identity_log != NULL && item != NULL && k < r->count; k++, item++)
             fprintf(s->identity_log, "%016llx %llu 1 %u %llu\n", (unsigned long long)r->session,
                     (unsigned long long)(r->first_seq + k), stoker_item_epoch(*item),
                     (unsigned long long)stoker_item_index(*item));
