@@ -315,16 +315,30 @@ conn_close(conn *c)
 }
 
 // Completion of a call's aio, signalled to the waiting thread.
-typedef struct call_waiter {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done;
-} call_waiter;
-
-static void
-call_done(void *arg)
+int
+conn_waiter_init(conn_waiter *w)
 {
-    call_waiter *w = arg;
+    w->done = 0;
+    if (pthread_mutex_init(&w->mu, NULL) != 0)
+        return -1;
+    if (cond_init_monotonic(&w->cv) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        return -1;
+    }
+    return 0;
+}
+
+void
+conn_waiter_fini(conn_waiter *w)
+{
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}
+
+void
+conn_waiter_done(void *arg)
+{
+    conn_waiter *w = arg;
     pthread_mutex_lock(&w->mu);
     w->done = 1;
     pthread_cond_signal(&w->cv);
@@ -346,8 +360,8 @@ give_up_now(conn_stop *stop)
 // Waits for the operation started on aio; aborts it (result NNG_EINTR) when stop says so. The
 // flag is looked at every CALL_POLL_MS: a signal handler can set it, but cannot wake us.
 #define CALL_POLL_MS 5
-static void
-call_wait(nng_aio *aio, call_waiter *w, conn_stop *stop)
+void
+conn_waiter_wait(nng_aio *aio, conn_waiter *w, conn_stop *stop)
 {
     if (stop != NULL && stop->flag != NULL) {
         pthread_mutex_lock(&w->mu);
@@ -359,7 +373,7 @@ call_wait(nng_aio *aio, call_waiter *w, conn_stop *stop)
         if (!done)
             nng_aio_abort(aio, NNG_EINTR);
     }
-    nng_aio_wait(aio); // also waits for call_done to return
+    nng_aio_wait(aio); // also waits for conn_waiter_done to return
     w->done = 0;
 }
 
@@ -381,21 +395,25 @@ conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *s
                     stoker_reply **out, char *err, size_t err_len)
 {
     nng_aio *aio;
-    call_waiter w = {.done = 0};
+    conn_waiter w;
     int rv;
-    if ((rv = nng_aio_alloc(&aio, call_done, &w)) != 0) {
+    if (conn_waiter_init(&w) != 0) {
         nng_msg_free(msg);
         snprintf(err, err_len, "out of memory");
         return STOKER_NOMEM;
     }
-    pthread_mutex_init(&w.mu, NULL);
-    cond_init_monotonic(&w.cv);
+    if ((rv = nng_aio_alloc(&aio, conn_waiter_done, &w)) != 0) {
+        conn_waiter_fini(&w);
+        nng_msg_free(msg);
+        snprintf(err, err_len, "out of memory");
+        return STOKER_NOMEM;
+    }
     // One deadline for send and receive together.
     uint64_t deadline = stoker_now_ms() + timeout_ms;
     nng_aio_set_timeout(aio, (nng_duration)timeout_ms);
     nng_aio_set_msg(aio, msg);
     nng_ctx_send(ctx, aio);
-    call_wait(aio, &w, stop);
+    conn_waiter_wait(aio, &w, stop);
     if ((rv = nng_aio_result(aio)) != 0) {
         nng_msg_free(nng_aio_get_msg(aio));
         snprintf(err, err_len, "send: %s",
@@ -405,7 +423,7 @@ conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *s
     uint64_t now = stoker_now_ms();
     nng_aio_set_timeout(aio, now < deadline ? (nng_duration)(deadline - now) : 1);
     nng_ctx_recv(ctx, aio);
-    call_wait(aio, &w, stop);
+    conn_waiter_wait(aio, &w, stop);
     if ((rv = nng_aio_result(aio)) != 0) {
         snprintf(err, err_len, "receive: %s",
                  rv == NNG_EINTR ? "abandoned on stop" : nng_strerror(rv));
@@ -415,14 +433,12 @@ conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *s
     if ((rv = stoker_wire_decode_reply_msg(msg, out, err, err_len)) != STOKER_OK)
         nng_msg_free(msg);
     nng_aio_free(aio);
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
+    conn_waiter_fini(&w);
     return rv;
 
 out:
     nng_aio_free(aio);
-    pthread_cond_destroy(&w.cv);
-    pthread_mutex_destroy(&w.mu);
+    conn_waiter_fini(&w);
     return stoker_err_from_nng(rv);
 }
 

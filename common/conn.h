@@ -74,6 +74,21 @@ int conn_call_until(nng_ctx ctx, const stoker_request *req, uint32_t timeout_ms,
 int conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *stop,
                         stoker_reply **out, char *err, size_t err_len);
 
+// One aio waited for with a stop: the calls' own machinery, also the push stream's.
+typedef struct conn_waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} conn_waiter;
+// 0, or -1 when out of resources.
+int conn_waiter_init(conn_waiter *w);
+void conn_waiter_fini(conn_waiter *w);
+// The aio's callback (nng_aio_alloc(&aio, conn_waiter_done, w)).
+void conn_waiter_done(void *arg);
+// Waits for the operation started on aio; aborts it (result NNG_EINTR) when stop (may be NULL)
+// says to give up. The flag is looked at every few ms: a signal handler can set it, not wake us.
+void conn_waiter_wait(nng_aio *aio, conn_waiter *w, conn_stop *stop);
+
 // Moves the counters, producers and events of a successful STATUS reply into a new status
 // (*out, owned by the caller). STOKER_OK or STOKER_NOMEM (rep unchanged).
 int conn_status_from_reply(stoker_reply *rep, stoker_status **out);

@@ -1,6 +1,8 @@
 // Producer client: hello / push / heartbeat / goodbye over one REQ socket with three contexts
 // (the pushing thread's, the heartbeat thread's, and a dataset's shard requests made ahead on
-// the generating thread). The seq rule makes every resend safe.
+// the generating thread). The seq rule makes every resend safe. Pushes themselves go over a
+// connection of their own when the URL allows (push_stream.h: no copy of the chunk), else, and
+// whenever that connection fails, over the socket.
 // A stop (opts.stop) gives the pushes STOP_GRACE_MS: a push the broker can take is answered in
 // that time; one parked for room (queue full) or sent to a broker that is gone is abandoned, and
 // goodbye's answer then says where the session ended.
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "push_stream.h"
 #include "retention.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -34,6 +37,7 @@ struct stoker_producer_client {
     nng_ctx push_ctx;
     nng_ctx beat_ctx;
     nng_ctx shard_ctx; // stoker_producer_client_shard_ahead's, while the pusher uses push_ctx
+    push_stream ps;    // pushes from the chunks' own buffers (push_stream.h); the pusher's
     uint64_t next_seq;
     conn_stop stop; // the pushing thread's: opts.stop with STOP_GRACE_MS
     uint32_t id;
@@ -198,6 +202,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
         rv = stoker_err_from_nng(rv);
         goto fail_ctx;
     }
+    push_stream_init(&pc->ps, pc->url, opts->max_message_bytes, pc->token, pc->opts.session);
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
     if (pthread_create(&pc->beat_thread, NULL, heartbeat_main, pc) != 0) {
         rv = STOKER_NOMEM;
@@ -208,6 +213,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     return STOKER_OK;
 
 fail_ctx:
+    push_stream_close(&pc->ps);
     conn_close(&pc->conn);
 fail_conn:
     pthread_cond_destroy(&pc->cond);
@@ -328,6 +334,8 @@ stoker_producer_client_prepare(stoker_producer_client *pc, const stoker_chunk *c
 {
     if (!stoker_schema_equal(&chunk->schema, &pc->schema) || chunk->count == 0)
         return STOKER_INVALID;
+    if (push_stream_ready(&pc->ps))
+        return STOKER_OK; // the push stream sends the chunk from where it is: nothing to do
     stoker_request req = {.method = STOKER_PUSH,
                           .session = pc->opts.session,
                           .first_seq = first_seq,
@@ -394,12 +402,14 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
         stoker_reply *rep = NULL;
         char err[256];
         atomic_store(&pc->last_sent_ms, stoker_now_ms());
-        if (*prepared != NULL) {
+        rv = push_stream_call(&pc->ps, &req, pc->opts.request_timeout_ms, &pc->stop, &rep, err,
+                              sizeof(err));
+        if (rv == PUSH_STREAM_UNUSED && *prepared != NULL) {
             // The first attempt sends what the generating thread encoded; resends encode anew.
             rv = conn_call_msg_until(pc->push_ctx, *prepared, pc->opts.request_timeout_ms,
                                      &pc->stop, &rep, err, sizeof(err));
             *prepared = NULL;
-        } else {
+        } else if (rv == PUSH_STREAM_UNUSED) {
             rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep,
                                  err, sizeof(err));
         }
@@ -753,6 +763,7 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
         conn_close(&pc->conn);
         pthread_join(pc->beat_thread, NULL);
     }
+    push_stream_close(&pc->ps);
     conn_close(&pc->conn);
     pthread_cond_destroy(&pc->cond);
     for (int i = 0; i < 2; i++)

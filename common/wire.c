@@ -132,41 +132,63 @@ chunk_to_pb(const stoker_chunk *c, chunk_pb *pb)
     pb->chunk.sizes = pb->sizes;
 }
 
+// Where each part of an encoded message goes: [u32 pb_len][protobuf][pad][blob 0][pad][blob 1]...
+typedef struct frame_layout {
+    size_t pb_len, total;
+    size_t offsets[STOKER_MAX_FIELDS], sizes[STOKER_MAX_FIELDS];
+    uint32_t n_fields;
+} frame_layout;
+
+static int
+frame_layout_of(const ProtobufCMessage *m, const blob_source *src, frame_layout *l)
+{
+    l->pb_len = protobuf_c_message_get_packed_size(m);
+    if (l->pb_len > UINT32_MAX)
+        return STOKER_TOO_LARGE;
+    l->n_fields = 0;
+    l->total = HEADER_BYTES + l->pb_len;
+    if (src != NULL) {
+        l->n_fields = src->chunk->schema.n_fields;
+        for (uint32_t i = 0; i < l->n_fields; i++) {
+            l->sizes[i] = stoker_field_bytes(&src->chunk->schema.fields[i]) * src->chunk->count;
+            l->offsets[i] = align8(l->total);
+            l->total = l->offsets[i] + l->sizes[i];
+        }
+    }
+    return STOKER_OK;
+}
+
+// Writes the header word and the protobuf part of m at dst (HEADER_BYTES + pb_len bytes).
+static void
+write_head(const ProtobufCMessage *m, size_t pb_len, uint8_t *dst)
+{
+    dst[0] = (uint8_t)pb_len;
+    dst[1] = (uint8_t)(pb_len >> 8);
+    dst[2] = (uint8_t)(pb_len >> 16);
+    dst[3] = (uint8_t)(pb_len >> 24);
+    if (pb_len > 0)
+        protobuf_c_message_pack(m, dst + HEADER_BYTES);
+}
+
 // Packs m and the blobs of src (may be NULL) into a new nng message.
 static int
 pack_into_msg(const ProtobufCMessage *m, const blob_source *src, nng_msg **out)
 {
-    size_t pb_len = protobuf_c_message_get_packed_size(m);
-    if (pb_len > UINT32_MAX)
-        return STOKER_TOO_LARGE;
-    size_t offsets[STOKER_MAX_FIELDS], sizes[STOKER_MAX_FIELDS];
-    uint32_t n_fields = 0;
-    size_t total = HEADER_BYTES + pb_len;
-    if (src != NULL) {
-        n_fields = src->chunk->schema.n_fields;
-        for (uint32_t i = 0; i < n_fields; i++) {
-            sizes[i] = stoker_field_bytes(&src->chunk->schema.fields[i]) * src->chunk->count;
-            offsets[i] = align8(total);
-            total = offsets[i] + sizes[i];
-        }
-    }
+    frame_layout l;
+    int rv = frame_layout_of(m, src, &l);
+    if (rv != STOKER_OK)
+        return rv;
     nng_msg *msg;
-    int rv = nng_msg_alloc(&msg, total);
-    if (rv != 0)
+    if ((rv = nng_msg_alloc(&msg, l.total)) != 0)
         return stoker_err_from_nng(rv);
     uint8_t *body = nng_msg_body(msg);
-    body[0] = (uint8_t)pb_len;
-    body[1] = (uint8_t)(pb_len >> 8);
-    body[2] = (uint8_t)(pb_len >> 16);
-    body[3] = (uint8_t)(pb_len >> 24);
-    if (pb_len > 0)
-        protobuf_c_message_pack(m, body + HEADER_BYTES);
-    size_t at = HEADER_BYTES + pb_len;
-    for (uint32_t i = 0; i < n_fields; i++) {
-        memset(body + at, 0, offsets[i] - at); // padding
-        uint8_t *dst = body + offsets[i];
+    write_head(m, l.pb_len, body);
+    size_t at = HEADER_BYTES + l.pb_len;
+    for (uint32_t i = 0; i < l.n_fields; i++) {
+        memset(body + at, 0, l.offsets[i] - at); // padding
+        uint8_t *dst = body + l.offsets[i];
         if (src->n_parts == 0) {
-            memcpy(dst, src->chunk->data[i], sizes[i]);
+            memcpy(dst, src->chunk->data[i], l.sizes[i]);
         } else {
             size_t fb = stoker_field_bytes(&src->chunk->schema.fields[i]);
             for (uint32_t k = 0; k < src->n_parts; k++) {
@@ -175,10 +197,50 @@ pack_into_msg(const ProtobufCMessage *m, const blob_source *src, nng_msg **out)
                 dst += n;
             }
         }
-        at = offsets[i] + sizes[i];
+        at = l.offsets[i] + l.sizes[i];
     }
     *out = msg;
     return STOKER_OK;
+}
+
+static const uint8_t zero_pad[8];
+
+// Lays m and the blobs of src (may be NULL; without parts) out as pieces: a head of its own
+// (header word, protobuf part, padding) and then the blobs where they are, with padding
+// between them from a static block of zeros.
+static int
+pack_into_pieces(const ProtobufCMessage *m, const blob_source *src, stoker_wire_pieces *out)
+{
+    frame_layout l;
+    int rv = frame_layout_of(m, src, &l);
+    if (rv != STOKER_OK)
+        return rv;
+    if (src != NULL && src->n_parts > 0)
+        return STOKER_INVALID;
+    size_t head_len = l.n_fields > 0 ? l.offsets[0] : l.total;
+    memset(out, 0, sizeof(*out));
+    if ((out->head = calloc(1, head_len)) == NULL)
+        return STOKER_NOMEM;
+    write_head(m, l.pb_len, out->head);
+    out->piece[out->n++] = (stoker_wire_piece){out->head, head_len};
+    size_t at = head_len;
+    for (uint32_t i = 0; i < l.n_fields; i++) {
+        if (l.offsets[i] > at)
+            out->piece[out->n++] = (stoker_wire_piece){zero_pad, l.offsets[i] - at};
+        if (l.sizes[i] > 0)
+            out->piece[out->n++] = (stoker_wire_piece){src->chunk->data[i], l.sizes[i]};
+        at = l.offsets[i] + l.sizes[i];
+    }
+    out->total = l.total;
+    return STOKER_OK;
+}
+
+void
+stoker_wire_pieces_free(stoker_wire_pieces *p)
+{
+    free(p->head);
+    p->head = NULL;
+    p->n = 0;
 }
 
 // What a decoded struct owns: the unpacked protobuf part, the message its blobs live in, and an
@@ -551,8 +613,9 @@ consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t e
 
 // --- requests -------------------------------------------------------------------------------
 
-int
-stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
+// Encodes req into a new nng message (out) or into pieces (pieces); one of them is NULL.
+static int
+encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pieces)
 {
     Stoker__Request r;
     Stoker__Hello hello;
@@ -632,9 +695,22 @@ stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
     default:
         break;
     }
-    int rv = pack_into_msg(&r.base, src, out);
+    int rv =
+        out != NULL ? pack_into_msg(&r.base, src, out) : pack_into_pieces(&r.base, src, pieces);
     free(label_names);
     return rv;
+}
+
+int
+stoker_wire_encode_request(const stoker_request *req, nng_msg **out)
+{
+    return encode_request(req, out, NULL);
+}
+
+int
+stoker_wire_encode_request_pieces(const stoker_request *req, stoker_wire_pieces *out)
+{
+    return encode_request(req, NULL, out);
 }
 
 static int decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err,

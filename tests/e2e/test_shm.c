@@ -346,7 +346,11 @@ Test(shm, arena_bound_holds_under_a_slow_consumer_that_holds_batches)
     uint64_t full = stoker_trainer_client_arena_full_batches(tc);
     stoker_status *st = h_status(url);
     const stoker_consumer_info *c = consumer_entry(st, "e2e-test", 0);
-    cr_assert_eq(c->arena_full, full);
+    // The broker counts a batch when it answers a pull; the client when it hands the batch
+    // out: up to its prefetch (4) answered pulls are in between.
+    cr_assert(c->arena_full >= full && c->arena_full <= full + 4,
+              "broker counted %llu batches as bytes for a full arena, the client %llu",
+              (unsigned long long)c->arena_full, (unsigned long long)full);
     stoker_status_destroy(st);
     for (int i = 0; i < BIG_KEEP; i++)
         stoker_batch_destroy(kept[i]);

@@ -147,6 +147,22 @@ typedef struct stoker_reply {
 // Encodes req into a new nng message (*out, owned by the caller on success). For PUSH the chunk's
 // schema must be set (it gives the field sizes).
 int stoker_wire_encode_request(const stoker_request *req, struct nng_msg **out);
+// The same encoding as pieces to be written one after another (a gather list) instead of one
+// message: a sender that writes to a stream itself sends the chunk's blobs from where they are
+// (the producer's push stream), with no copy. The pieces point into req's chunk, which must
+// outlive them; free with stoker_wire_pieces_free.
+typedef struct stoker_wire_piece {
+    const void *buf;
+    size_t len;
+} stoker_wire_piece;
+typedef struct stoker_wire_pieces {
+    uint8_t *head; // header word, protobuf part, padding: owned
+    size_t total;  // the message's length, all pieces together
+    uint32_t n;
+    stoker_wire_piece piece[1 + 2 * STOKER_MAX_FIELDS];
+} stoker_wire_pieces;
+int stoker_wire_encode_request_pieces(const stoker_request *req, stoker_wire_pieces *out);
+void stoker_wire_pieces_free(stoker_wire_pieces *p);
 // Decodes the request in msg. On success takes ownership of msg (the request's data points into
 // it) and *out is a new request owned by the caller (free with stoker_request_free). On failure
 // returns STOKER_INVALID (or STOKER_NOMEM) with the reason in err, and the caller still owns msg.

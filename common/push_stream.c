@@ -1,0 +1,342 @@
+// The producer's push stream (push_stream.h): nng's SP framing for a REQ peer, written by hand
+// on an nng stream. On the wire (as nng 1.5's tcp and ipc transports): an 8-byte handshake each
+// way ("\0SP\0", the protocol number, two zero bytes), then messages, each an optional type byte
+// (ipc: 1), a big-endian u64 length, and the body. A request's body starts with its 32-bit id,
+// high bit set (the REP peer copies it into the reply); then the stoker message.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "push_stream.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+#define SP_REQ0          0x30
+#define SP_REP0          0x31
+#define ID_BIT           0x80000000u
+#define REDIAL_PAUSE_MS  1000 // after a failure, pushes use the socket this long
+#define DIAL_TIMEOUT_MS  2000
+#define MAX_IOV          8 // nng 1.5's limit per operation
+#define MAX_FRAME_PREFIX 13
+
+static int
+has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+void
+push_stream_init(push_stream *ps, const char *url, size_t max_reply, const char *token,
+                 uint64_t session)
+{
+    memset(ps, 0, sizeof(*ps));
+    snprintf(ps->url, sizeof(ps->url), "%s", url);
+    ps->max_reply = max_reply;
+    ps->token = token;
+    ps->session = session;
+    ps->ipc = has_prefix(url, "ipc://");
+    const char *env = getenv("STOKER_PUSH_STREAM");
+    int wanted = env == NULL || strcmp(env, "0") != 0;
+    int spoken = ps->ipc || has_prefix(url, "tcp://") || has_prefix(url, "tcp4://") ||
+                 has_prefix(url, "tcp6://");
+    if (wanted && spoken && nng_stream_dialer_alloc(&ps->dialer, url) == 0) {
+        ps->usable = 1;
+        if (!ps->ipc)
+            nng_stream_dialer_set_bool(ps->dialer, NNG_OPT_TCP_NODELAY, true);
+    }
+}
+
+// Closes the connection; pushes use the socket for the next REDIAL_PAUSE_MS.
+static void
+drop(push_stream *ps)
+{
+    if (ps->s != NULL) {
+        nng_stream_close(ps->s);
+        nng_stream_free(ps->s);
+        ps->s = NULL;
+    }
+    atomic_store(&ps->streaming, 0);
+    ps->redial_at_ms = stoker_now_ms() + REDIAL_PAUSE_MS;
+}
+
+void
+push_stream_close(push_stream *ps)
+{
+    drop(ps);
+    if (ps->dialer != NULL)
+        nng_stream_dialer_free(ps->dialer);
+    ps->dialer = NULL;
+    ps->usable = 0;
+}
+
+static int
+ready(const push_stream *ps, uint64_t now)
+{
+    return ps->usable && !ps->poisoned && (ps->s != NULL || now >= ps->redial_at_ms);
+}
+
+// Sends (sending) or receives all of pieces, in order, by deadline. 0 or an nng error
+// (NNG_EINTR: stop gave up).
+static int
+transfer(nng_stream *s, int sending, stoker_wire_piece *pieces, uint32_t n, uint64_t deadline,
+         conn_stop *stop)
+{
+    nng_aio *aio;
+    conn_waiter w;
+    if (conn_waiter_init(&w) != 0)
+        return NNG_ENOMEM;
+    if (nng_aio_alloc(&aio, conn_waiter_done, &w) != 0) {
+        conn_waiter_fini(&w);
+        return NNG_ENOMEM;
+    }
+    int rv = 0;
+    uint32_t i = 0;
+    size_t off = 0; // into pieces[i]
+    for (;;) {
+        while (i < n && off == pieces[i].len)
+            i++, off = 0;
+        if (i == n)
+            break;
+        nng_iov iov[MAX_IOV];
+        unsigned k = 0;
+        for (uint32_t j = i; j < n && k < MAX_IOV; j++) {
+            size_t skip = j == i ? off : 0;
+            if (pieces[j].len > skip)
+                iov[k++] = (nng_iov){(uint8_t *)pieces[j].buf + skip, pieces[j].len - skip};
+        }
+        uint64_t now = stoker_now_ms();
+        if (now >= deadline) {
+            rv = NNG_ETIMEDOUT;
+            break;
+        }
+        nng_aio_set_timeout(aio, (nng_duration)(deadline - now));
+        nng_aio_set_iov(aio, k, iov);
+        if (sending)
+            nng_stream_send(s, aio);
+        else
+            nng_stream_recv(s, aio);
+        conn_waiter_wait(aio, &w, stop);
+        if ((rv = nng_aio_result(aio)) != 0)
+            break;
+        size_t moved = nng_aio_count(aio);
+        if (moved == 0) {
+            rv = NNG_ECONNSHUT;
+            break;
+        }
+        while (moved > 0) {
+            size_t left = pieces[i].len - off;
+            size_t step = moved < left ? moved : left;
+            off += step, moved -= step;
+            if (off == pieces[i].len)
+                i++, off = 0;
+        }
+    }
+    nng_aio_free(aio);
+    conn_waiter_fini(&w);
+    return rv;
+}
+
+static int
+transfer_buf(nng_stream *s, int sending, void *buf, size_t len, uint64_t deadline, conn_stop *stop)
+{
+    stoker_wire_piece p = {buf, len};
+    return transfer(s, sending, &p, 1, deadline, stop);
+}
+
+// A transport failure: the stream is closed (or, when stop gave up, left open and unusable).
+static int
+failed(push_stream *ps, int nng_rv, const char *doing, char *err, size_t err_len)
+{
+    if (nng_rv == NNG_EINTR) {
+        ps->poisoned = 1;
+        atomic_store(&ps->streaming, 0);
+        snprintf(err, err_len, "%s: abandoned on stop", doing);
+        return STOKER_INTERRUPTED;
+    }
+    snprintf(err, err_len, "push stream: %s: %s", doing, nng_strerror(nng_rv));
+    drop(ps);
+    return nng_rv == NNG_ETIMEDOUT ? STOKER_TIMEOUT : STOKER_CONNECTION;
+}
+
+static void
+put_be(uint8_t *dst, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
+        dst[i] = (uint8_t)v;
+}
+
+static uint64_t
+get_be(const uint8_t *src, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++)
+        v = v << 8 | src[i];
+    return v;
+}
+
+// Receives the reply to request id: replies to earlier requests (given up on by a timeout whose
+// request had been sent whole) are read and dropped.
+static int
+receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, stoker_reply **out,
+              char *err, size_t err_len)
+{
+    for (;;) {
+        uint8_t head[9];
+        size_t head_len = ps->ipc ? 9 : 8;
+        int rv = transfer_buf(ps->s, 0, head, head_len, deadline, stop);
+        if (rv != 0)
+            return failed(ps, rv, "receive", err, err_len);
+        if (ps->ipc && head[0] != 1)
+            return failed(ps, NNG_EPROTO, "receive", err, err_len);
+        uint64_t len = get_be(head + head_len - 8, 8);
+        if (len < 4 || len - 4 > ps->max_reply)
+            return failed(ps, len < 4 ? NNG_EPROTO : NNG_EMSGSIZE, "receive", err, err_len);
+        nng_msg *msg;
+        if ((rv = nng_msg_alloc(&msg, (size_t)len)) != 0)
+            return failed(ps, rv, "receive", err, err_len);
+        if ((rv = transfer_buf(ps->s, 0, nng_msg_body(msg), (size_t)len, deadline, stop)) != 0) {
+            nng_msg_free(msg);
+            return failed(ps, rv, "receive", err, err_len);
+        }
+        uint32_t got = (uint32_t)get_be(nng_msg_body(msg), 4);
+        nng_msg_trim(msg, 4);
+        if (got == id) {
+            if ((rv = stoker_wire_decode_reply_msg(msg, out, err, err_len)) != STOKER_OK) {
+                nng_msg_free(msg);
+                drop(ps);
+            }
+            return rv;
+        }
+        nng_msg_free(msg);
+        // Ids count up from 1 with the high bit set; an older one is a late reply.
+        if ((got & ID_BIT) == 0 || (got & ~ID_BIT) >= (id & ~ID_BIT))
+            return failed(ps, NNG_EPROTO, "receive", err, err_len);
+    }
+}
+
+// One request and its reply on the connected stream.
+static int
+round_trip(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_stop *stop,
+           stoker_reply **out, char *err, size_t err_len)
+{
+    stoker_wire_pieces body;
+    int rv = stoker_wire_encode_request_pieces(req, &body);
+    if (rv != STOKER_OK) {
+        snprintf(err, err_len, "cannot encode request: %s", stoker_strerror(rv));
+        return rv;
+    }
+    ps->next_id = (ps->next_id + 1) & ~ID_BIT;
+    if (ps->next_id == 0)
+        ps->next_id = 1;
+    uint32_t id = ps->next_id | ID_BIT;
+    uint8_t prefix[MAX_FRAME_PREFIX];
+    size_t at = 0;
+    if (ps->ipc)
+        prefix[at++] = 1;
+    put_be(prefix + at, 4 + (uint64_t)body.total, 8);
+    put_be(prefix + at + 8, id, 4);
+    stoker_wire_piece pieces[1 + sizeof(body.piece) / sizeof(body.piece[0])];
+    pieces[0] = (stoker_wire_piece){prefix, at + 12};
+    memcpy(pieces + 1, body.piece, body.n * sizeof(body.piece[0]));
+    rv = transfer(ps->s, 1, pieces, body.n + 1, deadline, stop);
+    stoker_wire_pieces_free(&body);
+    if (rv != 0)
+        return failed(ps, rv, "send", err, err_len);
+    return receive_reply(ps, id, deadline, stop, out, err, err_len);
+}
+
+// Dials, exchanges the SP handshake, and says an observer's hello when the broker wants a token.
+static int
+connect_stream(push_stream *ps, uint64_t deadline, conn_stop *stop, char *err, size_t err_len)
+{
+    nng_aio *aio;
+    conn_waiter w;
+    if (conn_waiter_init(&w) != 0)
+        return STOKER_NOMEM;
+    if (nng_aio_alloc(&aio, conn_waiter_done, &w) != 0) {
+        conn_waiter_fini(&w);
+        return STOKER_NOMEM;
+    }
+    uint64_t now = stoker_now_ms();
+    uint64_t left = deadline > now ? deadline - now : 1;
+    nng_aio_set_timeout(aio, (nng_duration)(left < DIAL_TIMEOUT_MS ? left : DIAL_TIMEOUT_MS));
+    nng_stream_dialer_dial(ps->dialer, aio);
+    conn_waiter_wait(aio, &w, stop);
+    int rv = nng_aio_result(aio);
+    if (rv == 0)
+        ps->s = nng_aio_get_output(aio, 0);
+    nng_aio_free(aio);
+    conn_waiter_fini(&w);
+    if (rv != 0) {
+        snprintf(err, err_len, "dial: %s", nng_strerror(rv));
+        return rv == NNG_EINTR ? STOKER_INTERRUPTED : STOKER_CONNECTION;
+    }
+    uint8_t mine[8] = {0, 'S', 'P', 0, 0, SP_REQ0, 0, 0}, theirs[8];
+    if ((rv = transfer_buf(ps->s, 1, mine, sizeof(mine), deadline, stop)) != 0 ||
+        (rv = transfer_buf(ps->s, 0, theirs, sizeof(theirs), deadline, stop)) != 0) {
+        snprintf(err, err_len, "handshake: %s", nng_strerror(rv));
+        drop(ps);
+        return rv == NNG_EINTR ? STOKER_INTERRUPTED : STOKER_CONNECTION;
+    }
+    if (memcmp(theirs, "\0SP\0", 4) != 0 || theirs[6] != 0 || theirs[7] != 0 ||
+        get_be(theirs + 4, 2) != SP_REP0) {
+        snprintf(err, err_len, "handshake: the peer is not a stoker broker (protocol %u)",
+                 (unsigned)get_be(theirs + 4, 2));
+        drop(ps);
+        return STOKER_CONNECTION;
+    }
+    if (ps->token == NULL || ps->token[0] == '\0')
+        return STOKER_OK;
+    stoker_request hello = {
+        .method = STOKER_HELLO, .session = ps->session, .role = STOKER_ROLE_OBSERVER};
+    snprintf(hello.name, sizeof(hello.name), "push-stream");
+    snprintf(hello.token, sizeof(hello.token), "%s", ps->token);
+    stoker_reply *rep = NULL;
+    if ((rv = round_trip(ps, &hello, deadline, stop, &rep, err, err_len)) != STOKER_OK)
+        return rv;
+    rv = rep->code;
+    if (rv != STOKER_OK) {
+        snprintf(err, err_len, "hello: %s", rep->message);
+        drop(ps);
+    }
+    stoker_reply_free(rep);
+    return rv;
+}
+
+int
+push_stream_ready(const push_stream *ps)
+{
+    return atomic_load(&ps->streaming);
+}
+
+int
+push_stream_call(push_stream *ps, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
+                 stoker_reply **out, char *err, size_t err_len)
+{
+    uint64_t now = stoker_now_ms();
+    if (!ready(ps, now))
+        return PUSH_STREAM_UNUSED;
+    uint64_t deadline = now + timeout_ms;
+    if (ps->s == NULL) {
+        char why[256];
+        int rv = connect_stream(ps, deadline, stop, why, sizeof(why));
+        if (rv == STOKER_INTERRUPTED) {
+            drop(ps); // nothing of the push was sent
+            snprintf(err, err_len, "%s", why);
+            return rv;
+        }
+        if (rv != STOKER_OK) {
+            drop(ps);
+            if (!ps->said_fallback)
+                stoker_info("push-stream: %s: %s; pushing over the socket meanwhile", ps->url, why);
+            ps->said_fallback = 1;
+            return PUSH_STREAM_UNUSED;
+        }
+        stoker_debug("push-stream: connected to %s: pushes go from the chunks' own buffers",
+                     ps->url);
+        ps->said_fallback = 0;
+        atomic_store(&ps->streaming, 1);
+    }
+    return round_trip(ps, req, deadline, stop, out, err, err_len);
+}

@@ -1,0 +1,127 @@
+// The producer's push stream (common/push_stream.h): pushes written from the chunks' own buffers
+// on a connection of their own that speaks nng's REQ framing. Over tcp:// with a token (the
+// stream says an observer's hello first) and over ipc://, every example arrives once and the
+// producer's log says the stream carried them; with STOKER_PUSH_STREAM=0 the socket carries
+// them, exactly as well. A producer that finishes after pushing on the stream is finished, not
+// lost, in the broker's eyes (its stream closes after its goodbye). The broker SIGKILLed under
+// a producer pushing on the stream is the durable suite's (ipc://, the stream by default).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "e2e.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+
+TestSuite(push_stream, .init = e2e_setup, .fini = e2e_teardown, .timeout = 60);
+
+#define TOKEN     "push-stream-token-42"
+#define SCHEMA    "input:float32[10],output:float32[1]"
+#define EXAMPLES  3000
+#define CONNECTED "push-stream: connected"
+
+static stoker_trainer_client *
+trainer(const char *url, const char *token)
+{
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = url;
+    o.client.name = "e2e-test";
+    o.client.token = token;
+    o.client.give_up_ms = 5000;
+    o.client.request_timeout_ms = 2000;
+    o.batch_size = 64;
+    o.prefetch = 2;
+    o.stall_timeout_ms = 10000;
+    stoker_trainer_client *tc = NULL;
+    char err[512] = "";
+    int rv = stoker_trainer_client_create(&o, &tc, err, sizeof(err));
+    cr_assert_eq(rv, STOKER_OK, "trainer client for %s: %s (%s)", url, stoker_strerror(rv), err);
+    return tc;
+}
+
+// Runs a producer of EXAMPLES examples (its extra flags; chunks of 37, so the last is short)
+// into the broker at url, drains them and asserts each arrived once; returns the producer.
+static proc_child *
+produce_and_check(const char *url, const char *token, const char *const *extra)
+{
+    stoker_trainer_client *tc = trainer(url, token);
+    const char *args[16] = {"--delay",        "0:0",  "--chunk",     "37",
+                            "--max-examples", "3000", "--log-level", "debug"};
+    int n = 8;
+    for (int i = 0; extra != NULL && extra[i] != NULL; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    proc_child *p = e2e_producer_start(url, "streamer", args);
+    e2e_examples ex = {0};
+    int rv = e2e_drain(tc, &ex, 20000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p, 0, 5000);
+    e2e_assert_exactly(&ex, 1, EXAMPLES);
+    for (int i = 0; i < ex.n_events; i++)
+        cr_assert_neq(ex.events[i].kind, STOKER_EVENT_PRODUCER_LOST,
+                      "the broker lost producer '%s'", ex.events[i].name);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    return p;
+}
+
+Test(push_stream, tcp_with_a_token_carries_every_example_once_on_the_stream)
+{
+    const char *token = testdir_write("token", TOKEN "\n");
+    const char *argv[] = {getenv("STOKER_BROKER_BIN"),
+                          "--listen",
+                          "tcp://127.0.0.1:0",
+                          "--token-file",
+                          token,
+                          "--schema",
+                          SCHEMA,
+                          "--log-level",
+                          "info",
+                          NULL};
+    cr_assert_not_null(argv[0], "STOKER_BROKER_BIN not set");
+    proc_child *b = proc_spawn("broker", argv, &(proc_io){.capture = 1, .log = "broker.log"});
+    char urls[1][256];
+    proc_listening(b, 1, urls);
+    proc_child *p = produce_and_check(urls[0], TOKEN, PROC_ARGS("--token-file", token));
+    cr_assert(testdir_contains(p->err_path, CONNECTED), "the producer never used its push stream");
+    cr_assert(!testdir_contains(testdir_file("broker.log"), "unauthenticated"),
+              "the broker refused the push stream's hello");
+    stoker_status *st = NULL;
+    char err[256] = "";
+    int rv = stoker_status_fetch(urls[0], TOKEN, 3000, &st, err, sizeof(err));
+    cr_assert_eq(rv, STOKER_OK, "status: %s (%s)", stoker_strerror(rv), err);
+    const stoker_producer_info *info = h_status_producer(st, "streamer");
+    cr_assert_not_null(info);
+    cr_assert_eq(info->status, STOKER_PRODUCER_FINISHED, "producer %s, expected finished",
+                 stoker_producer_status_name(info->status));
+    stoker_status_destroy(st);
+    proc_broker_stop(b);
+}
+
+Test(push_stream, ipc_carries_every_example_once_on_the_stream)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *b = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
+    proc_child *p = produce_and_check(url, NULL, NULL);
+    cr_assert(testdir_contains(p->err_path, CONNECTED), "the producer never used its push stream");
+    h_assert_identity(url);
+    proc_broker_stop(b);
+}
+
+Test(push_stream, turned_off_the_socket_carries_every_example_once)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *b = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
+    setenv("STOKER_PUSH_STREAM", "0", 1);
+    proc_child *p = produce_and_check(url, NULL, NULL);
+    unsetenv("STOKER_PUSH_STREAM");
+    cr_assert(!testdir_contains(p->err_path, "push-stream"),
+              "STOKER_PUSH_STREAM=0, yet the producer used its push stream");
+    h_assert_identity(url);
+    proc_broker_stop(b);
+}
