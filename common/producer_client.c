@@ -67,6 +67,16 @@ struct stoker_producer_client {
     uint64_t broker_seq;        // the broker's next seq for us, from its last answer
     int full_logged;            // "retention full" said for this wait
     uint64_t replays, replayed; // pushes again to a broker that lost them, and their examples
+    // Two pushes in flight (stoker_producer_client_set_pipelined): the one sent on the push
+    // stream whose reply is not read yet. It is retained, and pc->next_seq is past it already.
+    int pipelined;
+    struct {
+        int on;
+        uint32_t id;
+        uint64_t stream; // the push stream's connection it went out on (push_stream.h: conns)
+        uint64_t first;
+        uint32_t count;
+    } flying;
     // Pushes encoded ahead of time on the generating thread (stoker_producer_client_prepare),
     // taken by the push of the same seqs; prepare and push run on different threads.
     pthread_mutex_t prepared_lock;
@@ -361,6 +371,55 @@ stoker_producer_client_prepare(stoker_producer_client *pc, const stoker_chunk *c
 
 #define NEED_REPLAY (-1) // push_raw: a hello found the broker short of first_seq
 
+// What a push's OK answer tells: how far the broker holds our session, what is trained.
+static void
+took(stoker_producer_client *pc, const stoker_reply *rep)
+{
+    pc->broker_seq = rep->acked_through;
+    if (rep->acked_through > pc->next_seq)
+        pc->next_seq = rep->acked_through;
+    note_trained(pc, rep->trained_through);
+    if (rep->queue_depth > 0)
+        note_depth(pc, rep->queue_depth);
+    if (pc->kept != NULL)
+        retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
+}
+
+static int replay_from(stoker_producer_client *pc, int restarted);
+
+// Reads the answer to the push in flight, if any. When it was not taken (or its answer was
+// lost with the stream), the retained chunks from it on are pushed again, one at a time (the
+// seq rule makes that safe whatever the broker did take). STOKER_OK or an error as for push.
+static int
+settle(stoker_producer_client *pc)
+{
+    if (!pc->flying.on)
+        return STOKER_OK;
+    pc->flying.on = 0;
+    uint64_t first = pc->flying.first, end = first + pc->flying.count;
+    stoker_reply *rep = NULL;
+    char err[256];
+    int rv = STOKER_CONNECTION;
+    snprintf(err, sizeof(err), "push stream: replaced before the answer came");
+    if (push_stream_conn(&pc->ps) == pc->flying.stream)
+        rv = push_stream_receive(&pc->ps, pc->flying.id, pc->opts.request_timeout_ms, &pc->stop,
+                                 &rep, err, sizeof(err));
+    if (rv == STOKER_OK && rep->code == STOKER_OK && rep->acked_through >= end) {
+        took(pc, rep);
+        stoker_reply_free(rep);
+        return STOKER_OK;
+    }
+    if (rv == STOKER_INTERRUPTED)
+        return rv; // goodbye's answer says whether the broker took it
+    conn_copy_str(pc->error, sizeof(pc->error), rv == STOKER_OK ? rep->message : err);
+    if (rv != STOKER_OK || rep->code == STOKER_UNKNOWN_PEER)
+        pc->said_hello = 0; // a new connection may be a new broker: hello says what it holds
+    stoker_reply_free(rep);
+    if (pc->broker_seq > first)
+        pc->broker_seq = first;
+    return replay_from(pc, 0);
+}
+
 // Sends chunk as first_seq.. until the broker holds it (it may hold it already). Returns
 // STOKER_OK, NEED_REPLAY when a hello on the way found a broker that lacks seqs before first_seq
 // (retained ones: push them first), or an error as for stoker_producer_client_push.
@@ -431,14 +490,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
         rv = rep->code;
         if (rv == STOKER_OK) {
             if (rep->acked_through >= first_seq + chunk->count) {
-                pc->broker_seq = rep->acked_through;
-                if (rep->acked_through > pc->next_seq)
-                    pc->next_seq = rep->acked_through;
-                note_trained(pc, rep->trained_through);
-                if (rep->queue_depth > 0)
-                    note_depth(pc, rep->queue_depth);
-                if (pc->kept != NULL)
-                    retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
+                took(pc, rep);
                 stoker_reply_free(rep);
                 return STOKER_OK;
             }
@@ -479,7 +531,9 @@ static int
 push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
 {
     nng_msg *prepared = take_prepared(pc, first_seq, chunk->count);
-    int rv = push_attempts(pc, chunk, first_seq, &prepared);
+    int rv = settle(pc);
+    if (rv == STOKER_OK)
+        rv = push_attempts(pc, chunk, first_seq, &prepared);
     nng_msg_free(prepared); // not sent (NULL when it was)
     return rv;
 }
@@ -489,6 +543,16 @@ push_raw(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_s
 static int
 replay(stoker_producer_client *pc)
 {
+    return replay_from(pc, 1);
+}
+
+// replay; restarted 0: a push in flight that was not taken, pushed again without the words.
+static int
+replay_from(stoker_producer_client *pc, int restarted)
+{
+    int settled = settle(pc);
+    if (settled != STOKER_OK)
+        return settled;
     uint64_t from = pc->broker_seq, count = 0;
     while (pc->kept != NULL && pc->said_hello && pc->broker_seq < pc->next_seq) {
         uint64_t first;
@@ -505,7 +569,7 @@ replay(stoker_producer_client *pc)
                 pc->said_hello = 0;
             continue;
         }
-        if (count == 0)
+        if (count == 0 && restarted)
             stoker_warn("producer '%s': the broker holds our session only up to seq %llu (it "
                         "restarted): pushing again %llu retained examples up to seq %llu",
                         pc->name, (unsigned long long)pc->broker_seq,
@@ -517,10 +581,10 @@ replay(stoker_producer_client *pc)
         if (rv != STOKER_OK)
             return rv;
         count += c->count;
-        pc->replays++;
-        pc->replayed += c->count;
+        pc->replays += restarted;
+        pc->replayed += restarted ? c->count : 0;
     }
-    if (count > 0)
+    if (count > 0 && restarted)
         stoker_info("producer '%s': pushed %llu retained examples again from seq %llu", pc->name,
                     (unsigned long long)count, (unsigned long long)from);
     return STOKER_OK;
@@ -594,6 +658,76 @@ wait_room(stoker_producer_client *pc, uint32_t count)
     return STOKER_OK;
 }
 
+// Retains the pushed chunk (its own buffers when owned is chunk, then chunk gets others back).
+static void
+keep(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq, stoker_chunk *owned)
+{
+    if ((owned == NULL || retention_adopt(pc->kept, owned, first_seq) != STOKER_OK) &&
+        retention_add(pc->kept, chunk, first_seq) != STOKER_OK) {
+        // Without memory to keep it, a broker restart would lose it: say so once per chunk.
+        stoker_warn("producer '%s': out of memory retaining seq %llu..; a broker restart now "
+                    "loses them",
+                    pc->name, (unsigned long long)first_seq);
+    }
+    retention_release(pc->kept, atomic_load(&pc->trained));
+}
+
+// Whether the next push may go out before the previous one's answer: pipelined, a stream's
+// (a dataset's pushes carry items and shards), retained, and the broker holding everything
+// before the push in flight.
+static int
+can_fly(const stoker_producer_client *pc)
+{
+    return pc->pipelined && pc->kept != NULL && pc->push_items == NULL && pc->said_hello &&
+           !stopped(pc) && pc->broker_seq == (pc->flying.on ? pc->flying.first : pc->next_seq);
+}
+
+#define NOT_SENT (-2) // push_flying: the stream did not take it; push it the slow way
+
+// Pushes chunk on the push stream while the previous push is still in flight: sends it,
+// retains it, and then reads the previous one's answer (settle). Returns NOT_SENT when the
+// stream could not take it (nothing changed), else STOKER_OK or an error as for push.
+static int
+push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq,
+            stoker_chunk *owned)
+{
+    stoker_request req = {.method = STOKER_PUSH,
+                          .session = pc->opts.session,
+                          .first_seq = first_seq,
+                          .chunk = *chunk};
+    uint32_t count = chunk->count, id;
+    char err[256];
+    atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    int rv = push_stream_send(&pc->ps, &req, pc->opts.request_timeout_ms, &pc->stop, &id, err,
+                              sizeof(err));
+    if (rv == STOKER_INTERRUPTED)
+        return rv; // goodbye's answer says what the broker took
+    if (rv != STOKER_OK) {
+        if (rv != PUSH_STREAM_UNUSED)
+            conn_copy_str(pc->error, sizeof(pc->error), err);
+        return NOT_SENT;
+    }
+    uint64_t stream = push_stream_conn(&pc->ps);
+    keep(pc, chunk, first_seq, owned); // retained before anything may need it again
+    pc->next_seq = first_seq + count;
+    if ((rv = settle(pc)) != STOKER_OK) {
+        // The caller counts this push as failed (abandoned on a stop, or refused before it):
+        // so do we; goodbye's answer says whether the broker took it after all.
+        pc->next_seq = first_seq;
+        return rv;
+    }
+    if (pc->broker_seq == first_seq && push_stream_conn(&pc->ps) == stream) {
+        pc->flying.on = 1;
+        pc->flying.id = id;
+        pc->flying.stream = stream;
+        pc->flying.first = first_seq;
+        pc->flying.count = count;
+    }
+    // Else the previous push was pushed again the slow way, and this one with it, or it waits
+    // for the next hello to find it missing (retained, like any push a broker lost).
+    return STOKER_OK;
+}
+
 // Push (stoker_producer_client_push); owned, when not NULL, is chunk itself with its buffers
 // the caller's to give: retention then keeps them instead of a copy.
 static int
@@ -608,6 +742,8 @@ push_keeping(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fir
     int rv;
     if (pc->said_hello && (rv = wait_room(pc, chunk->count)) != STOKER_OK)
         return rv;
+    if (can_fly(pc) && (rv = push_flying(pc, chunk, first_seq, owned)) != NOT_SENT)
+        return rv;
     for (;;) {
         if ((rv = replay(pc)) != STOKER_OK)
             return rv;
@@ -617,14 +753,7 @@ push_keeping(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fir
     }
     if (rv != STOKER_OK)
         return rv;
-    if ((owned == NULL || retention_adopt(pc->kept, owned, first_seq) != STOKER_OK) &&
-        retention_add(pc->kept, chunk, first_seq) != STOKER_OK) {
-        // Without memory to keep it, a broker restart would lose it: say so once per chunk.
-        stoker_warn("producer '%s': out of memory retaining seq %llu..; a broker restart now "
-                    "loses them",
-                    pc->name, (unsigned long long)first_seq);
-    }
-    retention_release(pc->kept, atomic_load(&pc->trained));
+    keep(pc, chunk, first_seq, owned);
     return STOKER_OK;
 }
 
@@ -719,11 +848,23 @@ stoker_producer_client_error(const stoker_producer_client *pc)
     return pc->error;
 }
 
+void
+stoker_producer_client_set_pipelined(stoker_producer_client *pc, int on)
+{
+    pc->pipelined = on != 0;
+}
+
 int
 stoker_producer_client_goodbye(stoker_producer_client *pc)
 {
     uint64_t give_up = stoker_now_ms() + 2000;
-    int rv;
+    // The push in flight is answered first, and what the broker lacks pushed again, so that
+    // goodbye's answer counts it (on a stop: abandoned after the grace; the answer says).
+    int rv = settle(pc);
+    if (rv == STOKER_OK && pc->kept != NULL && pc->broker_seq < pc->next_seq) {
+        if (pc->said_hello || hello_once(pc, &pc->stop, UINT64_MAX) == STOKER_OK)
+            replay_from(pc, 0);
+    }
     for (;;) {
         stoker_request req = {.method = STOKER_GOODBYE, .session = pc->opts.session};
         stoker_reply *rep = NULL;
@@ -733,8 +874,8 @@ stoker_producer_client_goodbye(stoker_producer_client *pc)
             rv = rep->code;
             if (rv != STOKER_OK)
                 conn_copy_str(pc->error, sizeof(pc->error), rep->message);
-            else if (rep->acked_through > pc->next_seq)
-                pc->next_seq = rep->acked_through; // took an abandoned push after all
+            else
+                pc->next_seq = rep->acked_through; // where the broker says the session ends
             stoker_reply_free(rep);
             if (rv == STOKER_UNKNOWN_PEER && hello_once(pc, NULL, UINT64_MAX) == STOKER_OK) {
                 replay(pc); // a restarted broker gets what it lost before the goodbye

@@ -56,6 +56,8 @@ drop(push_stream *ps)
         nng_stream_free(ps->s);
         ps->s = NULL;
     }
+    nng_msg_free(ps->stash); // nng_msg_free(NULL) is a no-op
+    ps->stash = NULL;
     atomic_store(&ps->streaming, 0);
     ps->redial_at_ms = stoker_now_ms() + REDIAL_PAUSE_MS;
 }
@@ -175,12 +177,37 @@ get_be(const uint8_t *src, int bytes)
     return v;
 }
 
-// Receives the reply to request id: replies to earlier requests (given up on by a timeout whose
-// request had been sent whole) are read and dropped.
+// Decodes the reply in msg (its id already trimmed).
+static int
+decode(push_stream *ps, nng_msg *msg, stoker_reply **out, char *err, size_t err_len)
+{
+    int rv = stoker_wire_decode_reply_msg(msg, out, err, err_len);
+    if (rv != STOKER_OK) {
+        nng_msg_free(msg);
+        drop(ps);
+    }
+    return rv;
+}
+
+// Whether a is an id issued before b (ids count up from 1 with the high bit set).
+static int
+earlier(uint32_t a, uint32_t b)
+{
+    return (a & ~ID_BIT) < (b & ~ID_BIT);
+}
+
+// Receives the reply to request id. With two requests out, the later one's reply may come
+// first: it is kept (the stash) for its own receive. Replies to requests given up on (a
+// timeout after the whole request was sent) are read and dropped.
 static int
 receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, stoker_reply **out,
               char *err, size_t err_len)
 {
+    if (ps->stash != NULL && ps->stash_id == id) {
+        nng_msg *msg = ps->stash;
+        ps->stash = NULL;
+        return decode(ps, msg, out, err, err_len);
+    }
     for (;;) {
         uint8_t head[9];
         size_t head_len = ps->ipc ? 9 : 8;
@@ -201,24 +228,26 @@ receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, 
         }
         uint32_t got = (uint32_t)get_be(nng_msg_body(msg), 4);
         nng_msg_trim(msg, 4);
-        if (got == id) {
-            if ((rv = stoker_wire_decode_reply_msg(msg, out, err, err_len)) != STOKER_OK) {
-                nng_msg_free(msg);
-                drop(ps);
-            }
-            return rv;
+        if (got == id)
+            return decode(ps, msg, out, err, err_len);
+        if ((got & ID_BIT) != 0 && earlier(got, id)) {
+            nng_msg_free(msg); // a late reply
+            continue;
+        }
+        if ((got & ID_BIT) != 0 && !earlier(ps->next_id | ID_BIT, got) && ps->stash == NULL) {
+            ps->stash = msg; // the reply to a later request, out first
+            ps->stash_id = got;
+            continue;
         }
         nng_msg_free(msg);
-        // Ids count up from 1 with the high bit set; an older one is a late reply.
-        if ((got & ID_BIT) == 0 || (got & ~ID_BIT) >= (id & ~ID_BIT))
-            return failed(ps, NNG_EPROTO, "receive", err, err_len);
+        return failed(ps, NNG_EPROTO, "receive", err, err_len);
     }
 }
 
-// One request and its reply on the connected stream.
+// Sends req on the connected stream; *id names its reply.
 static int
-round_trip(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_stop *stop,
-           stoker_reply **out, char *err, size_t err_len)
+send_request(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_stop *stop,
+             uint32_t *id, char *err, size_t err_len)
 {
     stoker_wire_pieces body;
     int rv = stoker_wire_encode_request_pieces(req, &body);
@@ -229,21 +258,29 @@ round_trip(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_s
     ps->next_id = (ps->next_id + 1) & ~ID_BIT;
     if (ps->next_id == 0)
         ps->next_id = 1;
-    uint32_t id = ps->next_id | ID_BIT;
+    *id = ps->next_id | ID_BIT;
     uint8_t prefix[MAX_FRAME_PREFIX];
     size_t at = 0;
     if (ps->ipc)
         prefix[at++] = 1;
     put_be(prefix + at, 4 + (uint64_t)body.total, 8);
-    put_be(prefix + at + 8, id, 4);
+    put_be(prefix + at + 8, *id, 4);
     stoker_wire_piece pieces[1 + sizeof(body.piece) / sizeof(body.piece[0])];
     pieces[0] = (stoker_wire_piece){prefix, at + 12};
     memcpy(pieces + 1, body.piece, body.n * sizeof(body.piece[0]));
     rv = transfer(ps->s, 1, pieces, body.n + 1, deadline, stop);
     stoker_wire_pieces_free(&body);
-    if (rv != 0)
-        return failed(ps, rv, "send", err, err_len);
-    return receive_reply(ps, id, deadline, stop, out, err, err_len);
+    return rv != 0 ? failed(ps, rv, "send", err, err_len) : STOKER_OK;
+}
+
+// One request and its reply on the connected stream.
+static int
+round_trip(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_stop *stop,
+           stoker_reply **out, char *err, size_t err_len)
+{
+    uint32_t id;
+    int rv = send_request(ps, req, deadline, stop, &id, err, err_len);
+    return rv != STOKER_OK ? rv : receive_reply(ps, id, deadline, stop, out, err, err_len);
 }
 
 // Dials, exchanges the SP handshake, and says an observer's hello when the broker wants a token.
@@ -311,8 +348,8 @@ push_stream_ready(const push_stream *ps)
 }
 
 int
-push_stream_call(push_stream *ps, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
-                 stoker_reply **out, char *err, size_t err_len)
+push_stream_send(push_stream *ps, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
+                 uint32_t *id, char *err, size_t err_len)
 {
     uint64_t now = stoker_now_ms();
     if (!ready(ps, now))
@@ -336,7 +373,34 @@ push_stream_call(push_stream *ps, const stoker_request *req, uint32_t timeout_ms
         stoker_debug("push-stream: connected to %s: pushes go from the chunks' own buffers",
                      ps->url);
         ps->said_fallback = 0;
+        ps->conns++;
         atomic_store(&ps->streaming, 1);
     }
-    return round_trip(ps, req, deadline, stop, out, err, err_len);
+    return send_request(ps, req, deadline, stop, id, err, err_len);
+}
+
+uint64_t
+push_stream_conn(const push_stream *ps)
+{
+    return ps->s != NULL ? ps->conns : 0;
+}
+
+int
+push_stream_receive(push_stream *ps, uint32_t id, uint32_t timeout_ms, conn_stop *stop,
+                    stoker_reply **out, char *err, size_t err_len)
+{
+    if (ps->s == NULL || ps->poisoned) {
+        snprintf(err, err_len, "push stream: closed before the reply came");
+        return STOKER_CONNECTION;
+    }
+    return receive_reply(ps, id, stoker_now_ms() + timeout_ms, stop, out, err, err_len);
+}
+
+int
+push_stream_call(push_stream *ps, const stoker_request *req, uint32_t timeout_ms, conn_stop *stop,
+                 stoker_reply **out, char *err, size_t err_len)
+{
+    uint32_t id;
+    int rv = push_stream_send(ps, req, timeout_ms, stop, &id, err, err_len);
+    return rv != STOKER_OK ? rv : push_stream_receive(ps, id, timeout_ms, stop, out, err, err_len);
 }

@@ -30,10 +30,13 @@ typedef struct push_stream {
     const char *token; // said in an observer hello on each new connection ("" or NULL: none)
     uint64_t session;
     nng_stream_dialer *dialer;
-    nng_stream *s;         // NULL: not connected
-    int poisoned;          // an abandoned call left the stream in the middle of a message
-    uint32_t next_id;      // request ids, as nng's REQ numbers them (high bit set on the wire)
+    nng_stream *s;    // NULL: not connected
+    int poisoned;     // an abandoned call left the stream in the middle of a message
+    uint32_t next_id; // request ids, as nng's REQ numbers them (high bit set on the wire)
+    nng_msg *stash;   // a reply that came before the one being waited for, or NULL
+    uint32_t stash_id;
     uint64_t redial_at_ms; // after a failed dial or a failure, not before then
+    uint64_t conns;        // connections made so far (push_stream_conn)
     int said_fallback;     // "pushing over the socket" logged for the current outage
     _Atomic int streaming; // connected and usable: read by other threads (push_stream_ready)
 } push_stream;
@@ -56,5 +59,17 @@ int push_stream_ready(const push_stream *ps);
 // STOKER_CONNECTION, STOKER_INTERRUPTED) with a reason in err, the request possibly applied.
 int push_stream_call(push_stream *ps, const stoker_request *req, uint32_t timeout_ms,
                      conn_stop *stop, stoker_reply **out, char *err, size_t err_len);
+
+// Which connection the stream is on (counts up with each new one); replies of requests sent on
+// an earlier connection are lost.
+uint64_t push_stream_conn(const push_stream *ps);
+
+// push_stream_call in two halves, so that a second request can go out before the first one's
+// reply is read: push_stream_send (same returns; *id names the reply), then
+// push_stream_receive(id) (STOKER_CONNECTION when the stream failed meanwhile).
+int push_stream_send(push_stream *ps, const stoker_request *req, uint32_t timeout_ms,
+                     conn_stop *stop, uint32_t *id, char *err, size_t err_len);
+int push_stream_receive(push_stream *ps, uint32_t id, uint32_t timeout_ms, conn_stop *stop,
+                        stoker_reply **out, char *err, size_t err_len);
 
 #endif

@@ -101,8 +101,11 @@ broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
     char reason[96];
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
-        // Parked pushes past their wait: RETRY.
-        while (p->pushes != NULL && p->pushes->deadline_ms <= now_ms) {
+        // Parked pushes past their wait: RETRY (or the gap, for one ahead of what we hold).
+        // Once one is answered, those waiting for it behind are answered too: it is not coming.
+        int answered = 0;
+        while (p->pushes != NULL && (p->pushes->deadline_ms <= now_ms ||
+                                     (answered && p->pushes->req->first_seq > p->next_seq))) {
             parked *k = p->pushes;
             p->pushes = k->next;
             if (p->pushes == NULL)
@@ -110,6 +113,7 @@ broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
             b->n_parked--;
             try_push(b, p, k, now_ms, out, 1);
             free_parked(k);
+            answered = 1;
         }
         if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
             now_ms > p->last_seen_ms + b->cfg.producer_timeout_ms) {

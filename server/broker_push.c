@@ -16,26 +16,47 @@
 
 // --- serving parked requests --------------------------------------------------------------------
 
-// Completes parked pushes that now fit, oldest first per producer. Returns how many.
+// Completes p's parked pushes that now fit, in seq order. Returns how many.
+static uint32_t
+serve_producer(broker *b, producer *p, uint64_t now_ms, broker_outbox *out)
+{
+    uint32_t served = 0;
+    while (p->pushes != NULL) {
+        parked *k = p->pushes;
+        if (!try_push(b, p, k, now_ms, out, 0))
+            break;
+        p->pushes = k->next;
+        if (p->pushes == NULL)
+            p->pushes_tail = NULL;
+        b->n_parked--;
+        free(k); // try_push took the request
+        served++;
+    }
+    return served;
+}
+
+// Completes parked pushes that now fit, in seq order per producer. Returns how many.
 uint32_t
 serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     uint32_t served = 0;
-    for (uint32_t i = 0; i < b->n_producers; i++) {
-        producer *p = b->producers[i];
-        while (p->pushes != NULL) {
-            parked *k = p->pushes;
-            if (!try_push(b, p, k, now_ms, out, 0))
-                break;
-            p->pushes = k->next;
-            if (p->pushes == NULL)
-                p->pushes_tail = NULL;
-            b->n_parked--;
-            free(k); // try_push took the request
-            served++;
-        }
-    }
+    for (uint32_t i = 0; i < b->n_producers; i++)
+        served += serve_producer(b, b->producers[i], now_ms, out);
     return served;
+}
+
+// Parks k among p's waiting pushes in seq order (after any of the same seq).
+static void
+park_push(broker *b, producer *p, parked *k)
+{
+    parked **at = &p->pushes;
+    while (*at != NULL && (*at)->req->first_seq <= k->req->first_seq)
+        at = &(*at)->next;
+    k->next = *at;
+    *at = k;
+    if (k->next == NULL)
+        p->pushes_tail = k;
+    b->n_parked++;
 }
 
 // --- push ---------------------------------------------------------------------------------------
@@ -49,6 +70,11 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t count = req->chunk.count;
     uint64_t first = req->first_seq;
     if (first > p->next_seq) {
+        // Ahead of what we hold: its predecessor may be on its way (a producer keeps two
+        // pushes in flight, and two contexts may take them in either order). It waits for it
+        // as for room, and only a final try says the gap.
+        if (!final)
+            return 0;
         send_code(b, out, k->token, STOKER_SEQ_GAP,
                   "push from '%s' starts at seq %llu, broker expects %llu: examples in between "
                   "were never received",
@@ -168,7 +194,8 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     parked *k = parked_new(b, out, token, req);
     if (k == NULL)
         return;
-    // Earlier pushes of this producer still waiting go first; and only so many may wait.
+    // Pushes of this producer still waiting go in seq order (one that arrived ahead of its
+    // predecessor waits for it); and only so many may wait.
     int can_park = b->n_parked < b->cfg.max_parked;
     if (p->pushes == NULL && try_push(b, p, k, now_ms, out, !can_park)) {
         free(k);
@@ -180,10 +207,6 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         return;
     }
     k->deadline_ms = now_ms + b->cfg.park_ms;
-    if (p->pushes_tail != NULL)
-        p->pushes_tail->next = k;
-    else
-        p->pushes = k;
-    p->pushes_tail = k;
-    b->n_parked++;
+    park_push(b, p, k);
+    serve_producer(b, p, now_ms, out); // k may be the predecessor the others waited for
 }

@@ -166,7 +166,12 @@ Test(push, push_with_a_gap_in_seq_is_refused)
 {
     hello_producer(P1, "p1");
     bf_answered(push(P1, 0, 3), STOKER_OK);
-    stoker_reply *rep = bf_answered(push(P1, 5, 2), STOKER_SEQ_GAP);
+    // Ahead of what the broker holds: it waits (park_ms) for a predecessor in flight, then the
+    // gap is said.
+    uintptr_t ahead = push(P1, 5, 2);
+    cr_assert_null(bf_reply(ahead), "a push ahead must wait for its predecessor");
+    bf_tick(250);
+    stoker_reply *rep = bf_answered(ahead, STOKER_SEQ_GAP);
     cr_assert(strstr(rep->message, "expects 3") != NULL, "message: %s", rep->message);
     stoker_counters c = counters();
     cr_assert_eq(c.produced, 3);
@@ -241,6 +246,37 @@ Test(backpressure, a_later_push_does_not_overtake_a_parked_one)
     cr_assert_eq(bf_answered(first, STOKER_OK)->acked_through, 6);
     cr_assert_eq(bf_answered(resend, STOKER_OK)->acked_through, 6);
     cr_assert_eq(counters().produced, 6, "the resend appended nothing");
+}
+
+// A producer keeps two pushes in flight; two contexts may hand them to the broker in either
+// order: the second waits for the first and both are applied, in seq order.
+Test(push, a_push_ahead_of_its_predecessor_waits_for_it)
+{
+    hello_producer(P1, "p1");
+    bf_answered(push(P1, 0, 3), STOKER_OK);
+    uintptr_t second = push(P1, 5, 2);
+    cr_assert_null(bf_reply(second), "the push ahead was answered before its predecessor came");
+    cr_assert_eq(bf_answered(push(P1, 3, 2), STOKER_OK)->acked_through, 5);
+    cr_assert_eq(bf_answered(second, STOKER_OK)->acked_through, 7);
+    stoker_counters c = counters();
+    cr_assert_eq(c.produced, 7);
+    cr_assert_eq(c.refused, 0);
+}
+
+// A push parked for room that gives up (RETRY) takes the push waiting behind it with it: its
+// predecessor is not coming until the producer sends it again.
+Test(backpressure, a_push_waiting_for_a_predecessor_that_gave_up_is_answered_with_it)
+{
+    remake(4);
+    hello_producer(P1, "p1");
+    bf_answered(push(P1, 0, 4), STOKER_OK);
+    uintptr_t first = push(P1, 4, 2); // no room
+    bf_tick(100);
+    uintptr_t second = push(P1, 6, 2); // ahead of it
+    bf_tick(150);
+    bf_answered(first, STOKER_RETRY);
+    bf_answered(second, STOKER_SEQ_GAP);
+    cr_assert_eq(counters().produced, 4);
 }
 
 // --- leases -------------------------------------------------------------------------------------

@@ -58,6 +58,12 @@ int stoker_producer_client_prepare(stoker_producer_client *pc, const stoker_chun
 // trainers' batches): the broker's queue for this producer plus as much again in flight.
 #define STOKER_RETAIN_AUTO UINT32_MAX
 int stoker_producer_client_set_retain(stoker_producer_client *pc, uint32_t examples);
+// Pipelined pushes (off by default): a push returns once it is sent and retained, and its
+// answer is read during the next push (two in flight on the push stream), or by goodbye. A
+// push the broker did not take is pushed again from retention; a final refusal surfaces from
+// a later push or goodbye. Only with retention, on tcp:// and ipc://; stoker_producer_run
+// turns it on. next_seq then runs ahead of what the broker has confirmed until goodbye.
+void stoker_producer_client_set_pipelined(stoker_producer_client *pc, int on);
 // The bound in force (0: off; STOKER_RETAIN_AUTO before the first hello).
 uint32_t stoker_producer_client_retain(const stoker_producer_client *pc);
 // Examples kept now, and the seq below which the broker reported every example trained.
