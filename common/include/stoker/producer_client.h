@@ -27,7 +27,8 @@ int stoker_producer_client_create(const stoker_client_options *opts, const stoke
 int stoker_producer_client_hello(stoker_producer_client *pc);
 
 // Pushes chunk (borrowed; its schema must equal the client's) as examples first_seq ..
-// first_seq + count - 1, and blocks until the broker acknowledged all of them. first_seq must
+// first_seq + count - 1, and blocks until the broker acknowledged all of them (pipelined: until
+// they are sent and retained, see stoker_producer_client_set_pipelined). first_seq must
 // be the client's next seq (stoker_producer_client_next_seq). Handles RETRY (queue full),
 // reconnects and re-hello by itself. Returns STOKER_OK, or an error as for hello; after
 // STOKER_INTERRUPTED the chunk may or may not be held by the broker (resending is safe).
