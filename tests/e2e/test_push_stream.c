@@ -3,8 +3,9 @@
 // stream says an observer's hello first) and over ipc://, every example arrives once and the
 // producer's log says the stream carried them; with STOKER_PUSH_STREAM=0 the socket carries
 // them, exactly as well. A producer that finishes after pushing on the stream is finished, not
-// lost, in the broker's eyes (its stream closes after its goodbye). The broker SIGKILLed under
-// a producer pushing on the stream is the durable suite's (ipc://, the stream by default).
+// lost, in the broker's eyes (its stream closes after its goodbye). Two pushes in flight meeting
+// a queue full past the broker's wait are pushed again without a repeat. The broker SIGKILLed
+// under a producer pushing on the stream is the durable suite's (ipc://, the stream by default).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +123,42 @@ Test(push_stream, turned_off_the_socket_carries_every_example_once)
     unsetenv("STOKER_PUSH_STREAM");
     cr_assert(!testdir_contains(p->err_path, "push-stream"),
               "STOKER_PUSH_STREAM=0, yet the producer used its push stream");
+    h_assert_identity(url);
+    proc_broker_stop(b);
+}
+
+// Two pushes in flight against a queue that stays full past the broker's wait (the trainer
+// pauses 600 ms, longer than the 250 ms a push may wait for room): the first is answered RETRY
+// and the one behind it the gap (it waited for its predecessor), so the producer pushes both
+// again from retention (retention is made large enough not to hold the producer back first).
+// Every example still arrives exactly once.
+Test(push_stream, a_queue_full_past_the_wait_with_two_pushes_in_flight_repeats_nothing)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *b = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA, "--queue-depth", "48"));
+    stoker_trainer_client *tc = trainer(url, NULL);
+    proc_child *p =
+        e2e_producer_start(url, "streamer",
+                           PROC_ARGS("--delay", "0:0", "--chunk", "16", "--max-examples", "1200",
+                                     "--retain", "4096", "--log-level", "debug"));
+    e2e_examples ex = {0};
+    for (int pause = 0; pause < 3; pause++) {
+        cr_assert_eq(e2e_pull_n(tc, &ex, ex.n + 128, 10000), STOKER_OK);
+        stoker_sleep_ms(600, NULL);
+    }
+    int rv = e2e_drain(tc, &ex, 20000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p, 0, 5000);
+    e2e_assert_exactly(&ex, 1, 1200);
+    cr_assert(testdir_contains(p->err_path, CONNECTED), "the producer never used its push stream");
+    stoker_status *st = h_status(url);
+    cr_assert_gt(st->counters.refused, 0,
+                 "no push waiting for its predecessor was answered with the gap: the path of "
+                 "pushing both again was not taken");
+    stoker_status_destroy(st);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
     h_assert_identity(url);
     proc_broker_stop(b);
 }
