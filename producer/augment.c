@@ -14,11 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "randaug.h"
+#include "vec4.h"
 #include "stoker/error.h"
 
 #define MAX_OPS  32
@@ -379,50 +376,10 @@ augment_normalization(const augment *a, float mean[3], float std[3])
 
 // ---- four floats at a time ----
 
-// GCC/Clang vector extensions (SSE on x86-64, NEON on ARM), as images.c's fast path: -O2 does not
-// vectorize these loops itself. Every operation is elementwise IEEE arithmetic in a fixed order,
-// so the pixels are the same on every path and machine (the same item and seed, the same pixels).
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-static inline v4f
-splat(float x)
-{
-    return (v4f){x, x, x, x};
-}
-
-// mask ? a : b, lane by lane (mask lanes all ones or all zeros, as comparisons give).
-static inline v4f
-select4(v4i mask, v4f a, v4f b)
-{
-    return (v4f)((mask & (v4i)a) | (~mask & (v4i)b));
-}
-
-// min and max with SSE semantics (a < b ? a : b), identical on every path.
-static inline v4f
-min4(v4f a, v4f b)
-{
-#if defined(__SSE2__)
-    return (v4f)_mm_min_ps((__m128)a, (__m128)b);
-#else
-    return select4(a < b, a, b);
-#endif
-}
-
-static inline v4f
-max4(v4f a, v4f b)
-{
-#if defined(__SSE2__)
-    return (v4f)_mm_max_ps((__m128)a, (__m128)b);
-#else
-    return select4(a > b, a, b);
-#endif
-}
-
 static inline v4f
 clamp255_4(v4f v)
 {
-    return max4(min4(v, splat(255)), splat(0));
+    return v4_max(v4_min(v, v4_splat(255)), v4_splat(0));
 }
 
 // Four floats at p (unaligned).
@@ -432,25 +389,6 @@ load4(const float *p)
     v4f v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-// Four bytes at p as floats.
-static inline v4f
-load4_u8(const uint8_t *p)
-{
-#if defined(__SSE2__)
-    // GCC scalarizes the generic conversion below; widening with unpacks is 4 instructions.
-    int32_t bits;
-    memcpy(&bits, p, sizeof bits);
-    const __m128i zero = _mm_setzero_si128();
-    __m128i wide = _mm_unpacklo_epi8(_mm_cvtsi32_si128(bits), zero);
-    return (v4f)_mm_cvtepi32_ps(_mm_unpacklo_epi16(wide, zero));
-#else
-    typedef uint8_t v4u8 __attribute__((vector_size(4)));
-    v4u8 bytes;
-    memcpy(&bytes, p, sizeof bytes);
-    return __builtin_convertvector(bytes, v4f);
-#endif
 }
 
 // ---- the working image ----
@@ -597,7 +535,7 @@ static inline v4f
 source4(const work *src, size_t at, size_t n)
 {
     if (n >= 4)
-        return src->px != NULL ? load4(src->px + at) : load4_u8(src->u8 + at);
+        return src->px != NULL ? load4(src->px + at) : v4_from_u8(src->u8 + at);
     float f[4] = {0};
     for (size_t i = 0; i < n; i++)
         f[i] = src->px != NULL ? src->px[at + i] : src->u8[at + i];
@@ -609,9 +547,9 @@ source4(const work *src, size_t at, size_t n)
 static inline v4f
 rows4(const work *src, size_t at, size_t stride, const float *w, uint32_t count, size_t m)
 {
-    v4f acc = splat(0);
+    v4f acc = v4_splat(0);
     for (uint32_t k = 0; k < count; k++, at += stride)
-        acc += splat(w[k]) * source4(src, at, m);
+        acc += v4_splat(w[k]) * source4(src, at, m);
     return acc;
 }
 
@@ -628,11 +566,11 @@ resample_rows(const work *src, const taps *ty, const taps *tx, work *mid)
         float *o = mid->px + (size_t)y * n;
         size_t i = 0;
         for (; i + 8 <= n; i += 8) { // two independent sums per loop over the rows
-            v4f a0 = splat(0), a1 = splat(0);
+            v4f a0 = v4_splat(0), a1 = v4_splat(0);
             for (uint32_t k = 0; k < count; k++) {
                 const size_t at = first + i + k * stride;
-                a0 += splat(w[k]) * source4(src, at, 4);
-                a1 += splat(w[k]) * source4(src, at + 4, 4);
+                a0 += v4_splat(w[k]) * source4(src, at, 4);
+                a1 += v4_splat(w[k]) * source4(src, at + 4, 4);
             }
             memcpy(o + i, &a0, sizeof a0);
             memcpy(o + i + 4, &a1, sizeof a1);
@@ -652,9 +590,9 @@ resample_rows(const work *src, const taps *ty, const taps *tx, work *mid)
 static inline v4f
 cols4(const float *p, const float *w, uint32_t count)
 {
-    v4f acc = splat(0);
+    v4f acc = v4_splat(0);
     for (uint32_t k = 0; k < count; k++)
-        acc += splat(w[k]) * load4(p + 3 * k);
+        acc += v4_splat(w[k]) * load4(p + 3 * k);
     return acc;
 }
 
@@ -672,10 +610,10 @@ resample_cols(const work *mid, const taps *tx, work *dst)
         for (; x + 2 <= ow; x += 2) {
             const float *p0 = row + (size_t)tx->first[x] * 3, *w0 = tx->w + (size_t)x * tx->ksize;
             const float *p1 = row + (size_t)tx->first[x + 1] * 3, *w1 = w0 + tx->ksize;
-            v4f a0 = splat(0), a1 = splat(0);
+            v4f a0 = v4_splat(0), a1 = v4_splat(0);
             for (uint32_t k = 0; k < count; k++) {
-                a0 += splat(w0[k]) * load4(p0 + 3 * k);
-                a1 += splat(w1[k]) * load4(p1 + 3 * k);
+                a0 += v4_splat(w0[k]) * load4(p0 + 3 * k);
+                a1 += v4_splat(w1[k]) * load4(p1 + 3 * k);
             }
             // Each store writes the next pixel's red too: the next store, or the padding.
             memcpy(o + 3 * x, &a0, sizeof a0);
@@ -820,8 +758,8 @@ rotate_span(const work *src, double xs, double ys, double a, double d, long lo, 
     const int64_t step_x = fixed(a), step_y = fixed(d);
     for (long x = lo; x < hi; x++, fx += step_x, fy += step_y) {
         const long ix = (long)(fx >> 32) - 1, iy = (long)(fy >> 32) - 1; // -1 at the least
-        const v4f dx = splat((float)(uint32_t)fx * 0x1p-32f);
-        const v4f dy = splat((float)(uint32_t)fy * 0x1p-32f);
+        const v4f dx = v4_splat((float)(uint32_t)fx * 0x1p-32f);
+        const v4f dy = v4_splat((float)(uint32_t)fy * 0x1p-32f);
         const long x0 = ix < 0 ? 0 : ix, x1 = ix + 1 < w ? ix + 1 : w - 1;
         const long y0 = iy < 0 ? 0 : iy, y1 = iy + 1 < h ? iy + 1 : h - 1;
         const float *row0 = px + (size_t)y0 * w * 3, *row1 = px + (size_t)y1 * w * 3;
@@ -1012,7 +950,7 @@ quad_store(float *p, const quad *q)
 static inline v4f
 gray4(const quad *q)
 {
-    return splat(LUMA[0]) * q->r + splat(LUMA[1]) * q->g + splat(LUMA[2]) * q->b;
+    return v4_splat(LUMA[0]) * q->r + v4_splat(LUMA[1]) * q->g + v4_splat(LUMA[2]) * q->b;
 }
 
 // ImageEnhance's blend with a degenerate image: out = degenerate + f * (in - degenerate); for
@@ -1020,9 +958,9 @@ gray4(const quad *q)
 static inline void
 blend4(quad *q, v4f degenerate, float f)
 {
-    q->r = clamp255_4(degenerate + splat(f) * (q->r - degenerate));
-    q->g = clamp255_4(degenerate + splat(f) * (q->g - degenerate));
-    q->b = clamp255_4(degenerate + splat(f) * (q->b - degenerate));
+    q->r = clamp255_4(degenerate + v4_splat(f) * (q->r - degenerate));
+    q->g = clamp255_4(degenerate + v4_splat(f) * (q->g - degenerate));
+    q->b = clamp255_4(degenerate + v4_splat(f) * (q->b - degenerate));
 }
 
 // The lanes of a where mask is set, 0 elsewhere.
@@ -1037,8 +975,8 @@ static inline v4f
 hue_channel(v4f mx, v4f d, v4f h6, float n)
 {
     v4f k = h6 + n;
-    k -= and4(k >= 6, splat(6));
-    const v4f x = max4(min4(min4(k, 4 - k), splat(1)), splat(0));
+    k -= and4(k >= 6, v4_splat(6));
+    const v4f x = v4_max(v4_min(v4_min(k, 4 - k), v4_splat(1)), v4_splat(0));
     return clamp255_4(mx - d * x);
 }
 
@@ -1051,14 +989,15 @@ static inline void
 hue4(quad *q, float shift)
 {
     const v4f r = q->r, g = q->g, b = q->b;
-    const v4f mx = max4(r, max4(g, b)), d = mx - min4(r, min4(g, b));
+    const v4f mx = v4_max(r, v4_max(g, b)), d = mx - v4_min(r, v4_min(g, b));
     const v4i is_r = mx == r, is_g = ~is_r & (mx == g), is_b = ~(is_r | is_g);
     // In [-1, 5] before the shift; a gray pixel's difference is 0 (and d is kept off 0).
-    const v4f diff = select4(is_r, g - b, select4(is_g, b - r, r - g));
-    v4f h6 = diff / max4(d, splat(FLT_MIN)) + and4(is_g, splat(2)) + and4(is_b, splat(4));
+    const v4f diff = v4_select(is_r, g - b, v4_select(is_g, b - r, r - g));
+    v4f h6 =
+        diff / v4_max(d, v4_splat(FLT_MIN)) + and4(is_g, v4_splat(2)) + and4(is_b, v4_splat(4));
     h6 += 6 * shift; // at most half a turn: one step either way wraps it into [0, 6)
-    h6 += and4(h6 < 0, splat(6));
-    h6 -= and4(h6 >= 6, splat(6));
+    h6 += and4(h6 < 0, v4_splat(6));
+    h6 -= and4(h6 >= 6, v4_splat(6));
     q->r = hue_channel(mx, d, h6, 5);
     q->g = hue_channel(mx, d, h6, 3);
     q->b = hue_channel(mx, d, h6, 1);
@@ -1069,10 +1008,10 @@ color4(quad *q, const color_op *o)
 {
     switch (o->kind) {
     case BRIGHTNESS:
-        blend4(q, splat(0), o->f);
+        blend4(q, v4_splat(0), o->f);
         break;
     case CONTRAST:
-        blend4(q, splat(o->mean), o->f);
+        blend4(q, v4_splat(o->mean), o->f);
         break;
     case SATURATION:
         blend4(q, gray4(q), o->f);
@@ -1090,7 +1029,7 @@ static void
 color_pass(work *im, const color_op *ops, int n, double *total)
 {
     const size_t pixels = (size_t)im->h * im->w;
-    v4f sum = splat(0);
+    v4f sum = v4_splat(0);
     float tail[12]; // the last pixels, padded with zeros: they go through the same code
     for (size_t i = 0; i < pixels; i += 4) {
         const size_t m = pixels - i < 4 ? pixels - i : 4;
@@ -1108,10 +1047,10 @@ color_pass(work *im, const color_op *ops, int n, double *total)
             memcpy(im->px + 3 * i, tail, m * 3 * sizeof(float));
         if (total == NULL)
             continue;
-        sum += select4((v4i){0, 1, 2, 3} < (int32_t)m, gray4(&q), splat(0));
+        sum += v4_select((v4i){0, 1, 2, 3} < (int32_t)m, gray4(&q), v4_splat(0));
         if (i % 256 == 252 || i + m == pixels) {
             *total += (double)sum[0] + sum[1] + sum[2] + sum[3];
-            sum = splat(0);
+            sum = v4_splat(0);
         }
     }
 }

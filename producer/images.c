@@ -24,12 +24,9 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #include "augment.h"
 #include "image_file.h"
+#include "vec4.h"
 
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -546,34 +543,6 @@ sample_table(uint32_t n, uint32_t first, uint32_t len, uint32_t scale, uint32_t 
     }
 }
 
-// Four floats at a time through GCC/Clang vector extensions (SSE on x86-64, NEON on ARM): the
-// per-pixel jitter passes are plain elementwise math, and -O2 does not vectorize them itself.
-typedef float v4f __attribute__((vector_size(16)));
-typedef int32_t v4i __attribute__((vector_size(16)));
-
-// min and max with SSE semantics (a < b ? a : b), identical on every path.
-static inline v4f
-vmin(v4f a, v4f b)
-{
-#if defined(__SSE2__)
-    return (v4f)_mm_min_ps((__m128)a, (__m128)b);
-#else
-    v4i lt = a < b;
-    return (v4f)((lt & (v4i)a) | (~lt & (v4i)b));
-#endif
-}
-
-static inline v4f
-vmax(v4f a, v4f b)
-{
-#if defined(__SSE2__)
-    return (v4f)_mm_max_ps((__m128)a, (__m128)b);
-#else
-    v4i gt = a > b;
-    return (v4f)((gt & (v4i)a) | (~gt & (v4i)b));
-#endif
-}
-
 // Loads up to 4 floats (the rest 0) and stores them back: the tail of a plane goes through the
 // same vector code as the body, so every element gets bit-identical arithmetic. The common case
 // (n >= 4) is a constant-size copy, i.e. one unaligned vector load or store.
@@ -597,25 +566,6 @@ store4(float *p, v4f v, size_t n)
         memcpy(p, &v, n * sizeof(float));
 }
 
-// The pixel at p as (r, g, b, next byte); images carry PIXEL_PAD bytes so the last one is safe.
-static inline v4f
-pixel(const uint8_t *p)
-{
-#if defined(__SSE2__)
-    // GCC scalarizes the generic conversion below; widening with unpacks is 4 instructions.
-    int32_t bits;
-    memcpy(&bits, p, sizeof bits);
-    const __m128i zero = _mm_setzero_si128();
-    __m128i wide = _mm_unpacklo_epi8(_mm_cvtsi32_si128(bits), zero);
-    return (v4f)_mm_cvtepi32_ps(_mm_unpacklo_epi16(wide, zero));
-#else
-    typedef uint8_t v4u8 __attribute__((vector_size(4)));
-    v4u8 bytes;
-    memcpy(&bytes, p, sizeof bytes);
-    return __builtin_convertvector(bytes, v4f);
-#endif
-}
-
 // Sum over a plane of min(v * brightness, 255).
 static double
 clamped_sum(const float *o, size_t n, float brightness)
@@ -626,7 +576,7 @@ clamped_sum(const float *o, size_t n, float brightness)
         v4f acc = {0, 0, 0, 0};
         size_t end = n - i > 1024 ? i + 1024 : n; // float partial sums of 4 x 256 values
         for (; i < end; i += 4)
-            acc += vmin(load4(o + i, end - i) * b, top);
+            acc += v4_min(load4(o + i, end - i) * b, top);
         total += (double)acc[0] + acc[1] + acc[2] + acc[3];
     }
     return total;
@@ -644,11 +594,11 @@ jitter_plane(float *o, size_t n, bool brightness_first, float brightness, float 
     for (size_t i = 0; i < n; i += 4) {
         v4f v = load4(o + i, n - i);
         if (brightness_first) {
-            v = vmin(v * b, top);
-            v = vmax(vmin(v * c + sh, top), zero);
+            v = v4_min(v * b, top);
+            v = v4_max(v4_min(v * c + sh, top), zero);
         } else {
-            v = vmax(vmin(v * c + sh, top), zero);
-            v = vmin(v * b, top);
+            v = v4_max(v4_min(v * c + sh, top), zero);
+            v = v4_min(v * b, top);
         }
         store4(o + i, v * sc + bi, n - i);
     }
@@ -759,14 +709,15 @@ default_pipeline(images_gen *g, stoker_rng *rng_state, const augment_image *im, 
         for (uint32_t x = 0; x < n; x++) {
             const uint32_t c0 = g->col0[x], c1 = g->col1[x];
             const v4f fx = zero + g->wx[x];
-            v4f a = pixel(r0 + c0), b = pixel(r0 + c1), p = pixel(r1 + c0), q = pixel(r1 + c1);
+            v4f a = v4_from_u8(r0 + c0), b = v4_from_u8(r0 + c1), p = v4_from_u8(r1 + c0),
+                q = v4_from_u8(r1 + c1);
             v4f top = a + (b - a) * fx, bottom = p + (q - p) * fx;
             v4f v = top + (bottom - top) * fy;
             o_r[x] = v[0];
             o_g[x] = v[1];
             o_b[x] = v[2];
             row_sum += v;
-            max_value = vmax(max_value, v);
+            max_value = v4_max(max_value, v);
         }
         for (int ch = 0; ch < 3; ch++)
             sum[ch] += row_sum[ch];

@@ -102,29 +102,36 @@ Test(push_stream, tcp_with_a_token_carries_every_example_once_on_the_stream)
     proc_broker_stop(b);
 }
 
-Test(push_stream, ipc_carries_every_example_once_on_the_stream)
+// A producer over ipc://, its push stream on or off (STOKER_PUSH_STREAM=0): every example once,
+// and the log says which path carried them.
+static void
+over_ipc(int stream)
 {
     char url[256];
     testdir_ipc_url(url, sizeof(url), "broker");
     proc_child *b = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
+    if (!stream)
+        setenv("STOKER_PUSH_STREAM", "0", 1);
     proc_child *p = produce_and_check(url, NULL, NULL);
-    cr_assert(testdir_contains(p->err_path, CONNECTED), "the producer never used its push stream");
+    unsetenv("STOKER_PUSH_STREAM");
+    if (stream)
+        cr_assert(testdir_contains(p->err_path, CONNECTED),
+                  "the producer never used its push stream");
+    else
+        cr_assert(!testdir_contains(p->err_path, "push-stream"),
+                  "STOKER_PUSH_STREAM=0, yet the producer used its push stream");
     h_assert_identity(url);
     proc_broker_stop(b);
 }
 
+Test(push_stream, ipc_carries_every_example_once_on_the_stream)
+{
+    over_ipc(1);
+}
+
 Test(push_stream, turned_off_the_socket_carries_every_example_once)
 {
-    char url[256];
-    testdir_ipc_url(url, sizeof(url), "broker");
-    proc_child *b = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
-    setenv("STOKER_PUSH_STREAM", "0", 1);
-    proc_child *p = produce_and_check(url, NULL, NULL);
-    unsetenv("STOKER_PUSH_STREAM");
-    cr_assert(!testdir_contains(p->err_path, "push-stream"),
-              "STOKER_PUSH_STREAM=0, yet the producer used its push stream");
-    h_assert_identity(url);
-    proc_broker_stop(b);
+    over_ipc(0);
 }
 
 // Two pushes in flight against a queue that stays full past the broker's wait (the trainer
