@@ -156,11 +156,15 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         st.examples += taken;
         st.pushes++;
     } else if (stoker_producer_client_next_seq(pc) < acked_seq) {
-        // The last push, sent but abandoned on stop before its answer, was not taken.
+        // The last push went out (pipelined) but was not taken: its answer was abandoned on a
+        // stop, or never came. The count is the broker's.
         uint64_t lost = acked_seq - stoker_producer_client_next_seq(pc);
-        stoker_info("producer '%s': the broker had not taken seq %llu..%llu before the stop", name,
-                    (unsigned long long)(acked_seq - lost), (unsigned long long)(acked_seq - 1));
+        stoker_info("producer '%s': the broker did not take seq %llu..%llu (the last push, sent "
+                    "before goodbye)",
+                    name, (unsigned long long)(acked_seq - lost),
+                    (unsigned long long)(acked_seq - 1));
         st.examples = st.examples > lost ? st.examples - lost : 0;
+        st.pushes -= st.pushes > 0;
     }
     rv = STOKER_OK;
     stoker_info("producer '%s' finished: %llu examples in %llu pushes (%s)", name,

@@ -571,7 +571,8 @@ replay_from(stoker_producer_client *pc, int restarted)
         }
         if (count == 0 && restarted)
             stoker_warn("producer '%s': the broker holds our session only up to seq %llu (it "
-                        "restarted): pushing again %llu retained examples up to seq %llu",
+                        "restarted, or did not take our last pushes before a connection failed): "
+                        "pushing again %llu retained examples up to seq %llu",
                         pc->name, (unsigned long long)pc->broker_seq,
                         (unsigned long long)(pc->next_seq - pc->broker_seq),
                         (unsigned long long)pc->next_seq);
@@ -659,17 +660,20 @@ wait_room(stoker_producer_client *pc, uint32_t count)
 }
 
 // Retains the pushed chunk (its own buffers when owned is chunk, then chunk gets others back).
-static void
-keep(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq, stoker_chunk *owned)
+// STOKER_NOMEM when it could not: said once per chunk, for a broker restart would then lose it.
+static int
+keep(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq, stoker_chunk *owned,
+     int quiet)
 {
+    int rv = STOKER_OK;
     if ((owned == NULL || retention_adopt(pc->kept, owned, first_seq) != STOKER_OK) &&
-        retention_add(pc->kept, chunk, first_seq) != STOKER_OK) {
-        // Without memory to keep it, a broker restart would lose it: say so once per chunk.
+        (rv = retention_add(pc->kept, chunk, first_seq)) != STOKER_OK && !quiet) {
         stoker_warn("producer '%s': out of memory retaining seq %llu..; a broker restart now "
                     "loses them",
                     pc->name, (unsigned long long)first_seq);
     }
     retention_release(pc->kept, atomic_load(&pc->trained));
+    return rv;
 }
 
 // Whether the next push may go out before the previous one's answer: pipelined, a stream's
@@ -682,50 +686,61 @@ can_fly(const stoker_producer_client *pc)
            !stopped(pc) && pc->broker_seq == (pc->flying.on ? pc->flying.first : pc->next_seq);
 }
 
-#define NOT_SENT (-2) // push_flying: the stream did not take it; push it the slow way
+#define NOT_SENT (-2) // push_flying: not retained; push it the slow way
 
-// Pushes chunk on the push stream while the previous push is still in flight: sends it,
-// retains it, and then reads the previous one's answer (settle). Returns NOT_SENT when the
-// stream could not take it (nothing changed), else STOKER_OK or an error as for push.
+// Takes back a push whose caller counts it as failed (abandoned on a stop, or the push before
+// it refused): goodbye's answer says whether the broker took it after all.
+static int
+take_back(stoker_producer_client *pc, uint64_t first_seq, int rv)
+{
+    retention_forget_from(pc->kept, first_seq);
+    pc->next_seq = first_seq;
+    return rv;
+}
+
+// Pushes chunk while the previous push may still be in flight: retains it, sends it on the
+// push stream from the retained copy, then reads the previous one's answer (settle). Returns
+// NOT_SENT when it could not be retained (nothing changed), else STOKER_OK or an error as for
+// push.
 static int
 push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq,
             stoker_chunk *owned)
 {
-    stoker_request req = {.method = STOKER_PUSH,
-                          .session = pc->opts.session,
-                          .first_seq = first_seq,
-                          .chunk = *chunk};
-    uint32_t count = chunk->count, id;
+    uint32_t count = chunk->count;
+    uint64_t end = first_seq + count;
+    nng_msg_free(take_prepared(pc, first_seq, count)); // encoded for the socket: not needed
+    if (keep(pc, chunk, first_seq, owned, 1) != STOKER_OK)
+        return NOT_SENT;
+    uint64_t first;
+    const stoker_chunk *held = retention_find(pc->kept, first_seq, &first, &(int){0});
+    stoker_request req = {
+        .method = STOKER_PUSH, .session = pc->opts.session, .first_seq = first_seq, .chunk = *held};
+    pc->next_seq = end;
+    uint32_t id;
     char err[256];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
     int rv = push_stream_send(&pc->ps, &req, pc->opts.request_timeout_ms, &pc->stop, &id, err,
                               sizeof(err));
     if (rv == STOKER_INTERRUPTED)
-        return rv; // goodbye's answer says what the broker took
-    if (rv != STOKER_OK) {
-        if (rv != PUSH_STREAM_UNUSED)
-            conn_copy_str(pc->error, sizeof(pc->error), err);
-        return NOT_SENT;
-    }
+        return take_back(pc, first_seq, rv);
+    int sent = rv == STOKER_OK;
+    if (!sent && rv != PUSH_STREAM_UNUSED)
+        conn_copy_str(pc->error, sizeof(pc->error), err);
     uint64_t stream = push_stream_conn(&pc->ps);
-    keep(pc, chunk, first_seq, owned); // retained before anything may need it again
-    pc->next_seq = first_seq + count;
-    if ((rv = settle(pc)) != STOKER_OK) {
-        // The caller counts this push as failed (abandoned on a stop, or refused before it):
-        // so do we; goodbye's answer says whether the broker took it after all.
-        pc->next_seq = first_seq;
-        return rv;
-    }
-    if (pc->broker_seq == first_seq && push_stream_conn(&pc->ps) == stream) {
+    if ((rv = settle(pc)) != STOKER_OK)
+        return take_back(pc, first_seq, rv);
+    if (sent && pc->broker_seq == first_seq && push_stream_conn(&pc->ps) == stream) {
         pc->flying.on = 1;
         pc->flying.id = id;
         pc->flying.stream = stream;
         pc->flying.first = first_seq;
         pc->flying.count = count;
+        return STOKER_OK;
     }
-    // Else the previous push was pushed again the slow way, and this one with it, or it waits
-    // for the next hello to find it missing (retained, like any push a broker lost).
-    return STOKER_OK;
+    // Not in flight (the stream could not take it, or the push before it was pushed again and
+    // this one with it): what the broker lacks is pushed now, one at a time, from retention; or
+    // by the next hello, which finds it missing, when the connection is down.
+    return pc->broker_seq < end ? replay_from(pc, 0) : STOKER_OK;
 }
 
 // Push (stoker_producer_client_push); owned, when not NULL, is chunk itself with its buffers
@@ -753,7 +768,7 @@ push_keeping(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fir
     }
     if (rv != STOKER_OK)
         return rv;
-    keep(pc, chunk, first_seq, owned);
+    keep(pc, chunk, first_seq, owned, 0);
     return STOKER_OK;
 }
 

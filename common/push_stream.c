@@ -203,6 +203,10 @@ static int
 receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, stoker_reply **out,
               char *err, size_t err_len)
 {
+    if (ps->stash != NULL && earlier(ps->stash_id, id)) {
+        nng_msg_free(ps->stash); // its request was pushed again: nobody will ask for it
+        ps->stash = NULL;
+    }
     if (ps->stash != NULL && ps->stash_id == id) {
         nng_msg *msg = ps->stash;
         ps->stash = NULL;

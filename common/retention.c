@@ -121,6 +121,19 @@ retention_release(retention *r, uint64_t trained_through)
 }
 
 void
+retention_forget_from(retention *r, uint64_t seq)
+{
+    while (r->len > 0) {
+        entry *e = &r->ring[(r->head + r->len - 1) % r->cap];
+        if (e->first_seq < seq)
+            break;
+        if (!e->hole)
+            r->examples -= e->chunk.count;
+        r->len--; // the slot keeps its buffers for the next add
+    }
+}
+
+void
 retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n)
 {
     if (n < 2)

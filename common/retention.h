@@ -28,6 +28,8 @@ void retention_release(retention *r, uint64_t trained_through);
 // (acknowledged out of order). Its seqs stay known as a hole, so that the held seqs still run
 // contiguously from the oldest (retention_find reports holes).
 void retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n);
+// Forgets the newest chunks, from the one that starts at seq on (a push taken back).
+void retention_forget_from(retention *r, uint64_t seq);
 // Examples held, and the seq of the oldest (none when empty).
 uint64_t retention_examples(const retention *r);
 uint64_t retention_oldest(const retention *r, uint64_t none);

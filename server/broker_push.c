@@ -167,7 +167,11 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
-    revive(b, p, pipe, now_ms, "resumed pushing");
+    // The connection that says whether a live producer is gone is the one its hello and
+    // heartbeats come on: its pushes may come on a push stream of their own, which it may
+    // close and dial again without going anywhere.
+    revive(b, p, p->status == STOKER_PRODUCER_ALIVE && p->pipe != 0 ? p->pipe : pipe, now_ms,
+           "resumed pushing");
     if (req->chunk.count == 0 || req->chunk.count > b->cfg.max_chunk_examples ||
         req->chunk.count > b->cfg.queue_depth) {
         send_code(b, out, token, STOKER_TOO_LARGE,

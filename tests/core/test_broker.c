@@ -263,6 +263,20 @@ Test(push, a_push_ahead_of_its_predecessor_waits_for_it)
     cr_assert_eq(c.refused, 0);
 }
 
+// A producer's pushes may come on a connection of their own (its push stream): that one
+// closing does not make a live producer lost; the connection of its hello does.
+Test(push, a_live_producer_is_lost_with_its_hello_connection_not_its_push_stream)
+{
+    hello_producer(P1, "p1");
+    const uint32_t stream = 77;
+    bf_answered(bf_handle(stream, h_push(P1, &schema, 0, 3)), STOKER_OK);
+    bf_pipe_closed(stream);
+    stoker_counters c = counters();
+    cr_assert_eq(c.producers_alive, 1, "the push stream's close lost the producer");
+    bf_pipe_closed(P1);
+    cr_assert_eq(counters().producers_alive, 0, "the hello's connection closed, yet alive");
+}
+
 // A push parked for room that gives up (RETRY) takes the push waiting behind it with it: its
 // predecessor is not coming until the producer sends it again.
 Test(backpressure, a_push_waiting_for_a_predecessor_that_gave_up_is_answered_with_it)

@@ -109,3 +109,33 @@ Test(retention, add_copies_and_release_ranges_leaves_holes)
     stoker_chunk_fini(&c);
     retention_destroy(r);
 }
+
+// A pipelined push taken back (abandoned on a stop): the newest chunks go, the older stay, and
+// the next add continues after what is left.
+Test(retention, forget_from_takes_back_the_newest_chunks)
+{
+    stoker_schema s = schema_of("x:uint8[16]");
+    retention *r = retention_create();
+    stoker_chunk c;
+    cr_assert_eq(stoker_chunk_init(&c, &s, 4), STOKER_OK);
+    for (uint64_t i = 0; i < 3; i++) {
+        fill(&c, 4, (uint8_t)(i + 1));
+        cr_assert_eq(retention_add(r, &c, 4 * i), STOKER_OK);
+    }
+    retention_forget_from(r, 8);
+    cr_assert_eq(retention_examples(r), 8);
+    cr_assert_null(retention_find(r, 8, &(uint64_t){0}, &(int){0}), "seq 8 was taken back");
+    retention_forget_from(r, 100); // nothing from there: nothing goes
+    cr_assert_eq(retention_examples(r), 8);
+    fill(&c, 4, 9);
+    cr_assert_eq(retention_add(r, &c, 8), STOKER_OK);
+    uint64_t first = 0;
+    const stoker_chunk *got = retention_find(r, 9, &first, &(int){0});
+    cr_assert_not_null(got);
+    cr_assert_eq(first, 8);
+    cr_assert_eq(got->data[0][0], 9, "the chunk added again, not the one taken back");
+    retention_forget_from(r, 0);
+    cr_assert_eq(retention_examples(r), 0);
+    stoker_chunk_fini(&c);
+    retention_destroy(r);
+}
