@@ -7,10 +7,11 @@
 // one more peer; nothing changes on its side) and hands the kernel the chunk's blobs where they
 // are. tcp:// and ipc:// only; for other URLs (tls+tcp://, ws://) pushes keep the REQ socket.
 //
-// The stream is the push thread's alone, one request at a time. Any failure closes it and the
-// call reports a transport error like the socket's; the next call dials again (after a pause).
-// An abandoned call (a stop) leaves the stream unusable but open until push_stream_close: closing
-// a connection tells the broker its producer is gone, and goodbye on the socket says it better.
+// The stream is the push thread's alone, with at most two requests out (a pipelined producer's;
+// replies are matched by request id). Any failure closes it and the call reports a transport
+// error like the socket's; the next call dials again (after a pause). An abandoned call (a stop)
+// leaves the stream unusable but open until push_stream_close, which follows goodbye. The broker
+// judges a producer's liveness by the connection of its hello, not by this one.
 #ifndef STOKER_PUSH_STREAM_H
 #define STOKER_PUSH_STREAM_H
 
