@@ -83,8 +83,9 @@ typedef struct producer {
     uint64_t next_seq;
     queue q;
     uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
+    uint64_t n_pushes, n_pushes_streamed; // of them on a connection other than its hello's
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
-    parked *pushes, *pushes_tail; // parked pushes, FIFO
+    parked *pushes, *pushes_tail; // parked pushes, in seq order
     uint64_t items_held;          // dataset items assigned to it, not yet accepted
     trained_set trained;          // what its retention buffer may forget
     stoker_labels labels;         // its class-to-label map, from its latest hello (may be empty)

@@ -183,6 +183,8 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         return;
     }
     p->last_chunk = req->chunk.count;
+    p->n_pushes++;
+    p->n_pushes_streamed += pipe != p->pipe;
     if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
                                sizeof(err)) != STOKER_OK) {
         stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);

@@ -79,6 +79,8 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
         d->returned_unused = p->returned_unused;
         d->next_seq = p->next_seq;
         d->silent_ms = now_ms - p->last_seen_ms;
+        d->pushes = p->n_pushes;
+        d->pushes_streamed = p->n_pushes_streamed;
     }
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)

@@ -114,12 +114,24 @@ over_ipc(int stream)
         setenv("STOKER_PUSH_STREAM", "0", 1);
     proc_child *p = produce_and_check(url, NULL, NULL);
     unsetenv("STOKER_PUSH_STREAM");
-    if (stream)
+    stoker_status *st = h_status(url);
+    const stoker_producer_info *info = h_status_producer(st, "streamer");
+    cr_assert_not_null(info);
+    if (stream) {
         cr_assert(testdir_contains(p->err_path, CONNECTED),
                   "the producer never used its push stream");
-    else
+        // The first push may go over the socket while the stream connects; the rest do not.
+        cr_assert(info->pushes_streamed > 0 && info->pushes_streamed + 2 >= info->pushes,
+                  "/status: %llu of %llu pushes on the push stream",
+                  (unsigned long long)info->pushes_streamed, (unsigned long long)info->pushes);
+    } else {
         cr_assert(!testdir_contains(p->err_path, "push-stream"),
                   "STOKER_PUSH_STREAM=0, yet the producer used its push stream");
+        cr_assert_eq(info->pushes_streamed, 0, "/status: %llu pushes on a push stream",
+                     (unsigned long long)info->pushes_streamed);
+        cr_assert_gt(info->pushes, 0);
+    }
+    stoker_status_destroy(st);
     h_assert_identity(url);
     proc_broker_stop(b);
 }

@@ -92,6 +92,9 @@ typedef struct stoker_producer_info {
     uint64_t queued, accepted, delivered, acknowledged, redelivered, returned_unused;
     uint64_t next_seq;
     uint64_t silent_ms; // since the broker last heard from it
+    // Pushes received, and of them those that came on a connection of their own (the producer's
+    // push stream, not the connection of its hello: see docs/shm.md).
+    uint64_t pushes, pushes_streamed;
 } stoker_producer_info;
 
 #endif
