@@ -711,8 +711,7 @@ push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t firs
     nng_msg_free(take_prepared(pc, first_seq, count)); // encoded for the socket: not needed
     if (keep(pc, chunk, first_seq, owned, 1) != STOKER_OK)
         return NOT_SENT;
-    uint64_t first;
-    const stoker_chunk *held = retention_find(pc->kept, first_seq, &first, &(int){0});
+    const stoker_chunk *held = retention_find(pc->kept, first_seq, &(uint64_t){0}, &(int){0});
     stoker_request req = {
         .method = STOKER_PUSH, .session = pc->opts.session, .first_seq = first_seq, .chunk = *held};
     pc->next_seq = end;

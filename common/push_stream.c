@@ -40,11 +40,22 @@ push_stream_init(push_stream *ps, const char *url, size_t max_reply, const char 
     int wanted = env == NULL || strcmp(env, "0") != 0;
     int spoken = ps->ipc || has_prefix(url, "tcp://") || has_prefix(url, "tcp4://") ||
                  has_prefix(url, "tcp6://");
-    if (wanted && spoken && nng_stream_dialer_alloc(&ps->dialer, url) == 0) {
-        ps->usable = 1;
-        if (!ps->ipc)
-            nng_stream_dialer_set_bool(ps->dialer, NNG_OPT_TCP_NODELAY, true);
+    if (!wanted || !spoken || nng_stream_dialer_alloc(&ps->dialer, url) != 0)
+        return;
+    if (conn_waiter_init(&ps->w) != 0) {
+        nng_stream_dialer_free(ps->dialer);
+        ps->dialer = NULL;
+        return;
     }
+    if (nng_aio_alloc(&ps->aio, conn_waiter_done, &ps->w) != 0) {
+        conn_waiter_fini(&ps->w);
+        nng_stream_dialer_free(ps->dialer);
+        ps->dialer = NULL;
+        return;
+    }
+    ps->usable = 1;
+    if (!ps->ipc)
+        nng_stream_dialer_set_bool(ps->dialer, NNG_OPT_TCP_NODELAY, true);
 }
 
 // Closes the connection; pushes use the socket for the next REDIAL_PAUSE_MS.
@@ -66,9 +77,13 @@ void
 push_stream_close(push_stream *ps)
 {
     drop(ps);
-    if (ps->dialer != NULL)
+    if (ps->dialer != NULL) {
+        nng_aio_free(ps->aio);
+        conn_waiter_fini(&ps->w);
         nng_stream_dialer_free(ps->dialer);
+    }
     ps->dialer = NULL;
+    ps->aio = NULL;
     ps->usable = 0;
 }
 
@@ -78,28 +93,19 @@ ready(const push_stream *ps, uint64_t now)
     return ps->usable && !ps->poisoned && (ps->s != NULL || now >= ps->redial_at_ms);
 }
 
-// Sends (sending) or receives all of pieces, in order, by deadline. 0 or an nng error
-// (NNG_EINTR: stop gave up).
+// Sends (sending) or receives all of pieces on the connected stream, in order, by deadline. 0
+// or an nng error (NNG_EINTR: stop gave up).
 static int
-transfer(nng_stream *s, int sending, stoker_wire_piece *pieces, uint32_t n, uint64_t deadline,
+transfer(push_stream *ps, int sending, stoker_wire_piece *pieces, uint32_t n, uint64_t deadline,
          conn_stop *stop)
 {
-    nng_aio *aio;
-    conn_waiter w;
-    if (conn_waiter_init(&w) != 0)
-        return NNG_ENOMEM;
-    if (nng_aio_alloc(&aio, conn_waiter_done, &w) != 0) {
-        conn_waiter_fini(&w);
-        return NNG_ENOMEM;
-    }
-    int rv = 0;
     uint32_t i = 0;
     size_t off = 0; // into pieces[i]
     for (;;) {
         while (i < n && off == pieces[i].len)
             i++, off = 0;
         if (i == n)
-            break;
+            return 0;
         nng_iov iov[MAX_IOV];
         unsigned k = 0;
         for (uint32_t j = i; j < n && k < MAX_IOV; j++) {
@@ -108,24 +114,21 @@ transfer(nng_stream *s, int sending, stoker_wire_piece *pieces, uint32_t n, uint
                 iov[k++] = (nng_iov){(uint8_t *)pieces[j].buf + skip, pieces[j].len - skip};
         }
         uint64_t now = stoker_now_ms();
-        if (now >= deadline) {
-            rv = NNG_ETIMEDOUT;
-            break;
-        }
-        nng_aio_set_timeout(aio, (nng_duration)(deadline - now));
-        nng_aio_set_iov(aio, k, iov);
+        if (now >= deadline)
+            return NNG_ETIMEDOUT;
+        nng_aio_set_timeout(ps->aio, (nng_duration)(deadline - now));
+        nng_aio_set_iov(ps->aio, k, iov);
         if (sending)
-            nng_stream_send(s, aio);
+            nng_stream_send(ps->s, ps->aio);
         else
-            nng_stream_recv(s, aio);
-        conn_waiter_wait(aio, &w, stop);
-        if ((rv = nng_aio_result(aio)) != 0)
-            break;
-        size_t moved = nng_aio_count(aio);
-        if (moved == 0) {
-            rv = NNG_ECONNSHUT;
-            break;
-        }
+            nng_stream_recv(ps->s, ps->aio);
+        conn_waiter_wait(ps->aio, &ps->w, stop);
+        int rv = nng_aio_result(ps->aio);
+        if (rv != 0)
+            return rv;
+        size_t moved = nng_aio_count(ps->aio);
+        if (moved == 0)
+            return NNG_ECONNSHUT;
         while (moved > 0) {
             size_t left = pieces[i].len - off;
             size_t step = moved < left ? moved : left;
@@ -134,16 +137,14 @@ transfer(nng_stream *s, int sending, stoker_wire_piece *pieces, uint32_t n, uint
                 i++, off = 0;
         }
     }
-    nng_aio_free(aio);
-    conn_waiter_fini(&w);
-    return rv;
 }
 
 static int
-transfer_buf(nng_stream *s, int sending, void *buf, size_t len, uint64_t deadline, conn_stop *stop)
+transfer_buf(push_stream *ps, int sending, void *buf, size_t len, uint64_t deadline,
+             conn_stop *stop)
 {
     stoker_wire_piece p = {buf, len};
-    return transfer(s, sending, &p, 1, deadline, stop);
+    return transfer(ps, sending, &p, 1, deadline, stop);
 }
 
 // A transport failure: the stream is closed (or, when stop gave up, left open and unusable).
@@ -215,7 +216,7 @@ receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, 
     for (;;) {
         uint8_t head[9];
         size_t head_len = ps->ipc ? 9 : 8;
-        int rv = transfer_buf(ps->s, 0, head, head_len, deadline, stop);
+        int rv = transfer_buf(ps, 0, head, head_len, deadline, stop);
         if (rv != 0)
             return failed(ps, rv, "receive", err, err_len);
         if (ps->ipc && head[0] != 1)
@@ -226,7 +227,7 @@ receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, 
         nng_msg *msg;
         if ((rv = nng_msg_alloc(&msg, (size_t)len)) != 0)
             return failed(ps, rv, "receive", err, err_len);
-        if ((rv = transfer_buf(ps->s, 0, nng_msg_body(msg), (size_t)len, deadline, stop)) != 0) {
+        if ((rv = transfer_buf(ps, 0, nng_msg_body(msg), (size_t)len, deadline, stop)) != 0) {
             nng_msg_free(msg);
             return failed(ps, rv, "receive", err, err_len);
         }
@@ -272,7 +273,7 @@ send_request(push_stream *ps, const stoker_request *req, uint64_t deadline, conn
     stoker_wire_piece pieces[1 + sizeof(body.piece) / sizeof(body.piece[0])];
     pieces[0] = (stoker_wire_piece){prefix, at + 12};
     memcpy(pieces + 1, body.piece, body.n * sizeof(body.piece[0]));
-    rv = transfer(ps->s, 1, pieces, body.n + 1, deadline, stop);
+    rv = transfer(ps, 1, pieces, body.n + 1, deadline, stop);
     stoker_wire_pieces_free(&body);
     return rv != 0 ? failed(ps, rv, "send", err, err_len) : STOKER_OK;
 }
@@ -291,31 +292,21 @@ round_trip(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_s
 static int
 connect_stream(push_stream *ps, uint64_t deadline, conn_stop *stop, char *err, size_t err_len)
 {
-    nng_aio *aio;
-    conn_waiter w;
-    if (conn_waiter_init(&w) != 0)
-        return STOKER_NOMEM;
-    if (nng_aio_alloc(&aio, conn_waiter_done, &w) != 0) {
-        conn_waiter_fini(&w);
-        return STOKER_NOMEM;
-    }
     uint64_t now = stoker_now_ms();
     uint64_t left = deadline > now ? deadline - now : 1;
-    nng_aio_set_timeout(aio, (nng_duration)(left < DIAL_TIMEOUT_MS ? left : DIAL_TIMEOUT_MS));
-    nng_stream_dialer_dial(ps->dialer, aio);
-    conn_waiter_wait(aio, &w, stop);
-    int rv = nng_aio_result(aio);
+    nng_aio_set_timeout(ps->aio, (nng_duration)(left < DIAL_TIMEOUT_MS ? left : DIAL_TIMEOUT_MS));
+    nng_stream_dialer_dial(ps->dialer, ps->aio);
+    conn_waiter_wait(ps->aio, &ps->w, stop);
+    int rv = nng_aio_result(ps->aio);
     if (rv == 0)
-        ps->s = nng_aio_get_output(aio, 0);
-    nng_aio_free(aio);
-    conn_waiter_fini(&w);
+        ps->s = nng_aio_get_output(ps->aio, 0);
     if (rv != 0) {
         snprintf(err, err_len, "dial: %s", nng_strerror(rv));
         return rv == NNG_EINTR ? STOKER_INTERRUPTED : STOKER_CONNECTION;
     }
     uint8_t mine[8] = {0, 'S', 'P', 0, 0, SP_REQ0, 0, 0}, theirs[8];
-    if ((rv = transfer_buf(ps->s, 1, mine, sizeof(mine), deadline, stop)) != 0 ||
-        (rv = transfer_buf(ps->s, 0, theirs, sizeof(theirs), deadline, stop)) != 0) {
+    if ((rv = transfer_buf(ps, 1, mine, sizeof(mine), deadline, stop)) != 0 ||
+        (rv = transfer_buf(ps, 0, theirs, sizeof(theirs), deadline, stop)) != 0) {
         snprintf(err, err_len, "handshake: %s", nng_strerror(rv));
         drop(ps);
         return rv == NNG_EINTR ? STOKER_INTERRUPTED : STOKER_CONNECTION;

@@ -31,6 +31,8 @@ typedef struct push_stream {
     const char *token; // said in an observer hello on each new connection ("" or NULL: none)
     uint64_t session;
     nng_stream_dialer *dialer;
+    nng_aio *aio; // every dial, send and receive, one at a time (the pusher's), waited on w
+    conn_waiter w;
     nng_stream *s;    // NULL: not connected
     int poisoned;     // an abandoned call left the stream in the middle of a message
     uint32_t next_id; // request ids, as nng's REQ numbers them (high bit set on the wire)
