@@ -181,11 +181,13 @@ def bench_large(opts, tmp):
     host through shared memory (the default), and over the socket (STOKER_SHM=0), in one run.
     Generation free on both sides, as the figure is about moving bytes: the producer stamps each
     example's seq (--fill stamp), as nng-raw sends messages it never writes; the shm run with
-    every byte written (--fill all) is reported beside it."""
+    every byte written (--fill all) is reported beside it, and so is a producer on the broker's
+    host, which pushes by reference (its examples in shared memory the broker maps). The others'
+    producer has STOKER_SHM=0: it pushes bytes, as one on another machine does."""
     total = 8000 if opts.quick else 30000
 
-    def run(shm, fill):
-        url = endpoint("tcp", tmp, "large" + shm + fill)
+    def run(shm, fill, local="0"):
+        url = endpoint("tcp", tmp, "large" + shm + fill + local)
         with Procs() as procs:
             start_broker(procs, url, "--queue-depth", "256", "--max-message", "268435456")
             consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "32",
@@ -194,7 +196,8 @@ def bench_large(opts, tmp):
                                    env={**os.environ, "STOKER_SHM": shm})
             time.sleep(0.3)
             procs.start([BENCH_PRODUCER, "--broker", url, "--schema", "image:uint8[224,224,3]",
-                         "--chunk", "32", "--fill", fill])
+                         "--chunk", "32", "--fill", fill],
+                        env={**os.environ, "STOKER_SHM": local})
             out, _ = consumer.communicate(timeout=300)
             return json.loads(out.strip().splitlines()[-1])
 
@@ -202,17 +205,22 @@ def bench_large(opts, tmp):
     sock = run("0", "stamp")
     raw = raw_nng("tcp", tmp, 1, 32 * 150528, total // 32)
     shm_all = run("1", "all")
+    local = run("1", "stamp", local="1")
     ratio = shm["bytes_per_second"] / raw["bytes_per_second"]
+    ratio_local = local["bytes_per_second"] / raw["bytes_per_second"]
     ratio_sock = sock["bytes_per_second"] / raw["bytes_per_second"]
     ratio_all = shm_all["bytes_per_second"] / raw["bytes_per_second"]
     return {"stoker": shm, "stoker_socket": sock, "stoker_fill_all": shm_all, "raw": raw,
+            "stoker_local_producer": local, "ratio_local_producer": ratio_local,
             "ratio": ratio, "ratio_socket": ratio_sock, "ratio_fill_all": ratio_all,
             "rows": [("large: stoker shm MB/s", shm["bytes_per_second"] / 1e6, "", None),
                      ("large: stoker socket MB/s", sock["bytes_per_second"] / 1e6, "", None),
                      ("large: raw nng MB/s", raw["bytes_per_second"] / 1e6, "", None),
                      ("large: stoker shm / raw nng", ratio, ">= 0.80", ratio >= 0.80),
                      ("large: stoker socket / raw nng", ratio_sock, "(figure)", None),
-                     ("large: shm, every byte written / raw", ratio_all, "(figure)", None)]}
+                     ("large: shm, every byte written / raw", ratio_all, "(figure)", None),
+                     ("large: producer on the broker's host (by reference) / raw", ratio_local,
+                      "(figure)", None)]}
 
 
 def bench_wait(opts, tmp):

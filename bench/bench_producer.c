@@ -1,6 +1,7 @@
 // stoker-bench-producer: a producer with generation cost (nearly) zero, for measuring stoker's
-// own overhead. Each example's fields are filled with a byte derived from its seq (a memset), so
-// the data is defined and distinguishable without costing more than writing it once; with
+// own overhead. Each example's fields are filled with a byte derived from its seq (a memset; an
+// integer field of 8 bytes or more then starts with the seq itself, little-endian), so the data
+// is defined and tells every example apart without costing more than writing it once; with
 // --fill stamp only each field's first 8 bytes are written (the seq), the rest keeping what the
 // buffer held (zeros at first): generation free, like the raw nng baseline's messages, which
 // nobody writes.
@@ -39,7 +40,10 @@ fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
             for (size_t k = 0; k < g->bytes[i] / sizeof(float); k++)
                 f[k] = v;
         } else {
+            // The seq's low byte everywhere and the whole seq in front: every example differs.
             memset(fields[i], (int)(seq & 0xff), g->bytes[i]);
+            if (g->bytes[i] >= sizeof(seq))
+                memcpy(fields[i], &seq, sizeof(seq));
         }
     }
     return STOKER_OK;

@@ -12,7 +12,8 @@ generator's cost) plus the reference target function, so both sides have the sam
 --large: 150,528-byte examples (224x224x3 uint8 images), batch 32, generation free on both sides
 (stoker-bench-producer --fill stamp writes only each example's seq; DataLoader workers yield a
 ready image), MB/s into the same loop; on the
-broker's host stoker's batches come through its shared memory (STOKER_SHM=0: over the socket).
+broker's host stoker's producers push by reference (their examples in shared memory the broker
+maps) and its batches come through the broker's shared memory (STOKER_SHM=0: both over sockets).
 
 Uses STOKER_BUILD (default build/) for the broker, the producer and libstoker.so. Needs numpy and
 torch (Debian: python3-numpy python3-torch).

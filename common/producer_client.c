@@ -6,6 +6,9 @@
 // A stop (opts.stop) gives the pushes STOP_GRACE_MS: a push the broker can take is answered in
 // that time; one parked for room (queue full) or sent to a broker that is gone is abandoned, and
 // goodbye's answer then says where the session ended.
+// On the broker's host (the broker offers its arena socket in the hello reply) the retained
+// copies of large chunks live in shared memory handed to the broker (push_pool.h) and pushes
+// carry only where they are: the broker reads the examples in place (STOKER_SHM=0: bytes).
 // Retention: a copy of every pushed chunk is kept (retention.c) until the broker reports its
 // examples trained (trained_through in push, heartbeat and hello replies); a full buffer makes
 // push wait (backpressure). A hello that finds a broker holding less of the session than was
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "conn.h"
+#include "push_pool.h"
 #include "push_stream.h"
 #include "retention.h"
 #include "stoker/clock.h"
@@ -60,7 +64,11 @@ struct stoker_producer_client {
     uint64_t push_shard;         // the shard push_items belong to
     const stoker_labels *labels; // said in hello (stoker_producer_client_set_labels); borrowed
     // Retention (the pushing thread's, but trained, which the heartbeat thread raises too).
-    retention *kept;            // NULL when off
+    retention *kept; // NULL when off
+    // Pushes by reference (push_pool.h): the pool, made at the first hello that offers it;
+    // shm 0 when STOKER_SHM=0 (never asked); pool_said: the path was logged.
+    push_pool *pool;
+    int shm, pool_said;
     _Atomic uint32_t retain;    // bound in examples; STOKER_RETAIN_AUTO until the hello
     int retain_auto;            // retain follows the broker's queue depth (no --retain N)
     _Atomic uint64_t trained;   // seqs below it are trained (the broker said so)
@@ -194,6 +202,8 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->stop.grace_ms = STOP_GRACE_MS;
     pc->retain = STOKER_RETAIN_AUTO;
     pc->retain_auto = 1;
+    const char *shm = getenv("STOKER_SHM");
+    pc->shm = shm == NULL || strcmp(shm, "0") != 0;
     if ((pc->kept = retention_create()) == NULL) {
         free(pc);
         return STOKER_NOMEM;
@@ -234,6 +244,47 @@ fail_conn:
     return rv;
 }
 
+// After a hello: hands our shared memory to the broker when it offers its arena socket (it is
+// on our host), else forgets the last broker's secret; pushes go as bytes until it is taken.
+static void
+attach_pool(stoker_producer_client *pc, const stoker_reply *rep)
+{
+    if (pc->kept == NULL || rep->arena_socket[0] == '\0' || rep->arena_ticket == 0) {
+        if (pc->pool != NULL)
+            push_pool_detach(pc->pool); // a secret is one broker's
+        return;
+    }
+    if (pc->pool != NULL && push_pool_attached_to(pc->pool, rep->arena_socket))
+        return; // the same broker: the secret it gave stays good
+    char err[256];
+    int rv = STOKER_OK;
+    if (pc->pool == NULL &&
+        (rv = push_pool_create(PUSH_POOL_BYTES, &pc->pool, err, sizeof(err))) == STOKER_OK)
+        retention_set_pool(pc->kept, pc->pool, PUSH_POOL_MIN);
+    if (rv == STOKER_OK)
+        rv = push_pool_attach(pc->pool, rep->arena_socket, rep->arena_ticket,
+                              pc->opts.request_timeout_ms, err, sizeof(err));
+    if (rv == STOKER_OK && !pc->pool_said) {
+        stoker_info("producer '%s': on the broker's host: pushes of %u KiB or more go by "
+                    "reference through shared memory",
+                    pc->name, PUSH_POOL_MIN >> 10);
+        pc->pool_said = 1;
+    } else if (rv != STOKER_OK && pc->pool_said != 2) {
+        stoker_info("producer '%s': pushes go as bytes: %s", pc->name, err);
+        pc->pool_said = 2;
+    }
+}
+
+// The push of req's chunk by reference when it lies in our shared memory and the broker maps it.
+static void
+describe_push(stoker_producer_client *pc, stoker_request *req)
+{
+    req->pool_secret = 0;
+    uint64_t secret = pc->pool != NULL ? push_pool_secret(pc->pool) : 0;
+    if (secret != 0 && push_pool_offsets(pc->pool, &req->chunk, req->pool_offsets))
+        req->pool_secret = secret;
+}
+
 // One hello attempt. Returns STOKER_OK, a refusal code (final), a transport code (retry), or
 // STOKER_INTERRUPTED when stop (may be NULL) abandoned it.
 // at: the seq to announce (UINT64_MAX: the oldest kept, else the next).
@@ -252,6 +303,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
                                        : pc->next_seq,
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
+        .want_arena = pc->shm && pc->kept != NULL,
     };
     if (pc->labels != NULL)
         req.labels = *pc->labels; // borrowed for the encoding
@@ -286,6 +338,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
             pc->next_seq = rep->next_seq;
         }
         pc->error[0] = '\0';
+        attach_pool(pc, rep);
     } else {
         conn_copy_str(pc->error, sizeof(pc->error), rep->message);
     }
@@ -458,6 +511,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
                 return NEED_REPLAY;
         }
         req.session = pc->opts.session;
+        describe_push(pc, &req);
         stoker_reply *rep = NULL;
         char err[256];
         atomic_store(&pc->last_sent_ms, stoker_now_ms());
@@ -673,6 +727,8 @@ keep(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq, 
                     pc->name, (unsigned long long)first_seq);
     }
     retention_release(pc->kept, atomic_load(&pc->trained));
+    if (pc->pool != NULL)
+        push_pool_trained(pc->pool, atomic_load(&pc->trained));
     return rv;
 }
 
@@ -714,6 +770,7 @@ push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t firs
     const stoker_chunk *held = retention_find(pc->kept, first_seq, &(uint64_t){0}, &(int){0});
     stoker_request req = {
         .method = STOKER_PUSH, .session = pc->opts.session, .first_seq = first_seq, .chunk = *held};
+    describe_push(pc, &req);
     pc->next_seq = end;
     uint32_t id;
     char err[256];
@@ -925,7 +982,8 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
         nng_msg_free(pc->prepared[i].msg);
     pthread_mutex_destroy(&pc->prepared_lock);
     pthread_mutex_destroy(&pc->lock);
-    retention_destroy(pc->kept);
+    retention_destroy(pc->kept); // before the pool its copies may live in
+    push_pool_destroy(pc->pool);
     free(pc);
 }
 

@@ -1,14 +1,18 @@
 // A producer's retention buffer (retention.h): a ring of chunk copies. Released slots keep their
 // buffers, so a steady producer copies into memory it already has instead of allocating per push;
 // a chunk trained out of order (a hole) frees its copy at once and keeps only its count.
+// With a pool (push_pool.h) the copies of large chunks live in shared memory the broker reads
+// them from; a slot's region is written again only after its examples were trained.
 #include <stdlib.h>
 #include <string.h>
 
+#include "push_pool.h"
 #include "retention.h"
 #include "stoker/error.h"
 
 typedef struct entry {
     stoker_chunk chunk; // owned; capacity may exceed count (a reused buffer)
+    uint8_t *region;    // non-NULL: chunk's buffers are this region of the pool
     uint64_t first_seq;
     int hole; // trained out of order: not counted, not pushed again
 } entry;
@@ -17,7 +21,48 @@ struct retention {
     entry *ring;
     uint32_t cap, head, len; // held entries: ring[(head + i) % cap], i < len
     uint64_t examples;
+    push_pool *pool; // NULL: none
+    uint64_t pool_min;
 };
+
+// Frees a slot's buffers, wherever they are.
+static void
+slot_fini(retention *r, entry *e)
+{
+    if (e->region != NULL) {
+        push_pool_free(r->pool, e->region);
+        memset(&e->chunk, 0, sizeof(e->chunk));
+        e->region = NULL;
+    } else {
+        stoker_chunk_fini(&e->chunk);
+    }
+}
+
+// Gives slot e buffers for count examples of chunk's schema: in the pool when the chunk is
+// large enough and the pool has room, else on the heap; buffers that fit already stay.
+static int
+slot_fit(retention *r, entry *e, const stoker_chunk *chunk, uint32_t count)
+{
+    int fits = e->chunk.capacity >= count && stoker_schema_equal(&e->chunk.schema, &chunk->schema);
+    if (r->pool != NULL && push_pool_secret(r->pool) != 0 && (!fits || e->region == NULL)) {
+        uint64_t bytes = 0;
+        for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
+            bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)count;
+        stoker_chunk pooled;
+        uint8_t *region;
+        if (bytes >= r->pool_min &&
+            push_pool_chunk(r->pool, &chunk->schema, count, &pooled, &region) == STOKER_OK) {
+            slot_fini(r, e);
+            e->chunk = pooled;
+            e->region = region;
+            return STOKER_OK;
+        }
+    }
+    if (fits)
+        return STOKER_OK;
+    slot_fini(r, e);
+    return stoker_chunk_init(&e->chunk, &chunk->schema, count);
+}
 
 retention *
 retention_create(void)
@@ -31,9 +76,22 @@ retention_destroy(retention *r)
     if (r == NULL)
         return;
     for (uint32_t i = 0; i < r->cap; i++)
-        stoker_chunk_fini(&r->ring[i].chunk);
+        slot_fini(r, &r->ring[i]);
     free(r->ring);
     free(r);
+}
+
+void
+retention_set_pool(retention *r, push_pool *pool, uint64_t min_bytes)
+{
+    r->pool = pool;
+    r->pool_min = min_bytes;
+}
+
+int
+retention_pooled(const retention *r, const stoker_chunk *chunk)
+{
+    return r->pool != NULL && push_pool_offsets(r->pool, chunk, (uint64_t[STOKER_MAX_FIELDS]){0});
 }
 
 static int
@@ -59,15 +117,11 @@ retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
     if (r->len == r->cap && grow(r) != STOKER_OK)
         return STOKER_NOMEM;
     entry *e = &r->ring[(r->head + r->len) % r->cap];
-    if (e->chunk.capacity < chunk->count ||
-        !stoker_schema_equal(&e->chunk.schema, &chunk->schema)) {
-        stoker_chunk_fini(&e->chunk);
-        int rv = stoker_chunk_init(&e->chunk, &chunk->schema, chunk->count);
-        if (rv != STOKER_OK)
-            return rv;
-    }
+    int rv = slot_fit(r, e, chunk, chunk->count);
+    if (rv != STOKER_OK)
+        return rv;
     e->chunk.count = 0;
-    int rv = stoker_chunk_append(&e->chunk, chunk, 0, chunk->count);
+    rv = stoker_chunk_append(&e->chunk, chunk, 0, chunk->count);
     if (rv != STOKER_OK)
         return rv;
     e->first_seq = first_seq;
@@ -82,11 +136,20 @@ retention_adopt(retention *r, stoker_chunk *chunk, uint64_t first_seq)
 {
     if (!chunk->owns_data || chunk->count == 0)
         return STOKER_INVALID;
+    if (r->pool != NULL && push_pool_secret(r->pool) != 0) {
+        // The copy goes to the pool (the broker reads it there); the caller keeps its buffers.
+        int rv = retention_add(r, chunk, first_seq);
+        if (rv == STOKER_OK)
+            chunk->count = 0;
+        return rv;
+    }
     if (r->len == r->cap && grow(r) != STOKER_OK)
         return STOKER_NOMEM;
     entry *e = &r->ring[(r->head + r->len) % r->cap];
     // The free slot's buffers go to the caller, unless too small or of another schema (or none
     // yet): then fresh ones of the caller's capacity, made before anything is swapped.
+    if (e->region != NULL)
+        slot_fini(r, e); // pool buffers are not the caller's to fill
     stoker_chunk spare = e->chunk;
     if (spare.capacity < chunk->capacity || !stoker_schema_equal(&spare.schema, &chunk->schema)) {
         stoker_chunk fresh;
@@ -129,6 +192,13 @@ retention_forget_from(retention *r, uint64_t seq)
             break;
         if (!e->hole)
             r->examples -= e->chunk.count;
+        if (e->region != NULL) {
+            // The broker may hold the push all the same (its answer was lost): the region is
+            // not written again before the seqs it carried are trained.
+            push_pool_defer(r->pool, e->region, e->first_seq + e->chunk.count);
+            memset(&e->chunk, 0, sizeof(e->chunk));
+            e->region = NULL;
+        }
         r->len--; // the slot keeps its buffers for the next add
     }
 }
@@ -147,7 +217,7 @@ retention_release_ranges(retention *r, const uint64_t *pairs, uint32_t n)
                 // The copy goes (its seqs stay, as a count): holes behind an old chunk that is
                 // still in flight hold no example memory.
                 uint32_t count = e->chunk.count;
-                stoker_chunk_fini(&e->chunk);
+                slot_fini(r, e);
                 e->chunk.count = count;
                 e->hole = 1;
                 r->examples -= count;

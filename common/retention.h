@@ -7,13 +7,20 @@
 
 #include <stdint.h>
 
+#include "push_pool.h"
 #include "stoker/chunk.h"
 
 typedef struct retention retention;
 
 retention *retention_create(void);
-// Frees every copy; accepts NULL.
+// Frees every copy; accepts NULL. Before the pool, if it has one.
 void retention_destroy(retention *r);
+// From now on, copies of chunks of at least min_bytes go to pool (borrowed) while it is
+// attached to a broker and has room (push_pool.h), and adopting one copies it there (the
+// caller keeps its buffers): the broker reads them in place. NULL: none.
+void retention_set_pool(retention *r, push_pool *pool, uint64_t min_bytes);
+// Nonzero when chunk (a held one, from retention_find) lies in the pool.
+int retention_pooled(const retention *r, const stoker_chunk *chunk);
 // Keeps a copy of chunk as seqs first_seq .. first_seq + count - 1 (after what is held).
 // STOKER_NOMEM leaves r unchanged.
 int retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq);

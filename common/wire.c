@@ -249,6 +249,8 @@ typedef struct wire_owner {
     ProtobufCMessage *pb;
     nng_msg *msg;
     void *aligned;
+    void (*hold_fn)(void *); // stoker_request_hold
+    void *hold_arg;
 } wire_owner;
 
 static void
@@ -260,6 +262,8 @@ owner_free(wire_owner *o)
         protobuf_c_message_free_unpacked(o->pb, NULL);
     nng_msg_free(o->msg);
     free(o->aligned);
+    if (o->hold_fn != NULL)
+        o->hold_fn(o->hold_arg);
     free(o);
 }
 
@@ -361,6 +365,32 @@ arena_chunk_from_pb(const Stoker__Chunk *pb, stoker_reply *rep, char *err, size_
     return STOKER_OK;
 }
 
+// The chunk of a push by reference: count and sizes, data pointers NULL, the offsets one per
+// blob.
+static int
+pool_chunk_from_pb(const Stoker__Push *pb, stoker_request *req, char *err, size_t err_len)
+{
+    const Stoker__Chunk *c = pb->chunk;
+    if (c->n_sizes > STOKER_MAX_FIELDS)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "chunk has %zu fields, at most %d allowed", c->n_sizes,
+                             STOKER_MAX_FIELDS);
+    if (pb->n_pool_offsets != c->n_sizes)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "push by reference names %zu offsets for %zu fields",
+                             pb->n_pool_offsets, c->n_sizes);
+    memset(&req->chunk, 0, sizeof(req->chunk));
+    req->chunk.count = c->count;
+    req->chunk.capacity = c->count;
+    for (size_t i = 0; i < c->n_sizes; i++) {
+        req->data_len[i] = (size_t)c->sizes[i];
+        req->pool_offsets[i] = pb->pool_offsets[i];
+    }
+    req->n_data = (uint32_t)c->n_sizes;
+    req->pool_secret = pb->pool_secret;
+    return STOKER_OK;
+}
+
 // Makes owner the owner of msg on a successful decode. When the blobs were copied to aligned
 // memory (an nng REP body starts 4 bytes into its buffer, after the request id is moved to the
 // header), nothing points into msg any more: free it now, or every queued push would hold its
@@ -413,7 +443,8 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch)
 #define PRODUCER_FIELDS(X)                                                                         \
     X(id) X(session) X(queued) X(accepted) X(delivered) X(acknowledged) X(redelivered)             \
-    X(returned_unused) X(next_seq) X(silent_ms) X(pushes) X(pushes_streamed)
+    X(returned_unused) X(next_seq) X(silent_ms) X(pushes) X(pushes_streamed)        \
+    X(pushes_shm)
 #define GROUP_FIELDS(X) X(world) X(batch) X(joined) X(steps) X(leftover)
 #define CONSUMER_FIELDS(X)                                                                         \
     X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
@@ -670,6 +701,13 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         push.items = (uint64_t *)req->items;
         push.shard = req->shard;
         r.push = &push;
+        if (req->pool_secret != 0) {
+            // By reference: the blobs stay in the producer's shared memory.
+            push.pool_secret = req->pool_secret;
+            push.n_pool_offsets = cpb.chunk.n_sizes;
+            push.pool_offsets = (uint64_t *)req->pool_offsets;
+            break;
+        }
         blobs.chunk = &req->chunk;
         src = &blobs;
         break;
@@ -798,6 +836,18 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
             break;
         }
         req->first_seq = r->push->first_seq;
+        if (r->push->pool_secret != 0) {
+            // By reference: only the sizes here; the broker resolves the offsets.
+            rv = pool_chunk_from_pb(r->push, req, err, err_len);
+            req->n_items = (uint32_t)r->push->n_items;
+            req->items = r->push->items;
+            req->shard = r->push->shard;
+            if (rv == STOKER_OK && req->n_items != 0 && req->n_items != req->chunk.count)
+                rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                                   "push carries %u items for %u examples (one each, or none)",
+                                   req->n_items, req->chunk.count);
+            break;
+        }
         owner->msg = msg; // provisionally: the chunk points into it
         rv = chunk_from_pb_at(r->push->chunk, owner, pb_end, aligned, &req->chunk, &req->n_data,
                               req->data_len, err, err_len);
@@ -876,6 +926,17 @@ stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, ch
     if ((rv = stoker_wire_decode_request_msg(msg, out, err, err_len)) != STOKER_OK)
         nng_msg_free(msg);
     return rv;
+}
+
+int
+stoker_request_hold(stoker_request *req, void (*fn)(void *), void *arg)
+{
+    wire_owner *o = req->owner;
+    if (o == NULL || o->hold_fn != NULL)
+        return STOKER_INVALID;
+    o->hold_fn = fn;
+    o->hold_arg = arg;
+    return STOKER_OK;
 }
 
 void

@@ -1,15 +1,19 @@
 // The broker's shared-memory arena (see broker_arena.h): the memfd and its regions, and the
 // thread that serves the Unix socket: handshakes (peer's user checked, one-time ticket), region
 // releases, and the end of a consumer's connection. Regions are few (batches in flight), so a
-// sorted array and first-fit over its gaps are enough.
+// sorted array and first-fit over its gaps are enough. The same socket takes the producers'
+// shared memory (common/push_pool.h): a producer on our host hands its sealed memfd over with
+// its ticket, we map it read-only, and its pushes by reference point into it.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -20,9 +24,30 @@
 #include "stoker/log.h"
 #include "stoker/rng.h"
 
-#define MAX_CONSUMERS 256
-#define MAX_TICKETS   64
-#define MAX_REGIONS   4096
+#define MAX_CONSUMERS  256
+#define MAX_TICKETS    64
+#define MAX_REGIONS    4096
+#define MAX_POOLS      256
+#define POOL_MAX_BYTES (1ull << 40) // a producer's shared memory we agree to map
+
+// A producer's shared memory, mapped read-only: one reference for the producer's connection,
+// one for each push that points into it (stoker_request_hold), so the examples it queued stay
+// readable after the producer is gone.
+typedef struct broker_pool {
+    atomic_uint refs;
+    const uint8_t *base;
+    uint64_t bytes;
+} broker_pool;
+
+typedef struct pool_slot {
+    int fd; // the producer's connection; -1: free slot
+    uint64_t secret, session;
+    broker_pool *pool;
+} pool_slot;
+
+typedef struct pool_ticket {
+    uint64_t ticket, session;
+} pool_ticket;
 
 typedef struct region {
     uint64_t off, len;
@@ -54,7 +79,31 @@ struct broker_arena {
     arena_consumer consumers[MAX_CONSUMERS + 1]; // index = consumer id; 0 unused
     uint64_t tickets[MAX_TICKETS];
     uint32_t next_ticket;
+    pool_slot pools[MAX_POOLS];
+    pool_ticket pool_tickets[MAX_TICKETS];
+    uint32_t next_pool_ticket;
+    uint64_t pools_taken; // ever
 };
+
+static void
+pool_unref(void *arg)
+{
+    broker_pool *p = arg;
+    if (atomic_fetch_sub(&p->refs, 1) == 1) {
+        munmap((void *)p->base, p->bytes);
+        free(p);
+    }
+}
+
+// The producer's connection ended (under the lock): its pushes keep the mapping alive.
+static void
+pool_gone(broker_arena *a, uint32_t i)
+{
+    pool_slot *s = &a->pools[i];
+    close(s->fd);
+    pool_unref(s->pool);
+    *s = (pool_slot){.fd = -1};
+}
 
 // --- regions (under the lock) -------------------------------------------------------------------
 
@@ -136,6 +185,86 @@ released(broker_arena *a, uint32_t id, uint64_t lease)
     maybe_free(a, (uint32_t)i);
 }
 
+// Maps a producer's shared memory fd (passed over the socket) read-only: a memfd sealed against
+// shrinking (so our reads can never fault), of a sane size. NULL with the reason in why.
+static broker_pool *
+map_pool(int fd, const char **why)
+{
+    struct stat st;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        (uint64_t)st.st_size > POOL_MAX_BYTES) {
+        *why = "not a shared memory file of a size we map";
+        return NULL;
+    }
+    if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        *why = "not sealed against shrinking";
+        return NULL;
+    }
+    broker_pool *p = calloc(1, sizeof(*p));
+    void *base = p != NULL ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+    if (base == NULL || base == MAP_FAILED) {
+        free(p);
+        *why = "cannot map it";
+        return NULL;
+    }
+    atomic_init(&p->refs, 1);
+    p->base = base;
+    p->bytes = (uint64_t)st.st_size;
+    return p;
+}
+
+// A producer presented ticket with its shared memory (passed): checked, mapped and answered
+// with its secret, or the connection is closed.
+static void
+take_pool(broker_arena *a, int fd, int passed, uint64_t ticket, pid_t pid)
+{
+    const char *why = NULL;
+    broker_pool *pool = map_pool(passed, &why);
+    close(passed);
+    uint64_t session = 0, secret = stoker_random_u64();
+    uint32_t slot = MAX_POOLS;
+    pthread_mutex_lock(&a->lock);
+    for (uint32_t i = 0; i < MAX_TICKETS && session == 0; i++) {
+        if (ticket != 0 && a->pool_tickets[i].ticket == ticket) {
+            session = a->pool_tickets[i].session;
+            a->pool_tickets[i] = (pool_ticket){0}; // one use
+        }
+    }
+    for (uint32_t i = 0; i < MAX_POOLS && slot == MAX_POOLS; i++)
+        if (a->pools[i].fd < 0)
+            slot = i;
+    if (pool != NULL && session != 0 && slot < MAX_POOLS && secret != 0) {
+        a->pools[slot] = (pool_slot){.fd = fd, .secret = secret, .session = session, .pool = pool};
+        a->pools_taken++;
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (pool == NULL || session == 0 || slot == MAX_POOLS || secret == 0) {
+        stoker_warn("arena-refused: pid %d: shared memory of a producer not taken: %s", (int)pid,
+                    why != NULL         ? why
+                    : session == 0      ? "unknown ticket"
+                    : slot == MAX_POOLS ? "too many producers' pools"
+                                        : "no secret");
+        if (pool != NULL)
+            pool_unref(pool);
+        close(fd);
+        return;
+    }
+    uint8_t buf[16];
+    stoker_arena_put_word(buf, secret);
+    stoker_arena_put_word(buf + 8, pool->bytes);
+    if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
+        pthread_mutex_lock(&a->lock);
+        if (a->pools[slot].fd == fd)
+            pool_gone(a, slot);
+        pthread_mutex_unlock(&a->lock);
+        return;
+    }
+    stoker_info("arena-producer: pid %d pushes by reference from its shared memory (%llu MiB "
+                "mapped read-only)",
+                (int)pid, (unsigned long long)(pool->bytes >> 20));
+}
+
 // A connection sent its ticket: check the peer's user and the ticket, then hand over the arena.
 static void
 handshake(broker_arena *a, int fd)
@@ -149,13 +278,32 @@ handshake(broker_arena *a, int fd)
         close(fd);
         return;
     }
-    // A peer of ours sends its 8 bytes right after connecting; do not wait on a silent one.
-    if (poll(&p, 1, 200) != 1 || recv(fd, buf, 8, MSG_DONTWAIT) != 8) {
+    // A peer of ours sends its 8 bytes right after connecting (a producer's with its shared
+    // memory attached); do not wait on a silent one.
+    char in_ctrl[CMSG_SPACE(sizeof(int))];
+    struct iovec in_iov = {.iov_base = buf, .iov_len = 8};
+    struct msghdr in = {.msg_iov = &in_iov,
+                        .msg_iovlen = 1,
+                        .msg_control = in_ctrl,
+                        .msg_controllen = sizeof(in_ctrl)};
+    ssize_t got = poll(&p, 1, 200) == 1 ? recvmsg(fd, &in, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) : -1;
+    int passed = -1;
+    struct cmsghdr *pc = got > 0 ? CMSG_FIRSTHDR(&in) : NULL;
+    if (pc != NULL && pc->cmsg_level == SOL_SOCKET && pc->cmsg_type == SCM_RIGHTS &&
+        pc->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&passed, CMSG_DATA(pc), sizeof(int));
+    if (got != 8) {
         stoker_warn("arena-refused: pid %d sent no ticket", (int)cred.pid);
+        if (passed >= 0)
+            close(passed);
         close(fd);
         return;
     }
     uint64_t ticket = stoker_arena_get_word(buf);
+    if (passed >= 0) {
+        take_pool(a, fd, passed, ticket, cred.pid);
+        return;
+    }
     pthread_mutex_lock(&a->lock);
     int known = 0;
     for (uint32_t i = 0; i < MAX_TICKETS; i++) {
@@ -239,8 +387,8 @@ static void *
 arena_main(void *arg)
 {
     broker_arena *a = arg;
-    struct pollfd fds[MAX_CONSUMERS + 2];
-    uint32_t ids[MAX_CONSUMERS + 2];
+    struct pollfd fds[MAX_CONSUMERS + MAX_POOLS + 2];
+    uint32_t ids[MAX_CONSUMERS + MAX_POOLS + 2];
     for (;;) {
         uint32_t n = 0;
         fds[n++] = (struct pollfd){.fd = a->wake[0], .events = POLLIN};
@@ -250,6 +398,12 @@ arena_main(void *arg)
             if (a->consumers[i].fd >= 0) {
                 ids[n] = i;
                 fds[n++] = (struct pollfd){.fd = a->consumers[i].fd, .events = POLLIN};
+            }
+        }
+        for (uint32_t i = 0; i < MAX_POOLS; i++) {
+            if (a->pools[i].fd >= 0) {
+                ids[n] = MAX_CONSUMERS + 1 + i;
+                fds[n++] = (struct pollfd){.fd = a->pools[i].fd, .events = POLLIN};
             }
         }
         pthread_mutex_unlock(&a->lock);
@@ -262,9 +416,20 @@ arena_main(void *arg)
             if (fd >= 0)
                 handshake(a, fd);
         }
-        for (uint32_t i = 2; i < n; i++)
-            if (fds[i].revents != 0)
+        for (uint32_t i = 2; i < n; i++) {
+            if (fds[i].revents == 0)
+                continue;
+            if (ids[i] <= MAX_CONSUMERS) {
                 serve_consumer(a, ids[i]);
+                continue;
+            }
+            // A producer never writes after its ticket: anything readable is its end.
+            uint32_t slot = ids[i] - MAX_CONSUMERS - 1;
+            pthread_mutex_lock(&a->lock);
+            if (a->pools[slot].fd == fds[i].fd)
+                pool_gone(a, slot);
+            pthread_mutex_unlock(&a->lock);
+        }
     }
 }
 
@@ -282,6 +447,8 @@ broker_arena_create(uint64_t bytes, broker_arena **out, char *err, size_t err_le
     a->listen_fd = a->wake[0] = a->wake[1] = -1;
     for (uint32_t i = 0; i <= MAX_CONSUMERS; i++)
         a->consumers[i].fd = -1;
+    for (uint32_t i = 0; i < MAX_POOLS; i++)
+        a->pools[i].fd = -1;
     pthread_mutex_init(&a->lock, NULL);
     // A memfd: no file in /dev/shm, whoever is killed; the memory goes with the last mapping.
     a->memfd = memfd_create("stoker-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -349,6 +516,9 @@ broker_arena_destroy(broker_arena *a)
     for (uint32_t i = 1; i <= MAX_CONSUMERS; i++)
         if (a->consumers[i].fd >= 0)
             close(a->consumers[i].fd);
+    for (uint32_t i = 0; i < MAX_POOLS; i++)
+        if (a->pools[i].fd >= 0)
+            pool_gone(a, i); // pushes still queued keep their mapping
     close(a->wake[0]);
     close(a->wake[1]);
     close(a->listen_fd);
@@ -374,6 +544,55 @@ broker_arena_ticket(broker_arena *a)
     a->tickets[a->next_ticket++ % MAX_TICKETS] = t; // the oldest unused one expires
     pthread_mutex_unlock(&a->lock);
     return t;
+}
+
+uint64_t
+broker_arena_pool_ticket(broker_arena *a, uint64_t session)
+{
+    uint64_t t = stoker_random_u64();
+    pthread_mutex_lock(&a->lock);
+    a->pool_tickets[a->next_pool_ticket++ % MAX_TICKETS] = (pool_ticket){t, session};
+    pthread_mutex_unlock(&a->lock);
+    return t;
+}
+
+int
+broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_t err_len)
+{
+    broker_pool *pool = NULL;
+    pthread_mutex_lock(&a->lock);
+    for (uint32_t i = 0; i < MAX_POOLS && pool == NULL; i++) {
+        if (a->pools[i].fd >= 0 && a->pools[i].secret == req->pool_secret &&
+            a->pools[i].session == req->session) {
+            pool = a->pools[i].pool;
+            atomic_fetch_add(&pool->refs, 1);
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (pool == NULL)
+        return stoker_errorf(err, err_len, STOKER_UNKNOWN_PEER,
+                             "push by reference names shared memory this broker does not map "
+                             "(a producer that restarted, or a broker that did): say hello again");
+    for (uint32_t i = 0; i < req->n_data; i++) {
+        uint64_t off = req->pool_offsets[i], len = req->data_len[i];
+        if (off > pool->bytes || len > pool->bytes - off || (off & 7) != 0) {
+            pool_unref(pool);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "push by reference: field %u at offset %llu (%llu bytes) is "
+                                 "not inside the producer's shared memory of %llu bytes, "
+                                 "8-byte aligned",
+                                 i, (unsigned long long)off, (unsigned long long)len,
+                                 (unsigned long long)pool->bytes);
+        }
+    }
+    int rv = stoker_request_hold(req, pool_unref, pool);
+    if (rv != STOKER_OK) {
+        pool_unref(pool);
+        return stoker_errorf(err, err_len, rv, "push by reference: already resolved");
+    }
+    for (uint32_t i = 0; i < req->n_data; i++)
+        req->chunk.data[i] = (uint8_t *)pool->base + req->pool_offsets[i];
+    return STOKER_OK;
 }
 
 int
@@ -470,5 +689,8 @@ broker_arena_get_stats(broker_arena *a, broker_arena_stats *out)
     out->consumers = 0;
     for (uint32_t i = 1; i <= MAX_CONSUMERS; i++)
         out->consumers += a->consumers[i].fd >= 0;
+    out->producers = 0;
+    for (uint32_t i = 0; i < MAX_POOLS; i++)
+        out->producers += a->pools[i].fd >= 0;
     pthread_mutex_unlock(&a->lock);
 }

@@ -26,6 +26,16 @@ void broker_arena_destroy(broker_arena *a);
 const char *broker_arena_socket(const broker_arena *a);
 uint64_t broker_arena_ticket(broker_arena *a);
 
+// A one-time ticket for the producer of session (which said hello, with the token if any) to
+// hand over its shared memory (common/push_pool.h has the protocol).
+uint64_t broker_arena_pool_ticket(broker_arena *a, uint64_t session);
+// Points the chunk of req, a push by reference, into its producer's shared memory and ties a
+// reference to the mapping to req (the queue keeps it as long as any of its examples). Errors,
+// with err: STOKER_UNKNOWN_PEER when no connected producer of req's session holds its secret
+// (the producer says hello again and hands it over anew), STOKER_INVALID when a blob lies
+// outside the memory or is misaligned.
+int broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_t err_len);
+
 // Reserves a region for lease (count examples of schema) of the consumer that holds secret.
 // STOKER_OK with *offset; STOKER_NOT_FOUND when no connected consumer holds secret (unknown, or
 // its connection ended); STOKER_LIMIT when no free region is large enough. Either way the caller
@@ -46,6 +56,7 @@ typedef struct broker_arena_stats {
     uint64_t used_bytes; // in regions not yet reusable
     uint32_t regions;
     uint32_t consumers; // connected
+    uint32_t producers; // connected producers whose shared memory we map
 } broker_arena_stats;
 void broker_arena_get_stats(broker_arena *a, broker_arena_stats *out);
 

@@ -84,6 +84,7 @@ typedef struct producer {
     queue q;
     uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
     uint64_t n_pushes, n_pushes_streamed; // of them on a connection other than its hello's
+    uint64_t n_pushes_shm;                // of them by reference (its shared memory)
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     parked *pushes, *pushes_tail; // parked pushes, in seq order
     uint64_t items_held;          // dataset items assigned to it, not yet accepted

@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 
+#include "broker_arena.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -191,6 +192,21 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         send_code(b, out, token, STOKER_INVALID, "push refused: %s", err);
         stoker_request_free(req);
         return;
+    }
+    if (req->pool_secret != 0) {
+        // By reference: the examples are in the producer's shared memory, which the queue
+        // keeps mapped as long as it holds any of them.
+        int rv = b->arena != NULL ? broker_arena_pool_resolve(b->arena, req, err, sizeof(err))
+                                  : stoker_errorf(err, sizeof(err), STOKER_INVALID,
+                                                  "push by reference to a broker without "
+                                                  "shared memory");
+        if (rv != STOKER_OK) {
+            stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);
+            send_code(b, out, token, rv, "push refused: %s", err);
+            stoker_request_free(req);
+            return;
+        }
+        p->n_pushes_shm++;
     }
     if (req->first_seq > UINT64_MAX - req->chunk.count) {
         send_code(b, out, token, STOKER_INVALID, "push: seq overflow");

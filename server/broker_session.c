@@ -195,6 +195,10 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .has_schema = 1,
         .schema = b->schema,
     };
+    if (req->want_arena && b->arena != NULL) { // pushes by reference: broker_arena.h
+        snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
+        rep.arena_ticket = broker_arena_pool_ticket(b->arena, p->session);
+    }
     send_reply(b, out, token, &rep);
 }
 

@@ -95,6 +95,9 @@ typedef struct stoker_producer_info {
     // Pushes received, and of them those that came on a connection of their own (the producer's
     // push stream, not the connection of its hello: see docs/shm.md).
     uint64_t pushes, pushes_streamed;
+    // Of them, those by reference: their examples read in place from the producer's shared
+    // memory (a producer on the broker's host).
+    uint64_t pushes_shm;
 } stoker_producer_info;
 
 #endif

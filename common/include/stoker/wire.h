@@ -51,6 +51,11 @@ typedef struct stoker_request {
     uint32_t n_items;
     const uint64_t *items;
     uint64_t shard; // PUSH of a dataset: the shard of items (0: the oldest one held)
+    // PUSH by reference (a producer on the broker's host): nonzero, the blobs are not in the
+    // message but in the producer's shared memory that the broker maps under this secret, field
+    // i at pool_offsets[i]; decoding leaves chunk.data NULL for the broker to point there.
+    uint64_t pool_secret;
+    uint64_t pool_offsets[STOKER_MAX_FIELDS];
     // PULL
     uint32_t max_examples;
     uint32_t wait_ms;
@@ -66,6 +71,11 @@ typedef struct stoker_request {
 
 // Part of a chunk to encode: count examples whose field i starts at data[i]. A reply built from
 // parts sends their concatenation without collating it first.
+// Ties a reference to a decoded request: fn(arg) runs when req is freed (the broker's hold on
+// the shared memory a push by reference points into). At most one: STOKER_INVALID when req
+// holds one already.
+int stoker_request_hold(stoker_request *req, void (*fn)(void *), void *arg);
+
 typedef struct stoker_chunk_part {
     const uint8_t *data[STOKER_MAX_FIELDS];
     uint32_t count;
