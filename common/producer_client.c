@@ -69,6 +69,7 @@ struct stoker_producer_client {
     // shm 0 when STOKER_SHM=0 (never asked); pool_said: the path was logged.
     push_pool *pool;
     int shm, pool_said;
+    uint64_t pool_min;          // pushes of fewer bytes go as bytes (STOKER_SHM_PUSH_MIN)
     _Atomic uint32_t retain;    // bound in examples; STOKER_RETAIN_AUTO until the hello
     int retain_auto;            // retain follows the broker's queue depth (no --retain N)
     _Atomic uint64_t trained;   // seqs below it are trained (the broker said so)
@@ -204,6 +205,8 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->retain_auto = 1;
     const char *shm = getenv("STOKER_SHM");
     pc->shm = shm == NULL || strcmp(shm, "0") != 0;
+    const char *min = getenv("STOKER_SHM_PUSH_MIN");
+    pc->pool_min = min != NULL && *min != '\0' ? strtoull(min, NULL, 10) : PUSH_POOL_MIN;
     if ((pc->kept = retention_create()) == NULL) {
         free(pc);
         return STOKER_NOMEM;
@@ -260,14 +263,14 @@ attach_pool(stoker_producer_client *pc, const stoker_reply *rep)
     int rv = STOKER_OK;
     if (pc->pool == NULL &&
         (rv = push_pool_create(PUSH_POOL_BYTES, &pc->pool, err, sizeof(err))) == STOKER_OK)
-        retention_set_pool(pc->kept, pc->pool, PUSH_POOL_MIN);
+        retention_set_pool(pc->kept, pc->pool, pc->pool_min);
     if (rv == STOKER_OK)
         rv = push_pool_attach(pc->pool, rep->arena_socket, rep->arena_ticket,
                               pc->opts.request_timeout_ms, err, sizeof(err));
     if (rv == STOKER_OK && !pc->pool_said) {
-        stoker_info("producer '%s': on the broker's host: pushes of %u KiB or more go by "
+        stoker_info("producer '%s': on the broker's host: pushes of %llu bytes or more go by "
                     "reference through shared memory",
-                    pc->name, PUSH_POOL_MIN >> 10);
+                    pc->name, (unsigned long long)pc->pool_min);
         pc->pool_said = 1;
     } else if (rv != STOKER_OK && pc->pool_said != 2) {
         stoker_info("producer '%s': pushes go as bytes: %s", pc->name, err);

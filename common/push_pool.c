@@ -17,6 +17,7 @@
 
 #include "push_pool.h"
 #include "stoker/arena.h"
+#include "stoker/clock.h"
 #include "stoker/error.h"
 
 typedef struct pool_region {
@@ -227,6 +228,23 @@ push_pool_offsets(const push_pool *p, const stoker_chunk *chunk, uint64_t *offse
 
 // --- the attachment -----------------------------------------------------------------------------
 
+// Waits until sock has events (POLLIN or POLLOUT), at most until deadline_ms. 1 when it has.
+static int
+wait_for(int sock, short events, uint64_t deadline_ms)
+{
+    for (;;) {
+        uint64_t now = stoker_now_ms();
+        if (now >= deadline_ms)
+            return 0;
+        struct pollfd pf = {.fd = sock, .events = events};
+        int rv = poll(&pf, 1, (int)(deadline_ms - now));
+        if (rv > 0)
+            return 1;
+        if (rv == 0 || errno != EINTR)
+            return 0;
+    }
+}
+
 int
 push_pool_attach(push_pool *p, const char *socket_name, uint64_t ticket, uint32_t timeout_ms,
                  char *err, size_t err_len)
@@ -238,11 +256,19 @@ push_pool_attach(push_pool *p, const char *socket_name, uint64_t ticket, uint32_
         return stoker_errorf(err, err_len, STOKER_INVALID, "arena socket name of %zu bytes",
                              name_len);
     memcpy(addr.sun_path + 1, socket_name, name_len); // abstract: sun_path[0] is NUL
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-blocking, so that a broker whose backlog is full cannot hold us past timeout_ms.
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0)
         return stoker_errorf(err, err_len, STOKER_IO, "socket: %s", strerror(errno));
-    if (connect(sock, (struct sockaddr *)&addr,
-                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len)) != 0) {
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    int rv;
+    // A Unix socket's connect does not wait: EAGAIN says the backlog is full, so try again.
+    while ((rv = connect(sock, (struct sockaddr *)&addr,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len))) !=
+               0 &&
+           (errno == EAGAIN || errno == EINTR) && stoker_now_ms() < deadline)
+        stoker_sleep_ms(5, NULL);
+    if (rv != 0) {
         int e = errno;
         close(sock);
         return stoker_errorf(err, err_len, STOKER_CONNECTION,
@@ -268,15 +294,14 @@ push_pool_attach(push_pool *p, const char *socket_name, uint64_t ticket, uint32_
         return stoker_errorf(err, err_len, STOKER_IO, "arena socket: sending the pool: %s",
                              strerror(e));
     }
-    struct pollfd pf = {.fd = sock, .events = POLLIN};
-    ssize_t got = -1;
-    int rv;
-    do
-        rv = poll(&pf, 1, (int)timeout_ms);
-    while (rv < 0 && errno == EINTR);
-    if (rv > 0)
-        got = recv(sock, msg, sizeof(msg), MSG_WAITALL);
-    if (got != (ssize_t)sizeof(msg) || stoker_arena_get_word(msg) == 0) {
+    size_t got = 0;
+    while (got < sizeof(msg) && wait_for(sock, POLLIN, deadline)) {
+        ssize_t n = recv(sock, msg + got, sizeof(msg) - got, 0);
+        if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR)))
+            break;
+        got += n > 0 ? (size_t)n : 0;
+    }
+    if (got != sizeof(msg) || stoker_arena_get_word(msg) == 0) {
         close(sock);
         return stoker_errorf(err, err_len, STOKER_UNAUTHENTICATED,
                              "the broker did not take our shared memory (ticket or user "

@@ -23,7 +23,8 @@
 #include "stoker/chunk.h"
 
 #define PUSH_POOL_BYTES (1ull << 30) // virtual; memory is used only where regions are written
-#define PUSH_POOL_MIN   (64u << 10)  // pushes below this many bytes go as bytes: no gain
+// Pushes below this many bytes go as bytes: no gain (STOKER_SHM_PUSH_MIN sets another).
+#define PUSH_POOL_MIN (64u << 10)
 
 typedef struct push_pool push_pool;
 

@@ -38,6 +38,16 @@ slot_fini(retention *r, entry *e)
     }
 }
 
+// The bytes of chunk's examples, all fields.
+static uint64_t
+chunk_bytes(const stoker_chunk *chunk)
+{
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
+        bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
+    return bytes;
+}
+
 // Gives slot e buffers for count examples of chunk's schema: in the pool when the chunk is
 // large enough and the pool has room, else on the heap; buffers that fit already stay.
 static int
@@ -136,7 +146,7 @@ retention_adopt(retention *r, stoker_chunk *chunk, uint64_t first_seq)
 {
     if (!chunk->owns_data || chunk->count == 0)
         return STOKER_INVALID;
-    if (r->pool != NULL && push_pool_secret(r->pool) != 0) {
+    if (r->pool != NULL && push_pool_secret(r->pool) != 0 && chunk_bytes(chunk) >= r->pool_min) {
         // The copy goes to the pool (the broker reads it there); the caller keeps its buffers.
         int rv = retention_add(r, chunk, first_seq);
         if (rv == STOKER_OK)

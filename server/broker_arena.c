@@ -80,7 +80,7 @@ struct broker_arena {
     uint64_t tickets[MAX_TICKETS];
     uint32_t next_ticket;
     pool_slot pools[MAX_POOLS];
-    pool_ticket pool_tickets[MAX_TICKETS];
+    pool_ticket pool_tickets[MAX_POOLS]; // as many as pools: a crowd of hellos expires none
     uint32_t next_pool_ticket;
     uint64_t pools_taken; // ever
 };
@@ -225,7 +225,7 @@ take_pool(broker_arena *a, int fd, int passed, uint64_t ticket, pid_t pid)
     uint64_t session = 0, secret = stoker_random_u64();
     uint32_t slot = MAX_POOLS;
     pthread_mutex_lock(&a->lock);
-    for (uint32_t i = 0; i < MAX_TICKETS && session == 0; i++) {
+    for (uint32_t i = 0; i < MAX_POOLS && session == 0; i++) {
         if (ticket != 0 && a->pool_tickets[i].ticket == ticket) {
             session = a->pool_tickets[i].session;
             a->pool_tickets[i] = (pool_ticket){0}; // one use
@@ -551,7 +551,7 @@ broker_arena_pool_ticket(broker_arena *a, uint64_t session)
 {
     uint64_t t = stoker_random_u64();
     pthread_mutex_lock(&a->lock);
-    a->pool_tickets[a->next_pool_ticket++ % MAX_TICKETS] = (pool_ticket){t, session};
+    a->pool_tickets[a->next_pool_ticket++ % MAX_POOLS] = (pool_ticket){t, session};
     pthread_mutex_unlock(&a->lock);
     return t;
 }

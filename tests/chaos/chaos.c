@@ -3,6 +3,8 @@
 // drawn from a printed seed (STOKER_CHAOS_SEED repeats a run):
 // - producers are killed (SIGKILL) and restarted later, frozen (SIGSTOP) and thawed (SIGCONT),
 //   or replaced at once (a new process: a new session whose seqs start at 0);
+//   half of them pushing by reference (their examples in shared memory the broker maps, even
+//   their small chunks: STOKER_SHM_PUSH_MIN=0);
 // - the consumer is killed once per run and a new one started: the broker must redeliver the
 //   leases of the closed connection;
 // - the broker is killed once per run: producers and consumer are frozen, its Status taken (what
@@ -191,7 +193,12 @@ start_producer(run_state *r, int slot)
     const char *argv[] = {producer_bin, "--broker",    r->url,    "--name", name,
                           "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
                           seed,         "--log-level", "warn",    NULL};
+    // Odd slots push by reference (their small chunks too): the faults below then also hit
+    // producers whose queued examples live in their own shared memory.
+    if (slot % 2 == 1)
+        setenv("STOKER_SHM_PUSH_MIN", "0", 1);
     spawn(&r->producers[slot], "producer", argv, log);
+    unsetenv("STOKER_SHM_PUSH_MIN");
     snprintf(r->names[slot], sizeof(r->names[slot]), "%s", name);
     r->restart_at[slot] = 0;
     r->producer_starts++;
