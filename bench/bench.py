@@ -201,22 +201,31 @@ def bench_large(opts, tmp):
             out, _ = consumer.communicate(timeout=300)
             return json.loads(out.strip().splitlines()[-1])
 
-    shm = run("1", "stamp")
+    # Three (stoker shm, raw nng) pairs back to back, the order swapped each time, and the median
+    # of their ratios: one pair on this shared machine moves by +-0.1 from run to run.
+    pairs = []
+    for k in range(3):
+        first = run("1", "stamp") if k % 2 == 0 else None
+        raw_k = raw_nng("tcp", tmp, 1, 32 * 150528, total // 32)
+        shm_k = first if first is not None else run("1", "stamp")
+        pairs.append((shm_k["bytes_per_second"] / raw_k["bytes_per_second"], shm_k, raw_k))
+    pairs.sort(key=lambda p: p[0])
+    ratio, shm, raw = pairs[1]
     sock = run("0", "stamp")
-    raw = raw_nng("tcp", tmp, 1, 32 * 150528, total // 32)
     shm_all = run("1", "all")
     local = run("1", "stamp", local="1")
-    ratio = shm["bytes_per_second"] / raw["bytes_per_second"]
     ratio_local = local["bytes_per_second"] / raw["bytes_per_second"]
     ratio_sock = sock["bytes_per_second"] / raw["bytes_per_second"]
     ratio_all = shm_all["bytes_per_second"] / raw["bytes_per_second"]
     return {"stoker": shm, "stoker_socket": sock, "stoker_fill_all": shm_all, "raw": raw,
             "stoker_local_producer": local, "ratio_local_producer": ratio_local,
             "ratio": ratio, "ratio_socket": ratio_sock, "ratio_fill_all": ratio_all,
+            "pair_ratios": [p[0] for p in pairs],
             "rows": [("large: stoker shm MB/s", shm["bytes_per_second"] / 1e6, "", None),
                      ("large: stoker socket MB/s", sock["bytes_per_second"] / 1e6, "", None),
                      ("large: raw nng MB/s", raw["bytes_per_second"] / 1e6, "", None),
-                     ("large: stoker shm / raw nng", ratio, ">= 0.80", ratio >= 0.80),
+                     ("large: stoker shm / raw nng, median of 3 pairs", ratio, ">= 0.80",
+                      ratio >= 0.80),
                      ("large: stoker socket / raw nng", ratio_sock, "(figure)", None),
                      ("large: shm, every byte written / raw", ratio_all, "(figure)", None),
                      ("large: producer on the broker's host (by reference) / raw", ratio_local,
@@ -391,8 +400,12 @@ def floor_run(tmp, tag, producers, total, dataset_items=0, kind="ipc", producer_
              "--json", "-", "--progress", "off", "--log-level", "warn"],
             stdout=subprocess.PIPE, text=True)
         time.sleep(1)
+        # Over tcp the producers push bytes, as from other machines; over ipc they are on the
+        # broker's host and push by reference (their 180 KB chunks are above the threshold).
+        env = {**os.environ, "STOKER_SHM": "0"} if kind == "tcp" else None
         pushers = [procs.start([BENCH_PRODUCER, "--broker", url, "--chunk", "4096",
-                                "--name", f"p{i}", *producer_extra]) for i in range(producers)]
+                                "--name", f"p{i}", *producer_extra], env=env)
+                   for i in range(producers)]
         out, _ = trainer.communicate(timeout=300)
         cpu = sum(cpu_seconds(p.pid) for p in pushers)  # before the producers are stopped
     summary = json.loads(out.strip().splitlines()[-1])
