@@ -252,7 +252,7 @@ fail_conn:
 static void
 attach_pool(stoker_producer_client *pc, const stoker_reply *rep)
 {
-    if (pc->kept == NULL || rep->arena_socket[0] == '\0' || rep->arena_ticket == 0) {
+    if (rep->arena_socket[0] == '\0' || rep->arena_ticket == 0) {
         if (pc->pool != NULL)
             push_pool_detach(pc->pool); // a secret is one broker's
         return;
@@ -262,7 +262,8 @@ attach_pool(stoker_producer_client *pc, const stoker_reply *rep)
     char err[256];
     int rv = STOKER_OK;
     if (pc->pool == NULL &&
-        (rv = push_pool_create(PUSH_POOL_BYTES, &pc->pool, err, sizeof(err))) == STOKER_OK)
+        (rv = push_pool_create(PUSH_POOL_BYTES, &pc->pool, err, sizeof(err))) == STOKER_OK &&
+        pc->kept != NULL)
         retention_set_pool(pc->kept, pc->pool, pc->pool_min);
     if (rv == STOKER_OK)
         rv = push_pool_attach(pc->pool, rep->arena_socket, rep->arena_ticket,
@@ -306,7 +307,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
                                        : pc->next_seq,
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
-        .want_arena = pc->shm && pc->kept != NULL,
+        .want_arena = pc->shm,
     };
     if (pc->labels != NULL)
         req.labels = *pc->labels; // borrowed for the encoding
@@ -435,6 +436,8 @@ took(stoker_producer_client *pc, const stoker_reply *rep)
     if (rep->acked_through > pc->next_seq)
         pc->next_seq = rep->acked_through;
     note_trained(pc, rep->trained_through);
+    if (pc->pool != NULL)
+        push_pool_trained(pc->pool, atomic_load(&pc->trained));
     if (rep->queue_depth > 0)
         note_depth(pc, rep->queue_depth);
     if (pc->kept != NULL)
@@ -802,6 +805,27 @@ push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t firs
     return pc->broker_seq < end ? replay_from(pc, 0) : STOKER_OK;
 }
 
+// A push without retention (a dataset's, or --retain 0) on the broker's host: by reference from
+// a copy in the shared memory, whose region waits until its seqs are trained (the broker may
+// read it until then, whatever the push's answer said). NOT_SENT when it cannot go so (not
+// attached, too small, the memory full): nothing done.
+static int
+push_copy_by_reference(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
+{
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
+        bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
+    stoker_chunk copy;
+    uint8_t *region;
+    if (pc->pool == NULL || push_pool_secret(pc->pool) == 0 || bytes < pc->pool_min ||
+        push_pool_chunk(pc->pool, &chunk->schema, chunk->count, &copy, &region) != STOKER_OK)
+        return NOT_SENT;
+    (void)stoker_chunk_append(&copy, chunk, 0, chunk->count);
+    int rv = push_raw(pc, &copy, first_seq);
+    push_pool_defer(pc->pool, region, first_seq + chunk->count);
+    return rv;
+}
+
 // Push (stoker_producer_client_push); owned, when not NULL, is chunk itself with its buffers
 // the caller's to give: retention then keeps them instead of a copy.
 static int
@@ -811,20 +835,34 @@ push_keeping(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fir
     if (!stoker_schema_equal(&chunk->schema, &pc->schema) || chunk->count == 0 ||
         first_seq != pc->next_seq)
         return STOKER_INVALID;
-    if (pc->kept == NULL)
-        return push_raw(pc, chunk, first_seq);
     int rv;
+    if (pc->kept == NULL)
+        return (rv = push_copy_by_reference(pc, chunk, first_seq)) != NOT_SENT
+                   ? rv
+                   : push_raw(pc, chunk, first_seq);
     if (pc->said_hello && (rv = wait_room(pc, chunk->count)) != STOKER_OK)
         return rv;
     if (can_fly(pc) && (rv = push_flying(pc, chunk, first_seq, owned)) != NOT_SENT)
         return rv;
+    // On the broker's host a large chunk is retained first (in the shared memory) and pushed
+    // from there, by reference: no copy is sent and none made after.
+    const stoker_chunk *send = chunk;
+    if (retention_would_pool(pc->kept, chunk) && keep(pc, chunk, first_seq, NULL, 1) == STOKER_OK) {
+        send = retention_find(pc->kept, first_seq, &(uint64_t){0}, &(int){0});
+        if (send == NULL || !retention_pooled(pc->kept, send)) {
+            retention_forget_from(pc->kept, first_seq);
+            send = chunk;
+        }
+    }
     for (;;) {
         if ((rv = replay(pc)) != STOKER_OK)
-            return rv;
-        rv = push_raw(pc, chunk, first_seq);
+            break;
+        rv = push_raw(pc, send, first_seq);
         if (rv != NEED_REPLAY)
             break;
     }
+    if (send != chunk) // retained already: taken back when the push failed
+        return rv == STOKER_OK ? STOKER_OK : take_back(pc, first_seq, rv);
     if (rv != STOKER_OK)
         return rv;
     keep(pc, chunk, first_seq, owned, 0);

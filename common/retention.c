@@ -25,6 +25,16 @@ struct retention {
     uint64_t pool_min;
 };
 
+// The bytes of chunk's examples, all fields.
+static uint64_t
+chunk_bytes(const stoker_chunk *chunk)
+{
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
+        bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
+    return bytes;
+}
+
 // Frees a slot's buffers, wherever they are.
 static void
 slot_fini(retention *r, entry *e)
@@ -36,16 +46,6 @@ slot_fini(retention *r, entry *e)
     } else {
         stoker_chunk_fini(&e->chunk);
     }
-}
-
-// The bytes of chunk's examples, all fields.
-static uint64_t
-chunk_bytes(const stoker_chunk *chunk)
-{
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
-        bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
-    return bytes;
 }
 
 // Gives slot e buffers for count examples of chunk's schema: in the pool when the chunk is
@@ -85,6 +85,16 @@ retention_destroy(retention *r)
 {
     if (r == NULL)
         return;
+    // Held copies in the pool may still be read by the broker (retention turned off while the
+    // producer lives on): their regions wait for their seqs to be trained.
+    for (uint32_t i = 0; i < r->len; i++) {
+        entry *e = &r->ring[(r->head + i) % r->cap];
+        if (e->region != NULL && !e->hole) {
+            push_pool_defer(r->pool, e->region, e->first_seq + e->chunk.count);
+            e->region = NULL;
+            memset(&e->chunk, 0, sizeof(e->chunk));
+        }
+    }
     for (uint32_t i = 0; i < r->cap; i++)
         slot_fini(r, &r->ring[i]);
     free(r->ring);
@@ -96,6 +106,12 @@ retention_set_pool(retention *r, push_pool *pool, uint64_t min_bytes)
 {
     r->pool = pool;
     r->pool_min = min_bytes;
+}
+
+int
+retention_would_pool(const retention *r, const stoker_chunk *chunk)
+{
+    return r->pool != NULL && push_pool_secret(r->pool) != 0 && chunk_bytes(chunk) >= r->pool_min;
 }
 
 int
@@ -146,7 +162,7 @@ retention_adopt(retention *r, stoker_chunk *chunk, uint64_t first_seq)
 {
     if (!chunk->owns_data || chunk->count == 0)
         return STOKER_INVALID;
-    if (r->pool != NULL && push_pool_secret(r->pool) != 0 && chunk_bytes(chunk) >= r->pool_min) {
+    if (retention_would_pool(r, chunk)) {
         // The copy goes to the pool (the broker reads it there); the caller keeps its buffers.
         int rv = retention_add(r, chunk, first_seq);
         if (rv == STOKER_OK)

@@ -13,12 +13,15 @@
 typedef struct retention retention;
 
 retention *retention_create(void);
-// Frees every copy; accepts NULL. Before the pool, if it has one.
+// Frees every copy; accepts NULL. Before the pool, if it has one: the pool's regions of copies
+// still held are given back only once their seqs are trained (push_pool_defer).
 void retention_destroy(retention *r);
 // From now on, copies of chunks of at least min_bytes go to pool (borrowed) while it is
 // attached to a broker and has room (push_pool.h), and adopting one copies it there (the
 // caller keeps its buffers): the broker reads them in place. NULL: none.
 void retention_set_pool(retention *r, push_pool *pool, uint64_t min_bytes);
+// Nonzero when a copy of chunk would go to the pool (attached, chunk large enough).
+int retention_would_pool(const retention *r, const stoker_chunk *chunk);
 // Nonzero when chunk (a held one, from retention_find) lies in the pool.
 int retention_pooled(const retention *r, const stoker_chunk *chunk);
 // Keeps a copy of chunk as seqs first_seq .. first_seq + count - 1 (after what is held).

@@ -5,7 +5,8 @@
 // it arrives: a region written again while the broker could still read it would show as the
 // wrong seq. Also: a producer SIGKILLed with pushes queued (they are still delivered, from its
 // memory, which the broker unmaps once they are trained), and a broker SIGKILLed and restarted
-// (the producer hands its memory to the new one and pushes by reference again).
+// (the producer hands its memory to the new one and pushes by reference again), and a dataset's
+// producer, which retains nothing and pushes by reference from copies it keeps until trained.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,5 +264,49 @@ Test(push_shm, turned_off_pushes_go_as_bytes)
                  (unsigned long long)info->pushes_shm);
     stoker_status_destroy(st);
     h_ids_fini(&ids);
+    stoker_trainer_client_destroy(tc);
+}
+
+// A dataset's producer (its pushes carry items, one in flight): pushed by reference all the same,
+// every item of both epochs delivered once, each example what the producer made for its item.
+Test(push_shm, a_datasets_pushes_go_by_reference_too)
+{
+    enum { ITEMS = 400 };
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    e2e_broker_start(url, PROC_ARGS("--dataset-size", "400", "--epochs", "2"));
+    proc_child *p = e2e_start("bench-producer", "STOKER_BENCH_PRODUCER_BIN",
+                              PROC_ARGS("--broker", url, "--name", "items", "--schema", SCHEMA,
+                                        "--chunk", "8", "--fill", "all", "--items", "400"));
+    cr_assert(h_wait_producer(url, "items", 1, 10000), "the producer did not push within 10 s");
+    stoker_trainer_client *tc = e2e_trainer_client(url, 16, 10000);
+    static uint8_t seen[2][ITEMS];
+    memset(seen, 0, sizeof(seen));
+    uint64_t deadline = stoker_now_ms() + 60000, n = 0;
+    int rv;
+    for (;;) {
+        cr_assert_lt(stoker_now_ms(), deadline, "%llu items after 60 s", (unsigned long long)n);
+        stoker_batch *b = NULL;
+        if ((rv = stoker_trainer_client_next(tc, &b)) != STOKER_OK)
+            break;
+        cr_assert_not_null(b->items, "a dataset's batch without items");
+        for (uint32_t i = 0; i < b->chunk.count; i++) {
+            uint32_t epoch = stoker_item_epoch(b->items[i]);
+            uint64_t index = stoker_item_index(b->items[i]);
+            cr_assert(epoch < 2 && index < ITEMS, "item %u:%llu outside the dataset", epoch,
+                      (unsigned long long)index);
+            cr_assert_eq(seen[epoch][index], 0, "item %u:%llu delivered twice", epoch,
+                         (unsigned long long)index);
+            seen[epoch][index] = 1;
+            assert_example(b, i, index); // made like example seq = index
+            n++;
+        }
+        stoker_trainer_client_ack(tc, b->lease);
+        stoker_batch_destroy(b);
+    }
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    cr_assert_eq(n, 2 * ITEMS, "%llu items delivered, %d made", (unsigned long long)n, 2 * ITEMS);
+    proc_assert_exit(p, 0, 10000);
+    assert_pushed_by_reference(url, "items", 50);
     stoker_trainer_client_destroy(tc);
 }
