@@ -551,6 +551,15 @@ drain_phase(run_state *r)
     if (!stop_proc(&r->consumer, 5000))
         harness_fail("run %d: the consumer did not exit within 5 s of SIGTERM", r->index);
     r->final = fetch_status(r);
+    uint64_t by_reference = 0;
+    for (uint32_t i = 0; i < r->final->n_producers; i++)
+        by_reference += r->final->producers[i].pushes_shm;
+    if (r->n_producers >= 2 && by_reference == 0)
+        harness_fail("run %d: no push came by reference to the last broker, yet odd producer "
+                     "slots push so",
+                     r->index);
+    printf("chaos: run %d: %" PRIu64 " pushes by reference to the last broker\n", r->index,
+           by_reference);
     if (!stop_proc(&r->broker, 5000))
         harness_fail("run %d: the broker did not exit within 5 s of SIGTERM", r->index);
 }

@@ -4,7 +4,8 @@
 // (STOKER_CHAOS_SEED repeats a run), producers are SIGKILLed and restarted later, replaced at
 // once, frozen briefly (SIGSTOP shorter than the producer timeout) and frozen past it (taken
 // for lost: their shards go to others, and their late pushes must be refused), and the consumer
-// is SIGKILLed once and a new one started (its unacknowledged leases come again). The broker is
+// is SIGKILLed once and a new one started (its unacknowledged leases come again); half the
+// producers push by reference (STOKER_SHM_PUSH_MIN=0). The broker is
 // not killed: it owns the epochs, and a new broker starts them anew (docs/datasets.md).
 //
 // From the consumers' logs (chaos-consumer: "I" items of each batch, "A" acknowledged, "E" epoch
@@ -136,7 +137,12 @@ start_producer(run_state *r, int i)
                           "info",
                           NULL};
     slot *s = &r->producers[i];
+    // Odd slots push by reference (their small chunks too): a revoked push, a freeze or a kill
+    // then also meets examples that live in the producer's shared memory.
+    if (i % 2 == 1)
+        setenv("STOKER_SHM_PUSH_MIN", "0", 1);
     proc_start(&s->child, "producer", argv, &(proc_io){.log = log});
+    unsetenv("STOKER_SHM_PUSH_MIN");
     s->thaw_at = s->restart_at = 0;
     r->starts++;
 }
@@ -499,6 +505,12 @@ check_run(run_state *r)
     if (st->epochs_done != EPOCHS)
         harness_fail("run %d: the broker says %u epochs done, not %d", r->index, st->epochs_done,
                      EPOCHS);
+    uint64_t by_reference = 0;
+    for (uint32_t i = 0; i < st->n_producers; i++)
+        by_reference += st->producers[i].pushes_shm;
+    if (r->n_producers >= 2 && by_reference == 0)
+        harness_fail("run %d: no push came by reference, yet odd producer slots push so", r->index);
+    printf("chaos-dataset: run %d: %" PRIu64 " pushes by reference\n", r->index, by_reference);
     printf("chaos-dataset: run %d: %" PRIu64 " deliveries of %" PRIu64 " items, %" PRIu64
            " again after a killed consumer, %" PRIu64 " acknowledged unlogged; broker: accepted "
            "%" PRIu64 ", %" PRIu64 " items reassigned, %" PRIu64 " pushes revoked, %" PRIu64
