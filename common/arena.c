@@ -2,6 +2,7 @@
 // handshake that proves we share the broker's host and user, the read-only mapping, and region
 // releases. It keeps no batch state: trainer_client.c decides which batches live here.
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -68,8 +69,8 @@ readable(int sock, uint32_t timeout_ms)
 }
 
 int
-stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_ms,
-                    stoker_arena **out, char *err, size_t err_len)
+stoker_arena_connect(const char *socket_name, uint32_t timeout_ms, int *out, char *err,
+                     size_t err_len)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     size_t name_len = strlen(socket_name);
@@ -77,11 +78,19 @@ stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_m
         return stoker_errorf(err, err_len, STOKER_INVALID, "arena socket name of %zu bytes",
                              name_len);
     memcpy(addr.sun_path + 1, socket_name, name_len); // abstract: sun_path[0] is NUL
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-blocking while connecting: a Unix socket's connect does not wait but says EAGAIN when
+    // the broker's backlog is full, so it is tried again until timeout_ms.
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (sock < 0)
         return stoker_errorf(err, err_len, STOKER_IO, "socket: %s", strerror(errno));
-    if (connect(sock, (struct sockaddr *)&addr,
-                (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len)) != 0) {
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    int rv;
+    while ((rv = connect(sock, (struct sockaddr *)&addr,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len))) !=
+               0 &&
+           (errno == EAGAIN || errno == EINTR) && stoker_now_ms() < deadline)
+        stoker_sleep_ms(5, NULL);
+    if (rv != 0 || fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) & ~O_NONBLOCK) != 0) {
         int e = errno;
         close(sock);
         return stoker_errorf(err, err_len, STOKER_CONNECTION,
@@ -89,6 +98,34 @@ stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_m
                              "or in another network namespace",
                              socket_name, strerror(e));
     }
+    *out = sock;
+    return STOKER_OK;
+}
+
+ssize_t
+stoker_arena_send_fd(int sock, const void *buf, size_t len, int fd)
+{
+    char ctrl[CMSG_SPACE(sizeof(int))];
+    memset(ctrl, 0, sizeof(ctrl));
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    return sendmsg(sock, &mh, MSG_NOSIGNAL);
+}
+
+int
+stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_ms,
+                    stoker_arena **out, char *err, size_t err_len)
+{
+    int sock;
+    int rv = stoker_arena_connect(socket_name, timeout_ms, &sock, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
     uint8_t msg[16];
     stoker_arena_put_word(msg, ticket);
     if (send(sock, msg, 8, MSG_NOSIGNAL) != 8) {

@@ -250,45 +250,14 @@ push_pool_attach(push_pool *p, const char *socket_name, uint64_t ticket, uint32_
                  char *err, size_t err_len)
 {
     push_pool_detach(p);
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    size_t name_len = strlen(socket_name);
-    if (name_len == 0 || name_len + 1 > sizeof(addr.sun_path))
-        return stoker_errorf(err, err_len, STOKER_INVALID, "arena socket name of %zu bytes",
-                             name_len);
-    memcpy(addr.sun_path + 1, socket_name, name_len); // abstract: sun_path[0] is NUL
-    // Non-blocking, so that a broker whose backlog is full cannot hold us past timeout_ms.
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (sock < 0)
-        return stoker_errorf(err, err_len, STOKER_IO, "socket: %s", strerror(errno));
     uint64_t deadline = stoker_now_ms() + timeout_ms;
-    int rv;
-    // A Unix socket's connect does not wait: EAGAIN says the backlog is full, so try again.
-    while ((rv = connect(sock, (struct sockaddr *)&addr,
-                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + name_len))) !=
-               0 &&
-           (errno == EAGAIN || errno == EINTR) && stoker_now_ms() < deadline)
-        stoker_sleep_ms(5, NULL);
-    if (rv != 0) {
-        int e = errno;
-        close(sock);
-        return stoker_errorf(err, err_len, STOKER_CONNECTION,
-                             "no arena socket '@%s' here (%s): the broker runs on another host "
-                             "or in another network namespace",
-                             socket_name, strerror(e));
-    }
+    int sock;
+    int rv = stoker_arena_connect(socket_name, timeout_ms, &sock, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
     uint8_t msg[16];
     stoker_arena_put_word(msg, ticket);
-    char ctrl[CMSG_SPACE(sizeof(int))];
-    memset(ctrl, 0, sizeof(ctrl));
-    struct iovec iov = {.iov_base = msg, .iov_len = 8};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &p->memfd, sizeof(int));
-    if (sendmsg(sock, &mh, MSG_NOSIGNAL) != 8) {
+    if (stoker_arena_send_fd(sock, msg, 8, p->memfd) != 8) {
         int e = errno;
         close(sock);
         return stoker_errorf(err, err_len, STOKER_IO, "arena socket: sending the pool: %s",

@@ -335,17 +335,7 @@ handshake(broker_arena *a, int fd)
     int ro = open(path, O_RDONLY | O_CLOEXEC);
     stoker_arena_put_word(buf, secret);
     stoker_arena_put_word(buf + 8, a->bytes);
-    char ctrl[CMSG_SPACE(sizeof(int))];
-    memset(ctrl, 0, sizeof(ctrl));
-    struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &ro, sizeof(int));
-    ssize_t sent = ro >= 0 ? sendmsg(fd, &mh, MSG_NOSIGNAL) : -1;
+    ssize_t sent = ro >= 0 ? stoker_arena_send_fd(fd, buf, sizeof(buf), ro) : -1;
     if (ro >= 0)
         close(ro);
     pthread_mutex_lock(&a->lock);

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define STOKER_ARENA_ALIGN 64 // each blob of a batch in the arena starts at a multiple of this
 
@@ -26,6 +27,15 @@ uint64_t stoker_arena_layout(uint64_t at, uint32_t n, const size_t *sizes, uint6
 // The socket protocol's 8-byte words (little-endian), for both sides.
 void stoker_arena_put_word(uint8_t *p, uint64_t v);
 uint64_t stoker_arena_get_word(const uint8_t *p);
+
+// Connects to the abstract Unix socket socket_name (without its leading NUL), trying again
+// while the listener's backlog is full, at most timeout_ms; *sock is then a blocking socket.
+// STOKER_CONNECTION (nobody listens there here: another host or network namespace) or
+// STOKER_INVALID, with err.
+int stoker_arena_connect(const char *socket_name, uint32_t timeout_ms, int *sock, char *err,
+                         size_t err_len);
+// Sends len bytes of buf with descriptor fd attached (SCM_RIGHTS); sendmsg's result.
+ssize_t stoker_arena_send_fd(int sock, const void *buf, size_t len, int fd);
 
 typedef struct stoker_arena stoker_arena;
 
