@@ -105,11 +105,13 @@ stoker_arena_connect(const char *socket_name, uint32_t timeout_ms, int *out, cha
 ssize_t
 stoker_arena_send_fd(int sock, const void *buf, size_t len, int fd)
 {
-    char ctrl[CMSG_SPACE(sizeof(int))];
-    memset(ctrl, 0, sizeof(ctrl));
+    stoker_cmsg_buf ctrl; // aligned for the cmsghdr that CMSG_FIRSTHDR points at
+    memset(&ctrl, 0, sizeof(ctrl));
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctrl.buf,
+                        .msg_controllen = sizeof(ctrl.buf)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -134,10 +136,12 @@ stoker_arena_attach(const char *socket_name, uint64_t ticket, uint32_t timeout_m
         return stoker_errorf(err, err_len, STOKER_IO, "arena socket: sending the ticket: %s",
                              strerror(e));
     }
-    char ctrl[CMSG_SPACE(sizeof(int))];
+    stoker_cmsg_buf ctrl; // aligned for the cmsghdr that CMSG_FIRSTHDR points at
     struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl, .msg_controllen = sizeof(ctrl)};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctrl.buf,
+                        .msg_controllen = sizeof(ctrl.buf)};
     ssize_t got = -1;
     if (readable(sock, timeout_ms))
         got = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);

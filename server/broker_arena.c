@@ -82,7 +82,6 @@ struct broker_arena {
     pool_slot pools[MAX_POOLS];
     pool_ticket pool_tickets[MAX_POOLS]; // as many as pools: a crowd of hellos expires none
     uint32_t next_pool_ticket;
-    uint64_t pools_taken; // ever
 };
 
 static void
@@ -236,7 +235,6 @@ take_pool(broker_arena *a, int fd, int passed, uint64_t ticket, pid_t pid)
             slot = i;
     if (pool != NULL && session != 0 && slot < MAX_POOLS && secret != 0) {
         a->pools[slot] = (pool_slot){.fd = fd, .secret = secret, .session = session, .pool = pool};
-        a->pools_taken++;
     }
     pthread_mutex_unlock(&a->lock);
     if (pool == NULL || session == 0 || slot == MAX_POOLS || secret == 0) {
@@ -280,18 +278,28 @@ handshake(broker_arena *a, int fd)
     }
     // A peer of ours sends its 8 bytes right after connecting (a producer's with its shared
     // memory attached); do not wait on a silent one.
-    char in_ctrl[CMSG_SPACE(sizeof(int))];
+    stoker_cmsg_buf in_ctrl; // aligned for the cmsghdr that CMSG_FIRSTHDR points at
     struct iovec in_iov = {.iov_base = buf, .iov_len = 8};
     struct msghdr in = {.msg_iov = &in_iov,
                         .msg_iovlen = 1,
-                        .msg_control = in_ctrl,
-                        .msg_controllen = sizeof(in_ctrl)};
+                        .msg_control = in_ctrl.buf,
+                        .msg_controllen = sizeof(in_ctrl.buf)};
     ssize_t got = poll(&p, 1, 200) == 1 ? recvmsg(fd, &in, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) : -1;
+    // One descriptor is taken; any more that came (their space fits two) are closed, not kept.
     int passed = -1;
     struct cmsghdr *pc = got > 0 ? CMSG_FIRSTHDR(&in) : NULL;
     if (pc != NULL && pc->cmsg_level == SOL_SOCKET && pc->cmsg_type == SCM_RIGHTS &&
-        pc->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(&passed, CMSG_DATA(pc), sizeof(int));
+        pc->cmsg_len >= CMSG_LEN(sizeof(int))) {
+        size_t n = (pc->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int one;
+            memcpy(&one, CMSG_DATA(pc) + i * sizeof(int), sizeof(int));
+            if (i == 0 && n == 1)
+                passed = one;
+            else
+                close(one);
+        }
+    }
     if (got != 8) {
         stoker_warn("arena-refused: pid %d sent no ticket", (int)cred.pid);
         if (passed >= 0)

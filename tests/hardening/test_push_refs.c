@@ -6,6 +6,7 @@
 // memfd, 8-byte aligned; and trainers get exactly the bytes the producer wrote, on either path
 // (socket or the broker's own shared memory), even after the producer is gone. Every refusal
 // leaves the broker serving.
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -559,6 +560,74 @@ Test(push_refs, only_a_sealed_memfd_with_a_good_ticket_is_taken)
     cr_assert_eq(info.pushes_shm, 1);
     cr_assert_eq(info.queued, 16);
     push_pool_destroy(p);
+    nng_close(s);
+    proc_broker_stop(broker);
+}
+
+// Descriptors open in process pid.
+static int
+open_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    cr_assert_not_null(d, "cannot list %s", path);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+// A ticket with two memfds attached: neither is taken, and the broker keeps no descriptor of
+// them (a peer sending many could otherwise run the broker out of descriptors).
+Test(push_refs, two_descriptors_with_a_ticket_are_refused_and_closed)
+{
+    char url[256];
+    proc_child *broker = start_broker(url, NULL);
+    nng_socket s = h_raw_open(url, 3000);
+    stoker_reply *rep = hello(s, 0x99, "p", 1);
+    char name[sizeof(rep->arena_socket)];
+    snprintf(name, sizeof(name), "%s", rep->arena_socket);
+    uint64_t ticket = rep->arena_ticket;
+    stoker_reply_free(rep);
+    int before = open_fds(broker->pid);
+    int fds[2] = {memfd_with(F_SEAL_SHRINK), memfd_with(F_SEAL_SHRINK)};
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    memcpy(addr.sun_path + 1, name, strlen(name));
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(connect(sock, (struct sockaddr *)&addr,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))),
+                 0);
+    uint8_t msg[8];
+    stoker_arena_put_word(msg, ticket);
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } ctrl;
+    memset(&ctrl, 0, sizeof(ctrl));
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof(msg)};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctrl.buf,
+                        .msg_controllen = sizeof(ctrl.buf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, sizeof(fds));
+    cr_assert_eq(sendmsg(sock, &mh, MSG_NOSIGNAL), 8, "sendmsg: %s", strerror(errno));
+    expect_closed(sock, "two memfds with one ticket");
+    close(fds[0]);
+    close(fds[1]);
+    int after = -1;
+    for (int waited = 0; waited < 2000; waited += 50) {
+        if ((after = open_fds(broker->pid)) <= before)
+            break;
+        stoker_sleep_ms(50, NULL);
+    }
+    cr_assert_leq(after, before, "the broker holds %d descriptors, %d before the two memfds", after,
+                  before);
     nng_close(s);
     proc_broker_stop(broker);
 }

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define STOKER_ARENA_ALIGN 64 // each blob of a batch in the arena starts at a multiple of this
@@ -34,6 +35,11 @@ uint64_t stoker_arena_get_word(const uint8_t *p);
 // STOKER_INVALID, with err.
 int stoker_arena_connect(const char *socket_name, uint32_t timeout_ms, int *sock, char *err,
                          size_t err_len);
+// Room for one descriptor's control message, aligned as a struct cmsghdr.
+typedef union stoker_cmsg_buf {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+} stoker_cmsg_buf;
 // Sends len bytes of buf with descriptor fd attached (SCM_RIGHTS); sendmsg's result.
 ssize_t stoker_arena_send_fd(int sock, const void *buf, size_t len, int fd);
 
