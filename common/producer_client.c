@@ -733,8 +733,6 @@ keep(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq, 
                     pc->name, (unsigned long long)first_seq);
     }
     retention_release(pc->kept, atomic_load(&pc->trained));
-    if (pc->pool != NULL)
-        push_pool_trained(pc->pool, atomic_load(&pc->trained));
     return rv;
 }
 
@@ -812,9 +810,7 @@ push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t firs
 static int
 push_copy_by_reference(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
 {
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
-        bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
+    uint64_t bytes = stoker_schema_example_bytes(&chunk->schema) * (uint64_t)chunk->count;
     stoker_chunk copy;
     uint8_t *region;
     if (pc->pool == NULL || push_pool_secret(pc->pool) == 0 || bytes < pc->pool_min ||

@@ -25,14 +25,11 @@ struct retention {
     uint64_t pool_min;
 };
 
-// The bytes of chunk's examples, all fields.
-static uint64_t
-chunk_bytes(const stoker_chunk *chunk)
+int
+retention_would_pool(const retention *r, const stoker_chunk *chunk)
 {
-    uint64_t bytes = 0;
-    for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
-        bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
-    return bytes;
+    return r->pool != NULL && push_pool_secret(r->pool) != 0 &&
+           stoker_schema_example_bytes(&chunk->schema) * (uint64_t)chunk->count >= r->pool_min;
 }
 
 // Frees a slot's buffers, wherever they are.
@@ -48,20 +45,17 @@ slot_fini(retention *r, entry *e)
     }
 }
 
-// Gives slot e buffers for count examples of chunk's schema: in the pool when the chunk is
-// large enough and the pool has room, else on the heap; buffers that fit already stay.
+// Gives slot e buffers for chunk's examples: in the pool when the chunk is large enough and the
+// pool has room, else on the heap; buffers that fit already stay.
 static int
-slot_fit(retention *r, entry *e, const stoker_chunk *chunk, uint32_t count)
+slot_fit(retention *r, entry *e, const stoker_chunk *chunk)
 {
+    uint32_t count = chunk->count;
     int fits = e->chunk.capacity >= count && stoker_schema_equal(&e->chunk.schema, &chunk->schema);
-    if (r->pool != NULL && push_pool_secret(r->pool) != 0 && (!fits || e->region == NULL)) {
-        uint64_t bytes = 0;
-        for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
-            bytes += stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)count;
+    if ((!fits || e->region == NULL) && retention_would_pool(r, chunk)) {
         stoker_chunk pooled;
         uint8_t *region;
-        if (bytes >= r->pool_min &&
-            push_pool_chunk(r->pool, &chunk->schema, count, &pooled, &region) == STOKER_OK) {
+        if (push_pool_chunk(r->pool, &chunk->schema, count, &pooled, &region) == STOKER_OK) {
             slot_fini(r, e);
             e->chunk = pooled;
             e->region = region;
@@ -109,12 +103,6 @@ retention_set_pool(retention *r, push_pool *pool, uint64_t min_bytes)
 }
 
 int
-retention_would_pool(const retention *r, const stoker_chunk *chunk)
-{
-    return r->pool != NULL && push_pool_secret(r->pool) != 0 && chunk_bytes(chunk) >= r->pool_min;
-}
-
-int
 retention_pooled(const retention *r, const stoker_chunk *chunk)
 {
     return r->pool != NULL && push_pool_offsets(r->pool, chunk, (uint64_t[STOKER_MAX_FIELDS]){0});
@@ -143,7 +131,7 @@ retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
     if (r->len == r->cap && grow(r) != STOKER_OK)
         return STOKER_NOMEM;
     entry *e = &r->ring[(r->head + r->len) % r->cap];
-    int rv = slot_fit(r, e, chunk, chunk->count);
+    int rv = slot_fit(r, e, chunk);
     if (rv != STOKER_OK)
         return rv;
     e->chunk.count = 0;

@@ -347,47 +347,22 @@ chunk_from_pb_at(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, int 
     return STOKER_OK;
 }
 
-// A chunk whose blobs are in the broker's arena (stoker/arena.h resolves them): only its count
-// and sizes, data pointers NULL.
+// A chunk whose blobs are elsewhere (in the broker's arena, stoker/arena.h, or for a push by
+// reference in the producer's shared memory): only its count and sizes, data pointers NULL.
 static int
-arena_chunk_from_pb(const Stoker__Chunk *pb, stoker_reply *rep, char *err, size_t err_len)
+sizes_only_from_pb(const Stoker__Chunk *pb, stoker_chunk *c, uint32_t *n_data, size_t *data_len,
+                   char *err, size_t err_len)
 {
     if (pb->n_sizes > STOKER_MAX_FIELDS)
         return stoker_errorf(err, err_len, STOKER_INVALID,
                              "chunk has %zu fields, at most %d allowed", pb->n_sizes,
                              STOKER_MAX_FIELDS);
-    memset(&rep->chunk, 0, sizeof(rep->chunk));
-    rep->chunk.count = pb->count;
-    rep->chunk.capacity = pb->count;
+    memset(c, 0, sizeof(*c));
+    c->count = pb->count;
+    c->capacity = pb->count;
     for (size_t i = 0; i < pb->n_sizes; i++)
-        rep->data_len[i] = (size_t)pb->sizes[i];
-    rep->n_data = (uint32_t)pb->n_sizes;
-    return STOKER_OK;
-}
-
-// The chunk of a push by reference: count and sizes, data pointers NULL, the offsets one per
-// blob.
-static int
-pool_chunk_from_pb(const Stoker__Push *pb, stoker_request *req, char *err, size_t err_len)
-{
-    const Stoker__Chunk *c = pb->chunk;
-    if (c->n_sizes > STOKER_MAX_FIELDS)
-        return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "chunk has %zu fields, at most %d allowed", c->n_sizes,
-                             STOKER_MAX_FIELDS);
-    if (pb->n_pool_offsets != c->n_sizes)
-        return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "push by reference names %zu offsets for %zu fields",
-                             pb->n_pool_offsets, c->n_sizes);
-    memset(&req->chunk, 0, sizeof(req->chunk));
-    req->chunk.count = c->count;
-    req->chunk.capacity = c->count;
-    for (size_t i = 0; i < c->n_sizes; i++) {
-        req->data_len[i] = (size_t)c->sizes[i];
-        req->pool_offsets[i] = pb->pool_offsets[i];
-    }
-    req->n_data = (uint32_t)c->n_sizes;
-    req->pool_secret = pb->pool_secret;
+        data_len[i] = (size_t)pb->sizes[i];
+    *n_data = (uint32_t)pb->n_sizes;
     return STOKER_OK;
 }
 
@@ -836,23 +811,24 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
             break;
         }
         req->first_seq = r->push->first_seq;
-        if (r->push->pool_secret != 0) {
+        if (r->push->pool_secret == 0) {
+            owner->msg = msg; // provisionally: the chunk points into it
+            rv = chunk_from_pb_at(r->push->chunk, owner, pb_end, aligned, &req->chunk, &req->n_data,
+                                  req->data_len, err, err_len);
+            owner->msg = NULL;
+            has_chunk = 1;
+        } else if (r->push->n_pool_offsets != r->push->chunk->n_sizes) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "push by reference names %zu offsets for %zu fields",
+                               r->push->n_pool_offsets, r->push->chunk->n_sizes);
+        } else {
             // By reference: only the sizes here; the broker resolves the offsets.
-            rv = pool_chunk_from_pb(r->push, req, err, err_len);
-            req->n_items = (uint32_t)r->push->n_items;
-            req->items = r->push->items;
-            req->shard = r->push->shard;
-            if (rv == STOKER_OK && req->n_items != 0 && req->n_items != req->chunk.count)
-                rv = stoker_errorf(err, err_len, STOKER_INVALID,
-                                   "push carries %u items for %u examples (one each, or none)",
-                                   req->n_items, req->chunk.count);
-            break;
+            rv = sizes_only_from_pb(r->push->chunk, &req->chunk, &req->n_data, req->data_len, err,
+                                    err_len);
+            req->pool_secret = r->push->pool_secret;
+            for (uint32_t i = 0; rv == STOKER_OK && i < req->n_data; i++)
+                req->pool_offsets[i] = r->push->pool_offsets[i];
         }
-        owner->msg = msg; // provisionally: the chunk points into it
-        rv = chunk_from_pb_at(r->push->chunk, owner, pb_end, aligned, &req->chunk, &req->n_data,
-                              req->data_len, err, err_len);
-        owner->msg = NULL;
-        has_chunk = 1;
         if (rv == STOKER_OK && r->push->n_items != 0 && r->push->n_items != req->chunk.count)
             rv = stoker_errorf(err, err_len, STOKER_INVALID,
                                "push carries %zu items for %u examples (one each, or none)",
@@ -1141,7 +1117,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->arena_offset = r->arena_offset;
     owner->msg = msg; // provisionally: the chunk points into it
     if (r->chunk != NULL && r->in_arena)
-        rv = arena_chunk_from_pb(r->chunk, rep, err, err_len);
+        rv = sizes_only_from_pb(r->chunk, &rep->chunk, &rep->n_data, rep->data_len, err, err_len);
     else
         rv = r->chunk != NULL ? chunk_from_pb(r->chunk, owner, pb_end, &rep->chunk, &rep->n_data,
                                               rep->data_len, err, err_len)
