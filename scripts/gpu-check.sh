@@ -11,8 +11,8 @@
 # - The full meson build needs nng, protobuf-c (and criterion for the CPU tests). Where
 #   `meson setup -Dcuda=enabled` fails for lack of them, the script compiles the trainer core
 #   and test_gpu.c directly (nvcc + cc, no meson, plain-loop CPU reference; of libstoker only
-#   common/error.c, which is plain C), which needs none of them. STOKER_GPU_CHECK_DIRECT=1 forces
-#   that path.
+#   common/base/error.c, which is plain C), which needs none of them.
+#   STOKER_GPU_CHECK_DIRECT=1 forces that path.
 # - Exit status: 0 all GPU tests passed, 77 no usable GPU (skipped), anything else a failure;
 #   "$OUT/summary.txt" says which, in one line.
 set -uo pipefail
@@ -179,7 +179,7 @@ CFLAGS=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wundef -Wshadow -Wn
     nvcc -O2 -gencode 'arch=compute_90,code=[sm_90,compute_90]' -I "$DIRECT" -I common/include \
         -c trainer/kernels.cu -o "$DIRECT/kernels.o" &&
         for f in trainer/backend_cpu.c trainer/backend_cuda.c trainer/mlp.c trainer/safetensors.c \
-            common/error.c tests/trainer/test_gpu.c; do
+            common/base/error.c tests/trainer/test_gpu.c; do
             cc "${CFLAGS[@]}" -c "$f" -o "$DIRECT/$(basename "$f" .c).o" || exit 1
         done &&
         cc -o "$DIRECT/test_trainer_gpu" "$DIRECT"/*.o -L "$CUDA_LIB" -Wl,-rpath,"$CUDA_LIB" \

@@ -21,12 +21,22 @@ def load(path):
 
 OK = ("OK", "SKIP", "EXPECTEDFAIL")
 
+
+def skip_reason(out):
+    """The reason a skipped test printed: its line that says skip, else its last line."""
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
+    for l in reversed(lines):
+        if "skip" in l.lower():
+            return l[:300]
+    return lines[-1][:300] if lines else "(it printed no reason)"
+
 tests = {}
 for path in sys.argv[1:]:
     tests.update(load(path))
 
 passed = failed = skipped = 0
 failures = []
+skips = []
 for t in tests.values():
     out = (t.get("stdout") or "") + (t.get("stderr") or "")
     m = SYNTH.findall(out)
@@ -39,12 +49,15 @@ for t in tests.values():
             failed += 1  # the binary failed outside any test (e.g. a leak check)
     elif result == "SKIP":
         skipped += 1
+        skips.append(f"{t.get('name')}: {skip_reason(out)}")
     elif result in ("OK", "EXPECTEDFAIL"):
         passed += 1
     else:
         failed += 1
     if result not in ("OK", "SKIP", "EXPECTEDFAIL"):
         failures.append(f"{t.get('name')}: {result}")
+for line in skips:
+    print("skipped:", line)
 for name in failures:
     print("failed:", name)
 print(f"{passed} passed, {failed} failed, {skipped} skipped")

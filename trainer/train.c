@@ -179,8 +179,15 @@ check_fields(const train_config *cfg, const stoker_schema *schema, int *in_idx, 
     return STOKER_OK;
 }
 
+// The producers the broker already knew when this trainer joined (its hello reply lists each
+// as an event of index 0): counted, and said in one line once the source is open, so a trainer
+// joining a long-lived broker does not log a line for every producer it ever saw.
+typedef struct producers_known {
+    uint32_t alive, lost, finished;
+} producers_known;
+
 static void
-record_event(train_result *res, const stoker_event *e, double at_s)
+record_event(train_result *res, producers_known *known, const stoker_event *e, double at_s)
 {
     if (e->kind == STOKER_EVENT_EPOCH_END) {
         res->epochs++;
@@ -193,7 +200,12 @@ record_event(train_result *res, const stoker_event *e, double at_s)
                                                                    : "reconnected";
     if (e->kind == STOKER_EVENT_EPOCH_END)
         ;
-    else if (e->kind == STOKER_EVENT_PRODUCER_LOST)
+    else if (e->index == 0 && e->kind != STOKER_EVENT_PRODUCER_RECONNECTED) {
+        known->alive += e->kind == STOKER_EVENT_PRODUCER_JOINED;
+        known->lost += e->kind == STOKER_EVENT_PRODUCER_LOST;
+        known->finished += e->kind == STOKER_EVENT_PRODUCER_FINISHED;
+        stoker_debug("producer %u '%s' %s: %s", e->producer, e->name, what, e->reason);
+    } else if (e->kind == STOKER_EVENT_PRODUCER_LOST)
         stoker_warn("producer %u '%s' %s: %s", e->producer, e->name, what, e->reason);
     else
         stoker_info("producer %u '%s' %s", e->producer, e->name, what);
@@ -211,6 +223,7 @@ record_event(train_result *res, const stoker_event *e, double at_s)
 // be: the backend memory the source maps is registered with (on_memory).
 typedef struct event_sink {
     train_result *res;
+    producers_known known;
     uint64_t origin_ns;
     backend *be;
 } event_sink;
@@ -219,7 +232,7 @@ static void
 on_event(const stoker_event *e, void *arg)
 {
     event_sink *sink = arg;
-    record_event(sink->res, e, (double)(stoker_now_ns() - sink->origin_ns) / 1e9);
+    record_event(sink->res, &sink->known, e, (double)(stoker_now_ns() - sink->origin_ns) / 1e9);
 }
 
 // Writes a checkpoint of net and the lineage's position, then commits: the batches trained so
@@ -346,7 +359,7 @@ train_run(const train_config *cfg, train_result *res)
     backend *be = NULL;
     mlp *net = NULL;
     batch_view view = {0};
-    event_sink sink = {res, stoker_now_ns(), NULL};
+    event_sink sink = {.res = res, .origin_ns = stoker_now_ns()};
 
     // The device first: probing CUDA takes a while, and the clock of a training run should not
     // include it (nor the examples producers queue meanwhile).
@@ -369,6 +382,12 @@ train_run(const train_config *cfg, train_result *res)
         set_reason(res, st, "%s", why);
         goto done;
     }
+    const producers_known *known = &sink.known;
+    if (known->alive + known->lost + known->finished > 0)
+        stoker_info("producers-known: the broker knew %u producers when this trainer joined (%u "
+                    "alive, %u lost, %u finished)",
+                    known->alive + known->lost + known->finished, known->alive, known->lost,
+                    known->finished);
 
     int in_idx = -1, tgt_idx = -1;
     uint32_t in_dim = 0, out_dim = 0;

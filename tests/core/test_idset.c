@@ -1,10 +1,10 @@
-// The trainer client's set of identities seen (common/idset.c): what it counts as seen before
+// The trainer client's set of identities seen (common/data/idset.c): what it counts as seen before
 // decides which examples a trainer drops as duplicates.
 #include <stdint.h>
 
 #include <criterion/criterion.h>
 
-#include "../../common/idset.h"
+#include "idset.h"
 
 Test(idset, counts_what_was_added_before_without_adding)
 {

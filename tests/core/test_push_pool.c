@@ -1,10 +1,11 @@
-// A producer's shared memory for pushes by reference (common/push_pool.c) and the retention
-// buffer that keeps its copies there (common/retention.c). Regions are 64-byte aligned, disjoint
-// and inside the pool; a region comes back after a free, and a deferred one only once the seqs
-// it carried are trained. The attach protocol is played against a fake broker here (a thread on
-// an abstract Unix socket that takes the ticket and the memfd and answers as told): it gives the
-// pool a secret without a real broker, which retention needs before it uses the pool at all, and
-// it lets these tests look at the memfd the broker would map (its seals, its size, its bytes).
+// A producer's shared memory for pushes by reference (common/transport/push_pool.c) and the
+// retention buffer that keeps its copies there (common/client/retention.c). Regions are 64-byte
+// aligned, disjoint and inside the pool; a region comes back after a free, and a deferred one only
+// once the seqs it carried are trained. The attach protocol is played against a fake broker here (a
+// thread on an abstract Unix socket that takes the ticket and the memfd and answers as told): it
+// gives the pool a secret without a real broker, which retention needs before it uses the pool at
+// all, and it lets these tests look at the memfd the broker would map (its seals, its size, its
+// bytes).
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -22,8 +23,8 @@
 
 #include <criterion/criterion.h>
 
-#include "../../common/push_pool.h"
-#include "../../common/retention.h"
+#include "push_pool.h"
+#include "retention.h"
 #include "stoker/arena.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"

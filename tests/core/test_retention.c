@@ -1,11 +1,11 @@
-// The producer's retention buffer (common/retention.c): what it keeps, and that adopting a
+// The producer's retention buffer (common/client/retention.c): what it keeps, and that adopting a
 // chunk keeps the chunk's own buffers (no copy) and hands back others to fill.
 #include <stdint.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 
-#include "../../common/retention.h"
+#include "retention.h"
 #include "stoker/error.h"
 #include "stoker/schema.h"
 

@@ -1,5 +1,5 @@
-// The producer's push stream (common/push_stream.h): pushes written from the chunks' own buffers
-// on a connection of their own that speaks nng's REQ framing. Over tcp:// with a token (the
+// The producer's push stream (common/transport/push_stream.h): pushes written from the chunks' own
+// buffers on a connection of their own that speaks nng's REQ framing. Over tcp:// with a token (the
 // stream says an observer's hello first) and over ipc://, every example arrives once and the
 // producer's log says the stream carried them; with STOKER_PUSH_STREAM=0 the socket carries
 // them, exactly as well. A producer that finishes after pushing on the stream is finished, not

@@ -1,7 +1,7 @@
 // Pushes by reference against the real broker: a producer on the broker's host hands it a sealed
-// memfd over the arena's Unix socket (common/push_pool.h) and its pushes then name only offsets
-// in it. The broker offers the socket only to a producer that asks; takes a memfd only with a
-// ticket it gave, once, sealed against shrinking (an unsealed one could be shrunk under its reads
+// memfd over the arena's Unix socket (common/transport/push_pool.h) and its pushes then name only
+// offsets in it. The broker offers the socket only to a producer that asks; takes a memfd only with
+// a ticket it gave, once, sealed against shrinking (an unsealed one could be shrunk under its reads
 // and fault it); resolves a push only for the session the memfd came with and only inside the
 // memfd, 8-byte aligned; and trainers get exactly the bytes the producer wrote, on either path
 // (socket or the broker's own shared memory), even after the producer is gone. Every refusal
@@ -21,7 +21,7 @@
 
 #include <criterion/criterion.h>
 
-#include "../../common/push_pool.h"
+#include "push_pool.h"
 #include "helpers.h"
 #include "stoker/arena.h"
 #include "stoker/clock.h"

@@ -64,7 +64,8 @@ stoker_item_index(uint64_t item)
     return item & 0xffffffffu;
 }
 
-// Frees the batch and everything it owns; accepts NULL.
+// Frees the batch and everything it owns (its reply, its region of the arena); accepts NULL.
+// Implemented with the clients (client/batch.c), which hand batches out.
 void stoker_batch_destroy(stoker_batch *batch);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "producer_dataset.h"
 #include "producer_pipeline.h"
+#include "producer_stop.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -31,7 +32,7 @@ static int
 stop_requested(const dataset_run *r)
 {
     const volatile int *user = r->cfg->client.stop;
-    return *stoker_producer_stop_flag() || (user != NULL && *user);
+    return producer_stop_requested(user);
 }
 
 // Makes items[0..n) into chunk (emptied first) with the generator.

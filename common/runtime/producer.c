@@ -1,32 +1,16 @@
 // The producer loop: fill a chunk, push it until acknowledged, repeat; goodbye at the end.
 // Generation and pushing overlap: the calling thread fills one chunk while a pusher thread
 // (producer_pipeline.c) sends the previous one. A dataset's loop is producer_dataset.c.
-#include <signal.h>
 #include <string.h>
 
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
-#include "stoker/process.h"
 #include "stoker/producer.h"
 #include "stoker/producer_client.h"
 #include "producer_dataset.h"
 #include "producer_pipeline.h"
-
-static volatile int signal_stop;
-
-static void
-on_signal(int sig)
-{
-    (void)sig;
-    signal_stop = 1;
-}
-
-const volatile int *
-stoker_producer_stop_flag(void)
-{
-    return &signal_stop;
-}
+#include "producer_stop.h"
 
 void
 stoker_producer_config_init(stoker_producer_config *cfg)
@@ -37,27 +21,16 @@ stoker_producer_config_init(stoker_producer_config *cfg)
     cfg->retain = STOKER_RETAIN_AUTO;
 }
 
-// A stop flag that watches both the caller's and the signal handler's.
-typedef struct stops {
-    const volatile int *user;
-} stops;
-
-static int
-should_stop(const stops *s)
-{
-    return signal_stop || (s->user != NULL && *s->user);
-}
-
 int
 stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *gen,
                     stoker_producer_stats *stats)
 {
     stoker_producer_stats st = {0};
     uint64_t start_ns = stoker_now_ns();
-    stops stop = {.user = cfg->client.stop};
+    const volatile int *user_stop = cfg->client.stop;
     stoker_client_options copts = cfg->client;
     // The client watches the signal flag; the caller's flag is checked here between examples.
-    copts.stop = &signal_stop;
+    copts.stop = stoker_producer_stop_flag();
     const char *name = copts.name != NULL ? copts.name : "producer";
     int rv;
 
@@ -66,7 +39,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         return STOKER_INVALID;
     }
     if (cfg->handle_signals)
-        stoker_process_on_stop(on_signal);
+        producer_stop_on_signals();
     stoker_producer_client *pc;
     if ((rv = stoker_producer_client_create(&copts, &gen->schema, &pc)) != STOKER_OK) {
         stoker_error("producer '%s': cannot start a client for %s: %s", name,
@@ -99,7 +72,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         goto out;
     uint64_t seq = stoker_producer_client_next_seq(pc), generated = 0;
     int gen_rv = STOKER_OK;
-    while (gen_rv == STOKER_OK && !should_stop(&stop)) {
+    while (gen_rv == STOKER_OK && !producer_stop_requested(user_stop)) {
         uint32_t n = cfg->chunk;
         if (cfg->max_examples > 0) {
             if (generated >= cfg->max_examples)
@@ -112,7 +85,8 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
             break; // the pusher stopped
         chunk->count = 0;
         // One example at a time, so a stop request is seen between examples.
-        for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !should_stop(&stop); i++)
+        for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !producer_stop_requested(user_stop);
+             i++)
             gen_rv = stoker_generator_fill_chunk(gen, chunk, 1, seq + i, cfg->seed, name);
         // Read before the chunk is handed over: once submitted, the pusher may push it and give
         // its buffers to retention (the chunk then holds other buffers, count 0).
@@ -137,7 +111,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         rv = gen_rv;
         goto out;
     }
-    if (cfg->linger_ms > 0 && !should_stop(&stop)) {
+    if (cfg->linger_ms > 0 && !producer_stop_requested(user_stop)) {
         rv = stoker_producer_client_drain(pc, cfg->linger_ms);
         if (rv != STOKER_OK && rv != STOKER_INTERRUPTED)
             stoker_warn("producer '%s': %llu pushed examples not reported trained after "
@@ -169,9 +143,9 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     rv = STOKER_OK;
     stoker_info("producer '%s' finished: %llu examples in %llu pushes (%s)", name,
                 (unsigned long long)st.examples, (unsigned long long)st.pushes,
-                should_stop(&stop)             ? "stopped"
-                : gen_rv == STOKER_END_OF_DATA ? "generator ended"
-                                               : "max examples reached");
+                producer_stop_requested(user_stop) ? "stopped"
+                : gen_rv == STOKER_END_OF_DATA     ? "generator ended"
+                                                   : "max examples reached");
 out:
     stoker_producer_client_destroy(pc);
     st.seconds = (double)(stoker_now_ns() - start_ns) / 1e9;

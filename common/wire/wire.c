@@ -12,7 +12,6 @@
 #include <nng/nng.h>
 
 #include "stoker.pb-c.h"
-#include "stoker/arena.h"
 #include "stoker/error.h"
 #include "stoker/wire.h"
 
@@ -1271,18 +1270,4 @@ stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
     }
     c->schema = *schema;
     return STOKER_OK;
-}
-
-void
-stoker_batch_destroy(stoker_batch *batch)
-{
-    if (batch == NULL)
-        return;
-    if (batch->chunk.owns_data)
-        stoker_chunk_fini(&batch->chunk);
-    stoker_reply_free(batch->owner);
-    if (batch->arena != NULL)
-        stoker_arena_release(batch->arena, batch->lease);
-    free(batch->runs);
-    free(batch);
 }
