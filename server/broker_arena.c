@@ -4,6 +4,7 @@
 // sorted array and first-fit over its gaps are enough. The same socket takes the producers'
 // shared memory (common/push_pool.h): a producer on our host hands its sealed memfd over with
 // its ticket, we map it read-only, and its pushes by reference point into it.
+// It may use libstoker and the system only: no other room, not even the core.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

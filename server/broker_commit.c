@@ -4,6 +4,7 @@
 // their examples in memory, so they count inside --max-bytes with the queues: when held and
 // queued bytes reach the bound, pushes wait, and an empty pull says why. It does not apply
 // acknowledgements (broker_lease.c) nor decide who commits (the trainer client).
+// It may use the core (broker_core.h) only.
 #include <stdio.h>
 
 #include "broker_internal.h"

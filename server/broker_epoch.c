@@ -10,6 +10,7 @@
 // producer holds up to two shards: the one its pushes are filling and the next, asked for
 // while the first one's last pushes are in flight (so it never idles at a shard's end); a
 // shard leaves its list once pushed in full, and each push names its shard's id.
+// It may use the core and broker_push.c (revive).
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
 // A step's batches are leases like any other (held by their rank's trainer from the moment the
 // step is formed), so acknowledgement and redelivery need nothing of their own here. It does not
 // build replies (broker_lease.c sends what group_take hands it).
+// It may use the core, broker_lease.c (take_lease, return_lease) and broker_queues.c.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,8 @@
 // producers' queues (round-robin) into leases; acknowledgements that free them; the return of a
 // lease's examples to their queues; and settle(), which serves parked requests after any change.
 // It does not decide when a trainer is dropped (broker_loss.c).
+// It may use the core and the rooms below the dispatcher (broker_internal.h): arena, commit,
+// epoch, group, push, queues, trained.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -255,18 +257,22 @@ supply_state(const broker *b, uint64_t now_ms, char *why, size_t why_len)
 // A batch's copy into its arena region, left for after the broker's lock (broker_outbox_fill):
 // it holds a reference to each block the examples lie in, so an acknowledgement or a lost
 // producer meanwhile cannot free them.
-struct broker_fill {
+typedef struct lease_fill {
+    broker_fill fill; // first: the outbox runs it (lease_fill_run)
     broker_arena *arena;
     uint64_t lease, offset;
     stoker_schema schema;
     uint32_t count, n_parts;
     stoker_chunk_part *parts;
     queue_range *held;
-};
+} lease_fill;
 
-void
-broker_fill_run(broker_fill *fill, int copy)
+// Copies fill's examples into their arena region (unless copy is 0: the reply is not sent), lets
+// the region go as usual and frees fill. Runs outside the broker's lock.
+static void
+lease_fill_run(broker_fill *f, int copy)
 {
+    lease_fill *fill = (lease_fill *)f;
     broker_arena_fill(fill->arena, fill->lease, fill->offset, copy ? fill->parts : NULL,
                       fill->n_parts, &fill->schema, fill->count);
     for (uint32_t i = 0; i < fill->n_parts; i++)
@@ -281,7 +287,7 @@ broker_fill_run(broker_fill *fill, int copy)
 static broker_fill *
 fill_for(broker *b, const lease *l, const stoker_reply *rep, uint64_t offset)
 {
-    broker_fill *fill = calloc(1, sizeof(*fill));
+    lease_fill *fill = calloc(1, sizeof(*fill));
     if (fill == NULL)
         return NULL;
     fill->parts = malloc(l->n_parts * sizeof(*fill->parts));
@@ -292,20 +298,21 @@ fill_for(broker *b, const lease *l, const stoker_reply *rep, uint64_t offset)
         free(fill);
         return NULL;
     }
-    *fill = (broker_fill){.arena = b->arena,
-                          .lease = l->id,
-                          .offset = offset,
-                          .schema = b->schema,
-                          .count = l->count,
-                          .n_parts = l->n_parts,
-                          .parts = fill->parts,
-                          .held = fill->held};
+    *fill = (lease_fill){.fill = {.run = lease_fill_run},
+                         .arena = b->arena,
+                         .lease = l->id,
+                         .offset = offset,
+                         .schema = b->schema,
+                         .count = l->count,
+                         .n_parts = l->n_parts,
+                         .parts = fill->parts,
+                         .held = fill->held};
     memcpy(fill->parts, rep->parts, l->n_parts * sizeof(*fill->parts));
     for (uint32_t i = 0; i < l->n_parts; i++) {
         fill->held[i] = l->parts[i].range;
         queue_range_retain(&fill->held[i]);
     }
-    return fill;
+    return &fill->fill;
 }
 
 // A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only

@@ -1,6 +1,8 @@
 // The broker's losses and deadlines: producers lost (connection closed or silent), trainers
 // dropped (their leases redelivered), connections the transport closed or reset, and the tick
 // that expires parked requests and silent peers. It does not serve requests itself.
+// It may use the core and broker_lease.c, broker_push.c, broker_session.c (forget_pipe),
+// broker_epoch.c, broker_group.c.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -2,6 +2,7 @@
 // (idempotent by sequence number, refused on a gap), and the revival of a producer heard from
 // again. It does not decide when a producer is lost (broker_loss.c) nor hand examples out
 // (broker_lease.c).
+// It may use the core and broker_arena.c, broker_commit.c, broker_epoch.c, broker_trained.c.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

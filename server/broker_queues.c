@@ -2,6 +2,7 @@
 // broker knows (the batch sizes its trainers ask for, the producers alive, --max-bytes), unless
 // the user fixed it with --queue-depth N; when the queues are full; and the one warning when a
 // batch came short because of them rather than the supply. It moves no examples itself.
+// It may use the core, broker_commit.c (bytes_room) and broker_group.c (group_world).
 #include <stdio.h>
 
 #include "broker_group.h"

@@ -1,6 +1,8 @@
 // The broker's sessions: hello (authentication by token, schema agreement, joining or rejoining
 // as a producer or trainer), goodbye and heartbeat, and which connections are authenticated.
 // It does not move examples (broker_push.c, broker_lease.c) nor notice silence (broker_loss.c).
+// It may use the core and the rooms below the dispatcher (broker_internal.h), broker_loss.c
+// included (drop_trainer).
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -1,6 +1,8 @@
 // nng plumbing of the broker (see server.h): the socket and its contexts, pipe events, the tick
-// thread, the HTTP routes and the listeners' creation. Watching the listeners is watchdog.c's;
-// the broker's state and its reports are broker*.c's.
+// thread, the HTTP routes and the listeners' creation. It uses the broker (broker.h) and the
+// listener watchdog (watchdog.h), which it hands a watchdog_host: the listeners, the stopping
+// flag and the two calls a restart needs (retire_listener, watchdog_start_listener). Watching the
+// listeners is watchdog.c's; the broker's state and its reports are broker*.c's.
 #include <errno.h>
 #include <malloc.h>
 #include <netinet/in.h>
@@ -18,11 +20,43 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/http/http.h>
 
-#include "server_internal.h"
-#include "watchdog.h"
+#include "server.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "watchdog.h"
+
+typedef struct rctx {
+    server *srv;
+    nng_ctx ctx;
+    nng_aio *aio;
+    int sending;
+} rctx;
+
+#define RETIRED_MAX 16
+
+struct server {
+    nng_socket sock;
+    int sock_open;
+    rctx *ctxs;
+    uint32_t n_ctxs;
+    pthread_mutex_t lock; // guards b and retired
+    broker *b;
+    pthread_t tick_thread;
+    int tick_started;
+    atomic_int stopping;
+    nng_http_server *http;
+    size_t max_message_bytes;
+    size_t trim_free_bytes; // free heap kept before malloc_trim gives pages back
+    stoker_tls_options tls;
+    watched listeners[SERVER_MAX_LISTEN];
+    uint32_t n_listeners;
+    uint32_t retired[RETIRED_MAX]; // ids of listeners closed by a restart (a ring)
+    uint32_t n_retired;
+    watchdog_host watch; // what the watchdog thread is handed
+    pthread_t watch_thread;
+    int watch_started;
+};
 
 static void
 recv_next(rctx *c)
@@ -262,9 +296,11 @@ start_http(server *s, const char *url_text, char *err, size_t err_len)
 
 // --- lifecycle ----------------------------------------------------------------------------------
 
-int
-server_start_listener(server *s, const char *url, int announce, nng_listener *out, char *err,
-                      size_t err_len)
+// Creates and starts a listener on url; prints "listening URL" when announce is set. On failure
+// err says why; *out is set as soon as the listener exists (the caller closes it).
+static int
+start_listener(server *s, const char *url, int announce, nng_listener *out, char *err,
+               size_t err_len)
 {
     nng_listener l;
     int rv;
@@ -293,6 +329,24 @@ server_start_listener(server *s, const char *url, int announce, nng_listener *ou
         printf("listening %s\n", url);
     }
     return STOKER_OK;
+}
+
+// watchdog_host.retire: a restart is about to close listener_id; pipe_cb then hands its
+// connections to broker_pipe_reset (the lock guards the ring against pipe_cb's reads).
+static void
+retire_listener(void *ctx, uint32_t listener_id)
+{
+    server *s = ctx;
+    pthread_mutex_lock(&s->lock);
+    s->retired[s->n_retired++ % RETIRED_MAX] = listener_id;
+    pthread_mutex_unlock(&s->lock);
+}
+
+// watchdog_host.start_listener: a listener in place of a stopped one, not announced.
+static int
+watchdog_start_listener(void *ctx, const char *url, nng_listener *out, char *err, size_t err_len)
+{
+    return start_listener(ctx, url, 0, out, err, err_len);
 }
 
 int
@@ -344,7 +398,7 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     for (uint32_t i = 0; i < cfg->n_listen && i < SERVER_MAX_LISTEN; i++) {
         watched *w = &s->listeners[s->n_listeners];
         w->url = cfg->listen[i];
-        if ((rv = server_start_listener(s, w->url, 1, &w->l, err, err_len)) != STOKER_OK)
+        if ((rv = start_listener(s, w->url, 1, &w->l, err, err_len)) != STOKER_OK)
             goto fail;
         atomic_store(&w->id, (unsigned)nng_listener_id(w->l));
         w->errors = watchdog_listener_errors(w->l);
@@ -361,7 +415,13 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         goto fail;
     }
     s->tick_started = 1;
-    if (pthread_create(&s->watch_thread, NULL, watchdog_main, s) != 0) {
+    s->watch = (watchdog_host){.ctx = s,
+                               .listeners = s->listeners,
+                               .n_listeners = s->n_listeners,
+                               .stopping = &s->stopping,
+                               .retire = retire_listener,
+                               .start_listener = watchdog_start_listener};
+    if (pthread_create(&s->watch_thread, NULL, watchdog_main, &s->watch) != 0) {
         rv = STOKER_NOMEM;
         goto fail;
     }

@@ -1,11 +1,11 @@
 // The listener watchdog (see watchdog.h): notices a listener that stopped accepting connections
-// and restarts it. It owns the probing and the restart; it does not own the listeners (server.c
-// creates them, counts their accepted connections in pipe_cb and tells the broker which closed
-// connections a restart caused).
+// and restarts it. It owns the probing and the restart; it does not own the listeners: it uses
+// only the watchdog_host it is handed (server.c creates the listeners, counts their accepted
+// connections in pipe_cb and tells the broker which closed connections a restart caused), nng,
+// and libstoker's clock, log and TLS helpers.
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,6 @@
 
 #include <nng/nng.h>
 
-#include "server_internal.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -164,17 +163,14 @@ adopt_listener(watched *w, nng_listener l, const char *how)
 // Closes the stopped listener (and with it the connections it had accepted: pipe_cb hands them
 // to broker_pipe_reset) and starts a new one on the same address.
 static void
-restart_listener(server *s, watched *w)
+restart_listener(const watchdog_host *h, watched *w)
 {
-    uint32_t old_id = (uint32_t)nng_listener_id(w->l);
-    pthread_mutex_lock(&s->lock);
-    s->retired[s->n_retired++ % RETIRED_MAX] = old_id;
-    pthread_mutex_unlock(&s->lock);
+    h->retire(h->ctx, (uint32_t)nng_listener_id(w->l));
     nng_listener_close(w->l); // its connections close (pipe_cb: broker_pipe_reset)
     char err[256];
-    for (int attempt = 0; attempt < 50 && !atomic_load(&s->stopping); attempt++) {
+    for (int attempt = 0; attempt < 50 && !atomic_load(h->stopping); attempt++) {
         nng_listener l = NNG_LISTENER_INITIALIZER;
-        if (server_start_listener(s, w->url, 0, &l, err, sizeof(err)) == STOKER_OK) {
+        if (h->start_listener(h->ctx, w->url, &l, err, sizeof(err)) == STOKER_OK) {
             adopt_listener(w, l, "its connections were closed and reconnect");
             return;
         }
@@ -188,12 +184,12 @@ restart_listener(server *s, watched *w)
 void *
 watchdog_main(void *arg)
 {
-    server *s = arg;
-    while (!atomic_load(&s->stopping)) {
-        for (int i = 0; i < WATCH_PERIOD_MS / 50 && !atomic_load(&s->stopping); i++)
+    const watchdog_host *h = arg;
+    while (!atomic_load(h->stopping)) {
+        for (int i = 0; i < WATCH_PERIOD_MS / 50 && !atomic_load(h->stopping); i++)
             stoker_sleep_ms(50, NULL);
-        for (uint32_t i = 0; i < s->n_listeners && !atomic_load(&s->stopping); i++) {
-            watched *w = &s->listeners[i];
+        for (uint32_t i = 0; i < h->n_listeners && !atomic_load(h->stopping); i++) {
+            watched *w = &h->listeners[i];
             if (stoker_tls_url(w->url))
                 continue;
             uint64_t errors = watchdog_listener_errors(w->l);
@@ -210,7 +206,7 @@ watchdog_main(void *arg)
             // A restart closes connections: a second probe confirms.
             if (w->strikes >= 2) {
                 w->strikes = 0;
-                restart_listener(s, w);
+                restart_listener(h, w);
             }
         }
     }

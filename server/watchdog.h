@@ -21,6 +21,7 @@
 #define WATCHDOG_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <nng/nng.h>
@@ -39,9 +40,24 @@ typedef struct watched {
 // UINT64_MAX when statistics cannot be read (then every check probes).
 uint64_t watchdog_listener_errors(nng_listener l);
 
-// Thread body: arg is the struct server whose listeners it watches, until the server is
-// stopping. A restart takes the server's lock briefly (to retire the old listener's id), never
-// across I/O.
+// What the watchdog is handed (server.c fills it in before starting the thread): the listeners
+// it watches and the calls into their owner that a restart needs. It stays valid, and
+// listeners[0..n_listeners) in place, until the thread has returned.
+typedef struct watchdog_host {
+    void *ctx; // the owner's, passed to the calls below
+    watched *listeners;
+    uint32_t n_listeners;
+    atomic_int *stopping; // nonzero: the watchdog returns
+    // Called before a stopped listener of this id is closed, so that the connections its closing
+    // closes are known to be a restart's (server.c: broker_pipe_reset). May take a lock briefly.
+    void (*retire)(void *ctx, uint32_t listener_id);
+    // Creates and starts a listener on url (not announced). On failure err says why; *out is set
+    // as soon as the listener exists (the watchdog then closes it).
+    int (*start_listener)(void *ctx, const char *url, nng_listener *out, char *err, size_t err_len);
+} watchdog_host;
+
+// Thread body: arg is the watchdog_host whose listeners it watches, until *stopping. A restart
+// calls retire (the server takes its lock briefly, never across I/O) and start_listener.
 void *watchdog_main(void *arg);
 
 #endif

@@ -1,0 +1,215 @@
+// The broker's core (broker_core.h): the outbox and the reply helpers, the event log, lookups,
+// freeing parked requests and leases, and the counters. The other rooms and the dispatcher
+// (broker.c) use it; it uses only broker_core.h (queue.c, libstoker, nng) and calls no room: a
+// reply's copy into shared memory is run through the fill's own function.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "broker_core.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+void
+broker_outbox_fill(broker_outbox *out)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        if (out->items[i].fill != NULL) {
+            out->items[i].fill->run(out->items[i].fill, out->items[i].msg != NULL);
+            out->items[i].fill = NULL;
+        }
+    }
+}
+
+void
+broker_outbox_fini(broker_outbox *out)
+{
+    for (size_t i = 0; i < out->n; i++) {
+        if (out->items[i].fill != NULL)
+            out->items[i].fill->run(out->items[i].fill, 0);
+        nng_msg_free(out->items[i].msg);
+    }
+    free(out->items);
+    memset(out, 0, sizeof(*out));
+}
+
+void
+outbox_add_fill(broker_outbox *out, void *token, nng_msg *msg, broker_fill *fill)
+{
+    if (out->n == out->cap) {
+        size_t cap = out->cap ? out->cap * 2 : 16;
+        void *items = realloc(out->items, cap * sizeof(*out->items));
+        if (items == NULL) {
+            // Cannot queue the reply: the client's request times out and is retried.
+            stoker_error("out of memory queueing a reply");
+            nng_msg_free(msg);
+            if (fill != NULL)
+                fill->run(fill, 0);
+            return;
+        }
+        out->items = items;
+        out->cap = cap;
+    }
+    out->items[out->n].token = token;
+    out->items[out->n].msg = msg;
+    out->items[out->n].fill = fill;
+    out->n++;
+}
+
+void
+outbox_add(broker_outbox *out, void *token, nng_msg *msg)
+{
+    outbox_add_fill(out, token, msg, NULL);
+}
+
+void
+send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep)
+{
+    send_reply_fill(b, out, token, rep, NULL);
+}
+
+void
+send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *rep,
+                broker_fill *fill)
+{
+    nng_msg *msg = NULL;
+    if (stoker_wire_encode_reply(rep, &msg) != STOKER_OK) {
+        stoker_error("out of memory encoding a reply");
+        msg = NULL;
+    }
+    if (rep->code != STOKER_OK && rep->code != STOKER_RETRY && rep->code != STOKER_NO_PRODUCERS &&
+        rep->code != STOKER_END_OF_DATA)
+        b->c.refused++;
+    outbox_add_fill(out, token, msg, fill);
+}
+
+parked *
+parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req)
+{
+    parked *k = calloc(1, sizeof(*k));
+    if (k == NULL) {
+        send_code(b, out, token, STOKER_RETRY, "broker out of memory");
+        stoker_request_free(req);
+        return NULL;
+    }
+    k->token = token;
+    k->req = req;
+    return k;
+}
+
+void
+send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
+{
+    stoker_reply rep = {.code = code};
+    if (fmt != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(rep.message, sizeof(rep.message), fmt, ap);
+        va_end(ap);
+    }
+    send_reply(b, out, token, &rep);
+}
+
+static double
+uptime_s(const broker *b, uint64_t now_ms)
+{
+    return (double)(now_ms - b->start_ms) / 1000.0;
+}
+
+void
+add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms, const char *reason)
+{
+    stoker_event *e = &b->events[b->n_events % EVENT_LOG];
+    memset(e, 0, sizeof(*e));
+    e->index = ++b->n_events;
+    e->kind = kind;
+    e->producer = p->id;
+    snprintf(e->name, sizeof(e->name), "%s", p->name);
+    e->at_s = uptime_s(b, now_ms);
+    snprintf(e->reason, sizeof(e->reason), "%s", reason != NULL ? reason : "");
+}
+
+// --- lookup -------------------------------------------------------------------------------------
+
+producer *
+find_producer(const broker *b, uint64_t session)
+{
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        if (b->producers[i]->session == session)
+            return b->producers[i];
+    }
+    return NULL;
+}
+
+producer *
+find_producer_id(const broker *b, uint32_t id)
+{
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        if (b->producers[i]->id == id)
+            return b->producers[i];
+    }
+    return NULL;
+}
+
+trainer *
+find_trainer(const broker *b, uint64_t session)
+{
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        if (b->trainers[i]->session == session)
+            return b->trainers[i];
+    }
+    return NULL;
+}
+
+// --- freeing -----------------------------------------------------------------------------------
+
+void
+free_parked(parked *p)
+{
+    stoker_request_free(p->req);
+    free(p);
+}
+
+void
+free_lease(lease *l)
+{
+    for (uint32_t i = 0; i < l->n_parts; i++)
+        queue_range_release(&l->parts[i].range);
+    free(l->parts);
+    free(l);
+}
+
+// --- accounting helpers -------------------------------------------------------------------------
+
+uint32_t
+producers_alive(const broker *b)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++)
+        n += b->producers[i]->status == STOKER_PRODUCER_ALIVE;
+    return n;
+}
+
+static uint32_t
+trainers_connected(const broker *b, int in_arena)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->n_trainers; i++)
+        n += b->trainers[i]->connected &&
+             (!in_arena || b->trainers[i]->delivery == STOKER_DELIVERY_SHM);
+    return n;
+}
+
+void
+broker_counters(const broker *b, stoker_counters *out)
+{
+    *out = b->c;
+    out->queued_bytes = b->queued_bytes;
+    out->producers_alive = producers_alive(b);
+    out->trainers = trainers_connected(b, 0);
+    out->trainers_shm = trainers_connected(b, 1);
+}

@@ -1,0 +1,199 @@
+// The broker's core, the room every other room stands on: the state they share (producers,
+// trainers, leases, parked requests, the event log, the counters) and the helpers each of them
+// needs (lookups, the outbox and replies, events, freeing). It uses only broker.h, queue.c,
+// libstoker and nng; it calls no other room. Private to server/broker*.c; every function runs
+// under the caller's lock (see broker.h) and does no I/O: replies go to the outbox.
+//
+// The rules of the state machine, in DESIGN.md's words:
+// - idempotent push: only examples beyond a producer's next_seq are appended; a push starting
+//   beyond it is a gap and refused;
+// - backpressure: a push that does not fit waits (parked) until room appears or park_ms passes,
+//   then RETRY; queues never exceed the queue depth (sized by broker_queues.c unless fixed by
+//   --queue-depth), nor all queues max_bytes;
+// - leases: a pull moves examples into a lease; an ack frees them, once; a dropped trainer's
+//   leases go back to the head of their queues (redelivered); those a trainer that says goodbye
+//   never handed to its caller go back too (returned_unused);
+// - fairness: pulls take from producer queues round-robin;
+// - loss: pipe closed or silence beyond the timeout; events reach trainers in pull replies;
+// - supply end: no producer alive and nothing queued answers NO_PRODUCERS / END_OF_DATA.
+// Invariant, checked in tests: produced == acknowledged + queued + in_flight.
+#ifndef BROKER_CORE_H
+#define BROKER_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <nng/nng.h>
+
+#include "broker.h"
+#include "queue.h"
+#include "stoker/labels.h"
+
+struct broker_arena; // broker_arena.h
+struct epochs;       // broker_epoch.h
+struct group;        // broker_group.h
+
+#define EVENT_LOG         4096 // events remembered
+#define EVENTS_PER_REPLY  64
+#define MAX_REDELIVER_LOG 8
+// A trainer's hello reply lists the producers already there as events with this reason (index
+// 0), at most SNAPSHOT_MAX of them (a reply's events are limited to 4096 on the wire).
+#define SNAPSHOT_REASON "already there when this trainer joined"
+#define SNAPSHOT_MAX    4000
+
+typedef struct parked {
+    struct parked *next;
+    void *token;
+    stoker_request *req;
+    uint64_t deadline_ms;
+    struct trainer *trainer; // pulls
+    uint32_t acks_refused;   // pulls: of the acknowledgements they carried
+} parked;
+
+// A lease refers to the examples it delivered (no copy): ranges of their producers' blocks.
+typedef struct lease_part {
+    queue_range range;
+    uint32_t producer;
+    uint64_t session;
+} lease_part;
+
+typedef struct lease {
+    struct lease *next;
+    uint64_t id;
+    uint32_t count; // examples
+    uint32_t n_parts, cap_parts;
+    lease_part *parts;   // in example order
+    uint64_t held_bytes; // counted in the broker's held_bytes (a committing trainer's lease)
+} lease;
+
+// Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
+// the ranges beyond it (sorted, disjoint, not touching).
+typedef struct trained_range {
+    uint64_t first, end;
+} trained_range;
+typedef struct trained_set {
+    uint64_t through;
+    trained_range *ranges;
+    uint32_t n, cap;
+} trained_set;
+
+typedef struct producer {
+    uint32_t id;
+    char name[STOKER_NAME_MAX];
+    uint64_t session;
+    stoker_producer_status status;
+    uint32_t pipe;
+    uint64_t last_seen_ms;
+    uint64_t next_seq;
+    queue q;
+    uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
+    uint64_t n_pushes, n_pushes_streamed; // of them on a connection other than its hello's
+    uint64_t n_pushes_shm;                // of them by reference (its shared memory)
+    uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
+    parked *pushes, *pushes_tail; // parked pushes, in seq order
+    uint64_t items_held;          // dataset items assigned to it, not yet accepted
+    trained_set trained;          // what its retention buffer may forget
+    stoker_labels labels;         // its class-to-label map, from its latest hello (may be empty)
+} producer;
+
+typedef struct trainer {
+    uint32_t id;
+    char name[STOKER_NAME_MAX];
+    uint64_t session;
+    int connected;
+    uint32_t pipe;
+    uint64_t last_seen_ms;
+    uint64_t event_cursor; // index of the last event sent
+    lease *leases;
+    uint32_t parked_pulls;
+    int in_arena; // its last batch went through shared memory
+    int commit;   // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
+    uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
+    int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
+    struct group *group; // NULL, or the data-parallel group it is rank `rank` of
+    uint32_t rank;
+    // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
+    // (broker_lease.c arena_reply), batches the full arena sent as bytes.
+    uint32_t pid;
+    stoker_delivery delivery;
+    uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
+    uint64_t arena_full;
+} trainer;
+
+struct broker {
+    broker_config cfg;
+    char token[STOKER_TOKEN_MAX];
+    uint64_t start_ms;
+    // Until then the supply is not said to have ended: a producer came back from a broker that
+    // died (its hello continued a session at seq > 0), so others of that broker may follow.
+    uint64_t returning_until_ms;
+    int has_schema;
+    stoker_schema schema;
+    size_t example_bytes;
+
+    producer **producers;
+    uint32_t n_producers;
+    uint32_t rr; // round-robin cursor into producers
+    uint32_t next_producer_id;
+    trainer **trainers;
+    uint32_t n_trainers;
+    uint32_t next_trainer_id;
+    uint64_t next_lease_id;
+
+    parked *pulls, *pulls_tail; // parked pulls, FIFO
+    uint32_t n_parked;
+
+    stoker_event events[EVENT_LOG];
+    uint64_t n_events; // total ever; event i (1-based) is at events[(i - 1) % EVENT_LOG]
+
+    stoker_counters c;
+    uint64_t queued_bytes;
+    uint64_t held_bytes;   // leases of committing trainers, inside max_bytes with queued_bytes
+    uint32_t queue_depth;  // examples per producer queue now (broker_queues.c)
+    char queue_limit[512]; // said once: why a batch came short because of the queues
+
+    // With a token, the pipes (connections) that said hello with it; nothing else is served.
+    uint32_t *authed;
+    uint32_t n_authed, cap_authed;
+
+    struct broker_arena *arena; // NULL: no shared memory
+    struct epochs *epochs;      // NULL: the broker serves streams (broker_epoch.c)
+    struct group *groups;       // data-parallel groups (broker_group.c)
+};
+
+// --- broker_core.c: replies, events, lookups, freeing ---
+
+// A copy a reply waits for, done after the broker's lock is released (broker_outbox_fill): the
+// room that makes one (broker_lease.c) puts this first in its own struct. run does the copy
+// (none when copy is 0: the reply is not sent), lets go of what the copy held and frees fill.
+typedef struct broker_fill {
+    void (*run)(struct broker_fill *fill, int copy);
+} broker_fill;
+
+// Appends (token, msg) to out; takes msg (freed when out of memory: the client retries).
+void outbox_add(broker_outbox *out, void *token, nng_msg *msg);
+// Encodes rep and queues it for token; counts refusals.
+void send_reply(broker *b, broker_outbox *out, void *token, const stoker_reply *rep);
+// The same, with fill (may be NULL; taken) to do before the reply is sent.
+void outbox_add_fill(broker_outbox *out, void *token, nng_msg *msg, broker_fill *fill);
+void send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *rep,
+                     broker_fill *fill);
+// A new parked request (token, req) that takes req; NULL when out of memory, after answering
+// RETRY (the client asks again) and freeing req.
+parked *parked_new(broker *b, broker_outbox *out, void *token, stoker_request *req);
+// A reply with only a code and a formatted message (fmt may be NULL).
+void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+// Appends an event about producer p to the event log (the oldest is overwritten).
+void add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms,
+               const char *reason);
+// Lookups: NULL when not found; the broker keeps ownership.
+producer *find_producer(const broker *b, uint64_t session);
+producer *find_producer_id(const broker *b, uint32_t id);
+trainer *find_trainer(const broker *b, uint64_t session);
+// Free a parked request (and its request) / a lease (releasing its ranges).
+void free_parked(parked *p);
+void free_lease(lease *l);
+uint32_t producers_alive(const broker *b);
+
+#endif
