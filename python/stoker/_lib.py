@@ -96,6 +96,8 @@ def _declare(lib):
         "stoker_consumer_batch_count": (u32, [P]),
         "stoker_consumer_batch_shared": (i, [P]),
         "stoker_consumer_delivery": (c.c_char_p, [P]),
+        "stoker_consumer_delivery_counts": (None, [P, c.POINTER(u64), c.POINTER(u64),
+                                                   c.POINTER(u64)]),
         "stoker_consumer_batch_field": (i, [P, u32, c.POINTER(P), c.POINTER(i), c.POINTER(u32),
                                             c.POINTER(u32), c.POINTER(u64), c.POINTER(u64)]),
         "stoker_consumer_batch_n_runs": (u32, [P]),

@@ -290,6 +290,7 @@ class Client:
         self._stashed = None  # epochs(): a batch that came with an epoch's end, for the next
         self._blocks = 0  # open `with` blocks that decide about _held when they end
         self._duplicates = 0  # duplicates() as it was at close()
+        self._delivery = None  # delivery as it was at close()
         self._events = []
         self._field_names = []
         self.fields = []
@@ -399,6 +400,7 @@ class Client:
         self._held = None
         self._stashed = None  # never seen by the caller: not acknowledged, redelivered
         self._duplicates = self._lib.stoker_consumer_duplicates(self._handle)
+        self._delivery = self.delivery
         self._lib.stoker_consumer_close(self._handle)
         self._handle = None
 
@@ -514,8 +516,17 @@ class Client:
     @property
     def delivery(self):
         """How batches arrive: "shm" (the broker's shared memory, on its host: mapped and used;
-        a batch the full arena sent as bytes does not change it, see Batch.shared) or "socket"."""
-        return self._lib.stoker_consumer_delivery(self._handle).decode() if self._handle else "socket"
+        a batch the full arena sent as bytes does not change it, see Batch.shared) or "socket";
+        None before the first batch (nothing has arrived yet, so neither is known). After
+        close(), what it was at close."""
+        if self._handle is None:
+            return self._delivery
+        shm, sock = ctypes.c_uint64(), ctypes.c_uint64()
+        self._lib.stoker_consumer_delivery_counts(self._handle, ctypes.byref(shm),
+                                                  ctypes.byref(sock), None)
+        if shm.value + sock.value == 0:
+            return None
+        return self._lib.stoker_consumer_delivery(self._handle).decode()
 
     def duplicates(self):
         """Examples that came to this client a second time and were dropped before you saw

@@ -1,4 +1,4 @@
-"""stoker.torch: a stoker feed as a PyTorch IterableDataset.
+"""stoker.torch: a stoker feed as a PyTorch IterableDataset, and a batch as tensors.
 
     from stoker.torch import StokerIterableDataset
     feed = StokerIterableDataset("tcp://gpu-host:7070", batch_size=64)
@@ -15,6 +15,18 @@ use multiprocessing_context="spawn" unless the parent never used stoker.
 Tensors are made with torch.from_numpy over the received message and own a reference to it:
 they stay valid after the batch is acknowledged, however long you keep them (copy=True gives
 independent, resizable copies instead).
+
+With stoker.Client, tensors(batch) turns a batch into the same dict of tensors:
+
+    from stoker.torch import tensors
+    for batch in client.batches(64):
+        t = tensors(batch)                    # dict: field name -> tensor, no copy
+        loss = loss_fn(model(t["input"]), t["output"])
+
+Use it rather than torch.from_numpy(batch[...]) directly: on the broker's host a batch's arrays
+are read-only views of the broker's shared memory, and torch.from_numpy warns about every
+read-only array ("The given NumPy array is not writable"); tensors() gives the same zero-copy
+tensors without the warning (they must not be written in place; copy=True gives writable ones).
 It does not own the acknowledgement rules (stoker.Client.batches does) nor the broker's
 counters (stoker.status).
 """
@@ -26,6 +38,29 @@ import torch
 import torch.utils.data
 
 from .client import Client, SupplyEnded, status
+
+__all__ = ["StokerIterableDataset", "tensors"]
+
+
+def tensors(batch, fields=None, copy=False):
+    """A batch (stoker.Batch, or any dict of numpy arrays) as a dict from field name to
+    torch.Tensor, in the batch's field order or in the order of fields (names) when given.
+
+    No copy: each tensor shares the batch's memory and keeps it alive, so it stays valid after
+    the batch is released. On the broker's host that memory is the broker's shared memory,
+    mapped read-only (Batch.shared): torch cannot mark a tensor read-only, so writing into one
+    in place faults; copy=True gives independent, writable copies. Unlike torch.from_numpy on
+    the arrays, it does not warn that they are not writable."""
+    names = list(fields) if fields is not None else list(batch.keys())
+    out = {}
+    with warnings.catch_warnings():
+        # torch warns about every read-only array (a batch in the broker's shared memory); the
+        # docstring says what that means for the tensors.
+        warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+        for k in names:
+            t = torch.from_numpy(batch[k])
+            out[k] = t.clone() if copy else t
+    return out
 
 
 class StokerIterableDataset(torch.utils.data.IterableDataset):
@@ -94,16 +129,7 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
         self._reset()
 
     def _tensors(self, batch):
-        names = self.fields if self.fields is not None else list(batch.keys())
-        out = {}
-        with warnings.catch_warnings():
-            # A batch in the broker's shared memory is read-only (torch warns once about that):
-            # the tensors must not be written in place; copy=True gives writable ones.
-            warnings.simplefilter("ignore", UserWarning)
-            for k in names:
-                t = torch.from_numpy(batch[k])
-                out[k] = t.clone() if self.copy else t
-        return out
+        return tensors(batch, self.fields, self.copy)
 
     def _event(self, e):
         if self.on_event is not None:

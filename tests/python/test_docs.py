@@ -1,9 +1,9 @@
-"""The Python examples of README.md and docs/python.md run as written: each ```python block is
-saved to a file and run by a fresh interpreter against a real broker with two real producers,
-its documented address (tcp://localhost:7070) replaced by the test broker's. A block written
-for torchrun (it says so) runs as two ranks with torchrun's environment (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) and the address as its argument, against a finite supply. A block
-that raises, exits non-zero, or talks to no broker fails the test."""
+"""The Python examples of README.md, docs/python.md and docs/durability.md run as written: each
+```python block is saved to a file and run by a fresh interpreter against a real broker with two
+real producers, its documented address (tcp://localhost:7070) replaced by the test broker's. A
+block written for torchrun (it says so) runs as two ranks with torchrun's environment (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the address as its argument, against a finite supply. A
+block that raises, exits non-zero, or talks to no broker fails the test."""
 
 import os
 import re
@@ -84,6 +84,14 @@ def test_docs_python_examples_run_as_written():
     assert len(found) >= 2, "fewer ```python blocks in docs/python.md than expected"
     for i, code in enumerate(found):
         run_block("docs/python.md", i, code)
+
+
+def test_durability_python_examples_run_as_written():
+    # The checkpoint example (Client(commit=True), state_dict) moved here from the README.
+    found = blocks("docs/durability.md")
+    assert len(found) >= 1, "no ```python block in docs/durability.md"
+    for i, code in enumerate(found):
+        run_block("docs/durability.md", i, code)
 
 
 run(globals())

@@ -58,6 +58,32 @@ def test_local_consumer_gets_the_same_examples_through_shared_memory():
     assert a == b and len(a) == 400
 
 
+def test_delivery_is_none_until_the_first_batch_then_the_path_taken():
+    # Before its first batch a client has used neither path: delivery says None, not "socket".
+    # After it, the path that batch came by; after close(), what it was at close.
+    with Cluster() as c:
+        c.producer(*SCHEMA_ARGS)
+        assert stoker.Client(c.url).delivery is None  # not connected yet
+        for env_shm, path in (("1", "shm"), ("0", "socket")):
+            old = os.environ.get("STOKER_SHM")
+            os.environ["STOKER_SHM"] = env_shm
+            try:
+                cl = stoker.Client(c.url, batch_size=8, stall_timeout=10)  # connects now
+            finally:
+                if old is None:
+                    del os.environ["STOKER_SHM"]
+                else:
+                    os.environ["STOKER_SHM"] = old
+            try:
+                assert cl.delivery is None, (env_shm, cl.delivery)
+                b = cl.next_batch()
+                assert cl.delivery == path and b.shared == (path == "shm"), (env_shm, cl.delivery)
+                b.release()
+            finally:
+                cl.close()
+            assert cl.delivery == path, (env_shm, cl.delivery)
+
+
 def test_broker_without_shared_memory_serves_bytes():
     with Cluster("--shm-bytes", "0") as c:
         c.producer(*SCHEMA_ARGS, "--max-examples", "64")

@@ -1,12 +1,23 @@
 """A PyTorch loop trains from a real broker through stoker.torch.StokerIterableDataset and
-torch.utils.data.DataLoader(batch_size=None, pin_memory=True): its loss falls."""
+torch.utils.data.DataLoader(batch_size=None, pin_memory=True): its loss falls. stoker.torch.tensors
+gives a stoker.Client's batches as the same tensors, and the documented checkpoint loop gives
+torch no warning about the read-only arrays of the broker's shared memory."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
 
 from helpers import Cluster, require, run
 
 torch = require("torch")
 require("numpy")
 import stoker  # noqa: E402
-from stoker.torch import StokerIterableDataset  # noqa: E402
+from stoker.torch import StokerIterableDataset, tensors  # noqa: E402
+
+ROOT = os.environ.get("STOKER_SOURCE_ROOT",
+                      os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def test_pytorch_loop_trains_and_its_loss_falls():
@@ -82,6 +93,68 @@ def test_dataset_gives_duplicates_events_and_status_like_the_client():
         st = ds.status()
         assert st["counters"]["acknowledged"] == 40 and st["counters"]["in_flight"] == 0, st
         assert [p["name"] for p in st["producers"]] == ["p1"]
+
+
+def test_tensors_share_the_batch_and_copies_are_writable():
+    with Cluster() as c:
+        c.producer("--delay", "0:0", "--chunk", "8")
+        with stoker.Client(c.url, batch_size=8, stall_timeout=10) as client:
+            batch = client.next_batch()
+            assert batch.shared, "on the broker's host a batch should be in shared memory"
+            t = tensors(batch)
+            assert list(t) == list(batch) == ["input", "output"]
+            assert t["input"].shape == (8, 10) and t["input"].dtype == torch.float32
+            assert t["input"].data_ptr() == batch["input"].ctypes.data  # no copy
+            assert list(tensors(batch, fields=["output"])) == ["output"]
+            copied = tensors(batch, copy=True)
+            assert copied["input"].data_ptr() != batch["input"].ctypes.data
+            assert torch.equal(copied["input"], t["input"])
+            snapshot = t["input"].clone()
+            copied["input"].add_(1.0)  # writable, and the batch is untouched
+            assert torch.equal(t["input"], snapshot) and not torch.equal(copied["input"], snapshot)
+            batch.release()
+
+
+def _run_with_warnings_as_errors(code, url, tmp, name):
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        # Every warning is an error: torch's "The given NumPy array is not writable" fails it.
+        f.write("import warnings\nwarnings.simplefilter(\"error\")\n")
+        f.write(code.replace("tcp://localhost:7070", url))
+    return subprocess.run([sys.executable, path], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, timeout=180, cwd=tmp)
+
+
+def test_the_checkpoint_example_gives_torch_no_warning_on_the_brokers_host():
+    # docs/durability.md's loop (Client(commit=True), state_dict) against a broker on this host,
+    # where batches are read-only views of its shared memory, with every warning an error; and
+    # the pattern it replaced (torch.from_numpy on the arrays), which must fail the same way,
+    # or this test would prove nothing. Each runs in a fresh interpreter: torch warns once per
+    # process.
+    with open(os.path.join(ROOT, "docs", "durability.md")) as f:
+        found = [b for b in re.findall(r"^```python\n(.*?)^```", f.read(), re.S | re.M)
+                 if "commit=True" in b]
+    assert len(found) == 1, "docs/durability.md: no checkpoint example with commit=True"
+    code = found[0]
+    assert "tensors(batch)" in code and "from_numpy" not in code, code
+    old = code.replace("t = tensors(batch)",
+                       "t = {k: torch.from_numpy(v) for k, v in batch.items()}")
+    assert old != code
+    with Cluster() as c, tempfile.TemporaryDirectory(prefix="stoker-warn-") as tmp:
+        for i in range(2):
+            c.producer("--delay", "0:0", "--chunk", "64", "--seed", str(i + 1))
+        p = _run_with_warnings_as_errors(code, c.url, tmp, "example.py")
+        out = p.stdout.decode(errors="replace")
+        print(out[-1500:])
+        assert p.returncode == 0, "the documented example warned or failed:\n" + out
+        assert os.path.exists(os.path.join(tmp, "ckpt.pt"))
+        st = stoker.status(c.url)
+        assert 0 < st["counters"]["acknowledged"] <= 300 * 64, st["counters"]
+        assert st["counters"]["discrepancy"] == 0, st["counters"]
+        assert any(e["delivery"] == "shm" for e in st["consumers"]), st["consumers"]
+        p = _run_with_warnings_as_errors(old, c.url, tmp, "from_numpy.py")
+        out = p.stdout.decode(errors="replace")
+        assert p.returncode != 0 and "not writable" in out, out[-1500:]
 
 
 run(globals())
