@@ -2,9 +2,9 @@
 // thread that serves the Unix socket: handshakes (peer's user checked, one-time ticket), region
 // releases, and the end of a consumer's connection. Regions are few (batches in flight), so a
 // sorted array and first-fit over its gaps are enough. The same socket takes the producers'
-// shared memory (common/push_pool.h): a producer on our host hands its sealed memfd over with
-// its ticket, we map it read-only, and its pushes by reference point into it.
-// It may use libstoker and the system only: no other room, not even the core.
+// shared memory (common/transport/push_pool.h): a producer on our host hands its sealed memfd over
+// with its ticket, we map it read-only, and its pushes by reference point into it. It may use
+// libstoker and the system only: no other room, not even the core.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

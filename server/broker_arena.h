@@ -27,7 +27,7 @@ const char *broker_arena_socket(const broker_arena *a);
 uint64_t broker_arena_ticket(broker_arena *a);
 
 // A one-time ticket for the producer of session (which said hello, with the token if any) to
-// hand over its shared memory (common/push_pool.h has the protocol).
+// hand over its shared memory (common/transport/push_pool.h has the protocol).
 uint64_t broker_arena_pool_ticket(broker_arena *a, uint64_t session);
 // Points the chunk of req, a push by reference, into its producer's shared memory and ties a
 // reference to the mapping to req (the queue keeps it as long as any of its examples). Errors,

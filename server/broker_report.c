@@ -1,8 +1,8 @@
 // The broker's reports: it fills the status snapshot (stoker/status.h) from its state, and
 // answers the Status request, /status and /metrics from that one snapshot. How a snapshot is
-// written out (JSON, Prometheus text) is libstoker's (common/status.c), not this file's. It only
-// reads the broker's state.
-// It may use the core, broker_epoch.c and broker_group.c (their reports).
+// written out (JSON, Prometheus text) is libstoker's (common/wire/status.c), not this file's. It
+// only reads the broker's state. It may use the core, broker_epoch.c and broker_group.c (their
+// reports).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
