@@ -323,10 +323,10 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     return rv;
 }
 
-// A broker that died and stays away: a wait stalled on transport failures (away, set by
-// stalled(), cleared by the next reply) and the socket has no connection. Requests then wait at
-// most AWAY_CALL_MS: there is nobody to answer them, and a stopping trainer's flush, status and
-// goodbye would otherwise add their request timeouts to its stall.
+// A broker that died and stays away: the last pull failed in transport (away, cleared by the
+// next reply or hello) and the socket has no connection. Requests then wait at most
+// AWAY_CALL_MS: there is nobody to answer them, and a stopping trainer's flush, status and
+// goodbye would otherwise add their request timeouts to its stall or time goal.
 #define AWAY_CALL_MS 200
 
 static int
@@ -512,6 +512,10 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         goto fail_slots;
     }
     tc->issuer_started = 1;
+    if (opts->no_heartbeat) {
+        *out = tc;
+        return STOKER_OK;
+    }
     if (pthread_create(&tc->beat_thread, NULL, beat_main, tc) != 0) {
         stoker_trainer_client_destroy(tc);
         snprintf(err, err_len, "trainer: cannot start its heartbeat thread");
@@ -855,7 +859,6 @@ stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 {
     if (wait_ms < tc->opts.stall_timeout_ms)
         return STOKER_TIMEOUT;
-    tc->away = why != NULL;
     if (why != NULL)
         stoker_warn("stalled: no batch for %u ms (broker %s: %s)", tc->opts.stall_timeout_ms,
                     tc->url, why);
@@ -981,6 +984,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             if (s->sent && result == NNG_ETIMEDOUT)
                 add_lost(tc, s->pull_id);
             pthread_mutex_unlock(&tc->lock);
+            tc->away = 1;
             if (tc->failures++ == 0)
                 stoker_warn("trainer: pull failed (%s), retrying", nng_strerror(result));
             if (result != NNG_ETIMEDOUT)

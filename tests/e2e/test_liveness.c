@@ -132,10 +132,9 @@ Test(liveness, a_consumer_paused_under_its_timeout_loses_no_batch)
         e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA, "--trainer-timeout", "20"));
     proc_child *producer = e2e_producer_start(
         url, "p", PROC_ARGS("--delay", "0.01:0.01", "--chunk", "16", "--max-examples", "800"));
-    proc_child *pull =
-        e2e_start("pull", "STOKER_PULL_BIN",
-                  PROC_ARGS("--broker", url, "--batch-size", "16", "--max-examples", "800",
-                            "--stall-timeout", "10", "--log-level", "info"));
+    proc_child *pull = e2e_start("pull", "STOKER_PULL_BIN",
+                                 PROC_ARGS("--broker", url, "--batch-size", "16", "--max-examples",
+                                           "800", "--stall-timeout", "10", "--log-level", "info"));
     cr_assert(h_wait_acknowledged(url, 64, 15000), "the consumer did not start");
     proc_signal(pull, SIGSTOP);
     stoker_sleep_ms(6000, NULL);
@@ -162,9 +161,9 @@ Test(liveness, replies_that_come_after_the_pull_timed_out_lose_no_batch)
 {
     char url[256];
     testdir_ipc_url(url, sizeof(url), "broker");
-    proc_child *broker = e2e_broker_start(
-        url, PROC_ARGS("--schema", SCHEMA, "--trainer-timeout", "30", "--producer-timeout", "30",
-                       "--queue-depth", "1000"));
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA, "--trainer-timeout", "30",
+                                        "--producer-timeout", "30", "--queue-depth", "1000"));
     proc_child *producer = e2e_producer_start(
         url, "p", PROC_ARGS("--delay", "0:0", "--chunk", "16", "--max-examples", "400"));
     cr_assert(h_wait_producer(url, "p", 400, 15000), "the producer did not push its 400");
@@ -209,9 +208,9 @@ Test(liveness, a_broker_that_stays_down_ends_the_trainer_at_its_stall_timeout)
     proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
     proc_child *producer = e2e_producer_start(url, "p", PROC_ARGS("--delay", "0:0.01"));
     const char *json = testdir_file("summary.json");
-    proc_child *t = e2e_trainer_start(PROC_ARGS("--broker", url, "--batch-size", "8",
-                                                "--time-goal", "60", "--stall-timeout", "3",
-                                                "--device", "cpu", "--json", json));
+    proc_child *t =
+        e2e_trainer_start(PROC_ARGS("--broker", url, "--batch-size", "8", "--time-goal", "60",
+                                    "--stall-timeout", "3", "--device", "cpu", "--json", json));
     cr_assert(h_wait_acknowledged(url, 32, 15000), "the trainer did not start");
     proc_signal(broker, SIGKILL);
     uint64_t killed = stoker_now_ms();
@@ -225,6 +224,35 @@ Test(liveness, a_broker_that_stays_down_ends_the_trainer_at_its_stall_timeout)
                  took / 1000.0, t->err_path);
     cr_assert_lt(took, 6000, "stoker-trainer took %.1f s to stop (stall timeout 3 s)",
                  took / 1000.0);
+    proc_kill(producer);
+}
+
+// Defect 12, the time goal: stoker-trainer --time-goal 5 --stall-timeout 60 and the broker
+// SIGKILLed a second in: the trainer stops on its time goal (exit 0, status time_goal), not 60 s
+// later.
+Test(liveness, a_broker_that_stays_down_ends_the_trainer_at_its_time_goal)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
+    proc_child *producer = e2e_producer_start(url, "p", PROC_ARGS("--delay", "0:0.01"));
+    const char *json = testdir_file("summary.json");
+    uint64_t t0 = stoker_now_ms();
+    proc_child *t =
+        e2e_trainer_start(PROC_ARGS("--broker", url, "--batch-size", "8", "--time-goal", "5",
+                                    "--stall-timeout", "60", "--device", "cpu", "--json", json));
+    cr_assert(h_wait_acknowledged(url, 32, 15000), "the trainer did not start");
+    proc_signal(broker, SIGKILL);
+    int exited = proc_wait(t, 20000);
+    uint64_t took = stoker_now_ms() - t0;
+    cr_assert(exited, "stoker-trainer --time-goal 5 still running after %.1f s (see %s)",
+              took / 1000.0, t->err_path);
+    cr_log_info("stoker-trainer --time-goal 5 stopped after %.1f s", took / 1000.0);
+    cr_assert_eq(proc_exit_code(t), 0, "stoker-trainer exited %d (see %s)", proc_exit_code(t),
+                 t->err_path);
+    cr_assert_lt(took, 9000, "stoker-trainer --time-goal 5 took %.1f s", took / 1000.0);
+    // (check.py's summary check wants the audit, which a dead broker cannot give.)
+    cr_assert(testdir_contains(json, "\"time_goal\""), "no time_goal status in %s", json);
     proc_kill(producer);
 }
 
