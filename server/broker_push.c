@@ -61,6 +61,15 @@ park_push(broker *b, producer *p, parked *k)
     b->n_parked++;
 }
 
+int
+push_waits_for_room(const producer *p)
+{
+    // Parked pushes are in seq order: the first is either ahead of its predecessor (two pushes
+    // in flight, taken in the other order: it waits for that one, not for room) or it did not
+    // fit (try_push parks nothing else).
+    return p->pushes != NULL && p->pushes->req->first_seq <= p->next_seq;
+}
+
 // --- push ---------------------------------------------------------------------------------------
 
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
