@@ -62,8 +62,8 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
         // No broker within --broker-wait was said by the client; a refusal is the broker's word.
         if (rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED)
-            stoker_error("producer '%s': broker refused hello: %s (%s)", name,
-                         stoker_strerror(rv), stoker_producer_client_error(pc));
+            stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
+                         stoker_producer_client_error(pc));
         goto out;
     }
     stoker_info("producer '%s' connected to %s as producer %u (generator %s)", name, copts.url,

@@ -318,8 +318,18 @@ Test(durable, producers_wait_for_a_broker_back_within_broker_wait_and_lose_nothi
     const char *const bargs[] = {"--queue-depth", "40", NULL};
     proc_child *broker = e2e_broker_start(url, bargs);
     enum { PER = 400 };
-    const char *const pargs[] = {"--max-examples", "400", "--delay", "0.0002:0.0005", "--chunk",
-                                 "3", "--linger", "60", "--retain", "200", "--broker-wait", "8",
+    const char *const pargs[] = {"--max-examples",
+                                 "400",
+                                 "--delay",
+                                 "0.0002:0.0005",
+                                 "--chunk",
+                                 "3",
+                                 "--linger",
+                                 "60",
+                                 "--retain",
+                                 "200",
+                                 "--broker-wait",
+                                 "8",
                                  NULL};
     proc_child *p1 = e2e_producer_start(url, "patient-1", pargs);
     proc_child *p2 = e2e_producer_start(url, "patient-2", pargs);
@@ -356,9 +366,8 @@ Test(durable, a_broker_gone_past_broker_wait_ends_the_producer_with_exit_3)
     char url[256];
     testdir_ipc_url(url, sizeof(url), "broker");
     proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "40"));
-    proc_child *p =
-        e2e_producer_start(url, "abandoned",
-                           PROC_ARGS("--delay", "0:0", "--chunk", "3", "--broker-wait", "2"));
+    proc_child *p = e2e_producer_start(
+        url, "abandoned", PROC_ARGS("--delay", "0:0", "--chunk", "3", "--broker-wait", "2"));
     cr_assert(h_wait_producer(url, "abandoned", 30, 10000), "no examples in 10 s");
     proc_signal(broker, SIGKILL);
     cr_assert(proc_wait(broker, 5000), "the broker did not die of SIGKILL");

@@ -25,10 +25,10 @@ typedef struct stoker_producer_config {
     // that does not answer (default STOKER_PRODUCER_BROKER_WAIT_MS, stoker-producer
     // --broker-wait).
     stoker_client_options client;
-    uint32_t chunk;               // examples per push (default 3)
-    uint64_t max_examples;        // stop after this many (0: until the generator ends or stop)
-    uint64_t seed;                // run seed; example seeds derive from (seed, name, seq)
-    int handle_signals;           // install SIGINT/SIGTERM handlers that stop the run cleanly
+    uint32_t chunk;        // examples per push (default 3)
+    uint64_t max_examples; // stop after this many (0: until the generator ends or stop)
+    uint64_t seed;         // run seed; example seeds derive from (seed, name, seq)
+    int handle_signals;    // install SIGINT/SIGTERM handlers that stop the run cleanly
     // Retention (see producer_client.h): pushed examples are kept until trained, at most this
     // many (0: off; default STOKER_RETAIN_AUTO, twice the broker's queue depth), so a broker
     // restart loses nothing. linger_ms: before goodbye, wait up to this long until everything
