@@ -545,6 +545,10 @@ settle(stoker_producer_client *pc)
     if (rv == STOKER_INTERRUPTED)
         return rv; // goodbye's answer says whether the broker took it
     conn_copy_str(pc->error, sizeof(pc->error), rv == STOKER_OK ? rep->message : err);
+    stoker_debug("producer '%s': the push in flight of seq %llu.. was not taken (%s): pushing "
+                 "again from seq %llu",
+                 pc->name, (unsigned long long)first, pc->error,
+                 (unsigned long long)(pc->broker_seq < first ? pc->broker_seq : first));
     if (rv != STOKER_OK || rep->code == STOKER_UNKNOWN_PEER)
         pc->said_hello = 0; // a new connection may be a new broker: hello says what it holds
     stoker_reply_free(rep);
