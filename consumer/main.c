@@ -166,8 +166,10 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
                    : rv == STOKER_GROUP_BROKEN                           ? 5
                    : rv == STOKER_INTERRUPTED                            ? 130
                                                                          : 1;
-            fprintf(stderr, "stoker-pull: %s (after %llu examples)\n", stoker_consumer_error(c),
-                    (unsigned long long)written);
+            // The consumer's error is the reason alone: what happened is said here, once.
+            const char *what = code == 3 ? "data supply ended: " : code == 4 ? "stalled: " : "";
+            fprintf(stderr, "stoker-pull: %s%s (after %llu examples)\n", what,
+                    stoker_consumer_error(c), (unsigned long long)written);
             break;
         }
         uint32_t n = stoker_consumer_batch_count(b);

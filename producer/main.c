@@ -111,6 +111,11 @@ static const stoker_cli_option rows[] = {
      "so a restarted broker gets them again; a full buffer\n"
      "waits (0: off) (default: twice the broker's queue depth)",
      STOKER_CLI_UINT, AT(run.retain), .imax = UINT32_MAX - 1},
+    {"broker-wait", "S",
+     "wait up to S seconds for a broker that does not answer\n"
+     "(not started yet, or gone mid-run), keeping what is\n"
+     "retained to push again; then exit 3 (default 600)",
+     STOKER_CLI_SECONDS_MS, AT(run.client.give_up_ms), .dmin = 0.1, .dmax = 86400 * 7},
     {"linger", "S",
      "at the end, wait up to S seconds until everything pushed\n"
      "is trained before saying goodbye (default 0)",
@@ -333,8 +338,11 @@ main(int argc, char **argv)
         return code;
     if (o.measure > 0)
         code = measure_generator(&gen, &o.run, o.measure) == STOKER_OK ? 0 : 1;
-    else
-        code = stoker_producer_run(&o.run, &gen, NULL) == STOKER_OK ? 0 : 1;
+    else {
+        // 3: no broker answered within --broker-wait (said in the log); 1: any other error.
+        int rv = stoker_producer_run(&o.run, &gen, NULL);
+        code = rv == STOKER_OK ? 0 : rv == STOKER_CONNECTION ? 3 : 1;
+    }
     stoker_generator_fini(&gen);
     return code;
 }

@@ -81,9 +81,13 @@ send_reply_fill(broker *b, broker_outbox *out, void *token, const stoker_reply *
         stoker_error("out of memory encoding a reply");
         msg = NULL;
     }
+    // Refused: the request was not done and will not be by asking the same again. "Not now"
+    // (RETRY, a push behind one that had no room included) and the supply's end are answers.
     if (rep->code != STOKER_OK && rep->code != STOKER_RETRY && rep->code != STOKER_NO_PRODUCERS &&
-        rep->code != STOKER_END_OF_DATA)
+        rep->code != STOKER_END_OF_DATA) {
         b->c.refused++;
+        stoker_debug("refused (%s): %s", stoker_errname(rep->code), rep->message);
+    }
     outbox_add_fill(out, token, msg, fill);
 }
 

@@ -94,9 +94,12 @@ typedef struct producer {
     uint64_t n_pushes_shm;                // of them by reference (its shared memory)
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     parked *pushes, *pushes_tail; // parked pushes, in seq order
-    uint64_t items_held;          // dataset items assigned to it, not yet accepted
-    trained_set trained;          // what its retention buffer may forget
-    stoker_labels labels;         // its class-to-label map, from its latest hello (may be empty)
+    // 1 + next_seq when a push of it was answered "no room" (RETRY); 0: none. A push parked
+    // behind that one is then not refused as a gap, only told to come again (try_push).
+    uint64_t no_room_at;
+    uint64_t items_held;  // dataset items assigned to it, not yet accepted
+    trained_set trained;  // what its retention buffer may forget
+    stoker_labels labels; // its class-to-label map, from its latest hello (may be empty)
 } producer;
 
 typedef struct trainer {

@@ -22,6 +22,10 @@
 #include "stoker/log.h"
 #include "stoker/rng.h"
 
+// Epochs open at once at most: two (the oldest and, unless strict, the next), and one more
+// opened early for a group's leftover of fewer examples than ranks (epochs_open_early).
+#define WINDOW 3
+
 typedef struct epoch {
     uint32_t number;
     uint32_t *order;    // (n,) the permutation, handed out from cursor on
@@ -57,8 +61,9 @@ struct epochs {
     int strict;
     int has_fingerprint;
     uint64_t fingerprint;
-    epoch win[2]; // epoch k at win[k % 2] while lo <= k < opened
+    epoch win[WINDOW]; // epoch k at win[k % WINDOW] while lo <= k < opened
     uint32_t lo, opened;
+    int early;  // a group may open one epoch more than the rule allows (epochs_open_early)
     held *held; // at most two per producer (HELD_MAX), unordered
     uint32_t n_held, cap_held;
     uint64_t next_shard; // the id of the next shard cut
@@ -154,7 +159,7 @@ epoch_fini(epoch *ep)
 static int
 epoch_open(epochs *e, uint32_t k)
 {
-    epoch *ep = &e->win[k % 2];
+    epoch *ep = &e->win[k % WINDOW];
     epoch_fini(ep);
     ep->number = k;
     ep->order = drawer_take(e, k);
@@ -193,8 +198,8 @@ epochs_destroy(epochs *e)
     if (e == NULL)
         return;
     free(drawer_take(e, e->next.number));
-    epoch_fini(&e->win[0]);
-    epoch_fini(&e->win[1]);
+    for (uint32_t w = 0; w < WINDOW; w++)
+        epoch_fini(&e->win[w]);
     for (uint32_t h = 0; h < e->n_held; h++)
         free(e->held[h].items);
     free(e->held);
@@ -210,7 +215,7 @@ item_epoch(epochs *e, uint64_t item)
     uint32_t k = EPOCH_OF(item);
     if (k < e->lo || k >= e->opened || EPOCH_INDEX(item) >= e->n)
         return NULL;
-    return &e->win[k % 2];
+    return &e->win[k % WINDOW];
 }
 
 // Shard `shard` of producer producer_id, or with shard 0 its oldest (the one its pushes fill);
@@ -335,24 +340,33 @@ has_work(const epochs *e, const epoch *ep)
     return ep->n_returned > 0 || ep->cursor < e->n;
 }
 
+// Whether the next epoch may open now: within the limit, at most two open (one when strict),
+// one more when a group asked (epochs_open_early).
+static int
+may_open(const epochs *e)
+{
+    uint32_t open = e->opened - e->lo, allowed = (e->strict ? 1 : 2) + (e->early ? 1 : 0);
+    return (e->limit == 0 || e->opened < e->limit) && open < allowed;
+}
+
 // The open epoch to cut the next shard from, opening one when allowed; NULL when none.
 static epoch *
 next_work(epochs *e, int *nomem)
 {
     for (uint32_t k = e->lo; k < e->opened; k++) {
-        if (has_work(e, &e->win[k % 2]))
-            return &e->win[k % 2];
+        if (has_work(e, &e->win[k % WINDOW]))
+            return &e->win[k % WINDOW];
     }
-    int may_open = (e->limit == 0 || e->opened < e->limit) && e->opened - e->lo < 2 &&
-                   (!e->strict || e->opened == e->lo);
-    if (!may_open)
+    if (!may_open(e))
         return NULL;
     if (epoch_open(e, e->opened) != STOKER_OK) {
         *nomem = 1;
         return NULL;
     }
-    stoker_info("epoch-started: epoch %u of %llu items", e->opened, (unsigned long long)e->n);
-    return &e->win[e->opened++ % 2];
+    stoker_info("epoch-started: epoch %u of %llu items%s", e->opened, (unsigned long long)e->n,
+                e->early ? " (early: a group's last examples of the one before ride with it)" : "");
+    e->early = 0;
+    return &e->win[e->opened++ % WINDOW];
 }
 
 // A new, empty shard for producer producer_id with room for cap items (every shard has the
@@ -529,18 +543,46 @@ epochs_acked(broker *b, const queue_range *r, uint64_t now_ms)
         ep->acked = e->n;
     }
     // Epochs end in order: a later one complete before an earlier one waits for it.
-    while (e->lo < e->opened && e->win[e->lo % 2].acked == e->n) {
+    while (e->lo < e->opened && e->win[e->lo % WINDOW].acked == e->n) {
         stoker_info("epoch-end: epoch %u, all %llu items acknowledged", e->lo,
                     (unsigned long long)e->n);
         epoch_end_event(b, e->lo, now_ms);
-        epoch *done = &e->win[e->lo % 2];
+        epoch *done = &e->win[e->lo % WINDOW];
         if (e->spare_order == NULL) {
             e->spare_order = done->order;
             done->order = NULL;
         }
         epoch_fini(done);
         e->lo++;
+        e->early = 0; // it ended: the next one opens by the rule
     }
+}
+
+int
+epochs_waiting(const broker *b)
+{
+    const epochs *e = b->epochs;
+    if (e == NULL || e->n_held > 0)
+        return 0; // a stream, or items with producers, not yet pushed
+    for (uint32_t k = e->lo; k < e->opened; k++) {
+        if (has_work(e, &e->win[k % WINDOW]))
+            return 0;
+    }
+    return !may_open(e);
+}
+
+int
+epochs_open_early(broker *b)
+{
+    epochs *e = b->epochs;
+    if (e == NULL || (e->limit > 0 && e->opened >= e->limit))
+        return 0;
+    if (!e->early)
+        stoker_info("epoch-early: epoch %u opens before epoch %u is acknowledged in full: a "
+                    "group's last examples of it are fewer than its ranks",
+                    e->opened, e->lo);
+    e->early = 1;
+    return 1;
 }
 
 void

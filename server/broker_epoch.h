@@ -61,6 +61,16 @@ void epochs_release(struct broker *b, struct producer *p, const char *why);
 // its EPOCH_END event.
 void epochs_acked(struct broker *b, const struct queue_range *r, uint64_t now_ms);
 
+// Nonzero when no item can reach the queues until some that were handed out are acknowledged:
+// no shard is with a producer, no open epoch has items to hand out, and no epoch may open (a
+// strict epoch, or two open, waits for its last acknowledgements; or the last epoch was made).
+// A group then forms its last, short step from what is queued (broker_group.c).
+int epochs_waiting(const struct broker *b);
+// Lets the next epoch open before the oldest is acknowledged in full (once, until one opens or
+// the oldest ends): a group's last examples of an epoch, fewer than its ranks, then ride with
+// the next epoch's first step. Returns 0 when no further epoch will be made (--epochs reached).
+int epochs_open_early(struct broker *b);
+
 // For the status: items per epoch, epochs acknowledged in full, the epoch being handed out,
 // items handed back after losses, pushes refused as revoked.
 void epochs_report(const epochs *e, stoker_status *st);

@@ -3,7 +3,8 @@
 // A step's batches are leases like any other (held by their rank's trainer from the moment the
 // step is formed), so acknowledgement and redelivery need nothing of their own here. It does not
 // build replies (broker_lease.c sends what group_take hands it).
-// It may use the core, broker_lease.c (take_lease, return_lease) and broker_queues.c.
+// It may use the core, broker_lease.c (take_lease, return_lease), broker_queues.c, broker_epoch.c
+// (epochs_waiting, epochs_open_early) and broker_push.c (push_waits_for_room).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,10 +14,14 @@
 #include "stoker/log.h"
 
 typedef struct group_rank {
-    trainer *t;         // NULL until the rank joined
-    uint64_t delivered; // steps whose batch was sent to this rank
-    lease **pending;    // formed, not yet sent: FIFO of steps_ahead entries
+    trainer *t;          // NULL until the rank joined
+    uint64_t delivered;  // steps whose batch was sent to this rank
+    lease **pending;     // formed, not yet sent: FIFO of steps_ahead entries
+    uint64_t *events_at; // per pending entry: the broker's events when its step was formed
     uint32_t head, n_pending;
+    // The events this rank may hear: those before its last sent step was formed. An event (an
+    // epoch's end) thus reaches every rank with the same step, the first formed after it.
+    uint64_t events_upto, events_before; // and the value before the last pop (group_untake)
 } group_rank;
 
 typedef struct group {
@@ -46,8 +51,10 @@ group_free(group *g)
 {
     if (g == NULL)
         return;
-    for (uint32_t r = 0; r < g->world; r++)
+    for (uint32_t r = 0; r < g->world; r++) {
         free(g->ranks[r].pending);
+        free(g->ranks[r].events_at);
+    }
     free(g->ranks);
     free(g);
 }
@@ -67,7 +74,10 @@ group_create(broker *b, const stoker_request *req)
     g->batch = req->group_batch;
     g->ahead = b->cfg.group_steps_ahead;
     for (uint32_t r = 0; r < g->world; r++) {
-        if ((g->ranks[r].pending = calloc(g->ahead, sizeof(lease *))) == NULL) {
+        g->ranks[r].pending = calloc(g->ahead, sizeof(lease *));
+        g->ranks[r].events_at = calloc(g->ahead, sizeof(uint64_t));
+        g->ranks[r].events_upto = b->n_events;
+        if (g->ranks[r].pending == NULL || g->ranks[r].events_at == NULL) {
             group_free(g);
             return NULL;
         }
@@ -197,6 +207,8 @@ pop_pending(const group *g, group_rank *gr)
     if (gr->n_pending == 0)
         return NULL;
     lease *l = gr->pending[gr->head];
+    gr->events_before = gr->events_upto;
+    gr->events_upto = gr->events_at[gr->head];
     gr->head = (gr->head + 1) % g->ahead;
     gr->n_pending--;
     return l;
@@ -236,19 +248,22 @@ group_rank_lost(broker *b, trainer *t, const char *reason)
     }
 }
 
-// Nonzero when no more examples can come: producers said hello and none is alive. The group
+// Nonzero when no more examples can come: producers said hello and none is alive, and the
+// window for producers returning to a restarted broker (--producer-timeout) is over, as for
+// plain trainers (supply_state): one finishing first does not end it for the others. The group
 // ends then once fewer examples are queued than one per rank.
 static int
-supply_over(const broker *b)
+supply_over(const broker *b, uint64_t now_ms)
 {
-    if (b->n_producers == 0)
+    if (b->n_producers == 0 || now_ms < b->returning_until_ms)
         return 0;
     return producers_alive(b) == 0;
 }
 
 // Nonzero when the queues cannot grow now: all of them full together (max_bytes), or every alive
 // producer's queue either at its depth or with a push waiting for room (a chunk that does not
-// fit: a queue of depth 64 filled by chunks of 3 stops at 63).
+// fit: a queue of depth 64 filled by chunks of 3 stops at 63). A push parked because it came
+// ahead of its predecessor (two in flight) waits for that one, not for room: it does not count.
 static int
 no_room(const broker *b)
 {
@@ -256,42 +271,52 @@ no_room(const broker *b)
         return 1;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
-        if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
+        if (p->status == STOKER_PRODUCER_ALIVE && !push_waits_for_room(p) &&
             p->q.examples < b->queue_depth)
             return 0;
     }
     return 1;
 }
 
+// Ends g: supply_over (dataset 0), or a dataset's last epoch waiting for its last examples,
+// fewer than one per rank (dataset 1). They stay queued, reported as the leftover.
 static void
-end_group(broker *b, group *g)
+end_group(broker *b, group *g, int dataset)
 {
     uint32_t lost = 0, finished = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         lost += b->producers[i]->status == STOKER_PRODUCER_LOST;
         finished += b->producers[i]->status == STOKER_PRODUCER_FINISHED;
     }
-    g->end_code = lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
+    g->end_code = lost > 0 && !dataset ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
     g->leftover = b->c.queued;
     g->retired = 1;
-    snprintf(g->end_reason, sizeof(g->end_reason),
-             "group '%s' ended at step %llu: no producer left (%u lost, %u finished); %llu "
-             "examples left over (fewer than one per rank of %u), still queued",
-             g->name, (unsigned long long)g->steps, lost, finished, (unsigned long long)g->leftover,
-             g->world);
+    if (dataset)
+        snprintf(g->end_reason, sizeof(g->end_reason),
+                 "group '%s' ended at step %llu: the dataset's last epoch waits only for its "
+                 "last %llu examples, fewer than one per rank of %u: left over, still queued",
+                 g->name, (unsigned long long)g->steps, (unsigned long long)g->leftover, g->world);
+    else
+        snprintf(g->end_reason, sizeof(g->end_reason),
+                 "group '%s' ended at step %llu: no producer left (%u lost, %u finished); %llu "
+                 "examples left over (fewer than one per rank of %u), still queued",
+                 g->name, (unsigned long long)g->steps, lost, finished,
+                 (unsigned long long)g->leftover, g->world);
     stoker_info("group-ended: %s", g->end_reason);
 }
 
-// Forms one step of n examples per rank. Returns 1 when formed, 0 when the queues could not
-// give every rank its n (out of memory): then nothing changed.
+// Forms one step: n examples for each rank, one more for the first `extra` ranks (an epoch's
+// last step, split as evenly as the examples allow). Returns 1 when formed, 0 when the queues
+// could not give every rank its share (out of memory): then nothing changed.
 static int
-form_step(broker *b, group *g, uint32_t n)
+form_step(broker *b, group *g, uint32_t n, uint32_t extra)
 {
     uint32_t r;
     for (r = 0; r < g->world; r++) {
         group_rank *gr = &g->ranks[r];
-        lease *l = take_lease(b, gr->t, n);
-        if (l == NULL || l->count != n) {
+        uint32_t want = n + (r < extra ? 1 : 0);
+        lease *l = take_lease(b, gr->t, want);
+        if (l == NULL || l->count != want) {
             if (l != NULL) {
                 unlink_lease(gr->t, l);
                 return_lease(b, l, 1);
@@ -299,6 +324,7 @@ form_step(broker *b, group *g, uint32_t n)
             break;
         }
         gr->pending[(gr->head + gr->n_pending) % g->ahead] = l;
+        gr->events_at[(gr->head + gr->n_pending) % g->ahead] = b->n_events;
         gr->n_pending++;
     }
     if (r == g->world) {
@@ -321,7 +347,7 @@ form_step(broker *b, group *g, uint32_t n)
 // batch and has none formed, so steps are taken from the queues only as fast as the fastest
 // rank trains. Latches the end.
 static void
-fill(broker *b, group *g)
+fill(broker *b, group *g, uint64_t now_ms)
 {
     if (g->end_code == STOKER_OK) {
         uint64_t slowest = UINT64_MAX;
@@ -334,35 +360,47 @@ fill(broker *b, group *g)
         }
         if (g->steps - slowest >= g->ahead)
             return;
-        uint64_t full = (uint64_t)g->world * g->batch;
-        uint32_t n = g->batch;
-        if (b->c.queued < full) {
-            // A short step only when no full one can come: the supply is over, or the queues
-            // are full and still hold less than a full step.
-            int over = supply_over(b);
-            if (!over && !no_room(b))
+        uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
+        uint32_t n = g->batch, extra = 0;
+        if (queued < full) {
+            // A short step only when no full one can come: the supply is over, the queues are
+            // full and still hold less than a full step, or a dataset's epochs wait for what is
+            // queued to be acknowledged (its producers stay alive until then).
+            int over = supply_over(b, now_ms);
+            int waiting = !over && epochs_waiting(b);
+            if (!over && !waiting && !no_room(b))
                 return;
-            n = (uint32_t)(b->c.queued / g->world);
-            if (n == 0) {
+            n = (uint32_t)(queued / g->world);
+            if (waiting) {
+                // An epoch's last step takes everything queued, uneven by at most one example
+                // per rank, so that the epoch can end. Fewer examples than ranks ride with the
+                // next epoch's first step; after the last epoch they are left over.
+                extra = (uint32_t)(queued % g->world);
+                if (n == 0) {
+                    if (queued > 0 && !epochs_open_early(b))
+                        end_group(b, g, 1);
+                    return;
+                }
+            } else if (n == 0) {
                 if (over)
-                    end_group(b, g);
+                    end_group(b, g, 0);
                 return;
             }
         }
-        form_step(b, g, n);
+        form_step(b, g, n, extra);
     }
 }
 
 int
-group_take(broker *b, trainer *t, lease **l, uint64_t *step, uint64_t *leftover, char *why,
-           size_t why_len)
+group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, uint64_t *leftover,
+           char *why, size_t why_len)
 {
     group *g = t->group;
     group_rank *gr = &g->ranks[t->rank];
     if (g->end_code == STOKER_GROUP_BROKEN)
         return stoker_errorf(why, why_len, STOKER_GROUP_BROKEN, "%s", g->end_reason);
     if (gr->n_pending == 0)
-        fill(b, g);
+        fill(b, g, now_ms);
     if ((*l = pop_pending(g, gr)) != NULL) {
         *step = ++gr->delivered;
         return STOKER_OK;
@@ -381,8 +419,20 @@ group_untake(broker *b, trainer *t, lease *l)
     group_rank *gr = &g->ranks[t->rank];
     gr->head = (gr->head + g->ahead - 1) % g->ahead;
     gr->pending[gr->head] = l;
+    gr->events_at[gr->head] = gr->events_upto;
+    gr->events_upto = gr->events_before;
     gr->n_pending++;
     gr->delivered--;
+}
+
+uint64_t
+group_events_upto(const broker *b, const trainer *t)
+{
+    const group *g = t->group;
+    // Ended or broken: the end reaches every rank at the same step, with every event.
+    if (g == NULL || g->end_code != STOKER_OK)
+        return b->n_events;
+    return g->ranks[t->rank].events_upto;
 }
 
 int

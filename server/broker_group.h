@@ -32,11 +32,15 @@ void group_rank_lost(broker *b, trainer *t, const char *reason);
 // batch in *l (and its step in *step), or tells why none comes: STOKER_OK (wait), or the end
 // (STOKER_END_OF_DATA / STOKER_NO_PRODUCERS, with the leftover in *leftover) or
 // STOKER_GROUP_BROKEN, with the reason in why.
-int group_take(broker *b, trainer *t, lease **l, uint64_t *step, uint64_t *leftover, char *why,
-               size_t why_len);
+int group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step,
+               uint64_t *leftover, char *why, size_t why_len);
 // Gives back a batch group_take handed out that could not be sent (out of memory): t gets it
 // again with its next pull.
 void group_untake(broker *b, trainer *t, lease *l);
+
+// The last event index t may be told (all of them for a trainer outside a group): a rank hears
+// an event with the first step formed after it, the same step on every rank, or with the end.
+uint64_t group_events_upto(const broker *b, const trainer *t);
 
 // Groups as the status snapshot shows them: *out a malloc'd array of *n (NULL when none).
 int group_status(const broker *b, stoker_group_info **out, uint32_t *n);

@@ -19,6 +19,9 @@ uint32_t serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out);
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
 // must keep waiting (only when !final).
 int try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final);
+// Nonzero when p's oldest parked push waits for room in its queue (not when it arrived ahead of
+// its predecessor, which is on its way: two pushes in flight).
+int push_waits_for_room(const producer *p);
 // Marks p alive again on pipe (an event when it was not), seen now.
 void revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how);
 // Takes req.

@@ -219,14 +219,15 @@ done:
 
 // Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
 // reply being made carries them.
+// A rank hears only those before the step it was last sent was formed (group_events_upto).
 static uint32_t
 take_events(const broker *b, trainer *t, stoker_event *buf)
 {
-    uint64_t from = t->event_cursor + 1;
+    uint64_t from = t->event_cursor + 1, upto = group_events_upto(b, t);
     if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
         from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
     uint32_t n = 0;
-    for (uint64_t i = from; i <= b->n_events && n < EVENTS_PER_REPLY; i++)
+    for (uint64_t i = from; i <= upto && n < EVENTS_PER_REPLY; i++)
         buf[n++] = b->events[(i - 1) % EVENT_LOG];
     if (n > 0)
         t->event_cursor = buf[n - 1].index;
@@ -456,8 +457,10 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint32_t max = k->req->max_examples;
     char why[160];
     stoker_event events[EVENTS_PER_REPLY];
-    // Sent with this reply whenever there are some (they make it ready).
-    uint32_t n_events = take_events(b, t, events);
+    // Sent with this reply whenever there are some (they make it ready); a rank's after its
+    // step is taken (they come with the step formed after them).
+    uint64_t cursor = t->event_cursor;
+    uint32_t n_events = t->group == NULL ? take_events(b, t, events) : 0;
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, now_ms, why, sizeof(why));
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
@@ -474,7 +477,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint64_t step = 0, leftover = 0;
     if (t->group != NULL) {
         // A rank gets its step's batch, formed for the whole group (broker_group.c).
-        ended = group_take(b, t, &l, &step, &leftover, why, sizeof(why));
+        ended = group_take(b, t, now_ms, &l, &step, &leftover, why, sizeof(why));
+        n_events = take_events(b, t, events);
         take = 0;
         ready = l != NULL || n_events > 0 || ended != STOKER_OK;
     }
@@ -490,6 +494,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     if (l != NULL) {
         if (describe_lease(b, l, &rep) != STOKER_OK) {
             // Cannot describe the batch: give the examples back; the trainer asks again.
+            t->event_cursor = cursor; // the events go with the reply that is sent
             if (t->group != NULL) {
                 group_untake(b, t, l); // the rank's step waits for its next pull
             } else {
@@ -520,7 +525,6 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     free(parts);
     free(runs);
     free(items);
-    (void)now_ms;
     return 1;
 }
 

@@ -61,6 +61,15 @@ park_push(broker *b, producer *p, parked *k)
     b->n_parked++;
 }
 
+int
+push_waits_for_room(const producer *p)
+{
+    // Parked pushes are in seq order: the first is either ahead of its predecessor (two pushes
+    // in flight, taken in the other order: it waits for that one, not for room) or it did not
+    // fit (try_push parks nothing else).
+    return p->pushes != NULL && p->pushes->req->first_seq <= p->next_seq;
+}
+
 // --- push ---------------------------------------------------------------------------------------
 
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
@@ -77,6 +86,18 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
         // as for room, and only a final try says the gap.
         if (!final)
             return 0;
+        if (p->no_room_at == p->next_seq + 1) {
+            // Its predecessor was told "no room" and comes again: so does this one, behind it.
+            // Not a refusal (a clean run with full queues does this all the time).
+            send_code(b, out, k->token, STOKER_RETRY,
+                      "push from '%s' at seq %llu waits for seq %llu, which had no room yet: "
+                      "push again from seq %llu",
+                      p->name, (unsigned long long)first, (unsigned long long)p->next_seq,
+                      (unsigned long long)p->next_seq);
+            stoker_request_free(req);
+            k->req = NULL;
+            return 1;
+        }
         send_code(b, out, k->token, STOKER_SEQ_GAP,
                   "push from '%s' starts at seq %llu, broker expects %llu: examples in between "
                   "were never received",
@@ -105,6 +126,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
                      (unsigned long long)p->q.examples);
         send_code(b, out, k->token, STOKER_RETRY, "queue full (%llu of %u examples)",
                   (unsigned long long)p->q.examples, b->queue_depth);
+        p->no_room_at = p->next_seq + 1;
         stoker_request_free(req);
         k->req = NULL;
         return 1;

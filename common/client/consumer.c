@@ -260,19 +260,20 @@ next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
     }
     if (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA)
         describe_end(c, gone, sizeof(gone));
+    // The reason alone: what happened (stalled, the supply ended) is the code's, which a binding
+    // says once (Python's exceptions: their class and str).
+    const char *refusal = stoker_trainer_client_refusal(c->tc);
     switch (rv) {
     case STOKER_NO_PRODUCERS:
         stoker_errorf(c->error, sizeof(c->error), rv,
-                      "data supply ended: every producer was lost and nothing is queued (last: %s)",
-                      gone);
+                      "every producer was lost and nothing is queued (last: %s)", gone);
         break;
     case STOKER_END_OF_DATA:
         stoker_errorf(c->error, sizeof(c->error), rv,
-                      "data supply ended: every producer finished and nothing is queued (last: %s)",
-                      gone);
+                      "every producer finished and nothing is queued (last: %s)", gone);
         break;
     case STOKER_STALLED:
-        stoker_errorf(c->error, sizeof(c->error), rv, "stalled: no batch within %.1f s",
+        stoker_errorf(c->error, sizeof(c->error), rv, "no batch within %.1f s",
                       c->stall_timeout_ms / 1000.0);
         break;
     case STOKER_INTERRUPTED:
@@ -284,7 +285,9 @@ next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
                       wait_ms);
         break;
     default:
-        stoker_errorf(c->error, sizeof(c->error), rv, "feeding failed: %s", stoker_strerror(rv));
+        // The broker's reason when it refused (a batch larger than it allows, ...).
+        stoker_errorf(c->error, sizeof(c->error), rv, "%s",
+                      refusal[0] != '\0' ? refusal : stoker_strerror(rv));
         break;
     }
     return rv;

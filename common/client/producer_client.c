@@ -76,6 +76,11 @@ struct stoker_producer_client {
     uint64_t broker_seq;        // the broker's next seq for us, from its last answer
     int full_logged;            // "retention full" said for this wait
     uint64_t replays, replayed; // pushes again to a broker that lost them, and their examples
+    // The broker away (broker_away): when it last answered the pushing thread (or the client
+    // was made), since when it is away (0: it answers), when that was last said, and whether
+    // any broker ever answered us.
+    uint64_t answered_ms, away_since_ms, away_said_ms;
+    int ever_answered;
     // Two pushes in flight (stoker_producer_client_set_pipelined): the one sent on the push
     // stream whose reply is not read yet. It is retained, and pc->next_seq is past it already.
     int pipelined;
@@ -131,6 +136,77 @@ backoff(stoker_producer_client *pc, uint32_t *delay_ms)
     stoker_sleep_ms(*delay_ms, pc->opts.stop);
     *delay_ms =
         *delay_ms * 2 > pc->opts.reconnect_max_ms ? pc->opts.reconnect_max_ms : *delay_ms * 2;
+}
+
+#define AWAY_SAY_EVERY_MS 10000 // "still waiting for the broker", while it stays away
+
+static uint64_t
+retained_now(const stoker_producer_client *pc)
+{
+    return pc->kept != NULL ? retention_examples(pc->kept) : 0;
+}
+
+// The broker answered a request of the pushing thread: an outage, if one was said, is over.
+static void
+broker_answered(stoker_producer_client *pc)
+{
+    if (pc->away_since_ms != 0 && pc->away_said_ms != 0)
+        stoker_info("producer '%s': broker at %s answers again after %.1f s away", pc->name,
+                    pc->url, (double)(stoker_now_ms() - pc->away_since_ms) / 1000.0);
+    pc->answered_ms = stoker_now_ms();
+    pc->away_since_ms = 0;
+    pc->away_said_ms = 0;
+    pc->ever_answered = 1;
+}
+
+// A request of the pushing thread found no broker. A producer waits for its broker, with what it
+// retains, for opts.give_up_ms (--broker-wait) from its last answer (a request to a broker that
+// is gone fails only after its own timeout, which counts as time away), saying so
+// when it starts to wait and every AWAY_SAY_EVERY_MS. Returns STOKER_OK while it may wait on,
+// STOKER_CONNECTION (said, with what is lost) when the broker stayed away longer.
+static int
+broker_away(stoker_producer_client *pc)
+{
+    uint64_t now = stoker_now_ms();
+    if (pc->away_since_ms == 0)
+        pc->away_since_ms = pc->answered_ms < now ? pc->answered_ms : now;
+    uint64_t away = now - pc->away_since_ms;
+    double bound_s = pc->opts.give_up_ms / 1000.0;
+    if (away >= pc->opts.give_up_ms) {
+        if (!pc->ever_answered)
+            stoker_error("producer '%s': no broker answered at %s within %.1f s (--broker-wait; "
+                         "last: %s): start the broker, check the URL, or wait longer",
+                         pc->name, pc->url, bound_s, pc->error);
+        else
+            stoker_error("producer '%s': no broker at %s for %.1f s (--broker-wait; last: %s): "
+                         "giving up; %llu retained examples not yet reported trained are lost "
+                         "with this process (start the broker again sooner, or raise "
+                         "--broker-wait)",
+                         pc->name, pc->url, bound_s, pc->error,
+                         (unsigned long long)retained_now(pc));
+        return STOKER_CONNECTION;
+    }
+    // A short blip (a push stream replaced, one timeout) is not worth a word; a second is.
+    if (away < 1000 && pc->away_said_ms == 0)
+        return STOKER_OK;
+    if (pc->away_said_ms == 0 && !pc->ever_answered) {
+        stoker_warn("producer '%s': no broker at %s yet (%s): waiting up to %.1f s for one "
+                    "(--broker-wait)",
+                    pc->name, pc->url, pc->error, bound_s);
+        pc->away_said_ms = now;
+    } else if (pc->away_said_ms == 0) {
+        stoker_warn("producer '%s': no broker at %s (%s): waiting up to %.1f s for it "
+                    "(--broker-wait), keeping %llu retained examples to push again",
+                    pc->name, pc->url, pc->error, bound_s, (unsigned long long)retained_now(pc));
+        pc->away_said_ms = now;
+    } else if (now - pc->away_said_ms >= AWAY_SAY_EVERY_MS) {
+        stoker_warn("producer '%s': still waiting for the broker at %s: %.0f of %.1f s "
+                    "(--broker-wait), %llu examples retained",
+                    pc->name, pc->url, away / 1000.0, bound_s,
+                    (unsigned long long)retained_now(pc));
+        pc->away_said_ms = now;
+    }
+    return STOKER_OK;
 }
 
 static void *
@@ -227,6 +303,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     }
     push_stream_init(&pc->ps, pc->url, opts->max_message_bytes, pc->token, pc->opts.session);
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    pc->answered_ms = stoker_now_ms();
     if (pthread_create(&pc->beat_thread, NULL, heartbeat_main, pc) != 0) {
         rv = STOKER_NOMEM;
         goto fail_ctx;
@@ -322,6 +399,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         conn_copy_str(pc->error, sizeof(pc->error), err);
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
     }
+    broker_answered(pc);
     rv = rep->code;
     if (rv == STOKER_OK) {
         pthread_mutex_lock(&pc->lock);
@@ -360,7 +438,6 @@ transient(int rv)
 int
 stoker_producer_client_hello(stoker_producer_client *pc)
 {
-    uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
     for (;;) {
         if (stopped(pc))
@@ -368,11 +445,8 @@ stoker_producer_client_hello(stoker_producer_client *pc)
         int rv = hello_once(pc, &pc->stop, UINT64_MAX);
         if (!transient(rv))
             return rv;
-        if (stoker_now_ms() >= give_up) {
-            stoker_error("producer '%s': no broker at %s after %u ms: %s", pc->name, pc->url,
-                         pc->opts.give_up_ms, pc->error);
+        if ((rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) && broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION;
-        }
         backoff(pc, &delay);
     }
 }
@@ -471,6 +545,10 @@ settle(stoker_producer_client *pc)
     if (rv == STOKER_INTERRUPTED)
         return rv; // goodbye's answer says whether the broker took it
     conn_copy_str(pc->error, sizeof(pc->error), rv == STOKER_OK ? rep->message : err);
+    stoker_debug("producer '%s': the push in flight of seq %llu.. was not taken (%s): pushing "
+                 "again from seq %llu",
+                 pc->name, (unsigned long long)first, pc->error,
+                 (unsigned long long)(pc->broker_seq < first ? pc->broker_seq : first));
     if (rv != STOKER_OK || rep->code == STOKER_UNKNOWN_PEER)
         pc->said_hello = 0; // a new connection may be a new broker: hello says what it holds
     stoker_reply_free(rep);
@@ -492,9 +570,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
         req.items = pc->push_items;
         req.shard = pc->push_shard;
     }
-    uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
-    int logged_down = 0;
     for (;;) {
         // After a stop, pushes get STOP_GRACE_MS in all (conn_stop): one the broker can take is
         // answered by then; one waiting for room, or for a broker that is gone, is abandoned.
@@ -539,14 +615,9 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
             rv = rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
             goto failed;
         }
-        // The broker answered: the give-up clock starts again (a push may wait for room far
-        // longer than give_up_ms), and a later outage is said again.
-        give_up = stoker_now_ms() + pc->opts.give_up_ms;
-        if (logged_down) {
-            stoker_info("producer '%s': broker back, pushing seq %llu", pc->name,
-                        (unsigned long long)first_seq);
-            logged_down = 0;
-        }
+        // The broker answered: the --broker-wait clock starts again (a push may wait for room
+        // far longer than that), and a later outage is said again.
+        broker_answered(pc);
         rv = rep->code;
         if (rv == STOKER_OK) {
             if (rep->acked_through >= first_seq + chunk->count) {
@@ -570,17 +641,10 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
     failed:
         if (!transient(rv))
             return rv;
-        if (!logged_down && rv != STOKER_RETRY) {
-            stoker_warn("producer '%s': broker unreachable (%s), retrying seq %llu", pc->name,
-                        pc->error, (unsigned long long)first_seq);
-            logged_down = 1;
-        }
-        if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT)
+        if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) {
             pc->said_hello = 0; // a new connection may be a new broker: say hello again
-        if (stoker_now_ms() >= give_up) {
-            stoker_error("producer '%s': gave up pushing seq %llu after %u ms: %s", pc->name,
-                         (unsigned long long)first_seq, pc->opts.give_up_ms, pc->error);
-            return STOKER_CONNECTION;
+            if (broker_away(pc) != STOKER_OK)
+                return STOKER_CONNECTION;
         }
         backoff(pc, &delay);
     }
@@ -672,8 +736,9 @@ poll_trained(stoker_producer_client *pc)
     if (rv != STOKER_OK) {
         conn_copy_str(pc->error, sizeof(pc->error), err);
         pc->said_hello = 0;
-        return rv;
+        return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
     }
+    broker_answered(pc);
     if (rep->code == STOKER_OK) {
         note_trained(pc, rep->trained_through);
         if (rep->queue_depth > 0)
@@ -686,7 +751,8 @@ poll_trained(stoker_producer_client *pc)
 }
 
 // Waits until count more examples fit in the retention buffer (or it is empty): backpressure
-// while trainers are behind. Returns STOKER_OK or STOKER_INTERRUPTED.
+// while trainers are behind. Returns STOKER_OK, STOKER_INTERRUPTED, or STOKER_CONNECTION when
+// the broker stayed away longer than --broker-wait meanwhile.
 static int
 wait_room(stoker_producer_client *pc, uint32_t count)
 {
@@ -705,7 +771,11 @@ wait_room(stoker_producer_client *pc, uint32_t count)
             pc->full_logged = 1;
         }
         uint64_t before = atomic_load(&pc->trained);
-        if (poll_trained(pc) != STOKER_OK)
+        int polled = poll_trained(pc);
+        if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
+            broker_away(pc) != STOKER_OK)
+            return STOKER_CONNECTION; // waited --broker-wait for a broker to train anything
+        if (polled != STOKER_OK)
             nap = 50;
         // At most 4 ms between polls while the broker answers: a queue the trainers drain fast
         // must not wait on a sleeping producer (a heartbeat costs one small round trip).
@@ -925,7 +995,11 @@ stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
         if (stoker_now_ms() >= deadline)
             return STOKER_TIMEOUT;
         uint64_t before = atomic_load(&pc->trained);
-        if (poll_trained(pc) != STOKER_OK)
+        int polled = poll_trained(pc);
+        if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
+            broker_away(pc) != STOKER_OK)
+            return STOKER_CONNECTION; // said: no broker to report anything trained
+        if (polled != STOKER_OK)
             nap = 50;
         nap = atomic_load(&pc->trained) > before ? 1 : (nap < 50 ? nap * 2 : 50);
         stoker_sleep_ms(nap, pc->opts.stop);
@@ -1095,7 +1169,6 @@ int
 stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32_t cap,
                              stoker_shard *out)
 {
-    uint64_t give_up = stoker_now_ms() + pc->opts.give_up_ms;
     uint32_t delay = 10;
     for (;;) {
         if (stopped(pc))
@@ -1112,6 +1185,7 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
                 conn_copy_str(pc->error, sizeof(pc->error), err);
                 rv = rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
             } else {
+                broker_answered(pc);
                 rv = rep->code;
                 conn_copy_str(pc->error, sizeof(pc->error), rep->message);
                 if (rv == STOKER_OK)
@@ -1125,10 +1199,11 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
         }
         if (rv == STOKER_INTERRUPTED || !transient(rv))
             return rv;
-        if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT)
+        if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) {
             pc->said_hello = 0;
-        if (stoker_now_ms() >= give_up)
-            return STOKER_CONNECTION;
+            if (broker_away(pc) != STOKER_OK)
+                return STOKER_CONNECTION;
+        }
         backoff(pc, &delay);
     }
 }

@@ -71,6 +71,7 @@ struct stoker_trainer_client {
     atomic_int ending; // the same, seen but not returned while other pulls are in flight
                        // (read by the issuer thread)
     char end_reason[STOKER_MESSAGE_MAX];
+    char refusal[STOKER_MESSAGE_MAX]; // the broker's reason for its last refusal (next returns it)
     uint32_t wait_ms;
     uint32_t failures;       // consecutive transport failures, for backoff
     _Atomic int away;        // see broker_away
@@ -875,6 +876,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
     char err[256];
     uint64_t wait_start = stoker_now_ms();
     int acks_sent = 0;
+    tc->refusal[0] = '\0'; // this call's, if any
     for (;;) {
         if (tc->supply_ended)
             return tc->supply_ended;
@@ -895,6 +897,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             if (rv == STOKER_INTERRUPTED)
                 return rv;
             if (rv != STOKER_OK && rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION) {
+                snprintf(tc->refusal, sizeof(tc->refusal), "%s", err);
                 stoker_error("trainer: broker refused hello: %s", err);
                 return rv;
             }
@@ -1069,6 +1072,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             stoker_reply_free(rep);
             continue;
         }
+        snprintf(tc->refusal, sizeof(tc->refusal), "%s", rep->message);
         stoker_error("trainer: broker refused pull: %s", rep->message);
         stoker_reply_free(rep);
         return rv;
@@ -1086,6 +1090,12 @@ stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **out,
 {
     return next_batch(tc, out,
                       wait_ms < tc->opts.stall_timeout_ms ? wait_ms : tc->opts.stall_timeout_ms);
+}
+
+const char *
+stoker_trainer_client_refusal(const stoker_trainer_client *tc)
+{
+    return tc->refusal;
 }
 
 const char *

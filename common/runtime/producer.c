@@ -19,6 +19,9 @@ stoker_producer_config_init(stoker_producer_config *cfg)
     stoker_client_options_init(&cfg->client);
     cfg->chunk = 3;
     cfg->retain = STOKER_RETAIN_AUTO;
+    // A producer outlives a broker restart, however long it takes to come back within reason:
+    // it waits with what it retains (stoker-producer --broker-wait).
+    cfg->client.give_up_ms = STOKER_PRODUCER_BROKER_WAIT_MS;
 }
 
 int
@@ -57,8 +60,10 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     // last answer, and its count is the broker's.
     stoker_producer_client_set_pipelined(pc, 1);
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
-        stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
-                     stoker_producer_client_error(pc));
+        // No broker within --broker-wait was said by the client; a refusal is the broker's word.
+        if (rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED)
+            stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
+                         stoker_producer_client_error(pc));
         goto out;
     }
     stoker_info("producer '%s' connected to %s as producer %u (generator %s)", name, copts.url,
@@ -113,6 +118,8 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     }
     if (cfg->linger_ms > 0 && !producer_stop_requested(user_stop)) {
         rv = stoker_producer_client_drain(pc, cfg->linger_ms);
+        if (rv == STOKER_CONNECTION)
+            goto out; // the broker stayed away past --broker-wait: said, with what is lost
         if (rv != STOKER_OK && rv != STOKER_INTERRUPTED)
             stoker_warn("producer '%s': %llu pushed examples not reported trained after "
                         "--linger %.1f s (%s); a broker death now loses them",

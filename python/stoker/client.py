@@ -25,8 +25,11 @@ _SLICE_S = 0.1
 
 
 class StokerError(Exception):
-    """A stoker failure. code is the stoker_err code, name its word ("stalled", ...), reason the
-    message (with the broker's reason where it gave one)."""
+    """A stoker failure. code is the stoker_err code, name its word ("stalled", ...), reason why
+    (the broker's reason where it gave one), said once: str(e) is what happened and the reason
+    ("stalled: no batch within 4.0 s"), e.reason the reason alone."""
+
+    what = None  # what happened, said before the reason in str(e) (the subclasses')
 
     def __init__(self, code, reason):
         super().__init__(reason)
@@ -34,6 +37,9 @@ class StokerError(Exception):
         self.reason = reason
         lib = _lib._lib
         self.name = lib.stoker_errname(code).decode() if lib is not None else str(code)
+
+    def __str__(self):
+        return "%s: %s" % (self.what, self.reason) if self.what else str(self.reason)
 
 
 class SupplyEnded(StokerError):
@@ -43,6 +49,7 @@ class SupplyEnded(StokerError):
     broker, reported in the reason too); None otherwise."""
 
     leftover = None
+    what = "data supply ended"
 
     @property
     def finished(self):
@@ -51,6 +58,8 @@ class SupplyEnded(StokerError):
 
 class Stalled(StokerError):
     """No batch arrived within the stall timeout."""
+
+    what = "stalled"
 
 
 class GroupBroken(StokerError):

@@ -53,7 +53,7 @@ HOSTS = {"cpu1": "10.200.1.1/16", "cpu2": "10.200.2.1/16"}
 PRODUCERS = [(host, f"{host}-{x}") for host in HOSTS for x in ("a", "b")]
 CUT_HOST = "cpu1"
 CLONE_NEWNET = 0x40000000
-# Extra seconds the cable stays cut (experiments; the producers give up pushing after 30 s).
+# Extra seconds the cable stays cut (experiments; the producers wait for the broker up to --broker-wait, 600 s by default).
 HOLD = float(os.environ.get("STOKER_CLUSTER_HOLD", "0"))
 
 T0 = time.monotonic()

@@ -470,6 +470,43 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .
     proc_broker_stop(broker);
 }
 
+// --- counters of a clean run (issue 26, defect 17) ----------------------------------------------
+
+// A clean run refuses nothing: producers pushing as fast as they can (two pushes in flight, small
+// chunks), their queues full for a while before a trainer comes (each parked push then waits out
+// its time, answered "no room", and the one behind it with it), the trainer pulling and
+// acknowledging everything, the supply ended by the producers' goodbyes. The broker's refused
+// counter, the one an operator alarms on, stays 0.
+Test(producer, a_clean_run_leaves_the_refused_counter_at_zero)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker =
+        e2e_broker_start(url, PROC_ARGS("--schema", EXEC_SCHEMA, "--queue-depth", "16"));
+    const char *const pargs[] = {"--delay", "0:0", "--chunk", "1", "--max-examples", "1500", NULL};
+    proc_child *p1 = e2e_producer_start(url, "clean-1", pargs);
+    proc_child *p2 = e2e_producer_start(url, "clean-2", pargs);
+    cr_assert(h_wait_producer(url, "clean-1", 16, 10000), "clean-1 did not fill its queue");
+    cr_assert(h_wait_producer(url, "clean-2", 16, 10000), "clean-2 did not fill its queue");
+    stoker_sleep_ms(1500, NULL); // parked pushes wait out their time, several times over
+    stoker_trainer_client *tc = e2e_trainer_client(url, 8, 10000);
+    e2e_examples ex = {0};
+    int rv = e2e_drain(tc, &ex, 20000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p1, 0, 5000);
+    proc_assert_exit(p2, 0, 5000);
+    e2e_assert_exactly(&ex, 2, 1500);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    stoker_status *st = h_status(url);
+    uint64_t refused = st->counters.refused;
+    stoker_status_destroy(st);
+    cr_assert_eq(refused, 0, "a clean run left the broker's refused counter at %llu",
+                 (unsigned long long)refused);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
+
 // --- command lines ------------------------------------------------------------------------------
 
 // Runs the producer with args (no broker needed: these fail before connecting) and asserts the

@@ -75,7 +75,8 @@ int stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32
 // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended; repeated by later calls),
 // STOKER_GROUP_BROKEN (a rank of the group was lost; repeated by later calls),
 // STOKER_STALLED, STOKER_INTERRUPTED (stoker_consumer_interrupt), or another error;
-// stoker_consumer_error tells why, with the broker's reason where it gave one.
+// stoker_consumer_error tells why, with the broker's reason where it gave one: the reason alone
+// ("no batch within 4.0 s"), what happened being the code's (say it once, as its word).
 // Batches are independent of each other: holding one while pulling the next is fine, and its
 // memory is never reused until it is freed.
 int stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out);

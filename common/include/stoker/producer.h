@@ -16,12 +16,19 @@
 #include "stoker/client.h"
 #include "stoker/generator.h"
 
+// How long a producer waits for a broker that does not answer (at the start, or gone mid-run),
+// with what it retains, before it gives up: client.give_up_ms's default here.
+#define STOKER_PRODUCER_BROKER_WAIT_MS 600000u
+
 typedef struct stoker_producer_config {
-    stoker_client_options client; // url (required), name, token, session, stop
-    uint32_t chunk;               // examples per push (default 3)
-    uint64_t max_examples;        // stop after this many (0: until the generator ends or stop)
-    uint64_t seed;                // run seed; example seeds derive from (seed, name, seq)
-    int handle_signals;           // install SIGINT/SIGTERM handlers that stop the run cleanly
+    // url (required), name, token, session, stop; give_up_ms: how long to wait for a broker
+    // that does not answer (default STOKER_PRODUCER_BROKER_WAIT_MS, stoker-producer
+    // --broker-wait).
+    stoker_client_options client;
+    uint32_t chunk;        // examples per push (default 3)
+    uint64_t max_examples; // stop after this many (0: until the generator ends or stop)
+    uint64_t seed;         // run seed; example seeds derive from (seed, name, seq)
+    int handle_signals;    // install SIGINT/SIGTERM handlers that stop the run cleanly
     // Retention (see producer_client.h): pushed examples are kept until trained, at most this
     // many (0: off; default STOKER_RETAIN_AUTO, twice the broker's queue depth), so a broker
     // restart loses nothing. linger_ms: before goodbye, wait up to this long until everything
@@ -55,7 +62,9 @@ const volatile int *stoker_producer_stop_flag(void);
 // of the stop, and stats count what the broker accepted (exactly, once it answered goodbye). A
 // generator error pushes the good examples made before it and returns the error without goodbye
 // (the broker reports the producer lost).
-// Connection trouble is retried with backoff until client.give_up_ms, then STOKER_CONNECTION.
+// A broker that does not answer (not started yet, or gone mid-run) is waited for with what is
+// retained, said in the log, up to client.give_up_ms from its first failed request; then
+// STOKER_CONNECTION (said, with how many retained examples are lost).
 // stats (may be NULL) is written in every case.
 int stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *gen,
                         stoker_producer_stats *stats);

@@ -73,7 +73,7 @@ uint64_t stoker_producer_client_trained_through(const stoker_producer_client *pc
 // Waits (at most timeout_ms) until every pushed example is trained, pushing again to a broker
 // that restarted meanwhile. Call it before goodbye so that a broker death after the last push
 // loses nothing. STOKER_OK when nothing is kept any more, STOKER_TIMEOUT, STOKER_INTERRUPTED,
-// or a push error.
+// STOKER_CONNECTION when no broker answered for opts.give_up_ms, or a push error.
 int stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms);
 
 // The seq of the next example to push (0 for a new session).

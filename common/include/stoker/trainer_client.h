@@ -89,6 +89,9 @@ int stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **
 // The broker's word on why the supply ended or the group broke (after next returned
 // STOKER_NO_PRODUCERS, STOKER_END_OF_DATA or STOKER_GROUP_BROKEN; "" before). Borrowed.
 const char *stoker_trainer_client_end_reason(const stoker_trainer_client *tc);
+// The broker's reason for the last pull (or hello) it refused, which next returned as an error
+// (STOKER_INVALID, ...); "" when none was refused.
+const char *stoker_trainer_client_refusal(const stoker_trainer_client *tc);
 // For a rank of a group: the batches (steps) next returned so far, and, once the supply ended,
 // the examples left over that no equal step could hold (still queued at the broker).
 uint64_t stoker_trainer_client_group_steps(const stoker_trainer_client *tc);
