@@ -3,6 +3,7 @@
 // blocked on full queues), loses nothing and no example is trained twice, checked from the
 // identities the trainer trained; and the retention bound holds: a full retention buffer stalls
 // a producer (nothing trained, nothing more accepted) without losing anything.
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,6 +403,20 @@ Test(durable, a_producer_without_a_broker_says_none_answered_and_exits_3)
     free(err);
 }
 
+typedef struct drain_arg {
+    stoker_trainer_client *tc;
+    e2e_examples ex;
+    int rv;
+} drain_arg;
+
+static void *
+drain_main(void *arg)
+{
+    drain_arg *d = arg;
+    d->rv = e2e_drain(d->tc, &d->ex, 60000);
+    return NULL;
+}
+
 // Issue 26, defect 6: two trainers and a broker SIGKILLed and restarted mid-run. The producers
 // push again what the dead broker had not reported trained; part of it was trained by one
 // trainer, and the other must not get it from the new broker (each trainer's own identity filter
@@ -437,10 +452,24 @@ Test(durable, two_trainers_across_a_broker_restart_train_each_example_once)
     }
     cr_assert(back_or_done(url, "two-1", p1), "two-1 neither came back nor finished");
     cr_assert(back_or_done(url, "two-2", p2), "two-2 neither came back nor finished");
+    // Both drain at once (each holds batches the other's end waits for).
+    drain_arg da = {.tc = b, .ex = {0}};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, drain_main, &da), 0);
     int rv = e2e_drain(a, &ex, 60000);
+    pthread_join(th, NULL);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "trainer a: the supply ended with %s", stoker_errname(rv));
-    rv = e2e_drain(b, &ex, 60000);
-    cr_assert_eq(rv, STOKER_END_OF_DATA, "trainer b: the supply ended with %s", stoker_errname(rv));
+    cr_assert_eq(da.rv, STOKER_END_OF_DATA, "trainer b: the supply ended with %s",
+                 stoker_errname(da.rv));
+    for (size_t i = 0; i < da.ex.n; i++) { // b's examples join a's (the bytes move)
+        if (ex.n == ex.cap) {
+            ex.cap = ex.cap ? 2 * ex.cap : 64;
+            ex.v = realloc(ex.v, ex.cap * sizeof(*ex.v));
+            cr_assert_not_null(ex.v);
+        }
+        ex.v[ex.n++] = da.ex.v[i];
+    }
+    free(da.ex.v);
     proc_assert_exit(p1, 0, 10000);
     proc_assert_exit(p2, 0, 10000);
     fprintf(stderr,
