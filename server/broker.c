@@ -119,6 +119,7 @@ broker_destroy(broker *b, broker_outbox *out)
         free(t);
     }
     group_destroy_all(b);
+    free(b->reported);
     free(b->producers);
     free(b->trainers);
     free(b->authed);

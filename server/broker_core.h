@@ -118,6 +118,7 @@ typedef struct trainer {
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
     uint32_t rank;
+    uint64_t said_steps; // a rank's hello: the steps it had taken (a broker before us died)
     // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
     // (broker_lease.c arena_reply), batches the full arena sent as bytes.
     uint32_t pid;
@@ -133,6 +134,11 @@ struct broker {
     // Until then the supply is not said to have ended: a producer came back from a broker that
     // died (its hello continued a session at seq > 0), so others of that broker may follow.
     uint64_t returning_until_ms;
+    // Identities trainers said they trained when they said hello ((session, first_seq, end)
+    // triples, at most REPORTED_MAX): a producer's session that comes back later (it pushes again
+    // what a dead broker held) counts them trained from its hello on (issue 26).
+    uint64_t *reported;
+    uint32_t n_reported;
     int has_schema;
     stoker_schema schema;
     size_t example_bytes;

@@ -16,6 +16,7 @@
 typedef struct group_rank {
     trainer *t;          // NULL until the rank joined
     uint64_t delivered;  // steps whose batch was sent to this rank
+    uint64_t said;       // the steps it said in its hello it had taken (a broker before died)
     lease **pending;     // formed, not yet sent: FIFO of steps_ahead entries
     uint64_t *events_at; // per pending entry: the broker's events when its step was formed
     uint32_t head, n_pending;
@@ -30,6 +31,8 @@ typedef struct group {
     uint32_t world, batch, ahead;
     uint32_t members;  // trainers whose ->group is this one
     int retired;       // broken or ended: a hello with this name starts a new group
+    int started;       // every rank joined once: the step count is set (resumed or 1)
+    uint64_t catch_up; // resumed: ranks that had taken fewer steps get batches alone up to it
     uint64_t steps;    // formed so far
     int end_code;      // STOKER_OK until the end (END_OF_DATA / NO_PRODUCERS) or the break
     uint64_t leftover; // examples no equal step could hold, at the end
@@ -158,6 +161,8 @@ group_attach(broker *b, group *g, trainer *t, uint32_t rank)
     t->group = g;
     t->rank = rank;
     g->ranks[rank].t = t;
+    if (!g->started)
+        g->ranks[rank].said = t->said_steps;
     g->members++;
     uint32_t joined = 0;
     for (uint32_t r = 0; r < g->world; r++)
@@ -342,6 +347,33 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra)
     return 0;
 }
 
+// Once every rank joined: the group's step count. Ranks that say they took steps come to a
+// broker that started after the one they trained with died (issue 26): the group resumes at
+// the most steps any rank took, and a rank that took fewer gets batches of its own (catch-up,
+// group_take) until it took as many, so that every rank ends with the same count.
+static void
+start(group *g)
+{
+    uint64_t most = 0, least = UINT64_MAX;
+    for (uint32_t r = 0; r < g->world; r++) {
+        if (g->ranks[r].said > most)
+            most = g->ranks[r].said;
+        if (g->ranks[r].said < least)
+            least = g->ranks[r].said;
+    }
+    g->started = 1;
+    if (most == 0)
+        return;
+    g->steps = most;
+    g->catch_up = most;
+    for (uint32_t r = 0; r < g->world; r++)
+        g->ranks[r].delivered = g->ranks[r].said;
+    stoker_info("group-resumed: group '%s' resumes at step %llu (its ranks had taken %llu to "
+                "%llu steps with a broker that died; those behind catch up first)",
+                g->name, (unsigned long long)most + 1, (unsigned long long)least,
+                (unsigned long long)most);
+}
+
 // Forms the next step if it can be formed now: every rank joined and connected, the slowest
 // rank fewer than `ahead` steps behind, and a batch for every rank. Called when a rank needs a
 // batch and has none formed, so steps are taken from the queues only as fast as the fastest
@@ -349,7 +381,8 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra)
 static void
 fill(broker *b, group *g, uint64_t now_ms)
 {
-    if (g->end_code == STOKER_OK) {
+    // Within the returning window no step is formed (see try_pull, issue 26).
+    if (g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
         uint64_t slowest = UINT64_MAX;
         for (uint32_t r = 0; r < g->world; r++) {
             const group_rank *gr = &g->ranks[r];
@@ -358,6 +391,12 @@ fill(broker *b, group *g, uint64_t now_ms)
             if (gr->delivered < slowest)
                 slowest = gr->delivered;
         }
+        if (!g->started) {
+            start(g);
+            return; // the ranks behind catch up first (group_take)
+        }
+        if (slowest < g->catch_up)
+            return;
         if (g->steps - slowest >= g->ahead)
             return;
         uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
@@ -401,6 +440,36 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
         return stoker_errorf(why, why_len, STOKER_GROUP_BROKEN, "%s", g->end_reason);
     if (gr->n_pending == 0)
         fill(b, g, now_ms);
+    if (g->started && gr->n_pending == 0 && gr->delivered < g->catch_up &&
+        g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
+        // Behind the others after a broker restart: a batch of its own, a full one.
+        lease *c = b->c.queued >= g->batch ? take_lease(b, t, g->batch) : NULL;
+        if (c != NULL && c->count == g->batch) {
+            *l = c;
+            *step = ++gr->delivered;
+            return STOKER_OK;
+        }
+        if (c != NULL) {
+            unlink_lease(t, c);
+            return_lease(b, c, 1);
+        }
+        if (supply_over(b, now_ms) && b->c.queued < g->batch) {
+            g->end_code = STOKER_GROUP_BROKEN;
+            g->retired = 1;
+            snprintf(g->end_reason, sizeof(g->end_reason),
+                     "group '%s' is broken: after a broker restart rank %u had taken %llu steps, "
+                     "others %llu, and the supply ended before it could catch up (%llu examples "
+                     "left, %u needed)",
+                     g->name, t->rank, (unsigned long long)gr->delivered,
+                     (unsigned long long)g->catch_up, (unsigned long long)b->c.queued, g->batch);
+            stoker_warn("group-broken: %s", g->end_reason);
+            for (uint32_t r = 0; r < g->world; r++)
+                if (g->ranks[r].t != NULL)
+                    return_pending(b, g, &g->ranks[r]);
+            return stoker_errorf(why, why_len, STOKER_GROUP_BROKEN, "%s", g->end_reason);
+        }
+        return STOKER_OK;
+    }
     if ((*l = pop_pending(g, gr)) != NULL) {
         *step = ++gr->delivered;
         return STOKER_OK;

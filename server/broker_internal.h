@@ -81,6 +81,13 @@ void trained_fini(trained_set *s);
 void trained_add(trained_set *s, uint64_t first, uint64_t count);
 // Writes what s says into a reply to its producer (trained_through and trained_after).
 void trained_tell(const trained_set *s, stoker_reply *rep);
+// Whether seq is trained; else in *next the first trained seq after it (UINT64_MAX: none).
+int trained_has(const trained_set *s, uint64_t seq, uint64_t *next);
+// A trainer's hello named identities it trained (req->trained): counted trained for the
+// producers b knows, and kept for the sessions that come back later (trained_reported_apply).
+void trained_reported(broker *b, const stoker_request *req);
+// A producer's session came back to b (a hello at seq > 0): what trainers reported of it.
+void trained_reported_apply(broker *b, producer *p);
 
 // --- broker_commit.c: trainers that acknowledge at their commits ---
 

@@ -143,6 +143,42 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
                     (unsigned long long)unused, t->id, t->name);
 }
 
+// The examples at the head of p's queue that are trained already (a trainer said so when it said
+// hello to this broker, after the broker before it died and the producer pushed them again):
+// dropped, counted acknowledged, so that no other trainer gets them (issue 26). Returns 0 when
+// it dropped some, else how many of the next want examples may be taken (up to the next trained
+// one). Not for datasets (their items have books of their own): want then.
+static uint32_t
+skip_trained(broker *b, producer *p, uint32_t want)
+{
+    if (b->epochs != NULL || (p->trained.n == 0 && queue_head_seq(&p->q) >= p->trained.through))
+        return want;
+    uint64_t seq = queue_head_seq(&p->q), next = UINT64_MAX;
+    if (!trained_has(&p->trained, seq, &next))
+        return next - seq < want ? (uint32_t)(next - seq) : want;
+    // Drop the trained run at the head: up to the first seq not trained.
+    uint64_t end = seq;
+    while (trained_has(&p->trained, end, &next) && end - seq < p->q.examples)
+        end++;
+    uint64_t dropped = 0;
+    while (dropped < end - seq && p->q.examples > 0) {
+        queue_range r;
+        uint32_t got = queue_take(&p->q, (uint32_t)(end - seq - dropped), &r);
+        if (got == 0)
+            break;
+        queue_range_release(&r);
+        dropped += got;
+    }
+    p->acknowledged += dropped;
+    b->c.queued -= dropped;
+    b->c.acknowledged += dropped;
+    b->queued_bytes -= dropped * b->example_bytes;
+    stoker_info("trained-dropped: %llu examples of producer %u '%s' from seq %llu pushed again "
+                "were trained before (a trainer said so): dropped, not delivered again",
+                (unsigned long long)dropped, p->id, p->name, (unsigned long long)seq);
+    return 0;
+}
+
 // Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
 // when nothing is queued (or out of memory).
 lease *
@@ -179,6 +215,9 @@ take_lease(broker *b, trainer *t, uint32_t max)
             if (want > n - l->count)
                 want = n - l->count;
             while (want > 0 && p->q.examples > 0) {
+                uint32_t runs_for = skip_trained(b, p, want);
+                if (runs_for == 0)
+                    continue; // the head was trained already: dropped, look again
                 if (l->n_parts == l->cap_parts) {
                     lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
                     if (parts == NULL)
@@ -187,7 +226,7 @@ take_lease(broker *b, trainer *t, uint32_t max)
                     l->cap_parts *= 2;
                 }
                 lease_part *part = &l->parts[l->n_parts];
-                uint32_t got = queue_take(&p->q, want, &part->range);
+                uint32_t got = queue_take(&p->q, runs_for, &part->range);
                 if (got == 0)
                     break;
                 part->producer = p->id;
@@ -469,7 +508,10 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     // every queue full (a batch larger than the queues can hold), or the pull's wait is over
     // (data trickles in slower than the batch fills: a short batch beats a false stall).
     int partial = b->c.queued > 0 && (!alive || final || full);
-    int take = b->c.queued >= max || partial;
+    // Nothing goes out within the returning window (issue 26): the producers push again what the
+    // broker before this one held, and the trainers that trained part of it say so in their
+    // hello meanwhile; a batch made earlier could hand one of them to another trainer.
+    int take = (b->c.queued >= max || partial) && now_ms >= b->returning_until_ms;
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
     int cut_short = full;
     int ready = take || n_events > 0 || ended != STOKER_OK;

@@ -155,6 +155,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
         if (req->next_seq > 0) // a session a dead broker held: its other producers may follow
             b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
+        trained_reported_apply(b, p);
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;
         stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
@@ -294,11 +295,15 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     }
     t->connected = 1;
     t->pipe = pipe;
+    trained_reported(b, req); // what it trained, maybe on a broker that died (issue 26)
     t->last_seen_ms = now_ms;
     t->pid = req->pid;       // /status's consumers (issue 13)
     t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
     if (g != NULL)
+    {
+        t->said_steps = req->group_steps;
         group_attach(b, g, t, req->rank);
+    }
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = t->id,

@@ -302,9 +302,19 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     req.rank = tc->opts.rank;
     req.world = tc->opts.world;
     req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
+    req.group_steps = tc->group[0] != '\0' ? tc->group_steps : 0;
+    // What this trainer trained, for a broker that restarted: it counts it trained, so that the
+    // producers' re-pushed examples reach no other trainer (issue 26). A broker that knew us
+    // already learns nothing new from it.
+    uint64_t *trained = malloc(3 * sizeof(uint64_t) * STOKER_HELLO_TRAINED_MAX);
+    if (trained != NULL) {
+        req.n_trained = idset_export(tc->seen, trained, STOKER_HELLO_TRAINED_MAX);
+        req.trained = trained;
+    }
     stoker_reply *rep = NULL;
     conn_stop stop = {.flag = tc->opts.client.stop};
     int rv = conn_call_until(tc->ctl_ctx, &req, timeout_ms, &stop, &rep, err, err_len);
+    free(trained);
     if (rv != STOKER_OK)
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
     rv = rep->code;

@@ -652,6 +652,9 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.rank = req->rank;
         hello.world = req->world;
         hello.batch = req->group_batch;
+        hello.group_steps = req->group_steps;
+        hello.n_trained = (size_t)req->n_trained * 3;
+        hello.trained = (uint64_t *)req->trained;
         hello.label_classes = req->labels.n_classes;
         if (req->labels.n_listed > 0) {
             if ((label_names = label_name_ptrs(&req->labels)) == NULL)
@@ -799,6 +802,15 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->rank = r->hello->rank;
         req->world = r->hello->world;
         req->group_batch = r->hello->batch;
+        req->group_steps = r->hello->group_steps;
+        if (r->hello->n_trained % 3 != 0 || r->hello->n_trained / 3 > STOKER_HELLO_TRAINED_MAX) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "hello: %zu trained values, a multiple of 3 up to %d triples",
+                               r->hello->n_trained, STOKER_HELLO_TRAINED_MAX);
+            break;
+        }
+        req->n_trained = (uint32_t)(r->hello->n_trained / 3);
+        req->trained = r->hello->trained;
         if (r->hello->schema != NULL) {
             rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
             req->has_schema = rv == STOKER_OK;

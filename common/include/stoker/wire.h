@@ -18,6 +18,8 @@ struct nng_msg;
 #define STOKER_TOKEN_MAX   256
 #define STOKER_MESSAGE_MAX 512
 
+#define STOKER_HELLO_TRAINED_MAX 4096
+
 typedef struct stoker_request {
     stoker_method method;
     uint64_t session; // the sender's session id (producers and trainers)
@@ -37,6 +39,11 @@ typedef struct stoker_request {
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
+    uint64_t group_steps; // HELLO of a rank: the steps it has taken (0: a new rank)
+    // HELLO of a trainer: identities it trained, n_trained (session, first_seq, end) triples
+    // (at most STOKER_HELLO_TRAINED_MAX); aliases the decoded message.
+    uint32_t n_trained;
+    const uint64_t *trained;
     // HELLO of a producer: its class-to-label map (n_classes 0: none). Encoding borrows the
     // caller's arrays; a decoded request owns a copy built within the map's bounds.
     stoker_labels labels;
