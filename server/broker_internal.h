@@ -83,6 +83,8 @@ void trained_add(trained_set *s, uint64_t first, uint64_t count);
 void trained_tell(const trained_set *s, stoker_reply *rep);
 // Whether seq is trained; else in *next the first trained seq after it (UINT64_MAX: none).
 int trained_has(const trained_set *s, uint64_t seq, uint64_t *next);
+// The first seq at or after seq that is not trained (seq itself when it is not).
+uint64_t trained_run_end(const trained_set *s, uint64_t seq);
 // A trainer's hello named identities it trained (req->trained): counted trained for the
 // producers b knows, and kept for the sessions that come back later (trained_reported_apply).
 void trained_reported(broker *b, const stoker_request *req);

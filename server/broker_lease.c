@@ -153,17 +153,21 @@ skip_trained(broker *b, producer *p, uint32_t want)
 {
     if (b->epochs != NULL || (p->trained.n == 0 && queue_head_seq(&p->q) >= p->trained.through))
         return want;
-    uint64_t seq = queue_head_seq(&p->q), next = UINT64_MAX;
-    if (!trained_has(&p->trained, seq, &next))
-        return next - seq < want ? (uint32_t)(next - seq) : want;
-    // Drop the trained run at the head: up to the first seq not trained.
-    uint64_t end = seq;
-    while (trained_has(&p->trained, end, &next) && end - seq < p->q.examples)
-        end++;
-    uint64_t dropped = 0;
-    while (dropped < end - seq && p->q.examples > 0) {
+    uint64_t from = queue_head_seq(&p->q), dropped = 0;
+    // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
+    // were trained, seq-jump): drop what the head holds of the trained run at the head, then look
+    // again, never more than the run (issue 26: counting the run in seqs dropped untrained
+    // examples after a hole, and the producer then waited for them for ever).
+    while (p->q.examples > 0) {
+        uint64_t seq = queue_head_seq(&p->q), next = UINT64_MAX;
+        if (!trained_has(&p->trained, seq, &next)) {
+            if (dropped > 0)
+                break;
+            return next - seq < want ? (uint32_t)(next - seq) : want;
+        }
+        uint64_t run = trained_run_end(&p->trained, seq) - seq;
         queue_range r;
-        uint32_t got = queue_take(&p->q, (uint32_t)(end - seq - dropped), &r);
+        uint32_t got = queue_take(&p->q, run < UINT32_MAX ? (uint32_t)run : UINT32_MAX, &r);
         if (got == 0)
             break;
         queue_range_release(&r);
@@ -175,7 +179,7 @@ skip_trained(broker *b, producer *p, uint32_t want)
     b->queued_bytes -= dropped * b->example_bytes;
     stoker_info("trained-dropped: %llu examples of producer %u '%s' from seq %llu pushed again "
                 "were trained before (a trainer said so): dropped, not delivered again",
-                (unsigned long long)dropped, p->id, p->name, (unsigned long long)seq);
+                (unsigned long long)dropped, p->id, p->name, (unsigned long long)from);
     return 0;
 }
 

@@ -113,6 +113,17 @@ trained_has(const trained_set *s, uint64_t seq, uint64_t *next)
     return 0;
 }
 
+uint64_t
+trained_run_end(const trained_set *s, uint64_t seq)
+{
+    if (seq < s->through)
+        return s->through; // advance() merged every range that touches the prefix
+    for (uint32_t i = 0; i < s->n; i++)
+        if (seq >= s->ranges[i].first && seq < s->ranges[i].end)
+            return s->ranges[i].end; // trained_add merged ranges that touch
+    return seq;
+}
+
 #define REPORTED_MAX (4 * STOKER_HELLO_TRAINED_MAX)
 
 void
@@ -120,7 +131,8 @@ trained_reported(broker *b, const stoker_request *req)
 {
     if (req->n_trained == 0)
         return;
-    if (b->reported == NULL && (b->reported = malloc(3 * sizeof(uint64_t) * REPORTED_MAX)) == NULL) {
+    if (b->reported == NULL &&
+        (b->reported = malloc(3 * sizeof(uint64_t) * REPORTED_MAX)) == NULL) {
         stoker_warn("trained: out of memory keeping what a trainer reported");
         return;
     }
