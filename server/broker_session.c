@@ -154,7 +154,10 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->next_seq = req->next_seq;
         trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
         if (req->next_seq > 0) // a session a dead broker held: its other producers may follow
-            b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
+            // Long enough for a trainer's heartbeat (every trainer timeout / 3) to report what
+            // it trained, even one whose caller pulls nothing meanwhile (issue 26).
+            b->returning_until_ms =
+                now_ms + b->cfg.producer_timeout_ms + b->cfg.trainer_timeout_ms / 3;
         trained_reported_apply(b, p);
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;
@@ -299,8 +302,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->last_seen_ms = now_ms;
     t->pid = req->pid;       // /status's consumers (issue 13)
     t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
-    if (g != NULL)
-    {
+    if (g != NULL) {
         t->said_steps = req->group_steps;
         group_attach(b, g, t, req->rank);
     }
@@ -408,6 +410,10 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
         send_code(b, out, token, STOKER_UNKNOWN_PEER,
                   "trainer %u '%s' was dropped: say hello again", t->id, t->name);
     } else {
+        // A trainer of a broker that died, not yet said hello to us: what it trained counts now
+        // (issue 26), so that the re-pushed examples reach no other trainer meanwhile.
+        if (req->n_trained > 0)
+            trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     }
     stoker_request_free(req);

@@ -116,6 +116,7 @@ struct stoker_trainer_client {
                                             // indices within SEEN_EVENTS below the highest
 
     idset *seen;
+    pthread_mutex_t seen_lock; // adds to seen vs its export by the heartbeat thread
     uint64_t duplicates;
     uint64_t acks_refused;
 
@@ -308,7 +309,9 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     // already learns nothing new from it.
     uint64_t *trained = malloc(3 * sizeof(uint64_t) * STOKER_HELLO_TRAINED_MAX);
     if (trained != NULL) {
+        pthread_mutex_lock(&tc->seen_lock);
         req.n_trained = idset_export(tc->seen, trained, STOKER_HELLO_TRAINED_MAX);
+        pthread_mutex_unlock(&tc->seen_lock);
         req.trained = trained;
     }
     stoker_reply *rep = NULL;
@@ -362,6 +365,28 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
 
 static void *issuer_main(void *arg);
 
+// A broker that does not know us (it restarted; the pulls have not said hello yet, maybe
+// because the caller pulls nothing now): one heartbeat that tells it what we trained, as a
+// hello would, so that no other trainer gets those examples again (issue 26).
+static void
+report_trained(stoker_trainer_client *tc, uint32_t timeout, conn_stop *stop)
+{
+    uint64_t *trained = malloc(3 * sizeof(uint64_t) * STOKER_HELLO_TRAINED_MAX);
+    if (trained == NULL)
+        return;
+    stoker_request req = {.method = STOKER_HEARTBEAT, .session = tc->opts.client.session};
+    pthread_mutex_lock(&tc->seen_lock);
+    req.n_trained = idset_export(tc->seen, trained, STOKER_HELLO_TRAINED_MAX);
+    pthread_mutex_unlock(&tc->seen_lock);
+    req.trained = trained;
+    stoker_reply *rep = NULL;
+    char err[256];
+    if (req.n_trained > 0 &&
+        conn_call_until(tc->beat_ctx, &req, timeout, stop, &rep, err, sizeof(err)) == STOKER_OK)
+        stoker_reply_free(rep);
+    free(trained);
+}
+
 // The heartbeat thread (see heartbeat_ms): from create to destroy. A heartbeat that fails is
 // not retried early: the pulls find out what is wrong and say hello again.
 static void *
@@ -391,7 +416,10 @@ beat_main(void *arg)
             STOKER_OK) {
             if (rep->code != STOKER_OK)
                 stoker_debug("trainer: heartbeat refused: %s", rep->message);
+            int unknown = rep->code == STOKER_UNKNOWN_PEER;
             stoker_reply_free(rep);
+            if (unknown)
+                report_trained(tc, timeout, &stop);
         } else {
             stoker_debug("trainer: heartbeat: %s", err);
         }
@@ -445,6 +473,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     if (tc->wait_ms < 10)
         tc->wait_ms = 10;
     pthread_mutex_init(&tc->lock, NULL);
+    pthread_mutex_init(&tc->seen_lock, NULL);
     pthread_cond_init(&tc->cond, NULL);
     pthread_cond_init(&tc->issue_cond, NULL);
     pthread_cond_init(&tc->beat_cond, NULL);
@@ -550,6 +579,7 @@ fail_seen:
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
+    pthread_mutex_destroy(&tc->seen_lock);
     free(tc);
     return rv;
 }
@@ -802,8 +832,11 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
             drop_seen(tc, b, dups);
     }
     for (uint32_t i = 0; i < b->n_runs; i++) {
-        if (idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count) ==
-            UINT64_MAX)
+        pthread_mutex_lock(&tc->seen_lock);
+        uint64_t added =
+            idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count);
+        pthread_mutex_unlock(&tc->seen_lock);
+        if (added == UINT64_MAX)
             stoker_warn("trainer: out of memory tracking identities; duplicates not counted");
     }
     *out = b;
@@ -1253,7 +1286,10 @@ int
 stoker_trainer_client_mark_trained(stoker_trainer_client *tc, uint64_t session, uint64_t first_seq,
                                    uint64_t count)
 {
-    return idset_add(tc->seen, session, first_seq, count) == UINT64_MAX ? STOKER_NOMEM : STOKER_OK;
+    pthread_mutex_lock(&tc->seen_lock);
+    uint64_t added = idset_add(tc->seen, session, first_seq, count);
+    pthread_mutex_unlock(&tc->seen_lock);
+    return added == UINT64_MAX ? STOKER_NOMEM : STOKER_OK;
 }
 
 uint64_t
@@ -1392,5 +1428,6 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
+    pthread_mutex_destroy(&tc->seen_lock);
     free(tc);
 }

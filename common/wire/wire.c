@@ -711,6 +711,10 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         r.n_held_leases = req->n_held;
         r.held_leases = (uint64_t *)req->held;
         break;
+    case STOKER_HEARTBEAT:
+        r.n_trained = (size_t)req->n_trained * 3;
+        r.trained = (uint64_t *)req->trained;
+        break;
     default:
         break;
     }
@@ -896,8 +900,17 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->n_held = (uint32_t)r->n_held_leases;
         req->held = r->held_leases;
         break;
-    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__HEARTBEAT:
+        if (r->n_trained % 3 != 0 || r->n_trained / 3 > STOKER_HELLO_TRAINED_MAX) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "heartbeat: %zu trained values, a multiple of 3 up to %d triples",
+                               r->n_trained, STOKER_HELLO_TRAINED_MAX);
+            break;
+        }
+        req->n_trained = (uint32_t)(r->n_trained / 3);
+        req->trained = r->trained;
+        break;
+    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__SHARD:
         break;
     default:

@@ -40,8 +40,9 @@ typedef struct stoker_request {
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
     uint64_t group_steps; // HELLO of a rank: the steps it has taken (0: a new rank)
-    // HELLO of a trainer: identities it trained, n_trained (session, first_seq, end) triples
-    // (at most STOKER_HELLO_TRAINED_MAX); aliases the decoded message.
+    // HELLO (and HEARTBEAT, to a broker that does not know it) of a trainer: identities it trained,
+    // n_trained (session, first_seq, end) triples (at most STOKER_HELLO_TRAINED_MAX); aliases the
+    // decoded message.
     uint32_t n_trained;
     const uint64_t *trained;
     // HELLO of a producer: its class-to-label map (n_classes 0: none). Encoding borrows the
