@@ -154,10 +154,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->next_seq = req->next_seq;
         trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
         if (req->next_seq > 0) // a session a dead broker held: its other producers may follow
-            // Long enough for a trainer's heartbeat (every trainer timeout / 3) to report what
-            // it trained, even one whose caller pulls nothing meanwhile (issue 26).
-            b->returning_until_ms =
-                now_ms + b->cfg.producer_timeout_ms + b->cfg.trainer_timeout_ms / 3;
+            b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
         trained_reported_apply(b, p);
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;

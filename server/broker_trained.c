@@ -153,7 +153,9 @@ trained_reported(broker *b, const stoker_request *req)
         }
         memcpy(&b->reported[3 * b->n_reported++], t, 3 * sizeof(uint64_t));
     }
-    stoker_debug("trained: a trainer reported %u ranges it trained", req->n_trained);
+    stoker_debug("trained: trainer session %016llx reported %u ranges it trained (%s)",
+                 (unsigned long long)req->session, req->n_trained,
+                 req->method == STOKER_HELLO ? "hello" : "heartbeat");
     (void)applied;
 }
 

@@ -365,6 +365,9 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
 
 static void *issuer_main(void *arg);
 
+// How often the heartbeat thread looks whether the socket connected again (beat_wait).
+#define BEAT_LOOK_MS 50
+
 // A broker that does not know us (it restarted; the pulls have not said hello yet, maybe
 // because the caller pulls nothing now): one heartbeat that tells it what we trained, as a
 // hello would, so that no other trainer gets those examples again (issue 26).
@@ -387,22 +390,45 @@ report_trained(stoker_trainer_client *tc, uint32_t timeout, conn_stop *stop)
     free(trained);
 }
 
+// Waits (tc->lock held) up to every ms, or until destroy, or until the socket connected again
+// after it had lost its connection (*lost: the last loss seen): a broker that restarted then
+// hears from us at once, not a heartbeat period later, so our report of what we trained
+// (report_trained) reaches it within its returning window (issue 26).
+static void
+beat_wait(stoker_trainer_client *tc, uint32_t every, uint64_t *lost)
+{
+    uint64_t deadline = stoker_now_ms() + every;
+    while (!tc->beat_stop) {
+        uint64_t now = stoker_now_ms();
+        if (now >= deadline)
+            return;
+        uint64_t at = atomic_load(&tc->conn.pipeless_since_ms);
+        if (at != *lost && atomic_load(&tc->conn.pipes) > 0) {
+            *lost = at;
+            return;
+        }
+        uint32_t nap = deadline - now < BEAT_LOOK_MS ? (uint32_t)(deadline - now) : BEAT_LOOK_MS;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)nap * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&tc->beat_cond, &tc->lock, &ts);
+    }
+}
+
 // The heartbeat thread (see heartbeat_ms): from create to destroy. A heartbeat that fails is
-// not retried early: the pulls find out what is wrong and say hello again.
+// not retried early (the pulls find out what is wrong and say hello again), but one goes out as
+// soon as the socket is connected again after a loss (beat_wait).
 static void *
 beat_main(void *arg)
 {
     stoker_trainer_client *tc = arg;
     pthread_mutex_lock(&tc->lock);
+    uint64_t lost = atomic_load(&tc->conn.pipeless_since_ms);
     while (!tc->beat_stop) {
         uint32_t every = tc->heartbeat_ms > 0 ? tc->heartbeat_ms : 1000;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += every / 1000;
-        ts.tv_nsec += (long)(every % 1000) * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&tc->beat_cond, &tc->lock, &ts);
+        beat_wait(tc, every, &lost);
         if (tc->beat_stop)
             break;
         pthread_mutex_unlock(&tc->lock);
