@@ -64,6 +64,9 @@ typedef struct lease {
     uint32_t n_parts, cap_parts;
     lease_part *parts;   // in example order
     uint64_t held_bytes; // counted in the broker's held_bytes (a committing trainer's lease)
+    // The pull it was sent for (Pull.id, 0: unnamed) and its group step: a trainer that lost the
+    // reply names that pull in a later one, which gets this lease again (broker_lease.c).
+    uint64_t pull_id, group_step;
 } lease;
 
 // Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and

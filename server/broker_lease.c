@@ -352,6 +352,103 @@ arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply
                           l->count);
 }
 
+// Describes lease l for a reply: its chunk's parts, runs and (a dataset's) items, malloc'd for
+// the caller to free after the reply is sent. STOKER_OK or STOKER_NOMEM (nothing to free).
+static int
+describe_lease(const broker *b, const lease *l, stoker_reply *rep)
+{
+    stoker_chunk_part *parts = calloc(l->n_parts, sizeof(*parts));
+    stoker_run *runs = calloc(l->n_parts, sizeof(*runs));
+    uint64_t *items = b->epochs != NULL ? malloc((size_t)l->count * sizeof(*items)) : NULL;
+    if (parts == NULL || runs == NULL || (b->epochs != NULL && items == NULL)) {
+        free(parts);
+        free(runs);
+        free(items);
+        return STOKER_NOMEM;
+    }
+    for (uint32_t i = 0, at = 0; i < l->n_parts; i++) {
+        const lease_part *part = &l->parts[i];
+        const uint64_t *part_items = queue_range_items(&part->range);
+        for (uint32_t j = 0; items != NULL && j < part->range.count; j++)
+            items[at++] = part_items != NULL ? part_items[j] : UINT64_MAX;
+        for (uint32_t f = 0; f < b->schema.n_fields; f++)
+            parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
+        parts[i].count = part->range.count;
+        runs[i] = (stoker_run){.producer = part->producer,
+                               .session = part->session,
+                               .first_seq = part->range.first_seq,
+                               .count = part->range.count};
+    }
+    rep->lease = l->id;
+    rep->chunk.schema = b->schema;
+    rep->chunk.count = l->count;
+    rep->parts = parts;
+    rep->n_parts = l->n_parts;
+    rep->n_runs = l->n_parts;
+    rep->runs = runs;
+    rep->n_items = items != NULL ? l->count : 0;
+    rep->items = items;
+    return STOKER_OK;
+}
+
+// Pull k of t names pulls whose replies t lost (Pull.replaces): answers it with the first lease t
+// still holds that was sent for one of them, the same lease again (as bytes: its arena region
+// may be gone), and returns 1; 0 when none is held any more (then k is served as usual).
+static int
+resend_lost(broker *b, trainer *t, parked *k, broker_outbox *out)
+{
+    const stoker_request *req = k->req;
+    // A named pull still parked here (the reply not even made yet) is answered now, into the
+    // void: its lease, made later, would otherwise go where nobody listens.
+    parked *prev = NULL, *p = b->pulls;
+    while (p != NULL) {
+        parked *next = p->next;
+        int named = 0;
+        for (uint32_t i = 0; p->trainer == t && p->req->pull_id != 0 && i < req->n_replaces; i++)
+            named |= req->replaces[i] == p->req->pull_id;
+        if (named) {
+            send_code(b, out, p->token, STOKER_RETRY, "pull %llu replaced by pull %llu",
+                      (unsigned long long)p->req->pull_id, (unsigned long long)req->pull_id);
+            unlink_pull(b, prev, p);
+            free_parked(p);
+        } else {
+            prev = p;
+        }
+        p = next;
+    }
+    lease *l = t->leases;
+    for (; l != NULL; l = l->next) {
+        int named = 0;
+        for (uint32_t i = 0; i < req->n_replaces && !named; i++)
+            named = l->pull_id != 0 && req->replaces[i] == l->pull_id;
+        if (named)
+            break;
+    }
+    if (l == NULL)
+        return 0;
+    stoker_event events[EVENTS_PER_REPLY];
+    stoker_reply rep = {.code = STOKER_OK,
+                        .group_step = l->group_step,
+                        .resent_pull = l->pull_id,
+                        .acks_refused = k->acks_refused};
+    if (describe_lease(b, l, &rep) != STOKER_OK) {
+        send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
+        return 1;
+    }
+    stoker_info("lease-resent: lease %llu (%u examples) to trainer %u '%s', whose reply to pull "
+                "%llu was lost",
+                (unsigned long long)l->id, l->count, t->id, t->name,
+                (unsigned long long)l->pull_id);
+    l->pull_id = req->pull_id; // lost again: the next pull names this one
+    rep.n_events = take_events(b, t, events);
+    rep.events = events;
+    send_reply(b, out, k->token, &rep);
+    free((void *)rep.parts);
+    free((void *)rep.runs);
+    free((void *)rep.items);
+    return 1;
+}
+
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
 static int
 try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
@@ -395,15 +492,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     if (take)
         l = take_lease(b, t, max);
     if (l != NULL) {
-        parts = calloc(l->n_parts, sizeof(*parts));
-        runs = calloc(l->n_parts, sizeof(*runs));
-        if (b->epochs != NULL)
-            items = malloc((size_t)l->count * sizeof(*items));
-        if (parts == NULL || runs == NULL || (b->epochs != NULL && items == NULL)) {
+        if (describe_lease(b, l, &rep) != STOKER_OK) {
             // Cannot describe the batch: give the examples back; the trainer asks again.
-            free(parts);
-            free(runs);
-            free(items);
             t->event_cursor = cursor; // the events go with the reply that is sent
             if (t->group != NULL) {
                 group_untake(b, t, l); // the rank's step waits for its next pull
@@ -416,28 +506,11 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         }
         if (cut_short)
             queues_cut_short(b, t, max, l->count);
-        for (uint32_t i = 0, at = 0; i < l->n_parts; i++) {
-            const lease_part *part = &l->parts[i];
-            const uint64_t *part_items = queue_range_items(&part->range);
-            for (uint32_t j = 0; items != NULL && j < part->range.count; j++)
-                items[at++] = part_items != NULL ? part_items[j] : UINT64_MAX;
-            for (uint32_t f = 0; f < b->schema.n_fields; f++)
-                parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
-            parts[i].count = part->range.count;
-            runs[i] = (stoker_run){.producer = part->producer,
-                                   .session = part->session,
-                                   .first_seq = part->range.first_seq,
-                                   .count = part->range.count};
-        }
-        rep.lease = l->id;
-        rep.chunk.schema = b->schema;
-        rep.chunk.count = l->count;
-        rep.parts = parts;
-        rep.n_parts = l->n_parts;
-        rep.n_runs = l->n_parts;
-        rep.runs = runs;
-        rep.n_items = items != NULL ? l->count : 0;
-        rep.items = items;
+        parts = (stoker_chunk_part *)rep.parts;
+        runs = (stoker_run *)rep.runs;
+        items = (uint64_t *)rep.items;
+        l->pull_id = k->req->pull_id;
+        l->group_step = step;
         arena_reply(b, t, k->req->arena_secret, l, &rep, &fill);
     } else if (ended != STOKER_OK) {
         rep.code = ended;
@@ -526,6 +599,10 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         return;
     k->trainer = t;
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
+    if (req->n_replaces > 0 && resend_lost(b, t, k, out)) {
+        free_parked(k);
+        return;
+    }
     if (req->max_examples != t->batch_examples) {
         t->batch_examples = req->max_examples;
         queues_resize(b); // before it is served: the queues may have to grow for it

@@ -394,9 +394,14 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
         stoker_reply rep = {.code = STOKER_OK, .queue_depth = retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);
-    } else if (t != NULL) {
+    } else if (t != NULL && t->connected) {
+        // A trainer's own liveness (issue 26): its heartbeat thread beats while its caller is
+        // busy (a long evaluation pass pulls nothing), so only a dead or frozen one falls silent.
         t->last_seen_ms = now_ms;
         send_code(b, out, token, STOKER_OK, NULL);
+    } else if (t != NULL) {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER,
+                  "trainer %u '%s' was dropped: say hello again", t->id, t->name);
     } else {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     }

@@ -40,7 +40,9 @@ typedef struct source_ops {
     // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended), STOKER_STALLED,
     // STOKER_INTERRUPTED (cfg->stop set), or another error. A committing source with batches
     // settled but not committed may also return STOKER_RETRY after a second without a batch:
-    // checkpoint (which commits) and call next again; the stall timeout keeps running.
+    // checkpoint (which commits) and call next again; the stall timeout keeps running. With a
+    // time goal (cfg->time_goal_s, counted from the first call) no wait goes past it: there
+    // STOKER_TIMEOUT, for the loop to stop on its time goal.
     int (*next)(source *src, const stoker_chunk **chunk);
     // Done with the batch next returned (trained on or not): acknowledges it and frees it.
     void (*settle)(source *src);

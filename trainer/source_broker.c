@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "source.h"
+#include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/trainer_client.h"
@@ -28,6 +29,11 @@ typedef struct broker_source {
     FILE *identity_log; // --identity-log, or NULL
     uint32_t stall_ms;  // the stall timeout
     uint32_t idle_ms;   // waited without a batch before the last STOKER_RETRY (0: none since)
+    // --time-goal: no wait for a batch goes past it (next returns STOKER_TIMEOUT there, and the
+    // loop stops on its time goal). Counted from the first next, just after the loop's clock
+    // started; 0 until then, or without a time goal.
+    double time_goal_s;
+    uint64_t goal_at_ms;
 } broker_source;
 
 // A committing source with uncommitted work returns STOKER_RETRY after waiting this long for a
@@ -48,6 +54,22 @@ broker_next(source *src, const stoker_chunk **chunk)
     broker_source *s = (broker_source *)src;
     stoker_batch *batch = NULL;
     int rv;
+    uint64_t now = stoker_now_ms();
+    if (s->time_goal_s > 0 && s->goal_at_ms == 0)
+        s->goal_at_ms = now + (uint64_t)(s->time_goal_s * 1000.0);
+    uint64_t left = s->goal_at_ms > now ? s->goal_at_ms - now : 0;
+    if (s->goal_at_ms != 0 && left < s->stall_ms - s->idle_ms) {
+        // The time goal comes before a stall could: wait until it, not past it (issue 26).
+        if (left == 0)
+            return STOKER_TIMEOUT;
+        rv = stoker_trainer_client_next_within(s->tc, &batch, (uint32_t)left);
+        if (rv != STOKER_OK)
+            return rv;
+        s->idle_ms = 0;
+        s->batch = batch;
+        *chunk = &batch->chunk;
+        return STOKER_OK;
+    }
     // Idle with something to commit: what was trained since the last commit, or leases whose
     // examples were all dropped as trained already (a resumed run's inherited identities
     // delivered again): the supply (a dataset's epoch end, lingering producers) waits for those.
@@ -240,6 +262,7 @@ source_broker_open(const train_config *cfg, const source_hooks *hooks, source **
     to.world = cfg->world;
     s->committing = to.commit = cfg->checkpoint_path != NULL;
     s->stall_ms = cfg->stall_timeout_ms;
+    s->time_goal_s = cfg->time_goal_s;
     if (cfg->identity_log_path != NULL) {
         if ((s->identity_log = fopen(cfg->identity_log_path, "a")) == NULL) {
             free(s);

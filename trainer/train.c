@@ -445,6 +445,8 @@ train_run(const train_config *cfg, train_result *res)
         const stoker_chunk *chunk = NULL;
         rv = src->ops->next(src, &chunk);
         wait_ns += stoker_now_ns() - t0;
+        if (rv == STOKER_TIMEOUT) // the time goal came while waiting: the loop's top says so
+            continue;
         if (rv == STOKER_RETRY) { // idle with uncommitted work: checkpoint and commit it now
             if (save_checkpoint(cfg, src, net, res, lineage_seed, why, sizeof(why)) != STOKER_OK) {
                 set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);

@@ -233,8 +233,8 @@ describe_end(stoker_consumer *c, char *buf, size_t len)
     stoker_status_destroy(st);
 }
 
-int
-stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
+static int
+next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
 {
     c->error[0] = '\0';
     stoker_consumer_batch *cb = malloc(sizeof(*cb));
@@ -242,7 +242,7 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
         return stoker_errorf(c->error, sizeof(c->error), STOKER_NOMEM, "out of memory");
     }
     stoker_batch *b = NULL;
-    int rv = stoker_trainer_client_next(c->tc, &b);
+    int rv = stoker_trainer_client_next_within(c->tc, &b, wait_ms);
     if (rv == STOKER_OK) {
         cb->batch = b;
         cb->acked = 0;
@@ -280,6 +280,10 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
         c->stop = 0; // one interruption per request: the consumer stays usable
         stoker_errorf(c->error, sizeof(c->error), rv, "interrupted");
         break;
+    case STOKER_TIMEOUT:
+        stoker_errorf(c->error, sizeof(c->error), rv, "no batch within %u ms (not stalled yet)",
+                      wait_ms);
+        break;
     default:
         // The broker's reason when it refused (a batch larger than it allows, ...).
         stoker_errorf(c->error, sizeof(c->error), rv, "%s",
@@ -287,6 +291,18 @@ stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
         break;
     }
     return rv;
+}
+
+int
+stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out)
+{
+    return next_within(c, out, c->stall_timeout_ms);
+}
+
+int
+stoker_consumer_next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
+{
+    return next_within(c, out, wait_ms);
 }
 
 void

@@ -32,6 +32,11 @@
 // instead: the broker may wait for them (a dataset's epoch ends when its last item is
 // acknowledged) and a parked pull comes back only after its wait_ms.
 #define ACK_LINGER_MS 5
+// Pulls whose replies were lost (the request timed out on our side, e.g. after a SIGSTOP, while
+// the broker may already have leased a batch for it): their ids ride on the next pull
+// (Pull.replaces) until the broker answered one that carried them. Beyond this the oldest are
+// forgotten (the broker then gives their leases back when we leave).
+#define MAX_LOST (2 * MAX_PREFETCH)
 
 typedef enum slot_state { SLOT_IDLE, SLOT_SENDING, SLOT_RECEIVING, SLOT_DONE } slot_state;
 
@@ -40,8 +45,12 @@ typedef struct slot {
     nng_ctx ctx;
     nng_aio *aio;
     slot_state state;
-    int result;     // nng result of the failed step, 0 on success
-    nng_msg *reply; // on success
+    int result;       // nng result of the failed step, 0 on success
+    int sent;         // the failed pull had reached the socket (the broker may have answered it)
+    nng_msg *reply;   // on success
+    uint64_t pull_id; // of the request in flight (Pull.id)
+    uint32_t n_lost;  // lost pull ids this request carries (Pull.replaces), re-queued if it fails
+    uint64_t lost[MAX_LOST];
     uint32_t n_acks;
     uint64_t acks[MAX_ACKS]; // carried by the request in flight, re-queued if it fails
 } slot;
@@ -64,12 +73,26 @@ struct stoker_trainer_client {
     char end_reason[STOKER_MESSAGE_MAX];
     char refusal[STOKER_MESSAGE_MAX]; // the broker's reason for its last refusal (next returns it)
     uint32_t wait_ms;
-    uint32_t failures; // consecutive transport failures, for backoff
+    uint32_t failures;       // consecutive transport failures, for backoff
+    _Atomic int away;        // see broker_away
+    uint64_t next_pull_id;   // under lock
+    uint64_t lost[MAX_LOST]; // under lock: see MAX_LOST
+    uint32_t n_lost;
+
+    // Liveness (beat_main): a heartbeat every heartbeat_ms on its own context and thread, so
+    // the broker hears from a live trainer whatever its caller does (a long evaluation step
+    // pulls nothing); a frozen or dead process stops beating and is dropped.
+    nng_ctx beat_ctx;
+    pthread_t beat_thread;
+    int beat_started;
+    _Atomic uint32_t heartbeat_ms; // from the broker's hello reply
+    volatile int beat_stop;        // destroy: abandon a heartbeat in flight (conn_call_until)
 
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int closing;               // set by destroy: callbacks start no new operation
     pthread_cond_t issue_cond; // wakes the issuer thread
+    pthread_cond_t beat_cond;  // wakes the heartbeat thread (destroy)
     int issue_requested;       // next() wants the idle slots' pulls sent
     pthread_t issuer;
     int issuer_started;
@@ -154,6 +177,7 @@ slot_cb(void *arg)
     }
     if (s->state == SLOT_SENDING)
         nng_msg_free(nng_aio_get_msg(s->aio));
+    s->sent = s->state == SLOT_RECEIVING;
     s->result = rv;
     s->reply = rv == 0 ? nng_aio_get_msg(s->aio) : NULL;
     nng_aio_set_msg(s->aio, NULL);
@@ -259,9 +283,10 @@ attach_arena(stoker_trainer_client *tc, const stoker_reply *rep)
                 (unsigned long long)(stoker_arena_bytes(a) >> 20));
 }
 
-// Says hello on the control context. Returns the broker's code or a transport error.
+// Says hello on the control context, waiting at most timeout_ms and returning soon after the
+// stop flag is set (STOKER_INTERRUPTED). Returns the broker's code or a transport error.
 static int
-hello(stoker_trainer_client *tc, char *err, size_t err_len)
+hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t err_len)
 {
     stoker_request req = {
         .method = STOKER_HELLO,
@@ -278,13 +303,17 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     req.world = tc->opts.world;
     req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
     stoker_reply *rep = NULL;
-    int rv = conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, err_len);
+    conn_stop stop = {.flag = tc->opts.client.stop};
+    int rv = conn_call_until(tc->ctl_ctx, &req, timeout_ms, &stop, &rep, err, err_len);
     if (rv != STOKER_OK)
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
     rv = rep->code;
     if (rv == STOKER_OK) {
         tc->id = rep->peer_id;
         tc->need_hello = 0;
+        tc->away = 0;
+        if (rep->heartbeat_ms > 0)
+            tc->heartbeat_ms = rep->heartbeat_ms;
         take_reply_extras(tc, rep);
         if (tc->opts.shm)
             attach_arena(tc, rep);
@@ -295,7 +324,72 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
     return rv;
 }
 
+// A broker that died and stays away: the last pull failed in transport (away, cleared by the
+// next reply or hello) and the socket has no connection. Requests then wait at most
+// AWAY_CALL_MS: there is nobody to answer them, and a stopping trainer's flush, status and
+// goodbye would otherwise add their request timeouts to its stall or time goal.
+#define AWAY_CALL_MS 200
+
+static int
+broker_away(stoker_trainer_client *tc)
+{
+    return tc->away && tc->conn.pipes == 0;
+}
+
+// The timeout of a request on the control context: the request timeout, or AWAY_CALL_MS.
+static uint32_t
+call_timeout(stoker_trainer_client *tc)
+{
+    uint32_t t = tc->opts.client.request_timeout_ms;
+    return broker_away(tc) && t > AWAY_CALL_MS ? AWAY_CALL_MS : t;
+}
+
+static int
+hello(stoker_trainer_client *tc, char *err, size_t err_len)
+{
+    return hello_within(tc, tc->opts.client.request_timeout_ms, err, err_len);
+}
+
 static void *issuer_main(void *arg);
+
+// The heartbeat thread (see heartbeat_ms): from create to destroy. A heartbeat that fails is
+// not retried early: the pulls find out what is wrong and say hello again.
+static void *
+beat_main(void *arg)
+{
+    stoker_trainer_client *tc = arg;
+    pthread_mutex_lock(&tc->lock);
+    while (!tc->beat_stop) {
+        uint32_t every = tc->heartbeat_ms > 0 ? tc->heartbeat_ms : 1000;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += every / 1000;
+        ts.tv_nsec += (long)(every % 1000) * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&tc->beat_cond, &tc->lock, &ts);
+        if (tc->beat_stop)
+            break;
+        pthread_mutex_unlock(&tc->lock);
+        stoker_request req = {.method = STOKER_HEARTBEAT, .session = tc->opts.client.session};
+        stoker_reply *rep = NULL;
+        char err[256];
+        conn_stop stop = {.flag = &tc->beat_stop};
+        uint32_t timeout =
+            tc->opts.client.request_timeout_ms < every ? tc->opts.client.request_timeout_ms : every;
+        if (conn_call_until(tc->beat_ctx, &req, timeout, &stop, &rep, err, sizeof(err)) ==
+            STOKER_OK) {
+            if (rep->code != STOKER_OK)
+                stoker_debug("trainer: heartbeat refused: %s", rep->message);
+            stoker_reply_free(rep);
+        } else {
+            stoker_debug("trainer: heartbeat: %s", err);
+        }
+        pthread_mutex_lock(&tc->lock);
+    }
+    pthread_mutex_unlock(&tc->lock);
+    return NULL;
+}
 
 int
 stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_client **out,
@@ -343,6 +437,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     pthread_mutex_init(&tc->lock, NULL);
     pthread_cond_init(&tc->cond, NULL);
     pthread_cond_init(&tc->issue_cond, NULL);
+    pthread_cond_init(&tc->beat_cond, NULL);
     if ((tc->seen = idset_create()) == NULL) {
         rv = STOKER_NOMEM;
         goto fail_seen;
@@ -351,7 +446,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                         opts->client.reconnect_max_ms, &opts->client.tls, err, err_len)) !=
         STOKER_OK)
         goto fail_conn;
-    if ((rv = nng_ctx_open(&tc->ctl_ctx, tc->conn.sock)) != 0) {
+    if ((rv = nng_ctx_open(&tc->ctl_ctx, tc->conn.sock)) != 0 ||
+        (rv = nng_ctx_open(&tc->beat_ctx, tc->conn.sock)) != 0) {
         rv = stoker_err_from_nng(rv);
         goto fail_slots;
     }
@@ -417,6 +513,16 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         goto fail_slots;
     }
     tc->issuer_started = 1;
+    if (opts->no_heartbeat) {
+        *out = tc;
+        return STOKER_OK;
+    }
+    if (pthread_create(&tc->beat_thread, NULL, beat_main, tc) != 0) {
+        stoker_trainer_client_destroy(tc);
+        snprintf(err, err_len, "trainer: cannot start its heartbeat thread");
+        return STOKER_NOMEM;
+    }
+    tc->beat_started = 1;
     *out = tc;
     return STOKER_OK;
 
@@ -430,6 +536,7 @@ fail_conn:
     idset_destroy(tc->seen);
     free(tc->uncommitted); // not committed: the broker redelivers those leases
 fail_seen:
+    pthread_cond_destroy(&tc->beat_cond);
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
@@ -459,12 +566,22 @@ issue(stoker_trainer_client *tc, slot *s)
     tc->n_pending_acks = 0;
     req.n_acks = s->n_acks;
     req.acks = s->acks;
+    s->pull_id = ++tc->next_pull_id;
+    s->n_lost = tc->n_lost;
+    memcpy(s->lost, tc->lost, s->n_lost * sizeof(uint64_t));
+    tc->n_lost = 0;
+    req.pull_id = s->pull_id;
+    req.n_replaces = s->n_lost;
+    req.replaces = s->lost;
     nng_msg *msg;
     if (stoker_wire_encode_request(&req, &msg) != STOKER_OK) {
         // Out of memory: leave the slot idle and the acks pending; the next call retries.
         memcpy(tc->pending_acks, s->acks, s->n_acks * sizeof(uint64_t));
         tc->n_pending_acks = s->n_acks;
         s->n_acks = 0;
+        memcpy(tc->lost, s->lost, s->n_lost * sizeof(uint64_t));
+        tc->n_lost = s->n_lost;
+        s->n_lost = 0;
         return;
     }
     s->state = SLOT_SENDING;
@@ -483,8 +600,10 @@ issuer_main(void *arg)
             pthread_cond_wait(&tc->issue_cond, &tc->lock);
         if (tc->closing)
             break;
+        // Once the supply ended only a pull that names lost ones goes out: it may bring back a
+        // batch the broker leased us while we could not take it.
         for (uint32_t i = 0; i < tc->n_slots; i++) {
-            if (tc->slots[i].state == SLOT_IDLE && !tc->ending)
+            if (tc->slots[i].state == SLOT_IDLE && (!tc->ending || tc->n_lost > 0))
                 issue(tc, &tc->slots[i]);
         }
         tc->issue_requested = 0;
@@ -511,6 +630,30 @@ requeue_acks(stoker_trainer_client *tc, slot *s)
     for (uint32_t i = 0; i < s->n_acks && tc->n_pending_acks < MAX_ACKS; i++)
         tc->pending_acks[tc->n_pending_acks++] = s->acks[i];
     s->n_acks = 0;
+}
+
+// Remembers lost pull id for the next pull to name (see MAX_LOST); the oldest goes when full.
+static void
+add_lost(stoker_trainer_client *tc, uint64_t id)
+{
+    if (tc->n_lost == MAX_LOST) {
+        memmove(&tc->lost[0], &tc->lost[1], (MAX_LOST - 1) * sizeof(uint64_t));
+        tc->n_lost--;
+    }
+    tc->lost[tc->n_lost++] = id;
+}
+
+// Slot s's pull was answered: the lost pulls it named are settled, except, when the broker sent
+// one of their leases again (resent), the others, which may hold leases too: the next pull names
+// them again. Under lock.
+static void
+settle_lost(stoker_trainer_client *tc, slot *s, uint64_t resent)
+{
+    for (uint32_t i = 0; resent != 0 && i < s->n_lost; i++) {
+        if (s->lost[i] != resent)
+            add_lost(tc, s->lost[i]);
+    }
+    s->n_lost = 0;
 }
 
 // Removes from batch b the dups examples whose identities this client saw before, so that a
@@ -690,8 +833,7 @@ send_pending_acks(stoker_trainer_client *tc, int background)
         .method = STOKER_ACK, .session = tc->opts.client.session, .n_acks = n, .acks = acks};
     stoker_reply *rep = NULL;
     char err[256];
-    int rv =
-        conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
+    int rv = conn_call(tc->ctl_ctx, &req, call_timeout(tc), &rep, err, sizeof(err));
     if (rv != STOKER_OK) {
         if (background) {
             pthread_mutex_lock(&tc->lock);
@@ -711,6 +853,21 @@ send_pending_acks(stoker_trainer_client *tc, int background)
     return rv;
 }
 
+// The end of a wait of wait_ms without a batch: STOKER_TIMEOUT when that is shorter than the
+// stall timeout, else STOKER_STALLED with its warning (why: the last failure, or NULL).
+static int
+stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
+{
+    if (wait_ms < tc->opts.stall_timeout_ms)
+        return STOKER_TIMEOUT;
+    if (why != NULL)
+        stoker_warn("stalled: no batch for %u ms (broker %s: %s)", tc->opts.stall_timeout_ms,
+                    tc->url, why);
+    else
+        stoker_warn("stalled: no batch for %u ms", tc->opts.stall_timeout_ms);
+    return STOKER_STALLED;
+}
+
 // next, waiting at most wait_ms: STOKER_TIMEOUT when that is shorter than the stall timeout and
 // ran out, else STOKER_STALLED (with its warning).
 static int
@@ -725,23 +882,40 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             return tc->supply_ended;
         if (stopped(tc))
             return STOKER_INTERRUPTED;
+        // The stall clock runs while the caller waits, not during its training step.
+        uint64_t stall_at = wait_start + wait_ms;
         if (tc->need_hello) {
-            int rv = hello(tc, err, sizeof(err));
+            uint64_t now = stoker_now_ms();
+            if (now >= stall_at)
+                return stalled(tc, wait_ms, "no broker answered hello");
+            uint32_t left = (uint32_t)(stall_at - now);
+            int rv = hello_within(tc,
+                                  left < tc->opts.client.request_timeout_ms
+                                      ? left
+                                      : tc->opts.client.request_timeout_ms,
+                                  err, sizeof(err));
+            if (rv == STOKER_INTERRUPTED)
+                return rv;
             if (rv != STOKER_OK && rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION) {
                 snprintf(tc->refusal, sizeof(tc->refusal), "%s", err);
                 stoker_error("trainer: broker refused hello: %s", err);
                 return rv;
             }
+            if (rv != STOKER_OK) { // the deadline above ends it
+                uint64_t after = stoker_now_ms();
+                if (after < stall_at)
+                    stoker_sleep_ms(stall_at - after < 50 ? (uint32_t)(stall_at - after) : 50,
+                                    tc->opts.client.stop);
+                continue;
+            }
         }
-        // The stall clock runs while the caller waits, not during its training step.
-        uint64_t stall_at = wait_start + wait_ms;
 
         pthread_mutex_lock(&tc->lock);
         uint32_t busy = 0, idle = 0;
         for (uint32_t i = 0; i < tc->n_slots; i++) {
             if (tc->slots[i].state != SLOT_IDLE)
                 busy++;
-            else if (!tc->ending)
+            else if (!tc->ending || tc->n_lost > 0)
                 idle++;
         }
         if (idle > 0) {
@@ -791,10 +965,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             pthread_mutex_unlock(&tc->lock);
             if (stopped(tc))
                 return STOKER_INTERRUPTED;
-            if (wait_ms < tc->opts.stall_timeout_ms)
-                return STOKER_TIMEOUT;
-            stoker_warn("stalled: no batch for %u ms", tc->opts.stall_timeout_ms);
-            return STOKER_STALLED;
+            return stalled(tc, wait_ms, NULL);
         }
         slot *s = &tc->slots[tc->done[tc->done_head]];
         tc->done_head = (tc->done_head + 1) % MAX_PREFETCH;
@@ -806,14 +977,29 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         if (result != 0) {
             // The request or its connection failed: the broker returns leases of a closed
             // connection to their queues, so re-sending our acks can only be refused, never
-            // lose anything.
+            // lose anything. A pull that reached the socket may have been answered with a lease
+            // we will never read (nng drops a reply that comes after the request timed out):
+            // the next pull names it, and the broker sends that lease again.
             requeue_acks(tc, s);
+            for (uint32_t i = 0; i < s->n_lost; i++)
+                add_lost(tc, s->lost[i]);
+            s->n_lost = 0;
+            if (s->sent && result == NNG_ETIMEDOUT)
+                add_lost(tc, s->pull_id);
             pthread_mutex_unlock(&tc->lock);
+            tc->away = 1;
             if (tc->failures++ == 0)
                 stoker_warn("trainer: pull failed (%s), retrying", nng_strerror(result));
             if (result != NNG_ETIMEDOUT)
                 tc->need_hello = 1;
-            stoker_sleep_ms(tc->failures < 8 ? 10u << tc->failures : 1000, tc->opts.client.stop);
+            // Retrying never outlasts the wait: a broker that died and stays down ends in a
+            // stall like any other silence (issue 26).
+            uint64_t now = stoker_now_ms();
+            if (now >= stall_at)
+                return stalled(tc, wait_ms, nng_strerror(result));
+            uint32_t backoff = tc->failures < 8 ? 10u << tc->failures : 1000;
+            stoker_sleep_ms(now + backoff < stall_at ? backoff : (uint32_t)(stall_at - now),
+                            tc->opts.client.stop);
             continue;
         }
         s->n_acks = 0;
@@ -821,6 +1007,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         if (tc->failures > 0)
             stoker_info("trainer: broker reachable again");
         tc->failures = 0;
+        tc->away = 0;
 
         stoker_reply *rep = NULL;
         // The batch will point into msg: no copy between the socket and the training step.
@@ -831,6 +1018,12 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             stoker_error("trainer: undecodable reply from broker: %s", err);
             return rv;
         }
+        pthread_mutex_lock(&tc->lock);
+        settle_lost(tc, s, rep->code == STOKER_OK ? rep->resent_pull : 0);
+        pthread_mutex_unlock(&tc->lock);
+        if (rep->resent_pull != 0)
+            stoker_info("trainer: lease %llu of a pull whose reply was lost came again",
+                        (unsigned long long)rep->lease);
         take_reply_extras(tc, rep);
         rv = rep->code;
         if (rv == STOKER_OK && rep->chunk.count > 0) {
@@ -1097,8 +1290,7 @@ stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
     stoker_request req = {.method = STOKER_STATUS, .session = tc->opts.client.session};
     stoker_reply *rep = NULL;
     char err[256];
-    int rv =
-        conn_call(tc->ctl_ctx, &req, tc->opts.client.request_timeout_ms, &rep, err, sizeof(err));
+    int rv = conn_call(tc->ctl_ctx, &req, call_timeout(tc), &rep, err, sizeof(err));
     if (rv != STOKER_OK)
         return rv;
     if ((rv = rep->code) == STOKER_OK)
@@ -1122,7 +1314,7 @@ wait_inflight_acks(stoker_trainer_client *tc)
             const slot *s = &tc->slots[i];
             carrying |= (s->state == SLOT_SENDING || s->state == SLOT_RECEIVING) && s->n_acks > 0;
         }
-        if (!carrying || stoker_now_ms() >= deadline)
+        if (!carrying || stoker_now_ms() >= deadline || broker_away(tc))
             break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -1139,6 +1331,13 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
 {
     if (tc == NULL)
         return;
+    // The heartbeats end first: one after the goodbye would speak for a trainer that left.
+    pthread_mutex_lock(&tc->lock);
+    tc->beat_stop = 1;
+    pthread_cond_signal(&tc->beat_cond);
+    pthread_mutex_unlock(&tc->lock);
+    if (tc->beat_started)
+        pthread_join(tc->beat_thread, NULL);
     stoker_trainer_client_flush(tc);
     wait_inflight_acks(tc);
     // Goodbye: the broker hands what we still hold to other trainers at once and logs a clean
@@ -1158,8 +1357,7 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
                           .held = named};
     stoker_reply *rep = NULL;
     char err[256];
-    uint32_t timeout =
-        tc->opts.client.request_timeout_ms < 1000 ? tc->opts.client.request_timeout_ms : 1000;
+    uint32_t timeout = call_timeout(tc) < 1000 ? call_timeout(tc) : 1000;
     if (conn_call(tc->ctl_ctx, &bye, timeout, &rep, err, sizeof(err)) == STOKER_OK)
         stoker_reply_free(rep);
     // Stop the pulls in flight before closing the socket, so no callback runs (and restarts an
@@ -1180,6 +1378,7 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     idset_destroy(tc->seen);
     stoker_arena_unref(tc->arena); // batches still alive keep it mapped
     free(tc->uncommitted);         // not committed: the broker redelivers those leases
+    pthread_cond_destroy(&tc->beat_cond);
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);

@@ -18,6 +18,7 @@
 // Bounds on repeated fields from a peer; generous, but they keep a hostile message from making
 // us allocate or loop over what it claims.
 #define MAX_ACKS      65536
+#define MAX_REPLACES  1024 // lost pulls one pull names (Pull.replaces); the client keeps 128
 #define MAX_RUNS      (1u << 20)
 #define MAX_EVENTS    4096
 #define MAX_PRODUCERS 65536
@@ -692,6 +693,9 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         pull.n_acks = req->n_acks;
         pull.acks = (uint64_t *)req->acks;
         pull.arena_secret = req->arena_secret;
+        pull.id = req->pull_id;
+        pull.n_replaces = req->n_replaces;
+        pull.replaces = (uint64_t *)req->replaces;
         r.pull = &pull;
         break;
     case STOKER_ACK:
@@ -846,6 +850,15 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
                                r->pull->n_acks, MAX_ACKS);
             break;
         }
+        if (r->pull->n_replaces > MAX_REPLACES) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "pull replaces %zu lost pulls, at most %d", r->pull->n_replaces,
+                               MAX_REPLACES);
+            break;
+        }
+        req->pull_id = r->pull->id;
+        req->n_replaces = (uint32_t)r->pull->n_replaces;
+        req->replaces = r->pull->replaces;
         req->max_examples = r->pull->max_examples;
         req->wait_ms = r->pull->wait_ms;
         req->n_acks = (uint32_t)r->pull->n_acks;
@@ -964,6 +977,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.pushes_revoked = rep->pushes_revoked;
     r.group_step = rep->group_step;
     r.group_leftover = rep->group_leftover;
+    r.resent_pull = rep->resent_pull;
     if (rep->has_schema) {
         schema_to_pb(&rep->schema, &spb);
         r.schema = &spb.schema;
@@ -1103,6 +1117,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->pushes_revoked = r->pushes_revoked;
     rep->group_step = r->group_step;
     rep->group_leftover = r->group_leftover;
+    rep->resent_pull = r->resent_pull;
     if (r->schema != NULL) {
         if ((rv = schema_from_pb(r->schema, &rep->schema, err, err_len)) != STOKER_OK)
             goto fail;

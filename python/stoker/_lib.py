@@ -17,6 +17,7 @@ OK = 0
 NO_PRODUCERS = 2
 END_OF_DATA = 3
 TOO_LARGE = 10
+TIMEOUT = 13
 CONNECTION = 15
 STALLED = 16
 INTERRUPTED = 17
@@ -86,6 +87,7 @@ def _declare(lib):
         "stoker_consumer_field_dtype": (i, [P, u32]),
         "stoker_consumer_field_shape": (i, [P, u32, c.POINTER(u32), u32]),
         "stoker_consumer_next": (i, [P, c.POINTER(P)]),
+        "stoker_consumer_next_within": (i, [P, c.POINTER(P), u32]),
         "stoker_consumer_release": (None, [P, P]),
         "stoker_consumer_ack": (None, [P, P]),
         "stoker_consumer_set_commit": (None, [P, i]),

@@ -10,6 +10,7 @@ it, but keeping an array from it afterwards is still safe (it just keeps that me
 import ctypes
 import json
 import os
+import time
 from collections import namedtuple
 
 from . import _lib
@@ -18,6 +19,9 @@ try:
     import numpy as _np
 except ImportError:  # memoryviews instead
     _np = None
+
+# The longest single wait inside the library (see Client.next_batch): how late Ctrl-C may be.
+_SLICE_S = 0.1
 
 
 class StokerError(Exception):
@@ -455,9 +459,21 @@ class Client:
         must release() it. Raises SupplyEnded, Stalled or StokerError."""
         self._open(batch_size if batch_size is not None else self.batch_size)
         ptr = ctypes.c_void_p()
-        rv = self._lib.stoker_consumer_next(self._handle, ctypes.byref(ptr))
-        reason = self._lib.stoker_consumer_error(self._handle).decode(errors="replace")
-        self._dispatch_events()
+        # Python runs its signal handlers (Ctrl-C's KeyboardInterrupt) only between calls into
+        # the library, so the wait goes in slices of _SLICE_S and the stall timeout is counted
+        # here: Ctrl-C ends a wait within a slice, whatever the broker does (issue 26).
+        deadline = time.monotonic() + self.stall_timeout
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            wait_ms = max(1, min(int(_SLICE_S * 1000), left_ms))
+            rv = self._lib.stoker_consumer_next_within(self._handle, ctypes.byref(ptr), wait_ms)
+            reason = self._lib.stoker_consumer_error(self._handle).decode(errors="replace")
+            self._dispatch_events()
+            if rv != _lib.TIMEOUT:
+                break
+            if time.monotonic() >= deadline:
+                rv, reason = _lib.STALLED, "stalled: no batch within %.1f s" % self.stall_timeout
+                break
         if rv != _lib.OK:
             if self.group is not None and rv in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
                 self.leftover = int(self._lib.stoker_consumer_group_leftover(self._handle))

@@ -257,6 +257,8 @@ Test(redelivery, disconnected_trainers_examples_go_to_another_trainer)
 // A trainer the broker dropped (silent past --trainer-timeout) while it still held batches gets
 // those examples again when it comes back (the broker redelivered them): the client drops the
 // identities it saw before, counts them, and the trainer trains every example exactly once.
+// Silent as a frozen process is: without its heartbeat (no_heartbeat), so that the test process
+// itself can come back.
 Test(redelivery, a_returning_trainer_never_gets_an_identity_twice)
 {
     char url[256];
@@ -265,7 +267,20 @@ Test(redelivery, a_returning_trainer_never_gets_an_identity_twice)
     const char *const pargs[] = {"--delay", "0:0", "--chunk", "4", "--max-examples", "32", NULL};
     proc_child *producer = h_producer_start(url, "p", pargs);
     cr_assert(proc_wait(producer, 5000), "the producer did not finish its 32 examples");
-    stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 8000);
+    stoker_trainer_options o;
+    stoker_trainer_options_init(&o);
+    o.client.url = url;
+    o.client.name = "t";
+    o.client.give_up_ms = 5000;
+    o.client.request_timeout_ms = 2000;
+    o.batch_size = 4;
+    o.prefetch = 2;
+    o.stall_timeout_ms = 8000;
+    o.no_heartbeat = 1;
+    stoker_trainer_client *tc = NULL;
+    char err[512] = "";
+    int rv = stoker_trainer_client_create(&o, &tc, err, sizeof(err));
+    cr_assert_eq(rv, STOKER_OK, "trainer client for %s: %s (%s)", url, stoker_strerror(rv), err);
     h_ids ids = {0};
     uint64_t n = 0;
     stoker_batch *held = NULL;

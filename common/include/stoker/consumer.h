@@ -81,6 +81,12 @@ int stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32
 // memory is never reused until it is freed.
 int stoker_consumer_next(stoker_consumer *c, stoker_consumer_batch **out);
 
+// As stoker_consumer_next, but waits at most wait_ms: when that is shorter than the stall
+// timeout and no batch came, returns STOKER_TIMEOUT (no warning; call again). For a binding that
+// must get control back often while it waits (Python runs its Ctrl-C handler only between
+// calls into the library) and counts the stall timeout itself.
+int stoker_consumer_next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms);
+
 // Acknowledges b (sent with the next pull, or at close) and frees it. Accepts b == NULL.
 void stoker_consumer_release(stoker_consumer *c, stoker_consumer_batch *b);
 // The two halves of release, for bindings that keep the memory alive past the acknowledgement:

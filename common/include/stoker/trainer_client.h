@@ -48,6 +48,12 @@ typedef struct stoker_trainer_options {
     // makes next return STOKER_GROUP_BROKEN on the others.
     const char *group;
     uint32_t rank, world;
+    // Liveness: while it lives the client sends the broker a heartbeat from a thread of its own
+    // (every third of the broker's --trainer-timeout), so a step longer than that timeout (an
+    // evaluation pass) keeps its leases and its group; only a dead or frozen process falls
+    // silent. 1: no heartbeat, the broker hears the trainer only through its pulls and drops it
+    // after --trainer-timeout without one, as if frozen (for tests of that). Default 0.
+    int no_heartbeat;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);

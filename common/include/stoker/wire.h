@@ -63,6 +63,10 @@ typedef struct stoker_request {
     uint32_t n_acks;
     const uint64_t *acks;  // aliases the decoded message
     uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
+    // PULL: its id and the ids of earlier pulls whose replies were lost (see the proto)
+    uint64_t pull_id;
+    uint32_t n_replaces;
+    const uint64_t *replaces; // aliases the decoded message
     // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
     uint32_t n_held;
     const uint64_t *held; // aliases the decoded message
@@ -124,6 +128,8 @@ typedef struct stoker_reply {
     // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
     // over (fewer than one per rank) that no step could hold.
     uint64_t group_step, group_leftover;
+    // PULL: the earlier pull (of its replaces) whose lease this batch is, sent again; 0: none.
+    uint64_t resent_pull;
     // STATUS
     int has_counters;
     stoker_counters counters;
