@@ -472,7 +472,7 @@ class Client:
             if rv != _lib.TIMEOUT:
                 break
             if time.monotonic() >= deadline:
-                rv, reason = _lib.STALLED, "stalled: no batch within %.1f s" % self.stall_timeout
+                rv, reason = _lib.STALLED, "no batch within %.1f s" % self.stall_timeout
                 break
         if rv != _lib.OK:
             if self.group is not None and rv in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
