@@ -38,6 +38,10 @@ typedef struct group {
     uint64_t leftover; // examples no equal step could hold, at the end
     char end_reason[STOKER_MESSAGE_MAX];
     group_rank *ranks; // world of them
+    // For a rank told why it waits (group_take): when the last step was formed (or the group
+    // created) and the examples produced until then, so the rate since can be said.
+    uint64_t step_ms, step_produced;
+    int short_of; // the last fill found fewer examples queued than a full step
 } group;
 
 static group *
@@ -75,6 +79,7 @@ group_create(broker *b, const stoker_request *req)
     }
     g->world = req->world;
     g->batch = req->group_batch;
+    g->step_produced = b->c.produced;
     g->ahead = b->cfg.group_steps_ahead;
     for (uint32_t r = 0; r < g->world; r++) {
         g->ranks[r].pending = calloc(g->ahead, sizeof(lease *));
@@ -368,6 +373,8 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra)
     }
     if (r == g->world) {
         g->steps++;
+        g->step_produced = b->c.produced;
+        g->step_ms = 0; // set by the next fill that waits
         return 1;
     }
     // Undo the ranks already served: newest first, so the queues regain their order.
@@ -401,6 +408,11 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
         uint32_t n = g->batch, extra = 0;
+        g->short_of = queued < full;
+        if (queued < full && g->step_ms == 0) {
+            g->step_ms = now_ms; // the wait for this step starts
+            g->step_produced = b->c.produced;
+        }
         if (queued < full) {
             // A short step only when no full one can come: the supply is over, the queues are
             // full and still hold less than a full step, or a dataset's epochs wait for what is
@@ -447,6 +459,18 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
     *leftover = g->leftover;
     if (g->end_code != STOKER_OK)
         return stoker_errorf(why, why_len, g->end_code, "%s", g->end_reason);
+    if (g->short_of && g->step_ms != 0 && now_ms > g->step_ms) {
+        // Why this rank waits (its stall reason, issue 26): the step's size, what is queued,
+        // and how fast examples come.
+        double secs = (double)(now_ms - g->step_ms) / 1000.0;
+        snprintf(why, why_len,
+                 "group '%s' waits for a full step %llu: %llu examples (%u ranks x %u), %llu "
+                 "queued, %.1f examples/s arriving (%llu in the last %.1f s)",
+                 g->name, (unsigned long long)g->steps + 1, (unsigned long long)g->world * g->batch,
+                 g->world, g->batch, (unsigned long long)b->c.queued,
+                 (double)(b->c.produced - g->step_produced) / secs,
+                 (unsigned long long)(b->c.produced - g->step_produced), secs);
+    }
     return STOKER_OK;
 }
 

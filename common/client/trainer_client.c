@@ -131,7 +131,8 @@ struct stoker_trainer_client {
     // opts.commit: acknowledgements kept until stoker_trainer_client_commit (trainer_commit.c).
     uint64_t *uncommitted;
     uint32_t n_uncommitted, cap_uncommitted;
-    int told_commit_wait; // the broker's "waiting for a commit" was logged
+    int told_commit_wait;                 // the broker's "waiting for a commit" was logged
+    char wait_reason[STOKER_MESSAGE_MAX]; // the broker's latest word on why no batch came
 };
 
 void
@@ -878,6 +879,11 @@ send_pending_acks(stoker_trainer_client *tc, int background)
 static int
 stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 {
+    // The broker's word on why nothing came (a group waiting for a full step) is the reason.
+    if (why == NULL && tc->wait_reason[0] != '\0') {
+        snprintf(tc->refusal, sizeof(tc->refusal), "%s", tc->wait_reason);
+        why = tc->wait_reason;
+    }
     if (wait_ms < tc->opts.stall_timeout_ms)
         return STOKER_TIMEOUT;
     if (why != NULL)
@@ -1059,11 +1065,14 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 *out = NULL;
                 continue;
             }
-            if (rv == STOKER_OK)
+            if (rv == STOKER_OK) {
                 hold(tc, (*out)->lease);
+                tc->wait_reason[0] = '\0';
+            }
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
+            snprintf(tc->wait_reason, sizeof(tc->wait_reason), "%s", rep->message);
             if (rep->message[0] != '\0' && !tc->told_commit_wait) {
                 stoker_warn("trainer: waiting: %s", rep->message); // once: commit to go on
                 tc->told_commit_wait = 1;

@@ -260,6 +260,34 @@ def test_group_reforms_while_the_old_ranks_hang():
                 p.communicate()
 
 
+STALL_SCRIPT = r"""
+import sys
+import stoker
+client = stoker.Client(sys.argv[1], group="g", stall_timeout=3, batch_size=32)
+try:
+    for batch in client.batches():
+        pass
+except stoker.Stalled as e:
+    print("Stalled:", e)
+except stoker.GroupBroken as e:
+    print("GroupBroken:", e)
+"""
+
+
+# Defect 11: a rank that stalls while its group waits for a full step is told why: the step's
+# size, what is queued, how fast examples come (a producer at 5 examples/s, steps of 2 x 32).
+def test_stalled_rank_is_told_why_the_group_waits():
+    with helpers.Cluster() as c:
+        c.producer("--delay", "0.2:0.2", "--chunk", "1", stdout=subprocess.DEVNULL)
+        c.wait_producers(1)
+        outs = reap([launch(STALL_SCRIPT, [c.url], r, 2, 0) for r in range(2)], 30)
+        said = [out for rc, out, err in outs if out.startswith("Stalled:")]
+        assert said, outs
+        for out in said:
+            assert "waits for a full step" in out and "64 examples (2 ranks x 32)" in out, out
+            assert "queued" in out and "examples/s arriving" in out, out
+
+
 def test_group_arguments_from_the_environment():
     os.environ["RANK"], os.environ["WORLD_SIZE"] = "1", "3"
     try:
