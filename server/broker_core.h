@@ -100,6 +100,9 @@ typedef struct producer {
     uint64_t items_held;  // dataset items assigned to it, not yet accepted
     trained_set trained;  // what its retention buffer may forget
     stoker_labels labels; // its class-to-label map, from its latest hello (may be empty)
+    // Its heartbeat said it pushes nothing more (it lingers until its examples are trained):
+    // a group does not wait for it (broker_group.c supply_over).
+    int done_making;
 } producer;
 
 typedef struct trainer {

@@ -455,7 +455,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
 {
     trainer *t = k->trainer;
     uint32_t max = k->req->max_examples;
-    char why[160];
+    char why[STOKER_MESSAGE_MAX];
     stoker_event events[EVENTS_PER_REPLY];
     // Sent with this reply whenever there are some (they make it ready); a rank's after its
     // step is taken (they come with the step formed after them).
@@ -477,6 +477,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint64_t step = 0, leftover = 0;
     if (t->group != NULL) {
         // A rank gets its step's batch, formed for the whole group (broker_group.c).
+        why[0] = '\0';
         ended = group_take(b, t, now_ms, &l, &step, &leftover, why, sizeof(why));
         n_events = take_events(b, t, events);
         take = 0;
@@ -515,6 +516,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);
+    } else if (t->group != NULL && why[0] != '\0') {
+        snprintf(rep.message, sizeof(rep.message), "%s", why); // why the rank waits
     } else {
         commit_why_empty(b, t, rep.message, sizeof(rep.message)); // waits for a commit?
     }

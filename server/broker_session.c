@@ -255,10 +255,30 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
                   req->group);
         return;
     }
-    if (req->group[0] != '\0' && (rv = group_admit(b, t, req, &g, why, sizeof(why))) != STOKER_OK) {
-        stoker_warn("group-refused: %s", why);
-        send_code(b, out, token, rv, "%s", why);
-        return;
+    if (req->group[0] != '\0') {
+        trainer *holder = NULL;
+        rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
+        if (holder != NULL) {
+            // A re-forming group claims a rank whose holder is silent (hung, partitioned): it is
+            // lost, its group breaks, and the claim starts the new group (docs/groups.md).
+            if (holder->connected)
+                drop_trainer(b, holder, why, now_ms, out);
+            else
+                group_rank_lost(b, holder, why);
+            rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
+        }
+        if (rv == STOKER_RETRY) {
+            stoker_info("group-claim: %s", why);
+            stoker_reply rep = {.code = rv, .heartbeat_ms = b->cfg.trainer_timeout_ms / 3};
+            snprintf(rep.message, sizeof(rep.message), "%s", why);
+            send_reply(b, out, token, &rep);
+            return;
+        }
+        if (rv != STOKER_OK) {
+            stoker_warn("group-refused: %s", why);
+            send_code(b, out, token, rv, "%s", why);
+            return;
+        }
     }
     if (t == NULL) {
         if (b->n_trainers == b->cfg.max_trainers) {
@@ -391,6 +411,12 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
         revive(b, p, pipe, now_ms, "heartbeat after silence");
+        if (req->done_making && !p->done_making) {
+            p->done_making = 1;
+            stoker_info("producer-done: producer %u '%s' pushes nothing more after %llu examples "
+                        "(it lingers until they are trained)",
+                        p->id, p->name, (unsigned long long)p->next_seq);
+        }
         stoker_reply rep = {.code = STOKER_OK, .queue_depth = retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);

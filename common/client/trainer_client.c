@@ -86,6 +86,7 @@ struct stoker_trainer_client {
     pthread_t beat_thread;
     int beat_started;
     _Atomic uint32_t heartbeat_ms; // from the broker's hello reply
+    uint32_t claim_wait_ms;        // a RETRY hello: its rank's holder is judged within this
     volatile int beat_stop;        // destroy: abandon a heartbeat in flight (conn_call_until)
 
     pthread_mutex_t lock;
@@ -130,7 +131,8 @@ struct stoker_trainer_client {
     // opts.commit: acknowledgements kept until stoker_trainer_client_commit (trainer_commit.c).
     uint64_t *uncommitted;
     uint32_t n_uncommitted, cap_uncommitted;
-    int told_commit_wait; // the broker's "waiting for a commit" was logged
+    int told_commit_wait;                 // the broker's "waiting for a commit" was logged
+    char wait_reason[STOKER_MESSAGE_MAX]; // the broker's latest word on why no batch came
 };
 
 void
@@ -319,6 +321,8 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
             attach_arena(tc, rep);
     } else {
         snprintf(err, err_len, "%s", rep->message);
+        if (rv == STOKER_RETRY) // a group's rank held by a silent trainer: the broker judges it
+            tc->claim_wait_ms = 2 * rep->heartbeat_ms;
     }
     stoker_reply_free(rep);
     return rv;
@@ -467,6 +471,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     // broker knows the schema, which it learns from its first producer unless given --schema.
     uint64_t give_up = stoker_now_ms() + opts->client.give_up_ms;
     uint32_t delay = 10;
+    int claimed = 0;
     for (;;) {
         if (stopped(tc)) {
             rv = STOKER_INTERRUPTED;
@@ -475,15 +480,31 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         rv = hello(tc, err, err_len);
         if (rv == STOKER_OK)
             break;
-        if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION)
+        if (rv == STOKER_RETRY && !claimed) {
+            // Our group rank is held by a trainer the broker has not heard for a while (an old
+            // rank that hangs): it takes it over or refuses us within claim_wait_ms (issue 26).
+            stoker_warn("trainer: waiting at hello: %s", err);
+            claimed = 1;
+            give_up += tc->claim_wait_ms;
+        }
+        if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION && rv != STOKER_RETRY)
             goto fail_slots;
         if (stoker_now_ms() >= give_up) {
             char why[256];
             snprintf(why, sizeof(why), "%s", err);
+            if (rv == STOKER_RETRY) {
+                snprintf(err, err_len, "still waiting at hello: %s", why);
+                rv = STOKER_TIMEOUT;
+                goto fail_slots;
+            }
             snprintf(err, err_len, "no broker answered at %s within %u ms (%s)", tc->url,
                      opts->client.give_up_ms, why);
             rv = STOKER_CONNECTION;
             goto fail_slots;
+        }
+        if (rv == STOKER_RETRY) {
+            stoker_sleep_ms(100, opts->client.stop);
+            continue;
         }
         stoker_sleep_ms(delay, opts->client.stop);
         delay =
@@ -858,6 +879,11 @@ send_pending_acks(stoker_trainer_client *tc, int background)
 static int
 stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 {
+    // The broker's word on why nothing came (a group waiting for a full step) is the reason.
+    if (why == NULL && tc->wait_reason[0] != '\0') {
+        snprintf(tc->refusal, sizeof(tc->refusal), "%s", tc->wait_reason);
+        why = tc->wait_reason;
+    }
     if (wait_ms < tc->opts.stall_timeout_ms)
         return STOKER_TIMEOUT;
     if (why != NULL)
@@ -1039,11 +1065,14 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 *out = NULL;
                 continue;
             }
-            if (rv == STOKER_OK)
+            if (rv == STOKER_OK) {
                 hold(tc, (*out)->lease);
+                tc->wait_reason[0] = '\0';
+            }
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
+            snprintf(tc->wait_reason, sizeof(tc->wait_reason), "%s", rep->message);
             if (rep->message[0] != '\0' && !tc->told_commit_wait) {
                 stoker_warn("trainer: waiting: %s", rep->message); // once: commit to go on
                 tc->told_commit_wait = 1;

@@ -708,6 +708,9 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         r.n_held_leases = req->n_held;
         r.held_leases = (uint64_t *)req->held;
         break;
+    case STOKER_HEARTBEAT:
+        r.done_making = req->done_making != 0;
+        break;
     default:
         break;
     }
@@ -884,8 +887,10 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->n_held = (uint32_t)r->n_held_leases;
         req->held = r->held_leases;
         break;
-    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__HEARTBEAT:
+        req->done_making = r->done_making != 0;
+        break;
+    case STOKER__METHOD__STATUS:
     case STOKER__METHOD__SHARD:
         break;
     default:

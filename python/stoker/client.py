@@ -472,7 +472,10 @@ class Client:
             if rv != _lib.TIMEOUT:
                 break
             if time.monotonic() >= deadline:
-                rv, reason = _lib.STALLED, "no batch within %.1f s" % self.stall_timeout
+                # The broker's word on why, if it said (a group waiting for a full step).
+                why = reason.split("(not stalled yet): ", 1)
+                rv, reason = _lib.STALLED, "no batch within %.1f s%s" % (
+                    self.stall_timeout, ": " + why[1] if len(why) == 2 else "")
                 break
         if rv != _lib.OK:
             if self.group is not None and rv in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):

@@ -181,7 +181,7 @@ def test_strict_epoch_end_with_fewer_items_than_ranks():
 
 
 # Defect 1 (--linger): a producer that is done and waits for its examples to be trained.
-def pending_lingering_producer_does_not_stall_the_group():
+def test_lingering_producer_does_not_stall_the_group():
     with helpers.Cluster() as c:
         p = c.producer("--max-examples", "100", "--linger", "20", "--delay", "0:0",
                        stdout=subprocess.DEVNULL)

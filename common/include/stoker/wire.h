@@ -70,6 +70,7 @@ typedef struct stoker_request {
     // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
     uint32_t n_held;
     const uint64_t *held; // aliases the decoded message
+    int done_making;      // HEARTBEAT of a producer: it pushes nothing more (see the proto)
     void *owner;          // internal
 } stoker_request;
 
