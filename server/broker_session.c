@@ -124,8 +124,8 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                         want, req->name, got);
             b->has_schema = 0;
         } else {
-            stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s: %s",
-                        req->name, got, want, held);
+            stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s: %s", req->name,
+                        got, want, held);
             send_code(b, out, token, STOKER_SCHEMA_MISMATCH,
                       "schema mismatch: producer '%s' sends %s, broker expects %s: %s", req->name,
                       got, want, held);

@@ -151,12 +151,13 @@ static const stoker_cli_option rows[] = {
     {"shard-items", "N", "with --dataset-size: items handed to a producer per request",
      STOKER_CLI_UINT, AT(broker.shard_items), .imin = 1, .imax = STOKER_SHARD_MAX_ITEMS},
     {"strict-epochs", NULL,
-     "with --dataset-size: start an epoch's work only once the previous one was acknowledged\n"
-     "(the default: no batch mixes epochs)",
+     "with --dataset-size: start an epoch's work only once the previous one\n"
+     "was acknowledged (the default: no batch mixes epochs)",
      STOKER_CLI_FLAG, AT(broker.strict_epochs)},
     {"overlap-epochs", NULL,
-     "with --dataset-size: hand out the next epoch's work once every item of the current one\n"
-     "was handed out (producers never idle; an epoch's last batches may hold the next one's)",
+     "with --dataset-size: hand out the next epoch's work once every item\n"
+     "of the current one was handed out (producers never idle; an epoch's\n"
+     "last batches may hold items of the next one)",
      STOKER_CLI_FLAG, AT(broker.overlap_epochs)},
     {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
      AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
