@@ -467,8 +467,10 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
     // every queue full (a batch larger than the queues can hold), or the pull's wait is over
-    // (data trickles in slower than the batch fills: a short batch beats a false stall).
-    int partial = b->c.queued > 0 && (!alive || final || full);
+    // (data trickles in slower than the batch fills: a short batch beats a false stall), or a
+    // dataset can put nothing more in the queues until what was handed out is acknowledged (an
+    // epoch's last items: waiting out the pull would only pause every epoch boundary).
+    int partial = b->c.queued > 0 && (!alive || final || full || epochs_waiting(b));
     int take = b->c.queued >= max || partial;
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
     int cut_short = full;
