@@ -217,18 +217,26 @@ done:
     return l;
 }
 
+// The events of indices from..upto still in the log, at most max of them, into buf.
+static uint32_t
+copy_events(const broker *b, uint64_t from, uint64_t upto, stoker_event *buf, uint32_t max)
+{
+    if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
+        from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
+    uint32_t n = 0;
+    for (uint64_t i = from; i <= upto && n < max; i++)
+        buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    return n;
+}
+
 // Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
 // reply being made carries them.
 // A rank hears only those before the step it was last sent was formed (group_events_upto).
 static uint32_t
 take_events(const broker *b, trainer *t, stoker_event *buf)
 {
-    uint64_t from = t->event_cursor + 1, upto = group_events_upto(b, t);
-    if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
-        from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
-    uint32_t n = 0;
-    for (uint64_t i = from; i <= upto && n < EVENTS_PER_REPLY; i++)
-        buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    uint32_t n =
+        copy_events(b, t->event_cursor + 1, group_events_upto(b, t), buf, EVENTS_PER_REPLY);
     if (n > 0)
         t->event_cursor = buf[n - 1].index;
     return n;
@@ -440,7 +448,23 @@ resend_lost(broker *b, trainer *t, parked *k, broker_outbox *out)
                 (unsigned long long)l->id, l->count, t->id, t->name,
                 (unsigned long long)l->pull_id);
     l->pull_id = req->pull_id; // lost again: the next pull names this one
-    rep.n_events = take_events(b, t, events);
+    // The lost reply's events first (an epoch's end that came with this step), then new ones.
+    uint32_t n = l->events_last != 0
+                     ? copy_events(b, l->events_first, l->events_last, events, EVENTS_PER_REPLY / 2)
+                     : 0;
+    stoker_event fresh[EVENTS_PER_REPLY];
+    uint32_t n_fresh = take_events(b, t, fresh);
+    if (n_fresh > EVENTS_PER_REPLY - n) {
+        t->event_cursor = fresh[EVENTS_PER_REPLY - n - 1].index; // the rest go with the next
+        n_fresh = EVENTS_PER_REPLY - n;
+    }
+    memcpy(events + n, fresh, n_fresh * sizeof(*fresh));
+    n += n_fresh;
+    if (n > 0) {
+        l->events_first = l->events_last != 0 ? l->events_first : events[0].index;
+        l->events_last = events[n - 1].index;
+    }
+    rep.n_events = n;
     rep.events = events;
     send_reply(b, out, k->token, &rep);
     free((void *)rep.parts);
@@ -514,6 +538,8 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         items = (uint64_t *)rep.items;
         l->pull_id = k->req->pull_id;
         l->group_step = step;
+        l->events_first = n_events > 0 ? events[0].index : 0;
+        l->events_last = n_events > 0 ? events[n_events - 1].index : 0;
         arena_reply(b, t, k->req->arena_secret, l, &rep, &fill);
     } else if (ended != STOKER_OK) {
         rep.code = ended;

@@ -62,6 +62,11 @@ struct stoker_trainer_client {
     char token[STOKER_TOKEN_MAX];
     char group[STOKER_NAME_MAX];
     uint64_t group_steps, group_leftover;
+    // A rank's replies that came before an earlier step's (prefetched pulls complete in any
+    // order): kept, decoded, until their step is next, so batches and the events that ride
+    // with them (an epoch's end) reach the caller in step order on every rank.
+    stoker_reply *early[MAX_PREFETCH];
+    uint32_t n_early;
     conn conn;
     nng_ctx ctl_ctx; // hello, ack, status
     stoker_schema schema;
@@ -896,6 +901,43 @@ stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 
 // next, waiting at most wait_ms: STOKER_TIMEOUT when that is shorter than the stall timeout and
 // ran out, else STOKER_STALLED (with its warning).
+// Keeps rep for later when it is a rank's batch of a step beyond the next one (the earlier
+// step's reply is still on its way) and there is room; 1 when kept.
+static int
+keep_early(stoker_trainer_client *tc, stoker_reply *rep)
+{
+    if (tc->group[0] == '\0' || rep->code != STOKER_OK || rep->chunk.count == 0 ||
+        rep->group_step <= tc->group_steps + 1 || tc->n_early == MAX_PREFETCH)
+        return 0;
+    tc->early[tc->n_early++] = rep;
+    return 1;
+}
+
+// The kept reply whose step is next, or NULL; with none of them next while every pull in flight
+// came back (a step's reply lost for good), the earliest, so nothing waits for it forever.
+static stoker_reply *
+take_early(stoker_trainer_client *tc)
+{
+    if (tc->n_early == 0)
+        return NULL;
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < tc->n_early; i++)
+        if (tc->early[i]->group_step < tc->early[best]->group_step)
+            best = i;
+    if (tc->early[best]->group_step != tc->group_steps + 1) {
+        int waiting = 0;
+        pthread_mutex_lock(&tc->lock);
+        for (uint32_t i = 0; i < tc->n_slots; i++)
+            waiting += tc->slots[i].state != SLOT_IDLE;
+        pthread_mutex_unlock(&tc->lock);
+        if (waiting > 0)
+            return NULL;
+    }
+    stoker_reply *rep = tc->early[best];
+    tc->early[best] = tc->early[--tc->n_early];
+    return rep;
+}
+
 static int
 next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
@@ -936,6 +978,10 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             }
         }
 
+        stoker_reply *rep = take_early(tc);
+        if (rep != NULL)
+            goto process; // a later step's reply that came first: now its turn
+
         pthread_mutex_lock(&tc->lock);
         uint32_t busy = 0, idle = 0;
         for (uint32_t i = 0; i < tc->n_slots; i++) {
@@ -950,7 +996,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             pthread_cond_signal(&tc->issue_cond);
             busy += idle;
         }
-        if (tc->ending && busy == 0) {
+        if (tc->ending && busy == 0 && tc->n_early == 0) {
             // Replies can overtake each other: the end was only final once every pull that
             // was in flight with it came back (with the last batches, if any).
             int acks = tc->n_pending_acks > 0 && !tc->opts.commit;
@@ -1035,7 +1081,6 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         tc->failures = 0;
         tc->away = 0;
 
-        stoker_reply *rep = NULL;
         // The batch will point into msg: no copy between the socket and the training step.
         int rv = stoker_wire_decode_reply_msg(msg, &rep, err, sizeof(err));
         if (rv != STOKER_OK)
@@ -1047,6 +1092,9 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         pthread_mutex_lock(&tc->lock);
         settle_lost(tc, s, rep->code == STOKER_OK ? rep->resent_pull : 0);
         pthread_mutex_unlock(&tc->lock);
+        if (keep_early(tc, rep))
+            continue;
+    process:
         if (rep->resent_pull != 0)
             stoker_info("trainer: lease %llu of a pull whose reply was lost came again",
                         (unsigned long long)rep->lease);
@@ -1404,6 +1452,8 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
         nng_msg_free(tc->slots[i].reply);
         nng_aio_free(tc->slots[i].aio);
     }
+    for (uint32_t i = 0; i < tc->n_early; i++)
+        stoker_reply_free(tc->early[i]);
     idset_destroy(tc->seen);
     stoker_arena_unref(tc->arena); // batches still alive keep it mapped
     free(tc->uncommitted);         // not committed: the broker redelivers those leases

@@ -602,6 +602,8 @@ class Epoch:
         c = self._client
         while True:
             if c._stashed is not None:
+                if c.group is None and _first_epoch(c._stashed) > self.number:
+                    return  # a later epoch's batch: this epoch brought this consumer nothing more
                 b, c._stashed = c._stashed, None
             else:
                 if c._epochs_ended() > self.number:
@@ -615,8 +617,11 @@ class Epoch:
                     if c._epochs_ended() > self.number:
                         return
                     raise
-                if c._epochs_ended() > self.number:
-                    # Came with the news of this epoch's end: the next epoch's first batch.
+                if c._epochs_ended() > self.number or (c.group is None and
+                                                       _first_epoch(b) > self.number):
+                    # Came with the news of this epoch's end, or holds only later epochs' items
+                    # (another consumer took the rest of this one; a group's ranks go by the
+                    # news, which comes with the same step on each): the next epoch's first.
                     c._stashed = b
                     return
             c._held = b
@@ -624,6 +629,14 @@ class Epoch:
 
     def __repr__(self):
         return "Epoch(%d)" % self.number
+
+
+def _first_epoch(batch):
+    """The earliest epoch a dataset batch holds items of (-1 for none: a stream's batch)."""
+    epochs = batch.epoch_indices()
+    if _np is not None:
+        return int(epochs[0].min()) if len(epochs[0]) else -1
+    return min(e for e, _ in epochs) if epochs else -1
 
 
 def _status_json(lib, call, why):

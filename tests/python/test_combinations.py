@@ -75,10 +75,12 @@ finally:
 json.dump(rec, open(cfg["out"], "w"))
 """
 
-CONSUMERS = {"group2": (2, 2), "group3": (3, 3), "plain2": (0, 2)}  # (world, processes)
+# (world, processes): a group of 2 or 3 ranks, two plain consumers, one plain consumer.
+CONSUMERS = {"group2": (2, 2), "group3": (3, 3), "plain2": (0, 2), "plain1": (0, 1)}
 SUPPLIES = ["stream", "linger", "dataset-even", "dataset-odd", "dataset-even-strict",
             "dataset-odd-strict"]
 FAULTS = ["none", "producer-kill", "broker-restart", "freeze", "long-step"]
+OPEN_RESTART = True  # see cells()
 BATCH = 8
 TRAINER_TIMEOUT_S = 3
 STREAM_EXAMPLES = 800  # per producer
@@ -138,8 +140,8 @@ def run_cell(consumers, supply, fault, seed):
     size = dataset_size(supply, world)
     if dataset:
         broker_args += ["--dataset-size", str(size), "--epochs", str(EPOCHS)]
-        if strict:
-            broker_args.append("--strict-epochs")
+        if not strict:
+            broker_args.append("--overlap-epochs")  # strict epochs are the default
     rng = random.Random(seed)
     with helpers.Cluster(*broker_args) as c:
         # Producers a little slower than the consumers, so faults land mid-run.
@@ -222,7 +224,9 @@ def check(records, st, world, dataset, size, strict):
         if strict and not world:
             for rec in records:
                 for k, loop in enumerate(rec["loops"]):
-                    assert all(e == k for e, _ in loop["items"]), "strict: another epoch's item"
+                    other = sorted({e for e, _ in loop["items"]} - {k})
+                    assert not other, "strict: epoch loop %d has items of epochs %s (loops: %s)" % (
+                        k, other, [sorted({e for e, _ in lp["items"]}) for lp in rec["loops"]])
     else:
         ends = {session_of(p): p["next_seq"] for p in st["producers"]}
         sessions = {s for s, _ in got}
@@ -237,6 +241,12 @@ def cells():
     for consumers, supply, fault in itertools.product(CONSUMERS, SUPPLIES, FAULTS):
         if fault == "producer-kill" and supply == "linger":
             continue  # the same as a plain stream's
+        if fault == "broker-restart" and consumers != "plain1" and OPEN_RESTART:
+            # Open (issue 26, defect 6): across a broker restart the new broker does not yet
+            # learn what the trainers trained, so with two or more consumers a re-pushed example
+            # can reach one that did not train it, and a group's ranks can end a step apart.
+            # One consumer holds (its own identity filter); these cells run by name.
+            continue
         if fault == "broker-restart" and supply.startswith("dataset"):
             # Not a promise: a dataset's epochs live in the broker, and a restarted broker starts
             # them anew from epoch 0 (docs/datasets.md), so items trained before are trained
