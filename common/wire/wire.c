@@ -980,6 +980,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.epochs_limit = rep->epochs_limit;
     r.items_reassigned = rep->items_reassigned;
     r.pushes_revoked = rep->pushes_revoked;
+    r.epochs_overlap = rep->epochs_overlap != 0;
     r.group_step = rep->group_step;
     r.group_leftover = rep->group_leftover;
     r.resent_pull = rep->resent_pull;
@@ -1120,6 +1121,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->epochs_limit = r->epochs_limit;
     rep->items_reassigned = r->items_reassigned;
     rep->pushes_revoked = r->pushes_revoked;
+    rep->epochs_overlap = r->epochs_overlap;
     rep->group_step = r->group_step;
     rep->group_leftover = r->group_leftover;
     rep->resent_pull = r->resent_pull;

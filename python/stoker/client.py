@@ -531,10 +531,18 @@ class Client:
         (Batch.epoch_indices() tells each example's epoch); a batch that arrives with the news of the
         epoch's end opens the next Epoch. SupplyEnded is raised when the supply ends before an
         epoch did."""
+        # Strict epochs (the default): a batch of only later epochs' items ends an Epoch too
+        # (another consumer took the rest of it, and its end's news may trail the batch).
+        # Overlapping epochs (--overlap-epochs) end only with the broker's news.
+        self._epochs_strict = not (self.status().get("dataset") or {}).get("overlap", False)
         number = 0
         while count is None or number < count:
             yield Epoch(self, number, batch_size)
             number += 1
+
+    def _by_items(self):
+        # A plain consumer of strict epochs; a group's ranks go by the news (with the same step).
+        return self.group is None and getattr(self, "_epochs_strict", False)
 
     def _epochs_ended(self):
         return self._lib.stoker_consumer_epochs_ended(self._handle) if self._handle else 0
@@ -602,7 +610,7 @@ class Epoch:
         c = self._client
         while True:
             if c._stashed is not None:
-                if c.group is None and _first_epoch(c._stashed) > self.number:
+                if c._by_items() and _first_epoch(c._stashed) > self.number:
                     return  # a later epoch's batch: this epoch brought this consumer nothing more
                 b, c._stashed = c._stashed, None
             else:
@@ -617,7 +625,7 @@ class Epoch:
                     if c._epochs_ended() > self.number:
                         return
                     raise
-                if c._epochs_ended() > self.number or (c.group is None and
+                if c._epochs_ended() > self.number or (c._by_items() and
                                                        _first_epoch(b) > self.number):
                     # Came with the news of this epoch's end, or holds only later epochs' items
                     # (another consumer took the rest of this one; a group's ranks go by the

@@ -96,20 +96,8 @@ def session_of(p):
     return int(p["session"], 16) if isinstance(p["session"], str) else p["session"]
 
 
-def reap(procs, timeout):
-    deadline = time.monotonic() + timeout
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.send_signal(signal.SIGCONT)
-                q.kill()
-                q.communicate()
-            raise AssertionError("a consumer did not finish within %d s (a hang)" % timeout)
-        outs.append((p.returncode, err))
-    return outs
+
+reap = helpers.reap
 
 
 def start_broker(c, args):
@@ -187,7 +175,7 @@ def run_cell(consumers, supply, fault, seed):
             # The consumers end once every producer has finished and been told all is trained.
             pass
         results = reap(procs, 90)
-        for (rc, err), r in zip(results, range(n_proc)):
+        for r, (rc, _, err) in enumerate(results):
             assert rc == 0, "consumer %d failed:\n%s" % (r, err[-3000:])
         records = [json.load(open(o)) for o in outs]
         st = stoker.status(c.url)

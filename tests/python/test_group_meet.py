@@ -63,20 +63,8 @@ def launch(url, rank, world, batch, epochs, out, stall=8.0):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def reap(procs, timeout):
-    """Waits for every process within timeout in all; kills what is left and fails."""
-    deadline = time.monotonic() + timeout
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-                q.communicate()
-            raise AssertionError("a rank did not finish within %d s (hang)" % timeout)
-        outs.append((p.returncode, out, err))
-    return outs
+
+reap = helpers.reap
 
 
 def run_ranks(c, world, batch, epochs, timeout=60, stall=8.0):

@@ -94,19 +94,8 @@ def launch(script, args, rank, world, port):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def reap(procs, timeout):
-    """Waits for every process within timeout in all; kills what is left and fails."""
-    deadline = time.monotonic() + timeout
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError("a rank did not finish within %d s (hang)" % timeout)
-        outs.append((p.returncode, out, err))
-    return outs
+
+reap = helpers.reap
 
 
 def ddp_run(world, examples, producers=2):

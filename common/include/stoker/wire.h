@@ -126,6 +126,7 @@ typedef struct stoker_reply {
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;
+    int epochs_overlap;
     // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
     // over (fewer than one per rank) that no step could hold.
     uint64_t group_step, group_leftover;
