@@ -73,7 +73,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
     b->queue_depth = cfg->queue_depth;
     if (cfg->dataset_size > 0 &&
         (b->epochs = epochs_create(cfg->dataset_size, cfg->shuffle_seed, cfg->shard_items,
-                                   cfg->epochs, cfg->strict_epochs)) == NULL) {
+                                   cfg->epochs, !cfg->overlap_epochs)) == NULL) {
         free(b->producers);
         free(b->trainers);
         free(b);

@@ -46,13 +46,17 @@ typedef struct broker_config {
     uint64_t arena_bytes;
     // A dataset (broker_epoch.c): dataset_size > 0 serves items 0..dataset_size-1 in epochs
     // instead of streams. Each epoch is a permutation from (shuffle_seed, epoch), handed to
-    // producers in shards of shard_items; epochs 0 means without end. strict_epochs keeps an
-    // epoch's work from starting before the previous one was acknowledged in full.
+    // producers in shards of shard_items; epochs 0 means without end. dataset_auto serves a
+    // dataset of as many items as the first dataset producer says (dataset_size 0 until then).
+    // An epoch's work starts only once the previous one was acknowledged in full, unless
+    // overlap_epochs (strict_epochs, the default, only says so).
     uint64_t dataset_size;
+    int dataset_auto;
     uint64_t shuffle_seed;
     uint32_t shard_items;
     uint32_t epochs;
     int strict_epochs;
+    int overlap_epochs;
     // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
 } broker_config;

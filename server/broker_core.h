@@ -67,6 +67,9 @@ typedef struct lease {
     // The pull it was sent for (Pull.id, 0: unnamed) and its group step: a trainer that lost the
     // reply names that pull in a later one, which gets this lease again (broker_lease.c).
     uint64_t pull_id, group_step;
+    // The events sent with it (indices, 0 for none): a lost reply's events go again with the
+    // lease (an epoch's end rides with a rank's step; the client drops those it saw).
+    uint64_t events_first, events_last;
 } lease;
 
 // Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
@@ -100,6 +103,9 @@ typedef struct producer {
     uint64_t items_held;  // dataset items assigned to it, not yet accepted
     trained_set trained;  // what its retention buffer may forget
     stoker_labels labels; // its class-to-label map, from its latest hello (may be empty)
+    // Its heartbeat said it pushes nothing more (it lingers until its examples are trained):
+    // a group does not wait for it (broker_group.c supply_over).
+    int done_making;
 } producer;
 
 typedef struct trainer {

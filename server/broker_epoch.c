@@ -595,4 +595,5 @@ epochs_report(const epochs *e, stoker_status *st)
     st->epochs_limit = e->limit;
     st->items_reassigned = e->reassigned;
     st->pushes_revoked = e->revoked;
+    st->epochs_overlap = !e->strict;
 }

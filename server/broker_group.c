@@ -23,6 +23,9 @@ typedef struct group_rank {
     // The events this rank may hear: those before its last sent step was formed. An event (an
     // epoch's end) thus reaches every rank with the same step, the first formed after it.
     uint64_t events_upto, events_before; // and the value before the last pop (group_untake)
+    // When another trainer first claimed this rank while it was held (0: no claim): a holder
+    // heard after it is alive (group_admit).
+    uint64_t claimed_ms;
 } group_rank;
 
 typedef struct group {
@@ -38,6 +41,10 @@ typedef struct group {
     uint64_t leftover; // examples no equal step could hold, at the end
     char end_reason[STOKER_MESSAGE_MAX];
     group_rank *ranks; // world of them
+    // For a rank told why it waits (group_take): when the last step was formed (or the group
+    // created) and the examples produced until then, so the rate since can be said.
+    uint64_t step_ms, step_produced;
+    int short_of; // the last fill found fewer examples queued than a full step
 } group;
 
 static group *
@@ -75,6 +82,7 @@ group_create(broker *b, const stoker_request *req)
     }
     g->world = req->world;
     g->batch = req->group_batch;
+    g->step_produced = b->c.produced;
     g->ahead = b->cfg.group_steps_ahead;
     for (uint32_t r = 0; r < g->world; r++) {
         g->ranks[r].pending = calloc(g->ahead, sizeof(lease *));
@@ -92,9 +100,10 @@ group_create(broker *b, const stoker_request *req)
 }
 
 int
-group_admit(broker *b, const trainer *t, const stoker_request *req, group **out, char *why,
-            size_t why_len)
+group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now_ms, group **out,
+            trainer **holder, char *why, size_t why_len)
 {
+    *holder = NULL;
     const char *who = req->name[0] ? req->name : "trainer";
     if (req->world == 0 || req->world > STOKER_GROUP_MAX_WORLD)
         return stoker_errorf(why, why_len, STOKER_INVALID,
@@ -133,12 +142,39 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, group **out,
                                  "group '%s': ranks disagree on the batch size: the group takes %u "
                                  "examples per rank, '%s' (rank %u) says %u",
                                  g->name, g->batch, who, req->rank, req->group_batch);
-        const trainer *held = g->ranks[req->rank].t;
-        if (held != NULL)
-            return stoker_errorf(why, why_len, STOKER_INVALID,
-                                 "group '%s': rank %u is already held by trainer %u '%s'; "
-                                 "'%s' cannot take it too",
-                                 g->name, req->rank, held->id, held->name, who);
+        group_rank *gr = &g->ranks[req->rank];
+        trainer *held = gr->t;
+        if (held != NULL) {
+            uint64_t takeover = b->cfg.trainer_timeout_ms / 2; // 1.5 of its heartbeats
+            uint64_t silent = now_ms > held->last_seen_ms ? now_ms - held->last_seen_ms : 0;
+            if (gr->claimed_ms != 0 && now_ms > gr->claimed_ms + 2 * takeover)
+                gr->claimed_ms = 0; // a claim given up long ago says nothing now
+            if (!held->connected || (held->parked_pulls == 0 && silent >= takeover)) {
+                gr->claimed_ms = 0;
+                *holder = held; // lost: the caller drops it (the group breaks) and admits again
+                return stoker_errorf(why, why_len, STOKER_RETRY,
+                                     "group '%s': rank %u's holder, trainer %u '%s', silent for "
+                                     "%.1f s, is taken over by '%s'",
+                                     g->name, req->rank, held->id, held->name, silent / 1000.0,
+                                     who);
+            }
+            if (gr->claimed_ms != 0 && held->last_seen_ms > gr->claimed_ms) {
+                gr->claimed_ms = 0;
+                return stoker_errorf(why, why_len, STOKER_INVALID,
+                                     "group '%s': rank %u is already held by trainer %u '%s', "
+                                     "alive (heard %.1f s ago); '%s' cannot take it too",
+                                     g->name, req->rank, held->id, held->name, silent / 1000.0,
+                                     who);
+            }
+            if (gr->claimed_ms == 0)
+                gr->claimed_ms = now_ms;
+            return stoker_errorf(why, why_len, STOKER_RETRY,
+                                 "group '%s': rank %u is held by trainer %u '%s', silent for %.1f "
+                                 "s: '%s' takes it over if it stays silent for %.1f s (a group "
+                                 "re-forming), or is refused if it is heard (a live duplicate)",
+                                 g->name, req->rank, held->id, held->name, silent / 1000.0, who,
+                                 takeover / 1000.0);
+        }
     } else if ((g = group_create(b, req)) == NULL) {
         return stoker_errorf(why, why_len, STOKER_NOMEM, "broker out of memory");
     }
@@ -253,16 +289,22 @@ group_rank_lost(broker *b, trainer *t, const char *reason)
     }
 }
 
-// Nonzero when no more examples can come: producers said hello and none is alive, and the
-// window for producers returning to a restarted broker (--producer-timeout) is over, as for
-// plain trainers (supply_state): one finishing first does not end it for the others. The group
-// ends then once fewer examples are queued than one per rank.
+// Nonzero when no more examples can come: producers said hello and none is alive but one that
+// said it is done making (a lingering producer waits only for its examples to be trained, which
+// waits for this step), and the window for producers returning to a restarted broker
+// (--producer-timeout) is over, as for plain trainers (supply_state): one finishing first does
+// not end it for the others. The group ends then once fewer examples are queued than one per rank.
 static int
 supply_over(const broker *b, uint64_t now_ms)
 {
     if (b->n_producers == 0 || now_ms < b->returning_until_ms)
         return 0;
-    return producers_alive(b) == 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && (!p->done_making || p->pushes != NULL))
+            return 0;
+    }
+    return 1;
 }
 
 // Nonzero when the queues cannot grow now: all of them full together (max_bytes), or every alive
@@ -291,7 +333,9 @@ end_group(broker *b, group *g, int dataset)
     uint32_t lost = 0, finished = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         lost += b->producers[i]->status == STOKER_PRODUCER_LOST;
-        finished += b->producers[i]->status == STOKER_PRODUCER_FINISHED;
+        finished +=
+            b->producers[i]->status == STOKER_PRODUCER_FINISHED ||
+            (b->producers[i]->status == STOKER_PRODUCER_ALIVE && b->producers[i]->done_making);
     }
     g->end_code = lost > 0 && !dataset ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
     g->leftover = b->c.queued;
@@ -334,6 +378,8 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra)
     }
     if (r == g->world) {
         g->steps++;
+        g->step_produced = b->c.produced;
+        g->step_ms = 0; // set by the next fill that waits
         return 1;
     }
     // Undo the ranks already served: newest first, so the queues regain their order.
@@ -401,6 +447,11 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
         uint32_t n = g->batch, extra = 0;
+        g->short_of = queued < full;
+        if (queued < full && g->step_ms == 0) {
+            g->step_ms = now_ms; // the wait for this step starts
+            g->step_produced = b->c.produced;
+        }
         if (queued < full) {
             // A short step only when no full one can come: the supply is over, the queues are
             // full and still hold less than a full step, or a dataset's epochs wait for what is
@@ -477,6 +528,18 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
     *leftover = g->leftover;
     if (g->end_code != STOKER_OK)
         return stoker_errorf(why, why_len, g->end_code, "%s", g->end_reason);
+    if (g->short_of && g->step_ms != 0 && now_ms > g->step_ms) {
+        // Why this rank waits (its stall reason, issue 26): the step's size, what is queued,
+        // and how fast examples come.
+        double secs = (double)(now_ms - g->step_ms) / 1000.0;
+        snprintf(why, why_len,
+                 "group '%s' waits for a full step %llu: %llu examples (%u ranks x %u), %llu "
+                 "queued, %.1f examples/s arriving (%llu in the last %.1f s)",
+                 g->name, (unsigned long long)g->steps + 1, (unsigned long long)g->world * g->batch,
+                 g->world, g->batch, (unsigned long long)b->c.queued,
+                 (double)(b->c.produced - g->step_produced) / secs,
+                 (unsigned long long)(b->c.produced - g->step_produced), secs);
+    }
     return STOKER_OK;
 }
 

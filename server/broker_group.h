@@ -13,10 +13,16 @@
 
 // Checks a trainer's hello with a group (req->group non-empty) and returns its group in *out
 // (created when none of that name is open). t is the trainer of req's session, or NULL when it
-// is new. STOKER_INVALID (bad rank, world or batch; a rank already held; ranks disagreeing) or
-// STOKER_NOMEM with the reason in why; nothing changes then.
-int group_admit(broker *b, const trainer *t, const stoker_request *req, struct group **out,
-                char *why, size_t why_len);
+// is new. STOKER_INVALID (bad rank, world or batch; a rank held by a live trainer; ranks
+// disagreeing) or STOKER_NOMEM with the reason in why; nothing changes then.
+// A rank held by another trainer (a group re-forming while an old rank hangs: SIGSTOP, a
+// partitioned node) is judged by the holder's silence: silent for GROUP_TAKEOVER_MS (half the
+// trainer timeout, 1.5 heartbeats) it is lost: *holder is set and STOKER_RETRY returned (the
+// caller drops it, which breaks its group, and admits again); heard since the claim began, it is
+// a live duplicate (STOKER_INVALID); otherwise STOKER_RETRY with *holder NULL and the reason in
+// why: the claimer says hello again (the trainer client waits, bounded).
+int group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now_ms,
+                struct group **out, trainer **holder, char *why, size_t why_len);
 // Makes t rank `rank` of g (after group_admit said yes).
 // Ranks in g: a step takes world batches at once (the queue sizing reads it).
 uint32_t group_world(const struct group *g);

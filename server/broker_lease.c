@@ -260,18 +260,26 @@ done:
     return l;
 }
 
+// The events of indices from..upto still in the log, at most max of them, into buf.
+static uint32_t
+copy_events(const broker *b, uint64_t from, uint64_t upto, stoker_event *buf, uint32_t max)
+{
+    if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
+        from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
+    uint32_t n = 0;
+    for (uint64_t i = from; i <= upto && n < max; i++)
+        buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    return n;
+}
+
 // Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
 // reply being made carries them.
 // A rank hears only those before the step it was last sent was formed (group_events_upto).
 static uint32_t
 take_events(const broker *b, trainer *t, stoker_event *buf)
 {
-    uint64_t from = t->event_cursor + 1, upto = group_events_upto(b, t);
-    if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
-        from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
-    uint32_t n = 0;
-    for (uint64_t i = from; i <= upto && n < EVENTS_PER_REPLY; i++)
-        buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    uint32_t n =
+        copy_events(b, t->event_cursor + 1, group_events_upto(b, t), buf, EVENTS_PER_REPLY);
     if (n > 0)
         t->event_cursor = buf[n - 1].index;
     return n;
@@ -483,7 +491,23 @@ resend_lost(broker *b, trainer *t, parked *k, broker_outbox *out)
                 (unsigned long long)l->id, l->count, t->id, t->name,
                 (unsigned long long)l->pull_id);
     l->pull_id = req->pull_id; // lost again: the next pull names this one
-    rep.n_events = take_events(b, t, events);
+    // The lost reply's events first (an epoch's end that came with this step), then new ones.
+    uint32_t n = l->events_last != 0
+                     ? copy_events(b, l->events_first, l->events_last, events, EVENTS_PER_REPLY / 2)
+                     : 0;
+    stoker_event fresh[EVENTS_PER_REPLY];
+    uint32_t n_fresh = take_events(b, t, fresh);
+    if (n_fresh > EVENTS_PER_REPLY - n) {
+        t->event_cursor = fresh[EVENTS_PER_REPLY - n - 1].index; // the rest go with the next
+        n_fresh = EVENTS_PER_REPLY - n;
+    }
+    memcpy(events + n, fresh, n_fresh * sizeof(*fresh));
+    n += n_fresh;
+    if (n > 0) {
+        l->events_first = l->events_last != 0 ? l->events_first : events[0].index;
+        l->events_last = events[n - 1].index;
+    }
+    rep.n_events = n;
     rep.events = events;
     send_reply(b, out, k->token, &rep);
     free((void *)rep.parts);
@@ -498,7 +522,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
 {
     trainer *t = k->trainer;
     uint32_t max = k->req->max_examples;
-    char why[160];
+    char why[STOKER_MESSAGE_MAX];
     stoker_event events[EVENTS_PER_REPLY];
     // Sent with this reply whenever there are some (they make it ready); a rank's after its
     // step is taken (they come with the step formed after them).
@@ -510,8 +534,10 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
     // every queue full (a batch larger than the queues can hold), or the pull's wait is over
-    // (data trickles in slower than the batch fills: a short batch beats a false stall).
-    int partial = b->c.queued > 0 && (!alive || final || full);
+    // (data trickles in slower than the batch fills: a short batch beats a false stall), or a
+    // dataset can put nothing more in the queues until what was handed out is acknowledged (an
+    // epoch's last items: waiting out the pull would only pause every epoch boundary).
+    int partial = b->c.queued > 0 && (!alive || final || full || epochs_waiting(b));
     // Nothing goes out within the returning window (issue 26): the producers push again what the
     // broker before this one held, and the trainers that trained part of it say so in their
     // hello meanwhile; a batch made earlier could hand one of them to another trainer.
@@ -523,6 +549,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint64_t step = 0, leftover = 0;
     if (t->group != NULL) {
         // A rank gets its step's batch, formed for the whole group (broker_group.c).
+        why[0] = '\0';
         ended = group_take(b, t, now_ms, &l, &step, &leftover, why, sizeof(why));
         n_events = take_events(b, t, events);
         take = 0;
@@ -557,10 +584,14 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         items = (uint64_t *)rep.items;
         l->pull_id = k->req->pull_id;
         l->group_step = step;
+        l->events_first = n_events > 0 ? events[0].index : 0;
+        l->events_last = n_events > 0 ? events[n_events - 1].index : 0;
         arena_reply(b, t, k->req->arena_secret, l, &rep, &fill);
     } else if (ended != STOKER_OK) {
         rep.code = ended;
         snprintf(rep.message, sizeof(rep.message), "%s", why);
+    } else if (t->group != NULL && why[0] != '\0') {
+        snprintf(rep.message, sizeof(rep.message), "%s", why); // why the rank waits
     } else {
         commit_why_empty(b, t, rep.message, sizeof(rep.message)); // waits for a commit?
     }

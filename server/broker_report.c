@@ -134,6 +134,7 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .epochs_limit = st->epochs_limit,
         .items_reassigned = st->items_reassigned,
         .pushes_revoked = st->pushes_revoked,
+        .epochs_overlap = st->epochs_overlap,
         .queue_depth_auto = st->queue_depth_auto,
         .groups = st->groups,
         .n_groups = st->n_groups,

@@ -79,11 +79,37 @@ peer(const broker *b, uint32_t pipe, char *buf, size_t len)
     return buf;
 }
 
+// Why the schema a producer gave the broker still holds (writes it to buf), or NULL when it may
+// be forgotten: it came from a producer (not --schema), no producer is alive, nothing is queued
+// or in flight, no trainer that learned it is connected, and the broker serves streams (a
+// dataset's epochs hold items of that schema).
+static const char *
+schema_held(const broker *b, char *buf, size_t len)
+{
+    uint32_t trainers = 0;
+    for (uint32_t i = 0; i < b->n_trainers; i++)
+        trainers += b->trainers[i]->connected != 0;
+    if (b->cfg.has_schema)
+        snprintf(buf, len, "it was given with --schema");
+    else if (producers_alive(b) > 0 || b->c.queued > 0 || b->c.in_flight > 0 || trainers > 0)
+        snprintf(buf, len,
+                 "the broker keeps its first producer's schema while producers are alive (%u), "
+                 "examples are queued (%llu) or in flight (%llu), or trainers that know it are "
+                 "connected (%u)",
+                 producers_alive(b), (unsigned long long)b->c.queued,
+                 (unsigned long long)b->c.in_flight, trainers);
+    else if (b->epochs != NULL)
+        snprintf(buf, len, "a dataset broker keeps its schema for its epochs (restart it)");
+    else
+        return NULL;
+    return buf;
+}
+
 static void
 hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
                broker_outbox *out)
 {
-    char want[512], got[512];
+    char want[512], got[512], held[256];
     if (!req->has_schema) {
         send_code(b, out, token, STOKER_INVALID, "producer '%s' sent no schema", req->name);
         return;
@@ -91,15 +117,39 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
     if (b->has_schema && !stoker_schema_equal(&b->schema, &req->schema)) {
         stoker_schema_format(&req->schema, got, sizeof(got));
         stoker_schema_format(&b->schema, want, sizeof(want));
-        stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s", req->name, got,
-                    want);
-        send_code(b, out, token, STOKER_SCHEMA_MISMATCH,
-                  "schema mismatch: producer '%s' sends %s, broker expects %s", req->name, got,
-                  want);
-        return;
+        if (schema_held(b, held, sizeof(held)) == NULL) {
+            // Nothing of the old schema is left anywhere: the new kind of producer starts afresh.
+            stoker_info("schema-forgotten: %s (no producer alive, nothing queued or in flight, "
+                        "no trainer connected); producer '%s' brings %s",
+                        want, req->name, got);
+            b->has_schema = 0;
+        } else {
+            stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s: %s", req->name,
+                        got, want, held);
+            send_code(b, out, token, STOKER_SCHEMA_MISMATCH,
+                      "schema mismatch: producer '%s' sends %s, broker expects %s: %s", req->name,
+                      got, want, held);
+            return;
+        }
     }
     char why[STOKER_MESSAGE_MAX - 16];
+    if (b->epochs == NULL && b->cfg.dataset_auto && req->dataset_size > 0) {
+        // --dataset-size auto: the first dataset producer's count is the dataset's.
+        b->epochs = epochs_create(req->dataset_size, b->cfg.shuffle_seed, b->cfg.shard_items,
+                                  b->cfg.epochs, !b->cfg.overlap_epochs);
+        if (b->epochs == NULL) {
+            send_code(b, out, token, STOKER_NOMEM, "broker out of memory for a dataset");
+            return;
+        }
+        stoker_info("dataset: %llu items (--dataset-size auto, from producer '%s')",
+                    (unsigned long long)req->dataset_size, req->name);
+    }
     int rv = b->epochs != NULL ? epochs_check_hello(b, req, why, sizeof(why))
+             : b->cfg.dataset_auto
+                 ? stoker_errorf(why, sizeof(why), STOKER_DATASET_MISMATCH,
+                                 "dataset mismatch: producer '%s' serves a stream, the broker a "
+                                 "dataset (--dataset-size auto; start it with --items)",
+                                 req->name)
              : req->dataset_size > 0
                  ? stoker_errorf(why, sizeof(why), STOKER_DATASET_MISMATCH,
                                  "dataset mismatch: producer '%s' serves a dataset of %llu items, "
@@ -256,10 +306,30 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
                   req->group);
         return;
     }
-    if (req->group[0] != '\0' && (rv = group_admit(b, t, req, &g, why, sizeof(why))) != STOKER_OK) {
-        stoker_warn("group-refused: %s", why);
-        send_code(b, out, token, rv, "%s", why);
-        return;
+    if (req->group[0] != '\0') {
+        trainer *holder = NULL;
+        rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
+        if (holder != NULL) {
+            // A re-forming group claims a rank whose holder is silent (hung, partitioned): it is
+            // lost, its group breaks, and the claim starts the new group (docs/groups.md).
+            if (holder->connected)
+                drop_trainer(b, holder, why, now_ms, out);
+            else
+                group_rank_lost(b, holder, why);
+            rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
+        }
+        if (rv == STOKER_RETRY) {
+            stoker_info("group-claim: %s", why);
+            stoker_reply rep = {.code = rv, .heartbeat_ms = b->cfg.trainer_timeout_ms / 3};
+            snprintf(rep.message, sizeof(rep.message), "%s", why);
+            send_reply(b, out, token, &rep);
+            return;
+        }
+        if (rv != STOKER_OK) {
+            stoker_warn("group-refused: %s", why);
+            send_code(b, out, token, rv, "%s", why);
+            return;
+        }
     }
     if (t == NULL) {
         if (b->n_trainers == b->cfg.max_trainers) {
@@ -395,6 +465,12 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (p != NULL && p->status != STOKER_PRODUCER_FINISHED) {
         revive(b, p, pipe, now_ms, "heartbeat after silence");
+        if (req->done_making && !p->done_making) {
+            p->done_making = 1;
+            stoker_info("producer-done: producer %u '%s' pushes nothing more after %llu examples "
+                        "(it lingers until they are trained)",
+                        p->id, p->name, (unsigned long long)p->next_seq);
+        }
         stoker_reply rep = {.code = STOKER_OK, .queue_depth = retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);

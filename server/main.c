@@ -63,6 +63,28 @@ parse_queue_depth(const char *value, void *base, char *err, size_t err_len)
     return 0;
 }
 
+// --dataset-size N serves N items; auto takes the first dataset producer's count.
+static int
+parse_dataset_size(const char *value, void *base, char *err, size_t err_len)
+{
+    server_config *cfg = base;
+    if (strcmp(value, "auto") == 0) {
+        cfg->broker.dataset_auto = 1;
+        cfg->broker.dataset_size = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || value[0] == '-' || n < 1 || n > UINT32_MAX) {
+        snprintf(err, err_len, "expected a number of items in 1..%u, or auto", UINT32_MAX);
+        return 1;
+    }
+    cfg->broker.dataset_size = n;
+    cfg->broker.dataset_auto = 0;
+    return 0;
+}
+
 static void
 show_queue_depth(const void *base, char *buf, size_t len)
 {
@@ -118,10 +140,10 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_BYTES, AT(broker.arena_bytes), .imin = 0, .imax = UINT64_MAX / 2},
     {"max-chunk", "N", "most examples in one push or pull", STOKER_CLI_UINT,
      AT(broker.max_chunk_examples), .imin = 1, .imax = 1u << 24},
-    {"dataset-size", "N",
-     "serve a dataset of N items in epochs instead of streams\n"
-     "(see docs/datasets.md)",
-     STOKER_CLI_UINT, AT(broker.dataset_size), .imin = 1, .imax = UINT32_MAX},
+    {"dataset-size", "N|auto",
+     "serve a dataset of N items in epochs instead of streams; auto:\n"
+     "as many as the first producer serves (see docs/datasets.md)",
+     STOKER_CLI_CUSTOM, AT(broker.dataset_size), .parse = parse_dataset_size},
     {"epochs", "E", "with --dataset-size: make E epochs, then end (0: without end)",
      STOKER_CLI_UINT, AT(broker.epochs), .imin = 0, .imax = UINT32_MAX},
     {"shuffle-seed", "S", "with --dataset-size: seed of each epoch's order and items' seeds",
@@ -129,9 +151,14 @@ static const stoker_cli_option rows[] = {
     {"shard-items", "N", "with --dataset-size: items handed to a producer per request",
      STOKER_CLI_UINT, AT(broker.shard_items), .imin = 1, .imax = STOKER_SHARD_MAX_ITEMS},
     {"strict-epochs", NULL,
-     "with --dataset-size: start an epoch's work only once the previous one was acknowledged\n"
-     "(no batch mixes epochs; the default overlaps them so producers never idle)",
+     "with --dataset-size: start an epoch's work only once the previous one\n"
+     "was acknowledged (the default: no batch mixes epochs)",
      STOKER_CLI_FLAG, AT(broker.strict_epochs)},
+    {"overlap-epochs", NULL,
+     "with --dataset-size: hand out the next epoch's work once every item\n"
+     "of the current one was handed out (producers never idle; an epoch's\n"
+     "last batches may hold items of the next one)",
+     STOKER_CLI_FLAG, AT(broker.overlap_epochs)},
     {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
      AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
 };
@@ -150,6 +177,8 @@ check(const stoker_cli *cli, const server_config *cfg)
         return stoker_cli_fail(cli, "%s", err);
     if (!any_tls && (cfg->tls.cert || cfg->tls.key || cfg->tls.ca))
         return stoker_cli_fail(cli, "--tls-* options need a tls+tcp:// --listen URL");
+    if (cfg->broker.strict_epochs && cfg->broker.overlap_epochs)
+        return stoker_cli_fail(cli, "--strict-epochs and --overlap-epochs: choose one");
     return -1;
 }
 

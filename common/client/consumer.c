@@ -273,16 +273,16 @@ next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
                       "every producer finished and nothing is queued (last: %s)", gone);
         break;
     case STOKER_STALLED:
-        stoker_errorf(c->error, sizeof(c->error), rv, "no batch within %.1f s",
-                      c->stall_timeout_ms / 1000.0);
+        stoker_errorf(c->error, sizeof(c->error), rv, "no batch within %.1f s%s%s",
+                      c->stall_timeout_ms / 1000.0, refusal[0] != '\0' ? ": " : "", refusal);
         break;
     case STOKER_INTERRUPTED:
         c->stop = 0; // one interruption per request: the consumer stays usable
         stoker_errorf(c->error, sizeof(c->error), rv, "interrupted");
         break;
     case STOKER_TIMEOUT:
-        stoker_errorf(c->error, sizeof(c->error), rv, "no batch within %u ms (not stalled yet)",
-                      wait_ms);
+        stoker_errorf(c->error, sizeof(c->error), rv, "no batch within %u ms (not stalled yet)%s%s",
+                      wait_ms, refusal[0] != '\0' ? ": " : "", refusal);
         break;
     default:
         // The broker's reason when it refused (a batch larger than it allows, ...).

@@ -62,6 +62,11 @@ struct stoker_trainer_client {
     char token[STOKER_TOKEN_MAX];
     char group[STOKER_NAME_MAX];
     uint64_t group_steps, group_leftover;
+    // A rank's replies that came before an earlier step's (prefetched pulls complete in any
+    // order): kept, decoded, until their step is next, so batches and the events that ride
+    // with them (an epoch's end) reach the caller in step order on every rank.
+    stoker_reply *early[MAX_PREFETCH];
+    uint32_t n_early;
     conn conn;
     nng_ctx ctl_ctx; // hello, ack, status
     stoker_schema schema;
@@ -86,6 +91,7 @@ struct stoker_trainer_client {
     pthread_t beat_thread;
     int beat_started;
     _Atomic uint32_t heartbeat_ms; // from the broker's hello reply
+    uint32_t claim_wait_ms;        // a RETRY hello: its rank's holder is judged within this
     volatile int beat_stop;        // destroy: abandon a heartbeat in flight (conn_call_until)
 
     pthread_mutex_t lock;
@@ -131,7 +137,8 @@ struct stoker_trainer_client {
     // opts.commit: acknowledgements kept until stoker_trainer_client_commit (trainer_commit.c).
     uint64_t *uncommitted;
     uint32_t n_uncommitted, cap_uncommitted;
-    int told_commit_wait; // the broker's "waiting for a commit" was logged
+    int told_commit_wait;                 // the broker's "waiting for a commit" was logged
+    char wait_reason[STOKER_MESSAGE_MAX]; // the broker's latest word on why no batch came
 };
 
 void
@@ -332,6 +339,8 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
             attach_arena(tc, rep);
     } else {
         snprintf(err, err_len, "%s", rep->message);
+        if (rv == STOKER_RETRY) // a group's rank held by a silent trainer: the broker judges it
+            tc->claim_wait_ms = 2 * rep->heartbeat_ms;
     }
     stoker_reply_free(rep);
     return rv;
@@ -532,6 +541,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     // broker knows the schema, which it learns from its first producer unless given --schema.
     uint64_t give_up = stoker_now_ms() + opts->client.give_up_ms;
     uint32_t delay = 10;
+    int claimed = 0;
     for (;;) {
         if (stopped(tc)) {
             rv = STOKER_INTERRUPTED;
@@ -540,15 +550,31 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         rv = hello(tc, err, err_len);
         if (rv == STOKER_OK)
             break;
-        if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION)
+        if (rv == STOKER_RETRY && !claimed) {
+            // Our group rank is held by a trainer the broker has not heard for a while (an old
+            // rank that hangs): it takes it over or refuses us within claim_wait_ms (issue 26).
+            stoker_warn("trainer: waiting at hello: %s", err);
+            claimed = 1;
+            give_up += tc->claim_wait_ms;
+        }
+        if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION && rv != STOKER_RETRY)
             goto fail_slots;
         if (stoker_now_ms() >= give_up) {
             char why[256];
             snprintf(why, sizeof(why), "%s", err);
+            if (rv == STOKER_RETRY) {
+                snprintf(err, err_len, "still waiting at hello: %s", why);
+                rv = STOKER_TIMEOUT;
+                goto fail_slots;
+            }
             snprintf(err, err_len, "no broker answered at %s within %u ms (%s)", tc->url,
                      opts->client.give_up_ms, why);
             rv = STOKER_CONNECTION;
             goto fail_slots;
+        }
+        if (rv == STOKER_RETRY) {
+            stoker_sleep_ms(100, opts->client.stop);
+            continue;
         }
         stoker_sleep_ms(delay, opts->client.stop);
         delay =
@@ -927,6 +953,11 @@ send_pending_acks(stoker_trainer_client *tc, int background)
 static int
 stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 {
+    // The broker's word on why nothing came (a group waiting for a full step) is the reason.
+    if (why == NULL && tc->wait_reason[0] != '\0') {
+        snprintf(tc->refusal, sizeof(tc->refusal), "%s", tc->wait_reason);
+        why = tc->wait_reason;
+    }
     if (wait_ms < tc->opts.stall_timeout_ms)
         return STOKER_TIMEOUT;
     if (why != NULL)
@@ -939,6 +970,43 @@ stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 
 // next, waiting at most wait_ms: STOKER_TIMEOUT when that is shorter than the stall timeout and
 // ran out, else STOKER_STALLED (with its warning).
+// Keeps rep for later when it is a rank's batch of a step beyond the next one (the earlier
+// step's reply is still on its way) and there is room; 1 when kept.
+static int
+keep_early(stoker_trainer_client *tc, stoker_reply *rep)
+{
+    if (tc->group[0] == '\0' || rep->code != STOKER_OK || rep->chunk.count == 0 ||
+        rep->group_step <= tc->group_steps + 1 || tc->n_early == MAX_PREFETCH)
+        return 0;
+    tc->early[tc->n_early++] = rep;
+    return 1;
+}
+
+// The kept reply whose step is next, or NULL; with none of them next while every pull in flight
+// came back (a step's reply lost for good), the earliest, so nothing waits for it forever.
+static stoker_reply *
+take_early(stoker_trainer_client *tc)
+{
+    if (tc->n_early == 0)
+        return NULL;
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < tc->n_early; i++)
+        if (tc->early[i]->group_step < tc->early[best]->group_step)
+            best = i;
+    if (tc->early[best]->group_step != tc->group_steps + 1) {
+        int waiting = 0;
+        pthread_mutex_lock(&tc->lock);
+        for (uint32_t i = 0; i < tc->n_slots; i++)
+            waiting += tc->slots[i].state != SLOT_IDLE;
+        pthread_mutex_unlock(&tc->lock);
+        if (waiting > 0)
+            return NULL;
+    }
+    stoker_reply *rep = tc->early[best];
+    tc->early[best] = tc->early[--tc->n_early];
+    return rep;
+}
+
 static int
 next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
@@ -979,6 +1047,10 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             }
         }
 
+        stoker_reply *rep = take_early(tc);
+        if (rep != NULL)
+            goto process; // a later step's reply that came first: now its turn
+
         pthread_mutex_lock(&tc->lock);
         uint32_t busy = 0, idle = 0;
         for (uint32_t i = 0; i < tc->n_slots; i++) {
@@ -993,7 +1065,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             pthread_cond_signal(&tc->issue_cond);
             busy += idle;
         }
-        if (tc->ending && busy == 0) {
+        if (tc->ending && busy == 0 && tc->n_early == 0) {
             // Replies can overtake each other: the end was only final once every pull that
             // was in flight with it came back (with the last batches, if any).
             int acks = tc->n_pending_acks > 0 && !tc->opts.commit;
@@ -1078,7 +1150,6 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         tc->failures = 0;
         tc->away = 0;
 
-        stoker_reply *rep = NULL;
         // The batch will point into msg: no copy between the socket and the training step.
         int rv = stoker_wire_decode_reply_msg(msg, &rep, err, sizeof(err));
         if (rv != STOKER_OK)
@@ -1090,6 +1161,9 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         pthread_mutex_lock(&tc->lock);
         settle_lost(tc, s, rep->code == STOKER_OK ? rep->resent_pull : 0);
         pthread_mutex_unlock(&tc->lock);
+        if (keep_early(tc, rep))
+            continue;
+    process:
         if (rep->resent_pull != 0)
             stoker_info("trainer: lease %llu of a pull whose reply was lost came again",
                         (unsigned long long)rep->lease);
@@ -1108,11 +1182,14 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 *out = NULL;
                 continue;
             }
-            if (rv == STOKER_OK)
+            if (rv == STOKER_OK) {
                 hold(tc, (*out)->lease);
+                tc->wait_reason[0] = '\0';
+            }
             return rv;
         }
         if (rv == STOKER_OK) { // the broker's wait expired, or it brought events
+            snprintf(tc->wait_reason, sizeof(tc->wait_reason), "%s", rep->message);
             if (rep->message[0] != '\0' && !tc->told_commit_wait) {
                 stoker_warn("trainer: waiting: %s", rep->message); // once: commit to go on
                 tc->told_commit_wait = 1;
@@ -1447,6 +1524,8 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
         nng_msg_free(tc->slots[i].reply);
         nng_aio_free(tc->slots[i].aio);
     }
+    for (uint32_t i = 0; i < tc->n_early; i++)
+        stoker_reply_free(tc->early[i]);
     idset_destroy(tc->seen);
     stoker_arena_unref(tc->arena); // batches still alive keep it mapped
     free(tc->uncommitted);         // not committed: the broker redelivers those leases

@@ -41,8 +41,9 @@ typedef struct conn {
 int conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect_max_ms,
               const stoker_tls_options *tls, char *err, size_t err_len);
 // Stops and joins the watcher, then closes the socket (aborting calls in flight on its contexts),
-// waiting at most 5 s for nng to finish: nng 1.5.2's close can deadlock now and then, and is then
-// left behind with a warning. May be called twice; not from two threads at once.
+// waiting at most 50 ms for nng to finish: nng 1.5.2's close can deadlock now and then, and is
+// then finished on a thread of its own while the caller goes on (conn.c, close_bounded). May be
+// called twice; not from two threads at once.
 void conn_close(conn *c);
 
 // No connection for this long, though a working dialer retries at least every reconnect_max_ms

@@ -205,10 +205,11 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t,
                            ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "
                            "\"epochs_done\": %u, \"epochs\": %u, \"items_reassigned\": %llu, "
-                           "\"pushes_revoked\": %llu}}\n",
+                           "\"pushes_revoked\": %llu, \"overlap\": %s}}\n",
                            (unsigned long long)st->dataset_size, st->epochs_done, st->epochs_limit,
                            (unsigned long long)st->items_reassigned,
-                           (unsigned long long)st->pushes_revoked);
+                           (unsigned long long)st->pushes_revoked,
+                           st->epochs_overlap ? "true" : "false");
     else
         stoker_text_printf(&t, ", \"mode\": \"streams\", \"dataset\": null}\n");
     return stoker_text_finish(&t);

@@ -714,6 +714,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
     case STOKER_HEARTBEAT:
         r.n_trained = (size_t)req->n_trained * 3;
         r.trained = (uint64_t *)req->trained;
+        r.done_making = req->done_making != 0;
         break;
     default:
         break;
@@ -909,6 +910,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         }
         req->n_trained = (uint32_t)(r->n_trained / 3);
         req->trained = r->trained;
+        req->done_making = r->done_making != 0;
         break;
     case STOKER__METHOD__STATUS:
     case STOKER__METHOD__SHARD:
@@ -1000,6 +1002,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.epochs_limit = rep->epochs_limit;
     r.items_reassigned = rep->items_reassigned;
     r.pushes_revoked = rep->pushes_revoked;
+    r.epochs_overlap = rep->epochs_overlap != 0;
     r.group_step = rep->group_step;
     r.group_leftover = rep->group_leftover;
     r.resent_pull = rep->resent_pull;
@@ -1140,6 +1143,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->epochs_limit = r->epochs_limit;
     rep->items_reassigned = r->items_reassigned;
     rep->pushes_revoked = r->pushes_revoked;
+    rep->epochs_overlap = r->epochs_overlap;
     rep->group_step = r->group_step;
     rep->group_leftover = r->group_leftover;
     rep->resent_pull = r->resent_pull;

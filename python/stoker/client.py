@@ -472,7 +472,10 @@ class Client:
             if rv != _lib.TIMEOUT:
                 break
             if time.monotonic() >= deadline:
-                rv, reason = _lib.STALLED, "stalled: no batch within %.1f s" % self.stall_timeout
+                # The broker's word on why, if it said (a group waiting for a full step).
+                why = reason.split("(not stalled yet): ", 1)
+                rv, reason = _lib.STALLED, "no batch within %.1f s%s" % (
+                    self.stall_timeout, ": " + why[1] if len(why) == 2 else "")
                 break
         if rv != _lib.OK:
             if self.group is not None and rv in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
@@ -528,10 +531,18 @@ class Client:
         (Batch.epoch_indices() tells each example's epoch); a batch that arrives with the news of the
         epoch's end opens the next Epoch. SupplyEnded is raised when the supply ends before an
         epoch did."""
+        # Strict epochs (the default): a batch of only later epochs' items ends an Epoch too
+        # (another consumer took the rest of it, and its end's news may trail the batch).
+        # Overlapping epochs (--overlap-epochs) end only with the broker's news.
+        self._epochs_strict = not (self.status().get("dataset") or {}).get("overlap", False)
         number = 0
         while count is None or number < count:
             yield Epoch(self, number, batch_size)
             number += 1
+
+    def _by_items(self):
+        # A plain consumer of strict epochs; a group's ranks go by the news (with the same step).
+        return self.group is None and getattr(self, "_epochs_strict", False)
 
     def _epochs_ended(self):
         return self._lib.stoker_consumer_epochs_ended(self._handle) if self._handle else 0
@@ -599,6 +610,8 @@ class Epoch:
         c = self._client
         while True:
             if c._stashed is not None:
+                if c._by_items() and _first_epoch(c._stashed) > self.number:
+                    return  # a later epoch's batch: this epoch brought this consumer nothing more
                 b, c._stashed = c._stashed, None
             else:
                 if c._epochs_ended() > self.number:
@@ -612,8 +625,11 @@ class Epoch:
                     if c._epochs_ended() > self.number:
                         return
                     raise
-                if c._epochs_ended() > self.number:
-                    # Came with the news of this epoch's end: the next epoch's first batch.
+                if c._epochs_ended() > self.number or (c._by_items() and
+                                                       _first_epoch(b) > self.number):
+                    # Came with the news of this epoch's end, or holds only later epochs' items
+                    # (another consumer took the rest of this one; a group's ranks go by the
+                    # news, which comes with the same step on each): the next epoch's first.
                     c._stashed = b
                     return
             c._held = b
@@ -621,6 +637,14 @@ class Epoch:
 
     def __repr__(self):
         return "Epoch(%d)" % self.number
+
+
+def _first_epoch(batch):
+    """The earliest epoch a dataset batch holds items of (-1 for none: a stream's batch)."""
+    epochs = batch.epoch_indices()
+    if _np is not None:
+        return int(epochs[0].min()) if len(epochs[0]) else -1
+    return min(e for e, _ in epochs) if epochs else -1
 
 
 def _status_json(lib, call, why):

@@ -102,7 +102,7 @@ start_broker(run_state *r)
                           "48",
                           "--log-level",
                           "info",
-                          r->strict ? "--strict-epochs" : NULL,
+                          r->strict ? "--strict-epochs" : "--overlap-epochs",
                           NULL};
     char log[64];
     snprintf(log, sizeof(log), "run%d-broker.log", r->index);

@@ -86,9 +86,31 @@ class Cluster:
         return False
 
 
+def reap(procs, timeout):
+    """Waits for every process (Popen with stdout and stderr piped) within timeout in all:
+    [(returncode, stdout, stderr)]. What is left then is woken (SIGCONT) and killed, and the
+    test fails: a hang."""
+    deadline = time.monotonic() + timeout
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    q.send_signal(signal.SIGCONT)
+                    q.kill()
+                q.communicate()
+            raise AssertionError("a process did not finish within %d s (a hang)" % timeout)
+        outs.append((p.returncode, out, err))
+    return outs
+
+
 def run(namespace):
     """Runs every test_* function of namespace in order; exits 0 or 1."""
-    tests = [(k, v) for k, v in namespace.items() if k.startswith("test_") and callable(v)]
+    only = os.environ.get("STOKER_TEST_ONLY", "")  # run only the tests whose name has this
+    tests = [(k, v) for k, v in namespace.items()
+             if k.startswith("test_") and callable(v) and only in k]
     passed = failed = 0
     for name, fn in tests:
         t0 = time.monotonic()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 
-from helpers import Cluster, require, run
+from helpers import BROKER, PRODUCER, Cluster, require, run
 
 require("numpy")
 require("torch")
@@ -92,6 +92,51 @@ def test_durability_python_examples_run_as_written():
     assert len(found) >= 1, "no ```python block in docs/durability.md"
     for i, code in enumerate(found):
         run_block("docs/durability.md", i, code)
+
+
+def test_groups_ddp_commands_run_as_written():
+    # docs/groups.md: train_ddp.py (its ```python block) and the ```sh block that starts a broker,
+    # a producer and the two ranks with python3 -m stoker.launch, run as written: the port 7070
+    # becomes a free one, the programs are the build's, python3 is this interpreter.
+    import shlex
+    import time
+    with open(os.path.join(ROOT, "docs/groups.md")) as f:
+        doc = f.read()
+    code = [b for b in BLOCK.findall(doc) if "train_ddp.py" in b]
+    sh = [b for b in re.findall(r"^```sh\n(.*?)^```", doc, re.S | re.M) if "stoker.launch" in b]
+    assert len(code) == 1 and len(sh) == 1, "docs/groups.md: no train_ddp.py or launch block"
+    port = str(free_port())
+    progs = {"stoker-broker": BROKER, "stoker-producer": PRODUCER, "python3": sys.executable}
+    with tempfile.TemporaryDirectory(prefix="stoker-doc-") as tmp:
+        with open(os.path.join(tmp, "train_ddp.py"), "w") as f:
+            f.write(code[0])
+        background = []
+        try:
+            lines = [ln.strip() for ln in sh[0].splitlines() if ln.strip()]
+            for ln in lines:
+                words = shlex.split(ln.replace("7070", port))
+                bg = words[-1] == "&"
+                words = [progs.get(words[0], words[0])] + words[1:len(words) - bg]
+                if bg:
+                    background.append(subprocess.Popen(words, cwd=tmp, stdout=subprocess.DEVNULL,
+                                                       stderr=subprocess.DEVNULL))
+                    if len(background) == 1:
+                        time.sleep(0.3)  # the broker listens (the producer retries anyway)
+                    continue
+                t0 = time.monotonic()
+                p = subprocess.run(words, cwd=tmp, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, timeout=120)
+                out = p.stdout.decode(errors="replace")
+                print("--- %s (exit %d, %.1f s):\n%s" % (ln, p.returncode, time.monotonic() - t0,
+                                                        out[-3000:]))
+                assert p.returncode == 0, "the launch failed"
+                ends = re.findall(r"rank (\d): (\d+) steps, loss [0-9.]+; (.*)", out)
+                assert sorted(r for r, _, _ in ends) == ["0", "1"], out
+                assert len({(n, e) for _, n, e in ends}) == 1, ends  # same steps, same end
+        finally:
+            for q in background:
+                q.kill()
+                q.wait()
 
 
 run(globals())

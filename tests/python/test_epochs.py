@@ -1,9 +1,13 @@
 """Datasets from Python (docs/datasets.md): `for epoch in client.epochs(E)` yields E epochs, each
 iterating its batches until the broker says the epoch's last item was delivered; every index comes
-exactly once per epoch (Batch.epoch_indices()), also in strict mode where no batch mixes epochs; a stream
-broker's batches carry no items."""
+exactly once per epoch (Batch.epoch_indices()); by default (strict epochs) each Epoch yields only its
+own examples, whatever the batch size, and an epoch boundary costs no pull's wait; --overlap-epochs
+is the choice; --dataset-size auto takes the first producer's count; a stream broker's batches carry
+no items; a broker forgets a producer's schema once nothing of it is left."""
 
 import signal
+import subprocess
+import time
 
 from helpers import Cluster, require, run
 
@@ -15,7 +19,8 @@ N = 400
 
 
 def test_epochs_yield_every_index_once_per_epoch():
-    with Cluster("--dataset-size", str(N), "--epochs", "3", "--shuffle-seed", "4") as c:
+    with Cluster("--dataset-size", str(N), "--epochs", "3", "--shuffle-seed", "4",
+                 "--overlap-epochs") as c:
         for _ in range(3):
             c.producer("--items", str(N), "--delay", "0:0.0005", "--chunk", "8")
         c.wait_producers(3)
@@ -55,6 +60,96 @@ def test_strict_epochs_never_mix_and_survive_a_killed_producer():
                 assert sorted(items) == list(range(N)), "epoch %d: %d items" % (
                     epoch.number, len(items))
             assert killed
+
+
+def _epoch_items(url, epochs, batch_size):
+    """{epoch.number: [(epoch, index) of every example its loop yielded]} and the seconds taken."""
+    got = {}
+    start = time.monotonic()
+    with stoker.Client(url, stall_timeout=10) as client:
+        for epoch in client.epochs(epochs, batch_size=batch_size):
+            got[epoch.number] = []
+            for batch in epoch:
+                ep, idx = batch.epoch_indices()
+                got[epoch.number] += list(zip(ep.tolist(), idx.tolist()))
+    return got, time.monotonic() - start
+
+
+# Defect 16: on 27 items, "epoch 0" gave 54 examples of epochs 0 and 1 (batch 8), and with batch
+# 256 the third loop got no batch at all. Each Epoch now yields exactly its own 27 examples.
+def test_each_epoch_yields_its_own_examples_on_a_small_dataset():
+    for batch_size in (8, 256):
+        with Cluster("--dataset-size", "27", "--epochs", "3") as c:
+            c.producer("--items", "27", "--delay", "0:0.001")
+            got, _ = _epoch_items(c.url, 3, batch_size)
+        assert sorted(got) == [0, 1, 2], "batch %d: epochs %s" % (batch_size, sorted(got))
+        for number, items in got.items():
+            assert sorted(items) == [(number, i) for i in range(27)], (
+                "batch %d: epoch %d yielded %d examples of epochs %s" % (
+                    batch_size, number, len(items), sorted({e for e, _ in items})))
+
+
+# Defect 16: a small dataset paused about 1 s (a pull's wait for a full batch) at every epoch
+# boundary: 10 epochs of 27 items took 10 s. An epoch's last items now go out at once.
+def test_epoch_boundaries_do_not_pause():
+    for mode in ("--strict-epochs", "--overlap-epochs"):
+        with Cluster("--dataset-size", "27", "--epochs", "10", mode) as c:
+            c.producer("--items", "27", "--delay", "0:0")
+            c.wait_producers(1)
+            got, took = _epoch_items(c.url, 10, 8)
+        assert sum(len(v) for v in got.values()) == 270, mode
+        assert took < 4.0, "%s: 10 epochs of 27 items took %.2f s" % (mode, took)
+
+
+# Defect 16: --dataset-size auto serves as many items as the first producer says; a producer
+# with another count is refused.
+def test_dataset_size_auto_takes_the_first_producers_count():
+    with Cluster("--dataset-size", "auto", "--epochs", "2") as c:
+        c.producer("--items", "30", "--delay", "0:0")
+        c.wait_producers(1)
+        other = subprocess.run([c.producers[0].args[0], "--broker", c.url, "--items", "31",
+                                "--delay", "0:0", "--log-level", "error"],
+                               capture_output=True, text=True, timeout=20)
+        assert other.returncode != 0 and "30" in other.stderr, other.stderr
+        got, _ = _epoch_items(c.url, 2, 7)
+        assert stoker.status(c.url)["dataset"]["items"] == 30
+    for number, items in got.items():
+        assert sorted(items) == [(number, i) for i in range(30)], number
+
+
+# Defect 16: a broker kept its first producer's schema after every producer was gone and refused
+# a new kind of producer until a restart, without saying why. It forgets the schema once no
+# producer is alive, nothing is queued or in flight and no trainer knows it; else it says why.
+OTHER_KIND = ["--generator", "exec", "--exec", "yes 1 2 3 4", "--schema", "x:float32[3],y:int64[1]"]
+
+
+def test_a_new_kind_of_producer_after_the_first_is_gone():
+    with Cluster() as c:
+        first = c.producer("--delay", "0.1:0.1", "--max-examples", "6", "--chunk", "3")
+        c.wait_producers(1)
+        with stoker.Client(c.url, stall_timeout=10) as client:
+            try:
+                for batch in client.batches(3):
+                    pass
+            except stoker.SupplyEnded:
+                pass  # the first producer's 6 examples were trained and it said goodbye
+            assert first.wait(timeout=20) == 0
+            # A trainer that knows the first schema is still connected: refused, and told why.
+            refused = subprocess.run(
+                [first.args[0], "--broker", c.url, "--max-examples", "3", "--log-level",
+                 "error"] + OTHER_KIND,
+                capture_output=True, text=True, timeout=20)
+            assert refused.returncode != 0, refused.stderr
+            assert "trainers that know it are connected (1)" in refused.stderr, refused.stderr
+        # Nothing of the first schema is left: a new kind of producer is welcome.
+        second = c.producer("--max-examples", "4", "--chunk", "2", *OTHER_KIND)
+        c.wait_producers(2)
+        with stoker.Client(c.url, stall_timeout=10) as client:
+            batch = client.next_batch(4)
+            assert client.schema.startswith("x:"), client.schema
+            assert batch["x"].shape == (4, 3)
+            batch.release()
+        assert second.wait(timeout=20) == 0
 
 
 def test_a_stream_batch_carries_no_items():

@@ -94,19 +94,8 @@ def launch(script, args, rank, world, port):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def reap(procs, timeout):
-    """Waits for every process within timeout in all; kills what is left and fails."""
-    deadline = time.monotonic() + timeout
-    outs = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError("a rank did not finish within %d s (hang)" % timeout)
-        outs.append((p.returncode, out, err))
-    return outs
+
+reap = helpers.reap
 
 
 def ddp_run(world, examples, producers=2):
@@ -187,6 +176,105 @@ def test_killed_rank_breaks_the_group_for_the_others():
         assert took < 2 + 3, "GroupBroken came %.1f s after the kill" % took
         groups = stoker.status(c.url)["groups"]
         assert groups[0]["state"] == "broken", groups
+
+
+# One rank of a re-formed group: takes STEPS batches, says its steps and its time to join, then
+# waits (bounded) for the test's "go" file before leaving, so the other rank is not broken early.
+REFORM_SCRIPT = r"""
+import os, sys, time
+import stoker
+t0 = time.monotonic()
+client = stoker.Client(sys.argv[1], group="g", stall_timeout=20, batch_size=2)
+joined = time.monotonic() - t0
+steps = 0
+for batch in client.batches():
+    steps += 1
+    if steps == 5:
+        break
+print("STEPS %d joined after %.1f s" % (steps, joined))
+sys.stdout.flush()
+open(sys.argv[2], "w").close()
+deadline = time.monotonic() + 20
+while not os.path.exists(sys.argv[3]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+client.close()
+"""
+
+
+# Defect 8: the old group's ranks hang (SIGSTOP: connections open, silent; a hung or partitioned
+# node) and a new group starts under the same name: its ranks take the silent ranks over (within
+# half the trainer timeout of the last heartbeat) instead of exiting "already held", and the new
+# group starts at step 1.
+def test_group_reforms_while_the_old_ranks_hang():
+    with helpers.Cluster("--trainer-timeout", "12") as c:
+        c.producer("--delay", "0:0", "--chunk", "4", stdout=subprocess.DEVNULL)
+        old = [launch(PULLER_SCRIPT.replace("time.sleep(0.01)", "time.sleep(0.05)"), [c.url],
+                      r, 2, 0) for r in range(2)]
+        deadline = time.monotonic() + 20
+        while True:
+            groups = stoker.status(c.url)["groups"]
+            if groups and groups[0]["joined"] == 2 and groups[0]["steps"] >= 5:
+                break
+            assert time.monotonic() < deadline, "the old group did not start: %s" % groups
+            time.sleep(0.05)
+        for p in old:
+            p.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            done = [os.path.join(c.dir, "done%d" % r) for r in range(2)]
+            go = os.path.join(c.dir, "go")
+            new = [launch(REFORM_SCRIPT, [c.url, done[r], go], r, 2, 0) for r in range(2)]
+            while not all(os.path.exists(d) for d in done):
+                if any(p.poll() is not None for p in new) or time.monotonic() > t0 + 30:
+                    break
+                time.sleep(0.05)
+            took = time.monotonic() - t0
+            every = stoker.status(c.url)["groups"]
+            groups = [g for g in every if g["state"] == "open"]
+            open(go, "w").close()
+            outs = reap(new, 25)
+            for rc, out, err in outs:
+                assert rc == 0 and out.startswith("STEPS 5"), out + err[-2000:]
+            # Taken over at half the trainer timeout (6 s), well before it (12 s).
+            assert took < 11, "the new group needed %.1f s" % took
+            assert len(groups) == 1 and groups[0]["joined"] == 2, every
+            # Counted from step 1: 5 trained, plus what the ranks prefetched before leaving.
+            steps = [r["steps"] for r in groups[0]["ranks"]]
+            assert all(5 <= s <= 5 + 8 for s in steps), every
+            assert any(g["state"] == "broken" for g in every), every
+        finally:
+            for p in old:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.communicate()
+
+
+STALL_SCRIPT = r"""
+import sys
+import stoker
+client = stoker.Client(sys.argv[1], group="g", stall_timeout=3, batch_size=32)
+try:
+    for batch in client.batches():
+        pass
+except stoker.Stalled as e:
+    print("Stalled:", e)
+except stoker.GroupBroken as e:
+    print("GroupBroken:", e)
+"""
+
+
+# Defect 11: a rank that stalls while its group waits for a full step is told why: the step's
+# size, what is queued, how fast examples come (a producer at 5 examples/s, steps of 2 x 32).
+def test_stalled_rank_is_told_why_the_group_waits():
+    with helpers.Cluster() as c:
+        c.producer("--delay", "0.2:0.2", "--chunk", "1", stdout=subprocess.DEVNULL)
+        c.wait_producers(1)
+        outs = reap([launch(STALL_SCRIPT, [c.url], r, 2, 0) for r in range(2)], 30)
+        said = [out for rc, out, err in outs if out.startswith("Stalled:")]
+        assert said, outs
+        for out in said:
+            assert "waits for a full step" in out and "64 examples (2 ranks x 32)" in out, out
+            assert "queued" in out and "examples/s arriving" in out, out
 
 
 def test_group_arguments_from_the_environment():

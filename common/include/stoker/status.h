@@ -70,6 +70,7 @@ typedef struct stoker_status {
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;
+    int epochs_overlap; // epochs open before the previous one is done (--overlap-epochs)
     uint32_t n_groups;
     stoker_group_info *groups;
     uint32_t n_consumers; // issue 13: every trainer the broker knows, connected or not
@@ -102,7 +103,7 @@ void stoker_status_destroy(stoker_status *status);
 //   labels {maps [{producers, classes, listed, truncated, labels [{label, name, files}]}],
 //   omitted} (stoker/labels.h),
 //   mode ("dataset" or "streams"), dataset {items, epochs_done, epochs, items_reassigned,
-//   pushes_revoked} (null for streams).
+//   pushes_revoked, overlap} (null for streams).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the

@@ -78,6 +78,7 @@ typedef struct stoker_request {
     // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
     uint32_t n_held;
     const uint64_t *held; // aliases the decoded message
+    int done_making;      // HEARTBEAT of a producer: it pushes nothing more (see the proto)
     void *owner;          // internal
 } stoker_request;
 
@@ -133,6 +134,7 @@ typedef struct stoker_reply {
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;
+    int epochs_overlap;
     // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
     // over (fewer than one per rank) that no step could hold.
     uint64_t group_step, group_leftover;
