@@ -80,7 +80,7 @@ CONSUMERS = {"group2": (2, 2), "group3": (3, 3), "plain2": (0, 2), "plain1": (0,
 SUPPLIES = ["stream", "linger", "dataset-even", "dataset-odd", "dataset-even-strict",
             "dataset-odd-strict"]
 FAULTS = ["none", "producer-kill", "broker-restart", "freeze", "long-step"]
-OPEN_RESTART = True  # see cells()
+OPEN_RESTART = False  # see cells()
 BATCH = 8
 TRAINER_TIMEOUT_S = 3
 STREAM_EXAMPLES = 800  # per producer
