@@ -149,7 +149,7 @@ consumer_cycle(const char *url, kind_stats *k, double limit_ms)
     if ((rv = stoker_consumer_next(c, &b)) != STOKER_OK)
         fail("consumer next", rv, NULL);
     else
-        stoker_consumer_ack(c, b);
+        stoker_consumer_release(c, b);
     uint64_t t0 = stoker_now_ns();
     stoker_consumer_close(c);
     note_close(k, t0, limit_ms);

@@ -130,7 +130,9 @@ def test_groups_ddp_commands_run_as_written():
                 print("--- %s (exit %d, %.1f s):\n%s" % (ln, p.returncode, time.monotonic() - t0,
                                                         out[-3000:]))
                 assert p.returncode == 0, "the launch failed"
-                ends = re.findall(r"rank (\d): (\d+) steps, loss [0-9.]+; (.*)", out)
+                # Two ranks print to one pipe: a line may run into the other rank's.
+                ends = re.findall(r"rank (\d): (\d+) steps, loss [0-9.]+; (.*?)"
+                                  r"(?=rank \d: \d+ steps|$)", out, re.M)
                 assert sorted(r for r, _, _ in ends) == ["0", "1"], out
                 assert len({(n, e) for _, n, e in ends}) == 1, ends  # same steps, same end
         finally:
