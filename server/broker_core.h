@@ -133,12 +133,19 @@ typedef struct trainer {
     uint64_t arena_full;
 } trainer;
 
+// The longest a trainer of a broker that died takes, from our start, to reach us and say what it
+// trained: a client redials within a second, and one whose dialer nng 1.5.2 left stuck is given
+// a new dialer after CONN_WATCH_MS + CONN_WATCH_EVERY_MS (3 s, common/transport/conn.h); the rest
+// is a margin for a loaded host.
+#define RETURNING_TRAINERS_MS 5000
+
 struct broker {
     broker_config cfg;
     char token[STOKER_TOKEN_MAX];
     uint64_t start_ms;
-    // Until then the supply is not said to have ended: a producer came back from a broker that
-    // died (its hello continued a session at seq > 0), so others of that broker may follow.
+    // Until then the supply is not said to have ended, and nothing is handed out: a producer
+    // came back from a broker that died (its hello continued a session at seq > 0), so others of
+    // that broker may follow, and its trainers, who say what they trained (issue 26).
     uint64_t returning_until_ms;
     // Identities trainers said they trained when they said hello ((session, first_seq, end)
     // triples, at most REPORTED_MAX): a producer's session that comes back later (it pushes again

@@ -203,8 +203,13 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->last_seen_ms = now_ms;
         p->next_seq = req->next_seq;
         trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
-        if (req->next_seq > 0) // a session a dead broker held: its other producers may follow
+        if (req->next_seq > 0) { // a session a dead broker held: its other producers may follow
             b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
+            // and its trainers, whose report of what they trained must come before anything is
+            // handed out: each dials anew within RETURNING_TRAINERS_MS of our start.
+            if (b->returning_until_ms < b->start_ms + RETURNING_TRAINERS_MS)
+                b->returning_until_ms = b->start_ms + RETURNING_TRAINERS_MS;
+        }
         trained_reported_apply(b, p);
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;

@@ -66,6 +66,8 @@ struct stoker_trainer_client {
     // order): kept, decoded, until their step is next, so batches and the events that ride
     // with them (an epoch's end) reach the caller in step order on every rank.
     stoker_reply *early[MAX_PREFETCH];
+    uint32_t early_pipe[MAX_PREFETCH]; // the connection each came on
+    uint64_t hello_ms;                 // the last hello the broker took
     uint32_t n_early;
     conn conn;
     nng_ctx ctl_ctx; // hello, ack, status
@@ -331,6 +333,7 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     if (rv == STOKER_OK) {
         tc->id = rep->peer_id;
         tc->need_hello = 0;
+        tc->hello_ms = stoker_now_ms();
         tc->away = 0;
         if (rep->heartbeat_ms > 0)
             tc->heartbeat_ms = rep->heartbeat_ms;
@@ -973,19 +976,38 @@ stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 // Keeps rep for later when it is a rank's batch of a step beyond the next one (the earlier
 // step's reply is still on its way) and there is room; 1 when kept.
 static int
-keep_early(stoker_trainer_client *tc, stoker_reply *rep)
+keep_early(stoker_trainer_client *tc, stoker_reply *rep, uint32_t pipe)
 {
     if (tc->group[0] == '\0' || rep->code != STOKER_OK || rep->chunk.count == 0 ||
         rep->group_step <= tc->group_steps + 1 || tc->n_early == MAX_PREFETCH)
         return 0;
+    tc->early_pipe[tc->n_early] = pipe;
     tc->early[tc->n_early++] = rep;
+    return 1;
+}
+
+// Whether rep is a batch that came on a connection that closed since (conn_reply_stale): the
+// broker took it back (a lost connection's leases go to other trainers; a broker that died has
+// its producers push them again, and what we train before our hello there would not be in the
+// hello's report), so it is not trained; its events still count. Frees rep when it says so.
+static int
+stale_batch(stoker_trainer_client *tc, stoker_reply *rep, uint32_t pipe)
+{
+    if (rep->code != STOKER_OK || rep->chunk.count == 0 || pipe == 0 ||
+        pipe == atomic_load(&tc->conn.live_pipe))
+        return 0;
+    take_reply_extras(tc, rep);
+    stoker_info("trainer: batch of lease %llu (%u examples) came on a connection that closed "
+                "since: not trained (the broker hands its examples out again)",
+                (unsigned long long)rep->lease, rep->chunk.count);
+    stoker_reply_free(rep);
     return 1;
 }
 
 // The kept reply whose step is next, or NULL; with none of them next while every pull in flight
 // came back (a step's reply lost for good), the earliest, so nothing waits for it forever.
 static stoker_reply *
-take_early(stoker_trainer_client *tc)
+take_early(stoker_trainer_client *tc, uint32_t *pipe)
 {
     if (tc->n_early == 0)
         return NULL;
@@ -1003,9 +1025,15 @@ take_early(stoker_trainer_client *tc)
             return NULL;
     }
     stoker_reply *rep = tc->early[best];
-    tc->early[best] = tc->early[--tc->n_early];
+    *pipe = tc->early_pipe[best];
+    tc->n_early--;
+    tc->early[best] = tc->early[tc->n_early];
+    tc->early_pipe[best] = tc->early_pipe[tc->n_early];
     return rep;
 }
+
+// A pull refused for want of a hello this soon after one waits this long before the next hello.
+#define HELLO_PACE_MS 50
 
 static int
 next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
@@ -1047,7 +1075,8 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             }
         }
 
-        stoker_reply *rep = take_early(tc);
+        uint32_t pipe = 0;
+        stoker_reply *rep = take_early(tc, &pipe);
         if (rep != NULL)
             goto process; // a later step's reply that came first: now its turn
 
@@ -1150,6 +1179,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         tc->failures = 0;
         tc->away = 0;
 
+        pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
         // The batch will point into msg: no copy between the socket and the training step.
         int rv = stoker_wire_decode_reply_msg(msg, &rep, err, sizeof(err));
         if (rv != STOKER_OK)
@@ -1161,9 +1191,11 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         pthread_mutex_lock(&tc->lock);
         settle_lost(tc, s, rep->code == STOKER_OK ? rep->resent_pull : 0);
         pthread_mutex_unlock(&tc->lock);
-        if (keep_early(tc, rep))
+        if (keep_early(tc, rep, pipe))
             continue;
     process:
+        if (stale_batch(tc, rep, pipe))
+            continue;
         if (rep->resent_pull != 0)
             stoker_info("trainer: lease %llu of a pull whose reply was lost came again",
                         (unsigned long long)rep->lease);
@@ -1216,6 +1248,13 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         if (rv == STOKER_UNKNOWN_PEER) {
             tc->need_hello = 1;
             stoker_reply_free(rep);
+            // A broker that restarted takes pulls only once a producer came back: until then
+            // each hello is answered and the next pull refused, so the hellos are paced.
+            uint64_t now = stoker_now_ms();
+            if (now < tc->hello_ms + HELLO_PACE_MS && now < stall_at)
+                stoker_sleep_ms(stall_at - now < HELLO_PACE_MS ? (uint32_t)(stall_at - now)
+                                                               : HELLO_PACE_MS,
+                                tc->opts.client.stop);
             continue;
         }
         snprintf(tc->refusal, sizeof(tc->refusal), "%s", rep->message);

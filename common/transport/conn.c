@@ -42,12 +42,15 @@ url_host(const char *url, char *host, size_t cap)
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    (void)p;
     conn *c = arg;
+    uint32_t id = (uint32_t)nng_pipe_id(p);
     if (ev == NNG_PIPE_EV_ADD_PRE) {
         atomic_fetch_add(&c->pipes, 1);
-    } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
-        atomic_store(&c->pipeless_since_ms, stoker_now_ms());
+        atomic_store(&c->live_pipe, id);
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_compare_exchange_strong(&c->live_pipe, &id, 0);
+        if (atomic_fetch_sub(&c->pipes, 1) == 1)
+            atomic_store(&c->pipeless_since_ms, stoker_now_ms());
     }
 }
 
