@@ -118,7 +118,7 @@ broker_destroy(broker *b, broker_outbox *out)
         }
         free(t);
     }
-    group_destroy_all(b);
+    group_destroy_all(b, out);
     free(b->reported);
     free(b->producers);
     free(b->trainers);

@@ -66,6 +66,11 @@ void settle(broker *b, uint64_t now_ms, broker_outbox *out);
 void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
 void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
+// Applies acknowledgements (leases) from t; returns how many were refused (unknown, not t's).
+uint32_t apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
+// The events t has not heard yet, at most EVENTS_PER_REPLY into buf (a rank: those it may hear,
+// group_events_upto); marks them heard.
+uint32_t take_events(const broker *b, trainer *t, stoker_event *buf);
 
 // --- broker_loss.c: lost peers ---
 

@@ -21,7 +21,7 @@
 // --- leases and acks ----------------------------------------------------------------------------
 
 // Applies acknowledgements from t. Returns how many were refused.
-static uint32_t
+uint32_t
 apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms)
 {
     uint32_t refused = 0;
@@ -275,7 +275,7 @@ copy_events(const broker *b, uint64_t from, uint64_t upto, stoker_event *buf, ui
 // Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
 // reply being made carries them.
 // A rank hears only those before the step it was last sent was formed (group_events_upto).
-static uint32_t
+uint32_t
 take_events(const broker *b, trainer *t, stoker_event *buf)
 {
     uint32_t n =
@@ -708,6 +708,11 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
     trainer *t = find_trainer(b, req->session);
     if (t == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+    } else if (req->commit_step > 0 && (t->group == NULL || !t->commit)) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "a group commit from a trainer that is not a committing rank of a group");
+    } else if (req->commit_step > 0) {
+        group_commit(b, t, token, req, now_ms, out);
     } else {
         uint32_t refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
         // With the events the trainer has not heard yet: an acknowledgement that ends an epoch

@@ -302,15 +302,6 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     struct group *g = NULL;
     char why[STOKER_MESSAGE_MAX];
     int rv;
-    if (req->group[0] != '\0' && req->commit) {
-        stoker_warn("group-refused: trainer '%s' asks for group '%s' and commit with checkpoints",
-                    req->name, req->group);
-        send_code(b, out, token, STOKER_INVALID,
-                  "group '%s': commit with checkpoints is not available to the ranks of a group "
-                  "(they acknowledge after each step): use one or the other",
-                  req->group);
-        return;
-    }
     if (req->group[0] != '\0') {
         trainer *holder = NULL;
         rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));

@@ -74,7 +74,7 @@ on_event(const stoker_event *e, void *arg)
 
 static int
 open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t rank, uint32_t world,
-              stoker_consumer **out, char *err, size_t err_len)
+              uint64_t resume_step, int commit, stoker_consumer **out, char *err, size_t err_len)
 {
     char scratch[512];
     if (err == NULL || err_len == 0) {
@@ -130,6 +130,8 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     c->in_group = group != NULL;
     to.rank = rank;
     to.world = world;
+    to.group_resume_step = resume_step;
+    to.commit = commit != 0;
     c->stall_timeout_ms = opts->stall_timeout_ms;
     int rv = stoker_trainer_client_create(&to, &c->tc, err, err_len);
     if (rv != STOKER_OK) {
@@ -144,7 +146,7 @@ int
 stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
                      size_t err_len)
 {
-    return open_consumer(opts, NULL, 0, 0, out, err, err_len);
+    return open_consumer(opts, NULL, 0, 0, 0, 0, out, err, err_len);
 }
 
 int
@@ -153,7 +155,23 @@ stoker_consumer_open_group(const stoker_consumer_options *opts, const char *grou
 {
     if (group == NULL || group[0] == '\0')
         return stoker_errorf(err, err_len, STOKER_INVALID, "consumer group: no group name");
-    return open_consumer(opts, group, rank, world, out, err, err_len);
+    return open_consumer(opts, group, rank, world, 0, 0, out, err, err_len);
+}
+
+int
+stoker_consumer_open_group_at(const stoker_consumer_options *opts, const char *group,
+                              uint32_t rank, uint32_t world, uint64_t resume_step, int commit,
+                              stoker_consumer **out, char *err, size_t err_len)
+{
+    if (group == NULL || group[0] == '\0')
+        return stoker_errorf(err, err_len, STOKER_INVALID, "consumer group: no group name");
+    return open_consumer(opts, group, rank, world, resume_step, commit, out, err, err_len);
+}
+
+uint64_t
+stoker_consumer_group_steps(const stoker_consumer *c)
+{
+    return stoker_trainer_client_group_steps(c->tc);
 }
 
 uint64_t

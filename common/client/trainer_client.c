@@ -486,11 +486,6 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                              "trainer options: group '%s' needs a name of 1..%d bytes and a rank "
                              "below the world size (rank %u, world %u)",
                              opts->group, STOKER_NAME_MAX - 1, opts->rank, opts->world);
-    if (opts->group != NULL && opts->commit)
-        return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "trainer options: commit with checkpoints is not available to the "
-                             "ranks of a group ('%s' rank %u): use one or the other",
-                             opts->group, opts->rank);
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
     if (tc == NULL)
         return STOKER_NOMEM;
@@ -503,6 +498,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     tc->opts.client.name = tc->name;
     tc->opts.client.token = tc->token;
     conn_copy_str(tc->group, sizeof(tc->group), opts->group);
+    tc->group_steps = opts->group != NULL ? opts->group_resume_step : 0;
     tc->opts.group = tc->group;
     if (tc->opts.client.session == 0)
         tc->opts.client.session = stoker_random_u64();
@@ -1365,10 +1361,64 @@ stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out)
     return 1;
 }
 
+// A rank's commit (group commit, docs/groups.md): its acknowledgements in parts at its step
+// count, the last part final; the broker applies every rank's at once when all are in, and
+// answers the final part then (at most STOKER_GROUP_COMMIT_WAIT_MS after the first rank's part, or
+// GROUP_BROKEN when a rank is lost meanwhile). Nothing counts unless the final part says OK.
+
+static int
+group_commit(stoker_trainer_client *tc)
+{
+    if (tc->group_steps == 0 && tc->n_uncommitted == 0)
+        return STOKER_OK; // no step taken: nothing to commit
+    uint32_t done = 0;
+    int rv = STOKER_OK;
+    for (;;) {
+        uint32_t n = tc->n_uncommitted - done < MAX_ACKS ? tc->n_uncommitted - done : MAX_ACKS;
+        int final = done + n == tc->n_uncommitted;
+        stoker_request req = {.method = STOKER_ACK,
+                              .session = tc->opts.client.session,
+                              .n_acks = n,
+                              .acks = tc->uncommitted + done,
+                              .commit_step = tc->group_steps,
+                              .commit_final = final};
+        stoker_reply *rep = NULL;
+        char err[256];
+        uint32_t timeout = tc->opts.client.request_timeout_ms;
+        if (final)
+            timeout += STOKER_GROUP_COMMIT_WAIT_MS;
+        rv = conn_call(tc->ctl_ctx, &req, timeout, &rep, err, sizeof(err));
+        if (rv != STOKER_OK) {
+            stoker_warn("trainer: group commit at step %llu failed: %s",
+                        (unsigned long long)tc->group_steps, err);
+            return rv;
+        }
+        rv = rep->code;
+        if (rv != STOKER_OK && rv != STOKER_NOT_FOUND) {
+            snprintf(tc->refusal, sizeof(tc->refusal), "%s", rep->message);
+            stoker_warn("trainer: group commit at step %llu refused: %s",
+                        (unsigned long long)tc->group_steps, rep->message);
+            stoker_reply_free(rep);
+            return rv; // kept: the next commit sends them again
+        }
+        if (final)
+            take_reply_extras(tc, rep);
+        stoker_reply_free(rep);
+        done += n;
+        if (final)
+            break;
+    }
+    tc->n_uncommitted = 0;
+    tc->told_commit_wait = 0;
+    return STOKER_OK;
+}
+
 int
 stoker_trainer_client_commit(stoker_trainer_client *tc)
 {
     int rv = stoker_trainer_client_flush(tc);
+    if (rv == STOKER_OK && tc->group[0] != '\0' && tc->opts.commit)
+        return group_commit(tc);
     uint32_t done = 0;
     while (rv == STOKER_OK && done < tc->n_uncommitted) {
         // Sent here, not through the pending acknowledgements, so that no pull in flight carries
@@ -1406,12 +1456,6 @@ stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on)
 {
     if ((tc->opts.commit != 0) == (on != 0))
         return;
-    if (on && tc->group[0] != '\0') {
-        stoker_warn("trainer '%s': commit with checkpoints refused: it is rank %u of group '%s', "
-                    "and the ranks of a group acknowledge after each step",
-                    tc->name, tc->opts.rank, tc->opts.group);
-        return;
-    }
     if (!on)
         stoker_trainer_client_commit(tc); // what was kept is sent now
     tc->opts.commit = on != 0;

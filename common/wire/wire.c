@@ -705,6 +705,8 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         stoker__ack__init(&ack);
         ack.n_leases = req->n_acks;
         ack.leases = (uint64_t *)req->acks;
+        ack.commit_step = req->commit_step;
+        ack.commit_final = req->commit_final != 0;
         r.ack = &ack;
         break;
     case STOKER_GOODBYE:
@@ -890,6 +892,8 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         }
         req->n_acks = (uint32_t)r->ack->n_leases;
         req->acks = r->ack->leases;
+        req->commit_step = r->ack->commit_step;
+        req->commit_final = r->ack->commit_final != 0;
         break;
     case STOKER__METHOD__GOODBYE:
         if (r->n_held_leases > MAX_ACKS) {

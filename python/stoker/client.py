@@ -279,10 +279,6 @@ class Client:
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
                  rank=None, world_size=None, commit=False):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
-        if commit and self.group is not None:
-            raise ValueError("commit=True with group=%r: commit with checkpoints is not "
-                             "available to the ranks of a group (a group steps together; "
-                             "use one or the other)" % self.group)
         self._lib = _lib.load()
         self.url = url
         self.token_file = os.fspath(token_file) if token_file is not None else None
@@ -296,6 +292,7 @@ class Client:
         self.on_event = on_event
         self.commit_mode = bool(commit)
         self._commits = 0
+        self._resume = None  # a group rank's load_state_dict() dict, for _open
         self.batch_size = None
         self.leftover = None  # a rank's, once the supply ended (see SupplyEnded.leftover)
         self._handle = None
@@ -345,8 +342,22 @@ class Client:
             o.connect_timeout_ms = max(1, int(round(self.connect_timeout * 1000)))
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
+        resume_step = 0
+        if self._resume is not None:
+            kept = self._resume.get("batch_size")
+            if kept is not None and int(kept) != int(batch_size):
+                raise ValueError(
+                    "this checkpoint was taken with batches of %d per rank (world %s); this run "
+                    "asks for %d: a resumed group keeps the batch size per rank (docs/groups.md)"
+                    % (kept, self._resume.get("world_size"), batch_size))
+            resume_step = int(self._resume.get("group_step", 0))
         if self.group is None:
             rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        elif self.commit_mode or resume_step:
+            rv = lib.stoker_consumer_open_group_at(ctypes.byref(o), cstr(self.group), self.rank,
+                                                   self.world_size, resume_step,
+                                                   1 if self.commit_mode else 0,
+                                                   ctypes.byref(handle), err, len(err))
         else:
             rv = lib.stoker_consumer_open_group(ctypes.byref(o), cstr(self.group), self.rank,
                                                 self.world_size, ctypes.byref(handle), err,
@@ -355,7 +366,7 @@ class Client:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
         self._handle = handle.value
         self.batch_size = int(batch_size)
-        if self.commit_mode:
+        if self.commit_mode and self.group is None:
             lib.stoker_consumer_set_commit(self._handle, 1)
         spec = ctypes.create_string_buffer(4096)
         lib.stoker_consumer_schema(self._handle, spec, len(spec))
@@ -388,19 +399,54 @@ class Client:
         self._commits += 1
         return n
 
+    @property
+    def group_step(self):
+        """A rank's steps taken so far (counted on from the checkpoint's when resumed); None
+        outside a group."""
+        if self.group is None:
+            return None
+        if self._handle is None:
+            return int((self._resume or {}).get("group_step", 0))
+        return int(self._lib.stoker_consumer_group_steps(self._handle))
+
     def state_dict(self):
         """The torchdata StatefulDataLoader protocol: call it when you save a checkpoint. It
         commits (see commit()) and returns a small dict to save with the model. A process that
-        resumes from that checkpoint gets, from the broker, exactly what was not committed."""
+        resumes from that checkpoint gets, from the broker, exactly what was not committed.
+
+        A rank of a group (group=, commit=True) commits with the others: every rank calls
+        state_dict() at the same step (rank 0 may be the only one that saves it); the call
+        returns once every rank's commit is in and applied, and raises when a rank did not
+        commit within a minute or was lost (then nothing of that commit counts). The dict
+        names the group's position: its step, the world size and the batch size per rank (a
+        resumed group keeps the batch size per rank; the world size may change), and how many
+        epochs of a dataset had ended."""
         committed = self.commit() if self.commit_mode else 0
-        return {"stoker": 1, "url": self.url, "commits": self._commits,
-                "committed_batches": int(committed)}
+        state = {"stoker": 1, "url": self.url, "commits": self._commits,
+                 "committed_batches": int(committed)}
+        if self.group is not None:
+            state.update({"group": self.group, "group_step": self.group_step,
+                          "world_size": self.world_size, "rank": self.rank,
+                          "batch_size": self.batch_size if self.batch_size is not None
+                          else (self._resume or {}).get("batch_size")})
+        if self._handle is not None:
+            state["epochs_ended"] = int(self._lib.stoker_consumer_epochs_ended(self._handle))
+        return state
 
     def load_state_dict(self, state):
         """Resumes from state_dict()'s dict. The position lives in the broker (what was not
-        committed is delivered again), so this only checks the dict and continues the count."""
+        committed is delivered again), so for a plain consumer this only checks the dict and
+        continues the count. A rank of a group calls it before its first batch: the group's
+        step count goes on from the checkpoint's, at this run's world size (which may differ
+        from the checkpoint's); the batch size per rank must be the checkpoint's."""
         if not isinstance(state, dict) or state.get("stoker") != 1:
             raise ValueError("not a stoker state_dict: %r" % (state,))
+        if self.group is not None and "group_step" in state:
+            if self._handle is not None:
+                raise ValueError("load_state_dict() of a group's rank comes before its first "
+                                 "batch (and without batch_size= to Client): the group's step "
+                                 "count is set when the rank joins")
+            self._resume = dict(state)
         self._commits = int(state.get("commits", 0))
 
     def close(self, acknowledge_held=True):

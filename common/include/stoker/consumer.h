@@ -55,6 +55,16 @@ int stoker_consumer_open_group(const stoker_consumer_options *opts, const char *
                                uint32_t rank, uint32_t world, stoker_consumer **out, char *err,
                                size_t err_len);
 
+// A rank of a group with commit with checkpoints (group commit, docs/groups.md), maybe resumed
+// from a checkpoint: as stoker_consumer_open_group, with commit on from the start (commit
+// nonzero) and the group's step count going on from resume_step (the steps taken when the
+// checkpoint was committed; 0 for a new run). Every rank commits at the same step.
+int stoker_consumer_open_group_at(const stoker_consumer_options *opts, const char *group,
+                                  uint32_t rank, uint32_t world, uint64_t resume_step, int commit,
+                                  stoker_consumer **out, char *err, size_t err_len);
+// A rank's steps taken so far (with a resumed group, counted from resume_step).
+uint64_t stoker_consumer_group_steps(const stoker_consumer *c);
+
 // For a rank of a group, after next returned the end: the examples left over that no equal
 // step could hold (still queued at the broker). 0 otherwise.
 uint64_t stoker_consumer_group_leftover(const stoker_consumer *c);
@@ -97,7 +107,8 @@ void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
 // until stoker_consumer_commit, so what was trained since the last commit is redelivered if this
 // consumer dies; commit when your checkpoint is saved. Commit returns STOKER_OK once the broker
 // applied them, or the error (they stay kept). uncommitted: acknowledgements kept now. A rank of a
-// group cannot commit (set_commit refuses with a warning).
+// group commits with the others: every rank at the same step, applied when the last one's comes
+// (stoker_trainer_client_commit says what fails it).
 void stoker_consumer_set_commit(stoker_consumer *c, int on);
 int stoker_consumer_commit(stoker_consumer *c);
 uint64_t stoker_consumer_uncommitted(const stoker_consumer *c);

@@ -19,6 +19,8 @@ struct nng_msg;
 #define STOKER_MESSAGE_MAX 512
 
 #define STOKER_HELLO_TRAINED_MAX 4096
+// A group commit's final part waits at most this long for the other ranks' (docs/groups.md).
+#define STOKER_GROUP_COMMIT_WAIT_MS 60000
 
 typedef struct stoker_request {
     stoker_method method;
@@ -70,6 +72,8 @@ typedef struct stoker_request {
     // PULL (piggybacked) and ACK
     uint32_t n_acks;
     const uint64_t *acks;  // aliases the decoded message
+    uint64_t commit_step;  // ACK of a committing rank: the group step (see the proto), or 0
+    int commit_final;      // ACK with commit_step: the rank's last part of that commit
     uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
     // PULL: its id and the ids of earlier pulls whose replies were lost (see the proto)
     uint64_t pull_id;
