@@ -66,6 +66,9 @@ check "the packaged headers and library build and run producer/examples" \
     env STOKER_INSTALLED_ROOT="$root" STOKER_PREFIX=/usr STOKER_LIBDIR="lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)" \
     STOKER_INCLUDEDIR=include STOKER_BINDIR=bin STOKER_SOURCE_ROOT="$src" STOKER_VERSION="$version" \
     /usr/bin/python3 "$src/tests/install/test_installed.py"
+for b in stoker-broker stoker-producer stoker-pull stoker-trainer; do
+    check "packaged $b --version is $version" bash -c "'$root/usr/bin/$b' --version | grep -qw '$version'"
+done
 site=$(ls -d "$root"/usr/lib/python3/dist-packages)
 check "python3-stoker imports with libstoker0's library and says the version" bash -c "
     cd '$work' && out=\$(env -u STOKER_LIB LD_LIBRARY_PATH='$root/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)' \
