@@ -78,6 +78,8 @@ def start_broker(procs, url, *extra):
     p = procs.start([BROKER, "--listen", url, "--log-level", "warn", *extra],
                     stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
+    if line.startswith("metrics"):  # --metrics: its line comes first
+        line = p.stdout.readline()
     if not line.startswith("listening"):
         raise RuntimeError(f"broker did not start: {line!r}")
     return p

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "augment.h"
 #include "exec.h"
 #include "images.h"
 #include "stoker/cli.h"
@@ -217,6 +218,15 @@ check(const stoker_cli *cli, const producer_options *o)
         return stoker_cli_fail(cli, "--generator exec needs --exec 'CMD' and --schema SPEC");
     if (is_images && o->images_dir == NULL)
         return stoker_cli_fail(cli, "--generator images needs --images DIR");
+    if (o->augment != NULL) {
+        // A bad pipeline is the command line's fault, found before the folder is read.
+        char err[512];
+        augment *a = NULL;
+        int rv = augment_parse(o->augment, &a, err, sizeof(err));
+        augment_destroy(a);
+        if (rv == STOKER_INVALID)
+            return stoker_cli_fail(cli, "--augment '%s': %s", o->augment, err);
+    }
     if (is_images && stoker_cli_given(cli, "items"))
         return stoker_cli_fail(cli, "--items applies to synthetic and exec; images use --dataset "
                                     "(the folder's files are the items)");

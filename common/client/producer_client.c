@@ -173,8 +173,13 @@ broker_away(stoker_producer_client *pc)
         pc->away_since_ms = pc->answered_ms < now ? pc->answered_ms : now;
     uint64_t away = now - pc->away_since_ms;
     double bound_s = pc->opts.give_up_ms / 1000.0;
+    char unknown[320];
     if (away >= pc->opts.give_up_ms) {
-        if (!pc->ever_answered)
+        if (!pc->ever_answered && conn_unknown_host(pc->url, unknown, sizeof(unknown)))
+            stoker_error("producer '%s': %s in --broker %s: no broker answered within %.1f s "
+                         "(--broker-wait): check the host name",
+                         pc->name, unknown, pc->url, bound_s);
+        else if (!pc->ever_answered)
             stoker_error("producer '%s': no broker answered at %s within %.1f s (--broker-wait; "
                          "last: %s): start the broker, check the URL, or wait longer",
                          pc->name, pc->url, bound_s, pc->error);
@@ -190,7 +195,13 @@ broker_away(stoker_producer_client *pc)
     // A short blip (a push stream replaced, one timeout) is not worth a word; a second is.
     if (away < 1000 && pc->away_said_ms == 0)
         return STOKER_OK;
-    if (pc->away_said_ms == 0 && !pc->ever_answered) {
+    if (pc->away_said_ms == 0 && !pc->ever_answered &&
+        conn_unknown_host(pc->url, unknown, sizeof(unknown))) {
+        stoker_warn("producer '%s': %s in --broker %s: waiting up to %.1f s for it to resolve "
+                    "(--broker-wait)",
+                    pc->name, unknown, pc->url, bound_s);
+        pc->away_said_ms = now;
+    } else if (pc->away_said_ms == 0 && !pc->ever_answered) {
         stoker_warn("producer '%s': no broker at %s yet (%s): waiting up to %.1f s for one "
                     "(--broker-wait)",
                     pc->name, pc->url, pc->error, bound_s);

@@ -1,5 +1,6 @@
 // A REQ socket to the broker, synchronous calls on contexts, and the status helper.
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -52,6 +53,39 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
         if (atomic_fetch_sub(&c->pipes, 1) == 1)
             atomic_store(&c->pipeless_since_ms, stoker_now_ms());
     }
+}
+
+int
+conn_unknown_host(const char *url, char *why, size_t why_len)
+{
+    static const char *const schemes[] = {"tcp://", "tcp4://", "tcp6://", "tls+tcp://",
+                                          "tls+tcp4://", "tls+tcp6://"};
+    const char *host = NULL;
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]) && host == NULL; i++)
+        if (strncmp(url, schemes[i], strlen(schemes[i])) == 0)
+            host = url + strlen(schemes[i]);
+    const char *colon = host != NULL ? strrchr(host, ':') : NULL;
+    if (colon == NULL || colon == host || host[0] == '[')
+        return 0; // no host, or an IPv6 literal: nothing to resolve
+    char name[256];
+    size_t n = (size_t)(colon - host);
+    if (n >= sizeof(name))
+        return 0;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rv = getaddrinfo(name, NULL, &hints, &res);
+    if (res != NULL)
+        freeaddrinfo(res);
+    if (rv != EAI_NONAME
+#ifdef EAI_NODATA
+        && rv != EAI_NODATA
+#endif
+    )
+        return 0;
+    snprintf(why, why_len, "unknown host '%s' (%s)", name, gai_strerror(rv));
+    return 1;
 }
 
 // Creates and starts the dialer for c->url (with c->tls when set).

@@ -49,6 +49,12 @@ int conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t recon
 // called twice; not from two threads at once.
 void conn_close(conn *c);
 
+// Whether url names a host (tcp://, tls+tcp://) that does not resolve (getaddrinfo: no such
+// name): 1 with "unknown host 'HOST'" in why, else 0 (resolved, another scheme, or the resolver
+// could not tell now). May block for the resolver's own timeout: call it only when about to
+// say that no broker answered.
+int conn_unknown_host(const char *url, char *why, size_t why_len);
+
 // No connection for this long, though a working dialer retries at least every reconnect_max_ms
 // (1 s by default): the dialer is replaced. The watcher looks this often.
 #define CONN_WATCH_MS       2500

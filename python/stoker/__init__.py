@@ -22,7 +22,16 @@ from .client import (Batch, Client, Event, Field, GroupBroken, Run, Stalled, Sto
                      SupplyEnded, status)
 
 __all__ = ["API_VERSION", "Batch", "Client", "Event", "Field", "GroupBroken", "Run", "Stalled",
-           "StokerError", "SupplyEnded", "status", "library_api_version"]
+           "StokerError", "SupplyEnded", "status", "library_api_version", "__version__"]
+
+
+def __getattr__(name):
+    # stoker.__version__ is the project's one version (meson.build's), read from the library it
+    # was built with (stoker_version()) when first asked, so importing loads nothing.
+    if name == "__version__":
+        from . import _lib
+        return _lib.load().stoker_version().decode()
+    raise AttributeError("module 'stoker' has no attribute %r" % name)
 
 
 def library_api_version():

@@ -1,8 +1,10 @@
 """Finding and describing libstoker.so for ctypes.
 
 The library is looked up in this order: the path in the environment variable STOKER_LIB; the
-build tree next to this package (../../build/common/libstoker.so, for a checkout built with
-meson in build/); the system's library path (ctypes.util.find_library, after `meson install`).
+package's own copy next to this file (stoker/libstoker.so, as `pip install` puts it); the build
+tree next to this package (../../build/common/libstoker.so, for a checkout built with meson in
+build/); the system's library path (ctypes.util.find_library, after `meson install` or with the
+Debian package libstoker0).
 Its API version (STOKER_API_VERSION in stoker/consumer.h) must be the one this package speaks.
 """
 
@@ -64,6 +66,7 @@ def _candidates():
         yield env
         return
     here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libstoker.so")
     yield os.path.normpath(os.path.join(here, "..", "..", "build", "common", "libstoker.so"))
     found = ctypes.util.find_library("stoker")
     if found:
@@ -122,6 +125,7 @@ def _declare(lib):
         "stoker_consumer_interrupt": (None, [P]),
         "stoker_consumer_close": (None, [P]),
         "stoker_strerror": (c.c_char_p, [i]),
+        "stoker_version": (c.c_char_p, []),
         "stoker_errname": (c.c_char_p, [i]),
         "stoker_log_set_level": (None, [i]),
     }
