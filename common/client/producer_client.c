@@ -55,6 +55,7 @@ struct stoker_producer_client {
     pthread_cond_t cond;
     int closing;
     uint32_t heartbeat_ms;         // from the broker's hello reply; 0 before it
+    _Atomic uint32_t max_chunk;    // examples one push may carry, from it; 0: not said
     _Atomic uint64_t last_sent_ms; // when the last request went out
     _Atomic int done_making;       // draining: heartbeats say it pushes nothing more
 
@@ -408,6 +409,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         pthread_mutex_lock(&pc->lock);
         pc->id = rep->peer_id;
         pc->heartbeat_ms = rep->heartbeat_ms;
+        atomic_store(&pc->max_chunk, rep->max_chunk);
         pc->said_hello = 1;
         pthread_mutex_unlock(&pc->lock);
         note_trained(pc, rep->trained_through);
@@ -780,6 +782,8 @@ wait_room(stoker_producer_client *pc, uint32_t count)
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
             broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION; // waited --broker-wait for a broker to train anything
+        if (polled != STOKER_OK && !transient(polled))
+            return polled; // a refusal (a retained chunk too large for a new broker, ...): final
         if (polled != STOKER_OK)
             nap = 50;
         // At most 4 ms between polls while the broker answers: a queue the trainers drain fast
@@ -1009,6 +1013,8 @@ stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
             broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION; // said: no broker to report anything trained
+        if (polled != STOKER_OK && !transient(polled))
+            return polled; // a refusal: waiting longer changes nothing
         if (polled != STOKER_OK)
             nap = 50;
         nap = atomic_load(&pc->trained) > before ? 1 : (nap < 50 ? nap * 2 : 50);
@@ -1026,6 +1032,12 @@ uint64_t
 stoker_producer_client_session(const stoker_producer_client *pc)
 {
     return pc->opts.session;
+}
+
+uint32_t
+stoker_producer_client_max_chunk(const stoker_producer_client *pc)
+{
+    return atomic_load(&((stoker_producer_client *)pc)->max_chunk);
 }
 
 uint32_t
