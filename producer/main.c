@@ -111,8 +111,7 @@ parse_chunk(const char *value, void *base, char *err, size_t err_len)
     unsigned long long n = strtoull(value, &end, 10);
     if (errno != 0 || end == value || *end != '\0' || value[0] == '-' || n < 1 ||
         n > STOKER_CHUNK_MAX) {
-        snprintf(err, err_len, "expected a number of examples in 1..%u, or auto",
-                 STOKER_CHUNK_MAX);
+        snprintf(err, err_len, "expected a number of examples in 1..%u, or auto", STOKER_CHUNK_MAX);
         return 1;
     }
     o->run.chunk = (uint32_t)n;
@@ -258,8 +257,9 @@ check(const stoker_cli *cli, const producer_options *o)
                                    images_flags[i]);
     if (o->run.chunk != STOKER_CHUNK_AUTO &&
         (stoker_cli_given(cli, "chunk-bytes") || stoker_cli_given(cli, "chunk-ms")))
-        return stoker_cli_fail(cli, "--chunk-bytes and --chunk-ms size chunks with --chunk auto "
-                                    "(the default); --chunk %u fixes the count",
+        return stoker_cli_fail(cli,
+                               "--chunk-bytes and --chunk-ms size chunks with --chunk auto "
+                               "(the default); --chunk %u fixes the count",
                                o->run.chunk);
     if ((is_exec || is_images) && stoker_cli_given(cli, "delay"))
         return stoker_cli_fail(cli, "--delay applies to --generator synthetic only");

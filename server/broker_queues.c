@@ -88,9 +88,8 @@ queues_full(const broker *b)
         // of 63 with chunks of 3 and a depth of 64 takes nothing more.
         uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
         // (An empty sized queue takes any chunk, broker_push.c.)
-        if (p->status == STOKER_PRODUCER_ALIVE &&
-            (p->q.examples + chunk <= b->queue_depth ||
-             (b->cfg.queue_depth_auto && p->q.examples == 0)))
+        if (p->status == STOKER_PRODUCER_ALIVE && (p->q.examples + chunk <= b->queue_depth ||
+                                                   (b->cfg.queue_depth_auto && p->q.examples == 0)))
             return 0;
     }
     return 1;

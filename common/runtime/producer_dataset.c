@@ -99,8 +99,9 @@ producer_dataset_run(const stoker_producer_config *cfg, const stoker_generator *
     // Two shards' items: the one being made, and the one before, whose last chunks may still
     // be in flight (the pusher reads their items).
     uint64_t *items = malloc(2 * SHARD_MAX * sizeof(*items));
-    int rv = items == NULL ? STOKER_NOMEM
-                           : producer_pipeline_create(pc, &gen->schema, cp->capacity, r.name, &r.pl);
+    int rv = items == NULL
+                 ? STOKER_NOMEM
+                 : producer_pipeline_create(pc, &gen->schema, cp->capacity, r.name, &r.pl);
     if (rv != STOKER_OK) {
         free(items);
         return rv;
