@@ -10,8 +10,9 @@
 #include "stoker/log.h"
 
 #define DEPTH_MAX (1u << 24) // as --queue-depth's own bound
-// A push's bytes beyond its examples': the request's envelope, and a dataset's item per example.
-#define PUSH_ENVELOPE_BYTES 4096u
+// A push's bytes beyond its examples': the request's envelope (method, session, seqs, per field a
+// size, a tag and a shared-memory offset), and a dataset's item per example.
+#define PUSH_ENVELOPE_BYTES 1024u
 #define PUSH_ITEM_BYTES     8u
 
 uint32_t
