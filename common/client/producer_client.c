@@ -376,16 +376,24 @@ describe_push(stoker_producer_client *pc, stoker_request *req)
 static int
 hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
 {
+    // A broker that does not know us starts where our retained (untrained) examples do: the
+    // oldest retained chunk, less what is trained at its head (a chunk is released only once
+    // all of it is trained, and sized chunks hold thousands), so that a restarted broker takes
+    // us as returning and gets no trained example again.
+    uint64_t from = pc->next_seq;
+    if (pc->kept != NULL) {
+        uint64_t trained = atomic_load(&pc->trained);
+        from = retention_oldest(pc->kept, pc->next_seq);
+        if (trained > from && trained <= pc->next_seq)
+            from = trained;
+    }
     stoker_request req = {
         .method = STOKER_HELLO,
         .session = pc->opts.session,
         .role = STOKER_ROLE_PRODUCER,
         .has_schema = 1,
         .schema = pc->schema,
-        // A broker that does not know us starts where our retained (untrained) examples do.
-        .next_seq = at != UINT64_MAX   ? at
-                    : pc->kept != NULL ? retention_oldest(pc->kept, pc->next_seq)
-                                       : pc->next_seq,
+        .next_seq = at != UINT64_MAX ? at : from,
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
         .want_arena = pc->shm,
