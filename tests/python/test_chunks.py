@@ -63,10 +63,11 @@ def test_an_expensive_producer_pushes_each_example_as_soon_as_it_is_made():
         assert accepted == n and pushes == n, "%d examples in %d pushes" % (accepted, pushes)
         assert sorted(arrivals) == list(range(n)), sorted(arrivals)
         # Example k is made 50 ms after example k-1: it arrives then, give or take the
-        # machine's load, never a chunk later.
+        # machine's load (a loaded 2-core machine delays a wake-up by tens of ms), never a chunk
+        # later (held for the byte budget, all 20 would arrive together, 0.95 s off).
         late = [(k, arrivals[k] - arrivals[0] - 0.05 * k) for k in range(n)]
         worst = max(abs(d) for _, d in late)
-        assert worst < 0.1, "arrivals off their making by up to %.3f s: %r" % (worst, late)
+        assert worst < 0.25, "arrivals off their making by up to %.3f s: %r" % (worst, late)
 
 
 def test_examples_of_moderate_cost_wait_at_most_the_time_bound():
@@ -85,10 +86,11 @@ def test_examples_of_moderate_cost_wait_at_most_the_time_bound():
         accepted, pushes = producer_counts(st, "mid")
         assert got == 300 and accepted == 300, (got, accepted)
         assert accepted / pushes <= 3, "%d examples in %d pushes" % (accepted, pushes)
-        # --chunk-ms moves the bound: 30 ms holds about 15 such examples.
+        # --chunk-ms moves the bound: 200 ms holds up to 100 such examples (more than 3 unless
+        # each takes over 50 ms).
     with Cluster() as c:
-        c.producer("--delay", "0.002:0.002", "--max-examples", "300", "--chunk-ms", "30",
-                   name="mid30")
+        c.producer("--delay", "0.002:0.002", "--max-examples", "300", "--chunk-ms", "200",
+                   name="mid200")
         with stoker.Client(c.url, batch_size=16, stall_timeout=4) as client:
             try:
                 for b in client.batches():
@@ -96,8 +98,8 @@ def test_examples_of_moderate_cost_wait_at_most_the_time_bound():
             except stoker.SupplyEnded:
                 pass
             st = client.status()
-        accepted, pushes = producer_counts(st, "mid30")
-        assert accepted == 300 and 3 < accepted / pushes <= 15, (accepted, pushes)
+        accepted, pushes = producer_counts(st, "mid200")
+        assert accepted == 300 and 3 < accepted / pushes <= 100, (accepted, pushes)
 
 
 def test_chunk_bytes_and_a_fixed_chunk_set_the_size():
