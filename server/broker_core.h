@@ -96,6 +96,7 @@ typedef struct producer {
     uint64_t n_pushes, n_pushes_streamed; // of them on a connection other than its hello's
     uint64_t n_pushes_shm;                // of them by reference (its shared memory)
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
+    uint32_t max_chunk;  // examples in its largest push: sized queues hold two of them
     parked *pushes, *pushes_tail; // parked pushes, in seq order
     // 1 + next_seq when a push of it was answered "no room" (RETRY); 0: none. A push parked
     // behind that one is then not refused as a gap, only told to come again (try_push).

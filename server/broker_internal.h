@@ -114,6 +114,10 @@ uint32_t retain_depth(const broker *b);
 // Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes
 // (nothing when the depth is fixed). Called before pulls are served.
 void queues_resize(broker *b);
+// The most examples one push may carry: --max-chunk; a fixed --queue-depth; what --max-bytes
+// and the transport's largest request can hold of the schema's examples. Told to producers in
+// their hello reply (max_chunk), so that their chunks never exceed it.
+uint32_t broker_max_chunk(const broker *b);
 // Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
 // its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);

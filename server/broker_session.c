@@ -245,6 +245,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .peer_id = p->id,
         .next_seq = p->next_seq,
         .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
+        .max_chunk = broker_max_chunk(b),
         .trained_through = p->trained.through,
         // The current (sized) depth, plus the producer's share of what is held for commits
         // (retain_depth): sizes its default retention, which follows it in push and heartbeat

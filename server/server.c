@@ -359,6 +359,7 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     pthread_mutex_init(&s->lock, NULL);
     broker_config bc = cfg->broker;
     bc.describe_peer = describe_peer;
+    bc.max_message_bytes = cfg->max_message_bytes;
     bc.max_parked = cfg->contexts > 64 ? cfg->contexts - 32 : cfg->contexts / 2;
     if ((s->b = broker_create(&bc, stoker_now_ms())) == NULL) {
         rv = STOKER_NOMEM;

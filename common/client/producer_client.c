@@ -55,6 +55,7 @@ struct stoker_producer_client {
     pthread_cond_t cond;
     int closing;
     uint32_t heartbeat_ms;         // from the broker's hello reply; 0 before it
+    _Atomic uint32_t max_chunk;    // examples one push may carry, from it; 0: not said
     _Atomic uint64_t last_sent_ms; // when the last request went out
     _Atomic int done_making;       // draining: heartbeats say it pushes nothing more
 
@@ -386,16 +387,24 @@ describe_push(stoker_producer_client *pc, stoker_request *req)
 static int
 hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
 {
+    // A broker that does not know us starts where our retained (untrained) examples do: the
+    // oldest retained chunk, less what is trained at its head (a chunk is released only once
+    // all of it is trained, and sized chunks hold thousands), so that a restarted broker takes
+    // us as returning and gets no trained example again.
+    uint64_t from = pc->next_seq;
+    if (pc->kept != NULL) {
+        uint64_t trained = atomic_load(&pc->trained);
+        from = retention_oldest(pc->kept, pc->next_seq);
+        if (trained > from && trained <= pc->next_seq)
+            from = trained;
+    }
     stoker_request req = {
         .method = STOKER_HELLO,
         .session = pc->opts.session,
         .role = STOKER_ROLE_PRODUCER,
         .has_schema = 1,
         .schema = pc->schema,
-        // A broker that does not know us starts where our retained (untrained) examples do.
-        .next_seq = at != UINT64_MAX   ? at
-                    : pc->kept != NULL ? retention_oldest(pc->kept, pc->next_seq)
-                                       : pc->next_seq,
+        .next_seq = at != UINT64_MAX ? at : from,
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
         .want_arena = pc->shm,
@@ -419,6 +428,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         pthread_mutex_lock(&pc->lock);
         pc->id = rep->peer_id;
         pc->heartbeat_ms = rep->heartbeat_ms;
+        atomic_store(&pc->max_chunk, rep->max_chunk);
         pc->said_hello = 1;
         pthread_mutex_unlock(&pc->lock);
         note_trained(pc, rep->trained_through);
@@ -791,6 +801,8 @@ wait_room(stoker_producer_client *pc, uint32_t count)
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
             broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION; // waited --broker-wait for a broker to train anything
+        if (polled != STOKER_OK && !transient(polled))
+            return polled; // a refusal (a retained chunk too large for a new broker, ...): final
         if (polled != STOKER_OK)
             nap = 50;
         // At most 4 ms between polls while the broker answers: a queue the trainers drain fast
@@ -1020,6 +1032,8 @@ stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
             broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION; // said: no broker to report anything trained
+        if (polled != STOKER_OK && !transient(polled))
+            return polled; // a refusal: waiting longer changes nothing
         if (polled != STOKER_OK)
             nap = 50;
         nap = atomic_load(&pc->trained) > before ? 1 : (nap < 50 ? nap * 2 : 50);
@@ -1037,6 +1051,12 @@ uint64_t
 stoker_producer_client_session(const stoker_producer_client *pc)
 {
     return pc->opts.session;
+}
+
+uint32_t
+stoker_producer_client_max_chunk(const stoker_producer_client *pc)
+{
+    return atomic_load(&((stoker_producer_client *)pc)->max_chunk);
 }
 
 uint32_t

@@ -985,6 +985,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.peer_id = rep->peer_id;
     r.next_seq = rep->next_seq;
     r.heartbeat_ms = rep->heartbeat_ms;
+    r.max_chunk = rep->max_chunk;
     r.acked_through = rep->acked_through;
     r.trained_through = rep->trained_through;
     r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
@@ -1122,6 +1123,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->peer_id = r->peer_id;
     rep->next_seq = r->next_seq;
     rep->heartbeat_ms = r->heartbeat_ms;
+    rep->max_chunk = r->max_chunk;
     rep->acked_through = r->acked_through;
     rep->trained_through = r->trained_through;
     rep->n_trained_after = 0;

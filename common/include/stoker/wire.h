@@ -107,6 +107,7 @@ typedef struct stoker_reply {
     int has_schema;
     stoker_schema schema;
     uint32_t heartbeat_ms;
+    uint32_t max_chunk; // HELLO of a producer: the most examples one push may carry (0: not said)
     // PUSH
     uint64_t acked_through;
     // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
