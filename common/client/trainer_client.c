@@ -310,7 +310,8 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     req.world = tc->opts.world;
     req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
     stoker_reply *rep = NULL;
-    conn_stop stop = {.flag = tc->opts.client.stop};
+    // A TLS failure of the connection ends the wait at once (conn_failure), as STOKER_TLS.
+    conn_stop stop = {.flag = tc->opts.client.stop, .conn = &tc->conn};
     int rv = conn_call_until(tc->ctl_ctx, &req, timeout_ms, &stop, &rep, err, err_len);
     if (rv != STOKER_OK)
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
@@ -495,7 +496,10 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION && rv != STOKER_RETRY)
             goto fail_slots;
         if (stoker_now_ms() >= give_up) {
-            char why[256];
+            // Handshakes that failed for a TLS reason found meanwhile are the answer.
+            if ((rv = conn_failure(&tc->conn, err, err_len)) == STOKER_TLS)
+                goto fail_slots;
+            char why[STOKER_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", err);
             if (rv == STOKER_RETRY) {
                 snprintf(err, err_len, "still waiting at hello: %s", why);
@@ -941,7 +945,7 @@ take_early(stoker_trainer_client *tc)
 static int
 next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     uint64_t wait_start = stoker_now_ms();
     int acks_sent = 0;
     tc->refusal[0] = '\0'; // this call's, if any
@@ -966,7 +970,10 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 return rv;
             if (rv != STOKER_OK && rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION) {
                 snprintf(tc->refusal, sizeof(tc->refusal), "%s", err);
-                stoker_error("trainer: broker refused hello: %s", err);
+                if (rv == STOKER_TLS)
+                    stoker_error("trainer: %s", err);
+                else
+                    stoker_error("trainer: broker refused hello: %s", err);
                 return rv;
             }
             if (rv != STOKER_OK) { // the deadline above ends it
