@@ -76,8 +76,8 @@ on_event(const stoker_event *e, void *arg)
 // "" for none) and the TLS settings (into *tls, pointing into opts). STOKER_OK or
 // STOKER_INVALID with err.
 static int
-check_options(const stoker_consumer_options *opts, char *token, size_t cap,
-              stoker_tls_options *tls, char *err, size_t err_len)
+check_options(const stoker_consumer_options *opts, char *token, size_t cap, stoker_tls_options *tls,
+              char *err, size_t err_len)
 {
     if (opts == NULL || opts->api_version != STOKER_API_VERSION)
         return stoker_errorf(err, err_len, STOKER_INVALID,

@@ -172,7 +172,7 @@ watch_main(void *arg)
         int connected = atomic_load(&c->pipes) > 0;
         cond_wait_ms(&c->watch_cv, &c->watch_mu,
                      connected && atomic_load(&c->failure) == STOKER_OK ? CONN_WATCH_EVERY_MS
-                                                                         : CONN_FAIL_EVERY_MS);
+                                                                        : CONN_FAIL_EVERY_MS);
         if (c->closing)
             break;
         check_handshakes(c);
@@ -516,8 +516,7 @@ out:
     nng_aio_free(aio);
     conn_waiter_fini(&w);
     // No answer because the handshakes fail for a TLS reason: that reason, not a timeout.
-    if (stop != NULL && stop->conn != NULL &&
-        conn_failure(stop->conn, err, err_len) == STOKER_TLS)
+    if (stop != NULL && stop->conn != NULL && conn_failure(stop->conn, err, err_len) == STOKER_TLS)
         return STOKER_TLS;
     return stoker_err_from_nng(rv);
 }
@@ -599,9 +598,8 @@ stoker_status_fetch_tls(const char *url, const char *token, const stoker_tls_opt
     uint64_t deadline = stoker_now_ms() + timeout_ms;
     for (;;) {
         uint64_t now = stoker_now_ms();
-        int rv = status_fetch_once(url, token, tls,
-                                   now < deadline ? (uint32_t)(deadline - now) : 1, out, err,
-                                   err_len);
+        int rv = status_fetch_once(url, token, tls, now < deadline ? (uint32_t)(deadline - now) : 1,
+                                   out, err, err_len);
         if ((rv != STOKER_CONNECTION && rv != STOKER_CLOSED) || stoker_now_ms() + 20 >= deadline)
             return rv;
         stoker_sleep_ms(20, NULL);
