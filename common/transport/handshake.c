@@ -235,12 +235,12 @@ handshake_diagnose(const char *url, const stoker_tls_options *tls, const char *s
     if (!stoker_tls_url(url)) {
         if (speaks != SPEAKS_TLS)
             return STOKER_OK;
-        return stoker_errorf(why, why_len, STOKER_TLS,
-                             "the broker at %s speaks TLS (it does not answer nng's plaintext "
-                             "handshake and hangs up): connect to tls+tcp://%s%s%s:%s with --tls-ca "
-                             "(Python: tls_ca=)",
-                             url, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
-                             port);
+        return stoker_errorf(
+            why, why_len, STOKER_TLS,
+            "the broker at %s speaks TLS (it does not answer nng's plaintext "
+            "handshake and hangs up): connect to tls+tcp://%s%s%s:%s with --tls-ca "
+            "(Python: tls_ca=)",
+            url, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port);
     }
     if (speaks == SPEAKS_PLAIN_NNG)
         return stoker_errorf(why, why_len, STOKER_TLS,
@@ -257,8 +257,7 @@ handshake_diagnose(const char *url, const stoker_tls_options *tls, const char *s
                                       .insecure = tls == NULL || tls->ca == NULL};
     nng_tls_config *cfg;
     char err[256];
-    if (stoker_tls_config_create(&verify_only, 0, server_name, &cfg, err, sizeof(err)) !=
-        STOKER_OK)
+    if (stoker_tls_config_create(&verify_only, 0, server_name, &cfg, err, sizeof(err)) != STOKER_OK)
         return STOKER_OK;
     int rv = tls_probe(url, cfg);
     nng_tls_config_free(cfg);
