@@ -137,19 +137,27 @@ raw_connect(const char *host, const char *port)
     return fd;
 }
 
-// Reads up to want bytes within ms. The count read (0 when the peer closed or stayed silent).
+// Reads up to want bytes within ms. The count read; *closed (may be NULL) is set when the peer
+// closed or reset the connection (not when it merely stayed silent).
 static size_t
-raw_read(int fd, unsigned char *buf, size_t want, uint32_t ms)
+raw_read(int fd, unsigned char *buf, size_t want, uint32_t ms, int *closed)
 {
     size_t got = 0;
     uint64_t deadline = stoker_now_ms() + ms;
+    if (closed != NULL)
+        *closed = 0;
     while (got < want) {
         uint64_t now = stoker_now_ms();
         if (now >= deadline || !wait_fd(fd, POLLIN, (uint32_t)(deadline - now)))
             break;
         ssize_t n = recv(fd, buf + got, want - got, 0);
-        if (n <= 0)
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (closed != NULL)
+                *closed = 1;
             break;
+        }
         got += (size_t)n;
     }
     return got;
@@ -166,17 +174,20 @@ raw_probe(const char *host, const char *port)
         return SPEAKS_UNKNOWN;
     unsigned char got[8];
     enum speaks what = SPEAKS_UNKNOWN;
-    size_t n = raw_read(fd, got, sizeof(got), RAW_SILENT_MS);
+    int closed;
+    size_t n = raw_read(fd, got, sizeof(got), RAW_SILENT_MS, &closed);
     if (n >= 4 && memcmp(got, sp_magic, 4) == 0) {
         // A plaintext nng listener: finish its handshake as a REQ peer, as any client would.
         (void)!send(fd, req_header, sizeof(req_header), MSG_NOSIGNAL);
         what = SPEAKS_PLAIN_NNG;
-    } else if (n == 0) {
+    } else if (n == 0 && !closed) {
         // Silent: a TLS server waits for the client's hello. Our SP header is no TLS record: a
-        // TLS server answers with an alert (content type 21, version 3.x) or hangs up.
+        // TLS server answers with an alert (content type 21, version 3.x) or hangs up at once.
+        // A peer that stays silent still (a frozen broker: the kernel accepted for it) is not
+        // taken for TLS.
         (void)!send(fd, req_header, sizeof(req_header), MSG_NOSIGNAL);
-        n = raw_read(fd, got, 2, RAW_SILENT_MS);
-        if (n == 0 || (n == 2 && got[0] == 21 && got[1] == 3))
+        n = raw_read(fd, got, 2, RAW_SILENT_MS, &closed);
+        if ((n == 0 && closed) || (n == 2 && got[0] == 21 && got[1] == 3))
             what = SPEAKS_TLS;
     }
     close(fd);
