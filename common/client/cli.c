@@ -42,13 +42,15 @@ const stoker_cli_option stoker_cli_broker_rows[2] = {
      STOKER_CLI_AT(stoker_client_options, token)},
 };
 
-const stoker_cli_option stoker_cli_tls_rows[3] = {
+const stoker_cli_option stoker_cli_tls_rows[4] = {
     {"tls-cert", "F", "client certificate (PEM) for tls+tcp://", STOKER_CLI_STRING,
      STOKER_CLI_AT(stoker_client_options, tls.cert)},
     {"tls-key", "F", "its private key (PEM)", STOKER_CLI_STRING,
      STOKER_CLI_AT(stoker_client_options, tls.key)},
-    {"tls-ca", "F", "verify the broker's certificate with this CA (PEM)", STOKER_CLI_STRING,
-     STOKER_CLI_AT(stoker_client_options, tls.ca)},
+    {"tls-ca", "F", "verify the broker's certificate with this CA (PEM); required for tls+tcp://",
+     STOKER_CLI_STRING, STOKER_CLI_AT(stoker_client_options, tls.ca)},
+    {"tls-insecure", NULL, "tls+tcp:// without verifying the broker (no --tls-ca; not safe)",
+     STOKER_CLI_FLAG, STOKER_CLI_AT(stoker_client_options, tls.insecure)},
 };
 
 const char *
@@ -582,7 +584,7 @@ stoker_cli_check_tls(const stoker_cli *cli, const stoker_client_options *c)
     if (c->url != NULL && stoker_tls_url(c->url)) {
         if (stoker_tls_check(&c->tls, 0, err, sizeof(err)) != STOKER_OK)
             return stoker_cli_fail(cli, "%s", err);
-    } else if (c->tls.cert || c->tls.key || c->tls.ca) {
+    } else if (c->tls.cert || c->tls.key || c->tls.ca || c->tls.insecure) {
         return stoker_cli_fail(cli, "--tls-* options need a tls+tcp:// --broker URL");
     }
     return 0;

@@ -292,6 +292,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->schema = *schema;
     pc->stop.flag = opts->stop;
     pc->stop.grace_ms = STOP_GRACE_MS;
+    pc->stop.conn = &pc->conn; // a TLS failure ends the pushing thread's waits (STOKER_TLS)
     pc->retain = STOKER_RETAIN_AUTO;
     pc->retain_auto = 1;
     const char *shm = getenv("STOKER_SHM");
@@ -414,7 +415,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
     conn_copy_str(req.name, sizeof(req.name), pc->name);
     conn_copy_str(req.token, sizeof(req.token), pc->token);
     stoker_reply *rep = NULL;
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
     int rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, stop, &rep, err,
                              sizeof(err));
@@ -756,7 +757,7 @@ poll_trained(stoker_producer_client *pc)
                           .session = pc->opts.session,
                           .done_making = atomic_load(&pc->done_making)};
     stoker_reply *rep = NULL;
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
     rv = conn_call(pc->push_ctx, &req, pc->opts.request_timeout_ms, &rep, err, sizeof(err));
     if (rv != STOKER_OK) {

@@ -324,7 +324,8 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
         req.trained = trained;
     }
     stoker_reply *rep = NULL;
-    conn_stop stop = {.flag = tc->opts.client.stop};
+    // A TLS failure of the connection ends the wait at once (conn_failure), as STOKER_TLS.
+    conn_stop stop = {.flag = tc->opts.client.stop, .conn = &tc->conn};
     int rv = conn_call_until(tc->ctl_ctx, &req, timeout_ms, &stop, &rep, err, err_len);
     free(trained);
     if (rv != STOKER_OK)
@@ -559,7 +560,10 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION && rv != STOKER_RETRY)
             goto fail_slots;
         if (stoker_now_ms() >= give_up) {
-            char why[256];
+            // Handshakes that failed for a TLS reason found meanwhile are the answer.
+            if ((rv = conn_failure(&tc->conn, err, err_len)) == STOKER_TLS)
+                goto fail_slots;
+            char why[STOKER_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", err);
             if (rv == STOKER_RETRY) {
                 snprintf(err, err_len, "still waiting at hello: %s", why);
@@ -1039,7 +1043,7 @@ take_early(stoker_trainer_client *tc, uint32_t *pipe)
 static int
 next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     uint64_t wait_start = stoker_now_ms();
     int acks_sent = 0;
     tc->refusal[0] = '\0'; // this call's, if any
@@ -1064,7 +1068,10 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 return rv;
             if (rv != STOKER_OK && rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION) {
                 snprintf(tc->refusal, sizeof(tc->refusal), "%s", err);
-                stoker_error("trainer: broker refused hello: %s", err);
+                if (rv == STOKER_TLS)
+                    stoker_error("trainer: %s", err);
+                else
+                    stoker_error("trainer: broker refused hello: %s", err);
                 return rv;
             }
             if (rv != STOKER_OK) { // the deadline above ends it

@@ -72,7 +72,9 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     stoker_producer_client_set_pipelined(pc, 1);
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
         // No broker within --broker-wait was said by the client; a refusal is the broker's word.
-        if (rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED)
+        if (rv == STOKER_TLS)
+            stoker_error("producer '%s': %s", name, stoker_producer_client_error(pc));
+        else if (rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED)
             stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
                          stoker_producer_client_error(pc));
         goto out;

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 1
+API_VERSION = 2
 
 # stoker_err codes (stoker/error.h) this package acts on.
 OK = 0
@@ -26,6 +26,7 @@ INTERRUPTED = 17
 GROUP_BROKEN = 21
 DATASET_MISMATCH = 22
 SHARD_REVOKED = 23
+TLS = 24
 
 # stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
 DTYPES = {
@@ -57,6 +58,10 @@ class Options(ctypes.Structure):
         ("prefetch", ctypes.c_uint32),
         ("stall_timeout_ms", ctypes.c_uint32),
         ("connect_timeout_ms", ctypes.c_uint32),
+        ("tls_ca", ctypes.c_char_p),
+        ("tls_cert", ctypes.c_char_p),
+        ("tls_key", ctypes.c_char_p),
+        ("tls_insecure", ctypes.c_uint32),
     ]
 
 
@@ -122,6 +127,8 @@ def _declare(lib):
         "stoker_consumer_status_json": (i, [P, c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]),
         "stoker_status_json": (i, [c.c_char_p, c.c_char_p, u32, c.c_char_p, c.c_size_t,
                                    c.POINTER(c.c_size_t)]),
+        "stoker_status_json_opts": (i, [c.POINTER(Options), u32, c.c_char_p, c.c_size_t,
+                                        c.POINTER(c.c_size_t)]),
         "stoker_consumer_interrupt": (None, [P]),
         "stoker_consumer_close": (None, [P]),
         "stoker_strerror": (c.c_char_p, [i]),

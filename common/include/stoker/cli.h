@@ -81,9 +81,10 @@ typedef struct stoker_cli {
 } stoker_cli;
 
 // The rows every client shares, into a stoker_client_options: --broker, --token-file
-// (stoker_cli_broker_rows) and --tls-cert, --tls-key, --tls-ca (stoker_cli_tls_rows).
+// (stoker_cli_broker_rows) and --tls-cert, --tls-key, --tls-ca,
+// --tls-insecure (stoker_cli_tls_rows).
 extern const stoker_cli_option stoker_cli_broker_rows[2];
-extern const stoker_cli_option stoker_cli_tls_rows[3];
+extern const stoker_cli_option stoker_cli_tls_rows[4];
 #define STOKER_CLI_ROWS(rows) (rows), (sizeof(rows) / sizeof((rows)[0]))
 
 // The one version string of every executable (the project's version).
