@@ -715,8 +715,8 @@ group_commit(broker *b, trainer *t, void *token, const stoker_request *req, uint
     }
     if (gr->n_staged + (uint64_t)req->n_acks > GROUP_COMMIT_MAX_LEASES) {
         send_code(b, out, token, STOKER_INVALID,
-                  "group '%s': rank %u stages more than %u leases in one commit", g->name,
-                  t->rank, GROUP_COMMIT_MAX_LEASES);
+                  "group '%s': rank %u stages more than %u leases in one commit", g->name, t->rank,
+                  GROUP_COMMIT_MAX_LEASES);
         return;
     }
     if (gr->n_staged + (uint64_t)req->n_acks > gr->cap_staged) {

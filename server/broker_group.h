@@ -60,7 +60,7 @@ void group_destroy_all(broker *b, broker_outbox *out);
 // rank is answered. Until then the final part waits, at most GROUP_COMMIT_WAIT_MS from the first
 // rank's part (then STOKER_TIMEOUT naming the ranks missing). A rank lost meanwhile ends it with
 // STOKER_GROUP_BROKEN: nothing of it counts, the ranks' leases are redelivered as uncommitted.
-#define GROUP_COMMIT_WAIT_MS STOKER_GROUP_COMMIT_WAIT_MS
+#define GROUP_COMMIT_WAIT_MS    STOKER_GROUP_COMMIT_WAIT_MS
 #define GROUP_COMMIT_MAX_LEASES (1u << 22) // per rank and commit: the staging's bound
 // Handles t's (a committing rank's) ACK req with commit_step; answers token now or later.
 void group_commit(broker *b, trainer *t, void *token, const stoker_request *req, uint64_t now_ms,

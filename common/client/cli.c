@@ -532,9 +532,9 @@ stoker_cli_exclude(const stoker_cli *cli, const char *a, const char *b, const ch
 
 // The transports stoker speaks (nng's, by scheme); those before the NULL with a host need
 // HOST:PORT.
-static const char *const url_schemes[] = {"tcp://",      "tcp4://",      "tcp6://", "tls+tcp://",
-                                          "tls+tcp4://", "tls+tcp6://",  NULL,      "ipc://",
-                                          "abstract://", "inproc://",    NULL};
+static const char *const url_schemes[] = {"tcp://",      "tcp4://",     "tcp6://", "tls+tcp://",
+                                          "tls+tcp4://", "tls+tcp6://", NULL,      "ipc://",
+                                          "abstract://", "inproc://",   NULL};
 
 int
 stoker_cli_check_url(const stoker_cli *cli, const char *flag, const char *url)

@@ -184,8 +184,8 @@ stoker_consumer_open_group(const stoker_consumer_options *opts, const char *grou
 }
 
 int
-stoker_consumer_open_group_at(const stoker_consumer_options *opts, const char *group,
-                              uint32_t rank, uint32_t world, uint64_t resume_step, int commit,
+stoker_consumer_open_group_at(const stoker_consumer_options *opts, const char *group, uint32_t rank,
+                              uint32_t world, uint64_t resume_step, int commit,
                               stoker_consumer **out, char *err, size_t err_len)
 {
     if (group == NULL || group[0] == '\0')

@@ -572,8 +572,10 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
             }
             char unknown[320];
             if (conn_unknown_host(tc->url, unknown, sizeof(unknown)))
-                snprintf(err, err_len, "%s in %s: no broker answered within %u ms; check the "
-                         "host name", unknown, tc->url, opts->client.give_up_ms);
+                snprintf(err, err_len,
+                         "%s in %s: no broker answered within %u ms; check the "
+                         "host name",
+                         unknown, tc->url, opts->client.give_up_ms);
             else
                 snprintf(err, err_len, "no broker answered at %s within %u ms (%s)", tc->url,
                          opts->client.give_up_ms, why);
