@@ -120,8 +120,10 @@ static const stoker_cli_option rows[] = {
      "state and position there (safetensors, atomically); batches count\n"
      "as trained at the broker only once a checkpoint holds them",
      STOKER_CLI_STRING, AT(train.checkpoint_path)},
-    {"checkpoint-every", "N", "rounds between checkpoints", STOKER_CLI_UINT,
-     AT(train.checkpoint_every), .imin = 1, .imax = 1u << 30},
+    {"checkpoint-every", "N",
+     "rounds between checkpoints (a rank of a --group: N rounds' worth of steps, so that every "
+     "rank checkpoints and commits at the same step)",
+     STOKER_CLI_UINT, AT(train.checkpoint_every), .imin = 1, .imax = 1u << 30},
     {"resume", "PATH", "continue from this checkpoint: weights, Adam state, position",
      STOKER_CLI_STRING, AT(resume_path)},
     {"identity-log", "PATH",
@@ -148,10 +150,7 @@ check(const stoker_cli *cli, const trainer_options *o)
         stoker_cli_check_tls(cli, &o->client) != 0 ||
         stoker_cli_exclude(cli, "inline", "group", "--group applies to --broker only") != 0 ||
         stoker_cli_exclude(cli, "inline", "identity-log",
-                           "--identity-log applies to --broker only") != 0 ||
-        stoker_cli_exclude(cli, "group", "checkpoint",
-                           "--checkpoint commits with each checkpoint, which the ranks of a group "
-                           "cannot (they acknowledge after each step)") != 0)
+                           "--identity-log applies to --broker only") != 0)
         return 2;
     if (stoker_cli_given(cli, "checkpoint-every") && cfg->checkpoint_path == NULL)
         return stoker_cli_fail(cli, "--checkpoint-every goes with --checkpoint PATH");

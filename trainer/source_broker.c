@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "source.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -260,6 +261,18 @@ source_broker_open(const train_config *cfg, const source_hooks *hooks, source **
     s->grouped = cfg->group != NULL;
     to.rank = cfg->rank;
     to.world = cfg->world;
+    if (cfg->resume != NULL) {
+        // A rank resumed from its checkpoint: the group's step count goes on from the steps it
+        // had taken then (a rank's batches are its steps), at whatever world size this run has;
+        // and its hello names the identities the checkpoint holds that may not be committed, so
+        // that no rank is given them again (group commit, docs/groups.md).
+        if (cfg->group != NULL)
+            to.group_resume_step = checkpoint_position_of(cfg->resume)->batches;
+        const checkpoint_runs *pending = checkpoint_pending(cfg->resume);
+        _Static_assert(sizeof(checkpoint_run) == 3 * sizeof(uint64_t), "a run is 3 uint64");
+        to.trained_runs = (const uint64_t *)pending->v;
+        to.n_trained_runs = pending->n < UINT32_MAX ? (uint32_t)pending->n : UINT32_MAX;
+    }
     s->committing = to.commit = cfg->checkpoint_path != NULL;
     s->stall_ms = cfg->stall_timeout_ms;
     s->time_goal_s = cfg->time_goal_s;

@@ -263,6 +263,20 @@ save_checkpoint(const train_config *cfg, source *src, mlp *net, train_result *re
     return STOKER_OK;
 }
 
+// Whether a checkpoint is due after this step: every checkpoint_every rounds, or for a rank of
+// a group every checkpoint_every rounds' worth of steps, counted in steps (a rank's batches):
+// every rank then checkpoints, and commits, at the same step (group commit), though an epoch's
+// last step may give the ranks one example more or less.
+static int
+checkpoint_due(const train_config *cfg, const train_result *res, int round_done)
+{
+    if (cfg->group == NULL)
+        return round_done && res->rounds % cfg->checkpoint_every == 0;
+    uint64_t per_round = cfg->round_length / (cfg->batch_size > 0 ? cfg->batch_size : 1);
+    uint64_t every = (per_round > 0 ? per_round : 1) * cfg->checkpoint_every;
+    return res->batches % every == 0;
+}
+
 // Loads the checkpoint resumed from into net and continues its lineage's counts.
 static int
 resume(const train_config *cfg, source *src, mlp *net, train_result *res, uint64_t *seed, char *why,
@@ -520,8 +534,7 @@ train_run(const train_config *cfg, train_result *res)
             round_loss_sum = 0;
             round_batches = 0;
         }
-        if (round_done && cfg->checkpoint_path != NULL &&
-            res->rounds % cfg->checkpoint_every == 0 &&
+        if (cfg->checkpoint_path != NULL && checkpoint_due(cfg, res, round_done) &&
             save_checkpoint(cfg, src, net, res, lineage_seed, why, sizeof(why)) != STOKER_OK) {
             set_reason(res, TRAIN_ERROR, "cannot write the checkpoint: %s", why);
             break;

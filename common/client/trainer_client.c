@@ -537,6 +537,15 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         nng_aio_set_timeout(s->aio, (nng_duration)(tc->wait_ms + opts->client.request_timeout_ms));
     }
 
+    // What a resumed trainer trained before (its checkpoint's pending identities): in the
+    // identity filter before the first hello, whose report of what it trained then names them.
+    for (uint32_t i = 0; i < opts->n_trained_runs; i++) {
+        const uint64_t *r = &opts->trained_runs[3 * i];
+        if (idset_add(tc->seen, r[0], r[1], r[2]) == UINT64_MAX) {
+            rv = stoker_errorf(err, err_len, STOKER_NOMEM, "trainer: out of memory");
+            goto fail_slots;
+        }
+    }
     // Hello, retried until the broker answers; then wait (bounded by the stall timeout) until the
     // broker knows the schema, which it learns from its first producer unless given --schema.
     uint64_t give_up = stoker_now_ms() + opts->client.give_up_ms;

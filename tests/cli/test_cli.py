@@ -183,8 +183,6 @@ def test_usage_errors_across_flags():
         ("stoker-trainer", ["--broker", "ipc:///x", "--delay", "0:0"], "--delay applies"),
         ("stoker-trainer", ["--broker", "ipc:///x", "--checkpoint-every", "5"],
          "--checkpoint-every goes with --checkpoint PATH"),
-        ("stoker-trainer", ["--broker", "ipc:///x", "--checkpoint", "/tmp/c", "--group", "g",
-                            "--rank", "0", "--world", "1"], "the ranks of a group cannot"),
         ("stoker-trainer", ["--inline", "--identity-log", "/tmp/l"], "--identity-log applies"),
         ("stoker-trainer", ["--broker", "ipc:///x", "--resume", "/nonexistent/c.ckpt"],
          "--resume: /nonexistent/c.ckpt"),

@@ -209,6 +209,122 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
     proc_broker_stop(broker);
 }
 
+// Group commit with the C trainer (issue 31): two ranks with --checkpoint commit together at one
+// step; both are SIGKILLed right after a checkpoint and the group resumes at three ranks (ranks 0
+// and 1 from their own checkpoints, rank 2 from rank 0's), the step count going on from theirs.
+// From each rank's identity log, cut at its checkpoint (less where it resumed from), the lineage
+// trains each example at most once, and what it never trained is what stays queued.
+Test(checkpoint, a_group_killed_between_checkpoints_resumes_at_three_ranks_with_each_example_once)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--queue-depth", "64"));
+    const char *const pargs[] = {"--max-examples", "600", "--delay", "0.001:0.003", "--chunk", "3",
+                                 "--linger",       "60",  NULL};
+    proc_child *p1 = e2e_producer_start(url, "grp-1", pargs);
+    proc_child *p2 = e2e_producer_start(url, "grp-2", pargs);
+    char ck[3][320], logs[2][3][320];
+    for (int r = 0; r < 3; r++) {
+        char name[64];
+        snprintf(name, sizeof(name), "rank%d.ckpt", r);
+        snprintf(ck[r], sizeof(ck[r]), "%s", testdir_file(name));
+        for (int run = 0; run < 2; run++) {
+            snprintf(name, sizeof(name), "ids-%d-%d", run, r);
+            snprintf(logs[run][r], sizeof(logs[run][r]), "%s", testdir_file(name));
+        }
+    }
+    char ranks[3][8], world[2][8];
+    for (int r = 0; r < 3; r++)
+        snprintf(ranks[r], sizeof(ranks[r]), "%d", r);
+    snprintf(world[0], sizeof(world[0]), "2");
+    snprintf(world[1], sizeof(world[1]), "3");
+    proc_child *t[3] = {0};
+    checkpoint_position from[2][3] = {{{0}}}, at[2][3] = {{{0}}};
+    for (int run = 0; run < 2; run++) {
+        int n = run == 0 ? 2 : 3;
+        for (int r = 0; r < n; r++) {
+            // Rank 2 of the resumed run starts from rank 0's checkpoint; it writes its own.
+            const char *resume = run == 0 ? NULL : r < 2 ? ck[r] : ck[0];
+            int ok = 1;
+            if (resume != NULL)
+                from[run][r] = position(resume, &ok);
+            cr_assert(ok, "no checkpoint to resume rank %d from", r);
+            const char *a[32] = {"--broker",
+                                 url,
+                                 "--batch-size",
+                                 "4",
+                                 "--round-length",
+                                 "20",
+                                 "--rounds",
+                                 "1000",
+                                 "--device",
+                                 "cpu",
+                                 "--stall-timeout",
+                                 "10",
+                                 "--group",
+                                 "g",
+                                 "--rank",
+                                 ranks[r],
+                                 "--world",
+                                 world[run],
+                                 "--checkpoint",
+                                 ck[r],
+                                 "--checkpoint-every",
+                                 "1",
+                                 "--identity-log",
+                                 logs[run][r]};
+            int k = 24;
+            if (resume != NULL) {
+                a[k++] = "--resume";
+                a[k++] = resume;
+            }
+            a[k] = NULL;
+            t[r] = e2e_trainer_start(a);
+        }
+        if (run == 0) {
+            wait_checkpoint_past(ck[0], 200, t[0]);
+            for (int r = 0; r < n; r++)
+                proc_signal(t[r], SIGKILL);
+            for (int r = 0; r < n; r++)
+                cr_assert(proc_wait(t[r], 5000), "rank %d did not die of SIGKILL", r);
+        } else {
+            for (int r = 0; r < n; r++)
+                proc_assert_exit(t[r], 3, 60000); // the supply's end
+        }
+        for (int r = 0; r < n; r++) {
+            int ok;
+            at[run][r] = position(ck[r], &ok);
+            cr_assert(ok, "no readable checkpoint of rank %d after run %d", r, run);
+        }
+    }
+    cr_assert_eq(at[1][0].batches, at[1][1].batches,
+                 "the resumed ranks ended at steps %" PRIu64 " and %" PRIu64, at[1][0].batches,
+                 at[1][1].batches);
+    cr_assert_eq(at[1][0].batches, at[1][2].batches, "rank 2 ended at step %" PRIu64,
+                 at[1][2].batches);
+    cr_assert_gt(from[1][0].batches, 0, "the first run left no step in its checkpoint");
+    e2e_examples lineage = {0};
+    for (int run = 0; run < 2; run++)
+        for (int r = 0; r < (run == 0 ? 2 : 3); r++)
+            take_log(&lineage, logs[run][r], at[run][r].examples - from[run][r].examples);
+    stoker_status *st = h_status(url);
+    uint64_t queued = st->counters.queued;
+    stoker_status_destroy(st);
+    fprintf(stderr,
+            "checkpoint: group of 2 killed at steps %" PRIu64 "/%" PRIu64 ", resumed at 3 ranks, "
+            "ended at step %" PRIu64 "; %zu examples in the lineage, %" PRIu64 " left queued\n",
+            at[0][0].batches, at[0][1].batches, at[1][0].batches, lineage.n, queued);
+    cr_assert_eq(e2e_duplicates(&lineage), 0, "an example was trained twice in the lineage");
+    cr_assert_eq(lineage.n + queued, 2 * 600, "%zu trained in the lineage, %" PRIu64 " queued",
+                 lineage.n, queued);
+    e2e_examples_fini(&lineage);
+    proc_signal(p1, SIGTERM);
+    proc_signal(p2, SIGTERM);
+    proc_wait(p1, 10000);
+    proc_wait(p2, 10000);
+    proc_broker_stop(broker);
+}
+
 // Counts, into seen[epoch * items + index], the first n examples of a dataset's identity log
 // (lines "SESSION SEQ 1 EPOCH INDEX").
 static void

@@ -51,6 +51,12 @@ typedef struct stoker_trainer_options {
     // A group resumed from a checkpoint: the steps its ranks had taken then (group commit,
     // docs/groups.md); the group's step count goes on from there. 0: a new run.
     uint64_t group_resume_step;
+    // Identities this trainer trained before it was created (a run resumed from a checkpoint
+    // that holds identities maybe not committed): n_trained_runs triples (session, first_seq,
+    // count), borrowed for create. They are in its identity filter from the start and its hello
+    // tells the broker, so that no other trainer (no other rank) is given them either.
+    const uint64_t *trained_runs;
+    uint32_t n_trained_runs;
     // Liveness: while it lives the client sends the broker a heartbeat from a thread of its own
     // (every third of the broker's --trainer-timeout), so a step longer than that timeout (an
     // evaluation pass) keeps its leases and its group; only a dead or frozen process falls
