@@ -58,14 +58,16 @@ def touch(arr):
 
 
 def steps_loop(batches, field, warmup, steps, on_step=None):
-    """Takes warmup + steps batches; returns (t0, t1, rows in the window, checksum)."""
+    """Takes warmup + steps batches; returns (t0, t1, rows in the window, whether the last
+    batch lay in the broker's shared memory (None for a DataLoader's))."""
     t0 = t1 = None
+    shared = None
     n = k = 0
-    check = 0
     for b in batches:
         arr = b[field]
         arr = arr.numpy() if hasattr(arr, "numpy") else np.asarray(arr)
-        check += touch(arr)
+        touch(arr)
+        shared = getattr(b, "shared", None)
         k += 1
         if on_step is not None:
             on_step(k)
@@ -78,7 +80,7 @@ def steps_loop(batches, field, warmup, steps, on_step=None):
             break
     if t1 is None:
         raise RuntimeError("the supply ended after %d of %d steps" % (k, warmup + steps))
-    return t0, t1, n, check
+    return t0, t1, n, shared
 
 
 def wait_for_go():
@@ -105,8 +107,8 @@ def run_group(argv):
             commit["n"] += 1
 
     cpu0 = own_cpu()
-    t0, t1, n, _ = steps_loop(client.batches(batch), field, warmup, steps, on_step)
-    out = {"t0": t0, "t1": t1, "examples": n, "steps": client.group_step,
+    t0, t1, n, shared = steps_loop(client.batches(batch), field, warmup, steps, on_step)
+    out = {"t0": t0, "t1": t1, "examples": n, "steps": client.group_step, "shared": shared,
            "examples_per_second": n / (t1 - t0), "commits": commit["n"],
            "commit_seconds": commit["s"], "cpu_seconds": own_cpu() - cpu0}
     print(json.dumps(out), flush=True)
