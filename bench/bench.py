@@ -5,8 +5,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
 
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
-Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, durable, chunks. Run
-scripts/build.sh first (or let bench/run.sh do it)."""
+Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
+group-commit, ranks-shm. Run scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -576,6 +576,8 @@ def bench_ranks(opts, tmp):
         res["rows"].append((f"ranks W={world}: end spread grouped / ungrouped, ms",
                             1000 * g["end_spread_s"], f"({1000 * u['end_spread_s']:.0f} ms)",
                             None))
+    return res
+
 
 def seed_rate(tmp, tag, scale, retain, producer_flags=()):
     """Examples/s of the seed workload (16 synthetic producers, delays divided by scale)."""
@@ -748,10 +750,204 @@ def bench_durable(opts, tmp):
     return res
 
 
+RANKS_LOOP = os.path.join(ROOT, "bench", "ranks_loop.py")
+
+
+def collect_ranks(ranks, timeout):
+    """The JSON line of every ranks_loop.py process, then tells them all to close (a group rank
+    that closed before the others printed could break their last step)."""
+    deadline = time.monotonic() + timeout
+    outs = []
+    for r in ranks:
+        line = ""
+        while not line:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"a rank printed nothing within {timeout} s")
+            line = r.stdout.readline()
+            if not line and r.poll() is not None:
+                raise RuntimeError(f"a rank ended (exit {r.returncode}) without its figures")
+        outs.append(json.loads(line))
+    for r in ranks:
+        try:
+            r.stdin.write("go\n")
+            r.stdin.close()
+        except OSError:
+            pass
+    for r in ranks:
+        try:
+            r.wait(max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            r.kill()
+            r.wait()
+    return outs
+
+
+def start_rank(procs, args):
+    return procs.start([PY, RANKS_LOOP, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       text=True)
+
+
+def window(outs, bytes_per_example):
+    """The ranks' aggregate over the group's wall window (first t0 to last t1)."""
+    t0, t1 = min(o["t0"] for o in outs), max(o["t1"] for o in outs)
+    n = sum(o["examples"] for o in outs)
+    return {"examples": n, "seconds": t1 - t0, "examples_per_second": n / (t1 - t0),
+            "mb_per_second": n * bytes_per_example / (t1 - t0) / 1e6, "ranks": outs}
+
+
+def group_commit_run(tmp, tag, every, world, batch, warmup, steps, producers):
+    """world Python ranks of one group (ranks_loop.py) over `producers` synthetic producers with
+    --delay 0:0; every > 0: group commit (state_dict() on every rank every `every` steps), else
+    group acknowledgement. Returns the aggregate over the ranks' window."""
+    url = endpoint("ipc", tmp, f"gc-{tag}")
+    with Procs() as procs:
+        start_broker(procs, url)
+        ranks = [start_rank(procs, ["group", url, str(r), str(world), str(batch), str(warmup),
+                                    str(steps), str(every), "input"]) for r in range(world)]
+        for i in range(producers):
+            procs.start([PRODUCER, "--broker", url, "--name", f"{tag}{i}", "--delay", "0:0",
+                         "--log-level", "error"])
+        res = window(collect_ranks(ranks, 150), SYNTH_BYTES)
+    res["every"] = every
+    return res
+
+
+def bench_group_commit(opts, tmp):
+    """Group commit (issue 31): a group of 2 Python ranks (stoker.Client, batch 256 per rank)
+    over synthetic producers with --delay 0:0, with group acknowledgement (commit=False) against
+    group commit (commit=True, every rank calls state_dict() every 100 steps), in pairs back to
+    back, the order swapped every pair; the cost from the median of the pairs' ratios."""
+    world, batch, every, producers = 2, 256, 100, 2
+    warmup, steps = 200, (1000 if opts.quick else 10000)
+    pairs = 1 if opts.quick else 5
+    res = {"ack": [], "commit": [], "ratios": [], "world": world, "batch": batch,
+           "every": every, "producers": producers, "warmup_steps": warmup, "steps": steps}
+    for k in range(pairs):
+        got = {}
+        for mode in (("ack", "commit") if k % 2 == 0 else ("commit", "ack")):
+            r = group_commit_run(tmp, f"{mode}{k}", every if mode == "commit" else 0, world,
+                                 batch, warmup, steps, producers)
+            got[mode] = r["examples_per_second"]
+            res[mode].append(r)
+        res["ratios"].append(got["commit"] / got["ack"])
+    ratio = statistics.median(res["ratios"])
+    a = statistics.median(r["examples_per_second"] for r in res["ack"])
+    c = statistics.median(r["examples_per_second"] for r in res["commit"])
+    commit_ms = statistics.median(1000 * o["commit_seconds"] / max(1, o["commits"])
+                                  for r in res["commit"] for o in r["ranks"])
+    # The commit's direct cost: the share of each rank's window spent inside state_dict() (less
+    # noisy than the pairs' ratio on a loaded machine; it counts the 1-2 commits of the warm-up).
+    inside = statistics.median(o["commit_seconds"] / (o["t1"] - o["t0"])
+                               for r in res["commit"] for o in r["ranks"])
+    res["cost"] = 1 - ratio
+    res["inside_state_dict"] = inside
+    res["rows"] = [
+        ("group-commit W=2: ex/s group ack (median)", a, "(figure)", None),
+        (f"group-commit W=2: ex/s commit every {every} (median)", c, "(figure)", None),
+        (f"group-commit: commit / ack, median of {pairs} pairs", ratio, ">= 0.95",
+         ratio >= 0.95),
+        ("group-commit: state_dict() call, ms (median)", commit_ms, "(figure)", None),
+        ("group-commit: share of a rank's window in state_dict()", inside, "< 0.05",
+         inside < 0.05),
+    ]
+    return res
+
+
+IMAGE_BYTES = 224 * 224 * 3
+
+
+def ranks_shm_stoker(tmp, tag, world, producers, warmup, steps):
+    """world ranks of one stoker group (ranks_loop.py, commit=False), batch 32 of 150,528-byte
+    examples through the broker's shared memory, fed by `producers` stoker-bench-producers on
+    the broker's host (--fill stamp, pushing by reference), as bench_large's shm run. Returns
+    the aggregate over the window, with the CPU seconds of every process of the side."""
+    url = endpoint("ipc", tmp, f"rshm-{tag}")
+    with Procs() as procs:
+        broker = start_broker(procs, url, "--queue-depth", "256", "--max-message", "268435456")
+        ranks = [start_rank(procs, ["group", url, str(r), str(world), "32", str(warmup),
+                                    str(steps), "0", "image"]) for r in range(world)]
+        pushers = [procs.start([BENCH_PRODUCER, "--broker", url, "--schema",
+                                "image:uint8[224,224,3]", "--chunk", "32", "--fill", "stamp",
+                                "--name", f"{tag}{i}"]) for i in range(producers)]
+        outs = collect_ranks(ranks, 150)
+        helpers_cpu = cpu_seconds(broker.pid) + sum(cpu_seconds(p.pid) for p in pushers)
+    res = window(outs, IMAGE_BYTES)
+    res["cpu_seconds"] = helpers_cpu + sum(o["cpu_seconds"] for o in outs)
+    return res
+
+
+def ranks_shm_dataloader(world, workers, warmup, steps):
+    """world independent processes, each with its own DataLoader(num_workers=workers), batch 32
+    of the same 150,528-byte images (ranks_loop.py's ImageDataset)."""
+    with Procs() as procs:
+        ranks = [start_rank(procs, ["dataloader", str(workers), "32", str(warmup), str(steps)])
+                 for _ in range(world)]
+        outs = collect_ranks(ranks, 150)
+    res = window(outs, IMAGE_BYTES)
+    res["cpu_seconds"] = sum(o["cpu_seconds"] for o in outs)
+    return res
+
+
+def bench_ranks_shm(opts, tmp):
+    """Several ranks on one host reading 150,528-byte examples (batch 32) through shared memory
+    (issue 31): 2 and 4 ranks of one stoker group (commit=False; as many stoker-bench-producers
+    on the broker's host as ranks, generation free: --fill stamp) against the same number of
+    processes each with its own PyTorch DataLoader(num_workers=1) over the same ready image
+    (generation free too): as many generating processes on each side, all on the machine's
+    cores as the kernel schedules them. Aggregate MB/s over the ranks' window, and MB per CPU
+    second of the whole side (ranks, producers and broker; ranks and their workers). Pairs
+    back to back, the order swapped every pair; the median of the pairs' ratios."""
+    warmup = 20
+    pairs = 1 if opts.quick else 3
+    res = {"configs": [], "rows": []}
+    if not has_torch():
+        res["rows"].append(("ranks-shm: DataLoader: torch not importable", float("nan"), "",
+                            None))
+    # Steps per rank: the DataLoader side is several times slower, so it takes fewer steps for
+    # a window of about the same length (rates, not volumes, are compared).
+    st_steps, dl_steps = (1200, 400) if opts.quick else (3000, 800)
+    for world in (2, 4):
+        ratios, cpu_ratios, st_all, dl_all = [], [], [], []
+        for k in range(pairs):
+            got = {}
+            order = ("stoker", "dataloader") if k % 2 == 0 else ("dataloader", "stoker")
+            for side in order:
+                if side == "stoker":
+                    got[side] = ranks_shm_stoker(tmp, f"w{world}k{k}", world, world, warmup,
+                                                 st_steps // world)
+                elif has_torch():
+                    got[side] = ranks_shm_dataloader(world, 1, warmup, dl_steps // world)
+            st_all.append(got["stoker"])
+            if "dataloader" in got:
+                dl = got["dataloader"]
+                dl_all.append(dl)
+                ratios.append(got["stoker"]["mb_per_second"] / dl["mb_per_second"])
+                per_cpu = lambda r: r["examples"] * IMAGE_BYTES / 1e6 / r["cpu_seconds"]  # noqa
+                cpu_ratios.append(per_cpu(got["stoker"]) / per_cpu(dl))
+        res["configs"].append({"world": world, "stoker": st_all, "dataloader": dl_all,
+                               "ratios": ratios, "per_cpu_ratios": cpu_ratios})
+        s = statistics.median(r["mb_per_second"] for r in st_all)
+        shared = all(o["shared"] for r in st_all for o in r["ranks"])
+        res["rows"].append((f"ranks-shm W={world}: stoker batches in shared memory", float(shared),
+                            "1", shared))
+        res["rows"].append((f"ranks-shm W={world}: stoker group MB/s (median)", s, "(figure)",
+                            None))
+        if dl_all:
+            d = statistics.median(r["mb_per_second"] for r in dl_all)
+            res["rows"].append((f"ranks-shm W={world}: {world} x DataLoader(1) MB/s (median)", d,
+                                "(figure)", None))
+            res["rows"].append((f"ranks-shm W={world}: stoker / DataLoader, median of {pairs}",
+                                statistics.median(ratios), "(figure)", None))
+            res["rows"].append((f"ranks-shm W={world}: MB per CPU s, stoker / DataLoader",
+                                statistics.median(cpu_ratios), "(figure)", None))
+    return res
+
+
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
-           "chunks": bench_chunks}
+           "chunks": bench_chunks, "group-commit": bench_group_commit,
+           "ranks-shm": bench_ranks_shm}
 
 
 def main():
