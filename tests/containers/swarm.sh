@@ -53,7 +53,8 @@ task_container() { docker ps -q --filter "label=com.docker.swarm.service.name=${
 status() {
     local b
     b=$(task_container broker)
-    [ -n "$b" ] && docker exec "$b" curl -fsS http://127.0.0.1:9090/status > "$CT_TMP/status.json"
+    # /status asks for the broker's token (the stack's secret) as a bearer header.
+    [ -n "$b" ] && docker exec "$b" sh -c 'curl -fsS -H "Authorization: Bearer $(cat /run/secrets/stoker_token)" http://127.0.0.1:9090/status' > "$CT_TMP/status.json"
 }
 status_has() { status && json_check "$CT_TMP/status.json" "$1"; }
 
