@@ -48,18 +48,17 @@ consumers_json(stoker_text *t, const stoker_status *st)
             stoker_text_printf(t, ", \"pid\": %u", c->pid);
         else
             stoker_text_printf(t, ", \"pid\": null");
-        stoker_text_printf(t,
-                           ", \"connected\": %s, \"delivery\": \"%s\", \"batches_shm\": %llu, "
-                           "\"batches_socket\": %llu, \"examples_shm\": %llu, "
-                           "\"examples_socket\": %llu, \"bytes_shm\": %llu, "
-                           "\"bytes_socket\": %llu, \"arena_full\": %llu, \"data_wait_s\": %.3f}",
-                           c->connected ? "true" : "false", stoker_delivery_name(c->delivery),
-                           (unsigned long long)c->batches_shm,
-                           (unsigned long long)c->batches_socket,
-                           (unsigned long long)c->examples_shm,
-                           (unsigned long long)c->examples_socket, (unsigned long long)c->bytes_shm,
-                           (unsigned long long)c->bytes_socket, (unsigned long long)c->arena_full,
-                           (double)c->data_wait_ms / 1000.0);
+        stoker_text_printf(
+            t,
+            ", \"connected\": %s, \"delivery\": \"%s\", \"batches_shm\": %llu, "
+            "\"batches_socket\": %llu, \"examples_shm\": %llu, "
+            "\"examples_socket\": %llu, \"bytes_shm\": %llu, "
+            "\"bytes_socket\": %llu, \"arena_full\": %llu, \"data_wait_s\": %.3f}",
+            c->connected ? "true" : "false", stoker_delivery_name(c->delivery),
+            (unsigned long long)c->batches_shm, (unsigned long long)c->batches_socket,
+            (unsigned long long)c->examples_shm, (unsigned long long)c->examples_socket,
+            (unsigned long long)c->bytes_shm, (unsigned long long)c->bytes_socket,
+            (unsigned long long)c->arena_full, (double)c->data_wait_ms / 1000.0);
     }
     stoker_text_printf(t, "]");
 }
@@ -218,16 +217,15 @@ stoker_status_render_json(const stoker_status *st)
     stoker_labels_render_json(&t, st->label_maps, st->n_label_maps, st->label_maps_omitted);
     // --- end of label maps ---
     if (st->dataset_size > 0)
-        stoker_text_printf(&t,
-                           ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "
-                           "\"epochs_done\": %u, \"epochs\": %u, \"items_reassigned\": %llu, "
-                           "\"pushes_revoked\": %llu, \"overlap\": %s, "
-                           "\"epoch_acknowledged\": %llu}}\n",
-                           (unsigned long long)st->dataset_size, st->epochs_done, st->epochs_limit,
-                           (unsigned long long)st->items_reassigned,
-                           (unsigned long long)st->pushes_revoked,
-                           st->epochs_overlap ? "true" : "false",
-                           (unsigned long long)st->epoch_acknowledged);
+        stoker_text_printf(
+            &t,
+            ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "
+            "\"epochs_done\": %u, \"epochs\": %u, \"items_reassigned\": %llu, "
+            "\"pushes_revoked\": %llu, \"overlap\": %s, "
+            "\"epoch_acknowledged\": %llu}}\n",
+            (unsigned long long)st->dataset_size, st->epochs_done, st->epochs_limit,
+            (unsigned long long)st->items_reassigned, (unsigned long long)st->pushes_revoked,
+            st->epochs_overlap ? "true" : "false", (unsigned long long)st->epoch_acknowledged);
     else
         stoker_text_printf(&t, ", \"mode\": \"streams\", \"dataset\": null}\n");
     return stoker_text_finish(&t);

@@ -75,7 +75,7 @@ typedef struct stoker_status {
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;
-    int epochs_overlap; // epochs open before the previous one is done (--overlap-epochs)
+    int epochs_overlap;          // epochs open before the previous one is done (--overlap-epochs)
     uint64_t epoch_acknowledged; // items of the oldest open epoch (epochs_done) acknowledged
     uint32_t n_groups;
     stoker_group_info *groups;
