@@ -96,7 +96,8 @@ void stoker_status_destroy(stoker_status *status);
 // The snapshot as one JSON object and a newline, the keys:
 //   uptime_s, schema, queue_depth, queue_depth_auto, max_bytes, queue_limit,
 //   counters {produced, acknowledged, queued, in_flight, redelivered, returned_unused,
-//             delivered, queued_bytes, refused, short_by_queues, discrepancy},
+//             delivered, queued_bytes, refused, short_by_queues, delivered_shm,
+//             producers_lost, discrepancy},
 //   producers_alive, trainers, trainers_shm,
 //   consumers [{id, name, pid (null: not said), connected, delivery ("none", "socket", "shm"),
 //               batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm,
