@@ -5,7 +5,7 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
 
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
-Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, durable. Run
+Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, durable, chunks. Run
 scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
@@ -78,6 +78,8 @@ def start_broker(procs, url, *extra):
     p = procs.start([BROKER, "--listen", url, "--log-level", "warn", *extra],
                     stdout=subprocess.PIPE, text=True)
     line = p.stdout.readline()
+    if line.startswith("metrics"):  # --metrics: its line comes first
+        line = p.stdout.readline()
     if not line.startswith("listening"):
         raise RuntimeError(f"broker did not start: {line!r}")
     return p
@@ -575,7 +577,7 @@ def bench_ranks(opts, tmp):
                             1000 * g["end_spread_s"], f"({1000 * u['end_spread_s']:.0f} ms)",
                             None))
 
-def seed_rate(tmp, tag, scale, retain):
+def seed_rate(tmp, tag, scale, retain, producer_flags=()):
     """Examples/s of the seed workload (16 synthetic producers, delays divided by scale)."""
     lo, hi = 0.05 / scale, 0.5 / scale
     url = endpoint("ipc", tmp, f"durable-seed-{tag}")
@@ -590,9 +592,79 @@ def seed_rate(tmp, tag, scale, retain):
         for i in range(16):
             procs.start([PRODUCER, "--broker", url, "--name", f"p{i}", "--delay", f"{lo}:{hi}",
                          "--seed", str(i + 1), "--log-level", "error",
-                         *([] if retain else ["--retain", "0"])])
+                         *([] if retain else ["--retain", "0"]), *producer_flags])
         out, _ = trainer.communicate(timeout=200)
     return json.loads(out.strip().splitlines()[-1])["examples_per_second"]
+
+
+PY = "/usr/bin/python3"
+CHUNKS_LOOP = os.path.join(ROOT, "bench", "chunks_loop.py")
+
+
+def has_torch():
+    return subprocess.run([PY, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+def chunks_stoker(tmp, tag, producer_flags, seconds, producers=2):
+    """examples/s into a batch-256 Python loop (stoker.Client) from `producers` synthetic
+    producers with --delay 0:0 and producer_flags, every other setting the default."""
+    url = endpoint("ipc", tmp, f"chunks-{tag}")
+    with Procs() as procs:
+        start_broker(procs, url)
+        for i in range(producers):
+            procs.start([PRODUCER, "--broker", url, "--name", f"{tag}{i}", "--delay", "0:0",
+                         "--log-level", "error", *producer_flags])
+        out = subprocess.run([PY, CHUNKS_LOOP, "stoker", url, str(seconds)],
+                             stdout=subprocess.PIPE, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_chunks(opts, tmp):
+    """Chunks sized by bytes and time (issue 27), in one run: synthetic producers with
+    --delay 0:0 into a batch-256 Python loop with the old default (--chunk 3), the sized default
+    and --chunk 1024, against a PyTorch DataLoader(num_workers=2) generating the same examples
+    in Python when torch is installed; and the reference experiment's rate / ideal (16
+    producers, delay 0.05:0.5 s) with the old default and the sized one."""
+    seconds = 3 if opts.quick else 8
+    res = {"configs": {}, "rows": []}
+    for tag, flags in (("chunk3", ["--chunk", "3"]), ("auto", []),
+                       ("chunk1024", ["--chunk", "1024"])):
+        res["configs"][tag] = chunks_stoker(tmp, tag, flags, seconds)
+    base = res["configs"]["chunk3"]["examples_per_second"]
+    for tag, label in (("chunk3", "--chunk 3 (old default)"), ("auto", "defaults (sized)"),
+                       ("chunk1024", "--chunk 1024")):
+        c = res["configs"][tag]
+        res["rows"].append((f"chunks: {label}: examples/s", c["examples_per_second"], "(figure)",
+                            None))
+        res["rows"].append((f"chunks: {label}: examples per push", c["examples_per_push"],
+                            "(figure)", None))
+    auto = res["configs"]["auto"]["examples_per_second"]
+    res["rows"].append(("chunks: defaults (sized) / --chunk 3", auto / base, "(figure)", None))
+    res["rows"].append(("chunks: defaults (sized) / --chunk 1024",
+                        auto / res["configs"]["chunk1024"]["examples_per_second"], ">= 0.8",
+                        auto >= 0.8 * res["configs"]["chunk1024"]["examples_per_second"]))
+    if has_torch():
+        out = subprocess.run([PY, CHUNKS_LOOP, "dataloader", "2", str(seconds)],
+                             stdout=subprocess.PIPE, text=True, timeout=120)
+        dl = json.loads(out.stdout.strip().splitlines()[-1])["examples_per_second"]
+        res["configs"]["dataloader2"] = {"examples_per_second": dl}
+        res["rows"].append(("chunks: DataLoader(num_workers=2): examples/s", dl, "(figure)",
+                            None))
+        res["rows"].append(("chunks: --chunk 3 (old default) / DataLoader", base / dl, "(figure)",
+                            None))
+        res["rows"].append(("chunks: defaults (sized) / DataLoader", auto / dl, ">= 1", auto >= dl))
+    else:
+        res["rows"].append(("chunks: DataLoader: torch not installed", float("nan"), "", None))
+    scale = 10 if opts.quick else 1
+    ideal = 16 / ((0.05 + 0.5) / 2 / scale)
+    for tag, flags in (("seed_chunk3", ["--chunk", "3"]), ("seed_auto", [])):
+        rate = seed_rate(tmp, tag, scale, True, flags)
+        res["configs"][tag] = {"examples_per_second": rate, "fraction_of_ideal": rate / ideal}
+    for tag, label in (("seed_chunk3", "--chunk 3 (old default)"),
+                       ("seed_auto", "defaults (sized)")):
+        frac = res["configs"][tag]["fraction_of_ideal"]
+        res["rows"].append((f"chunks: seed rate / ideal, {label}", frac, ">= 0.98", frac >= 0.98))
+    return res
 
 
 def restart_to_batch(tmp):
@@ -678,7 +750,8 @@ def bench_durable(opts, tmp):
 
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
-           "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable}
+           "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
+           "chunks": bench_chunks}
 
 
 def main():

@@ -220,7 +220,8 @@ main(int argc, char **argv)
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
     int code = stoker_cli_parse(&cli, argc, argv);
-    if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0)
+    if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
+        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0)
         return code;
     if (o.group == NULL && (stoker_cli_given(&cli, "rank") || stoker_cli_given(&cli, "world")))
         return stoker_cli_fail(&cli, "--rank and --world go with --group");

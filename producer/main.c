@@ -1,10 +1,12 @@
 // stoker-producer: parses the option table, builds the chosen generator (synthetic, exec or
 // images) and runs it with stoker_producer_run.
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "augment.h"
 #include "exec.h"
 #include "images.h"
 #include "stoker/cli.h"
@@ -96,14 +98,57 @@ show_size(const void *base, char *buf, size_t len)
 }
 _Static_assert(EXEC_TEXT == 0 && EXEC_RAW == 1, "formats[] is indexed by exec_format");
 
+// --chunk N fixes the examples per push; auto (the default) sizes chunks by bytes and time.
+static int
+parse_chunk(const char *value, void *base, char *err, size_t err_len)
+{
+    producer_options *o = base;
+    if (strcmp(value, "auto") == 0) {
+        o->run.chunk = STOKER_CHUNK_AUTO;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || value[0] == '-' || n < 1 ||
+        n > STOKER_CHUNK_MAX) {
+        snprintf(err, err_len, "expected a number of examples in 1..%u, or auto", STOKER_CHUNK_MAX);
+        return 1;
+    }
+    o->run.chunk = (uint32_t)n;
+    return 0;
+}
+
+static void
+show_chunk(const void *base, char *buf, size_t len)
+{
+    const producer_options *o = base;
+    if (o->run.chunk == STOKER_CHUNK_AUTO)
+        snprintf(buf, len, "auto");
+    else
+        snprintf(buf, len, "%u", o->run.chunk);
+}
+
 #define AT(member) STOKER_CLI_AT(producer_options, member)
 static const stoker_cli_option rows[] = {
     {"generator", "KIND", "synthetic, exec or images", STOKER_CLI_CHOICE, AT(generator),
      .choices = generators},
     {"name", "S", "name shown in events and status (default: host-pid)", STOKER_CLI_STRING,
      AT(run.client.name), .imin = 1, .imax = 63},
-    {"chunk", "N", "examples per push", STOKER_CLI_UINT, AT(run.chunk), .imin = 1,
-     .imax = 1u << 20},
+    {"chunk", "N|auto",
+     "examples per push: N fixes the count; auto closes a chunk at\n"
+     "--chunk-bytes or --chunk-ms, whichever first (and within what\n"
+     "the broker takes in one push)",
+     STOKER_CLI_CUSTOM, AT(run.chunk), .parse = parse_chunk, .show = show_chunk,
+     .expect = "expected a number of examples in 1..1048576, or auto"},
+    {"chunk-bytes", "B",
+     "with --chunk auto: close a chunk once its examples hold B\n"
+     "bytes (at least one example per chunk)",
+     STOKER_CLI_BYTES, AT(run.chunk_bytes), .imin = 1, .imax = 1ull << 30},
+    {"chunk-ms", "MS",
+     "with --chunk auto: or MS milliseconds after its first example\n"
+     "was begun (an example that takes longer goes out alone)",
+     STOKER_CLI_NUMBER, AT(run.chunk_ms), .dmin = 0.001, .dmax = 60000},
     {"max-examples", "N", "stop after N examples and say goodbye (default: no limit)",
      STOKER_CLI_UINT, AT(run.max_examples), .imin = 1, .imax = UINT64_MAX / 2},
     {"retain", "N",
@@ -211,12 +256,27 @@ check(const stoker_cli *cli, const producer_options *o)
                                    "--decode, --augment, --output, --layout, --label, "
                                    "--label-map, --jpeg-draft)",
                                    images_flags[i]);
+    if (o->run.chunk != STOKER_CHUNK_AUTO &&
+        (stoker_cli_given(cli, "chunk-bytes") || stoker_cli_given(cli, "chunk-ms")))
+        return stoker_cli_fail(cli,
+                               "--chunk-bytes and --chunk-ms size chunks with --chunk auto "
+                               "(the default); --chunk %u fixes the count",
+                               o->run.chunk);
     if ((is_exec || is_images) && stoker_cli_given(cli, "delay"))
         return stoker_cli_fail(cli, "--delay applies to --generator synthetic only");
     if (is_exec && (o->exec_cmd == NULL || o->schema_spec == NULL))
         return stoker_cli_fail(cli, "--generator exec needs --exec 'CMD' and --schema SPEC");
     if (is_images && o->images_dir == NULL)
         return stoker_cli_fail(cli, "--generator images needs --images DIR");
+    if (o->augment != NULL) {
+        // A bad pipeline is the command line's fault, found before the folder is read.
+        char err[512];
+        augment *a = NULL;
+        int rv = augment_parse(o->augment, &a, err, sizeof(err));
+        augment_destroy(a);
+        if (rv == STOKER_INVALID)
+            return stoker_cli_fail(cli, "--augment '%s': %s", o->augment, err);
+    }
     if (is_images && stoker_cli_given(cli, "items"))
         return stoker_cli_fail(cli, "--items applies to synthetic and exec; images use --dataset "
                                     "(the folder's files are the items)");
@@ -283,12 +343,13 @@ static int
 measure_generator(const stoker_generator *gen, const stoker_producer_config *cfg, uint64_t n)
 {
     stoker_chunk chunk;
-    int rv = stoker_chunk_init(&chunk, &gen->schema, cfg->chunk);
+    uint32_t capacity = stoker_producer_chunk_capacity(cfg, &gen->schema);
+    int rv = stoker_chunk_init(&chunk, &gen->schema, capacity);
     if (rv != STOKER_OK)
         return rv;
     uint64_t done = 0, start = stoker_now_ns();
     while (done < n && rv == STOKER_OK) {
-        uint32_t k = n - done < cfg->chunk ? (uint32_t)(n - done) : cfg->chunk;
+        uint32_t k = n - done < capacity ? (uint32_t)(n - done) : capacity;
         chunk.count = 0;
         rv = stoker_generator_fill_chunk(gen, &chunk, k, done, cfg->seed, cfg->client.name);
         done += chunk.count;

@@ -7,10 +7,14 @@ set -euo pipefail
 # (fuzz/meson.build) and which scripts/fuzz.sh fuzzes with. libwebp-dev and libtiff-dev let the
 # images generator read WebP and TIFF; python3-pil and python3-torchvision are the references the augment operations are
 # tested against (tests/producer/test_augment.py) and the side-by-side of bench.py's images_tv.
+# python3-mesonpy, python3-build, python3-venv and patchelf build and install the wheel
+# (tests/packaging/test_wheel.py); debhelper, dh-python and lintian the Debian packages, and
+# systemd verifies their units (tests/packaging/test_debian.sh).
 STOKER_PKGS=(meson ninja-build cmake pkg-config gcc libnng-dev libprotobuf-c-dev protobuf-c-compiler
     libcriterion-dev libopenblas-dev libpng-dev libjpeg62-turbo-dev iproute2 python3 procps
     python3-numpy python3-torch openssl clang libclang-rt-14-dev libwebp-dev libtiff-dev python3-pil
-    python3-torchvision docker.io debootstrap curl)
+    python3-torchvision docker.io debootstrap curl
+    python3-mesonpy python3-build python3-venv patchelf debhelper dh-python lintian systemd)
 STOKER_PKGS_NORECOMMENDS=(docker-compose)
 
 missing=()

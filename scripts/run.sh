@@ -20,6 +20,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 case "$producers" in ''|*[!0-9]*|0) echo "run.sh: --producers needs a positive integer" >&2; exit 2 ;; esac
+case "$device" in auto|cpu|gpu) ;; *) echo "run.sh: --device needs auto, cpu or gpu, not '$device'" >&2; exit 2 ;; esac
 
 bash scripts/build.sh
 bin=${STOKER_BUILD:-build}
@@ -30,7 +31,10 @@ if [ "$quick" = 1 ]; then delay=0.005:0.05; time_goal=6; fi
 work=$(mktemp -d /tmp/stoker-run.XXXXXX)
 pids=()
 cleanup() {
-    # Every process this script started is gone when it ends, whatever the reason.
+    # Every process this script started is gone when it ends, whatever the reason. Only the
+    # script itself cleans up: a job signalled between its fork and its exec is still a copy of
+    # this shell with these traps, and must not remove $work under the others.
+    if [ "$BASHPID" != "$$" ]; then return 0; fi
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     sleep 0.3
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -38,7 +42,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'echo "run.sh: interrupted" >&2; exit 130' INT TERM
+trap 'if [ "$BASHPID" != "$$" ]; then exit 143; fi; echo "run.sh: interrupted" >&2; exit 130' INT TERM
 
 url="ipc://$work/broker.ipc"
 echo "== parallel: broker + $producers producers (delay $delay s per example) + trainer on $url" >&2
@@ -70,6 +74,13 @@ tail -n 3 "$work/parallel.log" >&2 || true
 for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()
+# A trainer that could not run (--device gpu without a usable GPU, say) has no figures to put
+# in a table: stop with its reason and its exit code.
+if [ "$parallel_rc" -ne 0 ]; then
+    echo "run.sh: the trainer failed (exit $parallel_rc), no table:" >&2
+    grep -m 3 -E 'ERROR|error' "$work/parallel.log" >&2 || tail -n 3 "$work/parallel.log" >&2
+    exit "$parallel_rc"
+fi
 
 echo "== inline baseline: the same generator called inside the training loop" >&2
 set +e
@@ -79,6 +90,11 @@ set +e
 inline_rc=$?
 set -e
 tail -n 3 "$work/inline.log" >&2 || true
+if [ "$inline_rc" -ne 0 ]; then
+    echo "run.sh: the inline baseline failed (exit $inline_rc), no table:" >&2
+    grep -m 3 -E 'ERROR|error' "$work/inline.log" >&2 || tail -n 3 "$work/inline.log" >&2
+    exit "$inline_rc"
+fi
 
 python3 - "$work/parallel.json" "$work/inline.json" "$producers" "$delay" <<'PY'
 import json, sys

@@ -118,7 +118,8 @@ broker_destroy(broker *b, broker_outbox *out)
         }
         free(t);
     }
-    group_destroy_all(b);
+    group_destroy_all(b, out);
+    free(b->reported);
     free(b->producers);
     free(b->trainers);
     free(b->authed);
@@ -175,6 +176,10 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         return;
     }
     if (!b->has_schema) {
+        // A trainer of a broker that died may report what it trained before any producer came
+        // back (handle_heartbeat, issue 26): kept for the producers' sessions.
+        if (req->method == STOKER_HEARTBEAT && req->n_trained > 0)
+            trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");
         stoker_request_free(req);
         return;

@@ -21,8 +21,9 @@ typedef struct broker_config {
     // Examples per producer queue. With queue_depth_auto (the default) this is a floor and the
     // broker sizes the queues itself (broker_queues.c): enough for two of the largest batch a
     // connected trainer asks for across the alive producers, within max_bytes. Without it (a
-    // user's --queue-depth N) the depth is fixed. Either way a chunk larger than queue_depth is
-    // refused (TOO_LARGE).
+    // user's --queue-depth N) the depth is fixed and a chunk larger than it is refused
+    // (TOO_LARGE); sized, the queues also grow to hold two of the largest chunk a producer
+    // pushes, and a chunk is refused only beyond what --max-bytes could ever hold.
     uint32_t queue_depth;
     int queue_depth_auto;
     uint64_t max_bytes;           // examples' bytes queued in all (in-flight not counted)
@@ -33,6 +34,9 @@ typedef struct broker_config {
     uint32_t max_producers;
     uint32_t max_trainers;
     uint32_t max_chunk_examples;
+    // The transport's largest request (its --max-message): a push's examples must fit in it
+    // (broker_max_chunk); 0: not limited here.
+    uint64_t max_message_bytes;
     uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
     uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)
     int has_schema;

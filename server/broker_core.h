@@ -96,6 +96,7 @@ typedef struct producer {
     uint64_t n_pushes, n_pushes_streamed; // of them on a connection other than its hello's
     uint64_t n_pushes_shm;                // of them by reference (its shared memory)
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
+    uint32_t max_chunk;  // examples in its largest push: sized queues hold two of them
     parked *pushes, *pushes_tail; // parked pushes, in seq order
     // 1 + next_seq when a push of it was answered "no room" (RETRY); 0: none. A push parked
     // behind that one is then not refused as a gap, only told to come again (try_push).
@@ -124,6 +125,7 @@ typedef struct trainer {
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
     uint32_t rank;
+    uint64_t said_steps; // a rank's hello: the steps it had taken (a broker before us died)
     // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
     // (broker_lease.c arena_reply), batches the full arena sent as bytes.
     uint32_t pid;
@@ -133,13 +135,25 @@ typedef struct trainer {
     uint64_t data_wait_ms; // its caller's wait for batches, as its latest pull said (issue 29)
 } trainer;
 
+// The longest a trainer of a broker that died takes, from our start, to reach us and say what it
+// trained: a client redials within a second, and one whose dialer nng 1.5.2 left stuck is given
+// a new dialer after CONN_WATCH_MS + CONN_WATCH_EVERY_MS (3 s, common/transport/conn.h); the rest
+// is a margin for a loaded host.
+#define RETURNING_TRAINERS_MS 5000
+
 struct broker {
     broker_config cfg;
     char token[STOKER_TOKEN_MAX];
     uint64_t start_ms;
-    // Until then the supply is not said to have ended: a producer came back from a broker that
-    // died (its hello continued a session at seq > 0), so others of that broker may follow.
+    // Until then the supply is not said to have ended, and nothing is handed out: a producer
+    // came back from a broker that died (its hello continued a session at seq > 0), so others of
+    // that broker may follow, and its trainers, who say what they trained (issue 26).
     uint64_t returning_until_ms;
+    // Identities trainers said they trained when they said hello ((session, first_seq, end)
+    // triples, at most REPORTED_MAX): a producer's session that comes back later (it pushes again
+    // what a dead broker held) counts them trained from its hello on (issue 26).
+    uint64_t *reported;
+    uint32_t n_reported;
     int has_schema;
     stoker_schema schema;
     size_t example_bytes;

@@ -17,6 +17,7 @@
 typedef struct group_rank {
     trainer *t;          // NULL until the rank joined
     uint64_t delivered;  // steps whose batch was sent to this rank
+    uint64_t said;       // the steps it said in its hello it had taken (a broker before died)
     lease **pending;     // formed, not yet sent: FIFO of steps_ahead entries
     uint64_t *events_at; // per pending entry: the broker's events when its step was formed
     uint32_t head, n_pending;
@@ -26,6 +27,11 @@ typedef struct group_rank {
     // When another trainer first claimed this rank while it was held (0: no claim): a holder
     // heard after it is alive (group_admit).
     uint64_t claimed_ms;
+    // A group commit in progress (group_commit): the leases this rank acknowledged for it, and
+    // its final part's request, answered once every rank's is in.
+    uint64_t *staged;
+    uint32_t n_staged, cap_staged;
+    void *commit_token;
 } group_rank;
 
 typedef struct group {
@@ -34,6 +40,8 @@ typedef struct group {
     uint32_t world, batch, ahead;
     uint32_t members;  // trainers whose ->group is this one
     int retired;       // broken or ended: a hello with this name starts a new group
+    int started;       // every rank joined once: the step count is set (resumed or 1)
+    uint64_t catch_up; // resumed: ranks that had taken fewer steps get batches alone up to it
     uint64_t steps;    // formed so far
     int end_code;      // STOKER_OK until the end (END_OF_DATA / NO_PRODUCERS) or the break
     uint64_t leftover; // examples no equal step could hold, at the end
@@ -44,6 +52,8 @@ typedef struct group {
     // created) and the examples produced until then, so the rate since can be said.
     uint64_t step_ms, step_produced;
     int short_of; // the last fill found fewer examples queued than a full step
+    // The step every rank commits at in the commit in progress (0: none), and since when.
+    uint64_t commit_step, commit_since_ms;
 } group;
 
 static group *
@@ -63,6 +73,7 @@ group_free(group *g)
     for (uint32_t r = 0; r < g->world; r++) {
         free(g->ranks[r].pending);
         free(g->ranks[r].events_at);
+        free(g->ranks[r].staged);
     }
     free(g->ranks);
     free(g);
@@ -196,6 +207,8 @@ group_attach(broker *b, group *g, trainer *t, uint32_t rank)
     t->group = g;
     t->rank = rank;
     g->ranks[rank].t = t;
+    if (!g->started)
+        g->ranks[rank].said = t->said_steps;
     g->members++;
     uint32_t joined = 0;
     for (uint32_t r = 0; r < g->world; r++)
@@ -287,6 +300,17 @@ group_rank_lost(broker *b, trainer *t, const char *reason)
     }
 }
 
+// Whether g's ranks commit with checkpoints (group commit): their acknowledgements come at
+// their commits, every so many steps.
+static int
+group_commits(const group *g)
+{
+    for (uint32_t r = 0; r < g->world; r++)
+        if (g->ranks[r].t != NULL && g->ranks[r].t->commit)
+            return 1;
+    return 0;
+}
+
 // Nonzero when no more examples can come: producers said hello and none is alive but one that
 // said it is done making (a lingering producer waits only for its examples to be trained, which
 // waits for this step), and the window for producers returning to a restarted broker
@@ -339,7 +363,12 @@ end_group(broker *b, group *g, int dataset)
     g->ended_ms = stoker_now_ms() - b->start_ms;
     g->leftover = b->c.queued;
     g->retired = 1;
-    if (dataset)
+    if (dataset && g->leftover == 0)
+        snprintf(g->end_reason, sizeof(g->end_reason),
+                 "group '%s' ended at step %llu: the dataset's last epoch was handed out in full "
+                 "(what the ranks trained since their last commit counts once they commit)",
+                 g->name, (unsigned long long)g->steps);
+    else if (dataset)
         snprintf(g->end_reason, sizeof(g->end_reason),
                  "group '%s' ended at step %llu: the dataset's last epoch waits only for its "
                  "last %llu examples, fewer than one per rank of %u: left over, still queued",
@@ -392,6 +421,33 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra)
     return 0;
 }
 
+// Once every rank joined: the group's step count. Ranks that say they took steps come to a
+// broker that started after the one they trained with died (issue 26): the group resumes at
+// the most steps any rank took, and a rank that took fewer gets batches of its own (catch-up,
+// group_take) until it took as many, so that every rank ends with the same count.
+static void
+start(group *g)
+{
+    uint64_t most = 0, least = UINT64_MAX;
+    for (uint32_t r = 0; r < g->world; r++) {
+        if (g->ranks[r].said > most)
+            most = g->ranks[r].said;
+        if (g->ranks[r].said < least)
+            least = g->ranks[r].said;
+    }
+    g->started = 1;
+    if (most == 0)
+        return;
+    g->steps = most;
+    g->catch_up = most;
+    for (uint32_t r = 0; r < g->world; r++)
+        g->ranks[r].delivered = g->ranks[r].said;
+    stoker_info("group-resumed: group '%s' resumes at step %llu (its ranks had taken %llu to "
+                "%llu steps with a broker that died; those behind catch up first)",
+                g->name, (unsigned long long)most + 1, (unsigned long long)least,
+                (unsigned long long)most);
+}
+
 // Forms the next step if it can be formed now: every rank joined and connected, the slowest
 // rank fewer than `ahead` steps behind, and a batch for every rank. Called when a rank needs a
 // batch and has none formed, so steps are taken from the queues only as fast as the fastest
@@ -399,7 +455,8 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra)
 static void
 fill(broker *b, group *g, uint64_t now_ms)
 {
-    if (g->end_code == STOKER_OK) {
+    // Within the returning window no step is formed (see try_pull, issue 26).
+    if (g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
         uint64_t slowest = UINT64_MAX;
         for (uint32_t r = 0; r < g->world; r++) {
             const group_rank *gr = &g->ranks[r];
@@ -408,6 +465,12 @@ fill(broker *b, group *g, uint64_t now_ms)
             if (gr->delivered < slowest)
                 slowest = gr->delivered;
         }
+        if (!g->started) {
+            start(g);
+            return; // the ranks behind catch up first (group_take)
+        }
+        if (slowest < g->catch_up)
+            return;
         if (g->steps - slowest >= g->ahead)
             return;
         uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
@@ -434,6 +497,11 @@ fill(broker *b, group *g, uint64_t now_ms)
                 if (n == 0) {
                     if (queued > 0 && !epochs_open_early(b))
                         end_group(b, g, 1);
+                    else if (queued == 0 && group_commits(g) && !epochs_open_early(b))
+                        // The epoch's last items are the ranks' own, kept for their commit
+                        // (group commit): the next epoch opens rather than wait for it, and
+                        // after the last one the group ends (the ranks' final commit follows).
+                        end_group(b, g, 1);
                     return;
                 }
             } else if (n == 0) {
@@ -456,6 +524,36 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
         return stoker_errorf(why, why_len, STOKER_GROUP_BROKEN, "%s", g->end_reason);
     if (gr->n_pending == 0)
         fill(b, g, now_ms);
+    if (g->started && gr->n_pending == 0 && gr->delivered < g->catch_up &&
+        g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
+        // Behind the others after a broker restart: a batch of its own, a full one.
+        lease *c = b->c.queued >= g->batch ? take_lease(b, t, g->batch) : NULL;
+        if (c != NULL && c->count == g->batch) {
+            *l = c;
+            *step = ++gr->delivered;
+            return STOKER_OK;
+        }
+        if (c != NULL) {
+            unlink_lease(t, c);
+            return_lease(b, c, 1);
+        }
+        if (supply_over(b, now_ms) && b->c.queued < g->batch) {
+            g->end_code = STOKER_GROUP_BROKEN;
+            g->retired = 1;
+            snprintf(g->end_reason, sizeof(g->end_reason),
+                     "group '%s' is broken: after a broker restart rank %u had taken %llu steps, "
+                     "others %llu, and the supply ended before it could catch up (%llu examples "
+                     "left, %u needed)",
+                     g->name, t->rank, (unsigned long long)gr->delivered,
+                     (unsigned long long)g->catch_up, (unsigned long long)b->c.queued, g->batch);
+            stoker_warn("group-broken: %s", g->end_reason);
+            for (uint32_t r = 0; r < g->world; r++)
+                if (g->ranks[r].t != NULL)
+                    return_pending(b, g, &g->ranks[r]);
+            return stoker_errorf(why, why_len, STOKER_GROUP_BROKEN, "%s", g->end_reason);
+        }
+        return STOKER_OK;
+    }
     if ((*l = pop_pending(g, gr)) != NULL) {
         *step = ++gr->delivered;
         return STOKER_OK;
@@ -544,13 +642,158 @@ group_status(const broker *b, stoker_group_info **out, uint32_t *n)
 }
 
 void
-group_destroy_all(broker *b)
+group_destroy_all(broker *b, broker_outbox *out)
 {
     group *g = b->groups;
     while (g != NULL) {
         group *next = g->next;
+        for (uint32_t r = 0; r < g->world; r++)
+            if (g->ranks[r].commit_token != NULL && out != NULL)
+                outbox_add(out, g->ranks[r].commit_token, NULL);
         group_free(g);
         g = next;
     }
     b->groups = NULL;
+}
+
+// --- group commit -------------------------------------------------------------------------------
+
+// Ends the commit in progress on g without applying it: every rank's final part waiting is
+// answered with code and why (each rank keeps its acknowledgements and sends them again with its
+// next commit), and what was staged is forgotten.
+static void
+commit_abort(broker *b, group *g, int code, const char *why, broker_outbox *out)
+{
+    for (uint32_t r = 0; r < g->world; r++) {
+        group_rank *gr = &g->ranks[r];
+        if (gr->commit_token != NULL)
+            send_code(b, out, gr->commit_token, code, "%s", why);
+        gr->commit_token = NULL;
+        gr->n_staged = 0;
+    }
+    g->commit_step = 0;
+}
+
+// Applies the commit in progress on g (every rank's final part is in): each rank's staged
+// acknowledgements at once, then every rank is answered, with the events it may hear.
+static void
+commit_apply(broker *b, group *g, uint64_t now_ms, broker_outbox *out)
+{
+    uint64_t leases = 0;
+    for (uint32_t r = 0; r < g->world; r++) {
+        group_rank *gr = &g->ranks[r];
+        uint32_t refused = apply_acks(b, gr->t, gr->n_staged, gr->staged, now_ms);
+        leases += gr->n_staged;
+        stoker_event events[EVENTS_PER_REPLY];
+        uint32_t n_events = take_events(b, gr->t, events);
+        stoker_reply rep = {.code = refused == 0 ? STOKER_OK : STOKER_NOT_FOUND,
+                            .acks_refused = refused,
+                            .group_step = g->commit_step,
+                            .n_events = n_events,
+                            .events = events};
+        if (refused > 0)
+            snprintf(rep.message, sizeof(rep.message),
+                     "%u of %u leases unknown or already acknowledged", refused, gr->n_staged);
+        send_reply(b, out, gr->commit_token, &rep);
+        gr->commit_token = NULL;
+        gr->n_staged = 0;
+    }
+    stoker_info("group-committed: group '%s' committed step %llu on its %u ranks (%llu leases)",
+                g->name, (unsigned long long)g->commit_step, g->world, (unsigned long long)leases);
+    g->commit_step = 0;
+}
+
+void
+group_commit(broker *b, trainer *t, void *token, const stoker_request *req, uint64_t now_ms,
+             broker_outbox *out)
+{
+    group *g = t->group;
+    if (g->end_code == STOKER_GROUP_BROKEN) {
+        send_code(b, out, token, STOKER_GROUP_BROKEN, "%s", g->end_reason);
+        return;
+    }
+    group_rank *gr = &g->ranks[t->rank];
+    if (g->commit_step != 0 && req->commit_step != g->commit_step) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "group '%s': rank %u commits at step %llu while a commit at step %llu is under "
+                  "way: every rank commits at the same step (call state_dict() or commit() on "
+                  "every rank)",
+                  g->name, t->rank, (unsigned long long)req->commit_step,
+                  (unsigned long long)g->commit_step);
+        return;
+    }
+    if (gr->n_staged + (uint64_t)req->n_acks > GROUP_COMMIT_MAX_LEASES) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "group '%s': rank %u stages more than %u leases in one commit", g->name, t->rank,
+                  GROUP_COMMIT_MAX_LEASES);
+        return;
+    }
+    if (gr->n_staged + (uint64_t)req->n_acks > gr->cap_staged) {
+        uint32_t cap = gr->cap_staged ? gr->cap_staged : 256;
+        while (cap < gr->n_staged + req->n_acks)
+            cap *= 2;
+        uint64_t *staged = realloc(gr->staged, (size_t)cap * sizeof(*staged));
+        if (staged == NULL) {
+            send_code(b, out, token, STOKER_NOMEM, "broker out of memory staging a commit");
+            return;
+        }
+        gr->staged = staged;
+        gr->cap_staged = cap;
+    }
+    if (g->commit_step == 0) {
+        g->commit_step = req->commit_step;
+        g->commit_since_ms = now_ms;
+    }
+    memcpy(gr->staged + gr->n_staged, req->acks, (size_t)req->n_acks * sizeof(uint64_t));
+    gr->n_staged += req->n_acks;
+    if (!req->commit_final) {
+        send_code(b, out, token, STOKER_OK, "staged");
+        return;
+    }
+    if (gr->commit_token != NULL) // the rank sent its final part again (its wait timed out)
+        send_code(b, out, gr->commit_token, STOKER_RETRY, "replaced by a later commit request");
+    gr->commit_token = token;
+    for (uint32_t r = 0; r < g->world; r++)
+        if (g->ranks[r].commit_token == NULL || g->ranks[r].t == NULL)
+            return; // the others' come later
+    commit_apply(b, g, now_ms, out);
+}
+
+void
+group_commit_lost(broker *b, trainer *t, broker_outbox *out)
+{
+    group *g = t->group;
+    if (g == NULL || g->commit_step == 0)
+        return;
+    char why[STOKER_MESSAGE_MAX];
+    snprintf(why, sizeof(why),
+             "group '%s': rank %u (trainer %u '%s') was lost before every rank committed step "
+             "%llu: nothing of that commit counts",
+             g->name, t->rank, t->id, t->name, (unsigned long long)g->commit_step);
+    stoker_warn("group-commit-failed: %s", why);
+    commit_abort(b, g, STOKER_GROUP_BROKEN, why, out);
+}
+
+void
+group_commit_tick(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    for (group *g = b->groups; g != NULL; g = g->next) {
+        if (g->commit_step == 0 || now_ms < g->commit_since_ms + GROUP_COMMIT_WAIT_MS)
+            continue;
+        char missing[128] = "";
+        size_t used = 0;
+        for (uint32_t r = 0; r < g->world && used + 12 < sizeof(missing); r++)
+            if (g->ranks[r].commit_token == NULL)
+                used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%u",
+                                         used > 0 ? ", " : "", r);
+        char why[STOKER_MESSAGE_MAX];
+        snprintf(why, sizeof(why),
+                 "group '%s': rank(s) %s did not commit step %llu within %.0f s of the first: "
+                 "every rank calls state_dict() (or commit()) at the same step; nothing of that "
+                 "commit counts",
+                 g->name, missing, (unsigned long long)g->commit_step,
+                 GROUP_COMMIT_WAIT_MS / 1000.0);
+        stoker_warn("group-commit-failed: %s", why);
+        commit_abort(b, g, STOKER_TIMEOUT, why, out);
+    }
 }

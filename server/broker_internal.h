@@ -66,6 +66,11 @@ void settle(broker *b, uint64_t now_ms, broker_outbox *out);
 void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
 void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
+// Applies acknowledgements (leases) from t; returns how many were refused (unknown, not t's).
+uint32_t apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
+// The events t has not heard yet, at most EVENTS_PER_REPLY into buf (a rank: those it may hear,
+// group_events_upto); marks them heard.
+uint32_t take_events(const broker *b, trainer *t, stoker_event *buf);
 
 // --- broker_loss.c: lost peers ---
 
@@ -81,6 +86,15 @@ void trained_fini(trained_set *s);
 void trained_add(trained_set *s, uint64_t first, uint64_t count);
 // Writes what s says into a reply to its producer (trained_through and trained_after).
 void trained_tell(const trained_set *s, stoker_reply *rep);
+// Whether seq is trained; else in *next the first trained seq after it (UINT64_MAX: none).
+int trained_has(const trained_set *s, uint64_t seq, uint64_t *next);
+// The first seq at or after seq that is not trained (seq itself when it is not).
+uint64_t trained_run_end(const trained_set *s, uint64_t seq);
+// A trainer's hello named identities it trained (req->trained): counted trained for the
+// producers b knows, and kept for the sessions that come back later (trained_reported_apply).
+void trained_reported(broker *b, const stoker_request *req);
+// A producer's session came back to b (a hello at seq > 0): what trainers reported of it.
+void trained_reported_apply(broker *b, producer *p);
 
 // --- broker_commit.c: trainers that acknowledge at their commits ---
 
@@ -100,6 +114,10 @@ uint32_t retain_depth(const broker *b);
 // Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes
 // (nothing when the depth is fixed). Called before pulls are served.
 void queues_resize(broker *b);
+// The most examples one push may carry: --max-chunk; a fixed --queue-depth; what --max-bytes
+// and the transport's largest request can hold of the schema's examples. Told to producers in
+// their hello reply (max_chunk), so that their chunks never exceed it.
+uint32_t broker_max_chunk(const broker *b);
 // Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
 // its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);

@@ -21,7 +21,7 @@
 // --- leases and acks ----------------------------------------------------------------------------
 
 // Applies acknowledgements from t. Returns how many were refused.
-static uint32_t
+uint32_t
 apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms)
 {
     uint32_t refused = 0;
@@ -143,6 +143,46 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
                     (unsigned long long)unused, t->id, t->name);
 }
 
+// The examples at the head of p's queue that are trained already (a trainer said so when it said
+// hello to this broker, after the broker before it died and the producer pushed them again):
+// dropped, counted acknowledged, so that no other trainer gets them (issue 26). Returns 0 when
+// it dropped some, else how many of the next want examples may be taken (up to the next trained
+// one). Not for datasets (their items have books of their own): want then.
+static uint32_t
+skip_trained(broker *b, producer *p, uint32_t want)
+{
+    if (b->epochs != NULL || (p->trained.n == 0 && queue_head_seq(&p->q) >= p->trained.through))
+        return want;
+    uint64_t from = queue_head_seq(&p->q), dropped = 0;
+    // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
+    // were trained, seq-jump): drop what the head holds of the trained run at the head, then look
+    // again, never more than the run (issue 26: counting the run in seqs dropped untrained
+    // examples after a hole, and the producer then waited for them for ever).
+    while (p->q.examples > 0) {
+        uint64_t seq = queue_head_seq(&p->q), next = UINT64_MAX;
+        if (!trained_has(&p->trained, seq, &next)) {
+            if (dropped > 0)
+                break;
+            return next - seq < want ? (uint32_t)(next - seq) : want;
+        }
+        uint64_t run = trained_run_end(&p->trained, seq) - seq;
+        queue_range r;
+        uint32_t got = queue_take(&p->q, run < UINT32_MAX ? (uint32_t)run : UINT32_MAX, &r);
+        if (got == 0)
+            break;
+        queue_range_release(&r);
+        dropped += got;
+    }
+    p->acknowledged += dropped;
+    b->c.queued -= dropped;
+    b->c.acknowledged += dropped;
+    b->queued_bytes -= dropped * b->example_bytes;
+    stoker_info("trained-dropped: %llu examples of producer %u '%s' from seq %llu pushed again "
+                "were trained before (a trainer said so): dropped, not delivered again",
+                (unsigned long long)dropped, p->id, p->name, (unsigned long long)from);
+    return 0;
+}
+
 // Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
 // when nothing is queued (or out of memory).
 lease *
@@ -179,6 +219,9 @@ take_lease(broker *b, trainer *t, uint32_t max)
             if (want > n - l->count)
                 want = n - l->count;
             while (want > 0 && p->q.examples > 0) {
+                uint32_t runs_for = skip_trained(b, p, want);
+                if (runs_for == 0)
+                    continue; // the head was trained already: dropped, look again
                 if (l->n_parts == l->cap_parts) {
                     lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
                     if (parts == NULL)
@@ -187,7 +230,7 @@ take_lease(broker *b, trainer *t, uint32_t max)
                     l->cap_parts *= 2;
                 }
                 lease_part *part = &l->parts[l->n_parts];
-                uint32_t got = queue_take(&p->q, want, &part->range);
+                uint32_t got = queue_take(&p->q, runs_for, &part->range);
                 if (got == 0)
                     break;
                 part->producer = p->id;
@@ -232,7 +275,7 @@ copy_events(const broker *b, uint64_t from, uint64_t upto, stoker_event *buf, ui
 // Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
 // reply being made carries them.
 // A rank hears only those before the step it was last sent was formed (group_events_upto).
-static uint32_t
+uint32_t
 take_events(const broker *b, trainer *t, stoker_event *buf)
 {
     uint32_t n =
@@ -495,7 +538,10 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     // dataset can put nothing more in the queues until what was handed out is acknowledged (an
     // epoch's last items: waiting out the pull would only pause every epoch boundary).
     int partial = b->c.queued > 0 && (!alive || final || full || epochs_waiting(b));
-    int take = b->c.queued >= max || partial;
+    // Nothing goes out within the returning window (issue 26): the producers push again what the
+    // broker before this one held, and the trainers that trained part of it say so in their
+    // hello meanwhile; a batch made earlier could hand one of them to another trainer.
+    int take = (b->c.queued >= max || partial) && now_ms >= b->returning_until_ms;
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
     int cut_short = full;
     int ready = take || n_events > 0 || ended != STOKER_OK;
@@ -664,6 +710,11 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
     trainer *t = find_trainer(b, req->session);
     if (t == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+    } else if (req->commit_step > 0 && (t->group == NULL || !t->commit)) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "a group commit from a trainer that is not a committing rank of a group");
+    } else if (req->commit_step > 0) {
+        group_commit(b, t, token, req, now_ms, out);
     } else {
         uint32_t refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
         // With the events the trainer has not heard yet: an acknowledgement that ends an epoch

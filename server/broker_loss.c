@@ -58,6 +58,7 @@ drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_
         }
         k = next;
     }
+    group_commit_lost(b, t, out);
     group_rank_lost(b, t, reason);
     redeliver(b, t);
 }
@@ -101,6 +102,7 @@ void
 broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     char reason[96];
+    group_commit_tick(b, now_ms, out);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
         // Parked pushes past their wait: RETRY (or the gap, for one ahead of what we hold).

@@ -119,7 +119,12 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
-    if (p->q.examples + fresh > b->queue_depth || fresh_bytes > bytes_room(b)) {
+    // An empty sized queue takes any chunk the broker accepts (broker_max_chunk): the depth may
+    // have shrunk below the chunk since (more producers alive); --max-bytes still bounds it.
+    uint64_t depth = b->queue_depth;
+    if (b->cfg.queue_depth_auto && p->q.examples == 0 && fresh > depth)
+        depth = fresh;
+    if (p->q.examples + fresh > depth || fresh_bytes > bytes_room(b)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
@@ -196,17 +201,20 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     // close and dial again without going anywhere.
     revive(b, p, p->status == STOKER_PRODUCER_ALIVE && p->pipe != 0 ? p->pipe : pipe, now_ms,
            "resumed pushing");
-    if (req->chunk.count == 0 || req->chunk.count > b->cfg.max_chunk_examples ||
-        req->chunk.count > b->cfg.queue_depth) {
+    uint32_t max_chunk = broker_max_chunk(b);
+    if (req->chunk.count == 0 || req->chunk.count > max_chunk) {
         send_code(b, out, token, STOKER_TOO_LARGE,
-                  "chunk of %u examples: must be 1..%u (the queue depth and chunk limit)",
-                  req->chunk.count,
-                  b->cfg.queue_depth < b->cfg.max_chunk_examples ? b->cfg.queue_depth
-                                                                 : b->cfg.max_chunk_examples);
+                  "chunk of %u examples: must be 1..%u (the chunk limit: --max-chunk, a fixed "
+                  "--queue-depth, --max-bytes and --max-message)",
+                  req->chunk.count, max_chunk);
         stoker_request_free(req);
         return;
     }
     p->last_chunk = req->chunk.count;
+    if (req->chunk.count > p->max_chunk) {
+        p->max_chunk = req->chunk.count;
+        queues_resize(b); // sized queues hold two of it
+    }
     p->n_pushes++;
     p->n_pushes_streamed += pipe != p->pipe;
     if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,

@@ -10,6 +10,31 @@
 #include "stoker/log.h"
 
 #define DEPTH_MAX (1u << 24) // as --queue-depth's own bound
+// A push's bytes beyond its examples': the request's envelope (method, session, seqs, per field a
+// size, a tag and a shared-memory offset), and a dataset's item per example.
+#define PUSH_ENVELOPE_BYTES 1024u
+#define PUSH_ITEM_BYTES     8u
+
+uint32_t
+broker_max_chunk(const broker *b)
+{
+    uint64_t max = b->cfg.max_chunk_examples;
+    if (!b->cfg.queue_depth_auto && b->cfg.queue_depth < max)
+        max = b->cfg.queue_depth; // the user's fixed queue: a larger chunk would never fit
+    if (b->example_bytes > 0) {
+        uint64_t fit = b->cfg.max_bytes / b->example_bytes; // what the queues could ever hold
+        if (fit < max)
+            max = fit;
+        uint64_t msg = b->cfg.max_message_bytes;
+        if (msg > 0) {
+            uint64_t room = msg > PUSH_ENVELOPE_BYTES ? msg - PUSH_ENVELOPE_BYTES : 0;
+            uint64_t m = room / (b->example_bytes + PUSH_ITEM_BYTES);
+            if (m < max)
+                max = m;
+        }
+    }
+    return max < 1 ? 1 : (uint32_t)max;
+}
 
 void
 queues_resize(broker *b)
@@ -27,12 +52,22 @@ queues_resize(broker *b)
             batch = need;
     }
     uint32_t alive = producers_alive(b);
+    uint64_t chunk = 0; // the largest push of an alive producer
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && p->max_chunk > chunk)
+            chunk = p->max_chunk;
+    }
     if (alive == 0)
         alive = 1;
     // Two of the largest batch across the alive producers: one being taken while the next
-    // fills. A queue measured in examples cannot suit 44-byte and 150 KB examples alike with one
-    // number; --max-bytes bounds the memory in both cases.
+    // fills; and two of the largest chunk, so that a producer's next push fits while its last
+    // is taken (producers size their chunks by bytes, docs/running.md). A queue measured in
+    // examples cannot suit 44-byte and 150 KB examples alike with one number; --max-bytes
+    // bounds the memory in both cases.
     uint64_t want = (2ull * batch + alive - 1) / alive;
+    if (want < 2 * chunk)
+        want = 2 * chunk;
     if (b->example_bytes > 0) {
         uint64_t fit = b->cfg.max_bytes / b->example_bytes / alive;
         if (want > fit)
@@ -53,7 +88,9 @@ queues_full(const broker *b)
         // Full for this producer when its next chunk (the size of its last) cannot fit: a queue
         // of 63 with chunks of 3 and a depth of 64 takes nothing more.
         uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
-        if (p->status == STOKER_PRODUCER_ALIVE && p->q.examples + chunk <= b->queue_depth)
+        // (An empty sized queue takes any chunk, broker_push.c.)
+        if (p->status == STOKER_PRODUCER_ALIVE && (p->q.examples + chunk <= b->queue_depth ||
+                                                   (b->cfg.queue_depth_auto && p->q.examples == 0)))
             return 0;
     }
     return 1;

@@ -203,8 +203,14 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->last_seen_ms = now_ms;
         p->next_seq = req->next_seq;
         trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
-        if (req->next_seq > 0) // a session a dead broker held: its other producers may follow
+        if (req->next_seq > 0) { // a session a dead broker held: its other producers may follow
             b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
+            // and its trainers, whose report of what they trained must come before anything is
+            // handed out: each dials anew within RETURNING_TRAINERS_MS of our start.
+            if (b->returning_until_ms < b->start_ms + RETURNING_TRAINERS_MS)
+                b->returning_until_ms = b->start_ms + RETURNING_TRAINERS_MS;
+        }
+        trained_reported_apply(b, p);
         queue_init(&p->q, &b->schema);
         b->producers[b->n_producers++] = p;
         stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
@@ -239,6 +245,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .peer_id = p->id,
         .next_seq = p->next_seq,
         .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
+        .max_chunk = broker_max_chunk(b),
         .trained_through = p->trained.through,
         // The current (sized) depth, plus the producer's share of what is held for commits
         // (retain_depth): sizes its default retention, which follows it in push and heartbeat
@@ -296,15 +303,6 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     struct group *g = NULL;
     char why[STOKER_MESSAGE_MAX];
     int rv;
-    if (req->group[0] != '\0' && req->commit) {
-        stoker_warn("group-refused: trainer '%s' asks for group '%s' and commit with checkpoints",
-                    req->name, req->group);
-        send_code(b, out, token, STOKER_INVALID,
-                  "group '%s': commit with checkpoints is not available to the ranks of a group "
-                  "(they acknowledge after each step): use one or the other",
-                  req->group);
-        return;
-    }
     if (req->group[0] != '\0') {
         trainer *holder = NULL;
         rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
@@ -364,11 +362,14 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     }
     t->connected = 1;
     t->pipe = pipe;
+    trained_reported(b, req); // what it trained, maybe on a broker that died (issue 26)
     t->last_seen_ms = now_ms;
     t->pid = req->pid;       // /status's consumers (issue 13)
     t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
-    if (g != NULL)
+    if (g != NULL) {
+        t->said_steps = req->group_steps;
         group_attach(b, g, t, req->rank);
+    }
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = t->id,
@@ -479,6 +480,10 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
         send_code(b, out, token, STOKER_UNKNOWN_PEER,
                   "trainer %u '%s' was dropped: say hello again", t->id, t->name);
     } else {
+        // A trainer of a broker that died, not yet said hello to us: what it trained counts now
+        // (issue 26), so that the re-pushed examples reach no other trainer meanwhile.
+        if (req->n_trained > 0)
+            trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     }
     stoker_request_free(req);

@@ -95,3 +95,83 @@ trained_tell(const trained_set *s, stoker_reply *rep)
         rep->trained_after[rep->n_trained_after++] = s->ranges[i].end;
     }
 }
+
+int
+trained_has(const trained_set *s, uint64_t seq, uint64_t *next)
+{
+    if (seq < s->through)
+        return 1;
+    for (uint32_t i = 0; i < s->n; i++) {
+        if (seq < s->ranges[i].first) {
+            *next = s->ranges[i].first;
+            return 0;
+        }
+        if (seq < s->ranges[i].end)
+            return 1;
+    }
+    *next = UINT64_MAX;
+    return 0;
+}
+
+uint64_t
+trained_run_end(const trained_set *s, uint64_t seq)
+{
+    if (seq < s->through)
+        return s->through; // advance() merged every range that touches the prefix
+    for (uint32_t i = 0; i < s->n; i++)
+        if (seq >= s->ranges[i].first && seq < s->ranges[i].end)
+            return s->ranges[i].end; // trained_add merged ranges that touch
+    return seq;
+}
+
+#define REPORTED_MAX (4 * STOKER_HELLO_TRAINED_MAX)
+
+void
+trained_reported(broker *b, const stoker_request *req)
+{
+    if (req->n_trained == 0)
+        return;
+    if (b->reported == NULL &&
+        (b->reported = malloc(3 * sizeof(uint64_t) * REPORTED_MAX)) == NULL) {
+        stoker_warn("trained: out of memory keeping what a trainer reported");
+        return;
+    }
+    uint64_t applied = 0;
+    for (uint32_t i = 0; i < req->n_trained; i++) {
+        const uint64_t *t = &req->trained[3 * i];
+        if (t[2] <= t[1])
+            continue;
+        producer *p = find_producer(b, t[0]);
+        if (p != NULL) {
+            trained_add(&p->trained, t[1], t[2] - t[1]);
+            applied += t[2] - t[1];
+        }
+        if (b->n_reported == REPORTED_MAX) { // the oldest go: their sessions came back long ago
+            memmove(b->reported, b->reported + 3 * (REPORTED_MAX / 4),
+                    3 * sizeof(uint64_t) * (REPORTED_MAX - REPORTED_MAX / 4));
+            b->n_reported -= REPORTED_MAX / 4;
+        }
+        memcpy(&b->reported[3 * b->n_reported++], t, 3 * sizeof(uint64_t));
+    }
+    stoker_debug("trained: trainer session %016llx reported %u ranges it trained (%s)",
+                 (unsigned long long)req->session, req->n_trained,
+                 req->method == STOKER_HELLO ? "hello" : "heartbeat");
+    (void)applied;
+}
+
+void
+trained_reported_apply(broker *b, producer *p)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < b->n_reported; i++) {
+        const uint64_t *t = &b->reported[3 * i];
+        if (t[0] == p->session && t[2] > t[1] && t[2] > p->trained.through) {
+            n += t[2] - (t[1] > p->trained.through ? t[1] : p->trained.through);
+            trained_add(&p->trained, t[1], t[2] - t[1]);
+        }
+    }
+    if (n > 0)
+        stoker_info("trained-reported: producer %u '%s': %llu examples it pushes again were "
+                    "trained before this broker started (its trainers said); they go to no one",
+                    p->id, p->name, (unsigned long long)n);
+}

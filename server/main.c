@@ -171,8 +171,11 @@ check(const stoker_cli *cli, const server_config *cfg)
     int any_tls = 0;
     if (stoker_cli_require(cli, "listen", NULL) != 0)
         return 2;
-    for (uint32_t i = 0; i < cfg->n_listen; i++)
+    for (uint32_t i = 0; i < cfg->n_listen; i++) {
+        if (stoker_cli_check_url(cli, "listen", cfg->listen[i]) != 0)
+            return 2;
         any_tls |= stoker_tls_url(cfg->listen[i]);
+    }
     if (any_tls && stoker_tls_check(&cfg->tls, 1, err, sizeof(err)) != STOKER_OK)
         return stoker_cli_fail(cli, "%s", err);
     if (!any_tls && (cfg->tls.cert || cfg->tls.key || cfg->tls.ca))
@@ -202,9 +205,11 @@ main(int argc, char **argv)
 
     server *srv;
     char err[512];
-    if (server_start(&cfg, &srv, err, sizeof(err)) != STOKER_OK) {
+    int rv = server_start(&cfg, &srv, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        // A URL nng refuses or an address already in use is the command line's fault: exit 2.
         stoker_error("cannot start: %s", err);
-        return 1;
+        return rv == STOKER_INVALID ? 2 : 1;
     }
     stoker_info("started: queue depth %s%u, producer timeout %.1f s, trainer timeout %.1f s",
                 cfg.broker.queue_depth_auto ? "auto, at least " : "", cfg.broker.queue_depth,

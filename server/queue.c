@@ -124,6 +124,12 @@ queue_take(queue *q, uint32_t max, queue_range *out)
     return n;
 }
 
+uint64_t
+queue_head_seq(const queue *q)
+{
+    return q->head->range.first_seq;
+}
+
 int
 queue_put_back(queue *q, const queue_range *r)
 {

@@ -40,6 +40,8 @@ int queue_append_request(queue *q, stoker_request *req, uint32_t skip);
 // Takes up to max examples from the head (one contiguous run of seqs from one block) into *out,
 // which then holds a reference. Returns the number taken (0 when empty).
 uint32_t queue_take(queue *q, uint32_t max, queue_range *out);
+// The seq of the head example (the queue must not be empty).
+uint64_t queue_head_seq(const queue *q);
 // Puts range r back at the head, taking over its reference. STOKER_NOMEM leaves r to the caller.
 int queue_put_back(queue *q, const queue_range *r);
 // Drops r's reference (the block is freed with its last one); accepts a zeroed range. The one

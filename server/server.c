@@ -346,7 +346,7 @@ start_http(server *s, const char *url_text, char *err, size_t err_len)
     }
     if ((rv = nng_http_server_start(s->http)) != 0) {
         snprintf(err, err_len, "--metrics %s: cannot listen: %s", url_text, nng_strerror(rv));
-        return stoker_err_from_nng(rv);
+        return rv == NNG_EADDRINUSE ? STOKER_INVALID : stoker_err_from_nng(rv);
     }
     nng_sockaddr sa;
     char host[64] = "";
@@ -382,7 +382,7 @@ start_listener(server *s, const char *url, int announce, nng_listener *out, char
         return rv;
     if ((rv = nng_listener_start(l, 0)) != 0) {
         snprintf(err, err_len, "--listen '%s': cannot listen: %s", url, nng_strerror(rv));
-        return stoker_err_from_nng(rv);
+        return rv == NNG_EADDRINUSE ? STOKER_INVALID : stoker_err_from_nng(rv);
     }
     int port = 0;
     if (!announce) {
@@ -426,6 +426,7 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     pthread_mutex_init(&s->lock, NULL);
     broker_config bc = cfg->broker;
     bc.describe_peer = describe_peer;
+    bc.max_message_bytes = cfg->max_message_bytes;
     bc.max_parked = cfg->contexts > 64 ? cfg->contexts - 32 : cfg->contexts / 2;
     if ((s->b = broker_create(&bc, stoker_now_ms())) == NULL) {
         rv = STOKER_NOMEM;
@@ -464,6 +465,11 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     s->tls = cfg->tls;
     if (cfg->broker.token != NULL)
         snprintf(s->http_token, sizeof(s->http_token), "%s", cfg->broker.token);
+    // The metrics server first: when its address is taken the broker stops before it printed
+    // "listening" (which scripts wait for) or accepted a connection.
+    if (cfg->metrics_url != NULL &&
+        (rv = start_http(s, cfg->metrics_url, err, err_len)) != STOKER_OK)
+        goto fail;
     for (uint32_t i = 0; i < cfg->n_listen && i < SERVER_MAX_LISTEN; i++) {
         watched *w = &s->listeners[s->n_listeners];
         w->url = cfg->listen[i];
@@ -473,9 +479,6 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         w->errors = watchdog_listener_errors(w->l);
         s->n_listeners++;
     }
-    if (cfg->metrics_url != NULL &&
-        (rv = start_http(s, cfg->metrics_url, err, err_len)) != STOKER_OK)
-        goto fail;
     fflush(stdout);
     for (uint32_t i = 0; i < s->n_ctxs; i++)
         recv_next(&s->ctxs[i]);

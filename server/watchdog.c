@@ -63,6 +63,44 @@ watchdog_listener_errors(nng_listener l)
     return n;
 }
 
+uint64_t
+watchdog_listener_tls_failures(nng_listener l)
+{
+    nng_stat *root;
+    if (nng_stats_get(&root) != 0)
+        return UINT64_MAX;
+    uint64_t n = UINT64_MAX;
+    nng_stat *ls = find_listener_stats(root, (uint64_t)nng_listener_id(l));
+    if (ls != NULL) {
+        nng_stat *auth = nng_stat_find(ls, "auth");
+        n = auth != NULL ? nng_stat_value(auth) : 0;
+    }
+    nng_stats_free(root);
+    return n;
+}
+
+// Says (at most every TLS_SAY_EVERY_MS) how many TLS handshakes on w failed since it last said.
+#define TLS_SAY_EVERY_MS 10000
+static void
+report_tls_failures(watched *w)
+{
+    uint64_t n = watchdog_listener_tls_failures(w->l);
+    if (n == UINT64_MAX || n < w->tls_failed) // a restarted listener counts from 0
+        return;
+    w->tls_failed = n;
+    uint64_t now = stoker_now_ms();
+    if (n == w->tls_reported || (w->tls_said_ms != 0 && now < w->tls_said_ms + TLS_SAY_EVERY_MS))
+        return;
+    stoker_warn("tls-handshake-failed: %llu TLS handshake%s on %s failed%s: a client without a "
+                "certificate signed by this broker's --tls-ca, one whose --tls-ca does not sign "
+                "this broker's certificate, or a plaintext tcp:// client (nng does not tell the "
+                "broker which peer)",
+                (unsigned long long)(n - w->tls_reported), n - w->tls_reported == 1 ? "" : "s",
+                w->url, w->tls_said_ms != 0 ? " since the last report" : "");
+    w->tls_reported = n;
+    w->tls_said_ms = now;
+}
+
 // Waits until fd is ready for events or deadline_ms passes. Returns 1 when ready.
 static int
 wait_fd(int fd, short events, uint64_t deadline_ms)
@@ -190,8 +228,10 @@ watchdog_main(void *arg)
             stoker_sleep_ms(50, NULL);
         for (uint32_t i = 0; i < h->n_listeners && !atomic_load(h->stopping); i++) {
             watched *w = &h->listeners[i];
-            if (stoker_tls_url(w->url))
+            if (stoker_tls_url(w->url)) {
+                report_tls_failures(w);
                 continue;
+            }
             uint64_t errors = watchdog_listener_errors(w->l);
             if (errors != UINT64_MAX && errors == w->errors && w->strikes == 0)
                 continue; // no accept error since the last look: nothing can have stopped it

@@ -15,7 +15,8 @@
 // transport answered their handshake, the socket never saw them): every peer reconnects on its
 // own; producers are not counted as lost (broker_pipe_reset); a trainer's leases are redelivered,
 // and the trainer client drops what it had seen before. tls+tcp:// listeners are not probed (a
-// probe would need a TLS handshake).
+// probe would need a TLS handshake); their failed TLS handshakes (nng's "auth" counter) are
+// logged instead, as tls-handshake-failed (nng 1.5.2 does not say which peer failed).
 // It does not create the listeners nor handle connections (server.c).
 #ifndef WATCHDOG_H
 #define WATCHDOG_H
@@ -34,11 +35,17 @@ typedef struct watched {
     const char *url;       // borrowed from the configuration
     uint64_t errors;       // its accept errors as last read
     int strikes;           // probes in a row that got no answer
+    // tls+tcp:// listeners: failed TLS handshakes counted (nng's "auth") and reported so far.
+    uint64_t tls_failed, tls_reported, tls_said_ms;
 } watched;
 
 // The listener's accept errors so far ("other" and "canceled" in nng's statistics), or
 // UINT64_MAX when statistics cannot be read (then every check probes).
 uint64_t watchdog_listener_errors(nng_listener l);
+
+// The listener's failed TLS handshakes so far ("auth" in nng's statistics: NNG_ECRYPTO and
+// NNG_EPEERAUTH), or UINT64_MAX when statistics cannot be read.
+uint64_t watchdog_listener_tls_failures(nng_listener l);
 
 // What the watchdog is handed (server.c fills it in before starting the thread): the listeners
 // it watches and the calls into their owner that a restart needs. It stays valid, and

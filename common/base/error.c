@@ -33,6 +33,7 @@ static const struct {
     [STOKER_INTERNAL] = {"internal", "internal error"},
     [STOKER_DATASET_MISMATCH] = {"dataset_mismatch", "dataset differs from the broker's"},
     [STOKER_SHARD_REVOKED] = {"shard_revoked", "items were given to another producer"},
+    [STOKER_TLS] = {"tls", "TLS handshake with the broker failed"},
     [STOKER_GROUP_BROKEN] = {"group_broken",
                              "a rank of the group died or left: the group is broken"},
 };

@@ -42,13 +42,15 @@ const stoker_cli_option stoker_cli_broker_rows[2] = {
      STOKER_CLI_AT(stoker_client_options, token)},
 };
 
-const stoker_cli_option stoker_cli_tls_rows[3] = {
+const stoker_cli_option stoker_cli_tls_rows[4] = {
     {"tls-cert", "F", "client certificate (PEM) for tls+tcp://", STOKER_CLI_STRING,
      STOKER_CLI_AT(stoker_client_options, tls.cert)},
     {"tls-key", "F", "its private key (PEM)", STOKER_CLI_STRING,
      STOKER_CLI_AT(stoker_client_options, tls.key)},
-    {"tls-ca", "F", "verify the broker's certificate with this CA (PEM)", STOKER_CLI_STRING,
-     STOKER_CLI_AT(stoker_client_options, tls.ca)},
+    {"tls-ca", "F", "verify the broker's certificate with this CA (PEM); required for tls+tcp://",
+     STOKER_CLI_STRING, STOKER_CLI_AT(stoker_client_options, tls.ca)},
+    {"tls-insecure", NULL, "tls+tcp:// without verifying the broker (no --tls-ca; not safe)",
+     STOKER_CLI_FLAG, STOKER_CLI_AT(stoker_client_options, tls.insecure)},
 };
 
 const char *
@@ -528,14 +530,61 @@ stoker_cli_exclude(const stoker_cli *cli, const char *a, const char *b, const ch
     return 0;
 }
 
+// The transports stoker speaks (nng's, by scheme); those before the NULL with a host need
+// HOST:PORT.
+static const char *const url_schemes[] = {"tcp://",      "tcp4://",     "tcp6://", "tls+tcp://",
+                                          "tls+tcp4://", "tls+tcp6://", NULL,      "ipc://",
+                                          "abstract://", "inproc://",   NULL};
+
+int
+stoker_cli_check_url(const stoker_cli *cli, const char *flag, const char *url)
+{
+    if (url == NULL)
+        return 0;
+    int host_port = 1;
+    for (const char *const *s = url_schemes;; s++) {
+        if (*s == NULL) {
+            if (!host_port)
+                break;
+            host_port = 0;
+            continue;
+        }
+        size_t n = strlen(*s);
+        if (strncmp(url, *s, n) != 0)
+            continue;
+        const char *colon = strrchr(url + n, ':');
+        if (!host_port && url[n] != '\0')
+            return 0;
+        if (host_port && colon != NULL && colon[1] != '\0' &&
+            strspn(colon + 1, "0123456789") == strlen(colon + 1))
+            return 0;
+        return stoker_cli_fail(cli, "--%s '%s': %s", flag, url,
+                               host_port ? "expected HOST:PORT after the scheme (a port number)"
+                                         : "expected a path or name after the scheme");
+    }
+    const char *hint = strstr(url, "://") == NULL && strchr(url, ':') != NULL ? "tcp://" : NULL;
+    if (hint != NULL)
+        return stoker_cli_fail(cli,
+                               "--%s '%s' is not a URL: expected tcp://HOST:PORT, ipc:///path, "
+                               "inproc://NAME or tls+tcp://HOST:PORT (did you mean '%s%s'?)",
+                               flag, url, hint, url);
+    return stoker_cli_fail(cli,
+                           "--%s '%s' is not a URL stoker speaks: expected tcp://HOST:PORT, "
+                           "ipc:///path, inproc://NAME or tls+tcp://HOST:PORT",
+                           flag, url);
+}
+
 int
 stoker_cli_check_tls(const stoker_cli *cli, const stoker_client_options *c)
 {
     char err[512];
+    int code = stoker_cli_check_url(cli, "broker", c->url);
+    if (code != 0)
+        return code;
     if (c->url != NULL && stoker_tls_url(c->url)) {
         if (stoker_tls_check(&c->tls, 0, err, sizeof(err)) != STOKER_OK)
             return stoker_cli_fail(cli, "%s", err);
-    } else if (c->tls.cert || c->tls.key || c->tls.ca) {
+    } else if (c->tls.cert || c->tls.key || c->tls.ca || c->tls.insecure) {
         return stoker_cli_fail(cli, "--tls-* options need a tls+tcp:// --broker URL");
     }
     return 0;

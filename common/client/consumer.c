@@ -72,9 +72,46 @@ on_event(const stoker_event *e, void *arg)
     c->ev_len++;
 }
 
+// The checks every use of opts shares: its version, a url, the token (into token, cap bytes;
+// "" for none) and the TLS settings (into *tls, pointing into opts). STOKER_OK or
+// STOKER_INVALID with err.
+static int
+check_options(const stoker_consumer_options *opts, char *token, size_t cap, stoker_tls_options *tls,
+              char *err, size_t err_len)
+{
+    if (opts == NULL || opts->api_version != STOKER_API_VERSION)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "consumer options of API version %u; this library is version %d",
+                             opts != NULL ? opts->api_version : 0u, STOKER_API_VERSION);
+    if (opts->url == NULL || opts->url[0] == '\0')
+        return stoker_errorf(err, err_len, STOKER_INVALID, "consumer options: no broker URL");
+    token[0] = '\0';
+    if (opts->token_file != NULL) {
+        if (stoker_read_token_file(opts->token_file, token, cap, err, err_len) != STOKER_OK)
+            return STOKER_INVALID;
+    } else if (opts->token != NULL) {
+        snprintf(token, cap, "%s", opts->token);
+    }
+    *tls = (stoker_tls_options){.ca = opts->tls_ca,
+                                .cert = opts->tls_cert,
+                                .key = opts->tls_key,
+                                .insecure = opts->tls_insecure != 0};
+    if (!stoker_tls_url(opts->url)) {
+        if (tls->ca != NULL || tls->cert != NULL || tls->key != NULL || tls->insecure)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "TLS settings (tls_ca, tls_cert, tls_key, tls_insecure) need a "
+                                 "tls+tcp:// broker URL, not '%s'",
+                                 opts->url);
+        return STOKER_OK;
+    }
+    if (stoker_tls_check(tls, 0, err, err_len) != STOKER_OK)
+        return STOKER_INVALID;
+    return STOKER_OK;
+}
+
 static int
 open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t rank, uint32_t world,
-              stoker_consumer **out, char *err, size_t err_len)
+              uint64_t resume_step, int commit, stoker_consumer **out, char *err, size_t err_len)
 {
     char scratch[512];
     if (err == NULL || err_len == 0) {
@@ -82,23 +119,10 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
         err_len = sizeof(scratch);
     }
     err[0] = '\0';
-    if (opts == NULL || opts->api_version != STOKER_API_VERSION) {
-        snprintf(err, err_len, "consumer options of API version %u; this library is version %d",
-                 opts != NULL ? opts->api_version : 0u, STOKER_API_VERSION);
+    char token[256];
+    stoker_tls_options tls;
+    if (check_options(opts, token, sizeof(token), &tls, err, err_len) != STOKER_OK)
         return STOKER_INVALID;
-    }
-    if (opts->url == NULL || opts->url[0] == '\0') {
-        snprintf(err, err_len, "consumer options: no broker URL");
-        return STOKER_INVALID;
-    }
-    char token[256] = "";
-    if (opts->token_file != NULL) {
-        int rv = stoker_read_token_file(opts->token_file, token, sizeof(token), err, err_len);
-        if (rv != STOKER_OK)
-            return STOKER_INVALID;
-    } else if (opts->token != NULL) {
-        snprintf(token, sizeof(token), "%s", opts->token);
-    }
     stoker_consumer *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return STOKER_NOMEM;
@@ -114,6 +138,7 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     to.client.name = name;
     to.client.token = token[0] != '\0' ? token : NULL;
     to.client.stop = &c->stop;
+    to.client.tls = tls;
     to.batch_size = opts->batch_size;
     to.prefetch = opts->prefetch;
     to.stall_timeout_ms = opts->stall_timeout_ms;
@@ -130,6 +155,8 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     c->in_group = group != NULL;
     to.rank = rank;
     to.world = world;
+    to.group_resume_step = resume_step;
+    to.commit = commit != 0;
     c->stall_timeout_ms = opts->stall_timeout_ms;
     int rv = stoker_trainer_client_create(&to, &c->tc, err, err_len);
     if (rv != STOKER_OK) {
@@ -144,7 +171,7 @@ int
 stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
                      size_t err_len)
 {
-    return open_consumer(opts, NULL, 0, 0, out, err, err_len);
+    return open_consumer(opts, NULL, 0, 0, 0, 0, out, err, err_len);
 }
 
 int
@@ -153,7 +180,23 @@ stoker_consumer_open_group(const stoker_consumer_options *opts, const char *grou
 {
     if (group == NULL || group[0] == '\0')
         return stoker_errorf(err, err_len, STOKER_INVALID, "consumer group: no group name");
-    return open_consumer(opts, group, rank, world, out, err, err_len);
+    return open_consumer(opts, group, rank, world, 0, 0, out, err, err_len);
+}
+
+int
+stoker_consumer_open_group_at(const stoker_consumer_options *opts, const char *group, uint32_t rank,
+                              uint32_t world, uint64_t resume_step, int commit,
+                              stoker_consumer **out, char *err, size_t err_len)
+{
+    if (group == NULL || group[0] == '\0')
+        return stoker_errorf(err, err_len, STOKER_INVALID, "consumer group: no group name");
+    return open_consumer(opts, group, rank, world, resume_step, commit, out, err, err_len);
+}
+
+uint64_t
+stoker_consumer_group_steps(const stoker_consumer *c)
+{
+    return stoker_trainer_client_group_steps(c->tc);
 }
 
 uint64_t
@@ -536,6 +579,27 @@ stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char
     char err[512] = "";
     stoker_status *st = NULL;
     int rv = stoker_status_fetch(url, token, timeout_ms, &st, err, sizeof(err));
+    if (rv != STOKER_OK) {
+        if (buf != NULL && cap > 0)
+            snprintf(buf, cap, "%s", err[0] != '\0' ? err : stoker_strerror(rv));
+        return rv;
+    }
+    rv = status_to_json(st, buf, cap, len);
+    stoker_status_destroy(st);
+    return rv;
+}
+
+int
+stoker_status_json_opts(const stoker_consumer_options *opts, uint32_t timeout_ms, char *buf,
+                        size_t cap, size_t *len)
+{
+    char err[512] = "", token[256];
+    stoker_tls_options tls;
+    stoker_status *st = NULL;
+    int rv = check_options(opts, token, sizeof(token), &tls, err, sizeof(err));
+    if (rv == STOKER_OK)
+        rv = stoker_status_fetch_tls(opts->url, token[0] != '\0' ? token : NULL, &tls, timeout_ms,
+                                     &st, err, sizeof(err));
     if (rv != STOKER_OK) {
         if (buf != NULL && cap > 0)
             snprintf(buf, cap, "%s", err[0] != '\0' ? err : stoker_strerror(rv));

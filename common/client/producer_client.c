@@ -55,6 +55,7 @@ struct stoker_producer_client {
     pthread_cond_t cond;
     int closing;
     uint32_t heartbeat_ms;         // from the broker's hello reply; 0 before it
+    _Atomic uint32_t max_chunk;    // examples one push may carry, from it; 0: not said
     _Atomic uint64_t last_sent_ms; // when the last request went out
     _Atomic int done_making;       // draining: heartbeats say it pushes nothing more
 
@@ -173,8 +174,13 @@ broker_away(stoker_producer_client *pc)
         pc->away_since_ms = pc->answered_ms < now ? pc->answered_ms : now;
     uint64_t away = now - pc->away_since_ms;
     double bound_s = pc->opts.give_up_ms / 1000.0;
+    char unknown[320];
     if (away >= pc->opts.give_up_ms) {
-        if (!pc->ever_answered)
+        if (!pc->ever_answered && conn_unknown_host(pc->url, unknown, sizeof(unknown)))
+            stoker_error("producer '%s': %s in --broker %s: no broker answered within %.1f s "
+                         "(--broker-wait): check the host name",
+                         pc->name, unknown, pc->url, bound_s);
+        else if (!pc->ever_answered)
             stoker_error("producer '%s': no broker answered at %s within %.1f s (--broker-wait; "
                          "last: %s): start the broker, check the URL, or wait longer",
                          pc->name, pc->url, bound_s, pc->error);
@@ -190,7 +196,13 @@ broker_away(stoker_producer_client *pc)
     // A short blip (a push stream replaced, one timeout) is not worth a word; a second is.
     if (away < 1000 && pc->away_said_ms == 0)
         return STOKER_OK;
-    if (pc->away_said_ms == 0 && !pc->ever_answered) {
+    if (pc->away_said_ms == 0 && !pc->ever_answered &&
+        conn_unknown_host(pc->url, unknown, sizeof(unknown))) {
+        stoker_warn("producer '%s': %s in --broker %s: waiting up to %.1f s for it to resolve "
+                    "(--broker-wait)",
+                    pc->name, unknown, pc->url, bound_s);
+        pc->away_said_ms = now;
+    } else if (pc->away_said_ms == 0 && !pc->ever_answered) {
         stoker_warn("producer '%s': no broker at %s yet (%s): waiting up to %.1f s for one "
                     "(--broker-wait)",
                     pc->name, pc->url, pc->error, bound_s);
@@ -280,6 +292,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->schema = *schema;
     pc->stop.flag = opts->stop;
     pc->stop.grace_ms = STOP_GRACE_MS;
+    pc->stop.conn = &pc->conn; // a TLS failure ends the pushing thread's waits (STOKER_TLS)
     pc->retain = STOKER_RETAIN_AUTO;
     pc->retain_auto = 1;
     const char *shm = getenv("STOKER_SHM");
@@ -375,16 +388,24 @@ describe_push(stoker_producer_client *pc, stoker_request *req)
 static int
 hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
 {
+    // A broker that does not know us starts where our retained (untrained) examples do: the
+    // oldest retained chunk, less what is trained at its head (a chunk is released only once
+    // all of it is trained, and sized chunks hold thousands), so that a restarted broker takes
+    // us as returning and gets no trained example again.
+    uint64_t from = pc->next_seq;
+    if (pc->kept != NULL) {
+        uint64_t trained = atomic_load(&pc->trained);
+        from = retention_oldest(pc->kept, pc->next_seq);
+        if (trained > from && trained <= pc->next_seq)
+            from = trained;
+    }
     stoker_request req = {
         .method = STOKER_HELLO,
         .session = pc->opts.session,
         .role = STOKER_ROLE_PRODUCER,
         .has_schema = 1,
         .schema = pc->schema,
-        // A broker that does not know us starts where our retained (untrained) examples do.
-        .next_seq = at != UINT64_MAX   ? at
-                    : pc->kept != NULL ? retention_oldest(pc->kept, pc->next_seq)
-                                       : pc->next_seq,
+        .next_seq = at != UINT64_MAX ? at : from,
         .dataset_size = pc->dataset_size,
         .dataset_fingerprint = pc->dataset_fingerprint,
         .want_arena = pc->shm,
@@ -394,7 +415,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
     conn_copy_str(req.name, sizeof(req.name), pc->name);
     conn_copy_str(req.token, sizeof(req.token), pc->token);
     stoker_reply *rep = NULL;
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
     int rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, stop, &rep, err,
                              sizeof(err));
@@ -408,6 +429,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         pthread_mutex_lock(&pc->lock);
         pc->id = rep->peer_id;
         pc->heartbeat_ms = rep->heartbeat_ms;
+        atomic_store(&pc->max_chunk, rep->max_chunk);
         pc->said_hello = 1;
         pthread_mutex_unlock(&pc->lock);
         note_trained(pc, rep->trained_through);
@@ -735,7 +757,7 @@ poll_trained(stoker_producer_client *pc)
                           .session = pc->opts.session,
                           .done_making = atomic_load(&pc->done_making)};
     stoker_reply *rep = NULL;
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
     rv = conn_call(pc->push_ctx, &req, pc->opts.request_timeout_ms, &rep, err, sizeof(err));
     if (rv != STOKER_OK) {
@@ -780,6 +802,8 @@ wait_room(stoker_producer_client *pc, uint32_t count)
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
             broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION; // waited --broker-wait for a broker to train anything
+        if (polled != STOKER_OK && !transient(polled))
+            return polled; // a refusal (a retained chunk too large for a new broker, ...): final
         if (polled != STOKER_OK)
             nap = 50;
         // At most 4 ms between polls while the broker answers: a queue the trainers drain fast
@@ -1009,6 +1033,8 @@ stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
             broker_away(pc) != STOKER_OK)
             return STOKER_CONNECTION; // said: no broker to report anything trained
+        if (polled != STOKER_OK && !transient(polled))
+            return polled; // a refusal: waiting longer changes nothing
         if (polled != STOKER_OK)
             nap = 50;
         nap = atomic_load(&pc->trained) > before ? 1 : (nap < 50 ? nap * 2 : 50);
@@ -1026,6 +1052,12 @@ uint64_t
 stoker_producer_client_session(const stoker_producer_client *pc)
 {
     return pc->opts.session;
+}
+
+uint32_t
+stoker_producer_client_max_chunk(const stoker_producer_client *pc)
+{
+    return atomic_load(&((stoker_producer_client *)pc)->max_chunk);
 }
 
 uint32_t

@@ -69,6 +69,8 @@ struct stoker_trainer_client {
     // order): kept, decoded, until their step is next, so batches and the events that ride
     // with them (an epoch's end) reach the caller in step order on every rank.
     stoker_reply *early[MAX_PREFETCH];
+    uint32_t early_pipe[MAX_PREFETCH]; // the connection each came on
+    uint64_t hello_ms;                 // the last hello the broker took
     uint32_t n_early;
     conn conn;
     nng_ctx ctl_ctx; // hello, ack, status
@@ -125,6 +127,7 @@ struct stoker_trainer_client {
                                             // indices within SEEN_EVENTS below the highest
 
     idset *seen;
+    pthread_mutex_t seen_lock; // adds to seen vs its export by the heartbeat thread
     uint64_t duplicates;
     uint64_t acks_refused;
 
@@ -312,15 +315,29 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     req.rank = tc->opts.rank;
     req.world = tc->opts.world;
     req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
+    req.group_steps = tc->group[0] != '\0' ? tc->group_steps : 0;
+    // What this trainer trained, for a broker that restarted: it counts it trained, so that the
+    // producers' re-pushed examples reach no other trainer (issue 26). A broker that knew us
+    // already learns nothing new from it.
+    uint64_t *trained = malloc(3 * sizeof(uint64_t) * STOKER_HELLO_TRAINED_MAX);
+    if (trained != NULL) {
+        pthread_mutex_lock(&tc->seen_lock);
+        req.n_trained = idset_export(tc->seen, trained, STOKER_HELLO_TRAINED_MAX);
+        pthread_mutex_unlock(&tc->seen_lock);
+        req.trained = trained;
+    }
     stoker_reply *rep = NULL;
-    conn_stop stop = {.flag = tc->opts.client.stop};
+    // A TLS failure of the connection ends the wait at once (conn_failure), as STOKER_TLS.
+    conn_stop stop = {.flag = tc->opts.client.stop, .conn = &tc->conn};
     int rv = conn_call_until(tc->ctl_ctx, &req, timeout_ms, &stop, &rep, err, err_len);
+    free(trained);
     if (rv != STOKER_OK)
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
     rv = rep->code;
     if (rv == STOKER_OK) {
         tc->id = rep->peer_id;
         tc->need_hello = 0;
+        tc->hello_ms = stoker_now_ms();
         tc->away = 0;
         if (rep->heartbeat_ms > 0)
             tc->heartbeat_ms = rep->heartbeat_ms;
@@ -364,22 +381,70 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
 
 static void *issuer_main(void *arg);
 
+// How often the heartbeat thread looks whether the socket connected again (beat_wait).
+#define BEAT_LOOK_MS 50
+
+// A broker that does not know us (it restarted; the pulls have not said hello yet, maybe
+// because the caller pulls nothing now): one heartbeat that tells it what we trained, as a
+// hello would, so that no other trainer gets those examples again (issue 26).
+static void
+report_trained(stoker_trainer_client *tc, uint32_t timeout, conn_stop *stop)
+{
+    uint64_t *trained = malloc(3 * sizeof(uint64_t) * STOKER_HELLO_TRAINED_MAX);
+    if (trained == NULL)
+        return;
+    stoker_request req = {.method = STOKER_HEARTBEAT, .session = tc->opts.client.session};
+    pthread_mutex_lock(&tc->seen_lock);
+    req.n_trained = idset_export(tc->seen, trained, STOKER_HELLO_TRAINED_MAX);
+    pthread_mutex_unlock(&tc->seen_lock);
+    req.trained = trained;
+    stoker_reply *rep = NULL;
+    char err[256];
+    if (req.n_trained > 0 &&
+        conn_call_until(tc->beat_ctx, &req, timeout, stop, &rep, err, sizeof(err)) == STOKER_OK)
+        stoker_reply_free(rep);
+    free(trained);
+}
+
+// Waits (tc->lock held) up to every ms, or until destroy, or until the socket connected again
+// after it had lost its connection (*lost: the last loss seen): a broker that restarted then
+// hears from us at once, not a heartbeat period later, so our report of what we trained
+// (report_trained) reaches it within its returning window (issue 26).
+static void
+beat_wait(stoker_trainer_client *tc, uint32_t every, uint64_t *lost)
+{
+    uint64_t deadline = stoker_now_ms() + every;
+    while (!tc->beat_stop) {
+        uint64_t now = stoker_now_ms();
+        if (now >= deadline)
+            return;
+        uint64_t at = atomic_load(&tc->conn.pipeless_since_ms);
+        if (at != *lost && atomic_load(&tc->conn.pipes) > 0) {
+            *lost = at;
+            return;
+        }
+        uint32_t nap = deadline - now < BEAT_LOOK_MS ? (uint32_t)(deadline - now) : BEAT_LOOK_MS;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += (long)nap * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&tc->beat_cond, &tc->lock, &ts);
+    }
+}
+
 // The heartbeat thread (see heartbeat_ms): from create to destroy. A heartbeat that fails is
-// not retried early: the pulls find out what is wrong and say hello again.
+// not retried early (the pulls find out what is wrong and say hello again), but one goes out as
+// soon as the socket is connected again after a loss (beat_wait).
 static void *
 beat_main(void *arg)
 {
     stoker_trainer_client *tc = arg;
     pthread_mutex_lock(&tc->lock);
+    uint64_t lost = atomic_load(&tc->conn.pipeless_since_ms);
     while (!tc->beat_stop) {
         uint32_t every = tc->heartbeat_ms > 0 ? tc->heartbeat_ms : 1000;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += every / 1000;
-        ts.tv_nsec += (long)(every % 1000) * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&tc->beat_cond, &tc->lock, &ts);
+        beat_wait(tc, every, &lost);
         if (tc->beat_stop)
             break;
         pthread_mutex_unlock(&tc->lock);
@@ -393,7 +458,10 @@ beat_main(void *arg)
             STOKER_OK) {
             if (rep->code != STOKER_OK)
                 stoker_debug("trainer: heartbeat refused: %s", rep->message);
+            int unknown = rep->code == STOKER_UNKNOWN_PEER;
             stoker_reply_free(rep);
+            if (unknown)
+                report_trained(tc, timeout, &stop);
         } else {
             stoker_debug("trainer: heartbeat: %s", err);
         }
@@ -422,11 +490,6 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                              "trainer options: group '%s' needs a name of 1..%d bytes and a rank "
                              "below the world size (rank %u, world %u)",
                              opts->group, STOKER_NAME_MAX - 1, opts->rank, opts->world);
-    if (opts->group != NULL && opts->commit)
-        return stoker_errorf(err, err_len, STOKER_INVALID,
-                             "trainer options: commit with checkpoints is not available to the "
-                             "ranks of a group ('%s' rank %u): use one or the other",
-                             opts->group, opts->rank);
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
     if (tc == NULL)
         return STOKER_NOMEM;
@@ -439,6 +502,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     tc->opts.client.name = tc->name;
     tc->opts.client.token = tc->token;
     conn_copy_str(tc->group, sizeof(tc->group), opts->group);
+    tc->group_steps = opts->group != NULL ? opts->group_resume_step : 0;
     tc->opts.group = tc->group;
     if (tc->opts.client.session == 0)
         tc->opts.client.session = stoker_random_u64();
@@ -447,6 +511,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     if (tc->wait_ms < 10)
         tc->wait_ms = 10;
     pthread_mutex_init(&tc->lock, NULL);
+    pthread_mutex_init(&tc->seen_lock, NULL);
     pthread_cond_init(&tc->cond, NULL);
     pthread_cond_init(&tc->issue_cond, NULL);
     pthread_cond_init(&tc->beat_cond, NULL);
@@ -498,15 +563,25 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         if (rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION && rv != STOKER_RETRY)
             goto fail_slots;
         if (stoker_now_ms() >= give_up) {
-            char why[256];
+            // Handshakes that failed for a TLS reason found meanwhile are the answer.
+            if ((rv = conn_failure(&tc->conn, err, err_len)) == STOKER_TLS)
+                goto fail_slots;
+            char why[STOKER_MESSAGE_MAX];
             snprintf(why, sizeof(why), "%s", err);
             if (rv == STOKER_RETRY) {
                 snprintf(err, err_len, "still waiting at hello: %s", why);
                 rv = STOKER_TIMEOUT;
                 goto fail_slots;
             }
-            snprintf(err, err_len, "no broker answered at %s within %u ms (%s)", tc->url,
-                     opts->client.give_up_ms, why);
+            char unknown[320];
+            if (conn_unknown_host(tc->url, unknown, sizeof(unknown)))
+                snprintf(err, err_len,
+                         "%s in %s: no broker answered within %u ms; check the "
+                         "host name",
+                         unknown, tc->url, opts->client.give_up_ms);
+            else
+                snprintf(err, err_len, "no broker answered at %s within %u ms (%s)", tc->url,
+                         opts->client.give_up_ms, why);
             rv = STOKER_CONNECTION;
             goto fail_slots;
         }
@@ -569,6 +644,7 @@ fail_seen:
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
+    pthread_mutex_destroy(&tc->seen_lock);
     free(tc);
     return rv;
 }
@@ -823,8 +899,11 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
             drop_seen(tc, b, dups);
     }
     for (uint32_t i = 0; i < b->n_runs; i++) {
-        if (idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count) ==
-            UINT64_MAX)
+        pthread_mutex_lock(&tc->seen_lock);
+        uint64_t added =
+            idset_add(tc->seen, b->runs[i].session, b->runs[i].first_seq, b->runs[i].count);
+        pthread_mutex_unlock(&tc->seen_lock);
+        if (added == UINT64_MAX)
             stoker_warn("trainer: out of memory tracking identities; duplicates not counted");
     }
     *out = b;
@@ -909,19 +988,38 @@ stalled(stoker_trainer_client *tc, uint32_t wait_ms, const char *why)
 // Keeps rep for later when it is a rank's batch of a step beyond the next one (the earlier
 // step's reply is still on its way) and there is room; 1 when kept.
 static int
-keep_early(stoker_trainer_client *tc, stoker_reply *rep)
+keep_early(stoker_trainer_client *tc, stoker_reply *rep, uint32_t pipe)
 {
     if (tc->group[0] == '\0' || rep->code != STOKER_OK || rep->chunk.count == 0 ||
         rep->group_step <= tc->group_steps + 1 || tc->n_early == MAX_PREFETCH)
         return 0;
+    tc->early_pipe[tc->n_early] = pipe;
     tc->early[tc->n_early++] = rep;
+    return 1;
+}
+
+// Whether rep is a batch that came on a connection that closed since (conn_reply_stale): the
+// broker took it back (a lost connection's leases go to other trainers; a broker that died has
+// its producers push them again, and what we train before our hello there would not be in the
+// hello's report), so it is not trained; its events still count. Frees rep when it says so.
+static int
+stale_batch(stoker_trainer_client *tc, stoker_reply *rep, uint32_t pipe)
+{
+    if (rep->code != STOKER_OK || rep->chunk.count == 0 || pipe == 0 ||
+        pipe == atomic_load(&tc->conn.live_pipe))
+        return 0;
+    take_reply_extras(tc, rep);
+    stoker_info("trainer: batch of lease %llu (%u examples) came on a connection that closed "
+                "since: not trained (the broker hands its examples out again)",
+                (unsigned long long)rep->lease, rep->chunk.count);
+    stoker_reply_free(rep);
     return 1;
 }
 
 // The kept reply whose step is next, or NULL; with none of them next while every pull in flight
 // came back (a step's reply lost for good), the earliest, so nothing waits for it forever.
 static stoker_reply *
-take_early(stoker_trainer_client *tc)
+take_early(stoker_trainer_client *tc, uint32_t *pipe)
 {
     if (tc->n_early == 0)
         return NULL;
@@ -939,14 +1037,20 @@ take_early(stoker_trainer_client *tc)
             return NULL;
     }
     stoker_reply *rep = tc->early[best];
-    tc->early[best] = tc->early[--tc->n_early];
+    *pipe = tc->early_pipe[best];
+    tc->n_early--;
+    tc->early[best] = tc->early[tc->n_early];
+    tc->early_pipe[best] = tc->early_pipe[tc->n_early];
     return rep;
 }
+
+// A pull refused for want of a hello this soon after one waits this long before the next hello.
+#define HELLO_PACE_MS 50
 
 static int
 next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
-    char err[256];
+    char err[STOKER_MESSAGE_MAX];
     uint64_t wait_start = stoker_now_ms();
     int acks_sent = 0;
     tc->refusal[0] = '\0'; // this call's, if any
@@ -971,7 +1075,10 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 return rv;
             if (rv != STOKER_OK && rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION) {
                 snprintf(tc->refusal, sizeof(tc->refusal), "%s", err);
-                stoker_error("trainer: broker refused hello: %s", err);
+                if (rv == STOKER_TLS)
+                    stoker_error("trainer: %s", err);
+                else
+                    stoker_error("trainer: broker refused hello: %s", err);
                 return rv;
             }
             if (rv != STOKER_OK) { // the deadline above ends it
@@ -983,7 +1090,8 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             }
         }
 
-        stoker_reply *rep = take_early(tc);
+        uint32_t pipe = 0;
+        stoker_reply *rep = take_early(tc, &pipe);
         if (rep != NULL)
             goto process; // a later step's reply that came first: now its turn
 
@@ -1086,6 +1194,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         tc->failures = 0;
         tc->away = 0;
 
+        pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(msg));
         // The batch will point into msg: no copy between the socket and the training step.
         int rv = stoker_wire_decode_reply_msg(msg, &rep, err, sizeof(err));
         if (rv != STOKER_OK)
@@ -1097,9 +1206,11 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         pthread_mutex_lock(&tc->lock);
         settle_lost(tc, s, rep->code == STOKER_OK ? rep->resent_pull : 0);
         pthread_mutex_unlock(&tc->lock);
-        if (keep_early(tc, rep))
+        if (keep_early(tc, rep, pipe))
             continue;
     process:
+        if (stale_batch(tc, rep, pipe))
+            continue;
         if (rep->resent_pull != 0)
             stoker_info("trainer: lease %llu of a pull whose reply was lost came again",
                         (unsigned long long)rep->lease);
@@ -1152,6 +1263,13 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
         if (rv == STOKER_UNKNOWN_PEER) {
             tc->need_hello = 1;
             stoker_reply_free(rep);
+            // A broker that restarted takes pulls only once a producer came back: until then
+            // each hello is answered and the next pull refused, so the hellos are paced.
+            uint64_t now = stoker_now_ms();
+            if (now < tc->hello_ms + HELLO_PACE_MS && now < stall_at)
+                stoker_sleep_ms(stall_at - now < HELLO_PACE_MS ? (uint32_t)(stall_at - now)
+                                                               : HELLO_PACE_MS,
+                                tc->opts.client.stop);
             continue;
         }
         snprintf(tc->refusal, sizeof(tc->refusal), "%s", rep->message);
@@ -1275,10 +1393,64 @@ stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out)
     return 1;
 }
 
+// A rank's commit (group commit, docs/groups.md): its acknowledgements in parts at its step
+// count, the last part final; the broker applies every rank's at once when all are in, and
+// answers the final part then (at most STOKER_GROUP_COMMIT_WAIT_MS after the first rank's part, or
+// GROUP_BROKEN when a rank is lost meanwhile). Nothing counts unless the final part says OK.
+
+static int
+group_commit(stoker_trainer_client *tc)
+{
+    if (tc->group_steps == 0 && tc->n_uncommitted == 0)
+        return STOKER_OK; // no step taken: nothing to commit
+    uint32_t done = 0;
+    int rv = STOKER_OK;
+    for (;;) {
+        uint32_t n = tc->n_uncommitted - done < MAX_ACKS ? tc->n_uncommitted - done : MAX_ACKS;
+        int final = done + n == tc->n_uncommitted;
+        stoker_request req = {.method = STOKER_ACK,
+                              .session = tc->opts.client.session,
+                              .n_acks = n,
+                              .acks = tc->uncommitted + done,
+                              .commit_step = tc->group_steps,
+                              .commit_final = final};
+        stoker_reply *rep = NULL;
+        char err[256];
+        uint32_t timeout = tc->opts.client.request_timeout_ms;
+        if (final)
+            timeout += STOKER_GROUP_COMMIT_WAIT_MS;
+        rv = conn_call(tc->ctl_ctx, &req, timeout, &rep, err, sizeof(err));
+        if (rv != STOKER_OK) {
+            stoker_warn("trainer: group commit at step %llu failed: %s",
+                        (unsigned long long)tc->group_steps, err);
+            return rv;
+        }
+        rv = rep->code;
+        if (rv != STOKER_OK && rv != STOKER_NOT_FOUND) {
+            snprintf(tc->refusal, sizeof(tc->refusal), "%s", rep->message);
+            stoker_warn("trainer: group commit at step %llu refused: %s",
+                        (unsigned long long)tc->group_steps, rep->message);
+            stoker_reply_free(rep);
+            return rv; // kept: the next commit sends them again
+        }
+        if (final)
+            take_reply_extras(tc, rep);
+        stoker_reply_free(rep);
+        done += n;
+        if (final)
+            break;
+    }
+    tc->n_uncommitted = 0;
+    tc->told_commit_wait = 0;
+    return STOKER_OK;
+}
+
 int
 stoker_trainer_client_commit(stoker_trainer_client *tc)
 {
     int rv = stoker_trainer_client_flush(tc);
+    if (rv == STOKER_OK && tc->group[0] != '\0' && tc->opts.commit)
+        return group_commit(tc);
     uint32_t done = 0;
     while (rv == STOKER_OK && done < tc->n_uncommitted) {
         // Sent here, not through the pending acknowledgements, so that no pull in flight carries
@@ -1316,12 +1488,6 @@ stoker_trainer_client_set_commit(stoker_trainer_client *tc, int on)
 {
     if ((tc->opts.commit != 0) == (on != 0))
         return;
-    if (on && tc->group[0] != '\0') {
-        stoker_warn("trainer '%s': commit with checkpoints refused: it is rank %u of group '%s', "
-                    "and the ranks of a group acknowledge after each step",
-                    tc->name, tc->opts.rank, tc->opts.group);
-        return;
-    }
     if (!on)
         stoker_trainer_client_commit(tc); // what was kept is sent now
     tc->opts.commit = on != 0;
@@ -1338,7 +1504,10 @@ int
 stoker_trainer_client_mark_trained(stoker_trainer_client *tc, uint64_t session, uint64_t first_seq,
                                    uint64_t count)
 {
-    return idset_add(tc->seen, session, first_seq, count) == UINT64_MAX ? STOKER_NOMEM : STOKER_OK;
+    pthread_mutex_lock(&tc->seen_lock);
+    uint64_t added = idset_add(tc->seen, session, first_seq, count);
+    pthread_mutex_unlock(&tc->seen_lock);
+    return added == UINT64_MAX ? STOKER_NOMEM : STOKER_OK;
 }
 
 uint64_t
@@ -1479,5 +1648,6 @@ stoker_trainer_client_destroy(stoker_trainer_client *tc)
     pthread_cond_destroy(&tc->issue_cond);
     pthread_cond_destroy(&tc->cond);
     pthread_mutex_destroy(&tc->lock);
+    pthread_mutex_destroy(&tc->seen_lock);
     free(tc);
 }

@@ -150,3 +150,24 @@ idset_count(const idset *s, uint64_t session, uint64_t first, uint64_t count)
     }
     return n;
 }
+
+uint32_t
+idset_export(const idset *s, uint64_t *out, uint32_t max)
+{
+    if (s->n == 0 || max == 0)
+        return 0;
+    uint32_t per = max / s->n > 0 ? max / s->n : 1, k = 0;
+    for (uint32_t i = 0; i < s->cap && k < max; i++) {
+        const session_set *ss = &s->slots[i];
+        if (ss->session == 0)
+            continue;
+        uint64_t session = ss->session == ~0ull ? 0 : ss->session;
+        uint32_t from = ss->n > per ? ss->n - per : 0; // the newest: what retention may hold
+        for (uint32_t j = from; j < ss->n && k < max; j++, k++) {
+            out[3 * k] = session;
+            out[3 * k + 1] = ss->iv[j].lo;
+            out[3 * k + 2] = ss->iv[j].hi;
+        }
+    }
+    return k;
+}

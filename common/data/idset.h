@@ -15,4 +15,8 @@ uint64_t idset_add(idset *s, uint64_t session, uint64_t first, uint64_t count);
 // How many of [first, first + count) for session were added before (nothing is added).
 uint64_t idset_count(const idset *s, uint64_t session, uint64_t first, uint64_t count);
 
+// Writes up to max intervals as (session, lo, hi) triples into out (3 * max values): every
+// session's newest intervals, an equal share each. Returns how many triples were written.
+uint32_t idset_export(const idset *s, uint64_t *out, uint32_t max);
+
 #endif

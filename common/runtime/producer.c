@@ -1,6 +1,7 @@
 // The producer loop: fill a chunk, push it until acknowledged, repeat; goodbye at the end.
 // Generation and pushing overlap: the calling thread fills one chunk while a pusher thread
-// (producer_pipeline.c) sends the previous one. A dataset's loop is producer_dataset.c.
+// (producer_pipeline.c) sends the previous one. When a chunk is closed is chunk_policy.c's
+// call. A dataset's loop is producer_dataset.c.
 #include <string.h>
 
 #include "stoker/clock.h"
@@ -8,6 +9,7 @@
 #include "stoker/log.h"
 #include "stoker/producer.h"
 #include "stoker/producer_client.h"
+#include "chunk_policy.h"
 #include "producer_dataset.h"
 #include "producer_pipeline.h"
 #include "producer_stop.h"
@@ -17,7 +19,12 @@ stoker_producer_config_init(stoker_producer_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     stoker_client_options_init(&cfg->client);
-    cfg->chunk = 3;
+    cfg->chunk = STOKER_CHUNK_AUTO;
+    // 256 KiB: a push of it costs nng's per-message overhead (~100 us) once for thousands of
+    // small examples, and stays far below the broker's --max-message; 5 ms: an example waits at
+    // most that long for the others of its chunk (one that takes longer goes out on its own).
+    cfg->chunk_bytes = 256u << 10;
+    cfg->chunk_ms = 5;
     cfg->retain = STOKER_RETAIN_AUTO;
     // A producer outlives a broker restart, however long it takes to come back within reason:
     // it waits with what it retains (stoker-producer --broker-wait).
@@ -37,8 +44,12 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     const char *name = copts.name != NULL ? copts.name : "producer";
     int rv;
 
-    if (cfg->chunk == 0 || (gen->n_items > 0 ? gen->fill_item == NULL : gen->fill == NULL)) {
-        stoker_error("producer: chunk must be at least 1 and the generator needs a fill function");
+    if (cfg->chunk > STOKER_CHUNK_MAX ||
+        (cfg->chunk == STOKER_CHUNK_AUTO && (cfg->chunk_bytes == 0 || !(cfg->chunk_ms > 0))) ||
+        (gen->n_items > 0 ? gen->fill_item == NULL : gen->fill == NULL)) {
+        stoker_error("producer: chunk must be 1..%u or STOKER_CHUNK_AUTO (with chunk_bytes and "
+                     "chunk_ms above 0), and the generator needs a fill function",
+                     STOKER_CHUNK_MAX);
         return STOKER_INVALID;
     }
     if (cfg->handle_signals)
@@ -61,24 +72,30 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     stoker_producer_client_set_pipelined(pc, 1);
     if ((rv = stoker_producer_client_hello(pc)) != STOKER_OK) {
         // No broker within --broker-wait was said by the client; a refusal is the broker's word.
-        if (rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED)
+        if (rv == STOKER_TLS)
+            stoker_error("producer '%s': %s", name, stoker_producer_client_error(pc));
+        else if (rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED)
             stoker_error("producer '%s': broker refused hello: %s (%s)", name, stoker_strerror(rv),
                          stoker_producer_client_error(pc));
         goto out;
     }
     stoker_info("producer '%s' connected to %s as producer %u (generator %s)", name, copts.url,
                 stoker_producer_client_id(pc), gen->kind != NULL ? gen->kind : "custom");
+    chunk_policy cp;
+    if ((rv = chunk_policy_init(&cp, cfg, &gen->schema, stoker_producer_client_max_chunk(pc),
+                                name)) != STOKER_OK)
+        goto out;
     if (gen->n_items > 0) {
-        rv = producer_dataset_run(cfg, gen, pc, &st);
+        rv = producer_dataset_run(cfg, gen, pc, &cp, &st);
         goto out;
     }
     producer_pipeline *pl;
-    if ((rv = producer_pipeline_create(pc, &gen->schema, cfg->chunk, name, &pl)) != STOKER_OK)
+    if ((rv = producer_pipeline_create(pc, &gen->schema, cp.capacity, name, &pl)) != STOKER_OK)
         goto out;
     uint64_t seq = stoker_producer_client_next_seq(pc), generated = 0;
     int gen_rv = STOKER_OK;
     while (gen_rv == STOKER_OK && !producer_stop_requested(user_stop)) {
-        uint32_t n = cfg->chunk;
+        uint32_t n = cp.capacity;
         if (cfg->max_examples > 0) {
             if (generated >= cfg->max_examples)
                 break;
@@ -89,10 +106,15 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         if (chunk == NULL)
             break; // the pusher stopped
         chunk->count = 0;
-        // One example at a time, so a stop request is seen between examples.
+        chunk_policy_begin(&cp);
+        // One example at a time, so a stop request is seen between examples, and the chunk
+        // closes at its byte budget or time bound (chunk_policy.h).
         for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !producer_stop_requested(user_stop);
-             i++)
+             i++) {
             gen_rv = stoker_generator_fill_chunk(gen, chunk, 1, seq + i, cfg->seed, name);
+            if (gen_rv == STOKER_OK && chunk_policy_close(&cp, chunk->count))
+                break;
+        }
         // Read before the chunk is handed over: once submitted, the pusher may push it and give
         // its buffers to retention (the chunk then holds other buffers, count 0).
         uint32_t made = chunk->count;

@@ -25,6 +25,7 @@ typedef struct dataset_run {
     const stoker_generator *gen;
     stoker_producer_client *pc;
     producer_pipeline *pl;
+    chunk_policy *cp;
     const char *name;
 } dataset_run;
 
@@ -35,13 +36,15 @@ stop_requested(const dataset_run *r)
     return producer_stop_requested(user);
 }
 
-// Makes items[0..n) into chunk (emptied first) with the generator.
+// Makes items[0..n) into chunk (emptied first) with the generator, or fewer when the chunk
+// closes first (its time bound, chunk_policy.h): chunk->count says how many.
 static int
 make_items(const dataset_run *r, stoker_chunk *chunk, const uint64_t *items, uint32_t n,
            uint64_t dataset_seed)
 {
     chunk->count = 0;
-    for (uint32_t i = 0; i < n; i++) {
+    chunk_policy_begin(r->cp);
+    for (uint32_t i = 0; i < n && (i == 0 || !chunk_policy_close(r->cp, chunk->count)); i++) {
         uint32_t epoch = (uint32_t)(items[i] >> 32);
         uint64_t index = items[i] & 0xffffffffu;
         if (index >= r->gen->n_items) {
@@ -77,25 +80,28 @@ make_shard(const dataset_run *r, const uint64_t *items, const stoker_shard *s, u
         int rv = make_items(r, chunk, items + off, m, s->seed);
         if (rv != STOKER_OK)
             return rv;
+        uint32_t made = chunk->count; // read before the pusher has it
         *last = producer_pipeline_submit(r->pl, 0, items + off, s->id);
-        off += m;
+        off += made;
     }
     return STOKER_OK;
 }
 
 int
 producer_dataset_run(const stoker_producer_config *cfg, const stoker_generator *gen,
-                     stoker_producer_client *pc, stoker_producer_stats *st)
+                     stoker_producer_client *pc, chunk_policy *cp, stoker_producer_stats *st)
 {
     dataset_run r = {.cfg = cfg,
                      .gen = gen,
                      .pc = pc,
+                     .cp = cp,
                      .name = cfg->client.name != NULL ? cfg->client.name : "producer"};
     // Two shards' items: the one being made, and the one before, whose last chunks may still
     // be in flight (the pusher reads their items).
     uint64_t *items = malloc(2 * SHARD_MAX * sizeof(*items));
-    int rv = items == NULL ? STOKER_NOMEM
-                           : producer_pipeline_create(pc, &gen->schema, cfg->chunk, r.name, &r.pl);
+    int rv = items == NULL
+                 ? STOKER_NOMEM
+                 : producer_pipeline_create(pc, &gen->schema, cp->capacity, r.name, &r.pl);
     if (rv != STOKER_OK) {
         free(items);
         return rv;

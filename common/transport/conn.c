@@ -1,5 +1,6 @@
 // A REQ socket to the broker, synchronous calls on contexts, and the status helper.
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "conn.h"
+#include "handshake.h"
 #include "stoker/clock.h"
 #include "tls_config.h"
 #include "stoker/error.h"
@@ -42,13 +44,49 @@ url_host(const char *url, char *host, size_t cap)
 static void
 pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 {
-    (void)p;
     conn *c = arg;
+    uint32_t id = (uint32_t)nng_pipe_id(p);
     if (ev == NNG_PIPE_EV_ADD_PRE) {
         atomic_fetch_add(&c->pipes, 1);
-    } else if (ev == NNG_PIPE_EV_REM_POST && atomic_fetch_sub(&c->pipes, 1) == 1) {
-        atomic_store(&c->pipeless_since_ms, stoker_now_ms());
+        atomic_store(&c->live_pipe, id);
+    } else if (ev == NNG_PIPE_EV_REM_POST) {
+        atomic_compare_exchange_strong(&c->live_pipe, &id, 0);
+        if (atomic_fetch_sub(&c->pipes, 1) == 1)
+            atomic_store(&c->pipeless_since_ms, stoker_now_ms());
     }
+}
+
+int
+conn_unknown_host(const char *url, char *why, size_t why_len)
+{
+    static const char *const schemes[] = {"tcp://",     "tcp4://",     "tcp6://",
+                                          "tls+tcp://", "tls+tcp4://", "tls+tcp6://"};
+    const char *host = NULL;
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]) && host == NULL; i++)
+        if (strncmp(url, schemes[i], strlen(schemes[i])) == 0)
+            host = url + strlen(schemes[i]);
+    const char *colon = host != NULL ? strrchr(host, ':') : NULL;
+    if (colon == NULL || colon == host || host[0] == '[')
+        return 0; // no host, or an IPv6 literal: nothing to resolve
+    char name[256];
+    size_t n = (size_t)(colon - host);
+    if (n >= sizeof(name))
+        return 0;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rv = getaddrinfo(name, NULL, &hints, &res);
+    if (res != NULL)
+        freeaddrinfo(res);
+    if (rv != EAI_NONAME
+#ifdef EAI_NODATA
+        && rv != EAI_NODATA
+#endif
+    )
+        return 0;
+    snprintf(why, why_len, "unknown host '%s' (%s)", name, gai_strerror(rv));
+    return 1;
 }
 
 // Creates and starts the dialer for c->url (with c->tls when set).
@@ -120,15 +158,62 @@ redial_if_stuck(conn *c)
                 CONN_WATCH_MS);
 }
 
+int
+conn_failure(conn *c, char *why, size_t why_len)
+{
+    int rv = atomic_load(&c->failure);
+    if (rv != STOKER_OK && why != NULL && why_len > 0) {
+        pthread_mutex_lock(&c->failure_mu);
+        snprintf(why, why_len, "%s", c->failure_why);
+        pthread_mutex_unlock(&c->failure_mu);
+    }
+    return rv;
+}
+
+// While there is no connection: when the dialer's handshakes keep failing (and none succeeded),
+// asks handshake_diagnose once per dialer whether TLS is the reason. nng's dialer says nothing
+// but its counters (nng 1.5.2: no pipe event before a handshake completes).
+static void
+check_handshakes(conn *c)
+{
+    if (atomic_load(&c->pipes) > 0) {
+        atomic_store(&c->failure, STOKER_OK);
+        return;
+    }
+    int id = nng_dialer_id(c->dialer);
+    handshake_counts n;
+    if (atomic_load(&c->failure) != STOKER_OK || id <= 0 || id == c->diagnosed_dialer ||
+        handshake_counts_get(id, &n) != 0 || n.connect > 0 || n.auth + n.shut < CONN_FAIL_AFTER)
+        return;
+    c->diagnosed_dialer = id;
+    char why[sizeof(c->failure_why)];
+    if (handshake_diagnose(c->url, c->tls != NULL ? &c->tls_opts : NULL, c->server_name, why,
+                           sizeof(why)) != STOKER_TLS) {
+        stoker_debug("conn: %llu failed handshakes with %s, no TLS cause found",
+                     (unsigned long long)(n.auth + n.shut), c->url);
+        return;
+    }
+    pthread_mutex_lock(&c->failure_mu);
+    snprintf(c->failure_why, sizeof(c->failure_why), "%s", why);
+    pthread_mutex_unlock(&c->failure_mu);
+    atomic_store(&c->failure, STOKER_TLS);
+    stoker_debug("conn: %s", why);
+}
+
 static void *
 watch_main(void *arg)
 {
     conn *c = arg;
     pthread_mutex_lock(&c->watch_mu);
     while (!c->closing) {
-        cond_wait_ms(&c->watch_cv, &c->watch_mu, CONN_WATCH_EVERY_MS);
-        if (!c->closing)
-            redial_if_stuck(c);
+        int connected = atomic_load(&c->pipes) > 0;
+        cond_wait_ms(&c->watch_cv, &c->watch_mu,
+                     connected && atomic_load(&c->failure) == STOKER_OK ? CONN_WATCH_EVERY_MS
+                                                                        : CONN_FAIL_EVERY_MS);
+        if (c->closing)
+            break;
+        check_handshakes(c);
+        redial_if_stuck(c);
     }
     pthread_mutex_unlock(&c->watch_mu);
     return NULL;
@@ -141,6 +226,8 @@ watcher_start(conn *c)
     c->closing = 0;
     if (pthread_mutex_init(&c->watch_mu, NULL) != 0)
         return STOKER_NOMEM;
+    if (pthread_mutex_init(&c->failure_mu, NULL) != 0)
+        goto fail_failure;
     if (cond_init_monotonic(&c->watch_cv) != 0)
         goto fail_cond;
     if (pthread_create(&c->watcher, NULL, watch_main, c) != 0)
@@ -150,6 +237,8 @@ watcher_start(conn *c)
 fail_thread:
     pthread_cond_destroy(&c->watch_cv);
 fail_cond:
+    pthread_mutex_destroy(&c->failure_mu);
+fail_failure:
     pthread_mutex_destroy(&c->watch_mu);
     return STOKER_NOMEM;
 }
@@ -192,6 +281,16 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
             nng_close(c->sock);
             return rv;
         }
+        // Copies for handshake_diagnose, which runs after the caller's strings are gone.
+        const stoker_tls_options *t = tls != NULL ? tls : &none;
+        conn_copy_str(c->server_name, sizeof(c->server_name), host);
+        conn_copy_str(c->tls_cert, sizeof(c->tls_cert), t->cert);
+        conn_copy_str(c->tls_key, sizeof(c->tls_key), t->key);
+        conn_copy_str(c->tls_ca, sizeof(c->tls_ca), t->ca);
+        c->tls_opts.cert = t->cert != NULL ? c->tls_cert : NULL;
+        c->tls_opts.key = t->key != NULL ? c->tls_key : NULL;
+        c->tls_opts.ca = t->ca != NULL ? c->tls_ca : NULL;
+        c->tls_opts.insecure = t->insecure;
         c->tls = cfg; // kept for dialing again; each dialer holds its own reference too
     }
     if ((rv = dial(c, err, err_len)) != STOKER_OK)
@@ -317,6 +416,7 @@ conn_close(conn *c)
         pthread_join(c->watcher, NULL);
         pthread_cond_destroy(&c->watch_cv);
         pthread_mutex_destroy(&c->watch_mu);
+        pthread_mutex_destroy(&c->failure_mu);
         close_bounded(c->sock, c->url);
         c->open = 0;
         if (c->tls != NULL)
@@ -360,6 +460,8 @@ conn_waiter_done(void *arg)
 static int
 give_up_now(conn_stop *stop)
 {
+    if (stop != NULL && stop->conn != NULL && atomic_load(&stop->conn->failure) != STOKER_OK)
+        return 1;
     if (stop == NULL || stop->flag == NULL || !*stop->flag)
         return 0;
     uint64_t now = stoker_now_ms();
@@ -374,7 +476,7 @@ give_up_now(conn_stop *stop)
 void
 conn_waiter_wait(nng_aio *aio, conn_waiter *w, conn_stop *stop)
 {
-    if (stop != NULL && stop->flag != NULL) {
+    if (stop != NULL && (stop->flag != NULL || stop->conn != NULL)) {
         pthread_mutex_lock(&w->mu);
         while (!w->done && !give_up_now(stop)) {
             cond_wait_ms(&w->cv, &w->mu, CALL_POLL_MS);
@@ -450,6 +552,9 @@ conn_call_msg_until(nng_ctx ctx, nng_msg *msg, uint32_t timeout_ms, conn_stop *s
 out:
     nng_aio_free(aio);
     conn_waiter_fini(&w);
+    // No answer because the handshakes fail for a TLS reason: that reason, not a timeout.
+    if (stop != NULL && stop->conn != NULL && conn_failure(stop->conn, err, err_len) == STOKER_TLS)
+        return STOKER_TLS;
     return stoker_err_from_nng(rv);
 }
 
@@ -472,13 +577,13 @@ stoker_client_options_init(stoker_client_options *o)
 
 // One connection, one Status request (after a hello, with a token).
 static int
-status_fetch_once(const char *url, const char *token, uint32_t timeout_ms, stoker_status **out,
-                  char *err, size_t err_len)
+status_fetch_once(const char *url, const char *token, const stoker_tls_options *tls,
+                  uint32_t timeout_ms, stoker_status **out, char *err, size_t err_len)
 {
     conn c;
     nng_ctx ctx;
     stoker_reply *rep = NULL;
-    int rv = conn_open(&c, url, 256u << 20, 100, NULL, err, err_len);
+    int rv = conn_open(&c, url, 256u << 20, 100, tls, err, err_len);
     if (rv != STOKER_OK)
         return rv;
     if ((rv = nng_ctx_open(&ctx, c.sock)) != 0) {
@@ -486,12 +591,13 @@ status_fetch_once(const char *url, const char *token, uint32_t timeout_ms, stoke
         return stoker_err_from_nng(rv);
     }
     stoker_request req = {.method = STOKER_STATUS};
+    conn_stop stop = {.conn = &c}; // a TLS failure ends the wait at once
     if (token != NULL && token[0] != '\0') {
         // With a token, a connection says hello (as an observer) before anything else.
         stoker_request hello = {.method = STOKER_HELLO, .role = STOKER_ROLE_OBSERVER, .session = 1};
         conn_copy_str(hello.name, sizeof(hello.name), "status");
         conn_copy_str(hello.token, sizeof(hello.token), token);
-        rv = conn_call(ctx, &hello, timeout_ms, &rep, err, err_len);
+        rv = conn_call_until(ctx, &hello, timeout_ms, &stop, &rep, err, err_len);
         if (rv == STOKER_OK && rep->code != STOKER_OK) {
             rv = rep->code;
             snprintf(err, err_len, "%s", rep->message);
@@ -500,7 +606,7 @@ status_fetch_once(const char *url, const char *token, uint32_t timeout_ms, stoke
         rep = NULL;
     }
     if (rv == STOKER_OK)
-        rv = conn_call(ctx, &req, timeout_ms, &rep, err, err_len);
+        rv = conn_call_until(ctx, &req, timeout_ms, &stop, &rep, err, err_len);
     if (rv == STOKER_OK && rep->code != STOKER_OK) {
         rv = rep->code;
         snprintf(err, err_len, "%s", rep->message);
@@ -517,13 +623,20 @@ int
 stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms, stoker_status **out,
                     char *err, size_t err_len)
 {
+    return stoker_status_fetch_tls(url, token, NULL, timeout_ms, out, err, err_len);
+}
+
+int
+stoker_status_fetch_tls(const char *url, const char *token, const stoker_tls_options *tls,
+                        uint32_t timeout_ms, stoker_status **out, char *err, size_t err_len)
+{
     // A connection reset before the answer (the broker dropped it, or a listener it restarted)
     // is tried again on a new connection while the time lasts.
     uint64_t deadline = stoker_now_ms() + timeout_ms;
     for (;;) {
         uint64_t now = stoker_now_ms();
-        int rv = status_fetch_once(url, token, now < deadline ? (uint32_t)(deadline - now) : 1, out,
-                                   err, err_len);
+        int rv = status_fetch_once(url, token, tls, now < deadline ? (uint32_t)(deadline - now) : 1,
+                                   out, err, err_len);
         if ((rv != STOKER_CONNECTION && rv != STOKER_CLOSED) || stoker_now_ms() + 20 >= deadline)
             return rv;
         stoker_sleep_ms(20, NULL);

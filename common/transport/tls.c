@@ -37,6 +37,17 @@ stoker_tls_check(const stoker_tls_options *tls, int listener, char *err, size_t 
         snprintf(err, err_len, "a tls+tcp:// listener needs --tls-cert and --tls-key");
         return STOKER_INVALID;
     }
+    if (!listener && tls->ca == NULL && !tls->insecure) {
+        snprintf(err, err_len,
+                 "a tls+tcp:// broker is verified against a CA: give --tls-ca with the CA "
+                 "certificate (PEM) that signed the broker's (or --tls-insecure to encrypt "
+                 "without verifying the broker, which anyone in the middle can then pose as)");
+        return STOKER_INVALID;
+    }
+    if (!listener && tls->ca != NULL && tls->insecure) {
+        snprintf(err, err_len, "--tls-insecure and --tls-ca contradict each other: give one");
+        return STOKER_INVALID;
+    }
     if ((tls->cert != NULL && readable("--tls-cert", tls->cert, err, err_len) != STOKER_OK) ||
         (tls->key != NULL && readable("--tls-key", tls->key, err, err_len) != STOKER_OK) ||
         (tls->ca != NULL && readable("--tls-ca", tls->ca, err, err_len) != STOKER_OK))
@@ -94,7 +105,10 @@ stoker_tls_config_create(const stoker_tls_options *tls, int server, const char *
 {
     nng_tls_config *cfg;
     char *cert = NULL, *key = NULL, *ca = NULL;
-    int rv = nng_tls_config_alloc(&cfg, server ? NNG_TLS_MODE_SERVER : NNG_TLS_MODE_CLIENT);
+    int rv;
+    if ((rv = stoker_tls_check(tls, server, err, err_len)) != STOKER_OK)
+        return rv;
+    rv = nng_tls_config_alloc(&cfg, server ? NNG_TLS_MODE_SERVER : NNG_TLS_MODE_CLIENT);
     if (rv != 0) {
         snprintf(err, err_len, "TLS unavailable: %s", nng_strerror(rv));
         return STOKER_INVALID;
@@ -122,7 +136,8 @@ stoker_tls_config_create(const stoker_tls_options *tls, int server, const char *
         }
         nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED);
     } else {
-        // Without a CA nothing can be verified: encryption only (the peer is not checked).
+        // A listener without a CA, or a client told --tls-insecure: encryption only (the peer
+        // is not checked; stoker_tls_check refused a client that asked for neither).
         nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_NONE);
     }
     free(cert);

@@ -652,6 +652,9 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.rank = req->rank;
         hello.world = req->world;
         hello.batch = req->group_batch;
+        hello.group_steps = req->group_steps;
+        hello.n_trained = (size_t)req->n_trained * 3;
+        hello.trained = (uint64_t *)req->trained;
         hello.label_classes = req->labels.n_classes;
         if (req->labels.n_listed > 0) {
             if ((label_names = label_name_ptrs(&req->labels)) == NULL)
@@ -703,6 +706,8 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         stoker__ack__init(&ack);
         ack.n_leases = req->n_acks;
         ack.leases = (uint64_t *)req->acks;
+        ack.commit_step = req->commit_step;
+        ack.commit_final = req->commit_final != 0;
         r.ack = &ack;
         break;
     case STOKER_GOODBYE:
@@ -710,6 +715,8 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         r.held_leases = (uint64_t *)req->held;
         break;
     case STOKER_HEARTBEAT:
+        r.n_trained = (size_t)req->n_trained * 3;
+        r.trained = (uint64_t *)req->trained;
         r.done_making = req->done_making != 0;
         break;
     default:
@@ -803,6 +810,15 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->rank = r->hello->rank;
         req->world = r->hello->world;
         req->group_batch = r->hello->batch;
+        req->group_steps = r->hello->group_steps;
+        if (r->hello->n_trained % 3 != 0 || r->hello->n_trained / 3 > STOKER_HELLO_TRAINED_MAX) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "hello: %zu trained values, a multiple of 3 up to %d triples",
+                               r->hello->n_trained, STOKER_HELLO_TRAINED_MAX);
+            break;
+        }
+        req->n_trained = (uint32_t)(r->hello->n_trained / 3);
+        req->trained = r->hello->trained;
         if (r->hello->schema != NULL) {
             rv = schema_from_pb(r->hello->schema, &req->schema, err, err_len);
             req->has_schema = rv == STOKER_OK;
@@ -878,6 +894,8 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         }
         req->n_acks = (uint32_t)r->ack->n_leases;
         req->acks = r->ack->leases;
+        req->commit_step = r->ack->commit_step;
+        req->commit_final = r->ack->commit_final != 0;
         break;
     case STOKER__METHOD__GOODBYE:
         if (r->n_held_leases > MAX_ACKS) {
@@ -890,6 +908,14 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->held = r->held_leases;
         break;
     case STOKER__METHOD__HEARTBEAT:
+        if (r->n_trained % 3 != 0 || r->n_trained / 3 > STOKER_HELLO_TRAINED_MAX) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                               "heartbeat: %zu trained values, a multiple of 3 up to %d triples",
+                               r->n_trained, STOKER_HELLO_TRAINED_MAX);
+            break;
+        }
+        req->n_trained = (uint32_t)(r->n_trained / 3);
+        req->trained = r->trained;
         req->done_making = r->done_making != 0;
         break;
     case STOKER__METHOD__STATUS:
@@ -961,6 +987,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.peer_id = rep->peer_id;
     r.next_seq = rep->next_seq;
     r.heartbeat_ms = rep->heartbeat_ms;
+    r.max_chunk = rep->max_chunk;
     r.acked_through = rep->acked_through;
     r.trained_through = rep->trained_through;
     r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
@@ -1101,6 +1128,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->peer_id = r->peer_id;
     rep->next_seq = r->next_seq;
     rep->heartbeat_ms = r->heartbeat_ms;
+    rep->max_chunk = r->max_chunk;
     rep->acked_through = r->acked_through;
     rep->trained_through = r->trained_through;
     rep->n_trained_after = 0;

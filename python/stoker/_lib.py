@@ -1,8 +1,10 @@
 """Finding and describing libstoker.so for ctypes.
 
 The library is looked up in this order: the path in the environment variable STOKER_LIB; the
-build tree next to this package (../../build/common/libstoker.so, for a checkout built with
-meson in build/); the system's library path (ctypes.util.find_library, after `meson install`).
+package's own copy next to this file (stoker/libstoker.so, as `pip install` puts it); the build
+tree next to this package (../../build/common/libstoker.so, for a checkout built with meson in
+build/); the system's library path (ctypes.util.find_library, after `meson install` or with the
+Debian package libstoker0).
 Its API version (STOKER_API_VERSION in stoker/consumer.h) must be the one this package speaks.
 """
 
@@ -10,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 1
+API_VERSION = 2
 
 # stoker_err codes (stoker/error.h) this package acts on.
 OK = 0
@@ -24,6 +26,7 @@ INTERRUPTED = 17
 GROUP_BROKEN = 21
 DATASET_MISMATCH = 22
 SHARD_REVOKED = 23
+TLS = 24
 
 # stoker_dtype (stoker/schema.h) -> (name, numpy dtype string, struct format for memoryview)
 DTYPES = {
@@ -55,6 +58,10 @@ class Options(ctypes.Structure):
         ("prefetch", ctypes.c_uint32),
         ("stall_timeout_ms", ctypes.c_uint32),
         ("connect_timeout_ms", ctypes.c_uint32),
+        ("tls_ca", ctypes.c_char_p),
+        ("tls_cert", ctypes.c_char_p),
+        ("tls_key", ctypes.c_char_p),
+        ("tls_insecure", ctypes.c_uint32),
     ]
 
 
@@ -64,6 +71,7 @@ def _candidates():
         yield env
         return
     here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libstoker.so")
     yield os.path.normpath(os.path.join(here, "..", "..", "build", "common", "libstoker.so"))
     found = ctypes.util.find_library("stoker")
     if found:
@@ -80,6 +88,9 @@ def _declare(lib):
         "stoker_consumer_open": (i, [c.POINTER(Options), c.POINTER(P), c.c_char_p, c.c_size_t]),
         "stoker_consumer_open_group": (i, [c.POINTER(Options), c.c_char_p, u32, u32,
                                            c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_open_group_at": (i, [c.POINTER(Options), c.c_char_p, u32, u32, u64, i,
+                                              c.POINTER(P), c.c_char_p, c.c_size_t]),
+        "stoker_consumer_group_steps": (u64, [P]),
         "stoker_consumer_group_leftover": (u64, [P]),
         "stoker_consumer_schema": (None, [P, c.c_char_p, c.c_size_t]),
         "stoker_consumer_n_fields": (u32, [P]),
@@ -116,9 +127,12 @@ def _declare(lib):
         "stoker_consumer_status_json": (i, [P, c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]),
         "stoker_status_json": (i, [c.c_char_p, c.c_char_p, u32, c.c_char_p, c.c_size_t,
                                    c.POINTER(c.c_size_t)]),
+        "stoker_status_json_opts": (i, [c.POINTER(Options), u32, c.c_char_p, c.c_size_t,
+                                        c.POINTER(c.c_size_t)]),
         "stoker_consumer_interrupt": (None, [P]),
         "stoker_consumer_close": (None, [P]),
         "stoker_strerror": (c.c_char_p, [i]),
+        "stoker_version": (c.c_char_p, []),
         "stoker_errname": (c.c_char_p, [i]),
         "stoker_log_set_level": (None, [i]),
     }

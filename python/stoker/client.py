@@ -62,6 +62,13 @@ class Stalled(StokerError):
     what = "stalled"
 
 
+class TLSError(StokerError):
+    """The TLS handshake with the broker failed, and will not succeed by waiting: the reason says
+    why (the broker's certificate not signed by tls_ca, or not naming the URL's host; a client
+    certificate the broker requires or refuses; a tcp:// URL to a broker that speaks TLS, or a
+    tls+tcp:// URL to one that does not). Raised within about a second of connecting."""
+
+
 class GroupBroken(StokerError):
     """A rank of this client's group died or left before the end (its reason names the rank):
     no further step can come. Under torchrun, exit and let it restart the group."""
@@ -106,6 +113,48 @@ def _group_args(group, rank, world_size):
     return str(group), rank, world_size
 
 
+def _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure):
+    """The TLS settings checked against url, with paths as strings (os.fspath): a tls+tcp:// URL
+    verifies the broker against tls_ca unless tls_insecure; other URLs take none."""
+    paths = {}
+    for arg, value in (("tls_ca", tls_ca), ("tls_cert", tls_cert), ("tls_key", tls_key)):
+        paths[arg] = os.fspath(value) if value is not None else None
+    tls_insecure = bool(tls_insecure)
+    if not str(url).startswith("tls+tcp://"):
+        given = [a for a, v in paths.items() if v is not None] + (
+            ["tls_insecure"] if tls_insecure else [])
+        if given:
+            raise ValueError("%s: TLS settings need a tls+tcp:// URL, not %r"
+                             % (", ".join(given), url))
+        return paths, False
+    if paths["tls_ca"] is None and not tls_insecure:
+        raise ValueError("%s: a tls+tcp:// broker is verified: give tls_ca=PATH, the CA "
+                         "certificate (PEM) that signed the broker's certificate (or "
+                         "tls_insecure=True to encrypt without verifying the broker, which anyone "
+                         "in the middle can then pose as)" % url)
+    if paths["tls_ca"] is not None and tls_insecure:
+        raise ValueError("tls_insecure=True and tls_ca=%r contradict each other: give one"
+                         % paths["tls_ca"])
+    if (paths["tls_cert"] is None) != (paths["tls_key"] is None):
+        raise ValueError("tls_cert and tls_key go together (the client certificate and its key)")
+    for arg, path in paths.items():
+        if path is not None:
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as e:
+                raise ValueError("%s=%r: %s" % (arg, path, e.strerror or e)) from None
+    return paths, tls_insecure
+
+
+def _set_tls(o, cstr, paths, insecure):
+    """Fills the TLS fields of the Options o (cstr keeps the bytes alive)."""
+    o.tls_ca = cstr(paths["tls_ca"])
+    o.tls_cert = cstr(paths["tls_cert"])
+    o.tls_key = cstr(paths["tls_key"])
+    o.tls_insecure = 1 if insecure else 0
+
+
 def _raise(code, reason):
     if code in (_lib.NO_PRODUCERS, _lib.END_OF_DATA):
         raise SupplyEnded(code, reason)
@@ -113,6 +162,8 @@ def _raise(code, reason):
         raise Stalled(code, reason)
     if code == _lib.GROUP_BROKEN:
         raise GroupBroken(code, reason)
+    if code == _lib.TLS:
+        raise TLSError(code, reason)
     raise StokerError(code, reason)
 
 
@@ -269,6 +320,12 @@ class Client:
     rank gets batches of the same size, the same number of them, and SupplyEnded at the same
     step (its leftover attribute: the examples too few to give every rank one more); a rank lost
     before the end raises GroupBroken on the others.
+    TLS: a tls+tcp:// URL needs tls_ca (the CA certificate, PEM, that signed the broker's;
+    the broker is always verified unless tls_insecure=True), and tls_cert with tls_key (this
+    client's certificate and unencrypted key, PEM) when the broker requires client certificates:
+    the C clients' --tls-ca, --tls-cert, --tls-key and --tls-insecure (docs/security.md). A TLS
+    failure (wrong CA, a refused or missing client certificate, TLS on one end only) raises
+    TLSError naming it, within about a second; bad TLS arguments raise ValueError at once.
     Use it from one thread. As a context manager, leaving the block closes it; a batch still
     held then is acknowledged unless the block ended with an exception (then the broker
     redelivers it to another consumer). See batches() for when a loop's batches are
@@ -277,12 +334,10 @@ class Client:
 
     def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
-                 rank=None, world_size=None, commit=False):
+                 rank=None, world_size=None, commit=False, tls_ca=None, tls_cert=None,
+                 tls_key=None, tls_insecure=False):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
-        if commit and self.group is not None:
-            raise ValueError("commit=True with group=%r: commit with checkpoints is not "
-                             "available to the ranks of a group (a group steps together; "
-                             "use one or the other)" % self.group)
+        self._tls, self.tls_insecure = _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure)
         self._lib = _lib.load()
         self.url = url
         self.token_file = os.fspath(token_file) if token_file is not None else None
@@ -296,6 +351,7 @@ class Client:
         self.on_event = on_event
         self.commit_mode = bool(commit)
         self._commits = 0
+        self._resume = None  # a group rank's load_state_dict() dict, for _open
         self.batch_size = None
         self.leftover = None  # a rank's, once the supply ended (see SupplyEnded.leftover)
         self._handle = None
@@ -343,10 +399,25 @@ class Client:
         o.stall_timeout_ms = max(1, int(round(self.stall_timeout * 1000)))
         if self.connect_timeout is not None:
             o.connect_timeout_ms = max(1, int(round(self.connect_timeout * 1000)))
+        _set_tls(o, cstr, self._tls, self.tls_insecure)
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
+        resume_step = 0
+        if self._resume is not None:
+            kept = self._resume.get("batch_size")
+            if kept is not None and int(kept) != int(batch_size):
+                raise ValueError(
+                    "this checkpoint was taken with batches of %d per rank (world %s); this run "
+                    "asks for %d: a resumed group keeps the batch size per rank (docs/groups.md)"
+                    % (kept, self._resume.get("world_size"), batch_size))
+            resume_step = int(self._resume.get("group_step", 0))
         if self.group is None:
             rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
+        elif self.commit_mode or resume_step:
+            rv = lib.stoker_consumer_open_group_at(ctypes.byref(o), cstr(self.group), self.rank,
+                                                   self.world_size, resume_step,
+                                                   1 if self.commit_mode else 0,
+                                                   ctypes.byref(handle), err, len(err))
         else:
             rv = lib.stoker_consumer_open_group(ctypes.byref(o), cstr(self.group), self.rank,
                                                 self.world_size, ctypes.byref(handle), err,
@@ -355,7 +426,7 @@ class Client:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
         self._handle = handle.value
         self.batch_size = int(batch_size)
-        if self.commit_mode:
+        if self.commit_mode and self.group is None:
             lib.stoker_consumer_set_commit(self._handle, 1)
         spec = ctypes.create_string_buffer(4096)
         lib.stoker_consumer_schema(self._handle, spec, len(spec))
@@ -388,19 +459,54 @@ class Client:
         self._commits += 1
         return n
 
+    @property
+    def group_step(self):
+        """A rank's steps taken so far (counted on from the checkpoint's when resumed); None
+        outside a group."""
+        if self.group is None:
+            return None
+        if self._handle is None:
+            return int((self._resume or {}).get("group_step", 0))
+        return int(self._lib.stoker_consumer_group_steps(self._handle))
+
     def state_dict(self):
         """The torchdata StatefulDataLoader protocol: call it when you save a checkpoint. It
         commits (see commit()) and returns a small dict to save with the model. A process that
-        resumes from that checkpoint gets, from the broker, exactly what was not committed."""
+        resumes from that checkpoint gets, from the broker, exactly what was not committed.
+
+        A rank of a group (group=, commit=True) commits with the others: every rank calls
+        state_dict() at the same step (rank 0 may be the only one that saves it); the call
+        returns once every rank's commit is in and applied, and raises when a rank did not
+        commit within a minute or was lost (then nothing of that commit counts). The dict
+        names the group's position: its step, the world size and the batch size per rank (a
+        resumed group keeps the batch size per rank; the world size may change), and how many
+        epochs of a dataset had ended."""
         committed = self.commit() if self.commit_mode else 0
-        return {"stoker": 1, "url": self.url, "commits": self._commits,
-                "committed_batches": int(committed)}
+        state = {"stoker": 1, "url": self.url, "commits": self._commits,
+                 "committed_batches": int(committed)}
+        if self.group is not None:
+            state.update({"group": self.group, "group_step": self.group_step,
+                          "world_size": self.world_size, "rank": self.rank,
+                          "batch_size": self.batch_size if self.batch_size is not None
+                          else (self._resume or {}).get("batch_size")})
+        if self._handle is not None:
+            state["epochs_ended"] = int(self._lib.stoker_consumer_epochs_ended(self._handle))
+        return state
 
     def load_state_dict(self, state):
         """Resumes from state_dict()'s dict. The position lives in the broker (what was not
-        committed is delivered again), so this only checks the dict and continues the count."""
+        committed is delivered again), so for a plain consumer this only checks the dict and
+        continues the count. A rank of a group calls it before its first batch: the group's
+        step count goes on from the checkpoint's, at this run's world size (which may differ
+        from the checkpoint's); the batch size per rank must be the checkpoint's."""
         if not isinstance(state, dict) or state.get("stoker") != 1:
             raise ValueError("not a stoker state_dict: %r" % (state,))
+        if self.group is not None and "group_step" in state:
+            if self._handle is not None:
+                raise ValueError("load_state_dict() of a group's rank comes before its first "
+                                 "batch (and without batch_size= to Client): the group's step "
+                                 "count is set when the rank joins")
+            self._resume = dict(state)
         self._commits = int(state.get("commits", 0))
 
     def close(self, acknowledge_held=True):
@@ -661,10 +767,27 @@ def _status_json(lib, call, why):
         return json.loads(buf.value.decode())
 
 
-def status(url, token=None, timeout=3.0):
-    """The status of the broker at url (see Client.status), without connecting as a consumer."""
+def status(url, token=None, timeout=3.0, *, tls_ca=None, tls_cert=None, tls_key=None,
+           tls_insecure=False):
+    """The status of the broker at url (see Client.status), without connecting as a consumer.
+    A tls+tcp:// url takes the TLS settings of Client (tls_ca required unless tls_insecure);
+    a TLS failure raises TLSError naming it."""
+    paths, insecure = _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure)
     lib = _lib.load()
-    u = url.encode()
-    t = token.encode() if token is not None else None
-    return _status_json(lib, lambda buf, n, ln: lib.stoker_status_json(
-        u, t, int(timeout * 1000), buf, n, ln), lambda buf: buf.value.decode(errors="replace"))
+    o = _lib.Options()
+    lib.stoker_consumer_options_init(ctypes.byref(o))
+    keep = []
+
+    def cstr(s):
+        if s is None:
+            return None
+        b = s.encode() if isinstance(s, str) else bytes(s)
+        keep.append(b)
+        return b
+
+    o.url = cstr(url)
+    o.token = cstr(token)
+    _set_tls(o, cstr, paths, insecure)
+    return _status_json(lib, lambda buf, n, ln: lib.stoker_status_json_opts(
+        ctypes.byref(o), int(timeout * 1000), buf, n, ln),
+        lambda buf: buf.value.decode(errors="replace"))

@@ -1,9 +1,13 @@
 """python -m stoker.status URL [--token-file F] [--json] [--timeout SEC]
+                            [--tls-ca F [--tls-cert F --tls-key F] | --tls-insecure]
 
 Prints a stoker broker's status: its counters, then one row per producer and one per consumer
 (with its delivery path, "shm" or "socket"). The keys are those of
 the broker's /status page (--json prints them all), rendered by libstoker from the same snapshot.
-Exit codes: 0 printed, 1 the broker did not answer, 2 usage.
+A tls+tcp:// URL needs --tls-ca (the broker is verified) or --tls-insecure, and --tls-cert with
+--tls-key when the broker requires client certificates.
+Exit codes: 0 printed, 1 the broker did not answer (or the TLS handshake failed: the message says
+why), 2 usage.
 """
 
 import argparse
@@ -81,6 +85,11 @@ def main(argv=None):
     ap.add_argument("--token-file", help="authenticate with the token in this file")
     ap.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON instead")
+    ap.add_argument("--tls-ca", help="verify a tls+tcp:// broker with this CA (PEM)")
+    ap.add_argument("--tls-cert", help="client certificate (PEM) for tls+tcp://")
+    ap.add_argument("--tls-key", help="its private key (PEM)")
+    ap.add_argument("--tls-insecure", action="store_true",
+                    help="tls+tcp:// without verifying the broker (not safe)")
     args = ap.parse_args(argv)
     token = None
     if args.token_file:
@@ -90,7 +99,10 @@ def main(argv=None):
         except OSError as e:
             ap.error("--token-file: %s" % e)
     try:
-        st = status(args.url, token=token, timeout=args.timeout)
+        st = status(args.url, token=token, timeout=args.timeout, tls_ca=args.tls_ca,
+                    tls_cert=args.tls_cert, tls_key=args.tls_key, tls_insecure=args.tls_insecure)
+    except ValueError as e:
+        ap.error(str(e))
     except StokerError as e:
         print("stoker.status: %s: %s" % (args.url, e.reason), file=sys.stderr)
         return 1

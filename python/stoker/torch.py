@@ -83,6 +83,8 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
     duplicates(), events() and status() give what stoker.Client gives, for the consumers this
     process opened (all of them with num_workers=0; with workers, each worker's are its own).
 
+    tls_ca, tls_cert, tls_key and tls_insecure are stoker.Client's, for a tls+tcp:// url.
+
     group (with rank and world_size, which default to torchrun's RANK and WORLD_SIZE) makes each
     DDP rank one rank of a stoker group: equal steps, one common end (use it with num_workers=0:
     one client per rank).
@@ -90,9 +92,13 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, url, batch_size, token_file=None, prefetch=None, stall_timeout=None, *,
                  fields=None, max_batches=None, stop_on_supply_end=False, on_event=None,
-                 copy=False, name=None, group=None, rank=None, world_size=None):
+                 copy=False, name=None, group=None, rank=None, world_size=None, tls_ca=None,
+                 tls_cert=None, tls_key=None, tls_insecure=False):
         super().__init__()
         self.group, self.rank, self.world_size = group, rank, world_size
+        # As stoker.Client's (checked when a client connects): a tls+tcp:// url needs tls_ca.
+        self.tls = dict(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+                        tls_insecure=tls_insecure)
         self.url = url
         self.batch_size = int(batch_size)
         self.token_file = token_file
@@ -149,7 +155,7 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
             name = "torch-worker-%d" % info.id
         client = Client(self.url, self.token_file, self.prefetch, self.stall_timeout,
                         batch_size=self.batch_size, name=name, on_event=self._event, group=self.group,
-                        rank=self.rank, world_size=self.world_size)
+                        rank=self.rank, world_size=self.world_size, **self.tls)
         entry = [client, True]
         self._clients.append(entry)
         return entry
@@ -226,4 +232,4 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
         self._mine()
         for client, _ in self._clients:
             return client.status(timeout)
-        return Client(self.url, self.token_file).status(timeout)
+        return Client(self.url, self.token_file, **self.tls).status(timeout)

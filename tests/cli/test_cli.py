@@ -10,6 +10,8 @@ prints the same version for all. Finally the defaults the Python package and the
 use are libstoker's. No broker is started: every command here stops at parsing."""
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -189,11 +191,71 @@ def test_usage_errors_across_flags():
         ("stoker-pull", [], "--broker URL is required"),
         ("stoker-bench-consumer", [], "--broker URL is required"),
         ("stoker-producer", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
+        # Not a URL (issue 30): named, with the URL it probably meant, before anything dials.
+        ("stoker-producer", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
+        ("stoker-trainer", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
+        ("stoker-pull", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
+        ("stoker-bench-consumer", ["--broker", "localhost:7070"], "is not a URL"),
+        ("stoker-broker", ["--listen", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
+        ("stoker-producer", ["--broker", "tcp://gpu-box"], "expected HOST:PORT"),
+        ("stoker-broker", ["--listen", "carrier-pigeon://x"], "is not a URL stoker speaks"),
+        # A bad augmentation pipeline is found before the folder is read.
+        ("stoker-producer", ["--broker", "ipc:///x", "--generator", "images", "--images",
+                             "/nonexistent", "--augment", "rrc(0.08,1;0.75,1.33),wobble"],
+         "--augment 'rrc(0.08,1;0.75,1.33),wobble': augment: unknown operation 'wobble'"),
     ]
     for prog, args, want in cases:
         out = run(prog, *args)
         assert out.returncode == 2 and want in out.stderr, (prog, args, out.returncode,
                                                             out.stderr)
+
+
+def test_busy_metrics_address_is_a_usage_error_before_listening():
+    """A broker whose --metrics address is taken exits 2 and never printed "listening" (which
+    scripts wait for): the metrics server starts before the listeners."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run("stoker-broker", "--listen", "ipc://%s/b.ipc" % tmp, "--metrics",
+                      "http://127.0.0.1:%d" % port)
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    assert "listening" not in out.stdout, out.stdout
+    assert "--metrics http://127.0.0.1:%d: cannot listen" % port in out.stderr, out.stderr
+
+
+def test_unknown_host_is_named():
+    """A --broker host that does not resolve is said so, not only "no broker answered"."""
+    out = run("stoker-pull", "--broker", "tcp://no-such-host.invalid:7070", "--stall-timeout",
+              "1")
+    assert out.returncode != 0 and out.returncode != 2, (out.returncode, out.stderr)
+    assert "unknown host 'no-such-host.invalid'" in out.stderr, out.stderr
+    out = run("stoker-producer", "--broker", "tcp://no-such-host.invalid:7070", "--broker-wait",
+              "1")
+    assert out.returncode == 3, (out.returncode, out.stderr)
+    assert "unknown host 'no-such-host.invalid'" in out.stderr, out.stderr
+
+
+def test_run_sh_device_gpu_without_a_gpu_stops_with_the_reason():
+    """scripts/run.sh --device gpu where no GPU is usable (or the build has no CUDA backend)
+    stops with the trainer's reason and its exit code, and prints no table of zeros."""
+    if (os.environ.get("STOKER_HAS_CUDA") == "1" and shutil.which("nvidia-smi") and
+            subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0):
+        print("(skipped: a GPU is present and this build has the CUDA backend)")
+        return
+    src = os.environ.get("STOKER_SOURCE_ROOT", ".")
+    env = dict(os.environ, STOKER_BUILD=os.environ.get("STOKER_BUILD_ROOT", "build"))
+    out = subprocess.run(["bash", os.path.join(src, "scripts/run.sh"), "--quick", "--producers",
+                          "2", "--device", "gpu"], capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert out.returncode not in (0, 2), (out.returncode, out.stderr)
+    assert "run.sh: the trainer failed" in out.stderr, out.stderr
+    assert "--device gpu" in out.stderr, out.stderr  # the trainer's own reason
+    assert "speedup" not in out.stdout and "inline" not in out.stdout, out.stdout
+    out = subprocess.run(["bash", os.path.join(src, "scripts/run.sh"), "--device", "tpu"],
+                         capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 2 and "--device needs auto, cpu or gpu" in out.stderr, out
 
 
 def help_default(prog, flag):

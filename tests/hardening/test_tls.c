@@ -2,9 +2,13 @@
 // tls+tcp://127.0.0.1:0 requiring client certificates from its CA (and on ipc:// for the test's
 // status requests). A client with a certificate from another CA, or with none, never connects
 // and never gets data, while the broker keeps serving the right clients, which train end to end.
+// Every TLS misconfiguration is named as one, within a second or two (not as "no broker
+// answered" after the connect timeout), by the clients, and logged by the broker.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "stoker/client.h"
 
 #include <criterion/criterion.h>
 
@@ -79,9 +83,10 @@ start_broker(void)
     cr_assert(strncmp(tls_url, "tls+tcp://127.0.0.1:", 20) == 0, "first URL: %s", tls_url);
 }
 
-// A trainer client in this process with the given certificate (NULL: none); its create result.
+// A trainer client in this process with the given certificate (NULL: none); its create result,
+// and its message into err (when not NULL).
 static int
-try_trainer(const char *cert_name)
+try_trainer_err(const char *cert_name, char *why, size_t why_len)
 {
     char cert[512] = "", key[512] = "", ca[512];
     if (cert_name != NULL) {
@@ -104,6 +109,8 @@ try_trainer(const char *cert_name)
     char err[512] = "";
     int rv = stoker_trainer_client_create(&o, &tc, err, sizeof(err));
     stoker_trainer_client_destroy(tc);
+    if (why != NULL)
+        snprintf(why, why_len, "%s", err);
     return rv;
 }
 
@@ -131,9 +138,15 @@ Test(tls, other_ca_refused_right_client_trains)
                            NULL};
     proc_spawn("rogue producer", rogue, &(proc_io){.log = "rogue.log"});
 
-    // In-process trainers: another CA's certificate, and none at all, never get through.
-    cr_assert_eq(try_trainer("rogue"), STOKER_CONNECTION, "a rogue certificate connected");
-    cr_assert_eq(try_trainer(NULL), STOKER_CONNECTION, "a client without certificate connected");
+    // In-process trainers: another CA's certificate, and none at all, never get through, and
+    // are told it is TLS (before, both timed out as STOKER_CONNECTION, "no broker answered").
+    char why[512];
+    cr_assert_eq(try_trainer_err("rogue", why, sizeof(why)), STOKER_TLS, "a rogue certificate: %s",
+                 why);
+    cr_assert(strstr(why, "refused the client certificate") != NULL, "%s", why);
+    cr_assert_eq(try_trainer_err(NULL, why, sizeof(why)), STOKER_TLS,
+                 "a client without certificate: %s", why);
+    cr_assert(strstr(why, "requires a client certificate") != NULL, "%s", why);
 
     // The right producer and trainer train end to end over TLS meanwhile.
     char cert[512], key[512];
@@ -149,4 +162,105 @@ Test(tls, other_ca_refused_right_client_trains)
     cr_assert_null(h_status_producer(st, "rogue"), "the rogue producer got through");
     cr_assert_eq(st->n_producers, 1);
     stoker_status_destroy(st);
+}
+
+// Runs a client binary (STOKER_*_BIN env) against the broker with args; asserts its exit code
+// within limit_ms of wall time and that its stderr holds each of needles. what names the file.
+static void
+client_fails(const char *bin_env, const char *what, const char *const *args, int code, int limit_ms,
+             const char *const *needles)
+{
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = getenv(bin_env);
+    cr_assert_not_null(argv[0], "%s is not set", bin_env);
+    for (int i = 0; args[i] != NULL && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    uint64_t t0 = stoker_now_ms();
+    proc_child *c = proc_spawn(what, argv, &(proc_io){.files = 1});
+    proc_assert_exit(c, code, 20000);
+    uint64_t took = stoker_now_ms() - t0;
+    size_t len;
+    char *err = testdir_read(c->err_path, &len);
+    cr_assert_not_null(err);
+    cr_assert(took < (uint64_t)limit_ms, "%s took %llu ms (under %d expected):\n%s", what,
+              (unsigned long long)took, limit_ms, err);
+    for (int i = 0; needles[i] != NULL; i++)
+        cr_assert(strstr(err, needles[i]) != NULL, "%s does not say '%s':\n%s", what, needles[i],
+                  err);
+    cr_assert(strstr(err, "no broker answered") == NULL, "%s says no broker answered:\n%s", what,
+              err);
+    free(err);
+}
+
+// A wrong --tls-ca, a missing or refused client certificate, tcp:// to the TLS listener and
+// tls+tcp:// to a plaintext one: producer and trainer exit 1 within seconds, saying TLS and what
+// is wrong (before: "no broker answered", exit 3 after --broker-wait / exit 4 "stalled"). The
+// broker logs tls-handshake-failed, and keeps serving: a status over TLS answers afterwards.
+Test(tls, misconfigurations_named_as_tls)
+{
+    start_broker();
+    char ca[512], rogue_ca[512], cert[512], key[512], plain_url[300];
+    snprintf(ca, sizeof(ca), "%s", testdir_file("ca.crt"));
+    snprintf(rogue_ca, sizeof(rogue_ca), "%s", testdir_file("rogue-ca.crt"));
+    snprintf(cert, sizeof(cert), "%s", testdir_file("client.crt"));
+    snprintf(key, sizeof(key), "%s", testdir_file("client.key"));
+    snprintf(plain_url, sizeof(plain_url), "tcp://%s", tls_url + strlen("tls+tcp://"));
+
+    client_fails("STOKER_PRODUCER_BIN", "producer-wrong-ca",
+                 PROC_ARGS("--broker", tls_url, "--tls-ca", rogue_ca, "--tls-cert", cert,
+                           "--tls-key", key, "--delay", "0:0"),
+                 1, 5000, PROC_ARGS("TLS handshake", "is not signed by the CA in", rogue_ca));
+    client_fails("STOKER_TRAINER_BIN", "trainer-wrong-ca",
+                 PROC_ARGS("--broker", tls_url, "--tls-ca", rogue_ca, "--tls-cert", cert,
+                           "--tls-key", key, "--device", "cpu"),
+                 1, 5000, PROC_ARGS("TLS handshake", "is not signed by the CA in"));
+    client_fails("STOKER_TRAINER_BIN", "trainer-no-cert",
+                 PROC_ARGS("--broker", tls_url, "--tls-ca", ca, "--device", "cpu"), 1, 5000,
+                 PROC_ARGS("TLS handshake", "requires a client certificate"));
+    client_fails("STOKER_PRODUCER_BIN", "producer-plain-to-tls",
+                 PROC_ARGS("--broker", plain_url, "--delay", "0:0"), 1, 5000,
+                 PROC_ARGS("speaks TLS", "tls+tcp://"));
+    client_fails("STOKER_TRAINER_BIN", "trainer-plain-to-tls",
+                 PROC_ARGS("--broker", plain_url, "--device", "cpu"), 1, 5000,
+                 PROC_ARGS("speaks TLS", "tls+tcp://"));
+    // Verification is on by default: tls+tcp:// without --tls-ca is a usage error.
+    client_fails("STOKER_TRAINER_BIN", "trainer-no-ca", PROC_ARGS("--broker", tls_url), 2, 5000,
+                 PROC_ARGS("--tls-ca", "--tls-insecure"));
+    // tls+tcp:// to a plaintext listener (the broker's ipc:// one is no TCP: a broker of its own).
+    const char *plain_argv[] = {getenv("STOKER_BROKER_BIN"), "--listen", "tcp://127.0.0.1:0", NULL};
+    proc_child *plain =
+        proc_spawn("plain broker", plain_argv, &(proc_io){.capture = 1, .log = "plain.log"});
+    char purls[1][256];
+    proc_listening(plain, 1, purls);
+    char tls_to_plain[300];
+    snprintf(tls_to_plain, sizeof(tls_to_plain), "tls+tcp://%s", purls[0] + strlen("tcp://"));
+    client_fails("STOKER_PRODUCER_BIN", "producer-tls-to-plain",
+                 PROC_ARGS("--broker", tls_to_plain, "--tls-ca", ca, "--delay", "0:0"), 1, 5000,
+                 PROC_ARGS("TLS handshake", "speaks plain nng"));
+
+    // The broker said so (within its 10 s report period: the first report is at once) ...
+    uint64_t deadline = stoker_now_ms() + 3000;
+    while (!testdir_contains(testdir_file("broker.log"), "tls-handshake-failed") &&
+           stoker_now_ms() < deadline)
+        stoker_sleep_ms(50, NULL);
+    cr_assert(testdir_contains(testdir_file("broker.log"), "tls-handshake-failed"),
+              "the broker logged no tls-handshake-failed");
+    // ... and still serves TLS clients: a status over TLS with the right certificate.
+    stoker_tls_options tls = {.ca = ca, .cert = cert, .key = key};
+    stoker_status *st = NULL;
+    char err[512] = "";
+    cr_assert_eq(stoker_status_fetch_tls(tls_url, NULL, &tls, 5000, &st, err, sizeof(err)),
+                 STOKER_OK, "status over TLS: %s", err);
+    stoker_status_destroy(st);
+    // A status with the wrong CA is named TLS at once too.
+    tls.ca = rogue_ca;
+    uint64_t t0 = stoker_now_ms();
+    cr_assert_eq(stoker_status_fetch_tls(tls_url, NULL, &tls, 5000, &st, err, sizeof(err)),
+                 STOKER_TLS, "status with a wrong CA: %s", err);
+    cr_assert(stoker_now_ms() - t0 < 3000, "took %llu ms",
+              (unsigned long long)(stoker_now_ms() - t0));
+    cr_assert(strstr(err, "not signed by the CA in") != NULL, "%s", err);
+    proc_broker_stop(plain);
 }

@@ -80,7 +80,6 @@ CONSUMERS = {"group2": (2, 2), "group3": (3, 3), "plain2": (0, 2), "plain1": (0,
 SUPPLIES = ["stream", "linger", "dataset-even", "dataset-odd", "dataset-even-strict",
             "dataset-odd-strict"]
 FAULTS = ["none", "producer-kill", "broker-restart", "freeze", "long-step"]
-OPEN_RESTART = True  # see cells()
 BATCH = 8
 TRAINER_TIMEOUT_S = 3
 STREAM_EXAMPLES = 800  # per producer
@@ -229,12 +228,6 @@ def cells():
     for consumers, supply, fault in itertools.product(CONSUMERS, SUPPLIES, FAULTS):
         if fault == "producer-kill" and supply == "linger":
             continue  # the same as a plain stream's
-        if fault == "broker-restart" and consumers != "plain1" and OPEN_RESTART:
-            # Open (issue 26, defect 6): across a broker restart the new broker does not yet
-            # learn what the trainers trained, so with two or more consumers a re-pushed example
-            # can reach one that did not train it, and a group's ranks can end a step apart.
-            # One consumer holds (its own identity filter); these cells run by name.
-            continue
         if fault == "broker-restart" and supply.startswith("dataset"):
             # Not a promise: a dataset's epochs live in the broker, and a restarted broker starts
             # them anew from epoch 0 (docs/datasets.md), so items trained before are trained

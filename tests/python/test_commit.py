@@ -154,14 +154,4 @@ def test_uncommitted_batches_are_not_held_up_by_retention():
             assert st["acknowledged"] == 0 and st["in_flight"] >= 6400, st
 
 
-def test_commit_with_a_group_is_refused():
-    # The ranks of a group acknowledge after each step: asking for both is an error naming both.
-    try:
-        stoker.Client("ipc:///nonexistent", commit=True, group="g", rank=0, world_size=1)
-    except ValueError as e:
-        assert "commit" in str(e) and "'g'" in str(e), e
-    else:
-        raise AssertionError("commit=True with a group was accepted")
-
-
 run(globals())

@@ -261,4 +261,82 @@ def test_group_waits_for_returning_producers_after_a_restart():
 
 
 # Names given on the command line run only those tests.
+
+
+# One rank that stops after `pause_at` steps until the file `go` exists (the test restarts the
+# broker meanwhile), then trains to the end; records its steps and items as RANK_SCRIPT does.
+PAUSING_RANK = r"""
+import json, os, sys, time
+import stoker
+url, rank, world, batch, pause_at, go, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
+rec = {"loops": [{"sizes": [], "items": []}], "end": None, "leftover": None, "error": None}
+loop = rec["loops"][0]
+c = stoker.Client(url, group="g", rank=rank, world_size=world, stall_timeout=20.0)
+try:
+    for b in c.batches(batch):
+        s, q = b.identities()
+        loop["sizes"].append(len(s))
+        loop["items"] += [[int(x), int(y)] for x, y in zip(s, q)]
+        if len(loop["sizes"]) == pause_at:
+            open(out + ".paused", "w").close()
+            deadline = time.monotonic() + 30
+            while not os.path.exists(go) and time.monotonic() < deadline:
+                time.sleep(0.02)
+except stoker.SupplyEnded as e:
+    rec["end"] = e.reason
+    rec["leftover"] = e.leftover
+except stoker.StokerError as e:
+    rec["error"] = "%s: %s" % (type(e).__name__, e)
+finally:
+    c.close()
+json.dump(rec, open(out, "w"))
+"""
+
+
+# Defect 6: the broker dies while rank 0 has trained one step more than rank 1 (whose reply for
+# that step it had prefetched, from the broker that died, and must not train). The new broker
+# learns each rank's step count and what it trained from their hellos: the group resumes at
+# rank 0's step, rank 1 catches up with batches of its own, and both end with the same number of
+# steps, each example trained once.
+def test_group_resumes_its_step_count_across_a_broker_restart():
+    with helpers.Cluster("--producer-timeout", "3") as c:
+        for _ in range(2):
+            c.producer("--max-examples", "300", "--delay", "0.0005:0.001", "--retain", "1024",
+                       "--linger", "30", stdout=subprocess.DEVNULL)
+        c.wait_producers(2)
+        go = os.path.join(c.dir, "go")
+        outs = [os.path.join(c.dir, "rank%d.json" % r) for r in range(2)]
+        procs = [subprocess.Popen([sys.executable, "-c", PAUSING_RANK, c.url, str(r), "2", "8",
+                                   str(6 - r), go, outs[r]],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(2)]
+        deadline = time.monotonic() + 30
+        while not all(os.path.exists(o + ".paused") for o in outs):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                "the ranks did not reach their pause: %s" % [p.poll() for p in procs]
+            time.sleep(0.02)
+        time.sleep(0.3)  # rank 1's prefetched pulls of step 6 come back
+        c.broker.kill()
+        c.broker.wait()
+        c.broker = subprocess.Popen([helpers.BROKER, "--listen", c.url, "--log-level", "error",
+                                     "--producer-timeout", "3"], stdout=subprocess.DEVNULL)
+        open(go, "w").close()
+        for rc, out, err in reap(procs, 60):
+            assert rc == 0, "a rank failed:\n" + err[-3000:]
+        records = [json.load(open(o)) for o in outs]
+        st = stoker.status(c.url)
+        steps = check_common(records, st)
+        assert steps > 6, "the group did not go on after the restart: %d steps" % steps
+        got = [tuple(x) for rec in records for x in rec["loops"][0]["items"]]
+        twice = sorted({x for x in got if got.count(x) > 1})
+        assert not twice, "trained twice: %s" % twice[:10]
+        ends = {int(p["session"], 16) if isinstance(p["session"], str) else p["session"]:
+                p["next_seq"] for p in st["producers"]}
+        want = {(s, q) for s, n in ends.items() for q in range(n)}
+        missing = want - set(got)
+        assert len(missing) == st["counters"]["queued"], \
+            "%d never trained, %d queued" % (len(missing), st["counters"]["queued"])
+
+
 helpers.run({k: v for k, v in globals().items() if len(sys.argv) < 2 or k in sys.argv[1:]})

@@ -81,9 +81,10 @@ typedef struct stoker_cli {
 } stoker_cli;
 
 // The rows every client shares, into a stoker_client_options: --broker, --token-file
-// (stoker_cli_broker_rows) and --tls-cert, --tls-key, --tls-ca (stoker_cli_tls_rows).
+// (stoker_cli_broker_rows) and --tls-cert, --tls-key, --tls-ca,
+// --tls-insecure (stoker_cli_tls_rows).
 extern const stoker_cli_option stoker_cli_broker_rows[2];
-extern const stoker_cli_option stoker_cli_tls_rows[3];
+extern const stoker_cli_option stoker_cli_tls_rows[4];
 #define STOKER_CLI_ROWS(rows) (rows), (sizeof(rows) / sizeof((rows)[0]))
 
 // The one version string of every executable (the project's version).
@@ -113,8 +114,12 @@ int stoker_cli_given(const stoker_cli *cli, const char *name);
 int stoker_cli_require(const stoker_cli *cli, const char *name, const char *unless);
 int stoker_cli_one_of(const stoker_cli *cli, const char *a, const char *b);
 int stoker_cli_exclude(const stoker_cli *cli, const char *a, const char *b, const char *why);
-// The client's --tls-* flags against its --broker URL: a tls+tcp:// URL needs a consistent set,
-// other URLs none. 0 or 2 as above.
+// A URL flag's value: a scheme stoker speaks (tcp://, tls+tcp:// with HOST:PORT; ipc://,
+// inproc://, abstract:// with a path or name). NULL (not given) passes. 0 or 2 as above; the
+// message names the flag and, for "localhost:7070", suggests "tcp://localhost:7070".
+int stoker_cli_check_url(const stoker_cli *cli, const char *flag, const char *url);
+// The client's --broker URL (stoker_cli_check_url) and its --tls-* flags against it: a
+// tls+tcp:// URL needs a consistent set, other URLs none. 0 or 2 as above.
 int stoker_cli_check_tls(const stoker_cli *cli, const stoker_client_options *client);
 
 // Prints "PROG: message" and the synopsis line to stderr; returns 2.

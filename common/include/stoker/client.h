@@ -30,7 +30,14 @@ void stoker_client_options_init(stoker_client_options *opts);
 // Asks the broker at url for its status, within timeout_ms. *out (owned by the caller, free
 // with stoker_status_destroy) is written on success; on failure err holds the reason. Its events
 // are the broker's latest (at most 64).
+// A tls+tcp:// url needs stoker_status_fetch_tls.
 int stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms,
                         stoker_status **out, char *err, size_t err_len);
+// The same with TLS settings for a tls+tcp:// url (tls borrowed for the call; NULL: none). A
+// TLS failure (wrong CA, a refused or missing client certificate, a broker that does not speak
+// TLS, or a tcp:// url to one that does) returns STOKER_TLS with err saying which, as soon as
+// it is found (well within timeout_ms), not a timeout.
+int stoker_status_fetch_tls(const char *url, const char *token, const stoker_tls_options *tls,
+                            uint32_t timeout_ms, stoker_status **out, char *err, size_t err_len);
 
 #endif

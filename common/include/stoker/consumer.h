@@ -13,7 +13,7 @@
 
 #include "stoker/error.h"
 
-#define STOKER_API_VERSION 1
+#define STOKER_API_VERSION 2 // 2: the tls_* options
 
 typedef struct stoker_consumer stoker_consumer;
 typedef struct stoker_consumer_batch stoker_consumer_batch;
@@ -32,6 +32,14 @@ typedef struct stoker_consumer_options {
     uint32_t stall_timeout_ms;   // no batch for this long: STOKER_STALLED (default 4000)
     uint32_t connect_timeout_ms; // no broker answer for this long: STOKER_CONNECTION (default:
                                  // the stall timeout)
+    // TLS, for a tls+tcp:// url (paths borrowed for the call; NULL for none), as the C clients'
+    // --tls-* flags (docs/security.md). The broker is verified: tls_ca is required unless
+    // tls_insecure is nonzero (encrypted, not authenticated). tls_cert and tls_key (together)
+    // are this consumer's certificate, for a broker that requires client certificates.
+    const char *tls_ca;    // PEM CA certificate(s) that signed the broker's certificate
+    const char *tls_cert;  // PEM client certificate (chain)
+    const char *tls_key;   // its unencrypted PEM private key
+    uint32_t tls_insecure; // 1: do not verify the broker (no tls_ca)
 } stoker_consumer_options;
 
 // Fills defaults (and api_version).
@@ -39,8 +47,11 @@ void stoker_consumer_options_init(stoker_consumer_options *opts);
 
 // Connects and says hello, then waits (within the stall timeout) until the broker knows the
 // schema. On STOKER_OK *out is a new consumer. Otherwise a reason is written into err (if
-// err != NULL): STOKER_INVALID (options, token file), STOKER_CONNECTION (no broker answered),
-// STOKER_UNAUTHENTICATED, STOKER_STALLED (no schema: no producer connected in time).
+// err != NULL): STOKER_INVALID (options, token file, TLS files), STOKER_CONNECTION (no broker
+// answered), STOKER_TLS (the TLS handshake fails: err says why, e.g. the broker's certificate
+// not signed by tls_ca, a client certificate required or refused, a tcp:// url to a TLS broker;
+// found within about a second, not after the connect timeout), STOKER_UNAUTHENTICATED,
+// STOKER_STALLED (no schema: no producer connected in time).
 int stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **out, char *err,
                          size_t err_len);
 
@@ -54,6 +65,16 @@ int stoker_consumer_open(const stoker_consumer_options *opts, stoker_consumer **
 int stoker_consumer_open_group(const stoker_consumer_options *opts, const char *group,
                                uint32_t rank, uint32_t world, stoker_consumer **out, char *err,
                                size_t err_len);
+
+// A rank of a group with commit with checkpoints (group commit, docs/groups.md), maybe resumed
+// from a checkpoint: as stoker_consumer_open_group, with commit on from the start (commit
+// nonzero) and the group's step count going on from resume_step (the steps taken when the
+// checkpoint was committed; 0 for a new run). Every rank commits at the same step.
+int stoker_consumer_open_group_at(const stoker_consumer_options *opts, const char *group,
+                                  uint32_t rank, uint32_t world, uint64_t resume_step, int commit,
+                                  stoker_consumer **out, char *err, size_t err_len);
+// A rank's steps taken so far (with a resumed group, counted from resume_step).
+uint64_t stoker_consumer_group_steps(const stoker_consumer *c);
 
 // For a rank of a group, after next returned the end: the examples left over that no equal
 // step could hold (still queued at the broker). 0 otherwise.
@@ -97,7 +118,8 @@ void stoker_consumer_ack(stoker_consumer *c, stoker_consumer_batch *b);
 // until stoker_consumer_commit, so what was trained since the last commit is redelivered if this
 // consumer dies; commit when your checkpoint is saved. Commit returns STOKER_OK once the broker
 // applied them, or the error (they stay kept). uncommitted: acknowledgements kept now. A rank of a
-// group cannot commit (set_commit refuses with a warning).
+// group commits with the others: every rank at the same step, applied when the last one's comes
+// (stoker_trainer_client_commit says what fails it).
 void stoker_consumer_set_commit(stoker_consumer *c, int on);
 int stoker_consumer_commit(stoker_consumer *c);
 uint64_t stoker_consumer_uncommitted(const stoker_consumer *c);
@@ -172,6 +194,11 @@ int stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_
 // timeout_ms. On an error, a reason is written into buf when it has room.
 int stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf,
                        size_t cap, size_t *len);
+// The same with the url, token (or token_file) and TLS settings of opts (the other fields are
+// not used; opts->api_version must be STOKER_API_VERSION): needed for a tls+tcp:// url. A TLS
+// failure returns STOKER_TLS with its reason in buf, as stoker_consumer_open says it.
+int stoker_status_json_opts(const stoker_consumer_options *opts, uint32_t timeout_ms, char *buf,
+                            size_t cap, size_t *len);
 
 // Makes a stoker_consumer_next that is waiting (or the next one) return STOKER_INTERRUPTED soon.
 // Safe from any thread or a signal handler.

@@ -31,6 +31,8 @@ typedef enum stoker_err {
     STOKER_GROUP_BROKEN = 21,     // a rank of this trainer's group died or left before the end
     STOKER_DATASET_MISMATCH = 22, // producer's dataset (size or listing) differs from the broker's
     STOKER_SHARD_REVOKED = 23,    // the items pushed were given to another producer meanwhile
+    STOKER_TLS = 24,              // a TLS handshake with the broker failed (certificates, CA,
+                                  // or one end speaking TLS and the other not): not retried
     STOKER_ERR_COUNT
 } stoker_err;
 

@@ -20,12 +20,23 @@
 // with what it retains, before it gives up: client.give_up_ms's default here.
 #define STOKER_PRODUCER_BROKER_WAIT_MS 600000u
 
+#define STOKER_CHUNK_AUTO 0
+#define STOKER_CHUNK_MAX  (1u << 20) // examples in one chunk, at most (the broker's --max-chunk)
+
 typedef struct stoker_producer_config {
     // url (required), name, token, session, stop; give_up_ms: how long to wait for a broker
     // that does not answer (default STOKER_PRODUCER_BROKER_WAIT_MS, stoker-producer
     // --broker-wait).
     stoker_client_options client;
-    uint32_t chunk;        // examples per push (default 3)
+    // Chunks (docs/running.md#chunks): chunk N > 0 fixes the examples per push (stoker-producer
+    // --chunk N). STOKER_CHUNK_AUTO (0, the default) sizes them: a chunk closes once it holds
+    // chunk_bytes of examples (default 256 KiB) or chunk_ms after its first example was begun
+    // (default 5 ms), whichever comes first, and never beyond what the broker takes in one push.
+    // A cheap generator fills large chunks; an example that takes longer than chunk_ms to make
+    // leaves on its own as soon as it is made.
+    uint32_t chunk;
+    uint64_t chunk_bytes;
+    double chunk_ms;
     uint64_t max_examples; // stop after this many (0: until the generator ends or stop)
     uint64_t seed;         // run seed; example seeds derive from (seed, name, seq)
     int handle_signals;    // install SIGINT/SIGTERM handlers that stop the run cleanly
@@ -45,6 +56,11 @@ typedef struct stoker_producer_stats {
 
 void stoker_producer_config_init(stoker_producer_config *cfg);
 
+// The examples a chunk of cfg may hold for schema, before the broker's limit: chunk when fixed,
+// else chunk_bytes' worth (at least 1, at most STOKER_CHUNK_MAX).
+uint32_t stoker_producer_chunk_capacity(const stoker_producer_config *cfg,
+                                        const stoker_schema *schema);
+
 // The flag the signal handlers set (nonzero after SIGINT/SIGTERM when handle_signals is on).
 // Generators with long waits may watch it.
 const volatile int *stoker_producer_stop_flag(void);
@@ -53,7 +69,8 @@ const volatile int *stoker_producer_stop_flag(void);
 // out shards of (epoch, index) items; each is made with gen->fill_item and pushed carrying its
 // item, until the broker's last epoch is made (then goodbye and STOKER_OK) or a stop. A shard
 // the broker took back (this producer was taken for lost) is dropped for a new one. chunk,
-// stop, signals and errors work as below; max_examples and seed do not apply.
+// stop, signals and errors work as below; max_examples and seed do not apply; a chunk never
+// holds items of two shards.
 //
 // Runs gen (borrowed) until max_examples were pushed, the generator returns STOKER_END_OF_DATA,
 // or a stop is requested: then pushes what was made, says goodbye (the broker reports the

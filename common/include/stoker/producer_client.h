@@ -82,6 +82,10 @@ uint64_t stoker_producer_client_next_seq(const stoker_producer_client *pc);
 uint64_t stoker_producer_client_session(const stoker_producer_client *pc);
 // The broker's id for this producer (0 before the first hello).
 uint32_t stoker_producer_client_id(const stoker_producer_client *pc);
+// The most examples one push may carry, as the broker's last hello reply said (its --max-chunk,
+// a fixed --queue-depth, --max-bytes, --max-message); 0 before a hello or from a broker that
+// does not say. A larger push is refused as STOKER_TOO_LARGE.
+uint32_t stoker_producer_client_max_chunk(const stoker_producer_client *pc);
 // The broker's message for the last error (static storage of the client; "" when none).
 const char *stoker_producer_client_error(const stoker_producer_client *pc);
 

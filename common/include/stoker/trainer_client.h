@@ -40,7 +40,7 @@ typedef struct stoker_trainer_options {
     // in flight (inside its --max-bytes) until then and redelivers them if this trainer dies
     // first. Commit when the model's state is saved: a model resumed from that checkpoint then
     // sees every example exactly once in its lineage. 0 (default): acknowledged after the step.
-    // Not with group (create refuses both: the ranks of a group acknowledge after each step).
+    // With group: a group commit (every rank commits at the same step; see _commit).
     int commit;
     // Data-parallel group (docs/groups.md): NULL for none, else its name (borrowed for create),
     // this trainer's rank in 0..world-1 and the world size. Every rank gets batch_size examples
@@ -48,6 +48,9 @@ typedef struct stoker_trainer_options {
     // makes next return STOKER_GROUP_BROKEN on the others.
     const char *group;
     uint32_t rank, world;
+    // A group resumed from a checkpoint: the steps its ranks had taken then (group commit,
+    // docs/groups.md); the group's step count goes on from there. 0: a new run.
+    uint64_t group_resume_step;
     // Liveness: while it lives the client sends the broker a heartbeat from a thread of its own
     // (every third of the broker's --trainer-timeout), so a step longer than that timeout (an
     // evaluation pass) keeps its leases and its group; only a dead or frozen process falls
@@ -106,6 +109,11 @@ int stoker_trainer_client_flush(stoker_trainer_client *tc);
 // again), or the error (they stay uncommitted: a later commit sends them again; leases the broker
 // gave back meanwhile are refused and come again, dropped by the identity filter). Without
 // opts.commit it is stoker_trainer_client_flush.
+// A rank of a group (group commit): every rank commits at the same step; the broker applies
+// all ranks' acknowledgements at once when the last rank's commit comes, and this returns then
+// (STOKER_OK), or STOKER_TIMEOUT when a rank did not commit within STOKER_GROUP_COMMIT_WAIT_MS
+// of the first, STOKER_GROUP_BROKEN when a rank was lost meanwhile, STOKER_INVALID when the
+// ranks commit at different steps: then nothing of it counts (all stay uncommitted).
 int stoker_trainer_client_commit(stoker_trainer_client *tc);
 // Turns opts.commit on or off after create (the client says hello again before its next pull,
 // which tells the broker). Not for a rank of a group (opts.group): create refuses both together,

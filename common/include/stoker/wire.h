@@ -18,6 +18,10 @@ struct nng_msg;
 #define STOKER_TOKEN_MAX   256
 #define STOKER_MESSAGE_MAX 512
 
+#define STOKER_HELLO_TRAINED_MAX 4096
+// A group commit's final part waits at most this long for the other ranks' (docs/groups.md).
+#define STOKER_GROUP_COMMIT_WAIT_MS 60000
+
 typedef struct stoker_request {
     stoker_method method;
     uint64_t session; // the sender's session id (producers and trainers)
@@ -37,6 +41,12 @@ typedef struct stoker_request {
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
+    uint64_t group_steps; // HELLO of a rank: the steps it has taken (0: a new rank)
+    // HELLO (and HEARTBEAT, to a broker that does not know it) of a trainer: identities it trained,
+    // n_trained (session, first_seq, end) triples (at most STOKER_HELLO_TRAINED_MAX); aliases the
+    // decoded message.
+    uint32_t n_trained;
+    const uint64_t *trained;
     // HELLO of a producer: its class-to-label map (n_classes 0: none). Encoding borrows the
     // caller's arrays; a decoded request owns a copy built within the map's bounds.
     stoker_labels labels;
@@ -62,6 +72,8 @@ typedef struct stoker_request {
     // PULL (piggybacked) and ACK
     uint32_t n_acks;
     const uint64_t *acks;  // aliases the decoded message
+    uint64_t commit_step;  // ACK of a committing rank: the group step (see the proto), or 0
+    int commit_final;      // ACK with commit_step: the rank's last part of that commit
     uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
     // PULL: its id and the ids of earlier pulls whose replies were lost (see the proto)
     uint64_t pull_id;
@@ -96,6 +108,7 @@ typedef struct stoker_reply {
     int has_schema;
     stoker_schema schema;
     uint32_t heartbeat_ms;
+    uint32_t max_chunk; // HELLO of a producer: the most examples one push may carry (0: not said)
     // PUSH
     uint64_t acked_through;
     // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
