@@ -135,6 +135,7 @@ add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms,
     snprintf(e->name, sizeof(e->name), "%s", p->name);
     e->at_s = uptime_s(b, now_ms);
     snprintf(e->reason, sizeof(e->reason), "%s", reason != NULL ? reason : "");
+    b->c.producers_lost += kind == STOKER_EVENT_PRODUCER_LOST;
 }
 
 // --- lookup -------------------------------------------------------------------------------------

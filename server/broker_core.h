@@ -132,6 +132,7 @@ typedef struct trainer {
     stoker_delivery delivery;
     uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
     uint64_t arena_full;
+    uint64_t data_wait_ms; // its caller's wait for batches, as its latest pull said (issue 29)
 } trainer;
 
 // The longest a trainer of a broker that died takes, from our start, to reach us and say what it

@@ -596,4 +596,5 @@ epochs_report(const epochs *e, stoker_status *st)
     st->items_reassigned = e->reassigned;
     st->pushes_revoked = e->revoked;
     st->epochs_overlap = !e->strict;
+    st->epoch_acknowledged = e->lo < e->opened ? e->win[e->lo % WINDOW].acked : 0;
 }

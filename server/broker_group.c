@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "broker_group.h"
+#include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -45,6 +46,7 @@ typedef struct group {
     int end_code;      // STOKER_OK until the end (END_OF_DATA / NO_PRODUCERS) or the break
     uint64_t leftover; // examples no equal step could hold, at the end
     char end_reason[STOKER_MESSAGE_MAX];
+    uint64_t ended_ms; // the end or the break (broker uptime), for /status
     group_rank *ranks; // world of them
     // For a rank told why it waits (group_take): when the last step was formed (or the group
     // created) and the examples produced until then, so the rate since can be said.
@@ -286,6 +288,7 @@ group_rank_lost(broker *b, trainer *t, const char *reason)
         return; // after the end, ranks leave as they finish
     g->end_code = STOKER_GROUP_BROKEN;
     g->retired = 1;
+    g->ended_ms = stoker_now_ms() - b->start_ms; // shown on /status only: the wall clock will do
     snprintf(g->end_reason, sizeof(g->end_reason),
              "group '%s' is broken: rank %u (trainer %u '%s') %s at step %llu", g->name, t->rank,
              t->id, t->name, reason != NULL ? reason : "left", (unsigned long long)g->steps);
@@ -357,6 +360,7 @@ end_group(broker *b, group *g, int dataset)
             (b->producers[i]->status == STOKER_PRODUCER_ALIVE && b->producers[i]->done_making);
     }
     g->end_code = lost > 0 && !dataset ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
+    g->ended_ms = stoker_now_ms() - b->start_ms;
     g->leftover = b->c.queued;
     g->retired = 1;
     if (dataset && g->leftover == 0)
@@ -620,6 +624,11 @@ group_status(const broker *b, stoker_group_info **out, uint32_t *n)
         d->state = g->end_code == STOKER_GROUP_BROKEN ? "broken"
                    : g->end_code != STOKER_OK         ? "ended"
                                                       : "open";
+        if (g->end_code != STOKER_OK) {
+            snprintf(d->end_reason, sizeof(d->end_reason), "%.*s", (int)sizeof(d->end_reason) - 1,
+                     g->end_reason);
+            d->ended_at_s = (double)g->ended_ms / 1000.0;
+        }
         for (uint32_t r = 0; r < g->world; r++) {
             const group_rank *gr = &g->ranks[r];
             d->joined += gr->t != NULL;

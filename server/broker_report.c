@@ -35,6 +35,7 @@ consumers_status(const broker *b, stoker_status *st)
             .bytes_shm = t->bytes_shm,
             .bytes_socket = t->bytes_socket,
             .arena_full = t->arena_full,
+            .data_wait_ms = t->data_wait_ms,
         };
         snprintf(st->consumers[i].name, sizeof(st->consumers[i].name), "%s", t->name);
     }
@@ -135,6 +136,7 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .items_reassigned = st->items_reassigned,
         .pushes_revoked = st->pushes_revoked,
         .epochs_overlap = st->epochs_overlap,
+        .epoch_acknowledged = st->epoch_acknowledged,
         .queue_depth_auto = st->queue_depth_auto,
         .groups = st->groups,
         .n_groups = st->n_groups,

@@ -102,8 +102,8 @@ static const stoker_cli_option rows[] = {
      "(port 0 picks a free port; the real URL is printed)",
      STOKER_CLI_STRINGS, AT(listen), .offset2 = offsetof(server_config, n_listen),
      .imax = SERVER_MAX_LISTEN},
-    {"metrics", "URL", "serve /metrics and /status at http://HOST:PORT", STOKER_CLI_STRING,
-     AT(metrics_url)},
+    {"metrics", "URL", "serve the live page /, /status and /metrics at http://HOST:PORT",
+     STOKER_CLI_STRING, AT(metrics_url)},
     {"queue-depth", "N|auto",
      "examples per producer queue; auto: the broker sizes each queue\n"
      "to hold two of the largest batch a trainer asks for across the\n"

@@ -20,6 +20,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/http/http.h>
 
+#include "page.h"
 #include "server.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -56,6 +57,7 @@ struct server {
     watchdog_host watch; // what the watchdog thread is handed
     pthread_t watch_thread;
     int watch_started;
+    char http_token[STOKER_TOKEN_MAX]; // --token-file's token: /status and /metrics ask for it
 };
 
 static void
@@ -220,8 +222,43 @@ http_reply(nng_aio *aio, char *body, const char *type)
         return;
     }
     nng_http_res_set_header(res, "Content-Type", type);
+    nng_http_res_set_header(res, "Cache-Control", "no-store");
     nng_http_res_copy_data(res, body, strlen(body));
     free(body);
+    nng_aio_set_output(aio, 0, res);
+    nng_aio_finish(aio, 0);
+}
+
+// With a token, /status and /metrics answer only a request that carries it as
+// "Authorization: Bearer TOKEN" (the live page asks for it and sends it so; Prometheus's
+// authorization.credentials_file does the same). Compared in constant time in its length.
+static int
+http_authorized(const server *s, nng_aio *aio)
+{
+    if (s->http_token[0] == '\0')
+        return 1;
+    const char *given = nng_http_req_get_header(nng_aio_get_input(aio, 0), "Authorization");
+    if (given == NULL || strncmp(given, "Bearer ", 7) != 0)
+        return 0;
+    given += 7;
+    size_t n = strlen(s->http_token), m = strnlen(given, STOKER_TOKEN_MAX);
+    unsigned diff = n != m;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(s->http_token[i] ^ (i < m ? given[i] : 0));
+    return diff == 0;
+}
+
+// 401 with the scheme it wants; nothing else is said.
+static void
+http_unauthorized(nng_aio *aio)
+{
+    nng_http_res *res;
+    if (nng_http_res_alloc_error(&res, NNG_HTTP_STATUS_UNAUTHORIZED) != 0) {
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    nng_http_res_set_header(res, "WWW-Authenticate", "Bearer realm=\"stoker\"");
+    nng_http_res_set_header(res, "Cache-Control", "no-store");
     nng_aio_set_output(aio, 0, res);
     nng_aio_finish(aio, 0);
 }
@@ -230,6 +267,10 @@ static void
 http_metrics(nng_aio *aio)
 {
     server *s = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+    if (!http_authorized(s, aio)) {
+        http_unauthorized(aio);
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     char *text = broker_metrics_text(s->b, stoker_now_ms());
     pthread_mutex_unlock(&s->lock);
@@ -240,10 +281,36 @@ static void
 http_status(nng_aio *aio)
 {
     server *s = nng_http_handler_get_data(nng_aio_get_input(aio, 1));
+    if (!http_authorized(s, aio)) {
+        http_unauthorized(aio);
+        return;
+    }
     pthread_mutex_lock(&s->lock);
     char *text = broker_status_json(s->b, stoker_now_ms());
     pthread_mutex_unlock(&s->lock);
     http_reply(aio, text, "application/json");
+}
+
+// The live page (server/page/index.html, built in): static, it holds no figures (it reads them
+// from /status, which asks for the token) and its policy lets it reach nothing but this origin.
+static void
+http_page(nng_aio *aio)
+{
+    nng_http_res *res;
+    if (nng_http_res_alloc(&res) != 0) {
+        nng_aio_finish(aio, NNG_ENOMEM);
+        return;
+    }
+    nng_http_res_set_header(res, "Content-Type", "text/html; charset=utf-8");
+    nng_http_res_set_header(res, "Content-Security-Policy",
+                            "default-src 'none'; script-src 'unsafe-inline'; "
+                            "style-src 'unsafe-inline'; img-src data:; connect-src 'self'; "
+                            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'");
+    nng_http_res_set_header(res, "X-Content-Type-Options", "nosniff");
+    nng_http_res_set_header(res, "Cache-Control", "no-cache");
+    nng_http_res_set_data(res, stoker_page_html, stoker_page_html_len); // static: not copied
+    nng_aio_set_output(aio, 0, res);
+    nng_aio_finish(aio, 0);
 }
 
 static int
@@ -266,8 +333,8 @@ start_http(server *s, const char *url_text, char *err, size_t err_len)
     struct {
         const char *path;
         void (*cb)(nng_aio *);
-    } routes[] = {{"/metrics", http_metrics}, {"/status", http_status}};
-    for (size_t i = 0; i < 2; i++) {
+    } routes[] = {{"/metrics", http_metrics}, {"/status", http_status}, {"/", http_page}};
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         nng_http_handler *h;
         if ((rv = nng_http_handler_alloc(&h, routes[i].path, routes[i].cb)) != 0 ||
             (rv = nng_http_handler_set_method(h, "GET")) != 0 ||
@@ -396,6 +463,8 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     if (s->trim_free_bytes > ((size_t)64 << 20))
         s->trim_free_bytes = (size_t)64 << 20;
     s->tls = cfg->tls;
+    if (cfg->broker.token != NULL)
+        snprintf(s->http_token, sizeof(s->http_token), "%s", cfg->broker.token);
     // The metrics server first: when its address is taken the broker stops before it printed
     // "listening" (which scripts wait for) or accepted a connection.
     if (cfg->metrics_url != NULL &&

@@ -61,6 +61,9 @@ struct stoker_trainer_client {
     char name[STOKER_NAME_MAX];
     char token[STOKER_TOKEN_MAX];
     char group[STOKER_NAME_MAX];
+    // The caller's data wait (issue 29): milliseconds spent in next() so far, and when the
+    // current call began (0: none). Pulls, sent by the issuer thread, carry their sum.
+    _Atomic uint64_t waited_ms, waiting_since_ms;
     uint64_t group_steps, group_leftover;
     // A rank's replies that came before an earlier step's (prefetched pulls complete in any
     // order): kept, decoded, until their step is next, so batches and the events that ride
@@ -672,6 +675,8 @@ issue(stoker_trainer_client *tc, slot *s)
         .wait_ms = tc->wait_ms,
         .arena_secret = tc->arena_secret,
     };
+    uint64_t since = atomic_load(&tc->waiting_since_ms), now = stoker_now_ms();
+    req.data_wait_ms = atomic_load(&tc->waited_ms) + (since != 0 && now > since ? now - since : 0);
     s->n_acks = tc->n_pending_acks;
     memcpy(s->acks, tc->pending_acks, s->n_acks * sizeof(uint64_t));
     tc->n_pending_acks = 0;
@@ -1283,16 +1288,29 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
     }
 }
 
+// next_batch, its time counted as the caller's data wait.
+static int
+timed_next(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
+{
+    uint64_t start = stoker_now_ms();
+    atomic_store(&tc->waiting_since_ms, start);
+    int rv = next_batch(tc, out, wait_ms);
+    uint64_t end = stoker_now_ms();
+    atomic_fetch_add(&tc->waited_ms, end > start ? end - start : 0);
+    atomic_store(&tc->waiting_since_ms, 0);
+    return rv;
+}
+
 int
 stoker_trainer_client_next(stoker_trainer_client *tc, stoker_batch **out)
 {
-    return next_batch(tc, out, tc->opts.stall_timeout_ms);
+    return timed_next(tc, out, tc->opts.stall_timeout_ms);
 }
 
 int
 stoker_trainer_client_next_within(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
 {
-    return next_batch(tc, out,
+    return timed_next(tc, out,
                       wait_ms < tc->opts.stall_timeout_ms ? wait_ms : tc->opts.stall_timeout_ms);
 }
 

@@ -659,6 +659,7 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->items_reassigned = rep->items_reassigned;
     st->pushes_revoked = rep->pushes_revoked;
     st->epochs_overlap = rep->epochs_overlap;
+    st->epoch_acknowledged = rep->epoch_acknowledged;
     st->max_bytes = rep->max_bytes;
     st->queue_depth_auto = rep->queue_depth_auto;
     snprintf(st->queue_limit, sizeof(st->queue_limit), "%s", rep->queue_limit);

@@ -48,17 +48,17 @@ consumers_json(stoker_text *t, const stoker_status *st)
             stoker_text_printf(t, ", \"pid\": %u", c->pid);
         else
             stoker_text_printf(t, ", \"pid\": null");
-        stoker_text_printf(t,
-                           ", \"connected\": %s, \"delivery\": \"%s\", \"batches_shm\": %llu, "
-                           "\"batches_socket\": %llu, \"examples_shm\": %llu, "
-                           "\"examples_socket\": %llu, \"bytes_shm\": %llu, "
-                           "\"bytes_socket\": %llu, \"arena_full\": %llu}",
-                           c->connected ? "true" : "false", stoker_delivery_name(c->delivery),
-                           (unsigned long long)c->batches_shm,
-                           (unsigned long long)c->batches_socket,
-                           (unsigned long long)c->examples_shm,
-                           (unsigned long long)c->examples_socket, (unsigned long long)c->bytes_shm,
-                           (unsigned long long)c->bytes_socket, (unsigned long long)c->arena_full);
+        stoker_text_printf(
+            t,
+            ", \"connected\": %s, \"delivery\": \"%s\", \"batches_shm\": %llu, "
+            "\"batches_socket\": %llu, \"examples_shm\": %llu, "
+            "\"examples_socket\": %llu, \"bytes_shm\": %llu, "
+            "\"bytes_socket\": %llu, \"arena_full\": %llu, \"data_wait_s\": %.3f}",
+            c->connected ? "true" : "false", stoker_delivery_name(c->delivery),
+            (unsigned long long)c->batches_shm, (unsigned long long)c->batches_socket,
+            (unsigned long long)c->examples_shm, (unsigned long long)c->examples_socket,
+            (unsigned long long)c->bytes_shm, (unsigned long long)c->bytes_socket,
+            (unsigned long long)c->arena_full, (double)c->data_wait_ms / 1000.0);
     }
     stoker_text_printf(t, "]");
 }
@@ -87,6 +87,9 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
         {"consumer_bytes_total", "Bytes of examples sent to this consumer, by path"},
         {"consumer_arena_full_total",
          "Batches of this consumer sent as bytes because the arena had no free region"},
+        {"consumer_data_wait_seconds_total",
+         "Seconds this consumer's caller waited for batches (its rate: the share of time it "
+         "waits for data)"},
     };
     for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
         stoker_text_printf(t, "# HELP stoker_%s %s\n# TYPE stoker_%s counter\n", per[m].name,
@@ -98,6 +101,11 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
             if (m == 2) {
                 stoker_text_printf(t, "stoker_%s{consumer=\"%u\",name=\"%s\"} %llu\n", per[m].name,
                                    c->id, name, (unsigned long long)c->arena_full);
+                continue;
+            }
+            if (m == 3) {
+                stoker_text_printf(t, "stoker_%s{consumer=\"%u\",name=\"%s\"} %.3f\n", per[m].name,
+                                   c->id, name, (double)c->data_wait_ms / 1000.0);
                 continue;
             }
             uint64_t shm = m == 0 ? c->batches_shm : c->bytes_shm;
@@ -133,14 +141,15 @@ stoker_status_render_json(const stoker_status *st)
                        "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
                        "\"redelivered\": %llu, \"returned_unused\": %llu, \"delivered\": %llu, "
                        "\"queued_bytes\": %llu, \"refused\": %llu, \"short_by_queues\": %llu, "
-                       "\"delivered_shm\": %llu, \"discrepancy\": %lld}, \"producers_alive\": %u, "
+                       "\"delivered_shm\": %llu, \"producers_lost\": %llu, \"discrepancy\": %lld}, "
+                       "\"producers_alive\": %u, "
                        "\"trainers\": %u, \"trainers_shm\": %u, \"producers\": [",
                        (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
                        (unsigned long long)c->queued, (unsigned long long)c->in_flight,
                        (unsigned long long)c->redelivered, (unsigned long long)c->returned_unused,
                        (unsigned long long)c->delivered, (unsigned long long)c->queued_bytes,
                        (unsigned long long)c->refused, (unsigned long long)c->short_by_queues,
-                       (unsigned long long)c->delivered_shm,
+                       (unsigned long long)c->delivered_shm, (unsigned long long)c->producers_lost,
                        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight),
                        c->producers_alive, c->trainers, c->trainers_shm);
     for (uint32_t i = 0; i < st->n_producers; i++) {
@@ -185,9 +194,15 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_json_string(&t, g->name);
         stoker_text_printf(&t,
                            ", \"state\": \"%s\", \"world\": %u, \"batch\": %u, \"joined\": %u, "
-                           "\"steps\": %llu, \"leftover\": %llu, \"ranks\": [",
+                           "\"steps\": %llu, \"leftover\": %llu, \"end_reason\": ",
                            g->state, g->world, g->batch, g->joined, (unsigned long long)g->steps,
                            (unsigned long long)g->leftover);
+        if (g->end_reason[0] != '\0') {
+            stoker_text_json_string(&t, g->end_reason);
+            stoker_text_printf(&t, ", \"ended_at\": %.3f, \"ranks\": [", g->ended_at_s);
+        } else {
+            stoker_text_printf(&t, "null, \"ended_at\": null, \"ranks\": [");
+        }
         for (uint32_t r = 0; r < g->world; r++)
             stoker_text_printf(&t,
                                "%s{\"rank\": %u, \"steps\": %llu, \"ahead\": %llu, "
@@ -202,14 +217,15 @@ stoker_status_render_json(const stoker_status *st)
     stoker_labels_render_json(&t, st->label_maps, st->n_label_maps, st->label_maps_omitted);
     // --- end of label maps ---
     if (st->dataset_size > 0)
-        stoker_text_printf(&t,
-                           ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "
-                           "\"epochs_done\": %u, \"epochs\": %u, \"items_reassigned\": %llu, "
-                           "\"pushes_revoked\": %llu, \"overlap\": %s}}\n",
-                           (unsigned long long)st->dataset_size, st->epochs_done, st->epochs_limit,
-                           (unsigned long long)st->items_reassigned,
-                           (unsigned long long)st->pushes_revoked,
-                           st->epochs_overlap ? "true" : "false");
+        stoker_text_printf(
+            &t,
+            ", \"mode\": \"dataset\", \"dataset\": {\"items\": %llu, "
+            "\"epochs_done\": %u, \"epochs\": %u, \"items_reassigned\": %llu, "
+            "\"pushes_revoked\": %llu, \"overlap\": %s, "
+            "\"epoch_acknowledged\": %llu}}\n",
+            (unsigned long long)st->dataset_size, st->epochs_done, st->epochs_limit,
+            (unsigned long long)st->items_reassigned, (unsigned long long)st->pushes_revoked,
+            st->epochs_overlap ? "true" : "false", (unsigned long long)st->epoch_acknowledged);
     else
         stoker_text_printf(&t, ", \"mode\": \"streams\", \"dataset\": null}\n");
     return stoker_text_finish(&t);
@@ -263,6 +279,8 @@ stoker_status_render_metrics(const stoker_status *st)
          offsetof(stoker_counters, refused)},
         {"delivered_shm_total", "counter", "Examples sent to trainers through shared memory",
          offsetof(stoker_counters, delivered_shm)},
+        {"producers_lost_total", "counter", "Producers lost (producer_lost events)",
+         offsetof(stoker_counters, producers_lost)},
     };
     for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
         uint64_t v = *(const uint64_t *)((const char *)c + totals[i].offset);
@@ -279,9 +297,11 @@ stoker_status_render_metrics(const stoker_status *st)
                        "memory\n"
                        "# TYPE stoker_trainers_shm gauge\nstoker_trainers_shm %u\n"
                        "# HELP stoker_uptime_seconds Seconds since the broker started\n"
-                       "# TYPE stoker_uptime_seconds gauge\nstoker_uptime_seconds %.3f\n",
+                       "# TYPE stoker_uptime_seconds gauge\nstoker_uptime_seconds %.3f\n"
+                       "# HELP stoker_max_bytes Bytes all queues may hold (--max-bytes)\n"
+                       "# TYPE stoker_max_bytes gauge\nstoker_max_bytes %llu\n",
                        c->producers_alive, c->trainers, c->trainers_shm,
-                       (double)st->uptime_ms / 1000.0);
+                       (double)st->uptime_ms / 1000.0, (unsigned long long)st->max_bytes);
     static const struct {
         const char *name, *type, *help;
     } per[] = {

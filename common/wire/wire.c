@@ -413,7 +413,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define COUNTERS_FIELDS(X)                                                                         \
     X(produced) X(acknowledged) X(queued) X(in_flight) X(redelivered) X(delivered)                 \
     X(queued_bytes) X(producers_alive) X(trainers) X(delivered_shm) X(trainers_shm) X(refused)     \
-    X(returned_unused) X(short_by_queues)
+    X(returned_unused) X(short_by_queues) X(producers_lost)
 #define RUN_FIELDS(X) X(producer) X(session) X(first_seq) X(count)
 #define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch)
 #define PRODUCER_FIELDS(X)                                                                         \
@@ -423,7 +423,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define GROUP_FIELDS(X) X(world) X(batch) X(joined) X(steps) X(leftover)
 #define CONSUMER_FIELDS(X)                                                                         \
     X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
-    X(bytes_shm) X(bytes_socket) X(arena_full)
+    X(bytes_shm) X(bytes_socket) X(arena_full) X(data_wait_ms)
 // clang-format on
 #define COPY_FIELD(f) d->f = s->f;
 
@@ -697,6 +697,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         pull.acks = (uint64_t *)req->acks;
         pull.arena_secret = req->arena_secret;
         pull.id = req->pull_id;
+        pull.data_wait_ms = req->data_wait_ms;
         pull.n_replaces = req->n_replaces;
         pull.replaces = (uint64_t *)req->replaces;
         r.pull = &pull;
@@ -876,6 +877,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
             break;
         }
         req->pull_id = r->pull->id;
+        req->data_wait_ms = r->pull->data_wait_ms;
         req->n_replaces = (uint32_t)r->pull->n_replaces;
         req->replaces = r->pull->replaces;
         req->max_examples = r->pull->max_examples;
@@ -1008,6 +1010,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.items_reassigned = rep->items_reassigned;
     r.pushes_revoked = rep->pushes_revoked;
     r.epochs_overlap = rep->epochs_overlap != 0;
+    r.epoch_acknowledged = rep->epoch_acknowledged;
     r.group_step = rep->group_step;
     r.group_leftover = rep->group_leftover;
     r.resent_pull = rep->resent_pull;
@@ -1075,6 +1078,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
         GROUP_FIELDS(COPY_FIELD)
         d->name = (char *)s->name;
         d->state = group_state_code(s->state);
+        d->end_reason = (char *)s->end_reason;
+        d->ended_at_s = s->ended_at_s;
         d->n_rank_steps = d->n_rank_ready = s->world;
         d->rank_steps = (uint64_t *)s->rank_steps;
         d->rank_ready = (uint32_t *)s->rank_ready;
@@ -1150,6 +1155,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->items_reassigned = r->items_reassigned;
     rep->pushes_revoked = r->pushes_revoked;
     rep->epochs_overlap = r->epochs_overlap;
+    rep->epoch_acknowledged = r->epoch_acknowledged;
     rep->group_step = r->group_step;
     rep->group_leftover = r->group_leftover;
     rep->resent_pull = r->resent_pull;
@@ -1259,6 +1265,9 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             GROUP_FIELDS(COPY_FIELD)
             snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
             d->state = group_state_name(s->state);
+            snprintf(d->end_reason, sizeof(d->end_reason), "%s",
+                     s->end_reason != NULL ? s->end_reason : "");
+            d->ended_at_s = s->ended_at_s;
             memcpy(d->rank_steps, s->rank_steps, s->world * sizeof(uint64_t));
             memcpy(d->rank_ready, s->rank_ready, s->world * sizeof(uint32_t));
         }

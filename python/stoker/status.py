@@ -17,9 +17,10 @@ import sys
 from .client import StokerError, status
 
 COUNTERS = ["produced", "acknowledged", "queued", "in_flight", "redelivered", "returned_unused",
-            "delivered", "queued_bytes", "refused", "short_by_queues", "discrepancy"]
+            "delivered", "queued_bytes", "refused", "short_by_queues", "producers_lost",
+            "discrepancy"]
 CONSUMER_COLUMNS = ["id", "name", "pid", "connected", "delivery", "batches_shm", "batches_socket",
-                    "arena_full"]
+                    "arena_full", "data_wait_s"]
 LABELS_SHOWN = 10  # classes of a label map the table names (--json has them all)
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
                     "redelivered", "returned_unused", "next_seq", "silent_s", "session"]

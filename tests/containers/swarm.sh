@@ -53,7 +53,8 @@ task_container() { docker ps -q --filter "label=com.docker.swarm.service.name=${
 status() {
     local b
     b=$(task_container broker)
-    [ -n "$b" ] && docker exec "$b" curl -fsS http://127.0.0.1:9090/status > "$CT_TMP/status.json"
+    # /status asks for the broker's token (the stack's secret) as a bearer header.
+    [ -n "$b" ] && docker exec "$b" sh -c 'curl -fsS -H "Authorization: Bearer $(cat /run/secrets/stoker_token)" http://127.0.0.1:9090/status' > "$CT_TMP/status.json"
 }
 status_has() { status && json_check "$CT_TMP/status.json" "$1"; }
 
@@ -77,8 +78,13 @@ for svc in broker producer trainer; do
     check "$svc task runs as uid 10001 only ($uids)" [ "$uids" = 10001 ]
 done
 mport=$(host_port "$(task_container broker)" 9090)
-curl -fsS "http://127.0.0.1:$mport/metrics" > "$CT_TMP/metrics" 2>&1
-check "/metrics on the node's published port $mport (mode host)" grep -q '^stoker_produced_total' "$CT_TMP/metrics"
+# With --token-file, /metrics asks for the token as a bearer header (docs/monitoring.md).
+curl -fsS -H "Authorization: Bearer $(cat "$STOKER_SECRETS/token")" \
+    "http://127.0.0.1:$mport/metrics" > "$CT_TMP/metrics" 2>&1
+check "/metrics on the node's published port $mport (mode host), with the token" \
+    grep -q '^stoker_produced_total' "$CT_TMP/metrics"
+code=$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$mport/metrics")
+check "/metrics without the token: 401 (got $code)" [ "$code" = 401 ]
 
 note "docker service scale ${S}_producer=6 while the trainer trains"
 docker service scale "${S}_producer=6" > "$CT_TMP/scale.log" 2>&1 || fail "service scale to 6: $(tail -n 5 "$CT_TMP/scale.log")"

@@ -112,7 +112,9 @@ def test_dataset_size_auto_takes_the_first_producers_count():
                                capture_output=True, text=True, timeout=20)
         assert other.returncode != 0 and "30" in other.stderr, other.stderr
         got, _ = _epoch_items(c.url, 2, 7)
-        assert stoker.status(c.url)["dataset"]["items"] == 30
+        dataset = stoker.status(c.url)["dataset"]
+        assert dataset["items"] == 30
+        assert 0 <= dataset["epoch_acknowledged"] <= 30, dataset  # the live page's progress
     for number, items in got.items():
         assert sorted(items) == [(number, i) for i in range(30)], number
 

@@ -174,8 +174,12 @@ def test_killed_rank_breaks_the_group_for_the_others():
             assert out.startswith("GroupBroken:"), out + err[-2000:]
             assert "rank 2" in out, out
         assert took < 2 + 3, "GroupBroken came %.1f s after the kill" % took
-        groups = stoker.status(c.url)["groups"]
+        st = stoker.status(c.url)
+        groups = st["groups"]
         assert groups[0]["state"] == "broken", groups
+        # Why and when, for the live page's timeline (issue 29).
+        assert "rank 2" in groups[0]["end_reason"], groups
+        assert 0 < groups[0]["ended_at"] <= st["uptime_s"], (groups, st["uptime_s"])
 
 
 # One rank of a re-formed group: takes STEPS batches, says its steps and its time to join, then

@@ -82,6 +82,7 @@ typedef struct stoker_counters {
     // never handed to its caller, given back when it said goodbye. Not a loss.
     uint64_t returned_unused;
     uint64_t short_by_queues; // batches cut short by the queues' limits, not by the supply
+    uint64_t producers_lost;  // producer_lost events so far (a producer lost twice counts twice)
 } stoker_counters;
 
 typedef struct stoker_producer_info {

@@ -23,6 +23,8 @@ typedef struct stoker_group_info {
     uint64_t leftover; // at the end: examples no equal step could hold (still queued)
     uint64_t rank_steps[STOKER_GROUP_MAX_WORLD]; // batches sent to each rank
     uint32_t rank_ready[STOKER_GROUP_MAX_WORLD]; // formed for each rank, not sent yet
+    char end_reason[STOKER_REASON_MAX];          // ended or broken: why ("" while open)
+    double ended_at_s;                           // ended or broken: the broker's uptime then
 } stoker_group_info;
 
 // --- consumers and their delivery path (issue 13, docs/shm.md) ---------------------------------
@@ -47,6 +49,9 @@ typedef struct stoker_consumer_info {
     stoker_delivery delivery;
     uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
     uint64_t arena_full; // batches sent as bytes because the arena had no free region
+    // Milliseconds its caller waited for batches since it started, as it said in its latest
+    // pull (issue 29): its rate is the share of time the consumer waits for data.
+    uint64_t data_wait_ms;
 } stoker_consumer_info;
 // --- end of consumers ---------------------------------------------------------------------------
 
@@ -70,7 +75,8 @@ typedef struct stoker_status {
     uint64_t dataset_size;
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;
-    int epochs_overlap; // epochs open before the previous one is done (--overlap-epochs)
+    int epochs_overlap;          // epochs open before the previous one is done (--overlap-epochs)
+    uint64_t epoch_acknowledged; // items of the oldest open epoch (epochs_done) acknowledged
     uint32_t n_groups;
     stoker_group_info *groups;
     uint32_t n_consumers; // issue 13: every trainer the broker knows, connected or not
@@ -90,20 +96,22 @@ void stoker_status_destroy(stoker_status *status);
 // The snapshot as one JSON object and a newline, the keys:
 //   uptime_s, schema, queue_depth, queue_depth_auto, max_bytes, queue_limit,
 //   counters {produced, acknowledged, queued, in_flight, redelivered, returned_unused,
-//             delivered, queued_bytes, refused, short_by_queues, discrepancy},
+//             delivered, queued_bytes, refused, short_by_queues, delivered_shm,
+//             producers_lost, discrepancy},
 //   producers_alive, trainers, trainers_shm,
 //   consumers [{id, name, pid (null: not said), connected, delivery ("none", "socket", "shm"),
 //               batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm,
-//               bytes_socket, arena_full}],
+//               bytes_socket, arena_full, data_wait_s}],
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
 //               redelivered, returned_unused, next_seq, silent_s}],
 //   events [{index, kind, producer, name, at, reason}],
-//   groups [{name, state, world, batch, joined, steps, leftover,
-//            ranks [{rank, steps, ahead, ready}]}] (ahead: steps beyond the slowest rank),
+//   groups [{name, state, world, batch, joined, steps, leftover, end_reason, ended_at,
+//            ranks [{rank, steps, ahead, ready}]}] (ahead: steps beyond the slowest rank;
+//            end_reason and ended_at null while open),
 //   labels {maps [{producers, classes, listed, truncated, labels [{label, name, files}]}],
 //   omitted} (stoker/labels.h),
 //   mode ("dataset" or "streams"), dataset {items, epochs_done, epochs, items_reassigned,
-//   pushes_revoked, overlap} (null for streams).
+//   pushes_revoked, overlap, epoch_acknowledged} (null for streams).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the

@@ -77,6 +77,7 @@ typedef struct stoker_request {
     uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
     // PULL: its id and the ids of earlier pulls whose replies were lost (see the proto)
     uint64_t pull_id;
+    uint64_t data_wait_ms; // PULL: the consumer's data wait so far (issue 29)
     uint32_t n_replaces;
     const uint64_t *replaces; // aliases the decoded message
     // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
@@ -140,6 +141,7 @@ typedef struct stoker_reply {
     uint32_t epochs_done, epochs_limit;
     uint64_t items_reassigned, pushes_revoked;
     int epochs_overlap;
+    uint64_t epoch_acknowledged; // Status: items of the oldest open epoch acknowledged
     // PULL of a grouped trainer: the batch's step (1-based); with the end, the examples left
     // over (fewer than one per rank) that no step could hold.
     uint64_t group_step, group_leftover;
