@@ -34,7 +34,9 @@ cleanup() {
     # Every process this script started is gone when it ends, whatever the reason. Only the
     # script itself cleans up: a job signalled between its fork and its exec is still a copy of
     # this shell with these traps, and must not remove $work under the others.
-    if [ "$BASHPID" != "$$" ]; then return 0; fi
+    local self _
+    read -r self _ </proc/self/stat # this process's own pid, read by the shell itself
+    if [ "$self" != "$$" ]; then return 0; fi
     for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     sleep 0.3
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -42,7 +44,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-trap 'if [ "$BASHPID" != "$$" ]; then exit 143; fi; echo "run.sh: interrupted" >&2; exit 130' INT TERM
+trap 'read -r self _ </proc/self/stat; if [ "$self" != "$$" ]; then exit 143; fi; echo "run.sh: interrupted" >&2; exit 130' INT TERM
 
 url="ipc://$work/broker.ipc"
 echo "== parallel: broker + $producers producers (delay $delay s per example) + trainer on $url" >&2
