@@ -530,6 +530,13 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     uint32_t n_events = t->group == NULL ? take_events(b, t, events) : 0;
     int alive = producers_alive(b) > 0;
     int ended = supply_state(b, now_ms, why, sizeof(why));
+    // Not the end for a trainer that holds leases (not one that commits: it holds them until its
+    // commit): a reply of ours may have been lost to it (its pull timed out while it was frozen),
+    // and the pull that names that one, which brings the lease again, may come after this one.
+    // Its leases acknowledged, the end comes (with the acknowledgement's next pull, or when
+    // this pull's wait is over). Issue 26, defect 5.
+    if (ended != STOKER_OK && t->group == NULL && !t->commit && t->leases != NULL)
+        ended = STOKER_OK;
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
     int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
@@ -729,6 +736,8 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
             snprintf(rep.message, sizeof(rep.message),
                      "%u of %u leases unknown or already acknowledged", refused, req->n_acks);
         send_reply(b, out, token, &rep);
+        if (t->leases == NULL && t->parked_pulls > 0)
+            settle(b, now_ms, out); // the end it was held back from (try_pull) may come now
     }
     stoker_request_free(req);
 }
