@@ -103,6 +103,8 @@ static const stoker_cli_option rows[] = {
      .choices = generators},
     {"name", "S", "name shown in events and status (default: host-pid)", STOKER_CLI_STRING,
      AT(run.client.name), .imin = 1, .imax = 63},
+    {"pool", "NAME", "the pool this producer counts in for the broker's\nautoscale signal (default: default)",
+     STOKER_CLI_STRING, AT(run.client.pool), .imin = 1, .imax = 63},
     {"chunk", "N", "examples per push", STOKER_CLI_UINT, AT(run.chunk), .imin = 1,
      .imax = 1u << 20},
     {"max-examples", "N", "stop after N examples and say goodbye (default: no limit)",

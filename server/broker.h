@@ -35,6 +35,10 @@ typedef struct broker_config {
     uint32_t max_chunk_examples;
     uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
     uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)
+    // The autoscale signal (docs/autoscale.md): producers wanted = demand x headroom / supply per
+    // producer, within min..max.
+    double autoscale_headroom;
+    uint32_t autoscale_min, autoscale_max;
     int has_schema;
     stoker_schema schema;
     const char *token; // NULL or "": no authentication (borrowed)
