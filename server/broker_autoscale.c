@@ -128,10 +128,10 @@ autoscale_tick(broker *b, uint64_t now_ms)
 }
 
 typedef struct pool_sum {
-    double accepted;     // smoothed examples per sample of its alive producers
-    double supply_sum;   // their rates while not held, summed
-    uint32_t supplied;   // producers with a rate
-    uint32_t current;    // producers alive
+    double accepted;   // smoothed examples per sample of its alive producers
+    double supply_sum; // their rates while not held, summed
+    uint32_t supplied; // producers with a rate
+    uint32_t current;  // producers alive
 } pool_sum;
 
 static void
@@ -148,8 +148,8 @@ decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, i
                  c->autoscale_min);
     } else if (d->supply <= 0) {
         want = s->current;
-        snprintf(d->why, sizeof(d->why),
-                 "no producer's rate measured yet: keep the %u there", s->current);
+        snprintf(d->why, sizeof(d->why), "no producer's rate measured yet: keep the %u there",
+                 s->current);
     } else {
         want = ceil(demand * c->autoscale_headroom / d->supply - 1e-9);
         snprintf(d->why, sizeof(d->why),

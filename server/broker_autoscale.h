@@ -21,12 +21,12 @@ struct broker;
 
 // Per producer and per trainer: what the signal accumulates between samples.
 typedef struct autoscale_meter {
-    uint64_t busy_ms;          // producer: held by full queues; trainer: a pull parked for data
-    uint64_t last_count;       // examples (accepted / sent) at the latest sample
-    uint64_t last_busy_ms;     // busy_ms at the latest sample
+    uint64_t busy_ms;           // producer: held by full queues; trainer: a pull parked for data
+    uint64_t last_count;        // examples (accepted / sent) at the latest sample
+    uint64_t last_busy_ms;      // busy_ms at the latest sample
     double ewma_count, ewma_ms; // smoothed examples per sample and ms counted per sample
-    int sampled;               // the EWMAs hold at least one sample
-    uint64_t last_make_us;     // producer: its making time at the latest sample
+    int sampled;                // the EWMAs hold at least one sample
+    uint64_t last_make_us;      // producer: its making time at the latest sample
 } autoscale_meter;
 
 // Called every few ms (broker_tick) under the broker's lock: counts held and waiting time, and

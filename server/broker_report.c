@@ -97,7 +97,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
             return STOKER_NOMEM;
         }
     }
-    if (consumers_status(b, st) != STOKER_OK || // issue 13
+    if (consumers_status(b, st) != STOKER_OK ||         // issue 13
         autoscale_report(b, now_ms, st) != STOKER_OK || // issue 28
         group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
         stoker_status_destroy(st);

@@ -285,7 +285,8 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     conn_copy_str(pc->url, sizeof(pc->url), opts->url);
     conn_copy_str(pc->name, sizeof(pc->name), opts->name != NULL ? opts->name : "producer");
     conn_copy_str(pc->token, sizeof(pc->token), opts->token);
-    conn_copy_str(pc->autoscale_pool, sizeof(pc->autoscale_pool), opts->pool != NULL ? opts->pool : "");
+    conn_copy_str(pc->autoscale_pool, sizeof(pc->autoscale_pool),
+                  opts->pool != NULL ? opts->pool : "");
     pc->opts.pool = pc->autoscale_pool;
     pc->opts.url = pc->url;
     pc->opts.name = pc->name;

@@ -58,8 +58,8 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
 int
 conn_unknown_host(const char *url, char *why, size_t why_len)
 {
-    static const char *const schemes[] = {"tcp://", "tcp4://", "tcp6://", "tls+tcp://",
-                                          "tls+tcp4://", "tls+tcp6://"};
+    static const char *const schemes[] = {"tcp://",     "tcp4://",     "tcp6://",
+                                          "tls+tcp://", "tls+tcp4://", "tls+tcp6://"};
     const char *host = NULL;
     for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]) && host == NULL; i++)
         if (strncmp(url, schemes[i], strlen(schemes[i])) == 0)

@@ -148,8 +148,10 @@ autoscale_metrics(stoker_text *t, const stoker_status *st)
     if (!st->has_autoscale)
         return;
     static const char *const head[] = {
-        "producers_wanted", "Producers this pool wants so that trainers never wait for data",
-        "pool_demand", "Examples/s the trainers would take from this pool if they never waited",
+        "producers_wanted",
+        "Producers this pool wants so that trainers never wait for data",
+        "pool_demand",
+        "Examples/s the trainers would take from this pool if they never waited",
         "pool_supply_per_producer",
         "Examples/s of one producer of this pool while not held by full queues (0: unknown)"};
     for (size_t m = 0; m < 3; m++) {

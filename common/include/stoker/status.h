@@ -54,11 +54,11 @@ typedef struct stoker_consumer_info {
 // One producer pool's share of the broker's autoscale signal.
 typedef struct stoker_pool_info {
     char name[STOKER_NAME_MAX];
-    double demand;       // examples/s the trainers would take from this pool if they never waited
-    double supply;       // examples/s of one producer while not held by full queues (0: unknown)
-    uint32_t wanted;     // producers wanted, within the broker's min..max
-    uint32_t current;    // producers of the pool alive now
-    char why[192];       // one sentence
+    double demand;    // examples/s the trainers would take from this pool if they never waited
+    double supply;    // examples/s of one producer while not held by full queues (0: unknown)
+    uint32_t wanted;  // producers wanted, within the broker's min..max
+    uint32_t current; // producers of the pool alive now
+    char why[192];    // one sentence
 } stoker_pool_info;
 // --- end of autoscale ---
 

@@ -61,7 +61,7 @@ typedef struct stoker_request {
     // decoded message.
     uint32_t n_items;
     const uint64_t *items;
-    uint64_t shard; // PUSH of a dataset: the shard of items (0: the oldest one held)
+    uint64_t shard;   // PUSH of a dataset: the shard of items (0: the oldest one held)
     uint64_t make_us; // PUSH: microseconds its producer spent making examples so far (0: not said)
     // PUSH by reference (a producer on the broker's host): nonzero, the blobs are not in the
     // message but in the producer's shared memory that the broker maps under this secret, field
