@@ -122,8 +122,11 @@ autoscale_tick(broker *b, uint64_t now_ms)
             b->last_pull_ms = now_ms;
         if (t->connected)
             meter_sample(&t->meter, trainer_examples(t), span, 0);
-        else
-            t->meter.sampled = 0; // a trainer gone demands nothing; back, it starts afresh
+        else { // a trainer gone demands nothing; back, it starts afresh
+            t->meter.sampled = 0;
+            t->meter.last_count = trainer_examples(t);
+            t->meter.last_busy_ms = t->meter.busy_ms;
+        }
     }
 }
 

@@ -145,4 +145,5 @@ def test_bad_bounds_are_usage_errors():
     assert r.returncode == 2 and "autoscale-headroom" in r.stderr, (r.returncode, r.stderr)
 
 
-run(globals())
+if __name__ == "__main__":
+    run(globals())
