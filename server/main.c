@@ -162,7 +162,7 @@ static const stoker_cli_option rows[] = {
     {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
      AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
     {"autoscale-headroom", "X",
-     "producers wanted = demand x X / one producer's rate (docs/autoscale.md)", STOKER_CLI_NUMBER,
+     "producers wanted = demand x X / one producer's rate", STOKER_CLI_NUMBER,
      AT(broker.autoscale_headroom), .dmin = 1.0, .dmax = 100},
     {"autoscale-min", "N", "fewest producers a pool is said to want", STOKER_CLI_UINT,
      AT(broker.autoscale_min), .imin = 0, .imax = 100000},
