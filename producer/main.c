@@ -135,6 +135,9 @@ static const stoker_cli_option rows[] = {
      .choices = generators},
     {"name", "S", "name shown in events and status (default: host-pid)", STOKER_CLI_STRING,
      AT(run.client.name), .imin = 1, .imax = 63},
+    {"pool", "NAME",
+     "the pool this producer counts in for the broker's\nautoscale signal (default: default)",
+     STOKER_CLI_STRING, AT(run.client.pool), .imin = 1, .imax = 63},
     {"chunk", "N|auto",
      "examples per push: N fixes the count; auto closes a chunk at\n"
      "--chunk-bytes or --chunk-ms, whichever first (and within what\n"

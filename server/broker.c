@@ -33,6 +33,9 @@ broker_config_init(broker_config *cfg)
     cfg->max_parked = 512;
     cfg->shard_items = 32;
     cfg->group_steps_ahead = 4;
+    cfg->autoscale_headroom = 1.2;
+    cfg->autoscale_min = 1;
+    cfg->autoscale_max = 64;
 }
 
 // --- lifecycle ----------------------------------------------------------------------------------

@@ -39,6 +39,10 @@ typedef struct broker_config {
     uint64_t max_message_bytes;
     uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
     uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)
+    // The autoscale signal (docs/autoscale.md): producers wanted = demand x headroom / supply per
+    // producer, within min..max.
+    double autoscale_headroom;
+    uint32_t autoscale_min, autoscale_max;
     int has_schema;
     stoker_schema schema;
     const char *token; // NULL or "": no authentication (borrowed)

@@ -26,6 +26,7 @@
 #include <nng/nng.h>
 
 #include "broker.h"
+#include "broker_autoscale.h"
 #include "queue.h"
 #include "stoker/labels.h"
 
@@ -107,6 +108,9 @@ typedef struct producer {
     // Its heartbeat said it pushes nothing more (it lingers until its examples are trained):
     // a group does not wait for it (broker_group.c supply_over).
     int done_making;
+    char pool[STOKER_NAME_MAX]; // its autoscale pool ("default" unless its hello said one)
+    autoscale_meter meter;      // busy_ms: its pushes held by full queues
+    uint64_t make_us;           // its pushes' latest making time (0: it says none)
 } producer;
 
 typedef struct trainer {
@@ -133,6 +137,7 @@ typedef struct trainer {
     uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
     uint64_t arena_full;
     uint64_t data_wait_ms; // its caller's wait for batches, as its latest pull said (issue 29)
+    autoscale_meter meter; // busy_ms: a pull of it parked for want of data
 } trainer;
 
 // The longest a trainer of a broker that died takes, from our start, to reach us and say what it
@@ -186,6 +191,9 @@ struct broker {
     struct broker_arena *arena; // NULL: no shared memory
     struct epochs *epochs;      // NULL: the broker serves streams (broker_epoch.c)
     struct group *groups;       // data-parallel groups (broker_group.c)
+    // The autoscale signal (broker_autoscale.c): the latest tick and sample, and the latest
+    // time a trainer pulled (was sent examples or had a pull parked); 0: never.
+    uint64_t autoscale_tick_ms, autoscale_sample_ms, last_pull_ms;
 };
 
 // --- broker_core.c: replies, events, lookups, freeing ---

@@ -103,6 +103,7 @@ broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     char reason[96];
     group_commit_tick(b, now_ms, out);
+    autoscale_tick(b, now_ms);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
         // Parked pushes past their wait: RETRY (or the gap, for one ahead of what we hold).

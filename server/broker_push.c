@@ -79,6 +79,8 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
 {
     stoker_request *req = k->req;
     uint32_t count = req->chunk.count;
+    if (req->make_us > p->make_us) // its making time so far (the autoscale signal's supply)
+        p->make_us = req->make_us;
     uint64_t first = req->first_seq;
     if (first > p->next_seq) {
         // Ahead of what we hold: its predecessor may be on its way (a producer keeps two

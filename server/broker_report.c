@@ -98,7 +98,8 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
             return STOKER_NOMEM;
         }
     }
-    if (consumers_status(b, st) != STOKER_OK || // issue 13
+    if (consumers_status(b, st) != STOKER_OK ||         // issue 13
+        autoscale_report(b, now_ms, st) != STOKER_OK || // issue 28
         group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
         stoker_status_destroy(st);
         return STOKER_NOMEM;
@@ -145,6 +146,13 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .label_maps = st->label_maps,
         .n_label_maps = st->n_label_maps,
         .label_maps_omitted = st->label_maps_omitted,
+        .has_autoscale = st->has_autoscale,
+        .autoscale_headroom = st->autoscale_headroom,
+        .autoscale_min = st->autoscale_min,
+        .autoscale_max = st->autoscale_max,
+        .idle_ms = st->idle_s >= 0 ? (int64_t)(st->idle_s * 1000.0) : -1,
+        .pools = st->pools,
+        .n_pools = st->n_pools,
     };
     snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);

@@ -197,6 +197,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         }
         p->id = b->next_producer_id++;
         snprintf(p->name, sizeof(p->name), "%s", req->name[0] ? req->name : "producer");
+        snprintf(p->pool, sizeof(p->pool), "%s", req->pool[0] ? req->pool : "default");
         p->session = req->session;
         p->status = STOKER_PRODUCER_ALIVE;
         p->pipe = pipe;

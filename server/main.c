@@ -161,6 +161,12 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_FLAG, AT(broker.overlap_epochs)},
     {"group-ahead", "N", "steps a trainer group may form beyond its slowest rank", STOKER_CLI_UINT,
      AT(broker.group_steps_ahead), .imin = 1, .imax = 1024},
+    {"autoscale-headroom", "X", "producers wanted = demand x X / one producer's rate",
+     STOKER_CLI_NUMBER, AT(broker.autoscale_headroom), .dmin = 1.0, .dmax = 100},
+    {"autoscale-min", "N", "fewest producers a pool is said to want", STOKER_CLI_UINT,
+     AT(broker.autoscale_min), .imin = 0, .imax = 100000},
+    {"autoscale-max", "N", "most producers a pool is said to want", STOKER_CLI_UINT,
+     AT(broker.autoscale_max), .imin = 1, .imax = 100000},
 };
 
 // What the table cannot say: --listen is required, and --tls-* go with tls+tcp:// listeners.
@@ -171,6 +177,9 @@ check(const stoker_cli *cli, const server_config *cfg)
     int any_tls = 0;
     if (stoker_cli_require(cli, "listen", NULL) != 0)
         return 2;
+    if (cfg->broker.autoscale_min > cfg->broker.autoscale_max)
+        return stoker_cli_fail(cli, "--autoscale-min %u is above --autoscale-max %u",
+                               cfg->broker.autoscale_min, cfg->broker.autoscale_max);
     for (uint32_t i = 0; i < cfg->n_listen; i++) {
         if (stoker_cli_check_url(cli, "listen", cfg->listen[i]) != 0)
             return 2;

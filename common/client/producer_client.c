@@ -35,6 +35,7 @@ struct stoker_producer_client {
     stoker_client_options opts;
     char url[512];
     char name[STOKER_NAME_MAX];
+    char autoscale_pool[STOKER_NAME_MAX]; // its autoscale pool (empty: the broker's "default")
     char token[STOKER_TOKEN_MAX];
     stoker_schema schema;
     conn conn;
@@ -58,6 +59,7 @@ struct stoker_producer_client {
     _Atomic uint32_t max_chunk;    // examples one push may carry, from it; 0: not said
     _Atomic uint64_t last_sent_ms; // when the last request went out
     _Atomic int done_making;       // draining: heartbeats say it pushes nothing more
+    _Atomic uint64_t make_us;      // spent making examples (stoker_producer_client_add_make_us)
 
     // A dataset's producer (stoker_producer_client_set_dataset): said in hello; the items of
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
@@ -284,6 +286,9 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     conn_copy_str(pc->url, sizeof(pc->url), opts->url);
     conn_copy_str(pc->name, sizeof(pc->name), opts->name != NULL ? opts->name : "producer");
     conn_copy_str(pc->token, sizeof(pc->token), opts->token);
+    conn_copy_str(pc->autoscale_pool, sizeof(pc->autoscale_pool),
+                  opts->pool != NULL ? opts->pool : "");
+    pc->opts.pool = pc->autoscale_pool;
     pc->opts.url = pc->url;
     pc->opts.name = pc->name;
     pc->opts.token = pc->token;
@@ -377,6 +382,7 @@ static void
 describe_push(stoker_producer_client *pc, stoker_request *req)
 {
     req->pool_secret = 0;
+    req->make_us = atomic_load(&pc->make_us);
     uint64_t secret = pc->pool != NULL ? push_pool_secret(pc->pool) : 0;
     if (secret != 0 && push_pool_offsets(pc->pool, &req->chunk, req->pool_offsets))
         req->pool_secret = secret;
@@ -414,6 +420,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         req.labels = *pc->labels; // borrowed for the encoding
     conn_copy_str(req.name, sizeof(req.name), pc->name);
     conn_copy_str(req.token, sizeof(req.token), pc->token);
+    conn_copy_str(req.pool, sizeof(req.pool), pc->autoscale_pool);
     stoker_reply *rep = NULL;
     char err[STOKER_MESSAGE_MAX];
     atomic_store(&pc->last_sent_ms, stoker_now_ms());
@@ -505,7 +512,8 @@ stoker_producer_client_prepare(stoker_producer_client *pc, const stoker_chunk *c
     stoker_request req = {.method = STOKER_PUSH,
                           .session = pc->opts.session,
                           .first_seq = first_seq,
-                          .chunk = *chunk};
+                          .chunk = *chunk,
+                          .make_us = atomic_load(&pc->make_us)};
     nng_msg *msg;
     int rv = stoker_wire_encode_request(&req, &msg);
     if (rv != STOKER_OK)
@@ -1248,4 +1256,10 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
         }
         backoff(pc, &delay);
     }
+}
+
+void
+stoker_producer_client_add_make_us(stoker_producer_client *pc, uint64_t us)
+{
+    atomic_fetch_add(&pc->make_us, us);
 }

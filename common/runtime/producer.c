@@ -108,13 +108,16 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         chunk->count = 0;
         chunk_policy_begin(&cp);
         // One example at a time, so a stop request is seen between examples, and the chunk
-        // closes at its byte budget or time bound (chunk_policy.h).
+        // closes at its byte budget or time bound (chunk_policy.h). The time spent making them
+        // is the producer's supply in the broker's autoscale signal.
+        uint64_t make_from_us = stoker_now_ns() / 1000;
         for (uint32_t i = 0; i < n && gen_rv == STOKER_OK && !producer_stop_requested(user_stop);
              i++) {
             gen_rv = stoker_generator_fill_chunk(gen, chunk, 1, seq + i, cfg->seed, name);
             if (gen_rv == STOKER_OK && chunk_policy_close(&cp, chunk->count))
                 break;
         }
+        stoker_producer_client_add_make_us(pc, (stoker_now_ns() / 1000) - make_from_us);
         // Read before the chunk is handed over: once submitted, the pusher may push it and give
         // its buffers to retention (the chunk then holds other buffers, count 0).
         uint32_t made = chunk->count;

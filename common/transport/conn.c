@@ -685,6 +685,15 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->consumers = rep->consumers;
     rep->consumers = NULL;
     rep->n_consumers = 0;
+    st->has_autoscale = rep->has_autoscale; // issue 28
+    st->autoscale_headroom = rep->autoscale_headroom;
+    st->autoscale_min = rep->autoscale_min;
+    st->autoscale_max = rep->autoscale_max;
+    st->idle_s = rep->idle_ms >= 0 ? (double)rep->idle_ms / 1000.0 : -1.0;
+    st->n_pools = rep->n_pools;
+    st->pools = rep->pools;
+    rep->pools = NULL;
+    rep->n_pools = 0;
     *out = st;
     return STOKER_OK;
 }

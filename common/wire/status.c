@@ -16,6 +16,7 @@ stoker_status_destroy(stoker_status *st)
     free(st->events);
     free(st->groups);
     free(st->consumers);
+    free(st->pools);
     stoker_label_maps_free(st->label_maps, st->n_label_maps);
     free(st);
 }
@@ -121,6 +122,60 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
 // --- end of consumers
 // -----------------------------------------------------------------------------
 
+// --- autoscale (issue 28): its block in JSON and its gauges in Prometheus text ---
+static void
+autoscale_json(stoker_text *t, const stoker_status *st)
+{
+    if (!st->has_autoscale) {
+        stoker_text_printf(t, ", \"autoscale\": null");
+        return;
+    }
+    stoker_text_printf(t, ", \"autoscale\": {\"headroom\": %.3f, \"min\": %u, \"max\": %u, ",
+                       st->autoscale_headroom, st->autoscale_min, st->autoscale_max);
+    if (st->idle_s >= 0)
+        stoker_text_printf(t, "\"idle_s\": %.3f, \"pools\": [", st->idle_s);
+    else
+        stoker_text_printf(t, "\"idle_s\": null, \"pools\": [");
+    for (uint32_t i = 0; i < st->n_pools; i++) {
+        const stoker_pool_info *p = &st->pools[i];
+        stoker_text_printf(t, "%s{\"pool\": ", i ? ", " : "");
+        stoker_text_json_string(t, p->name);
+        stoker_text_printf(t,
+                           ", \"demand\": %.3f, \"supply_per_producer\": %.3f, \"wanted\": %u, "
+                           "\"current\": %u, \"why\": ",
+                           p->demand, p->supply, p->wanted, p->current);
+        stoker_text_json_string(t, p->why);
+        stoker_text_printf(t, "}");
+    }
+    stoker_text_printf(t, "]}");
+}
+
+static void
+autoscale_metrics(stoker_text *t, const stoker_status *st)
+{
+    if (!st->has_autoscale)
+        return;
+    static const char *const head[] = {
+        "producers_wanted",
+        "Producers this pool wants so that trainers never wait for data",
+        "pool_demand",
+        "Examples/s the trainers would take from this pool if they never waited",
+        "pool_supply_per_producer",
+        "Examples/s of one producer of this pool while not held by full queues (0: unknown)"};
+    for (size_t m = 0; m < 3; m++) {
+        stoker_text_printf(t, "# HELP stoker_%s %s\n# TYPE stoker_%s gauge\n", head[2 * m],
+                           head[2 * m + 1], head[2 * m]);
+        for (uint32_t i = 0; i < st->n_pools; i++) {
+            const stoker_pool_info *p = &st->pools[i];
+            char name[STOKER_NAME_MAX];
+            label_value(name, sizeof(name), p->name);
+            double v = m == 0 ? (double)p->wanted : m == 1 ? p->demand : p->supply;
+            stoker_text_printf(t, "stoker_%s{pool=\"%s\"} %.6g\n", head[2 * m], name, v);
+        }
+    }
+}
+// --- end of autoscale ---
+
 char *
 stoker_status_render_json(const stoker_status *st)
 {
@@ -216,6 +271,7 @@ stoker_status_render_json(const stoker_status *st)
     stoker_text_printf(&t, ", \"labels\": ");
     stoker_labels_render_json(&t, st->label_maps, st->n_label_maps, st->label_maps_omitted);
     // --- end of label maps ---
+    autoscale_json(&t, st);
     if (st->dataset_size > 0)
         stoker_text_printf(
             &t,
@@ -332,6 +388,7 @@ stoker_status_render_metrics(const stoker_status *st)
         }
     }
     consumers_metrics(&t, st);
+    autoscale_metrics(&t, st);
     if (st->n_groups > 0)
         stoker_text_printf(&t,
                            "# HELP stoker_group_steps Steps formed for this group\n"

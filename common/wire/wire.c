@@ -617,6 +617,66 @@ consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t e
     return STOKER_OK;
 }
 
+// --- autoscale (Status; issue 28) ----------------------------------------------------------
+
+// The reply's autoscale signal into r (free r->pools). STOKER_NOMEM.
+static int
+pools_to_pb(const stoker_reply *rep, Stoker__Reply *r)
+{
+    if (!rep->has_autoscale)
+        return STOKER_OK;
+    Stoker__PoolState **ds = pb_repeated(&stoker__pool_state__descriptor, rep->n_pools);
+    if (ds == NULL && rep->n_pools > 0)
+        return STOKER_NOMEM;
+    for (uint32_t i = 0; i < rep->n_pools; i++) {
+        const stoker_pool_info *s = &rep->pools[i];
+        ds[i]->name = (char *)s->name;
+        ds[i]->demand = s->demand;
+        ds[i]->supply = s->supply;
+        ds[i]->wanted = s->wanted;
+        ds[i]->current = s->current;
+        ds[i]->why = (char *)s->why;
+    }
+    r->has_autoscale = 1;
+    r->autoscale_headroom = rep->autoscale_headroom;
+    r->autoscale_min = rep->autoscale_min;
+    r->autoscale_max = rep->autoscale_max;
+    r->idle_ms = rep->idle_ms;
+    r->n_pools = rep->n_pools;
+    r->pools = ds;
+    return STOKER_OK;
+}
+
+static int
+pools_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_len)
+{
+    if (!r->has_autoscale)
+        return STOKER_OK;
+    if (r->n_pools > MAX_PRODUCERS)
+        return stoker_errorf(err, err_len, STOKER_INVALID, "reply lists %zu pools, at most %d",
+                             r->n_pools, MAX_PRODUCERS);
+    rep->pools = calloc(r->n_pools ? r->n_pools : 1, sizeof(*rep->pools));
+    if (rep->pools == NULL)
+        return STOKER_NOMEM;
+    for (size_t i = 0; i < r->n_pools; i++) {
+        const Stoker__PoolState *s = r->pools[i];
+        stoker_pool_info *d = &rep->pools[i];
+        snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+        snprintf(d->why, sizeof(d->why), "%s", s->why != NULL ? s->why : "");
+        d->demand = s->demand;
+        d->supply = s->supply;
+        d->wanted = s->wanted;
+        d->current = s->current;
+    }
+    rep->n_pools = (uint32_t)r->n_pools;
+    rep->has_autoscale = 1;
+    rep->autoscale_headroom = r->autoscale_headroom;
+    rep->autoscale_min = r->autoscale_min;
+    rep->autoscale_max = r->autoscale_max;
+    rep->idle_ms = r->idle_ms;
+    return STOKER_OK;
+}
+
 // --- requests -------------------------------------------------------------------------------
 
 // Encodes req into a new nng message (out) or into pieces (pieces); one of them is NULL.
@@ -645,6 +705,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.token = (char *)req->token;
         hello.want_arena = req->want_arena != 0;
         hello.pid = req->pid;
+        hello.pool = (char *)req->pool;
         hello.dataset_size = req->dataset_size;
         hello.dataset_fingerprint = req->dataset_fingerprint;
         hello.commit = req->commit != 0;
@@ -678,6 +739,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         push.n_items = req->n_items;
         push.items = (uint64_t *)req->items;
         push.shard = req->shard;
+        push.make_us = req->make_us;
         r.push = &push;
         if (req->pool_secret != 0) {
             // By reference: the blobs stay in the producer's shared memory.
@@ -804,6 +866,8 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
                               err_len)) != STOKER_OK ||
             (rv = copy_string(req->token, sizeof(req->token), r->hello->token, "hello: token", err,
                               err_len)) != STOKER_OK ||
+            (rv = copy_string(req->pool, sizeof(req->pool), r->hello->pool, "hello: pool", err,
+                              err_len)) != STOKER_OK ||
             (rv = copy_string(req->group, sizeof(req->group), r->hello->group, "hello: group", err,
                               err_len)) != STOKER_OK)
             break;
@@ -859,6 +923,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->n_items = (uint32_t)r->push->n_items;
         req->items = r->push->items;
         req->shard = r->push->shard;
+        req->make_us = r->push->make_us;
         break;
     case STOKER__METHOD__PULL:
         if (r->pull == NULL) {
@@ -1044,7 +1109,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     Stoker__GroupState **groups = pb_repeated(&stoker__group_state__descriptor, rep->n_groups);
     if ((runs == NULL && rep->n_runs > 0) || (events == NULL && rep->n_events > 0) ||
         (prods == NULL && rep->n_producers > 0) || (groups == NULL && rep->n_groups > 0) ||
-        consumers_to_pb(rep, &r) != STOKER_OK || label_maps_to_pb(rep, &r) != STOKER_OK)
+        consumers_to_pb(rep, &r) != STOKER_OK || label_maps_to_pb(rep, &r) != STOKER_OK ||
+        pools_to_pb(rep, &r) != STOKER_OK)
         goto out;
     for (uint32_t i = 0; i < rep->n_runs; i++) {
         const stoker_run *s = &rep->runs[i];
@@ -1094,6 +1160,7 @@ out:
     free(prods);
     free(groups);
     free(r.consumers);
+    free(r.pools);
     label_maps_pb_free(&r);
     return rv;
 }
@@ -1276,7 +1343,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->label_maps_omitted = r->label_maps_omitted;
     if ((rv = label_maps_from_pb(r->label_maps, r->n_label_maps, rep, err, err_len)) != STOKER_OK)
         goto fail;
-    if ((rv = consumers_from_pb(r, rep, err, err_len)) != STOKER_OK)
+    if ((rv = consumers_from_pb(r, rep, err, err_len)) != STOKER_OK ||
+        (rv = pools_from_pb(r, rep, err, err_len)) != STOKER_OK)
         goto fail;
     keep_msg(owner, msg);
     *out = rep;
@@ -1310,6 +1378,7 @@ stoker_reply_free(stoker_reply *rep)
     free(rep->groups);
     stoker_label_maps_free(rep->label_maps, rep->n_label_maps);
     free(rep->consumers);
+    free(rep->pools);
     free(rep);
 }
 

@@ -11,10 +11,11 @@
 #include "stoker/tls.h"
 
 typedef struct stoker_client_options {
-    const char *url;             // broker URL: tcp://, ipc://, inproc://, tls+tcp:// (borrowed)
-    const char *name;            // shown in the broker's events and status (borrowed; may be NULL)
-    const char *token;           // auth token (borrowed; may be NULL)
-    uint64_t session;            // 0: draw a random one; keep it to resume after a restart
+    const char *url;   // broker URL: tcp://, ipc://, inproc://, tls+tcp:// (borrowed)
+    const char *name;  // shown in the broker's events and status (borrowed; may be NULL)
+    const char *token; // auth token (borrowed; may be NULL)
+    const char *pool;  // producers: the pool named in the broker's autoscale signal (NULL: default)
+    uint64_t session;  // 0: draw a random one; keep it to resume after a restart
     uint32_t request_timeout_ms; // one attempt of one request, beyond any server-side wait
     uint32_t reconnect_max_ms;   // cap of the exponential reconnect backoff
     uint32_t give_up_ms;         // how long a request is retried before STOKER_CONNECTION

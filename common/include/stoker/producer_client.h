@@ -98,6 +98,10 @@ int stoker_producer_client_goodbye(stoker_producer_client *pc);
 // Before the first hello: every hello says labels (borrowed; must outlive the client), the
 // generator's class-to-label map, which the broker shows in /status. NULL: none.
 void stoker_producer_client_set_labels(stoker_producer_client *pc, const stoker_labels *labels);
+// Counts us microseconds more spent making examples (not waiting for the broker); every push
+// then tells the broker the total, from which its autoscale signal takes this producer's supply
+// (docs/autoscale.md). Any thread; never blocks.
+void stoker_producer_client_add_make_us(stoker_producer_client *pc, uint64_t us);
 
 // Datasets (docs/datasets.md). Before the first hello: this client serves a dataset of n_items
 // items whose listing has fingerprint (the broker refuses one that differs from the others').

@@ -55,6 +55,18 @@ typedef struct stoker_consumer_info {
 } stoker_consumer_info;
 // --- end of consumers ---------------------------------------------------------------------------
 
+// --- autoscale (issue 28, docs/autoscale.md) ---
+// One producer pool's share of the broker's autoscale signal.
+typedef struct stoker_pool_info {
+    char name[STOKER_NAME_MAX];
+    double demand;    // examples/s the trainers would take from this pool if they never waited
+    double supply;    // examples/s of one producer while not held by full queues (0: unknown)
+    uint32_t wanted;  // producers wanted, within the broker's min..max
+    uint32_t current; // producers of the pool alive now
+    char why[192];    // one sentence
+} stoker_pool_info;
+// --- end of autoscale ---
+
 typedef struct stoker_status {
     uint64_t uptime_ms;   // since the broker started
     int has_schema;       // 0 until the first producer said hello (or --schema)
@@ -88,6 +100,15 @@ typedef struct stoker_status {
     stoker_label_map *label_maps;
     uint32_t label_maps_omitted;
     // --- end of label maps ---
+    // --- autoscale (issue 28): filled by the broker for /status and /metrics only (not on the
+    // wire: a fetched snapshot has has_autoscale 0 and renders "autoscale": null) ---
+    int has_autoscale;
+    double autoscale_headroom;
+    uint32_t autoscale_min, autoscale_max;
+    double idle_s; // since a trainer last pulled (-1: none ever did)
+    uint32_t n_pools;
+    stoker_pool_info *pools;
+    // --- end of autoscale ---
 } stoker_status;
 
 // Frees the snapshot and its arrays (malloc'd); accepts NULL.
@@ -110,13 +131,17 @@ void stoker_status_destroy(stoker_status *status);
 //            end_reason and ended_at null while open),
 //   labels {maps [{producers, classes, listed, truncated, labels [{label, name, files}]}],
 //   omitted} (stoker/labels.h),
+//   autoscale {headroom, min, max, idle_s (null: no trainer ever pulled), pools [{pool, demand,
+//   supply_per_producer, wanted, current, why}]} (null when not filled: docs/autoscale.md),
 //   mode ("dataset" or "streams"), dataset {items, epochs_done, epochs, items_reassigned,
 //   pushes_revoked, overlap, epoch_acknowledged} (null for streams).
 // Returns a malloc'd string (the caller frees) or NULL when out of memory.
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the
 // per-producer ones, per consumer for stoker_consumer_*; stoker_consumers{delivery="shm"} and
-// {delivery="socket"} count connected consumers by path). Returns a malloc'd string (the caller
+// {delivery="socket"} count connected consumers by path; stoker_producers_wanted,
+// stoker_pool_demand and stoker_pool_supply_per_producer per pool when the autoscale block is
+// filled). Returns a malloc'd string (the caller
 // frees) or NULL when out of memory.
 char *stoker_status_render_metrics(const stoker_status *status);
 

@@ -34,6 +34,7 @@ typedef struct stoker_request {
     char token[STOKER_TOKEN_MAX];
     int want_arena;               // HELLO of a trainer: asks for batches in shared memory
     uint32_t pid;                 // HELLO of a trainer: its process id (0: not said)
+    char pool[STOKER_NAME_MAX];   // HELLO of a producer: its pool (empty: "default")
     uint64_t dataset_size;        // producer of a dataset: items it serves (0: a stream)
     uint64_t dataset_fingerprint; // and the fingerprint of its listing
     int commit; // trainer: acknowledges only when it commits (leases count in --max-bytes)
@@ -60,7 +61,8 @@ typedef struct stoker_request {
     // decoded message.
     uint32_t n_items;
     const uint64_t *items;
-    uint64_t shard; // PUSH of a dataset: the shard of items (0: the oldest one held)
+    uint64_t shard;   // PUSH of a dataset: the shard of items (0: the oldest one held)
+    uint64_t make_us; // PUSH: microseconds its producer spent making examples so far (0: not said)
     // PUSH by reference (a producer on the broker's host): nonzero, the blobs are not in the
     // message but in the producer's shared memory that the broker maps under this secret, field
     // i at pool_offsets[i]; decoding leaves chunk.data NULL for the broker to point there.
@@ -166,6 +168,13 @@ typedef struct stoker_reply {
     uint32_t n_label_maps;
     stoker_label_map *label_maps;
     uint32_t label_maps_omitted;
+    // STATUS: the autoscale signal (issue 28; encoding borrows pools, decoded, owned).
+    int has_autoscale;
+    double autoscale_headroom;
+    uint32_t autoscale_min, autoscale_max;
+    int64_t idle_ms; // -1: no trainer ever pulled
+    uint32_t n_pools;
+    stoker_pool_info *pools;
     // PULL in shared memory: the chunk's blobs are in the broker's arena, field i at
     // arena_offset + the 64-byte aligned sizes of the fields before it; nothing follows the
     // protobuf part, and a decoded chunk's data pointers are NULL (data_len is set).

@@ -1,0 +1,170 @@
+// stoker-scale: reads the broker's autoscale signal (the Status request), decides per pool with
+// scale.c and acts through an engine (exec: a command given the count). Only options, wiring
+// and the loop live here.
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "scale.h"
+#include "stoker/cli.h"
+#include "stoker/client.h"
+#include "stoker/clock.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+#include "stoker/process.h"
+
+#define POOLS_MAX 64
+
+static volatile int stop;
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+typedef struct scale_options {
+    stoker_client_options client;
+    scale_config cfg;
+    const char *engine;
+    const char *exec_cmd;
+    const char *pool; // NULL: every pool the broker names
+    uint32_t interval_ms, exec_timeout_ms, rounds;
+    int dry_run;
+} scale_options;
+
+static const char *const engines[] = {"exec", NULL};
+
+#define AT(member) STOKER_CLI_AT(scale_options, member)
+static const stoker_cli_option rows[] = {
+    {"engine", "KIND", "how to act: exec (runs --exec-cmd with the count)", STOKER_CLI_CHOICE,
+     AT(engine), .choices = engines},
+    {"exec-cmd", "CMD",
+     "exec engine: run CMD with /bin/sh -c, the count as its last\n"
+     "argument and STOKER_WANTED, STOKER_POOL in its environment",
+     STOKER_CLI_STRING, AT(exec_cmd), .imin = 1, .imax = 4000},
+    {"pool", "NAME", "act on this pool only (default: every pool)", STOKER_CLI_STRING, AT(pool),
+     .imin = 1, .imax = 63},
+    {"cooldown", "S", "after a change, wait this long before the next", STOKER_CLI_SECONDS_MS,
+     AT(cfg.cooldown_ms), .dmin = 0, .dmax = 86400},
+    {"max-step", "N", "producers added or removed by one decision", STOKER_CLI_UINT,
+     AT(cfg.max_step), .imin = 1, .imax = 100000},
+    {"min", "N", "fewest producers (default: the broker's --autoscale-min)", STOKER_CLI_UINT,
+     AT(cfg.min), .imin = 0, .imax = 100000},
+    {"max", "N", "most producers (default: the broker's --autoscale-max)", STOKER_CLI_UINT,
+     AT(cfg.max), .imin = 1, .imax = 100000},
+    {"idle", "S", "no trainer pulled for this long: scale to the minimum", STOKER_CLI_SECONDS_MS,
+     AT(cfg.idle_ms), .dmin = 0, .dmax = 86400 * 7},
+    {"interval", "S", "read the signal this often", STOKER_CLI_SECONDS_MS, AT(interval_ms),
+     .dmin = 0.1, .dmax = 3600},
+    {"exec-timeout", "S", "kill --exec-cmd when it runs longer", STOKER_CLI_SECONDS_MS,
+     AT(exec_timeout_ms), .dmin = 0.1, .dmax = 86400},
+    {"rounds", "N", "stop after N readings (default: until SIGINT/SIGTERM)", STOKER_CLI_UINT,
+     AT(rounds), .imin = 0, .imax = UINT32_MAX},
+    {"dry-run", NULL, "print the decisions, act on nothing", STOKER_CLI_FLAG, AT(dry_run)},
+};
+
+static scale_pool *
+find_pool(scale_pool *pools, uint32_t *n, const stoker_pool_info *info)
+{
+    for (uint32_t i = 0; i < *n; i++)
+        if (strcmp(pools[i].name, info->name) == 0)
+            return &pools[i];
+    if (*n == POOLS_MAX)
+        return NULL;
+    scale_pool *p = &pools[(*n)++];
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "%s", info->name);
+    p->current = info->current; // at first: what runs now
+    return p;
+}
+
+// One reading of the signal and a decision per pool. Returns 0, or 1 when the broker did not
+// answer (logged; the next round tries again).
+static int
+round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
+{
+    stoker_status *st = NULL;
+    char err[512];
+    if (stoker_status_fetch(o->client.url, o->client.token, 5000, &st, err, sizeof(err)) !=
+        STOKER_OK) {
+        stoker_warn("stoker-scale: no signal from %s: %s", o->client.url, err);
+        return 1;
+    }
+    if (!st->has_autoscale) {
+        stoker_warn("stoker-scale: the broker at %s sends no autoscale signal (an older broker)",
+                    o->client.url);
+        stoker_status_destroy(st);
+        return 1;
+    }
+    for (uint32_t i = 0; i < st->n_pools; i++) {
+        const stoker_pool_info *info = &st->pools[i];
+        if (o->pool != NULL && strcmp(o->pool, info->name) != 0)
+            continue;
+        scale_pool *p = find_pool(pools, n_pools, info);
+        if (p == NULL)
+            continue;
+        uint32_t to;
+        char why[512];
+        uint64_t now = stoker_now_ms();
+        if (!scale_decide(&o->cfg, p, info, st->idle_s, st->autoscale_min, st->autoscale_max, now,
+                          &to, why, sizeof(why))) {
+            stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
+            continue;
+        }
+        printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
+               o->dry_run ? " (dry run)" : "", why);
+        fflush(stdout);
+        if (!o->dry_run &&
+            scale_exec(o->exec_cmd, p->name, to, o->exec_timeout_ms, err, sizeof(err)) != 0) {
+            stoker_error("scale-failed: pool '%s' to %u: %s (tried again after the cool-down)",
+                         p->name, to, err);
+            p->last_change_ms = now;
+            continue;
+        }
+        p->current = to;
+        p->last_change_ms = now;
+    }
+    stoker_status_destroy(st);
+    return 0;
+}
+
+int
+main(int argc, char **argv)
+{
+    stoker_process_init();
+    scale_options o = {.engine = "exec", .interval_ms = 5000, .exec_timeout_ms = 60000};
+    stoker_client_options_init(&o.client);
+    o.cfg = (scale_config){.cooldown_ms = 30000, .max_step = 2, .idle_ms = 300000};
+    stoker_cli cli;
+    stoker_cli_init(&cli, "stoker-scale", "--broker URL (--exec-cmd CMD | --dry-run) [options]",
+                    "Follows the broker's autoscale signal (docs/autoscale.md): reads how many\n"
+                    "producers each pool wants and scales the pool there, within bounds, a\n"
+                    "bounded step at a time, after a cool-down. Every decision is one line on\n"
+                    "stdout: pool, from, to, why.",
+                    STOKER_LOG_WARN);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
+    int code = stoker_cli_parse(&cli, argc, argv);
+    if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
+        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0)
+        return code;
+    if (!o.dry_run && o.exec_cmd == NULL)
+        return stoker_cli_fail(&cli, "the exec engine needs --exec-cmd CMD (or --dry-run to only "
+                                     "print the decisions)");
+    o.cfg.has_min = stoker_cli_given(&cli, "min");
+    o.cfg.has_max = stoker_cli_given(&cli, "max");
+    if (o.cfg.has_min && o.cfg.has_max && o.cfg.min > o.cfg.max)
+        return stoker_cli_fail(&cli, "--min %u is above --max %u", o.cfg.min, o.cfg.max);
+    stoker_process_on_stop(on_signal);
+    static scale_pool pools[POOLS_MAX];
+    uint32_t n_pools = 0;
+    for (uint32_t round = 0; !stop && (o.rounds == 0 || round < o.rounds); round++) {
+        if (round > 0)
+            stoker_sleep_ms(o.interval_ms, &stop);
+        if (!stop)
+            round_once(&o, pools, &n_pools);
+    }
+    return 0;
+}

@@ -1,0 +1,129 @@
+// stoker-scale's decisions and its exec engine (scale.h).
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "scale.h"
+#include "stoker/clock.h"
+
+extern char **environ;
+
+int
+scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_info *info,
+             double idle_s, uint32_t broker_min, uint32_t broker_max, uint64_t now_ms, uint32_t *to,
+             char *why, size_t why_len)
+{
+    uint32_t lo = cfg->has_min ? cfg->min : broker_min;
+    uint32_t hi = cfg->has_max ? cfg->max : broker_max;
+    if (hi < lo)
+        hi = lo;
+    uint32_t target;
+    double idle_limit_s = (double)cfg->idle_ms / 1000.0;
+    if (idle_s < 0 || idle_s >= idle_limit_s) {
+        target = lo;
+        if (idle_s < 0)
+            snprintf(why, why_len, "no trainer has pulled yet: the minimum, %u", lo);
+        else
+            snprintf(why, why_len, "no trainer pulled for %.0f s (--idle %.0f): the minimum, %u",
+                     idle_s, idle_limit_s, lo);
+    } else if (info->demand <= 0) {
+        // The broker says "no trainer is pulling" within the idle time: a pause (a checkpoint,
+        // an evaluation), not an end.
+        snprintf(why, why_len, "no trainer pulled for %.0f s, under --idle %.0f: hold", idle_s,
+                 idle_limit_s);
+        return 0;
+    } else {
+        target = info->wanted;
+        snprintf(why, why_len, "broker: %s", info->why);
+    }
+    if (target < lo)
+        target = lo;
+    if (target > hi)
+        target = hi;
+    if (target == pool->current)
+        return 0;
+    if (pool->last_change_ms != 0 && now_ms - pool->last_change_ms < cfg->cooldown_ms) {
+        size_t n = strlen(why);
+        snprintf(why + n, why_len - n, "; cooling down %.0f s more",
+                 (double)(pool->last_change_ms + cfg->cooldown_ms - now_ms) / 1000.0);
+        return 0;
+    }
+    uint32_t next = target;
+    if (target > pool->current && target - pool->current > cfg->max_step)
+        next = pool->current + cfg->max_step;
+    if (target < pool->current && pool->current - target > cfg->max_step)
+        next = pool->current - cfg->max_step;
+    if (next != target) {
+        size_t n = strlen(why);
+        snprintf(why + n, why_len - n, "; a step of at most %u toward %u", cfg->max_step, target);
+    }
+    *to = next;
+    return 1;
+}
+
+int
+scale_exec(const char *cmd, const char *pool, uint32_t wanted, uint32_t timeout_ms, char *err,
+           size_t err_len)
+{
+    char count[16], env_wanted[32], env_pool[STOKER_NAME_MAX + 16];
+    snprintf(count, sizeof(count), "%u", wanted);
+    snprintf(env_wanted, sizeof(env_wanted), "STOKER_WANTED=%u", wanted);
+    snprintf(env_pool, sizeof(env_pool), "STOKER_POOL=%s", pool);
+    size_t n_env = 0;
+    while (environ[n_env] != NULL)
+        n_env++;
+    char **env = calloc(n_env + 3, sizeof(*env));
+    if (env == NULL) {
+        snprintf(err, err_len, "out of memory");
+        return -1;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n_env; i++)
+        if (strncmp(environ[i], "STOKER_WANTED=", 14) != 0 &&
+            strncmp(environ[i], "STOKER_POOL=", 12) != 0)
+            env[k++] = environ[i];
+    env[k++] = env_wanted;
+    env[k++] = env_pool;
+    // sh -c 'CMD "$@"' sh COUNT: the count is CMD's last argument, quoted by the shell.
+    char script[4096];
+    snprintf(script, sizeof(script), "%s \"$@\"", cmd);
+    char *argv[] = {"sh", "-c", script, "sh", count, NULL};
+    pid_t pid;
+    int rv = posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, env);
+    free(env);
+    if (rv != 0) {
+        snprintf(err, err_len, "cannot start /bin/sh for --exec-cmd: %s", strerror(rv));
+        return -1;
+    }
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    int status;
+    for (;;) {
+        pid_t got = waitpid(pid, &status, WNOHANG);
+        if (got == pid)
+            break;
+        if (got < 0 && errno != EINTR) {
+            snprintf(err, err_len, "waiting for --exec-cmd: %s", strerror(errno));
+            return -1;
+        }
+        if (stoker_now_ms() >= deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            snprintf(err, err_len, "--exec-cmd ran past %.0f s and was killed",
+                     timeout_ms / 1000.0);
+            return -1;
+        }
+        usleep(10000);
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (WIFEXITED(status))
+        snprintf(err, err_len, "--exec-cmd exited %d", WEXITSTATUS(status));
+    else
+        snprintf(err, err_len, "--exec-cmd ended by signal %d", WTERMSIG(status));
+    return -1;
+}

@@ -1,0 +1,224 @@
+// The autoscale signal (broker_autoscale.h): per producer and trainer, time held or waiting,
+// counted every tick; once a second a sample of examples and time, smoothed; on request, per
+// pool, demand, supply per producer and the producers wanted, with a sentence saying why.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "broker_internal.h"
+#include "stoker/error.h"
+
+#define POOLS_MAX 64 // pools named in the signal; producers of further pools are not counted
+
+// One sample into m's EWMAs: the examples counted over span_ms and the part of span_ms that was
+// not busy (at least 1 - AUTOSCALE_WAIT_CAP of it). skip_held: a sample busy nearly throughout
+// that counted nothing is left out (a producer held by full queues shows no rate).
+static void
+meter_sample(autoscale_meter *m, uint64_t count, uint64_t span_ms, int skip_held)
+{
+    uint64_t examples = count - m->last_count;
+    uint64_t busy = m->busy_ms - m->last_busy_ms;
+    if (busy > span_ms)
+        busy = span_ms;
+    if (skip_held && examples == 0 && busy * 10 >= span_ms * 9) {
+        // Held all along: this sample says nothing of its rate (a producer waiting for room).
+        m->last_busy_ms = m->busy_ms;
+        return;
+    }
+    double free_ms = (double)(span_ms - busy);
+    if (free_ms < (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms)
+        free_ms = (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms;
+    m->last_count = count;
+    m->last_busy_ms = m->busy_ms;
+    if (!m->sampled) {
+        m->ewma_count = (double)examples;
+        m->ewma_ms = free_ms;
+        m->sampled = 1;
+        return;
+    }
+    double alpha = 1.0 - exp(-(double)span_ms / AUTOSCALE_TAU_MS);
+    m->ewma_count += alpha * ((double)examples - m->ewma_count);
+    m->ewma_ms += alpha * (free_ms - m->ewma_ms);
+}
+
+// One sample of a producer that says its making time: the examples accepted over the time it
+// spent making (exact whatever held it: full queues, a full retention buffer, a slow network).
+static void
+meter_sample_made(autoscale_meter *m, uint64_t count, uint64_t make_us, uint64_t span_ms)
+{
+    double examples = (double)(count - m->last_count);
+    double made_ms = (double)(make_us - m->last_make_us) / 1000.0;
+    m->last_count = count;
+    m->last_make_us = make_us;
+    if (made_ms <= 0)
+        return; // it made nothing (held throughout): no word on its rate
+    if (!m->sampled) {
+        m->ewma_count = examples;
+        m->ewma_ms = made_ms;
+        m->sampled = 1;
+        return;
+    }
+    double alpha = 1.0 - exp(-(double)span_ms / AUTOSCALE_TAU_MS);
+    m->ewma_count += alpha * (examples - m->ewma_count);
+    m->ewma_ms += alpha * (made_ms - m->ewma_ms);
+}
+
+// Examples per second of m's smoothed samples; 0 before any.
+static double
+meter_rate(const autoscale_meter *m)
+{
+    return m->sampled && m->ewma_ms > 0 ? m->ewma_count * 1000.0 / m->ewma_ms : 0.0;
+}
+
+static uint64_t
+trainer_examples(const trainer *t)
+{
+    return t->examples_shm + t->examples_socket;
+}
+
+void
+autoscale_tick(broker *b, uint64_t now_ms)
+{
+    uint64_t dt = b->autoscale_tick_ms != 0 && now_ms > b->autoscale_tick_ms
+                      ? now_ms - b->autoscale_tick_ms
+                      : 0;
+    b->autoscale_tick_ms = now_ms;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        // Held: its maker stands still only when every push it has in flight waits for room
+        // (it makes the next chunk while one push waits); two parked, or told "no room".
+        uint32_t n_parked = 0;
+        for (const parked *k = p->pushes; k != NULL && n_parked < 2; k = k->next)
+            n_parked++;
+        if ((n_parked >= 2 && push_waits_for_room(p)) || p->no_room_at == p->next_seq + 1)
+            p->meter.busy_ms += dt;
+    }
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        trainer *t = b->trainers[i];
+        if (t->connected && t->parked_pulls > 0) {
+            t->meter.busy_ms += dt;
+            b->last_pull_ms = now_ms;
+        }
+    }
+    if (b->autoscale_sample_ms == 0) {
+        b->autoscale_sample_ms = now_ms;
+        return;
+    }
+    if (now_ms - b->autoscale_sample_ms < AUTOSCALE_SAMPLE_MS)
+        return;
+    uint64_t span = now_ms - b->autoscale_sample_ms;
+    b->autoscale_sample_ms = now_ms;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        if (p->status == STOKER_PRODUCER_ALIVE && p->make_us > 0)
+            meter_sample_made(&p->meter, p->accepted, p->make_us, span);
+        else if (p->status == STOKER_PRODUCER_ALIVE) // one that does not say: time not held
+            meter_sample(&p->meter, p->accepted, span, 1);
+    }
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        trainer *t = b->trainers[i];
+        if (trainer_examples(t) != t->meter.last_count)
+            b->last_pull_ms = now_ms;
+        if (t->connected)
+            meter_sample(&t->meter, trainer_examples(t), span, 0);
+        else { // a trainer gone demands nothing; back, it starts afresh
+            t->meter.sampled = 0;
+            t->meter.last_count = trainer_examples(t);
+            t->meter.last_busy_ms = t->meter.busy_ms;
+        }
+    }
+}
+
+typedef struct pool_sum {
+    double accepted;   // smoothed examples per sample of its alive producers
+    double supply_sum; // their rates while not held, summed
+    uint32_t supplied; // producers with a rate
+    uint32_t current;  // producers alive
+} pool_sum;
+
+static void
+decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, int idle)
+{
+    const broker_config *c = &b->cfg;
+    d->current = s->current;
+    d->demand = demand;
+    d->supply = s->supplied > 0 ? s->supply_sum / s->supplied : 0.0;
+    double want;
+    if (idle) {
+        want = c->autoscale_min;
+        snprintf(d->why, sizeof(d->why), "no trainer is pulling: the minimum, %u",
+                 c->autoscale_min);
+    } else if (d->supply <= 0) {
+        want = s->current;
+        snprintf(d->why, sizeof(d->why), "no producer's rate measured yet: keep the %u there",
+                 s->current);
+    } else {
+        want = ceil(demand * c->autoscale_headroom / d->supply - 1e-9);
+        snprintf(d->why, sizeof(d->why),
+                 "trainers would take %.1f examples/s, one producer makes %.1f: %.1f x %.2f / "
+                 "%.1f = %.0f",
+                 demand, d->supply, demand, c->autoscale_headroom, d->supply, want);
+    }
+    if (want < c->autoscale_min)
+        want = c->autoscale_min;
+    if (want > c->autoscale_max)
+        want = c->autoscale_max;
+    d->wanted = (uint32_t)want;
+}
+
+int
+autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
+{
+    const char *names[POOLS_MAX];
+    pool_sum sums[POOLS_MAX];
+    uint32_t n = 0;
+    memset(sums, 0, sizeof(sums));
+    double total_accepted = 0;
+    uint32_t total_alive = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        uint32_t k = 0;
+        while (k < n && strcmp(names[k], p->pool) != 0)
+            k++;
+        if (k == n) {
+            if (n == POOLS_MAX)
+                continue;
+            names[n++] = p->pool;
+        }
+        if (p->status != STOKER_PRODUCER_ALIVE)
+            continue;
+        sums[k].current++;
+        total_alive++;
+        if (p->meter.sampled) {
+            sums[k].accepted += p->meter.ewma_count;
+            total_accepted += p->meter.ewma_count;
+            sums[k].supply_sum += meter_rate(&p->meter);
+            sums[k].supplied++;
+        }
+    }
+    double demand = 0;
+    for (uint32_t i = 0; i < b->n_trainers; i++)
+        if (b->trainers[i]->connected)
+            demand += meter_rate(&b->trainers[i]->meter);
+    int idle = demand <= 0 && (b->last_pull_ms == 0 || now_ms - b->last_pull_ms > 1000);
+    st->has_autoscale = 1;
+    st->autoscale_headroom = b->cfg.autoscale_headroom;
+    st->autoscale_min = b->cfg.autoscale_min;
+    st->autoscale_max = b->cfg.autoscale_max;
+    st->idle_s = b->last_pull_ms != 0 ? (double)(now_ms - b->last_pull_ms) / 1000.0 : -1.0;
+    st->pools = calloc(n ? n : 1, sizeof(*st->pools));
+    if (st->pools == NULL)
+        return STOKER_NOMEM;
+    for (uint32_t k = 0; k < n; k++) {
+        // The trainers' demand falls on the pools as they supply it now (by producers alive
+        // before any rate is known).
+        double share = total_accepted > 0 ? sums[k].accepted / total_accepted
+                       : total_alive > 0  ? (double)sums[k].current / total_alive
+                                          : 1.0 / n;
+        snprintf(st->pools[k].name, sizeof(st->pools[k].name), "%s", names[k]);
+        decide(b, &st->pools[k], &sums[k], demand * share, idle);
+    }
+    st->n_pools = n;
+    return STOKER_OK;
+}

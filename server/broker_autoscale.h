@@ -1,0 +1,39 @@
+// The broker's autoscale signal (docs/autoscale.md): how many producers each pool wants so that
+// the trainers never wait for data. Demand is what the trainers would take if they never waited
+// (their rate over the share of time they were not waiting); supply is each producer's rate while
+// its pushes were not held by full queues. Both are smoothed (EWMA, AUTOSCALE_TAU_MS) so that
+// one slow batch does not swing the answer. It only measures and says; stoker-scale acts.
+#ifndef BROKER_AUTOSCALE_H
+#define BROKER_AUTOSCALE_H
+
+#include <stdint.h>
+
+#include "stoker/status.h"
+
+struct broker;
+
+#define AUTOSCALE_SAMPLE_MS 1000  // one sample of the counters a second
+#define AUTOSCALE_TAU_MS    10000 // the smoothing's time constant
+// A trainer waiting more than this share of the time counts as waiting this share: its demand
+// is at most 1 / (1 - AUTOSCALE_WAIT_CAP) times what it takes now (a starved trainer says
+// "more", not "infinitely more").
+#define AUTOSCALE_WAIT_CAP 0.9
+
+// Per producer and per trainer: what the signal accumulates between samples.
+typedef struct autoscale_meter {
+    uint64_t busy_ms;           // producer: held by full queues; trainer: a pull parked for data
+    uint64_t last_count;        // examples (accepted / sent) at the latest sample
+    uint64_t last_busy_ms;      // busy_ms at the latest sample
+    double ewma_count, ewma_ms; // smoothed examples per sample and ms counted per sample
+    int sampled;                // the EWMAs hold at least one sample
+    uint64_t last_make_us;      // producer: its making time at the latest sample
+} autoscale_meter;
+
+// Called every few ms (broker_tick) under the broker's lock: counts held and waiting time, and
+// once every AUTOSCALE_SAMPLE_MS takes a sample.
+void autoscale_tick(struct broker *b, uint64_t now_ms);
+// Fills st's autoscale block (malloc'd pools; freed with the snapshot). Returns STOKER_NOMEM
+// or STOKER_OK.
+int autoscale_report(const struct broker *b, uint64_t now_ms, stoker_status *st);
+
+#endif

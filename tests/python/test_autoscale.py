@@ -1,0 +1,149 @@
+"""The broker's autoscale signal (docs/autoscale.md, issue 28): a real broker with --metrics on a
+free port, real producers of a known cost (--delay) and a real trainer that takes a fixed number
+of examples per second. producers_wanted must come within one of ceil(rate x cost x headroom);
+with producers far faster than the trainer, or no trainer at all, the minimum. /status, /metrics
+and the Status request (stoker.status) must all carry it."""
+
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from helpers import BROKER, PRODUCER, run  # noqa: E402
+
+import stoker  # noqa: E402
+
+# A trainer that takes RATE examples/s in batches of BATCH, never faster.
+TRAINER = r"""
+import sys, time
+import stoker
+url, rate, batch = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+with stoker.Client(url, batch_size=batch, stall_timeout=60) as c:
+    t = time.monotonic()
+    while True:
+        with c.next_batch():
+            pass
+        t += batch / rate
+        if t > time.monotonic():
+            time.sleep(t - time.monotonic())
+"""
+
+
+class Broker:
+    def __init__(self, *args):
+        self.dir = tempfile.mkdtemp(prefix="stoker-autoscale-")
+        self.url = "ipc://" + os.path.join(self.dir, "broker.ipc")
+        self.procs = []
+        self.broker = subprocess.Popen([BROKER, "--listen", self.url, "--metrics",
+                                        "http://127.0.0.1:0", "--log-level", "error"]
+                                       + list(args), stdout=subprocess.PIPE)
+        self.http, seen = None, b""
+        deadline = time.monotonic() + 10
+        while self.http is None:
+            left = deadline - time.monotonic()
+            fd = self.broker.stdout.fileno()
+            chunk = os.read(fd, 4096) if left > 0 and select.select([fd], [], [], left)[0] else b""
+            seen += chunk
+            for line in seen.decode(errors="replace").splitlines():
+                if line.startswith("metrics http://"):
+                    self.http = line.split()[1]
+            if self.http is None and chunk == b"":
+                self.close()
+                raise RuntimeError("the broker did not print its metrics URL: %r" % seen)
+
+    def producer(self, name, *args):
+        self.procs.append(subprocess.Popen([PRODUCER, "--broker", self.url, "--name", name,
+                                            "--log-level", "error"] + list(args)))
+
+    def trainer(self, rate, batch):
+        p = subprocess.Popen([sys.executable, "-c", TRAINER, self.url, str(rate), str(batch)])
+        self.procs.append(p)
+        return p
+
+    def get(self, path):
+        with urllib.request.urlopen(self.http + path, timeout=5) as r:
+            return r.read().decode()
+
+    def pools(self):
+        return {p["pool"]: p for p in json.loads(self.get("/status"))["autoscale"]["pools"]}
+
+    def close(self):
+        for p in self.procs + [self.broker]:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def test_wanted_follows_rate_and_cost():
+    rate, cost, headroom = 200.0, 0.01, 1.2
+    expect = math.ceil(rate * cost * headroom)  # 3
+    with Broker() as b:
+        for i in range(4):
+            b.producer("aug-%d" % i, "--delay", str(cost), "--pool", "aug")
+        b.trainer(rate, 20)
+        time.sleep(15)  # the signal is smoothed over ~10 s
+        seen = []
+        for _ in range(5):
+            p = b.pools()["aug"]
+            seen.append((p["wanted"], p["demand"], p["supply_per_producer"], p["why"]))
+            time.sleep(1)
+        print("expect %d, seen %s" % (expect, seen))
+        for wanted, demand, supply, why in seen:
+            assert abs(wanted - expect) <= 1, (expect, seen)
+            assert p["current"] == 4 and "examples/s" in why, p
+        # Every view carries it: /metrics and the Status request.
+        metrics = b.get("/metrics")
+        assert 'stoker_producers_wanted{pool="aug"} ' in metrics, metrics
+        assert 'stoker_pool_demand{pool="aug"} ' in metrics
+        assert 'stoker_pool_supply_per_producer{pool="aug"} ' in metrics
+        st = stoker.status(b.url)
+        assert st["autoscale"]["headroom"] == headroom, st["autoscale"]
+        assert [p["pool"] for p in st["autoscale"]["pools"]] == ["aug"], st["autoscale"]
+
+
+def test_fast_producers_and_no_trainer_want_the_minimum():
+    with Broker("--autoscale-min", "1", "--autoscale-max", "8") as b:
+        b.producer("fast-1", "--delay", "0")
+        b.producer("fast-2", "--delay", "0")
+        time.sleep(2)
+        p = b.pools()["default"]
+        assert p["wanted"] == 1 and "no trainer" in p["why"], p
+        t = b.trainer(50, 10)
+        time.sleep(8)
+        p = b.pools()["default"]
+        assert p["demand"] > 20 and p["supply_per_producer"] > 100, p
+        assert p["wanted"] == 1 and p["current"] == 2, p
+        t.send_signal(signal.SIGKILL)
+        t.wait()
+        time.sleep(3)
+        a = json.loads(b.get("/status"))["autoscale"]
+        assert a["idle_s"] is not None and a["idle_s"] > 1.0, a
+        assert a["pools"][0]["wanted"] == 1 and "no trainer" in a["pools"][0]["why"], a
+
+
+def test_bad_bounds_are_usage_errors():
+    r = subprocess.run([BROKER, "--listen", "ipc:///nonexistent/x", "--autoscale-min", "5",
+                        "--autoscale-max", "2"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--autoscale-min" in r.stderr, (r.returncode, r.stderr)
+    r = subprocess.run([BROKER, "--listen", "ipc:///nonexistent/x", "--autoscale-headroom",
+                        "0.5"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "autoscale-headroom" in r.stderr, (r.returncode, r.stderr)
+
+
+if __name__ == "__main__":
+    run(globals())

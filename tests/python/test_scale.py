@@ -1,0 +1,98 @@
+"""stoker-scale (docs/autoscale.md, issue 28) against a real broker, a slow producer and a fast
+trainer: with the exec engine it scales the pool up in steps of at most --max-step, no sooner
+than --cooldown apart and never past --max; with the trainer gone for --idle it scales down to
+the minimum; --dry-run prints its decisions and runs nothing. The exec command here only records
+the counts it is given (environment and last argument)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_autoscale import Broker  # noqa: E402
+from helpers import run  # noqa: E402
+
+SCALE = os.environ.get("STOKER_SCALE_BIN", "build/scale/stoker-scale")
+
+
+def recorder(d):
+    path = os.path.join(d, "record.sh")
+    with open(path, "w") as f:
+        f.write('#!/bin/sh\necho "$(date +%%s.%%N) $STOKER_POOL $STOKER_WANTED $1" >> %s\n'
+                % os.path.join(d, "counts"))
+    os.chmod(path, 0o755)
+    return path, os.path.join(d, "counts")
+
+
+def records(path):
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for line in f:
+            at, pool, env_count, arg_count = line.split()
+            assert env_count == arg_count, line  # the same count both ways
+            out.append((float(at), pool, int(arg_count)))
+    return out
+
+
+def test_scales_up_then_down_when_idle():
+    with Broker("--autoscale-max", "64") as b:
+        script, counts = recorder(b.dir)
+        b.producer("slow", "--delay", "0.02", "--pool", "aug")
+        trainer = b.trainer(1000, 20)
+        scale = subprocess.Popen([SCALE, "--broker", b.url, "--exec-cmd", script, "--interval",
+                                  "0.3", "--cooldown", "2", "--max-step", "2", "--max", "5",
+                                  "--idle", "2"], stdout=subprocess.PIPE, text=True)
+        b.procs.append(scale)
+        deadline = time.monotonic() + 30
+        while [c for _, _, c in records(counts)][-1:] != [5] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        up = records(counts)
+        # 1 -> ... -> 5: up only, steps of at most 2, capped at --max, the cool-down between.
+        steps = [1] + [c for _, _, c in up]
+        assert steps[-1] == 5 and all(0 < b - a <= 2 for a, b in zip(steps, steps[1:])), up
+        assert all(p == "aug" for _, p, _ in up), up
+        assert all(b[0] - a[0] >= 1.9 for a, b in zip(up, up[1:])), up
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+        deadline = time.monotonic() + 30
+        while [c for _, _, c in records(counts)][-1:] != [1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        down = [5] + [c for _, _, c in records(counts)][len(up):]
+        assert down == [5, 3, 1], records(counts)  # to the minimum, in steps of 2
+        scale.send_signal(signal.SIGTERM)
+        out, _ = scale.communicate(timeout=10)
+        lines = [l for l in out.splitlines() if l.startswith("scale: pool 'aug'")]
+        assert len(lines) == len(up) + 2, out  # one line per decision
+        assert "from 1 to " in lines[0] and "trainers would take" in lines[0], lines
+        assert "from 3 to 1" in lines[-1] and "no trainer pulled" in lines[-1], lines
+        assert scale.returncode == 0, scale.returncode
+
+
+def test_dry_run_acts_on_nothing():
+    with Broker() as b:
+        script, counts = recorder(b.dir)
+        b.producer("slow", "--delay", "0.02")
+        b.trainer(1000, 20)
+        time.sleep(4)
+        r = subprocess.run([SCALE, "--broker", b.url, "--exec-cmd", script, "--dry-run",
+                            "--rounds", "3", "--interval", "0.3", "--cooldown", "0"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        assert "(dry run)" in r.stdout and "pool 'default' from 1 to " in r.stdout, r.stdout
+        assert records(counts) == [], records(counts)
+
+
+def test_usage_errors_exit_2():
+    for args, says in [([], "--exec-cmd"), (["--dry-run", "--min", "5", "--max", "2"], "--min"),
+                       (["--dry-run", "--engine", "swarm"], "--engine"),
+                       (["--dry-run", "--broker", "localhost:1"], "tcp://")]:
+        argv = [SCALE, "--broker", "ipc:///nonexistent/b"] + args
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and says in r.stderr, (args, r.returncode, r.stderr)
+
+
+run(globals())
