@@ -109,6 +109,7 @@ def test_chunk_bytes_and_a_fixed_chunk_set_the_size():
         c.producer("--delay", "0:0", "--max-examples", "1000", "--chunk-bytes", "4400",
                    name="bytes")
         c.producer("--delay", "0:0", "--max-examples", "700", "--chunk", "7", name="fixed")
+        c.wait_producers(2)  # both known before one's end could end the supply
         with stoker.Client(c.url, batch_size=64, stall_timeout=4) as client:
             got = 0
             try:
