@@ -674,6 +674,16 @@ commit_abort(broker *b, group *g, int code, const char *why, broker_outbox *out)
     g->commit_step = 0;
 }
 
+// Whether rank gr's part of a commit at step `step` is in: its final part came, or it resumed
+// from a checkpoint at that step or later (a rank killed after it saved its checkpoint and before
+// the others did: what it trained up to there is in its file, and its hello named what of it was
+// not committed), so it commits nothing there and the others' commit does not wait for it.
+static int
+commit_in(const group_rank *gr, uint64_t step)
+{
+    return gr->t != NULL && (gr->commit_token != NULL || (gr->said >= step && gr->n_staged == 0));
+}
+
 // Applies the commit in progress on g (every rank's final part is in): each rank's staged
 // acknowledgements at once, then every rank is answered, with the events it may hear.
 static void
@@ -682,6 +692,8 @@ commit_apply(broker *b, group *g, uint64_t now_ms, broker_outbox *out)
     uint64_t leases = 0;
     for (uint32_t r = 0; r < g->world; r++) {
         group_rank *gr = &g->ranks[r];
+        if (gr->commit_token == NULL)
+            continue; // resumed past this step (commit_in)
         uint32_t refused = apply_acks(b, gr->t, gr->n_staged, gr->staged, now_ms);
         leases += gr->n_staged;
         stoker_event events[EVENTS_PER_REPLY];
@@ -754,7 +766,7 @@ group_commit(broker *b, trainer *t, void *token, const stoker_request *req, uint
         send_code(b, out, gr->commit_token, STOKER_RETRY, "replaced by a later commit request");
     gr->commit_token = token;
     for (uint32_t r = 0; r < g->world; r++)
-        if (g->ranks[r].commit_token == NULL || g->ranks[r].t == NULL)
+        if (!commit_in(&g->ranks[r], g->commit_step))
             return; // the others' come later
     commit_apply(b, g, now_ms, out);
 }
@@ -783,7 +795,7 @@ group_commit_tick(broker *b, uint64_t now_ms, broker_outbox *out)
         char missing[128] = "";
         size_t used = 0;
         for (uint32_t r = 0; r < g->world && used + 12 < sizeof(missing); r++)
-            if (g->ranks[r].commit_token == NULL)
+            if (!commit_in(&g->ranks[r], g->commit_step))
                 used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s%u",
                                          used > 0 ? ", " : "", r);
         char why[STOKER_MESSAGE_MAX];
