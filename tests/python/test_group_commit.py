@@ -3,11 +3,13 @@ checkpoint together (every rank calls state_dict() at the same step; rank 0 save
 are SIGKILLed between checkpoints, and the group is started again from the checkpoint at another
 world size (4 ranks, then 3, then 4). From the ranks' identity logs cut at each checkpoint (what
 the model of the lineage trained): each dataset item once per epoch, each stream example once;
-the ranks' steps equal within each run; the step count goes on from the checkpoint's. Real
-broker, producers and Python ranks as processes; every wait bounded."""
+the ranks' steps equal within each run; the step count goes on from the checkpoint's. One run
+trains a DDP model over gloo with each rank started as torchrun starts it. Real broker,
+producers and Python ranks as processes; every wait bounded."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -24,15 +26,35 @@ RANK = r"""
 import json, os, sys, time
 import stoker
 cfg = json.loads(sys.argv[1])
-c = stoker.Client(cfg["url"], group="g", rank=cfg["rank"], world_size=cfg["world"], commit=True,
-                  stall_timeout=20.0)
-if os.path.exists(cfg["ckpt"]):
-    c.load_state_dict(json.load(open(cfg["ckpt"]))["stoker"])
+if cfg["ddp"]:
+    # As torchrun starts a rank: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment;
+    # DDP over gloo; rank 0 saves the model and the stoker state in one file.
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(10, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    c = stoker.Client(cfg["url"], group="g", commit=True, stall_timeout=20.0)
+    if os.path.exists(cfg["ckpt"]):
+        saved = torch.load(cfg["ckpt"])
+        model.module.load_state_dict(saved["model"])
+        c.load_state_dict(saved["stoker"])
+else:
+    c = stoker.Client(cfg["url"], group="g", rank=cfg["rank"], world_size=cfg["world"],
+                      commit=True, stall_timeout=20.0)
+    if os.path.exists(cfg["ckpt"]):
+        c.load_state_dict(json.load(open(cfg["ckpt"]))["stoker"])
 log = open(cfg["log"], "a")
 end = {"end": None, "leftover": None, "error": None}
 try:
     for b in c.batches(cfg["batch"]):
         a, z = b.epoch_indices() if cfg["dataset"] else b.identities()
+        if cfg["ddp"]:
+            loss = torch.nn.functional.mse_loss(model(torch.from_numpy(b["input"])),
+                                                torch.from_numpy(b["output"]))
+            opt.zero_grad()
+            loss.backward()  # the all-reduce: every rank takes the same steps or this hangs
+            opt.step()
         b.release()
         steps = c.group_step
         log.write(json.dumps({"step": steps,
@@ -43,8 +65,12 @@ try:
             st = c.state_dict()
             if cfg["rank"] == 0:
                 tmp = cfg["ckpt"] + ".tmp"
-                json.dump({"stoker": st}, open(tmp, "w"))
+                if cfg["ddp"]:
+                    torch.save({"model": model.module.state_dict(), "stoker": st}, tmp)
+                else:
+                    json.dump({"stoker": st}, open(tmp, "w"))
                 os.replace(tmp, cfg["ckpt"])
+                open(cfg["ckpt"] + ".step", "w").write(str(st["group_step"]))
 except stoker.SupplyEnded as e:
     end["end"] = e.reason
     end["leftover"] = e.leftover
@@ -54,30 +80,48 @@ except stoker.StokerError as e:
 finally:
     c.close()
 json.dump(end, open(cfg["log"] + ".end", "w"))
+if cfg["ddp"]:
+    dist.destroy_process_group()
 """
 
 BATCH = 8
 EVERY = 4
 
 
-def start_ranks(c, world, run, dataset):
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ranks(c, world, run, dataset, ddp=False):
     procs, logs = [], []
+    port = free_port()
     for r in range(world):
         log = os.path.join(c.dir, "run%d-rank%d.log" % (run, r))
         cfg = {"url": c.url, "rank": r, "world": world, "batch": BATCH, "every": EVERY,
-               "ckpt": os.path.join(c.dir, "ckpt.json"), "log": log, "dataset": dataset,
-               "step_s": 0.03}
-        procs.append(subprocess.Popen([sys.executable, "-c", RANK, json.dumps(cfg)],
+               "ckpt": os.path.join(c.dir, "ckpt"), "log": log, "dataset": dataset,
+               "step_s": 0.03, "ddp": ddp}
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        if ddp and "libasan" in env.get("LD_PRELOAD", ""):
+            # Under AddressSanitizer gloo's C++ exceptions need libstdc++ preloaded too (as in
+            # test_groups.py).
+            import ctypes.util
+            stdcxx = ctypes.util.find_library("stdc++")
+            if stdcxx:
+                env["LD_PRELOAD"] += ":" + stdcxx
+        procs.append(subprocess.Popen([sys.executable, "-c", RANK, json.dumps(cfg)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         logs.append(log)
     return procs, logs
 
 
 def ckpt_step(c):
-    path = os.path.join(c.dir, "ckpt.json")
+    path = os.path.join(c.dir, "ckpt.step")
     if not os.path.exists(path):
         return 0
-    return json.load(open(path))["stoker"]["group_step"]
+    return int(open(path).read() or 0)
 
 
 def kill_after_checkpoint(c, procs, at_least, timeout=60):
@@ -124,14 +168,14 @@ def lineage(runs):
     return items, steps
 
 
-def kill_and_resume(c, dataset):
+def kill_and_resume(c, dataset, ddp=False):
     """4 ranks, killed after a checkpoint; 3 ranks resumed from it, killed after a later one; 4
     ranks resumed to the end. Returns the lineage's items, the steps per run, the ends."""
-    procs, logs1 = start_ranks(c, 4, 1, dataset)
+    procs, logs1 = start_ranks(c, 4, 1, dataset, ddp)
     s1 = kill_after_checkpoint(c, procs, 8)
-    procs, logs2 = start_ranks(c, 3, 2, dataset)
+    procs, logs2 = start_ranks(c, 3, 2, dataset, ddp)
     s2 = kill_after_checkpoint(c, procs, s1 + 8)
-    procs, logs3 = start_ranks(c, 4, 3, dataset)
+    procs, logs3 = start_ranks(c, 4, 3, dataset, ddp)
     for rc, _, err in helpers.reap(procs, 120):
         assert rc == 0, "a rank failed:\n" + err[-3000:]
     ends = [json.load(open(log + ".end")) for log in logs3]
@@ -160,6 +204,26 @@ def test_dataset_group_killed_and_resumed_at_3_then_4_ranks_trains_each_item_onc
         "%d never trained, leftover %s, queued %d" % (len(missing), ends[0]["leftover"],
                                                       st["counters"]["queued"])
     print("dataset: checkpoints at steps %s, steps per run and rank %s, %d items trained" % (
+        cuts, steps, len(items)))
+
+
+def test_ddp_over_gloo_killed_and_resumed_at_3_then_4_ranks_trains_each_item_once_per_epoch():
+    # The same over a dataset, each rank as torchrun starts it (rank and world from the
+    # environment) training a DDP model over gloo, rank 0 saving model and stoker state together.
+    import torch  # noqa: F401 (scripts/deps.sh installs python3-torch; the ranks need it)
+    size, epochs = 400, 2
+    with helpers.Cluster("--dataset-size", str(size), "--epochs", str(epochs)) as c:
+        c.producer("--items", str(size), "--delay", "0:0", "--chunk", "4",
+                   stdout=subprocess.DEVNULL)
+        items, steps, ends, cuts = kill_and_resume(c, True, ddp=True)
+        st = stoker.status(c.url)
+    twice = sorted({x for x in items if items.count(x) > 1})
+    assert not twice, "items trained twice in the lineage: %s" % twice[:10]
+    want = {(e, i) for e in range(epochs) for i in range(size)}
+    missing = want - set(items)
+    assert set(items) <= want and len(missing) == st["counters"]["queued"], \
+        "%d never trained, queued %d" % (len(missing), st["counters"]["queued"])
+    print("ddp: checkpoints at steps %s, steps per run and rank %s, %d items trained" % (
         cuts, steps, len(items)))
 
 
