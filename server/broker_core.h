@@ -71,6 +71,7 @@ typedef struct lease {
     // The events sent with it (indices, 0 for none): a lost reply's events go again with the
     // lease (an epoch's end rides with a rank's step; the client drops those it saw).
     uint64_t events_first, events_last;
+    uint64_t sent_ms; // when it was last sent (a lease held back from the end goes again)
 } lease;
 
 // Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and

@@ -442,11 +442,14 @@ describe_lease(const broker *b, const lease *l, stoker_reply *rep)
     return STOKER_OK;
 }
 
+static void send_again(broker *b, trainer *t, parked *k, lease *l, uint64_t resent, uint64_t now_ms,
+                       broker_outbox *out);
+
 // Pull k of t names pulls whose replies t lost (Pull.replaces): answers it with the first lease t
 // still holds that was sent for one of them, the same lease again (as bytes: its arena region
 // may be gone), and returns 1; 0 when none is held any more (then k is served as usual).
 static int
-resend_lost(broker *b, trainer *t, parked *k, broker_outbox *out)
+resend_lost(broker *b, trainer *t, parked *k, uint64_t now_ms, broker_outbox *out)
 {
     const stoker_request *req = k->req;
     // A named pull still parked here (the reply not even made yet) is answered now, into the
@@ -477,20 +480,32 @@ resend_lost(broker *b, trainer *t, parked *k, broker_outbox *out)
     }
     if (l == NULL)
         return 0;
-    stoker_event events[EVENTS_PER_REPLY];
-    stoker_reply rep = {.code = STOKER_OK,
-                        .group_step = l->group_step,
-                        .resent_pull = l->pull_id,
-                        .acks_refused = k->acks_refused};
-    if (describe_lease(b, l, &rep) != STOKER_OK) {
-        send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
-        return 1;
-    }
     stoker_info("lease-resent: lease %llu (%u examples) to trainer %u '%s', whose reply to pull "
                 "%llu was lost",
                 (unsigned long long)l->id, l->count, t->id, t->name,
                 (unsigned long long)l->pull_id);
+    send_again(b, t, k, l, l->pull_id, now_ms, out);
+    return 1;
+}
+
+// Answers pull k of t with lease l again (as bytes: its arena region may be gone), saying which
+// lost pull it answers (resent, or 0); the next pull that names k's pull gets it again.
+static void
+send_again(broker *b, trainer *t, parked *k, lease *l, uint64_t resent, uint64_t now_ms,
+           broker_outbox *out)
+{
+    const stoker_request *req = k->req;
+    stoker_event events[EVENTS_PER_REPLY];
+    stoker_reply rep = {.code = STOKER_OK,
+                        .group_step = l->group_step,
+                        .resent_pull = resent,
+                        .acks_refused = k->acks_refused};
+    if (describe_lease(b, l, &rep) != STOKER_OK) {
+        send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
+        return;
+    }
     l->pull_id = req->pull_id; // lost again: the next pull names this one
+    l->sent_ms = now_ms;
     // The lost reply's events first (an epoch's end that came with this step), then new ones.
     uint32_t n = l->events_last != 0
                      ? copy_events(b, l->events_first, l->events_last, events, EVENTS_PER_REPLY / 2)
@@ -513,8 +528,10 @@ resend_lost(broker *b, trainer *t, parked *k, broker_outbox *out)
     free((void *)rep.parts);
     free((void *)rep.runs);
     free((void *)rep.items);
-    return 1;
 }
+
+// A lease held back from the supply's end goes again after this long without acknowledgement.
+#define LEASE_AGAIN_MS 2000
 
 // Answers pull k of trainer t if it can be answered now (or if final). Returns 1 if answered.
 static int
@@ -535,8 +552,24 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     // and the pull that names that one, which brings the lease again, may come after this one.
     // Its leases acknowledged, the end comes (with the acknowledgement's next pull, or when
     // this pull's wait is over). Issue 26, defect 5.
-    if (ended != STOKER_OK && t->group == NULL && !t->commit && t->leases != NULL)
+    if (ended != STOKER_OK && t->group == NULL && !t->commit && t->leases != NULL) {
         ended = STOKER_OK;
+        // A lease sent a while ago and not acknowledged while t pulls on may be one whose reply
+        // t lost without knowing it (its pull failed before it was sent, say): it goes again.
+        // A copy t has is dropped by its identity filter (and not acknowledged while its caller
+        // holds the batch), so this never trains an example twice.
+        for (lease *l = t->leases; l != NULL; l = l->next) {
+            if (now_ms >= l->sent_ms + LEASE_AGAIN_MS) {
+                stoker_info("lease-again: lease %llu (%u examples) of trainer %u '%s' sent "
+                            "%.1f s ago, not acknowledged, and the supply is over: sent again",
+                            (unsigned long long)l->id, l->count, t->id, t->name,
+                            (double)(now_ms - l->sent_ms) / 1000.0);
+                t->event_cursor = cursor; // the events go with the lease (send_again)
+                send_again(b, t, k, l, 0, now_ms, out);
+                return 1;
+            }
+        }
+    }
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
     int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
@@ -590,6 +623,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         runs = (stoker_run *)rep.runs;
         items = (uint64_t *)rep.items;
         l->pull_id = k->req->pull_id;
+        l->sent_ms = now_ms;
         l->group_step = step;
         l->events_first = n_events > 0 ? events[0].index : 0;
         l->events_last = n_events > 0 ? events[n_events - 1].index : 0;
@@ -685,7 +719,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     if (req->data_wait_ms > t->data_wait_ms) // pulls may overtake each other: keep the latest
         t->data_wait_ms = req->data_wait_ms;
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
-    if (req->n_replaces > 0 && resend_lost(b, t, k, out)) {
+    if (req->n_replaces > 0 && resend_lost(b, t, k, now_ms, out)) {
         free_parked(k);
         return;
     }

@@ -919,6 +919,18 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
     return STOKER_OK;
 }
 
+// Whether the caller holds lease (handed to it, not yet acknowledged).
+static int
+holds(stoker_trainer_client *tc, uint64_t lease)
+{
+    int found = 0;
+    pthread_mutex_lock(&tc->lock);
+    for (uint32_t i = 0; i < tc->n_held && !found; i++)
+        found = tc->held[i] == lease;
+    pthread_mutex_unlock(&tc->lock);
+    return found;
+}
+
 // Remembers that lease was handed to the caller (see held).
 static void
 hold(stoker_trainer_client *tc, uint64_t lease)
@@ -1232,8 +1244,11 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             if (rv == STOKER_OK && tc->group[0] != '\0')
                 tc->group_steps++;
             if (rv == STOKER_OK && (*out)->chunk.count == 0) {
-                // Every example was seen before (drop_seen): nothing to train, done with it.
-                stoker_trainer_client_ack(tc, (*out)->lease);
+                // Every example was seen before (drop_seen): nothing to train, done with it,
+                // unless it is a copy of a batch the caller holds (the broker sends a lease
+                // again that it thinks lost): the caller's own acknowledgement comes.
+                if (!holds(tc, (*out)->lease))
+                    stoker_trainer_client_ack(tc, (*out)->lease);
                 stoker_batch_destroy(*out);
                 *out = NULL;
                 continue;

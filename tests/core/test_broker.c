@@ -483,7 +483,30 @@ Test(supply, all_producers_finished_and_empty_queues_give_end_of_data)
     // What is left comes first, even short of a full batch.
     stoker_reply *rep = bf_answered(pull(T1, 4, 1000), STOKER_OK);
     cr_assert_eq(rep->chunk.count, 2);
-    bf_answered(pull(T1, 4, 1000), STOKER_END_OF_DATA);
+    // The end comes to a trainer that acknowledged what it holds (the next pull carries it).
+    uint64_t lease = rep->lease;
+    bf_answered(bf_handle(T1, h_pull(T1, 4, 1000, 1, &lease)), STOKER_END_OF_DATA);
+}
+
+// Issue 26, defect 5: a trainer that holds an unacknowledged lease is not told the end (its reply
+// may have been lost to it); after LEASE_AGAIN_MS the lease goes again; acknowledged, the end.
+Test(supply, the_end_waits_for_the_trainers_leases_and_sends_an_old_one_again)
+{
+    hello_producer(P1, "p1");
+    hello_trainer(T1);
+    bf_answered(push(P1, 0, 2), STOKER_OK);
+    bf_answered(bf_handle(P1, h_simple(STOKER_GOODBYE, P1)), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 4, 1000), STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 2);
+    uint64_t lease = rep->lease;
+    uintptr_t waiting = pull(T1, 4, 5000);
+    cr_assert_null(bf_reply(waiting), "the end while the trainer holds lease %llu",
+                   (unsigned long long)lease);
+    bf_tick(2100);
+    stoker_reply *again = bf_answered(waiting, STOKER_OK);
+    cr_assert_eq(again->lease, lease, "the lease held back from the end goes again");
+    cr_assert_eq(again->chunk.count, 2);
+    bf_answered(bf_handle(T1, h_pull(T1, 4, 1000, 1, &lease)), STOKER_END_OF_DATA);
 }
 
 Test(supply, a_lost_producer_and_empty_queues_give_no_producers)
@@ -525,7 +548,8 @@ Test(supply, silent_producer_is_lost_after_the_timeout)
     for (uint32_t i = 0; i < rep->n_events; i++)
         lost += rep->events[i].kind == STOKER_EVENT_PRODUCER_LOST;
     cr_assert_eq(lost, 1);
-    bf_answered(pull(T1, 4, 0), STOKER_NO_PRODUCERS);
+    uint64_t lease = rep->lease;
+    bf_answered(bf_handle(T1, h_pull(T1, 4, 0, 1, &lease)), STOKER_NO_PRODUCERS);
 }
 
 Test(supply, no_producer_yet_is_not_the_end)
