@@ -186,6 +186,8 @@ def test_usage_errors_across_flags():
         ("stoker-trainer", ["--inline", "--identity-log", "/tmp/l"], "--identity-log applies"),
         ("stoker-trainer", ["--broker", "ipc:///x", "--resume", "/nonexistent/c.ckpt"],
          "--resume: /nonexistent/c.ckpt"),
+        ("stoker-trainer", ["--broker", "ipc:///x", "--resume-also", "/tmp/r3.ckpt"],
+         "--resume-also goes with --resume PATH"),
         ("stoker-pull", [], "--broker URL is required"),
         ("stoker-bench-consumer", [], "--broker URL is required"),
         ("stoker-producer", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
