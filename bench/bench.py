@@ -669,6 +669,52 @@ def bench_chunks(opts, tmp):
     return res
 
 
+def bench_tokens(opts, tmp):
+    """The tokens generator alone (issue 27): windows of 1024 tokens drawn from a 64 Mi-token
+    llm.c shard (128 MiB, in the page cache) by `stoker-producer --generator tokens --measure`,
+    one process, one core, as int32 and as uint16 (a plain copy); beside it, in the same run,
+    numpy converting the whole shard's uint16 tokens to int32 in one call, the memory speed the
+    generator should come near."""
+    import numpy as np
+    n_tokens = (1 << 22) if opts.quick else (1 << 26)
+    shard = os.path.join(tmp, "tokens.bin")
+    header = np.zeros(256, dtype="<i4")
+    header[0], header[1], header[2] = 20240520, 1, n_tokens
+    toks = (np.arange(n_tokens, dtype=np.uint64) * 2654435761 % 50257).astype("<u2")
+    with open(shard, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.tobytes())
+    window = 1024
+    windows = 20000 if opts.quick else 200000
+    res = {"configs": {}, "rows": []}
+    rates = {}
+    for dtype in ("int32", "uint16"):
+        best = 0.0
+        for _ in range(3):
+            out = subprocess.run([PRODUCER, "--generator", "tokens", "--tokens", shard,
+                                  "--window", str(window), "--token-dtype", dtype,
+                                  "--measure", str(windows), "--log-level", "error"],
+                                 stdout=subprocess.PIPE, text=True, timeout=300, check=True)
+            best = max(best, json.loads(out.stdout)["examples_per_second"] * window)
+        rates[dtype] = best
+        res["configs"][dtype] = {"tokens_per_second": best}
+    numpy_best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        toks.astype(np.int32)
+        numpy_best = max(numpy_best, n_tokens / (time.perf_counter() - t0))
+    res["configs"]["numpy_astype_int32"] = {"tokens_per_second": numpy_best}
+    res["rows"].append(("tokens: generator int32, tokens/s per core", rates["int32"], "(figure)",
+                        None))
+    res["rows"].append(("tokens: generator uint16, tokens/s per core", rates["uint16"],
+                        "(figure)", None))
+    res["rows"].append(("tokens: numpy uint16->int32 of the shard, tokens/s", numpy_best,
+                        "(figure)", None))
+    res["rows"].append(("tokens: generator int32 / numpy conversion", rates["int32"] / numpy_best,
+                        ">= 0.8", rates["int32"] >= 0.8 * numpy_best))
+    return res
+
+
 def restart_to_batch(tmp):
     """SIGKILL the broker under 2 producers and a trainer, restart it on the same path: seconds
     from the restart to the first batch the new broker hands out (its delivered counter)."""
@@ -947,7 +993,7 @@ BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
-           "ranks-shm": bench_ranks_shm}
+           "ranks-shm": bench_ranks_shm, "tokens": bench_tokens}
 
 
 def main():
