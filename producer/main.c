@@ -269,6 +269,25 @@ static const stoker_cli_option tokens_rows[] = {
      AT(token_field), .imin = 1, .imax = STOKER_NAME_MAX - 1},
 };
 
+// When the generator kind is not chosen (!chosen) and a flag of its table was given: says
+// so, naming every flag of table, and returns 1.
+static int
+foreign_flag(const stoker_cli *cli, int chosen, const char *kind, const stoker_cli_option *table,
+             size_t n)
+{
+    for (size_t i = 0; !chosen && i < n; i++) {
+        if (!stoker_cli_given(cli, table[i].name))
+            continue;
+        char all[256] = "";
+        for (size_t j = 0; j < n; j++)
+            snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s--%s", j == 0 ? "" : ", ",
+                     table[j].name);
+        stoker_cli_fail(cli, "--%s needs --generator %s (as do %s)", table[i].name, kind, all);
+        return 1;
+    }
+    return 0;
+}
+
 // What the table cannot say: the broker is needed unless measuring, and options of one
 // generator given to another are mistakes worth stopping for.
 static int
@@ -283,25 +302,11 @@ check(const stoker_cli *cli, const producer_options *o)
     if (!is_exec && (stoker_cli_given(cli, "exec") || stoker_cli_given(cli, "schema") ||
                      stoker_cli_given(cli, "format")))
         return stoker_cli_fail(cli, "--exec, --schema and --format need --generator exec");
-    static const char *const images_flags[] = {"images",  "size",      "decode",
-                                               "augment", "output",    "layout",
-                                               "label",   "label-map", "jpeg-draft"};
-    for (size_t i = 0; !is_images && i < sizeof images_flags / sizeof *images_flags; i++)
-        if (stoker_cli_given(cli, images_flags[i]))
-            return stoker_cli_fail(cli,
-                                   "--%s needs --generator images (as do --images, --size, "
-                                   "--decode, --augment, --output, --layout, --label, "
-                                   "--label-map, --jpeg-draft)",
-                                   images_flags[i]);
-    static const char *const tokens_flags[] = {"tokens", "shard-format", "window",
-                                               "stride", "token-dtype",  "token-field"};
-    for (size_t i = 0; !is_tokens && i < sizeof tokens_flags / sizeof *tokens_flags; i++)
-        if (stoker_cli_given(cli, tokens_flags[i]))
-            return stoker_cli_fail(cli,
-                                   "--%s needs --generator tokens (as do --tokens, "
-                                   "--shard-format, --window, --stride, --token-dtype, "
-                                   "--token-field)",
-                                   tokens_flags[i]);
+    if (foreign_flag(cli, is_images, "images", images_rows,
+                     sizeof images_rows / sizeof *images_rows) ||
+        foreign_flag(cli, is_tokens, "tokens", tokens_rows,
+                     sizeof tokens_rows / sizeof *tokens_rows))
+        return 2;
     if (is_tokens && o->tokens_path == NULL)
         return stoker_cli_fail(cli, "--generator tokens needs --tokens PATH (a shard, a folder "
                                     "of *.bin shards or a glob pattern)");

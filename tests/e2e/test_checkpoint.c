@@ -214,6 +214,49 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
 // and 1 from their own checkpoints, rank 2 from rank 0's), the step count going on from theirs.
 // From each rank's identity log, cut at its checkpoint (less where it resumed from), the lineage
 // trains each example at most once, and what it never trained is what stays queued.
+// Starts rank `rank` of group "g" at world size `world` (batches of 4, a checkpoint to ck every
+// 20 steps, identities logged to log), resuming from resume and adopting adopt when not NULL.
+static proc_child *
+start_rank(const char *url, const char *rank, const char *world, const char *ck, const char *log,
+           const char *resume, const char *adopt)
+{
+    const char *a[40] = {"--broker",
+                         url,
+                         "--batch-size",
+                         "4",
+                         "--round-length",
+                         "20",
+                         "--rounds",
+                         "1000",
+                         "--device",
+                         "cpu",
+                         "--stall-timeout",
+                         "10",
+                         "--group",
+                         "g",
+                         "--rank",
+                         rank,
+                         "--world",
+                         world,
+                         "--checkpoint",
+                         ck,
+                         "--checkpoint-every",
+                         "1",
+                         "--identity-log",
+                         log};
+    int k = 24;
+    if (resume != NULL) {
+        a[k++] = "--resume";
+        a[k++] = resume;
+    }
+    if (adopt != NULL) {
+        a[k++] = "--resume-also";
+        a[k++] = adopt;
+    }
+    a[k] = NULL;
+    return e2e_trainer_start(a);
+}
+
 Test(checkpoint, a_group_killed_between_checkpoints_resumes_at_three_ranks_with_each_example_once)
 {
     char url[256];
@@ -249,37 +292,7 @@ Test(checkpoint, a_group_killed_between_checkpoints_resumes_at_three_ranks_with_
             if (resume != NULL)
                 from[run][r] = position(resume, &ok);
             cr_assert(ok, "no checkpoint to resume rank %d from", r);
-            const char *a[32] = {"--broker",
-                                 url,
-                                 "--batch-size",
-                                 "4",
-                                 "--round-length",
-                                 "20",
-                                 "--rounds",
-                                 "1000",
-                                 "--device",
-                                 "cpu",
-                                 "--stall-timeout",
-                                 "10",
-                                 "--group",
-                                 "g",
-                                 "--rank",
-                                 ranks[r],
-                                 "--world",
-                                 world[run],
-                                 "--checkpoint",
-                                 ck[r],
-                                 "--checkpoint-every",
-                                 "1",
-                                 "--identity-log",
-                                 logs[run][r]};
-            int k = 24;
-            if (resume != NULL) {
-                a[k++] = "--resume";
-                a[k++] = resume;
-            }
-            a[k] = NULL;
-            t[r] = e2e_trainer_start(a);
+            t[r] = start_rank(url, ranks[r], world[run], ck[r], logs[run][r], resume, NULL);
         }
         if (run == 0) {
             wait_checkpoint_past(ck[0], 200, t[0]);
@@ -376,41 +389,8 @@ Test(checkpoint, a_group_resumed_at_fewer_ranks_keeps_what_the_gone_ranks_checkp
             if (resume != NULL)
                 from[run][r] = position(resume, &ok);
             cr_assert(ok, "no checkpoint to resume rank %d from", r);
-            const char *a[40] = {"--broker",
-                                 url,
-                                 "--batch-size",
-                                 "4",
-                                 "--round-length",
-                                 "20",
-                                 "--rounds",
-                                 "1000",
-                                 "--device",
-                                 "cpu",
-                                 "--stall-timeout",
-                                 "10",
-                                 "--group",
-                                 "g",
-                                 "--rank",
-                                 ranks[r],
-                                 "--world",
-                                 run == 0 ? "3" : "2",
-                                 "--checkpoint",
-                                 ck[r],
-                                 "--checkpoint-every",
-                                 "1",
-                                 "--identity-log",
-                                 logs[run][r]};
-            int k = 24;
-            if (resume != NULL) {
-                a[k++] = "--resume";
-                a[k++] = resume;
-            }
-            if (run == 1 && r == 0) {
-                a[k++] = "--resume-also";
-                a[k++] = ck[2];
-            }
-            a[k] = NULL;
-            t[r] = e2e_trainer_start(a);
+            t[r] = start_rank(url, ranks[r], run == 0 ? "3" : "2", ck[r], logs[run][r], resume,
+                              run == 1 && r == 0 ? ck[2] : NULL);
         }
         if (run == 0) {
             checkpoint_position stopped_at = wait_checkpoint_past(ck[0], 120, t[0]);
