@@ -1,10 +1,12 @@
 // stoker-scale: reads the broker's autoscale signal (the Status request), decides per pool with
-// scale.c and acts through an engine (exec: a command given the count). Only options, wiring
-// and the loop live here.
+// scale.c, acts through an engine (exec: a command given the count; swarm: a Docker Swarm
+// service's replicas, engine_swarm.c) and reports each change to the broker (a SCALED event).
+// Only options, wiring and the loop live here.
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "engine_swarm.h"
 #include "scale.h"
 #include "stoker/cli.h"
 #include "stoker/client.h"
@@ -30,16 +32,25 @@ typedef struct scale_options {
     const char *engine;
     const char *exec_cmd;
     const char *pool; // NULL: every pool the broker names
+    engine_swarm swarm;
     uint32_t interval_ms, exec_timeout_ms, rounds;
     int dry_run;
 } scale_options;
 
-static const char *const engines[] = {"exec", NULL};
+static const char *const engines[] = {"exec", "swarm", NULL};
 
 #define AT(member) STOKER_CLI_AT(scale_options, member)
 static const stoker_cli_option rows[] = {
-    {"engine", "KIND", "how to act: exec (runs --exec-cmd with the count)", STOKER_CLI_CHOICE,
-     AT(engine), .choices = engines},
+    {"engine", "KIND",
+     "how to act: exec (runs --exec-cmd with the count), swarm (sets\n"
+     "--service's replicas through the Docker Engine API)",
+     STOKER_CLI_CHOICE, AT(engine), .choices = engines},
+    {"service", "NAME", "swarm engine: the Docker Swarm service of --pool's producers",
+     STOKER_CLI_STRING, AT(swarm.service), .imin = 1, .imax = 200},
+    {"docker-socket", "PATH", "swarm engine: the Docker Engine's Unix socket", STOKER_CLI_STRING,
+     AT(swarm.socket_path), .imin = 1, .imax = 107},
+    {"docker-timeout", "S", "swarm engine: each Docker Engine API request within this long",
+     STOKER_CLI_SECONDS_MS, AT(swarm.timeout_ms), .dmin = 0.1, .dmax = 600},
     {"exec-cmd", "CMD",
      "exec engine: run CMD with /bin/sh -c, the count as its last\n"
      "argument and STOKER_WANTED, STOKER_POOL in its environment",
@@ -80,6 +91,15 @@ find_pool(scale_pool *pools, uint32_t *n, const stoker_pool_info *info)
     return p;
 }
 
+// The engine's act: the pool to `to` producers. 0, or -1 with err.
+static int
+act(const scale_options *o, const char *pool, uint32_t to, char *err, size_t err_len)
+{
+    if (strcmp(o->engine, "swarm") == 0)
+        return engine_swarm_set(&o->swarm, to, err, err_len);
+    return scale_exec(o->exec_cmd, pool, to, o->exec_timeout_ms, err, err_len);
+}
+
 // One reading of the signal and a decision per pool. Returns 0, or 1 when the broker did not
 // answer (logged; the next round tries again).
 static int
@@ -87,8 +107,8 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
 {
     stoker_status *st = NULL;
     char err[512];
-    if (stoker_status_fetch(o->client.url, o->client.token, 5000, &st, err, sizeof(err)) !=
-        STOKER_OK) {
+    if (stoker_status_fetch_tls(o->client.url, o->client.token, &o->client.tls, 5000, &st, err,
+                                sizeof(err)) != STOKER_OK) {
         stoker_warn("stoker-scale: no signal from %s: %s", o->client.url, err);
         return 1;
     }
@@ -102,9 +122,21 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         const stoker_pool_info *info = &st->pools[i];
         if (o->pool != NULL && strcmp(o->pool, info->name) != 0)
             continue;
+        uint32_t known = *n_pools;
         scale_pool *p = find_pool(pools, n_pools, info);
         if (p == NULL)
             continue;
+        if (*n_pools > known && strcmp(o->engine, "swarm") == 0) {
+            // A restarted controller picks up where the service stands, not where the broker's
+            // count of producers (some still starting) is.
+            if (engine_swarm_get(&o->swarm, &p->current, err, sizeof(err)) != 0) {
+                stoker_error("scale-failed: pool '%s': %s", p->name, err);
+                (*n_pools)--;
+                continue;
+            }
+            stoker_info("pool '%s': service '%s' stands at %u replicas", p->name, o->swarm.service,
+                        p->current);
+        }
         uint32_t to;
         char why[512];
         uint64_t now = stoker_now_ms();
@@ -116,13 +148,19 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
                o->dry_run ? " (dry run)" : "", why);
         fflush(stdout);
-        if (!o->dry_run &&
-            scale_exec(o->exec_cmd, p->name, to, o->exec_timeout_ms, err, sizeof(err)) != 0) {
+        if (!o->dry_run && act(o, p->name, to, err, sizeof(err)) != 0) {
             stoker_error("scale-failed: pool '%s' to %u: %s (tried again after the cool-down)",
                          p->name, to, err);
             p->last_change_ms = now;
             continue;
         }
+        // The broker shows it (a SCALED event: /status, the trainers, its log); a broker that
+        // cannot be told does not undo the change.
+        if (!o->dry_run &&
+            stoker_scaled_report(o->client.url, o->client.token, &o->client.tls, 5000, p->name,
+                                 p->current, to, o->engine, why, err, sizeof(err)) != STOKER_OK)
+            stoker_warn("scaled-unreported: pool '%s' from %u to %u: the broker was not told: %s",
+                        p->name, p->current, to, err);
         p->current = to;
         p->last_change_ms = now;
     }
@@ -134,23 +172,34 @@ int
 main(int argc, char **argv)
 {
     stoker_process_init();
-    scale_options o = {.engine = "exec", .interval_ms = 5000, .exec_timeout_ms = 60000};
+    scale_options o = {.engine = "exec",
+                       .interval_ms = 5000,
+                       .exec_timeout_ms = 60000,
+                       .swarm = {.socket_path = "/var/run/docker.sock", .timeout_ms = 10000}};
     stoker_client_options_init(&o.client);
     o.cfg = (scale_config){.cooldown_ms = 30000, .max_step = 2, .idle_ms = 300000};
     stoker_cli cli;
-    stoker_cli_init(&cli, "stoker-scale", "--broker URL (--exec-cmd CMD | --dry-run) [options]",
+    stoker_cli_init(&cli, "stoker-scale",
+                    "--broker URL (--exec-cmd CMD | --engine swarm --service NAME --pool NAME | "
+                    "--dry-run) [options]",
                     "Follows the broker's autoscale signal (docs/autoscale.md): reads how many\n"
                     "producers each pool wants and scales the pool there, within bounds, a\n"
                     "bounded step at a time, after a cool-down. Every decision is one line on\n"
                     "stdout: pool, from, to, why.",
                     STOKER_LOG_WARN);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
-        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0)
+        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0 ||
+        (code = stoker_cli_check_tls(&cli, &o.client)) != 0)
         return code;
-    if (!o.dry_run && o.exec_cmd == NULL)
+    if (strcmp(o.engine, "swarm") == 0) {
+        if (o.swarm.service == NULL || o.pool == NULL)
+            return stoker_cli_fail(&cli, "the swarm engine needs --service NAME (the producers' "
+                                         "service) and --pool NAME (the pool they are)");
+    } else if (!o.dry_run && o.exec_cmd == NULL)
         return stoker_cli_fail(&cli, "the exec engine needs --exec-cmd CMD (or --dry-run to only "
                                      "print the decisions)");
     o.cfg.has_min = stoker_cli_given(&cli, "min");

@@ -8,8 +8,10 @@
 
 #include "broker_internal.h"
 #include "stoker/error.h"
+#include "stoker/log.h"
 
-#define POOLS_MAX 64 // pools named in the signal; producers of further pools are not counted
+#define POOLS_MAX            64 // pools named in the signal; producers of further pools are not counted
+#define AUTOSCALE_SCALED_MAX 1000000 // most producers a SCALED report may name
 
 // One sample into m's EWMAs: the examples counted over span_ms and the part of span_ms that was
 // not busy (at least 1 - AUTOSCALE_WAIT_CAP of it). skip_held: a sample busy nearly throughout
@@ -221,4 +223,32 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
     }
     st->n_pools = n;
     return STOKER_OK;
+}
+
+void
+autoscale_scaled(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+{
+    if (req->pool[0] == '\0' || req->scaled_to > AUTOSCALE_SCALED_MAX ||
+        req->scaled_from > AUTOSCALE_SCALED_MAX) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "scaled: needs a pool and counts up to %u (got pool '%s', from %u to %u)",
+                  AUTOSCALE_SCALED_MAX, req->pool, req->scaled_from, req->scaled_to);
+        stoker_request_free(req);
+        return;
+    }
+    const char *engine = req->engine[0] != '\0' ? req->engine : "an engine";
+    stoker_info("scaled: pool '%s' from %u to %u by %s: %s", req->pool, req->scaled_from,
+                req->scaled_to, engine, req->why);
+    stoker_event *e = &b->events[b->n_events % EVENT_LOG];
+    memset(e, 0, sizeof(*e));
+    e->index = ++b->n_events;
+    e->kind = STOKER_EVENT_SCALED;
+    snprintf(e->name, sizeof(e->name), "%s", req->pool);
+    e->at_s = (double)(now_ms - b->start_ms) / 1000.0;
+    e->scaled_from = req->scaled_from;
+    e->scaled_to = req->scaled_to;
+    snprintf(e->reason, sizeof(e->reason), "from %u to %u (%s): %s", req->scaled_from,
+             req->scaled_to, engine, req->why);
+    send_code(b, out, token, STOKER_OK, NULL);
+    stoker_request_free(req);
 }
