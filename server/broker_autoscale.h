@@ -27,6 +27,7 @@ typedef struct autoscale_meter {
     double ewma_count, ewma_ms; // smoothed examples per sample and ms counted per sample
     int sampled;                // the EWMAs hold at least one sample
     uint64_t last_make_us;      // producer: its making time at the latest sample
+    uint64_t last_wait_said_ms; // trainer: its data wait as its pulls said, at the latest sample
 } autoscale_meter;
 
 // Called every few ms (broker_tick) under the broker's lock: counts held and waiting time, and
