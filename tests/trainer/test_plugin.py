@@ -92,6 +92,23 @@ if PLUGIN:
           any(f.endswith("/libstoker-cuda.so") for f in files)
           and any("libcudart" in f for f in files), files)
 
+# Reasons that hold with or without a GPU: a plugin that does not load, a file that is not one.
+r = trainer(*RUN, "--device", "gpu", env={"STOKER_CUDA_PLUGIN": "/nonexistent/libstoker-cuda.so"})
+check(f"STOKER_CUDA_PLUGIN missing: --device gpu exits 1 naming it (exit {r.returncode})",
+      r.returncode == 1 and "STOKER_CUDA_PLUGIN: cannot load the CUDA backend plugin "
+      "/nonexistent/libstoker-cuda.so" in r.stderr, r.stderr)
+r = trainer(*RUN, "--device", "auto", env={"STOKER_CUDA_PLUGIN": "/nonexistent/libstoker-cuda.so"})
+check("STOKER_CUDA_PLUGIN missing: --device auto falls back to the CPU saying why",
+      r.returncode == 0 and "backend-fallback: STOKER_CUDA_PLUGIN: cannot load" in r.stderr,
+      r.stderr)
+notplugin = next((l for l in ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1",
+                              "/lib/aarch64-linux-gnu/libz.so.1"] if os.path.exists(l)), None)
+if notplugin:
+    r = trainer(*RUN, "--device", "gpu", env={"STOKER_CUDA_PLUGIN": notplugin})
+    check("a library that is not the plugin is refused by name",
+          r.returncode == 1 and "is not a stoker CUDA backend plugin (no symbol "
+          "stoker_cuda_plugin_v1)" in r.stderr, r.stderr)
+
 if gpu_usable():
     print("(a GPU is usable here: the checks of the messages without one are left out)")
 else:
@@ -103,21 +120,6 @@ else:
         check("plugin found, no GPU: --device auto trains on the CPU and says why",
               r.returncode == 0 and "backend-fallback: no usable GPU" in r.stderr
               and "backend: cpu" in r.stderr, r.stderr)
-    r = trainer(*RUN, "--device", "gpu", env={"STOKER_CUDA_PLUGIN": "/nonexistent/libstoker-cuda.so"})
-    check(f"STOKER_CUDA_PLUGIN missing: --device gpu exits 1 naming it (exit {r.returncode})",
-          r.returncode == 1 and "STOKER_CUDA_PLUGIN: cannot load the CUDA backend plugin "
-          "/nonexistent/libstoker-cuda.so" in r.stderr, r.stderr)
-    r = trainer(*RUN, "--device", "auto", env={"STOKER_CUDA_PLUGIN": "/nonexistent/libstoker-cuda.so"})
-    check("STOKER_CUDA_PLUGIN missing: --device auto falls back to the CPU saying why",
-          r.returncode == 0 and "backend-fallback: STOKER_CUDA_PLUGIN: cannot load" in r.stderr,
-          r.stderr)
-    notplugin = next((l for l in ["/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1"]
-                      if os.path.exists(l)), None)
-    if notplugin:
-        r = trainer(*RUN, "--device", "gpu", env={"STOKER_CUDA_PLUGIN": notplugin})
-        check("a library that is not the plugin is refused by name",
-              r.returncode == 1 and "is not a stoker CUDA backend plugin (no symbol "
-              "stoker_cuda_plugin_v1)" in r.stderr, r.stderr)
     # A trainer with no plugin beside it (copied alone; its libstoker through LD_LIBRARY_PATH).
     with tempfile.TemporaryDirectory() as tmp:
         alone = os.path.join(tmp, "stoker-trainer")
