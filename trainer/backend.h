@@ -115,16 +115,14 @@ int backend_cpu_create(backend **out);
 
 // The CUDA backend alone, on device 0, from the plugin (libstoker-cuda.so, opened with dlopen on
 // the first call; the trainer itself links no CUDA library). STOKER_DEVICE with a reason in why
-// when the plugin cannot be found or loaded, or no GPU is usable. The search order is
-// backend_cuda_plugin_search's; the plugin stays loaded until the process ends.
+// when the plugin cannot be found or loaded, or no GPU is usable. The search order is below;
+// the plugin stays loaded until the process ends.
 int backend_cuda_create(backend **out, char *why, size_t why_len);
 
 // Where the plugin is looked for, first match wins (docs/operating.md, "The CUDA backend"):
 //   1. $STOKER_CUDA_PLUGIN, a path to the .so: when set, the only place looked at;
 //   2. libstoker-cuda.so beside the running executable (a build tree's trainer/, a gpu-pack);
 //   3. STOKER_CUDA_PLUGIN_PATH, where meson install (and the stoker-cuda package) puts it.
-// Writes the candidates, one per line, into buf: what --device gpu's reason lists.
-void backend_cuda_plugin_search(char *buf, size_t len);
 
 // The one symbol the plugin exports (a version script hides the rest): a stoker_cuda_plugin
 // named STOKER_CUDA_PLUGIN_SYMBOL. The loader checks abi, the two sizes and version (the

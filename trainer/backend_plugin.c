@@ -62,20 +62,6 @@ candidates(char paths[3][PATH_MAX + 32], bool *from_env)
     return n;
 }
 
-void
-backend_cuda_plugin_search(char *buf, size_t len)
-{
-    char paths[3][PATH_MAX + 32];
-    bool from_env;
-    int n = candidates(paths, &from_env);
-    size_t at = 0;
-    if (len > 0)
-        buf[0] = '\0';
-    for (int i = 0; i < n && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%s\n", paths[i],
-                               from_env ? " ($STOKER_CUDA_PLUGIN)" : "");
-}
-
 // Opens one candidate and checks it; STOKER_OK and *out, or an error with the reason in why.
 static int
 open_plugin(const char *path, const stoker_cuda_plugin **out, char *why, size_t why_len)
