@@ -48,8 +48,9 @@ meson install -C "$build" --destdir "$stage" --strip
 mkdir -p "$stage/usr/local/bin" "$stage/usr/local/lib"
 
 # A shared libstoker (the Python package uses one) must travel with the binaries.
-if ! find "$stage/usr/local" -name 'libstoker*.so' | grep -q .; then
-    find "$build" \( -name 'libstoker*.so' -o -name 'libstoker*.so.[0-9]*' \) \( -type f -o -type l \) \
+# (libstoker.so itself: the CUDA plugin libstoker-cuda.so is not it.)
+if ! find "$stage/usr/local" -name 'libstoker.so*' | grep -q .; then
+    find "$build" \( -name 'libstoker.so' -o -name 'libstoker.so.[0-9]*' \) \( -type f -o -type l \) \
         -exec cp -P {} "$stage/usr/local/lib/" \;
 fi
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What to run on a machine with an NVIDIA GPU: builds the trainer core with CUDA and runs the
-# GPU-against-CPU tests (tests/trainer/test_gpu.c) and, with the full build, a GPU training
+# What to run on a machine with an NVIDIA GPU: builds the trainer core and its CUDA backend plugin
+# (libstoker-cuda.so, which the trainer and test_trainer_gpu open at run time: neither links CUDA
+# itself) and runs the GPU-against-CPU tests (tests/trainer/test_gpu.c) through the plugin and, with the full build, a GPU training
 # benchmark against the CPU, writing logs and a summary under "$OUT"
 # (default ./gpu-out). Usage: scripts/gpu-check.sh   (env: OUT, BUILD, STOKER_GPU_CHECK_DIRECT,
 # STOKER_GPU_CHECK_PREBUILT=DIR: run the binaries that scripts/gpu-pack.sh packed instead of building)
@@ -47,9 +48,10 @@ fi
 } > "$OUT/env.txt" 2>&1
 command -v nvcc > /dev/null || finish "FAIL: nvcc not found (see env.txt)" 1
 
-run_gpu_test() { # path of test_trainer_gpu
-    log "running $1"
-    timeout 300 "$1" > "$OUT/test_gpu.log" 2>&1
+run_gpu_test() { # path of test_trainer_gpu, path of the plugin libstoker-cuda.so
+    log "running $1 with STOKER_CUDA_PLUGIN=$2"
+    [ -e "$2" ] || finish "FAIL: the CUDA backend plugin $2 was not built" 1
+    STOKER_CUDA_PLUGIN=$2 timeout 300 "$1" > "$OUT/test_gpu.log" 2>&1
     local rc=$?
     cat "$OUT/test_gpu.log"
     case $rc in
@@ -120,7 +122,7 @@ if [ -n "${STOKER_GPU_CHECK_PREBUILT:-}" ]; then
     cuda_libs=$(dirname "$(find / -xdev -name 'libcublas.so.1[0-9]*' -print -quit 2> /dev/null)")
     export LD_LIBRARY_PATH="$PACK/lib:$cuda_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     log "prebuilt pack $PACK (cuBLAS from $cuda_libs)"
-    ldd "$PACK/tests/trainer/test_trainer_gpu" > "$OUT/ldd.txt" 2>&1
+    ldd "$PACK/trainer/libstoker-cuda.so" > "$OUT/ldd.txt" 2>&1
     for t in test_trainer_backend test_trainer_mlp; do
         [ -x "$PACK/tests/trainer/$t" ] || continue
         timeout 300 "$PACK/tests/trainer/$t" > "$OUT/$t.log" 2>&1
@@ -128,7 +130,7 @@ if [ -n "${STOKER_GPU_CHECK_PREBUILT:-}" ]; then
     done
     run_gpu_bench "$PACK/trainer/stoker-trainer"
     run_gpu_pinned "$PACK"
-    run_gpu_test "$PACK/tests/trainer/test_trainer_gpu"
+    run_gpu_test "$PACK/tests/trainer/test_trainer_gpu" "$PACK/trainer/libstoker-cuda.so"
 fi
 
 # ---- path 1: the project's meson build ----
@@ -139,7 +141,7 @@ if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; the
         targets=(tests/trainer/test_trainer_gpu)
         grep -q "criterion tests: YES" "$OUT/meson-setup.log" &&
             targets+=(tests/trainer/test_trainer_backend tests/trainer/test_trainer_mlp)
-        targets+=(trainer/stoker-trainer)
+        targets+=(trainer/stoker-trainer trainer/libstoker-cuda.so)
         # The pinned-arena check needs the broker and a producer (meson setup found nng).
         targets+=(server/stoker-broker producer/stoker-producer)
         if ninja -C "$BUILD" "${targets[@]}" > "$OUT/build.log" 2>&1; then
@@ -150,7 +152,7 @@ if [ "${STOKER_GPU_CHECK_DIRECT:-0}" != 1 ] && command -v meson > /dev/null; the
             cp "$BUILD/meson-logs/testlog.txt" "$OUT/" 2>/dev/null
             run_gpu_bench "$BUILD/trainer/stoker-trainer"
             run_gpu_pinned "$BUILD"
-            run_gpu_test "$BUILD/tests/trainer/test_trainer_gpu"
+            run_gpu_test "$BUILD/tests/trainer/test_trainer_gpu" "$BUILD/trainer/libstoker-cuda.so"
         fi
         log "meson build failed (see build.log); trying the direct build"
     else
@@ -161,10 +163,11 @@ fi
 # ---- path 2: direct build of the trainer core and test_gpu.c ----
 DIRECT="$BUILD-direct"
 rm -rf "$DIRECT" && mkdir -p "$DIRECT" || finish "FAIL: cannot create $DIRECT" 1
-cat > "$DIRECT/config.h" << 'EOF'
+cat > "$DIRECT/config.h" << EOF
 #define STOKER_HAS_CUDA 1
 #define STOKER_HAS_OPENBLAS 0
 #define STOKER_VERSION "gpu-check"
+#define STOKER_CUDA_PLUGIN_PATH "$DIRECT/libstoker-cuda.so"
 EOF
 CUDA_ROOT=$(dirname "$(dirname "$(command -v nvcc)")")
 CUDA_LIB=""
@@ -172,18 +175,26 @@ for d in "$CUDA_ROOT/lib64" "$CUDA_ROOT/lib" "$CUDA_ROOT"/targets/*/lib; do
     [ -e "$d/libcudart.so" ] && CUDA_LIB=$d && break
 done
 [ -n "$CUDA_LIB" ] || finish "FAIL: libcudart.so not found under $CUDA_ROOT" 1
-CFLAGS=(-std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wundef -Wshadow -Wno-unused-parameter
+CFLAGS=(-std=c11 -D_GNU_SOURCE -O2 -g -fPIC -Wall -Wextra -Werror -Wundef -Wshadow -Wno-unused-parameter
     -I "$DIRECT" -I common/include -I trainer -isystem "$CUDA_ROOT/include")
+# The plugin (backend_cuda.c, kernels.cu, error.c; only its descriptor exported, as meson builds
+# it) and test_trainer_gpu without CUDA, which opens it through STOKER_CUDA_PLUGIN.
 (
     set -x
-    nvcc -O2 -gencode 'arch=compute_90,code=[sm_90,compute_90]' -I "$DIRECT" -I common/include \
-        -c trainer/kernels.cu -o "$DIRECT/kernels.o" &&
-        for f in trainer/backend_cpu.c trainer/backend_cuda.c trainer/mlp.c trainer/safetensors.c \
-            common/base/error.c tests/trainer/test_gpu.c; do
-            cc "${CFLAGS[@]}" -c "$f" -o "$DIRECT/$(basename "$f" .c).o" || exit 1
+    mkdir -p "$DIRECT/plugin" "$DIRECT/test" &&
+        nvcc -O2 -Xcompiler -fPIC -gencode 'arch=compute_90,code=[sm_90,compute_90]' -I "$DIRECT" \
+            -I common/include -c trainer/kernels.cu -o "$DIRECT/plugin/kernels.o" &&
+        for f in trainer/backend_cuda.c common/base/error.c; do
+            cc "${CFLAGS[@]}" -c "$f" -o "$DIRECT/plugin/$(basename "$f" .c).o" || exit 1
         done &&
-        cc -o "$DIRECT/test_trainer_gpu" "$DIRECT"/*.o -L "$CUDA_LIB" -Wl,-rpath,"$CUDA_LIB" \
-            -lcublas -lcudart -lstdc++ -lm
+        cc -shared -o "$DIRECT/libstoker-cuda.so" "$DIRECT"/plugin/*.o \
+            -Wl,--version-script=trainer/plugin.map -Wl,--no-undefined \
+            -L "$CUDA_LIB" -Wl,-rpath,"$CUDA_LIB" -lcublas -lcudart -lstdc++ -lm -lpthread &&
+        for f in trainer/backend_cpu.c trainer/backend_plugin.c trainer/mlp.c trainer/safetensors.c \
+            common/base/error.c tests/trainer/test_gpu.c; do
+            cc "${CFLAGS[@]}" -c "$f" -o "$DIRECT/test/$(basename "$f" .c).o" || exit 1
+        done &&
+        cc -o "$DIRECT/test_trainer_gpu" "$DIRECT"/test/*.o -lm -ldl -lpthread
 ) > "$OUT/build-direct.log" 2>&1 || finish "FAIL: direct build failed (see build-direct.log)" 1
 log "direct build done in $DIRECT"
-run_gpu_test "$DIRECT/test_trainer_gpu"
+run_gpu_test "$DIRECT/test_trainer_gpu" "$DIRECT/libstoker-cuda.so"

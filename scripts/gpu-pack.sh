@@ -9,8 +9,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-"$ROOT/build-gpu"}
 PACK=${1:?usage: scripts/gpu-pack.sh DIR}
+# trainer/libstoker-cuda.so is the CUDA backend (a plugin the trainer opens from beside itself,
+# and test_trainer_gpu through STOKER_CUDA_PLUGIN): the only binary here that links CUDA.
 BINS=(tests/trainer/test_trainer_gpu tests/trainer/test_trainer_backend tests/trainer/test_trainer_mlp
-    trainer/stoker-trainer server/stoker-broker producer/stoker-producer
+    trainer/stoker-trainer trainer/libstoker-cuda.so server/stoker-broker producer/stoker-producer
     bench/stoker-bench-producer bench/stoker-bench-consumer bench/nng-raw common/libstoker.so.0.1.0)
 
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" -Dcuda=enabled

@@ -1,8 +1,8 @@
 // The seam between the MLP and the hardware: a small table of numeric operations on buffers that
 // the backend owns (host memory for the CPU backend, device memory for CUDA). The CPU backend is
-// always built and is the numeric reference; the CUDA backend exists when config.h says
-// STOKER_HAS_CUDA 1. This header deliberately knows no CUDA type, and no layer or network
-// structure: the MLP in mlp.c composes these operations.
+// always built and is the numeric reference; the CUDA backend is a plugin (libstoker-cuda.so,
+// built when config.h says STOKER_HAS_CUDA 1) loaded at run time. This header deliberately knows no
+// CUDA type, and no layer or network structure: the MLP in mlp.c composes these operations.
 #ifndef STOKER_TRAINER_BACKEND_H
 #define STOKER_TRAINER_BACKEND_H
 
@@ -103,7 +103,7 @@ struct backend {
 
 // Chooses and creates a backend. device is "auto", "cpu" or "gpu".
 // - "cpu": always succeeds unless out of memory.
-// - "gpu": STOKER_DEVICE when CUDA is not built in or no usable GPU exists; why says which.
+// - "gpu": STOKER_DEVICE when the CUDA plugin is missing or no usable GPU exists; why says which.
 // - "auto": CUDA when usable, else the CPU; why then explains the fallback ("" when CUDA was
 //   used) so the caller can log it as "backend-fallback". Check (*out)->name for the choice.
 // Any other string is STOKER_INVALID. On success *out is owned by the caller (backend_destroy).
@@ -113,9 +113,31 @@ int backend_create(const char *device, backend **out, char *why, size_t why_len)
 // The CPU backend alone; never fails except STOKER_NOMEM.
 int backend_cpu_create(backend **out);
 
-// The CUDA backend alone, on device 0. STOKER_DEVICE with a reason in why when no GPU is usable.
-// Defined only when STOKER_HAS_CUDA is 1 (backend_cuda.c); call backend_create otherwise.
+// The CUDA backend alone, on device 0, from the plugin (libstoker-cuda.so, opened with dlopen on
+// the first call; the trainer itself links no CUDA library). STOKER_DEVICE with a reason in why
+// when the plugin cannot be found or loaded, or no GPU is usable. The search order is below;
+// the plugin stays loaded until the process ends.
 int backend_cuda_create(backend **out, char *why, size_t why_len);
+
+// Where the plugin is looked for, first match wins (docs/operating.md, "The CUDA backend"):
+//   1. $STOKER_CUDA_PLUGIN, a path to the .so: when set, the only place looked at;
+//   2. libstoker-cuda.so beside the running executable (a build tree's trainer/, a gpu-pack);
+//   3. STOKER_CUDA_PLUGIN_PATH, where meson install (and the stoker-cuda package) puts it.
+
+// The one symbol the plugin exports (a version script hides the rest): a stoker_cuda_plugin
+// named STOKER_CUDA_PLUGIN_SYMBOL. The loader checks abi, the two sizes and version (the
+// project's, STOKER_VERSION) before calling create, so a plugin of another build is refused with
+// the reason rather than crashing.
+#define STOKER_CUDA_PLUGIN_ABI    1
+#define STOKER_CUDA_PLUGIN_SYMBOL "stoker_cuda_plugin_v1"
+typedef struct stoker_cuda_plugin {
+    uint32_t abi;          // STOKER_CUDA_PLUGIN_ABI
+    uint32_t backend_size; // sizeof(backend)
+    uint32_t ops_size;     // sizeof(backend_ops)
+    const char *version;   // STOKER_VERSION of the plugin's build
+    // The CUDA backend on device 0, as backend_cuda_create says.
+    int (*create)(backend **out, char *why, size_t why_len);
+} stoker_cuda_plugin;
 
 // Accepts NULL.
 void backend_destroy(backend *be);

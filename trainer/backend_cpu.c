@@ -291,17 +291,10 @@ backend_create(const char *device, backend **out, char *why, size_t why_len)
     }
 
     if (want_gpu) {
-#if STOKER_HAS_CUDA
+        // The CUDA backend is a plugin (backend_plugin.c): found, loaded and probed only here.
         int rv = backend_cuda_create(out, why, why_len);
         if (rv == STOKER_OK || !allow_cpu)
             return rv;
-#else
-        if (why_len > 0)
-            snprintf(why, why_len,
-                     "this build has no CUDA backend (configure with -Dcuda=enabled)");
-        if (!allow_cpu)
-            return STOKER_DEVICE;
-#endif
     }
     return backend_cpu_create(out);
 }

@@ -3,6 +3,8 @@
 // buffers on a second, copy stream, two slots alternating so the next batch's copy overlaps the
 // current step. Every CUDA and cuBLAS status becomes an error return with a message in
 // be->error; nothing here exits. Runtime API only (no driver API, no -lcuda), device 0 only.
+// Built as the plugin libstoker-cuda.so (with kernels.cu and common/base/error.c), which the
+// trainer opens at run time (backend_plugin.c): the trainer itself links no CUDA library.
 #include "config.h"
 
 #include "backend.h"
@@ -495,8 +497,8 @@ fail:
     return rv;
 }
 
-int
-backend_cuda_create(backend **out, char *why, size_t why_len)
+static int
+cuda_create(backend **out, char *why, size_t why_len)
 {
     if (why_len > 0)
         why[0] = '\0';
@@ -544,3 +546,13 @@ backend_cuda_create(backend **out, char *why, size_t why_len)
     *out = &cb->base;
     return STOKER_OK;
 }
+
+// The plugin's one exported symbol (plugin.map hides everything else), read by the loader in
+// backend_plugin.c.
+__attribute__((visibility("default"))) const stoker_cuda_plugin stoker_cuda_plugin_v1 = {
+    .abi = STOKER_CUDA_PLUGIN_ABI,
+    .backend_size = sizeof(backend),
+    .ops_size = sizeof(backend_ops),
+    .version = STOKER_VERSION,
+    .create = cuda_create,
+};

@@ -2,7 +2,8 @@
 # containers suite: the GPU trainer image. docker/Dockerfile's `trainer` target is built on local
 # stand-ins for NVIDIA's CUDA images (stoker-cuda:devel and :runtime, made from the host's
 # /usr/local/cuda: nvcc, headers, cudart, cuBLAS); skips when the host has no CUDA toolkit. Its
-# binary is the CUDA build (cudart and cuBLAS resolve inside the image), runs as uid 10001, the
+# trainer links no CUDA library and its CUDA plugin libstoker-cuda.so resolves cudart and cuBLAS
+# inside the image, runs as uid 10001, the
 # image has no compiler, and with no GPU in the container `--device auto` falls back to the CPU
 # with a clear message while `--device gpu` fails with one.
 . "$(dirname "$0")/lib.sh"
@@ -19,10 +20,13 @@ img=stoker-trainer:$STOKER_TAG
 
 user=$(docker image inspect --format '{{.Config.User}}' "$img")
 check "$img: USER is 10001:10001 ($user)" [ "$user" = 10001:10001 ]
-docker run --rm "$img" sh -c 'ldd /usr/local/bin/stoker-trainer' > "$CT_TMP/ldd" 2>&1
-check "the trainer is the CUDA build: libcudart and libcublas resolve in /usr/local/cuda" \
+docker run --rm "$img" sh -c 'ldd /usr/local/bin/stoker-trainer' > "$CT_TMP/ldd-trainer" 2>&1
+check "stoker-trainer itself links no CUDA library (the backend is a plugin)" \
+    eval '! grep -q "libcu" "$CT_TMP/ldd-trainer"'
+docker run --rm "$img" sh -c 'ldd $(find /usr/local/lib -name libstoker-cuda.so)' > "$CT_TMP/ldd" 2>&1
+check "the CUDA plugin libstoker-cuda.so is there: libcudart and libcublas resolve in /usr/local/cuda" \
     eval 'grep -q "libcudart.so.* => /usr/local/cuda" "$CT_TMP/ldd" && grep -q "libcublas.so.* => /usr/local/cuda" "$CT_TMP/ldd"'
-check "no unresolved shared library" eval '! grep -q "not found" "$CT_TMP/ldd"'
+check "no unresolved shared library" eval '! grep -q "not found" "$CT_TMP/ldd" "$CT_TMP/ldd-trainer"'
 compilers=$(docker run --rm "$img" sh -c 'for c in gcc cc c++ g++ nvcc as ld meson ninja; do command -v $c; done; ls /usr/local/cuda/bin /usr/lib/gcc 2>/dev/null')
 check "$img: no compiler, assembler, linker or nvcc in the image${compilers:+ (found: $(echo $compilers))}" [ -z "$compilers" ]
 
