@@ -27,6 +27,26 @@ pull_format_parse(const char *name, pull_format *out)
     return STOKER_OK;
 }
 
+// IEEE 754 binary16 to float, subnormals, infinities and NaN included.
+static float
+half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float f;
+    if (exp == 0x1f) {
+        uint32_t bits = sign | 0x7f800000u | (mant << 13);
+        memcpy(&f, &bits, sizeof(f));
+        return f;
+    }
+    if (exp == 0) {
+        f = (float)mant * (1.0f / 16777216.0f); // subnormal (or zero): mant * 2^-24
+        return sign ? -f : f;
+    }
+    uint32_t bits = sign | ((exp + 112) << 23) | (mant << 13);
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
 // Appends one element as text; returns the characters written (buf holds at least 40).
 static int
 format_elem(char *buf, int dtype, const uint8_t *p)
@@ -66,6 +86,21 @@ format_elem(char *buf, int dtype, const uint8_t *p)
         memcpy(&v, p, sizeof(v));
         return sprintf(buf, "%u", (unsigned)v);
     }
+    case STOKER_FLOAT16: {
+        uint16_t v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%.5g", (double)half_to_float(v));
+    }
+    case STOKER_BFLOAT16: {
+        uint16_t v;
+        memcpy(&v, p, sizeof(v));
+        uint32_t bits = (uint32_t)v << 16;
+        float f;
+        memcpy(&f, &bits, sizeof(f));
+        return sprintf(buf, "%.4g", (double)f);
+    }
+    case STOKER_BOOL:
+        return sprintf(buf, "%u", *p != 0);
     default:
         return sprintf(buf, "nan");
     }

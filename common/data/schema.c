@@ -25,6 +25,9 @@ static const struct {
     [STOKER_INT8] = {"int8", 1},
     [STOKER_INT16] = {"int16", 2},
     [STOKER_UINT16] = {"uint16", 2},
+    [STOKER_FLOAT16] = {"float16", 2},
+    [STOKER_BFLOAT16] = {"bfloat16", 2},
+    [STOKER_BOOL] = {"bool", 1},
 };
 
 size_t
@@ -130,6 +133,16 @@ stoker_schema_validate(const stoker_schema *s, char *err, size_t err_len)
     return STOKER_OK;
 }
 
+// "float32, float64, ..., bool": every dtype a schema may name, in table order.
+static void
+dtype_names(char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < STOKER_DTYPE_COUNT && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i > 1 ? ", " : "", dtypes[i].name);
+}
+
 static const char *
 skip_space(const char *p)
 {
@@ -175,12 +188,13 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
             return stoker_errorf(err, err_len, STOKER_INVALID,
                                  "schema: field '%s': expected a dtype", f->name);
         memcpy(dname, start, len);
-        if (stoker_dtype_parse(dname, &f->dtype) != STOKER_OK)
-            return stoker_errorf(
-                err, err_len, STOKER_INVALID,
-                "schema: field '%s': unknown dtype '%s' (float32, float64, int32, int64, "
-                "uint8, int8, int16, uint16)",
-                f->name, dname);
+        if (stoker_dtype_parse(dname, &f->dtype) != STOKER_OK) {
+            char names[160];
+            dtype_names(names, sizeof names);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "schema: field '%s': unknown dtype '%s' (%s)", f->name, dname,
+                                 names);
+        }
         p = skip_space(p);
         // shape: [d0,d1,...]; a missing shape means a scalar, [1].
         if (*p == '[') {

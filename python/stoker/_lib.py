@@ -38,6 +38,11 @@ DTYPES = {
     6: ("int8", "|i1", "b"),
     7: ("int16", "<i2", "h"),
     8: ("uint16", "<u2", "H"),
+    9: ("float16", "<f2", "e"),
+    # numpy has no bfloat16: the raw 16-bit patterns (a float32's upper half); Batch gives a
+    # torch.bfloat16 tensor instead when torch is installed (docs/schema.md).
+    10: ("bfloat16", "<u2", "H"),
+    11: ("bool", "|b1", "?"),
 }
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",

@@ -200,9 +200,32 @@ def _view(memory, address, nbytes):
     return buf
 
 
+_BFLOAT16 = 10  # STOKER_BFLOAT16
+_torch = None
+
+
+def _bfloat16(arr):
+    """A bfloat16 field's uint16 array as a torch.bfloat16 tensor over the same memory when torch
+    is installed (imported only when a schema has such a field), else the uint16 array as is."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+            _torch = torch
+        except ImportError:
+            _torch = False
+    if _torch is False or _np is None:
+        return arr
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+        return _torch.from_numpy(arr.view(_np.int16)).view(_torch.bfloat16)
+
+
 class Batch(dict):
     """One batch: a dict from field name to an array of shape (examples, field shape...), a
-    numpy array when numpy is installed, else a memoryview. Attributes: count (examples), runs
+    numpy array when numpy is installed, else a memoryview (a bfloat16 field: a torch.bfloat16
+    tensor when torch is installed, else its raw uint16 patterns; docs/schema.md). Attributes: count (examples), runs
     (list of Run), lease state. identities() gives each example's (session, seq).
     Release it (or let Client.batches do it) when you have trained on it."""
 
@@ -238,6 +261,8 @@ class Batch(dict):
                         arr.flags.writeable = False
                 else:
                     arr = memoryview(buf).cast("B").cast(fmt, dims)
+            if dtype.value == _BFLOAT16:
+                arr = _bfloat16(arr)
             self[name] = arr
         self.runs = []
         n_runs = lib.stoker_consumer_batch_n_runs(ptr)

@@ -58,7 +58,8 @@ def tensors(batch, fields=None, copy=False):
         # docstring says what that means for the tensors.
         warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
         for k in names:
-            t = torch.from_numpy(batch[k])
+            v = batch[k]
+            t = v if isinstance(v, torch.Tensor) else torch.from_numpy(v)  # bfloat16: a tensor
             out[k] = t.clone() if copy else t
     return out
 

@@ -22,6 +22,9 @@ typedef enum stoker_dtype {
     STOKER_INT8 = 6,
     STOKER_INT16 = 7,
     STOKER_UINT16 = 8,
+    STOKER_FLOAT16 = 9,   // IEEE 754 binary16
+    STOKER_BFLOAT16 = 10, // the upper 16 bits of a float32 (torch.bfloat16)
+    STOKER_BOOL = 11,     // one byte, 0 or 1
     STOKER_DTYPE_COUNT
 } stoker_dtype;
 
