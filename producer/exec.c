@@ -619,6 +619,11 @@ create(const char *cmd, const stoker_schema *schema, exec_format format, uint64_
     }
     for (uint32_t f = 0; f < schema->n_fields; f++) {
         stoker_dtype d = schema->fields[f].dtype;
+        if (schema->fields[f].variable)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "exec: field %s has a variable length, which exec cannot read "
+                                 "yet",
+                                 schema->fields[f].name);
         long long lo, hi;
         // Raw records are bytes of any dtype; text holds numbers exec can parse.
         if (format == EXEC_TEXT && d != STOKER_FLOAT32 && d != STOKER_FLOAT64 &&

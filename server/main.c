@@ -38,6 +38,12 @@ parse_schema(const char *value, void *base, char *err, size_t err_len)
     server_config *cfg = base;
     if (stoker_schema_parse(value, &cfg->broker.schema, err, err_len) != STOKER_OK)
         return 1;
+    int var = stoker_schema_first_variable(&cfg->broker.schema);
+    if (var >= 0) {
+        snprintf(err, err_len, "variable-length field '%s' is not carried by this broker yet",
+                 cfg->broker.schema.fields[var].name);
+        return 1;
+    }
     cfg->broker.has_schema = 1;
     return 0;
 }
@@ -119,7 +125,9 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_SECONDS_MS, AT(broker.trainer_timeout_ms), .dmin = 0.05, .dmax = 86400},
     {"schema", "SPEC",
      "accept only this schema, e.g. 'input:float32[10],output:float32[1]'\n"
-     "(default: the first producer's)",
+     "(default: the first producer's); fields NAME:DTYPE[DIMS], DIMS may\n"
+     "start with ? or ?<=N (a variable length), NAME:bytes is uint8[?]\n"
+     "(docs/schema.md)",
      STOKER_CLI_CUSTOM, AT(broker.schema), .parse = parse_schema},
     {"token-file", "F", "require the token in F from every peer", STOKER_CLI_TOKEN_FILE,
      AT(broker.token)},

@@ -11,7 +11,8 @@ int
 stoker_chunk_init(stoker_chunk *c, const stoker_schema *schema, uint32_t capacity)
 {
     memset(c, 0, sizeof(*c));
-    if (capacity == 0 || schema->n_fields == 0 || schema->n_fields > STOKER_MAX_FIELDS)
+    if (capacity == 0 || schema->n_fields == 0 || schema->n_fields > STOKER_MAX_FIELDS ||
+        stoker_schema_first_variable(schema) >= 0)
         return STOKER_INVALID;
     c->schema = *schema;
     c->capacity = capacity;

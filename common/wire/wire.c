@@ -56,6 +56,8 @@ schema_to_pb(const stoker_schema *s, schema_pb *pb)
         f->dtype = (uint32_t)s->fields[i].dtype;
         f->n_shape = s->fields[i].rank;
         f->shape = (uint32_t *)s->fields[i].shape;
+        f->variable = s->fields[i].variable != 0;
+        f->max_rows = s->fields[i].max_rows;
         pb->field_ptrs[i] = f;
     }
     pb->schema.n_fields = n;
@@ -88,6 +90,8 @@ schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, size_t e
         s.fields[i].rank = (uint32_t)f->n_shape;
         for (size_t d = 0; d < f->n_shape; d++)
             s.fields[i].shape[d] = f->shape[d];
+        s.fields[i].variable = f->variable ? 1 : 0;
+        s.fields[i].max_rows = f->max_rows;
     }
     s.n_fields = (uint32_t)pb->n_fields;
     int rv = stoker_schema_validate(&s, err, err_len);
