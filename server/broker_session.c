@@ -114,18 +114,6 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         send_code(b, out, token, STOKER_INVALID, "producer '%s' sent no schema", req->name);
         return;
     }
-    int var = stoker_schema_first_variable(&req->schema);
-    if (var >= 0) {
-        stoker_schema_format(&req->schema, got, sizeof(got));
-        stoker_warn("schema-refused: producer '%s' sends %s: variable-length field '%s' is not "
-                    "carried by this broker yet",
-                    req->name, got, req->schema.fields[var].name);
-        send_code(b, out, token, STOKER_INVALID,
-                  "producer '%s' sends %s: variable-length field '%s' is not carried by this "
-                  "broker yet",
-                  req->name, got, req->schema.fields[var].name);
-        return;
-    }
     if (b->has_schema && !stoker_schema_equal(&b->schema, &req->schema)) {
         stoker_schema_format(&req->schema, got, sizeof(got));
         stoker_schema_format(&b->schema, want, sizeof(want));
@@ -203,7 +191,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         if (!b->has_schema) {
             b->has_schema = 1;
             b->schema = req->schema;
-            b->example_bytes = stoker_schema_example_bytes(&b->schema);
+            b->example_bytes = broker_example_bytes(&b->schema);
             stoker_schema_format(&b->schema, want, sizeof(want));
             stoker_info("schema %s (from producer '%s')", want, req->name);
         }

@@ -38,12 +38,6 @@ parse_schema(const char *value, void *base, char *err, size_t err_len)
     server_config *cfg = base;
     if (stoker_schema_parse(value, &cfg->broker.schema, err, err_len) != STOKER_OK)
         return 1;
-    int var = stoker_schema_first_variable(&cfg->broker.schema);
-    if (var >= 0) {
-        snprintf(err, err_len, "variable-length field '%s' is not carried by this broker yet",
-                 cfg->broker.schema.fields[var].name);
-        return 1;
-    }
     cfg->broker.has_schema = 1;
     return 0;
 }
