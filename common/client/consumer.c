@@ -456,7 +456,7 @@ stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void
     uint64_t elems = (uint64_t)ch->count * stoker_field_elems(f);
     uint64_t rows = 0;
     if (f->variable) {
-        rows = stoker_chunk_var_offset(ch, field, ch->count);
+        rows = ch->offsets[field] != NULL ? stoker_chunk_var_offset(ch, field, ch->count) : 0;
         elems = rows * (stoker_field_row_bytes(f) / stoker_dtype_size(f->dtype));
     }
     if (data != NULL)
