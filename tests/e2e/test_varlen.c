@@ -56,6 +56,9 @@ run_path(int shm)
     e2e_broker_start(url, NULL);
     proc_child *a = var_producer(url, "a", "400", "7");
     proc_child *b = var_producer(url, "b", "300", "64");
+    // Both known before any consumer: the supply ends only when both are done.
+    cr_assert(h_wait_producer(url, "a", 0, 10000) && h_wait_producer(url, "b", 0, 10000),
+              "the producers did not say hello within 10 s");
     if (!shm)
         setenv("STOKER_SHM", "0", 1);
     stoker_trainer_client *tc = e2e_trainer_client(url, 16, 10000);

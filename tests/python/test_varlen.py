@@ -83,6 +83,7 @@ def test_socket_and_shared_memory_carry_every_value_exactly_once():
             with Cluster() as c:
                 a = var_producer(c, "a", 300, "--chunk", "7")
                 b = var_producer(c, "b", 200)  # chunks sized by bytes and time
+                c.wait_producers(2)  # the supply ends only when both are done
                 seen = {}
                 with stoker.Client(c.url, stall_timeout=10) as client:
                     drain(client, seen)
@@ -185,6 +186,7 @@ def test_a_dataset_gives_every_item_once_per_epoch():
     with Cluster("--dataset-size", str(n), "--epochs", "2") as c:
         var_producer(c, "a", 0, "--items", n, "--chunk", "4")
         var_producer(c, "b", 0, "--items", n)
+        c.wait_producers(2)
         per_epoch = {}
         with stoker.Client(c.url, stall_timeout=10) as client:
             for epoch in client.epochs(2, batch_size=8):
@@ -220,6 +222,7 @@ def test_a_group_of_two_ranks_shares_them_exactly_once():
     with Cluster() as c:
         var_producer(c, "a", 150, "--chunk", "7")
         var_producer(c, "b", 150)
+        c.wait_producers(2)
         outs = [os.path.join(c.dir, "r%d.json" % r) for r in range(2)]
         ranks = [subprocess.Popen([sys.executable, "-c", RANK, c.url, str(r), outs[r]],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
