@@ -214,8 +214,9 @@ main(int argc, char **argv)
     stoker_cli_init(&cli, "stoker-pull", "--broker URL [options]",
                     "Pulls batches from a stoker broker and writes their examples to stdout, one "
                     "example\nper line (all numbers of all fields in schema order, separated by "
-                    "spaces) or as raw\nlittle-endian records. Each batch is acknowledged once it "
-                    "is written.",
+                    "spaces) or as raw\nlittle-endian records; a variable-length value comes "
+                    "after its length in rows\n(a number, or a uint32 in raw records). Each batch "
+                    "is acknowledged once it is written.",
                     STOKER_LOG_WARN);
     cli.epilog = "Exit codes: 0 done, 3 data supply ended, 4 stalled, 5 group broken,\n"
                  "130 interrupted, 1 error, 2 usage.";

@@ -12,8 +12,22 @@ typedef struct field_view {
     const uint8_t *data;
     int dtype;
     size_t elem_bytes;
-    size_t elems; // per example
+    size_t elems;            // per example (a fixed field)
+    const uint64_t *offsets; // a variable field: examples + 1 row offsets; NULL for fixed
+    size_t row_elems;        // a variable field: elements per row
 } field_view;
+
+// Where example i's elements of field v are, and how many.
+static const uint8_t *
+example_of(const field_view *v, uint32_t i, size_t *elems)
+{
+    if (v->offsets == NULL) {
+        *elems = v->elems;
+        return v->data + (size_t)i * v->elems * v->elem_bytes;
+    }
+    *elems = (size_t)(v->offsets[i + 1] - v->offsets[i]) * v->row_elems;
+    return v->data + (size_t)v->offsets[i] * v->row_elems * v->elem_bytes;
+}
 
 int
 pull_format_parse(const char *name, pull_format *out)
@@ -25,6 +39,26 @@ pull_format_parse(const char *name, pull_format *out)
     else
         return STOKER_INVALID;
     return STOKER_OK;
+}
+
+// IEEE 754 binary16 to float, subnormals, infinities and NaN included.
+static float
+half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float f;
+    if (exp == 0x1f) {
+        uint32_t bits = sign | 0x7f800000u | (mant << 13);
+        memcpy(&f, &bits, sizeof(f));
+        return f;
+    }
+    if (exp == 0) {
+        f = (float)mant * (1.0f / 16777216.0f); // subnormal (or zero): mant * 2^-24
+        return sign ? -f : f;
+    }
+    uint32_t bits = sign | ((exp + 112) << 23) | (mant << 13);
+    memcpy(&f, &bits, sizeof(f));
+    return f;
 }
 
 // Appends one element as text; returns the characters written (buf holds at least 40).
@@ -66,6 +100,21 @@ format_elem(char *buf, int dtype, const uint8_t *p)
         memcpy(&v, p, sizeof(v));
         return sprintf(buf, "%u", (unsigned)v);
     }
+    case STOKER_FLOAT16: {
+        uint16_t v;
+        memcpy(&v, p, sizeof(v));
+        return sprintf(buf, "%.5g", (double)half_to_float(v));
+    }
+    case STOKER_BFLOAT16: {
+        uint16_t v;
+        memcpy(&v, p, sizeof(v));
+        uint32_t bits = (uint32_t)v << 16;
+        float f;
+        memcpy(&f, &bits, sizeof(f));
+        return sprintf(buf, "%.4g", (double)f);
+    }
+    case STOKER_BOOL:
+        return sprintf(buf, "%u", *p != 0);
     default:
         return sprintf(buf, "nan");
     }
@@ -88,36 +137,71 @@ pull_write(FILE *f, pull_format format, const stoker_consumer_batch *b, uint32_t
 {
     field_view fields[STOKER_MAX_FIELDS];
     uint32_t n_fields = 0;
-    size_t example_bytes = 0, example_elems = 0;
     void *data;
     int dtype;
+    uint32_t rank, shape[STOKER_MAX_RANK + 1];
     uint64_t count;
+    uint32_t examples = stoker_consumer_batch_count(b);
     while (n_fields < STOKER_MAX_FIELDS &&
-           stoker_consumer_batch_field(b, n_fields, &data, &dtype, NULL, NULL, &count, NULL) ==
+           stoker_consumer_batch_field(b, n_fields, &data, &dtype, &rank, shape, &count, NULL) ==
                STOKER_OK) {
-        field_view *v = &fields[n_fields++];
+        field_view *v = &fields[n_fields];
+        memset(v, 0, sizeof(*v));
         v->data = data;
         v->dtype = dtype;
         v->elem_bytes = stoker_dtype_size((stoker_dtype)dtype);
-        uint32_t examples = stoker_consumer_batch_count(b);
-        v->elems = examples > 0 ? (size_t)(count / examples) : 0;
-        example_bytes += v->elems * v->elem_bytes;
-        example_elems += v->elems;
+        uint64_t n_off;
+        if (stoker_consumer_batch_offsets(b, n_fields, &v->offsets, &n_off) == STOKER_OK) {
+            v->row_elems = 1; // (rows, dims after the first): a row is those dims
+            for (uint32_t d = 1; d < rank; d++)
+                v->row_elems *= shape[d];
+        } else {
+            v->elems = examples > 0 ? (size_t)(count / examples) : 0;
+        }
+        n_fields++;
     }
-    if (n > stoker_consumer_batch_count(b))
-        n = stoker_consumer_batch_count(b);
-    // One example's worth of output at a time: raw bytes, or at most 40 characters a number.
-    size_t cap = format == PULL_RAW ? example_bytes : example_elems * 40 + 2;
-    uint8_t *buf = malloc(cap > 0 ? cap : 1);
-    if (buf == NULL)
-        return STOKER_NOMEM;
+    if (n > examples)
+        n = examples;
+    size_t cap = 0;
+    uint8_t *buf = NULL;
     int rv = STOKER_OK;
     for (uint32_t i = 0; i < n && rv == STOKER_OK; i++) {
+        // One example's worth of output at a time: raw bytes (a variable value after its
+        // length, 4 bytes), or at most 40 characters a number (and its length first).
+        size_t need = 2;
+        for (uint32_t fi = 0; fi < n_fields; fi++) {
+            size_t elems;
+            (void)example_of(&fields[fi], i, &elems);
+            need += format == PULL_RAW ? elems * fields[fi].elem_bytes + 4 : elems * 40 + 41;
+        }
+        if (need > cap) {
+            uint8_t *grown = realloc(buf, need);
+            if (grown == NULL) {
+                free(buf);
+                return STOKER_NOMEM;
+            }
+            buf = grown;
+            cap = need;
+        }
         size_t len = 0;
         for (uint32_t fi = 0; fi < n_fields; fi++) {
             const field_view *v = &fields[fi];
-            const uint8_t *p = v->data + (size_t)i * v->elems * v->elem_bytes;
-            for (size_t e = 0; e < v->elems; e++, p += v->elem_bytes) {
+            size_t elems;
+            const uint8_t *p = example_of(v, i, &elems);
+            if (v->offsets != NULL) {
+                uint32_t rows = (uint32_t)(v->offsets[i + 1] - v->offsets[i]);
+                if (format == PULL_RAW) {
+                    uint8_t le[4] = {(uint8_t)rows, (uint8_t)(rows >> 8), (uint8_t)(rows >> 16),
+                                     (uint8_t)(rows >> 24)};
+                    memcpy(buf + len, le, 4);
+                    len += 4;
+                } else {
+                    if (len > 0)
+                        buf[len++] = ' ';
+                    len += (size_t)sprintf((char *)buf + len, "%u", rows);
+                }
+            }
+            for (size_t e = 0; e < elems; e++, p += v->elem_bytes) {
                 if (format == PULL_RAW) {
                     put_le(buf + len, p, v->elem_bytes);
                     len += v->elem_bytes;

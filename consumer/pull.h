@@ -1,7 +1,9 @@
 // Writing batches of the consumer API to a stream, as text (one example per line: the numbers of
 // all fields in schema order, separated by spaces, the format the exec producer reads) or raw
-// records (per example, the fields in schema order, elements little-endian). It only formats:
-// pulling, acknowledging and exit codes are main.c's.
+// records (per example, the fields in schema order, elements little-endian). A variable-length
+// field's value is preceded by its length in rows: a number in text, a uint32 little-endian in
+// raw records (docs/schema.md). It only formats: pulling, acknowledging and exit codes are
+// main.c's.
 #ifndef CONSUMER_PULL_H
 #define CONSUMER_PULL_H
 

@@ -127,6 +127,22 @@ main(int argc, char **argv)
         msg(s, 2, fuzz_pull(FUZZ_TRAINER, 8, 1000, 0, NULL));
         tick(s, 12000);
         save(s, dir, "full-loss", fl);
+        // Variable-length values (issue 27): good pushes delivered, bad offsets refused.
+        start(s, fl | FUZZ_FLAG_NO_PREAMBLE);
+        msg(s, 1, fuzz_hello_var(FUZZ_PRODUCER, "v", s->token));
+        msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 0, 4, FUZZ_VAR_GOOD));
+        msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 4, 3, FUZZ_VAR_DECREASING));
+        msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 4, 3, FUZZ_VAR_OVER_BOUND));
+        msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 4, 3, FUZZ_VAR_PAST_DATA));
+        msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 4, 3, FUZZ_VAR_NOT_ZERO));
+        msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 4, 5, FUZZ_VAR_GOOD));
+        msg(s, 2, fuzz_hello(FUZZ_TRAINER, STOKER_ROLE_TRAINER, "t", s->token, 0));
+        msg(s, 2, fuzz_pull(FUZZ_TRAINER, 6, 50, 0, NULL));
+        msg(s, 2, fuzz_pull(FUZZ_TRAINER, 6, 50, 1, lease1));
+        close_pipe(s, 2); // the second lease goes back
+        msg(s, 3, fuzz_hello(0x4444, STOKER_ROLE_TRAINER, "u", s->token, 0));
+        msg(s, 3, fuzz_pull(0x4444, 9, 50, 0, NULL));
+        save(s, dir, "varlen", fl);
         // A conversation from nothing.
         start(s, fl | FUZZ_FLAG_NO_PREAMBLE);
         msg(s, 1, fuzz_push(FUZZ_PRODUCER, 0, 1)); // before hello

@@ -25,6 +25,17 @@
 enum { FUZZ_OP_MESSAGE = 0, FUZZ_OP_TICK = 1, FUZZ_OP_CLOSE = 2 };
 enum { FUZZ_FLAG_TOKEN = 1, FUZZ_FLAG_SMALL = 2, FUZZ_FLAG_NO_PREAMBLE = 4 };
 
+// A schema with a variable-length field (issue 27), for conversations without the preamble.
+#define FUZZ_VAR_SCHEMA "t:int32[?<=8],x:float32[2]"
+// What fuzz_push_var does to the offsets of its variable field.
+enum {
+    FUZZ_VAR_GOOD = 0,
+    FUZZ_VAR_DECREASING, // an offset below the one before it
+    FUZZ_VAR_OVER_BOUND, // a value of 9 rows (the bound is 8)
+    FUZZ_VAR_PAST_DATA,  // the last offset beyond the values sent
+    FUZZ_VAR_NOT_ZERO,   // the first offset is not 0
+};
+
 // The schema FUZZ_SCHEMA (parsed once).
 const stoker_schema *fuzz_schema(void);
 
@@ -32,6 +43,10 @@ const stoker_schema *fuzz_schema(void);
 nng_msg *fuzz_hello(uint64_t session, stoker_role role, const char *name, const char *token,
                     int with_schema);
 nng_msg *fuzz_push(uint64_t session, uint64_t first_seq, uint32_t count);
+// A hello of a producer with FUZZ_VAR_SCHEMA, and its pushes: example k has k % 5 tokens, the
+// offsets then changed as `how` says.
+nng_msg *fuzz_hello_var(uint64_t session, const char *name, const char *token);
+nng_msg *fuzz_push_var(uint64_t session, uint64_t first_seq, uint32_t count, int how);
 nng_msg *fuzz_pull(uint64_t session, uint32_t max_examples, uint32_t wait_ms, uint32_t n_acks,
                    const uint64_t *acks);
 nng_msg *fuzz_ack(uint64_t session, uint32_t n_acks, const uint64_t *acks);

@@ -619,10 +619,18 @@ create(const char *cmd, const stoker_schema *schema, exec_format format, uint64_
     }
     for (uint32_t f = 0; f < schema->n_fields; f++) {
         stoker_dtype d = schema->fields[f].dtype;
-        long long lo, hi;
-        if (d != STOKER_FLOAT32 && d != STOKER_FLOAT64 && !int_range(d, &lo, &hi)) {
+        if (schema->fields[f].variable)
             return stoker_errorf(err, err_len, STOKER_INVALID,
-                                 "exec: field %s has dtype %s, which exec cannot read",
+                                 "exec: field %s has a variable length, which exec cannot read "
+                                 "yet",
+                                 schema->fields[f].name);
+        long long lo, hi;
+        // Raw records are bytes of any dtype; text holds numbers exec can parse.
+        if (format == EXEC_TEXT && d != STOKER_FLOAT32 && d != STOKER_FLOAT64 &&
+            !int_range(d, &lo, &hi)) {
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "exec: field %s has dtype %s, which the text format cannot read "
+                                 "(use --format raw)",
                                  schema->fields[f].name, stoker_dtype_name(d));
         }
     }

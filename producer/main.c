@@ -204,8 +204,11 @@ static const stoker_cli_option synthetic_rows[] = {
 static const stoker_cli_option exec_rows[] = {
     {"exec", "'CMD'", "run CMD with /bin/sh -c and read examples from its stdout",
      STOKER_CLI_STRING, AT(exec_cmd)},
-    {"schema", "SPEC", "e.g. 'input:float32[10],output:float32[1]'", STOKER_CLI_STRING,
-     AT(schema_spec)},
+    {"schema", "SPEC",
+     "e.g. 'input:float32[10],output:float32[1]'; fields NAME:DTYPE[DIMS],\n"
+     "DIMS may start with ? or ?<=N (a variable length), NAME:bytes is\n"
+     "uint8[?] (docs/schema.md)",
+     STOKER_CLI_STRING, AT(schema_spec)},
     {"format", "text|raw", "one example per line, or little-endian records", STOKER_CLI_ENUM,
      AT(format), .choices = formats},
 };

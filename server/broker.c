@@ -62,7 +62,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
     if (cfg->has_schema) {
         b->has_schema = 1;
         b->schema = cfg->schema;
-        b->example_bytes = stoker_schema_example_bytes(&b->schema);
+        b->example_bytes = broker_example_bytes(&b->schema);
     }
     if (cfg->arena_bytes > 0) {
         char err[256];

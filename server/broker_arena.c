@@ -596,12 +596,13 @@ broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_
 
 int
 broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease, const stoker_schema *schema,
-                     uint32_t count, uint64_t *offset)
+                     const stoker_chunk_part *parts, uint32_t n_parts, uint32_t count,
+                     uint64_t *offset)
 {
     size_t sizes[STOKER_MAX_FIELDS];
     uint64_t offsets[STOKER_MAX_FIELDS];
     for (uint32_t f = 0; f < schema->n_fields; f++)
-        sizes[f] = stoker_field_bytes(&schema->fields[f]) * count;
+        sizes[f] = (size_t)stoker_wire_blob_bytes(schema, f, parts, n_parts, count);
     uint64_t len = stoker_arena_layout(0, schema->n_fields, sizes, offsets);
     uint64_t at;
     pthread_mutex_lock(&a->lock);
@@ -645,17 +646,10 @@ broker_arena_fill(broker_arena *a, uint64_t lease, uint64_t offset, const stoker
         size_t sizes[STOKER_MAX_FIELDS];
         uint64_t offsets[STOKER_MAX_FIELDS];
         for (uint32_t f = 0; f < schema->n_fields; f++)
-            sizes[f] = stoker_field_bytes(&schema->fields[f]) * count;
+            sizes[f] = (size_t)stoker_wire_blob_bytes(schema, f, parts, n_parts, count);
         (void)stoker_arena_layout(0, schema->n_fields, sizes, offsets);
-        for (uint32_t f = 0; f < schema->n_fields; f++) {
-            uint8_t *dst = a->base + offset + offsets[f];
-            size_t fb = stoker_field_bytes(&schema->fields[f]);
-            for (uint32_t k = 0; k < n_parts; k++) {
-                size_t n = fb * parts[k].count;
-                memcpy(dst, parts[k].data[f], n);
-                dst += n;
-            }
-        }
+        for (uint32_t f = 0; f < schema->n_fields; f++)
+            stoker_wire_blob_write(schema, f, parts, n_parts, count, a->base + offset + offsets[f]);
     }
     pthread_mutex_lock(&a->lock);
     int i = find_lease(a, lease);

@@ -37,11 +37,13 @@ uint64_t broker_arena_pool_ticket(broker_arena *a, uint64_t session);
 int broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_t err_len);
 
 // Reserves a region for lease (count examples of schema) of the consumer that holds secret.
+// Reserves a region for the count examples in parts (their blobs' sizes, stoker_wire_blob_bytes).
 // STOKER_OK with *offset; STOKER_NOT_FOUND when no connected consumer holds secret (unknown, or
 // its connection ended); STOKER_LIMIT when no free region is large enough. Either way the caller
 // sends bytes instead. The region is never reused before broker_arena_fill.
 int broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease,
-                         const stoker_schema *schema, uint32_t count, uint64_t *offset);
+                         const stoker_schema *schema, const stoker_chunk_part *parts,
+                         uint32_t n_parts, uint32_t count, uint64_t *offset);
 // Copies the examples in parts into lease's region at offset (blob layout: stoker_arena_layout),
 // then lets the region be reused as usual; with parts NULL only the latter (the reply is not
 // sent). Meant to run outside the broker's lock: the copy is the costly part of a batch.

@@ -21,7 +21,7 @@ commit_hold(broker *b, const trainer *t, lease *l)
 {
     if (!t->commit || l == NULL)
         return;
-    l->held_bytes = (uint64_t)l->count * b->example_bytes;
+    l->held_bytes = l->bytes;
     b->held_bytes += l->held_bytes;
 }
 

@@ -62,6 +62,7 @@ typedef struct lease {
     struct lease *next;
     uint64_t id;
     uint32_t count; // examples
+    uint64_t bytes; // their bytes (stoker_chunk_bytes): what left the queues' byte count
     uint32_t n_parts, cap_parts;
     lease_part *parts;   // in example order
     uint64_t held_bytes; // counted in the broker's held_bytes (a committing trainer's lease)

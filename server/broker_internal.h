@@ -111,6 +111,11 @@ void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
 uint32_t retain_depth(const broker *b);
 // --- broker_queues.c: queue sizing ---
 
+// The fewest bytes one example of schema takes in the queues: its fixed fields, plus 8 bytes of
+// offsets per variable field (whose values count as they come, stoker_chunk_bytes). What the
+// queues' sizing estimates with; the byte limits themselves count real bytes.
+size_t broker_example_bytes(const stoker_schema *schema);
+
 // Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes
 // (nothing when the depth is fixed). Called before pulls are served.
 void queues_resize(broker *b);

@@ -68,6 +68,7 @@ return_lease(broker *b, lease *l, int unused)
     for (uint32_t r = l->n_parts; r-- > 0;) {
         lease_part *part = &l->parts[r];
         uint32_t n = part->range.count;
+        uint64_t bytes = queue_range_bytes(&part->range);
         producer *p = find_producer_id(b, part->producer);
         if (p == NULL || queue_put_back(&p->q, &part->range) != STOKER_OK) {
             // Never expected: producers with examples in flight are not evicted, and a put back
@@ -89,7 +90,7 @@ return_lease(broker *b, lease *l, int unused)
             p->redelivered += n;
             b->c.redelivered += n;
         }
-        b->queued_bytes += (uint64_t)n * b->example_bytes;
+        b->queued_bytes += bytes;
         total += n;
     }
     if (b->arena != NULL)
@@ -153,7 +154,7 @@ skip_trained(broker *b, producer *p, uint32_t want)
 {
     if (b->epochs != NULL || (p->trained.n == 0 && queue_head_seq(&p->q) >= p->trained.through))
         return want;
-    uint64_t from = queue_head_seq(&p->q), dropped = 0;
+    uint64_t from = queue_head_seq(&p->q), dropped = 0, dropped_bytes = 0;
     // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
     // were trained, seq-jump): drop what the head holds of the trained run at the head, then look
     // again, never more than the run (issue 26: counting the run in seqs dropped untrained
@@ -170,13 +171,14 @@ skip_trained(broker *b, producer *p, uint32_t want)
         uint32_t got = queue_take(&p->q, run < UINT32_MAX ? (uint32_t)run : UINT32_MAX, &r);
         if (got == 0)
             break;
+        dropped_bytes += queue_range_bytes(&r);
         queue_range_release(&r);
         dropped += got;
     }
     p->acknowledged += dropped;
     b->c.queued -= dropped;
     b->c.acknowledged += dropped;
-    b->queued_bytes -= dropped * b->example_bytes;
+    b->queued_bytes -= dropped_bytes;
     stoker_info("trained-dropped: %llu examples of producer %u '%s' from seq %llu pushed again "
                 "were trained before (a trainer said so): dropped, not delivered again",
                 (unsigned long long)dropped, p->id, p->name, (unsigned long long)from);
@@ -237,6 +239,7 @@ take_lease(broker *b, trainer *t, uint32_t max)
                 part->session = p->session;
                 l->n_parts++;
                 l->count += got;
+                l->bytes += queue_range_bytes(&part->range);
                 p->delivered += got;
                 p->in_flight += got;
                 want -= got;
@@ -250,7 +253,7 @@ done:
         return NULL;
     }
     b->c.queued -= l->count;
-    b->queued_bytes -= (uint64_t)l->count * b->example_bytes;
+    b->queued_bytes -= l->bytes;
     b->c.in_flight += l->count;
     b->c.delivered += l->count;
     l->id = b->next_lease_id++;
@@ -379,12 +382,12 @@ arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply
 {
     *fill = NULL;
     int rv = secret != 0 && b->arena != NULL
-                 ? broker_arena_reserve(b->arena, secret, l->id, &b->schema, l->count,
-                                        &rep->arena_offset)
+                 ? broker_arena_reserve(b->arena, secret, l->id, &b->schema, rep->parts,
+                                        rep->n_parts, l->count, &rep->arena_offset)
                  : STOKER_NOT_FOUND;
     t->in_arena = rv == STOKER_OK;
     rep->in_arena = t->in_arena;
-    uint64_t bytes = (uint64_t)l->count * b->example_bytes;
+    uint64_t bytes = l->bytes;
     t->delivery =
         rv == STOKER_OK || rv == STOKER_LIMIT ? STOKER_DELIVERY_SHM : STOKER_DELIVERY_SOCKET;
     t->arena_full += rv == STOKER_LIMIT;
@@ -422,8 +425,10 @@ describe_lease(const broker *b, const lease *l, stoker_reply *rep)
         const uint64_t *part_items = queue_range_items(&part->range);
         for (uint32_t j = 0; items != NULL && j < part->range.count; j++)
             items[at++] = part_items != NULL ? part_items[j] : UINT64_MAX;
-        for (uint32_t f = 0; f < b->schema.n_fields; f++)
+        for (uint32_t f = 0; f < b->schema.n_fields; f++) {
             parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
+            parts[i].offsets[f] = queue_range_offsets(&part->range, f);
+        }
         parts[i].count = part->range.count;
         runs[i] = (stoker_run){.producer = part->producer,
                                .session = part->session,

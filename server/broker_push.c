@@ -120,7 +120,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     }
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
-    uint64_t fresh_bytes = (uint64_t)fresh * b->example_bytes;
+    uint64_t fresh_bytes = stoker_chunk_bytes(&req->chunk, skip, fresh); // real bytes
     // An empty sized queue takes any chunk the broker accepts (broker_max_chunk): the depth may
     // have shrunk below the chunk since (more producers alive); --max-bytes still bounds it.
     uint64_t depth = b->queue_depth;

@@ -125,3 +125,12 @@ queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued)
                  t->id, t->name, max, alive, b->queue_depth, (unsigned long long)queued);
     stoker_warn("queue-limit: %s", b->queue_limit);
 }
+
+size_t
+broker_example_bytes(const stoker_schema *schema)
+{
+    size_t bytes = stoker_schema_example_bytes(schema);
+    for (uint32_t i = 0; i < schema->n_fields; i++)
+        bytes += schema->fields[i].variable ? 8 : 0;
+    return bytes;
+}

@@ -191,7 +191,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         if (!b->has_schema) {
             b->has_schema = 1;
             b->schema = req->schema;
-            b->example_bytes = stoker_schema_example_bytes(&b->schema);
+            b->example_bytes = broker_example_bytes(&b->schema);
             stoker_schema_format(&b->schema, want, sizeof(want));
             stoker_info("schema %s (from producer '%s')", want, req->name);
         }

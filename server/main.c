@@ -119,7 +119,9 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_SECONDS_MS, AT(broker.trainer_timeout_ms), .dmin = 0.05, .dmax = 86400},
     {"schema", "SPEC",
      "accept only this schema, e.g. 'input:float32[10],output:float32[1]'\n"
-     "(default: the first producer's)",
+     "(default: the first producer's); fields NAME:DTYPE[DIMS], DIMS may\n"
+     "start with ? or ?<=N (a variable length), NAME:bytes is uint8[?]\n"
+     "(docs/schema.md)",
      STOKER_CLI_CUSTOM, AT(broker.schema), .parse = parse_schema},
     {"token-file", "F", "require the token in F from every peer", STOKER_CLI_TOKEN_FILE,
      AT(broker.token)},

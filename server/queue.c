@@ -57,10 +57,16 @@ queue_fini(queue *q)
     q->examples = q->bytes = 0;
 }
 
-static void
-account(queue *q, uint32_t n, int sign)
+uint64_t
+queue_range_bytes(const queue_range *r)
 {
-    uint64_t bytes = (uint64_t)n * stoker_schema_example_bytes(q->schema);
+    return r->block != NULL ? stoker_chunk_bytes(&r->block->req->chunk, r->first, r->count) : 0;
+}
+
+// n examples of bytes bytes in all come (sign > 0) or go.
+static void
+account(queue *q, uint32_t n, uint64_t bytes, int sign)
+{
     if (sign > 0) {
         q->examples += n;
         q->bytes += bytes;
@@ -95,7 +101,7 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
     else
         q->head = node;
     q->tail = node;
-    account(q, n, +1);
+    account(q, n, queue_range_bytes(&node->range), +1);
     return STOKER_OK;
 }
 
@@ -109,7 +115,7 @@ queue_take(queue *q, uint32_t max, queue_range *out)
     uint32_t n = r->count < max ? r->count : max;
     *out =
         (queue_range){.block = r->block, .first = r->first, .count = n, .first_seq = r->first_seq};
-    account(q, n, -1);
+    account(q, n, queue_range_bytes(out), -1);
     if (n == r->count) { // the whole range: its reference moves to *out
         q->head = node->next;
         if (q->head == NULL)
@@ -141,14 +147,25 @@ queue_put_back(queue *q, const queue_range *r)
     q->head = node;
     if (q->tail == NULL)
         q->tail = node;
-    account(q, r->count, +1);
+    account(q, r->count, queue_range_bytes(r), +1);
     return STOKER_OK;
 }
 
 const uint8_t *
 queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f)
 {
-    return r->block->req->chunk.data[f] + (size_t)r->first * stoker_field_bytes(&schema->fields[f]);
+    const stoker_chunk *c = &r->block->req->chunk;
+    if (schema->fields[f].variable)
+        return c->data[f] +
+               stoker_chunk_var_offset(c, f, r->first) * stoker_field_row_bytes(&schema->fields[f]);
+    return c->data[f] + (size_t)r->first * stoker_field_bytes(&schema->fields[f]);
+}
+
+const uint8_t *
+queue_range_offsets(const queue_range *r, uint32_t f)
+{
+    const stoker_chunk *c = &r->block->req->chunk;
+    return c->offsets[f] != NULL ? (const uint8_t *)c->offsets[f] + (size_t)r->first * 8 : NULL;
 }
 
 const uint64_t *

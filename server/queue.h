@@ -26,7 +26,7 @@ typedef struct queue {
     const stoker_schema *schema; // borrowed from the broker
     qnode *head, *tail;
     uint64_t examples;
-    uint64_t bytes;
+    uint64_t bytes; // real bytes of the examples held (queue_range_bytes)
 } queue;
 
 void queue_init(queue *q, const stoker_schema *schema);
@@ -52,6 +52,11 @@ void queue_range_release(queue_range *r);
 void queue_range_retain(const queue_range *r);
 // Where field f of the range's first example is (the range's examples follow contiguously).
 const uint8_t *queue_range_field(const queue_range *r, const stoker_schema *schema, uint32_t f);
+// A variable field f's count + 1 offsets for the range (as they lie in the push: little-endian,
+// any alignment, starting where the range starts), or NULL for a fixed field.
+const uint8_t *queue_range_offsets(const queue_range *r, uint32_t f);
+// The range's bytes as the broker's limits count them (stoker_chunk_bytes); 0 for a zeroed range.
+uint64_t queue_range_bytes(const queue_range *r);
 // The dataset items of the range's examples (one each, in order), or NULL for a stream's.
 const uint64_t *queue_range_items(const queue_range *r);
 

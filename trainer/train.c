@@ -148,6 +148,15 @@ check_fields(const train_config *cfg, const stoker_schema *schema, int *in_idx, 
                              cfg->target_field, spec);
     }
     const stoker_field *in = &schema->fields[*in_idx], *tgt = &schema->fields[*tgt_idx];
+    for (int k = 0; k < 2; k++) {
+        const stoker_field *f = k == 0 ? in : tgt;
+        if (f->variable)
+            return stoker_errorf(why, why_len, STOKER_SCHEMA_MISMATCH,
+                                 "%s field '%s' has a variable length; the MLP trainer takes "
+                                 "fixed-shape fields only (schema %s): pad or pack it in your own "
+                                 "loop (docs/schema.md)",
+                                 k == 0 ? "input" : "target", f->name, spec);
+    }
     if (in->dtype != STOKER_FLOAT32 && in->dtype != STOKER_UINT8) {
         return stoker_errorf(why, why_len, STOKER_INVALID,
                              "input field '%s' is %s; the trainer takes float32, or uint8 "
@@ -407,9 +416,10 @@ train_run(const train_config *cfg, train_result *res)
 
     int in_idx = -1, tgt_idx = -1;
     uint32_t in_dim = 0, out_dim = 0;
-    if (check_fields(cfg, src->ops->schema(src), &in_idx, &tgt_idx, &in_dim, &out_dim, why,
-                     sizeof(why)) != STOKER_OK) {
+    if ((rv = check_fields(cfg, src->ops->schema(src), &in_idx, &tgt_idx, &in_dim, &out_dim, why,
+                           sizeof(why))) != STOKER_OK) {
         set_reason(res, TRAIN_ERROR, "%s", why);
+        res->usage = rv == STOKER_SCHEMA_MISMATCH;
         goto done;
     }
     mlp_config mc = {
@@ -575,7 +585,7 @@ done:
     free(view.y);
     mlp_destroy(net);
     backend_destroy(be);
-    return exit_code(res->status);
+    return res->usage ? 2 : exit_code(res->status);
 }
 
 static double

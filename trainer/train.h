@@ -77,6 +77,7 @@ typedef struct train_event {
 typedef struct train_result {
     train_status status;
     char reason[512];
+    int usage;       // with TRAIN_ERROR: the data does not fit this trainer at all (exit 2)
     char device[16]; // "cpu" | "gpu"
     uint64_t rounds, batches, examples;
     double seconds, examples_per_second, final_loss, first_round_loss, data_wait_fraction;

@@ -249,6 +249,17 @@ stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32_t *
     return (int)f->rank;
 }
 
+int
+stoker_consumer_field_variable(const stoker_consumer *c, uint32_t field, uint32_t *max_rows)
+{
+    const stoker_field *f = field_at(c, field);
+    if (f == NULL)
+        return -1;
+    if (max_rows != NULL)
+        *max_rows = f->max_rows;
+    return f->variable ? 1 : 0;
+}
+
 // The broker's account of the producers that went away: the last lost/finished event this
 // consumer heard of, or, when it heard none (it connected after they went), their states.
 static void
@@ -443,13 +454,22 @@ stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void
         return STOKER_INVALID;
     const stoker_field *f = &ch->schema.fields[field];
     uint64_t elems = (uint64_t)ch->count * stoker_field_elems(f);
+    uint64_t rows = 0;
+    if (f->variable) {
+        rows = ch->offsets[field] != NULL ? stoker_chunk_var_offset(ch, field, ch->count) : 0;
+        elems = rows * (stoker_field_row_bytes(f) / stoker_dtype_size(f->dtype));
+    }
     if (data != NULL)
         *data = ch->data[field];
     if (dtype != NULL)
         *dtype = (int)f->dtype;
     if (rank != NULL)
-        *rank = f->rank + 1;
-    if (shape != NULL) {
+        *rank = f->variable ? f->rank : f->rank + 1;
+    if (shape != NULL && f->variable) {
+        shape[0] = (uint32_t)rows; // (rows, dims after the first): the values concatenated
+        for (uint32_t i = 1; i < f->rank; i++)
+            shape[i] = f->shape[i];
+    } else if (shape != NULL) {
         shape[0] = ch->count;
         for (uint32_t i = 0; i < f->rank; i++)
             shape[i + 1] = f->shape[i];
@@ -458,6 +478,19 @@ stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void
         *count = elems;
     if (bytes != NULL)
         *bytes = elems * stoker_dtype_size(f->dtype);
+    return STOKER_OK;
+}
+
+int
+stoker_consumer_batch_offsets(const stoker_consumer_batch *b, uint32_t field,
+                              const uint64_t **offsets, uint64_t *n)
+{
+    const stoker_chunk *ch = &b->batch->chunk;
+    if (field >= ch->schema.n_fields || !ch->schema.fields[field].variable ||
+        ch->offsets[field] == NULL)
+        return STOKER_INVALID;
+    *offsets = ch->offsets[field];
+    *n = (uint64_t)ch->count + 1;
     return STOKER_OK;
 }
 

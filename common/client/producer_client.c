@@ -357,6 +357,15 @@ attach_pool(stoker_producer_client *pc, const stoker_reply *rep)
     }
     if (pc->pool != NULL && push_pool_attached_to(pc->pool, rep->arena_socket))
         return; // the same broker: the secret it gave stays good
+    if (stoker_schema_first_variable(&pc->schema) >= 0) {
+        // The pool lays out fixed-size fields only: variable-length values go as bytes.
+        if (!pc->pool_said)
+            stoker_info("producer '%s': on the broker's host, but pushes of variable-length "
+                        "fields go as bytes (not by reference yet)",
+                        pc->name);
+        pc->pool_said = 2;
+        return;
+    }
     char err[256];
     int rv = STOKER_OK;
     if (pc->pool == NULL &&

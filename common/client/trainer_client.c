@@ -800,13 +800,25 @@ drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
         }
         *c = copy;
     }
+    // Variable-length values cannot move in place (offsets): the kept examples go to a copy.
+    int var = stoker_schema_first_variable(&c->schema) >= 0;
+    stoker_chunk fresh = {0};
+    if (var && stoker_chunk_init(&fresh, &c->schema, c->count) != STOKER_OK) {
+        free(runs);
+        stoker_warn("trainer: out of memory dropping %llu examples seen before; kept",
+                    (unsigned long long)dups);
+        return;
+    }
     uint32_t n_runs = 0, kept = 0, at = 0;
     for (uint32_t i = 0; i < b->n_runs; i++) {
         const stoker_run *r = &b->runs[i];
         for (uint64_t q = r->first_seq; q < r->first_seq + r->count; q++, at++) {
             if (idset_count(tc->seen, r->session, q, 1) > 0)
                 continue;
-            for (uint32_t f = 0; f < c->schema.n_fields; f++) {
+            if (var && stoker_chunk_append(&fresh, c, at, 1) != STOKER_OK)
+                stoker_warn("trainer: out of memory copying example %u of batch %llu", at,
+                            (unsigned long long)b->lease);
+            for (uint32_t f = 0; f < c->schema.n_fields && !var; f++) {
                 size_t w = stoker_field_bytes(&c->schema.fields[f]);
                 if (kept != at)
                     memmove(c->data[f] + (size_t)kept * w, c->data[f] + (size_t)at * w, w);
@@ -831,6 +843,11 @@ drop_seen(stoker_trainer_client *tc, stoker_batch *b, uint64_t dups)
     free(b->runs);
     b->runs = runs;
     b->n_runs = n_runs;
+    if (var) {
+        if (c->owns_data)
+            stoker_chunk_fini(c);
+        *c = fresh;
+    }
     c->count = kept;
 }
 
@@ -867,8 +884,10 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
         return STOKER_NOMEM;
     }
     b->chunk = rep->chunk;
-    int rv = stoker_wire_bind_chunk(&b->chunk, rep->n_data, rep->data_len, &tc->schema, err,
-                                    sizeof(err));
+    // A batch in the arena is bound once its blobs are found there (below).
+    int rv = rep->in_arena ? STOKER_OK
+                           : stoker_wire_bind_chunk(&b->chunk, rep->n_data, rep->data_len,
+                                                    &tc->schema, err, sizeof(err));
     if (rv != STOKER_OK) {
         stoker_error("trainer: malformed batch from broker: %s", err);
         stoker_reply_free(rep);
@@ -886,6 +905,13 @@ make_batch(stoker_trainer_client *tc, stoker_reply *rep, stoker_batch **out)
         stoker_warn("trainer: batch carries %u items for %u examples; items ignored", rep->n_items,
                     b->chunk.count);
     if (rep->in_arena && (rv = arena_batch(tc, rep, b)) != STOKER_OK) {
+        stoker_batch_destroy(b);
+        return rv;
+    }
+    if (rep->in_arena &&
+        (rv = stoker_wire_bind_chunk(&b->chunk, rep->n_data, rep->data_len, &tc->schema, err,
+                                     sizeof(err))) != STOKER_OK) {
+        stoker_error("trainer: malformed batch from broker: %s", err);
         stoker_batch_destroy(b);
         return rv;
     }

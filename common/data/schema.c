@@ -25,6 +25,9 @@ static const struct {
     [STOKER_INT8] = {"int8", 1},
     [STOKER_INT16] = {"int16", 2},
     [STOKER_UINT16] = {"uint16", 2},
+    [STOKER_FLOAT16] = {"float16", 2},
+    [STOKER_BFLOAT16] = {"bfloat16", 2},
+    [STOKER_BOOL] = {"bool", 1},
 };
 
 size_t
@@ -67,6 +70,25 @@ stoker_field_bytes(const stoker_field *field)
 }
 
 size_t
+stoker_field_row_bytes(const stoker_field *field)
+{
+    size_t n = stoker_dtype_size(field->dtype);
+    for (uint32_t i = 1; i < field->rank && i < STOKER_MAX_RANK; i++)
+        n *= field->shape[i];
+    return n;
+}
+
+int
+stoker_schema_first_variable(const stoker_schema *schema)
+{
+    for (uint32_t i = 0; i < schema->n_fields && i < STOKER_MAX_FIELDS; i++) {
+        if (schema->fields[i].variable)
+            return (int)i;
+    }
+    return -1;
+}
+
+size_t
 stoker_schema_example_bytes(const stoker_schema *schema)
 {
     size_t n = 0;
@@ -105,17 +127,33 @@ stoker_schema_validate(const stoker_schema *s, char *err, size_t err_len)
         if (f->rank > STOKER_MAX_RANK)
             return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': rank %u over %d",
                                  f->name, f->rank, STOKER_MAX_RANK);
+        if (f->variable && (f->rank == 0 || f->shape[0] != 0))
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "field '%s': a variable field needs rank >= 1 and its first "
+                                 "dimension '?'",
+                                 f->name);
+        if (!f->variable && f->max_rows != 0)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "field '%s': a bound (<=%u) on a fixed field", f->name,
+                                 f->max_rows);
         uint64_t bytes = stoker_dtype_size(f->dtype);
         for (uint32_t d = 0; d < f->rank; d++) {
-            if (f->shape[d] == 0)
+            uint64_t dim = f->shape[d];
+            if (d == 0 && f->variable)
+                dim = f->max_rows; // bounded: the largest value must fit the limits too
+            else if (dim == 0)
                 return stoker_errorf(err, err_len, STOKER_INVALID, "field '%s': dimension %u is 0",
                                      f->name, d);
-            bytes *= f->shape[d];
+            if (dim == 0)
+                continue; // unbounded variable field: only its rows' size is checked here
+            bytes *= dim;
             if (bytes > EXAMPLE_BYTES_MAX)
                 return stoker_errorf(err, err_len, STOKER_INVALID,
                                      "field '%s': over %llu bytes per example", f->name,
                                      (unsigned long long)EXAMPLE_BYTES_MAX);
         }
+        if (f->variable && f->max_rows == 0)
+            bytes = 0; // its values are bounded per example by EXAMPLE_BYTES_MAX when made
         total += bytes;
         if (total > EXAMPLE_BYTES_MAX)
             return stoker_errorf(err, err_len, STOKER_INVALID,
@@ -128,6 +166,16 @@ stoker_schema_validate(const stoker_schema *s, char *err, size_t err_len)
         }
     }
     return STOKER_OK;
+}
+
+// "float32, float64, ..., bool": every dtype a schema may name, in table order.
+static void
+dtype_names(char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < STOKER_DTYPE_COUNT && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i > 1 ? ", " : "", dtypes[i].name);
 }
 
 static const char *
@@ -175,12 +223,26 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
             return stoker_errorf(err, err_len, STOKER_INVALID,
                                  "schema: field '%s': expected a dtype", f->name);
         memcpy(dname, start, len);
-        if (stoker_dtype_parse(dname, &f->dtype) != STOKER_OK)
-            return stoker_errorf(
-                err, err_len, STOKER_INVALID,
-                "schema: field '%s': unknown dtype '%s' (float32, float64, int32, int64, "
-                "uint8, int8, int16, uint16)",
-                f->name, dname);
+        if (strcmp(dname, "bytes") == 0) {
+            // "bytes": encoded data (a JPEG, a compressed record), uint8[?].
+            f->dtype = STOKER_UINT8;
+            f->rank = 1;
+            f->variable = 1;
+            p = skip_space(p);
+            if (*p == '[')
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "schema: field '%s': 'bytes' takes no shape (it is "
+                                     "uint8[?]; write uint8[?<=N] for a bound)",
+                                     f->name);
+            goto next_field;
+        }
+        if (stoker_dtype_parse(dname, &f->dtype) != STOKER_OK) {
+            char names[160];
+            dtype_names(names, sizeof names);
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "schema: field '%s': unknown dtype '%s' (%s)", f->name, dname,
+                                 names);
+        }
         p = skip_space(p);
         // shape: [d0,d1,...]; a missing shape means a scalar, [1].
         if (*p == '[') {
@@ -190,6 +252,45 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
                 if (*p == ']' && f->rank == 0) {
                     p++;
                     break;
+                }
+                if (*p == '?') {
+                    if (f->rank > 0)
+                        return stoker_errorf(err, err_len, STOKER_INVALID,
+                                             "schema: field '%s': only the first dimension may be "
+                                             "'?' (at '%s')",
+                                             f->name, p);
+                    f->variable = 1;
+                    f->rank = 1; // shape[0] stays 0
+                    p = skip_space(p + 1);
+                    if (p[0] == '<' && p[1] == '=') {
+                        const char *at = skip_space(p + 2);
+                        char *end;
+                        errno = 0;
+                        unsigned long v = strtoul(at, &end, 10);
+                        if (end == at || errno != 0 || v == 0 || v > 0xffffffffUL || *at == '-')
+                            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                                 "schema: field '%s': bad bound at '%s' (write "
+                                                 "?<=N, N >= 1)",
+                                                 f->name, p);
+                        f->max_rows = (uint32_t)v;
+                        p = skip_space(end);
+                    } else if (*p != ',' && *p != ']') {
+                        return stoker_errorf(err, err_len, STOKER_INVALID,
+                                             "schema: field '%s': after '?' expected '<=N', ',' "
+                                             "or ']' at '%s'",
+                                             f->name, p);
+                    }
+                    if (*p == ',') {
+                        p++;
+                        continue;
+                    }
+                    if (*p == ']') {
+                        p++;
+                        break;
+                    }
+                    return stoker_errorf(err, err_len, STOKER_INVALID,
+                                         "schema: field '%s': expected ',' or ']' at '%s'", f->name,
+                                         p);
                 }
                 char *end;
                 errno = 0;
@@ -218,6 +319,7 @@ stoker_schema_parse(const char *spec, stoker_schema *out, char *err, size_t err_
             f->rank = 1;
             f->shape[0] = 1;
         }
+    next_field:
         s.n_fields++;
         p = skip_space(p);
         if (*p == ',') {
@@ -247,8 +349,14 @@ stoker_schema_format(const stoker_schema *s, char *buf, size_t len)
         const stoker_field *f = &s->fields[i];
         used += (size_t)snprintf(buf + used, len - used, "%s%.*s:%s[", i ? "," : "",
                                  STOKER_NAME_MAX, f->name, stoker_dtype_name(f->dtype));
-        for (uint32_t d = 0; d < f->rank && d < STOKER_MAX_RANK && used < len; d++)
-            used += (size_t)snprintf(buf + used, len - used, "%s%u", d ? "," : "", f->shape[d]);
+        for (uint32_t d = 0; d < f->rank && d < STOKER_MAX_RANK && used < len; d++) {
+            if (d == 0 && f->variable && f->max_rows != 0)
+                used += (size_t)snprintf(buf + used, len - used, "?<=%u", f->max_rows);
+            else if (d == 0 && f->variable)
+                used += (size_t)snprintf(buf + used, len - used, "?");
+            else
+                used += (size_t)snprintf(buf + used, len - used, "%s%u", d ? "," : "", f->shape[d]);
+        }
         if (used < len)
             used += (size_t)snprintf(buf + used, len - used, "]");
     }
@@ -262,7 +370,7 @@ stoker_schema_equal(const stoker_schema *a, const stoker_schema *b)
     for (uint32_t i = 0; i < a->n_fields && i < STOKER_MAX_FIELDS; i++) {
         const stoker_field *x = &a->fields[i], *y = &b->fields[i];
         if (strncmp(x->name, y->name, STOKER_NAME_MAX) != 0 || x->dtype != y->dtype ||
-            x->rank != y->rank)
+            x->rank != y->rank || !x->variable != !y->variable || x->max_rows != y->max_rows)
             return false;
         for (uint32_t d = 0; d < x->rank && d < STOKER_MAX_RANK; d++) {
             if (x->shape[d] != y->shape[d])
@@ -296,6 +404,7 @@ stoker_schema_add(stoker_schema *s, const char *name, stoker_dtype dtype, uint32
     f->rank = rank;
     for (uint32_t d = 0; d < rank; d++)
         f->shape[d] = shape[d];
+    f->variable = rank >= 1 && shape[0] == 0; // shape[0] 0: a variable leading dimension
     s->n_fields++;
     return STOKER_OK;
 }

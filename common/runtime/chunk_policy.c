@@ -9,12 +9,31 @@
 #define CHECK_NS 1000u // estimated work between two reads of the clock (a read costs ~25 ns)
 #define STEP_MAX 64u
 
+// Rows a value of an unbounded variable field is taken to have when sizing chunks.
+#define UNBOUNDED_ROWS_ESTIMATE 1024u
+
+// Bytes one example is taken to hold when sizing chunks: its fixed fields, and a variable field
+// at its bound (so a bounded schema's chunk never passes chunk_bytes), or at
+// UNBOUNDED_ROWS_ESTIMATE rows, plus its 8 bytes of offsets.
+static size_t
+example_estimate(const stoker_schema *schema)
+{
+    size_t bytes = stoker_schema_example_bytes(schema);
+    for (uint32_t i = 0; i < schema->n_fields; i++) {
+        const stoker_field *f = &schema->fields[i];
+        if (f->variable)
+            bytes += 8 + (size_t)(f->max_rows ? f->max_rows : UNBOUNDED_ROWS_ESTIMATE) *
+                             stoker_field_row_bytes(f);
+    }
+    return bytes;
+}
+
 uint32_t
 stoker_producer_chunk_capacity(const stoker_producer_config *cfg, const stoker_schema *schema)
 {
     if (cfg->chunk != STOKER_CHUNK_AUTO)
         return cfg->chunk;
-    size_t example = stoker_schema_example_bytes(schema);
+    size_t example = example_estimate(schema);
     uint64_t n = example > 0 ? cfg->chunk_bytes / example : STOKER_CHUNK_MAX;
     return n < 1 ? 1 : n > STOKER_CHUNK_MAX ? STOKER_CHUNK_MAX : (uint32_t)n;
 }
@@ -43,8 +62,7 @@ chunk_policy_init(chunk_policy *cp, const stoker_producer_config *cfg, const sto
         cp->bound_ns = 1;
     stoker_info("producer '%s': chunks sized: up to %u examples (%llu bytes, --chunk-bytes %llu) "
                 "or %g ms (--chunk-ms), whichever first",
-                name, cp->capacity,
-                (unsigned long long)cp->capacity * stoker_schema_example_bytes(schema),
+                name, cp->capacity, (unsigned long long)cp->capacity * example_estimate(schema),
                 (unsigned long long)cfg->chunk_bytes, cfg->chunk_ms);
     return STOKER_OK;
 }

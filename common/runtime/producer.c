@@ -36,6 +36,7 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
                     stoker_producer_stats *stats)
 {
     stoker_producer_stats st = {0};
+    uint64_t refused_before = stoker_generator_refused();
     uint64_t start_ns = stoker_now_ns();
     const volatile int *user_stop = cfg->client.stop;
     stoker_client_options copts = cfg->client;
@@ -173,13 +174,17 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
         st.pushes -= st.pushes > 0;
     }
     rv = STOKER_OK;
-    stoker_info("producer '%s' finished: %llu examples in %llu pushes (%s)", name,
-                (unsigned long long)st.examples, (unsigned long long)st.pushes,
+    st.refused = stoker_generator_refused() - refused_before;
+    stoker_info("producer '%s' finished: %llu examples in %llu pushes, %llu refused (a value "
+                "over its bound) (%s)",
+                name, (unsigned long long)st.examples, (unsigned long long)st.pushes,
+                (unsigned long long)st.refused,
                 producer_stop_requested(user_stop) ? "stopped"
                 : gen_rv == STOKER_END_OF_DATA     ? "generator ended"
                                                    : "max examples reached");
 out:
     stoker_producer_client_destroy(pc);
+    st.refused = stoker_generator_refused() - refused_before;
     st.seconds = (double)(stoker_now_ns() - start_ns) / 1e9;
     if (stats != NULL)
         *stats = st;

@@ -53,13 +53,13 @@ make_items(const dataset_run *r, stoker_chunk *chunk, const uint64_t *items, uin
             return STOKER_INVALID;
         }
         void *slots[STOKER_MAX_FIELDS];
-        for (uint32_t f = 0; f < chunk->schema.n_fields; f++)
-            slots[f] = stoker_chunk_at(chunk, f, chunk->count);
+        stoker_var_slot vars[STOKER_MAX_FIELDS];
+        stoker_generator_slots(chunk, index, vars, slots);
         int rv = r->gen->fill_item(r->gen->user, index,
                                    stoker_item_seed(dataset_seed, epoch, index), slots);
         if (rv != STOKER_OK)
             return rv;
-        chunk->count++;
+        stoker_chunk_commit_example(chunk);
     }
     return STOKER_OK;
 }

@@ -45,15 +45,23 @@ push_stream(producer_pipeline *pl, stoker_chunk *chunk, uint64_t first_seq)
         return STOKER_OK;  // all of it is held already
     if (next <= first_seq) // the whole chunk: retention may keep its buffers rather than a copy
         return stoker_producer_client_push_owned(pl->pc, chunk, first_seq);
+    uint32_t skip = (uint32_t)(next - first_seq);
+    if (stoker_schema_first_variable(&chunk->schema) >= 0) {
+        // Offsets must start at 0: the rest goes as a copy with its offsets rebased.
+        stoker_chunk rest;
+        int rv = stoker_chunk_init(&rest, &chunk->schema, chunk->count - skip);
+        if (rv == STOKER_OK &&
+            (rv = stoker_chunk_append(&rest, chunk, skip, chunk->count - skip)) == STOKER_OK)
+            rv = stoker_producer_client_push(pl->pc, &rest, next);
+        stoker_chunk_fini(&rest);
+        return rv;
+    }
     stoker_chunk view = *chunk;
     view.owns_data = 0;
-    if (next > first_seq) {
-        uint32_t skip = (uint32_t)(next - first_seq);
-        for (uint32_t f = 0; f < view.schema.n_fields; f++)
-            view.data[f] += (size_t)skip * stoker_field_bytes(&view.schema.fields[f]);
-        view.count -= skip;
-        first_seq = next;
-    }
+    for (uint32_t f = 0; f < view.schema.n_fields; f++)
+        view.data[f] += (size_t)skip * stoker_field_bytes(&view.schema.fields[f]);
+    view.count -= skip;
+    first_seq = next;
     return stoker_producer_client_push(pl->pc, &view, first_seq);
 }
 

@@ -56,6 +56,8 @@ schema_to_pb(const stoker_schema *s, schema_pb *pb)
         f->dtype = (uint32_t)s->fields[i].dtype;
         f->n_shape = s->fields[i].rank;
         f->shape = (uint32_t *)s->fields[i].shape;
+        f->variable = s->fields[i].variable != 0;
+        f->max_rows = s->fields[i].max_rows;
         pb->field_ptrs[i] = f;
     }
     pb->schema.n_fields = n;
@@ -88,6 +90,8 @@ schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, size_t e
         s.fields[i].rank = (uint32_t)f->n_shape;
         for (size_t d = 0; d < f->n_shape; d++)
             s.fields[i].shape[d] = f->shape[d];
+        s.fields[i].variable = f->variable ? 1 : 0;
+        s.fields[i].max_rows = f->max_rows;
     }
     s.n_fields = (uint32_t)pb->n_fields;
     int rv = stoker_schema_validate(&s, err, err_len);
@@ -120,14 +124,111 @@ align8(size_t n)
     return (n + 7) & ~(size_t)7;
 }
 
-static void
-chunk_to_pb(const stoker_chunk *c, chunk_pb *pb)
+static uint64_t
+read_u64(const uint8_t *p)
 {
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = v << 8 | p[k];
+    return v;
+}
+
+static void
+write_u64(uint8_t *p, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+// Rows of variable field f that part k holds.
+static uint64_t
+part_rows(const stoker_chunk_part *part, uint32_t f)
+{
+    return read_u64(part->offsets[f] + (size_t)part->count * 8) - read_u64(part->offsets[f]);
+}
+
+uint64_t
+stoker_wire_blob_bytes(const stoker_schema *schema, uint32_t f, const stoker_chunk_part *parts,
+                       uint32_t n_parts, uint32_t count)
+{
+    const stoker_field *field = &schema->fields[f];
+    if (!field->variable)
+        return (uint64_t)stoker_field_bytes(field) * count;
+    uint64_t rows = 0;
+    for (uint32_t k = 0; k < n_parts; k++)
+        rows += part_rows(&parts[k], f);
+    return ((uint64_t)count + 1) * 8 + rows * stoker_field_row_bytes(field);
+}
+
+void
+stoker_wire_blob_write(const stoker_schema *schema, uint32_t f, const stoker_chunk_part *parts,
+                       uint32_t n_parts, uint32_t count, uint8_t *dst)
+{
+    const stoker_field *field = &schema->fields[f];
+    if (!field->variable) {
+        size_t fb = stoker_field_bytes(field);
+        for (uint32_t k = 0; k < n_parts; k++) {
+            size_t n = fb * parts[k].count;
+            memcpy(dst, parts[k].data[f], n);
+            dst += n;
+        }
+        return;
+    }
+    // [count + 1 offsets, rebased to start at 0 and run on across parts][values]
+    size_t row_bytes = stoker_field_row_bytes(field);
+    uint8_t *values = dst + ((size_t)count + 1) * 8;
+    uint64_t base = 0;
+    write_u64(dst, 0);
+    dst += 8;
+    for (uint32_t k = 0; k < n_parts; k++) {
+        const uint8_t *off = parts[k].offsets[f];
+        uint64_t first = read_u64(off);
+        for (uint32_t i = 1; i <= parts[k].count; i++, dst += 8)
+            write_u64(dst, base + read_u64(off + (size_t)i * 8) - first);
+        uint64_t rows = part_rows(&parts[k], f);
+        memcpy(values, parts[k].data[f], (size_t)(rows * row_bytes));
+        values += rows * row_bytes;
+        base += rows;
+    }
+}
+
+// The part that is all of chunk c.
+static void
+whole_part(const stoker_chunk *c, stoker_chunk_part *part)
+{
+    memset(part, 0, sizeof(*part));
+    for (uint32_t f = 0; f < c->schema.n_fields && f < STOKER_MAX_FIELDS; f++) {
+        part->data[f] = c->data[f];
+        part->offsets[f] = (const uint8_t *)c->offsets[f];
+    }
+    part->count = c->count;
+}
+
+// The parts of src: its own, or one that is its whole chunk (in *one).
+static const stoker_chunk_part *
+source_parts(const blob_source *src, stoker_chunk_part *one, uint32_t *n_parts)
+{
+    if (src->n_parts > 0) {
+        *n_parts = src->n_parts;
+        return src->parts;
+    }
+    whole_part(src->chunk, one);
+    *n_parts = 1;
+    return one;
+}
+
+static void
+chunk_to_pb(const blob_source *src, chunk_pb *pb)
+{
+    const stoker_chunk *c = src->chunk;
     stoker__chunk__init(&pb->chunk);
     pb->chunk.count = c->count;
     uint32_t n = c->schema.n_fields <= STOKER_MAX_FIELDS ? c->schema.n_fields : STOKER_MAX_FIELDS;
+    stoker_chunk_part one;
+    uint32_t n_parts;
+    const stoker_chunk_part *parts = source_parts(src, &one, &n_parts);
     for (uint32_t i = 0; i < n; i++)
-        pb->sizes[i] = stoker_field_bytes(&c->schema.fields[i]) * c->count;
+        pb->sizes[i] = stoker_wire_blob_bytes(&c->schema, i, parts, n_parts, c->count);
     pb->chunk.n_sizes = n;
     pb->chunk.sizes = pb->sizes;
 }
@@ -149,8 +250,12 @@ frame_layout_of(const ProtobufCMessage *m, const blob_source *src, frame_layout 
     l->total = HEADER_BYTES + l->pb_len;
     if (src != NULL) {
         l->n_fields = src->chunk->schema.n_fields;
+        stoker_chunk_part one;
+        uint32_t n_parts;
+        const stoker_chunk_part *parts = source_parts(src, &one, &n_parts);
         for (uint32_t i = 0; i < l->n_fields; i++) {
-            l->sizes[i] = stoker_field_bytes(&src->chunk->schema.fields[i]) * src->chunk->count;
+            l->sizes[i] =
+                stoker_wire_blob_bytes(&src->chunk->schema, i, parts, n_parts, src->chunk->count);
             l->offsets[i] = align8(l->total);
             l->total = l->offsets[i] + l->sizes[i];
         }
@@ -184,19 +289,13 @@ pack_into_msg(const ProtobufCMessage *m, const blob_source *src, nng_msg **out)
     uint8_t *body = nng_msg_body(msg);
     write_head(m, l.pb_len, body);
     size_t at = HEADER_BYTES + l.pb_len;
+    stoker_chunk_part one;
+    uint32_t n_parts = 0;
+    const stoker_chunk_part *parts = src != NULL ? source_parts(src, &one, &n_parts) : NULL;
     for (uint32_t i = 0; i < l.n_fields; i++) {
         memset(body + at, 0, l.offsets[i] - at); // padding
-        uint8_t *dst = body + l.offsets[i];
-        if (src->n_parts == 0) {
-            memcpy(dst, src->chunk->data[i], l.sizes[i]);
-        } else {
-            size_t fb = stoker_field_bytes(&src->chunk->schema.fields[i]);
-            for (uint32_t k = 0; k < src->n_parts; k++) {
-                size_t n = fb * src->parts[k].count;
-                memcpy(dst, src->parts[k].data[i], n);
-                dst += n;
-            }
-        }
+        stoker_wire_blob_write(&src->chunk->schema, i, parts, n_parts, src->chunk->count,
+                               body + l.offsets[i]);
         at = l.offsets[i] + l.sizes[i];
     }
     *out = msg;
@@ -227,8 +326,16 @@ pack_into_pieces(const ProtobufCMessage *m, const blob_source *src, stoker_wire_
     for (uint32_t i = 0; i < l.n_fields; i++) {
         if (l.offsets[i] > at)
             out->piece[out->n++] = (stoker_wire_piece){zero_pad, l.offsets[i] - at};
-        if (l.sizes[i] > 0)
+        if (src->chunk->schema.fields[i].variable) {
+            // A chunk's own offsets start at 0: they go as they are, then its values.
+            size_t off_bytes = ((size_t)src->chunk->count + 1) * 8;
+            out->piece[out->n++] = (stoker_wire_piece){src->chunk->offsets[i], off_bytes};
+            if (l.sizes[i] > off_bytes)
+                out->piece[out->n++] =
+                    (stoker_wire_piece){src->chunk->data[i], l.sizes[i] - off_bytes};
+        } else if (l.sizes[i] > 0) {
             out->piece[out->n++] = (stoker_wire_piece){src->chunk->data[i], l.sizes[i]};
+        }
         at = l.offsets[i] + l.sizes[i];
     }
     out->total = l.total;
@@ -735,7 +842,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
     case STOKER_PUSH:
         stoker__push__init(&push);
         push.first_seq = req->first_seq;
-        chunk_to_pb(&req->chunk, &cpb);
+        chunk_to_pb(&(blob_source){.chunk = &req->chunk}, &cpb);
         push.chunk = &cpb.chunk;
         push.n_items = req->n_items;
         push.items = (uint64_t *)req->items;
@@ -1110,7 +1217,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     }
     blob_source blobs = {.chunk = &rep->chunk, .parts = rep->parts, .n_parts = rep->n_parts};
     if (rep->chunk.count > 0) {
-        chunk_to_pb(&rep->chunk, &cpb);
+        chunk_to_pb(&blobs, &cpb);
         r.chunk = &cpb.chunk;
     }
     if (rep->has_counters) {
@@ -1414,12 +1521,41 @@ stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
     if (n_data != schema->n_fields)
         return stoker_errorf(err, err_len, STOKER_INVALID, "chunk has %u fields, schema has %u",
                              n_data, schema->n_fields);
+    uint64_t *offsets[STOKER_MAX_FIELDS] = {0};
+    uint8_t *data[STOKER_MAX_FIELDS];
     for (uint32_t i = 0; i < n_data; i++) {
-        size_t want = stoker_field_bytes(&schema->fields[i]) * (size_t)c->count;
+        const stoker_field *f = &schema->fields[i];
+        data[i] = c->data[i];
+        if (f->variable) {
+            // [count + 1 offsets][values]: every offset checked before anyone reads a value.
+            size_t off_bytes = ((size_t)c->count + 1) * 8;
+            if (data_len[i] < off_bytes)
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "field '%s': %zu bytes for %u examples, shorter than their "
+                                     "%zu bytes of offsets",
+                                     f->name, data_len[i], c->count, off_bytes);
+            if (c->data[i] == NULL)
+                return stoker_errorf(err, err_len, STOKER_INVALID,
+                                     "field '%s': a variable-length field by reference (not "
+                                     "carried yet)",
+                                     f->name);
+            int rv = stoker_chunk_check_offsets(f, c->data[i], c->count, data_len[i] - off_bytes,
+                                                err, err_len);
+            if (rv != STOKER_OK)
+                return rv;
+            offsets[i] = (uint64_t *)(void *)c->data[i];
+            data[i] = c->data[i] + off_bytes;
+            continue;
+        }
+        size_t want = stoker_field_bytes(f) * (size_t)c->count;
         if (data_len[i] != want)
             return stoker_errorf(err, err_len, STOKER_INVALID,
-                                 "field '%s': %zu bytes for %u examples, expected %zu",
-                                 schema->fields[i].name, data_len[i], c->count, want);
+                                 "field '%s': %zu bytes for %u examples, expected %zu", f->name,
+                                 data_len[i], c->count, want);
+    }
+    for (uint32_t i = 0; i < n_data; i++) {
+        c->data[i] = data[i];
+        c->offsets[i] = offsets[i];
     }
     c->schema = *schema;
     return STOKER_OK;

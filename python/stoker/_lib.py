@@ -38,6 +38,11 @@ DTYPES = {
     6: ("int8", "|i1", "b"),
     7: ("int16", "<i2", "h"),
     8: ("uint16", "<u2", "H"),
+    9: ("float16", "<f2", "e"),
+    # numpy has no bfloat16: the raw 16-bit patterns (a float32's upper half); Batch gives a
+    # torch.bfloat16 tensor instead when torch is installed (docs/schema.md).
+    10: ("bfloat16", "<u2", "H"),
+    11: ("bool", "|b1", "?"),
 }
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
@@ -97,6 +102,7 @@ def _declare(lib):
         "stoker_consumer_field_name": (c.c_char_p, [P, u32]),
         "stoker_consumer_field_dtype": (i, [P, u32]),
         "stoker_consumer_field_shape": (i, [P, u32, c.POINTER(u32), u32]),
+        "stoker_consumer_field_variable": (i, [P, u32, c.POINTER(u32)]),
         "stoker_consumer_next": (i, [P, c.POINTER(P)]),
         "stoker_consumer_next_within": (i, [P, c.POINTER(P), u32]),
         "stoker_consumer_release": (None, [P, P]),
@@ -113,6 +119,7 @@ def _declare(lib):
                                                    c.POINTER(u64)]),
         "stoker_consumer_batch_field": (i, [P, u32, c.POINTER(P), c.POINTER(i), c.POINTER(u32),
                                             c.POINTER(u32), c.POINTER(u64), c.POINTER(u64)]),
+        "stoker_consumer_batch_offsets": (i, [P, u32, c.POINTER(P), c.POINTER(u64)]),
         "stoker_consumer_batch_n_runs": (u32, [P]),
         "stoker_consumer_batch_run": (i, [P, u32, c.POINTER(u32), c.POINTER(u64),
                                           c.POINTER(u64), c.POINTER(u32)]),

@@ -83,7 +83,47 @@ producer_lost; for "scaled": "from N to M (ENGINE): why")."""
 Run = namedtuple("Run", "producer session first_seq count")
 Run.__doc__ = "Examples first_seq .. first_seq + count - 1 of producer session `session`."
 
-Field = namedtuple("Field", "name dtype shape")
+Field = namedtuple("Field", "name dtype shape max_len", defaults=(None,))
+Field.__doc__ = """One field of the schema: shape is one example's, with None for a variable
+leading dimension (tokens:int32[?<=8192] is Field("tokens", "int32", (None,), 8192)); max_len
+is that dimension's bound (None: none, or a fixed field)."""
+
+
+class Ragged:
+    """A variable-length field of a batch (docs/schema.md): every example's value concatenated
+    in `values` (shape (rows of all examples, the field's dims after the first)) and `offsets`
+    (int64, count + 1 entries, offsets[0] == 0): example i is values[offsets[i]:offsets[i+1]].
+    Both are zero-copy views of the received batch (read-only in the broker's shared memory),
+    numpy arrays, or torch tensors from stoker.torch.tensors. len() is the examples; r[i] is
+    example i's value (a view); lengths() every example's length in rows."""
+
+    __slots__ = ("values", "offsets")
+
+    def __init__(self, values, offsets):
+        self.values = values
+        self.offsets = offsets
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError("example %d of %d" % (i, n))
+        i %= n
+        return self.values[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def lengths(self):
+        """Every example's length in rows (an array of count entries)."""
+        if isinstance(self.offsets, memoryview):  # without numpy: a list
+            return [self.offsets[i + 1] - self.offsets[i] for i in range(len(self))]
+        return self.offsets[1:] - self.offsets[:-1]
+
+    def __repr__(self):
+        return "Ragged(%d examples, %d rows)" % (len(self), int(self.offsets[-1]))
 
 
 def _group_args(group, rank, world_size):
@@ -201,9 +241,33 @@ def _view(memory, address, nbytes):
     return buf
 
 
+_BFLOAT16 = 10  # STOKER_BFLOAT16
+_torch = None
+
+
+def _bfloat16(arr):
+    """A bfloat16 field's uint16 array as a torch.bfloat16 tensor over the same memory when torch
+    is installed (imported only when a schema has such a field), else the uint16 array as is."""
+    global _torch
+    if _torch is None:
+        try:
+            import torch
+            _torch = torch
+        except ImportError:
+            _torch = False
+    if _torch is False or _np is None:
+        return arr
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+        return _torch.from_numpy(arr.view(_np.int16)).view(_torch.bfloat16)
+
+
 class Batch(dict):
     """One batch: a dict from field name to an array of shape (examples, field shape...), a
-    numpy array when numpy is installed, else a memoryview. Attributes: count (examples), runs
+    numpy array when numpy is installed, else a memoryview (a bfloat16 field: a torch.bfloat16
+    tensor when torch is installed, else its raw uint16 patterns; a variable-length field: a
+    stoker.Ragged of values and offsets; docs/schema.md). Attributes: count (examples), runs
     (list of Run), lease state. identities() gives each example's (session, seq).
     Release it (or let Client.batches do it) when you have trained on it."""
 
@@ -223,10 +287,14 @@ class Batch(dict):
         shape = (ctypes.c_uint32 * (_lib.MAX_RANK + 1))()
         count = ctypes.c_uint64()
         nbytes = ctypes.c_uint64()
+        offsets = ctypes.c_void_p()
+        n_offsets = ctypes.c_uint64()
         for i, name in enumerate(client._field_names):
             lib.stoker_consumer_batch_field(ptr, i, ctypes.byref(data), ctypes.byref(dtype),
                                             ctypes.byref(rank), shape, ctypes.byref(count),
                                             ctypes.byref(nbytes))
+            ragged = lib.stoker_consumer_batch_offsets(ptr, i, ctypes.byref(offsets),
+                                                       ctypes.byref(n_offsets)) == 0
             dims = tuple(shape[k] for k in range(rank.value))
             _, npdtype, fmt = _lib.DTYPES[dtype.value]
             if nbytes.value == 0 or not data.value:
@@ -239,6 +307,17 @@ class Batch(dict):
                         arr.flags.writeable = False
                 else:
                     arr = memoryview(buf).cast("B").cast(fmt, dims)
+            if dtype.value == _BFLOAT16:
+                arr = _bfloat16(arr)
+            if ragged:  # values above, and the offsets (uint64 below 2^63) viewed as int64
+                obuf = _view(memory, offsets.value, n_offsets.value * 8)
+                if _np is not None:
+                    offs = _np.frombuffer(obuf, dtype="<i8")
+                    if self.shared:
+                        offs.flags.writeable = False
+                else:
+                    offs = memoryview(obuf).cast("B").cast("q")
+                arr = Ragged(arr, offs)
             self[name] = arr
         self.runs = []
         n_runs = lib.stoker_consumer_batch_n_runs(ptr)
@@ -437,7 +516,10 @@ class Client:
             name = lib.stoker_consumer_field_name(self._handle, i).decode()
             dtype = _lib.DTYPES[lib.stoker_consumer_field_dtype(self._handle, i)][0]
             rank = lib.stoker_consumer_field_shape(self._handle, i, shape, _lib.MAX_RANK)
-            self.fields.append(Field(name, dtype, tuple(shape[k] for k in range(rank))))
+            bound = ctypes.c_uint32()
+            var = lib.stoker_consumer_field_variable(self._handle, i, ctypes.byref(bound)) == 1
+            dims = tuple(None if var and k == 0 else shape[k] for k in range(rank))
+            self.fields.append(Field(name, dtype, dims, (bound.value or None) if var else None))
             self._field_names.append(name)
 
     # -- commit with checkpoints --------------------------------------------------------------

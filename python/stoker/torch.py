@@ -37,7 +37,7 @@ import warnings
 import torch
 import torch.utils.data
 
-from .client import Client, SupplyEnded, status
+from .client import Client, Ragged, SupplyEnded, status
 
 __all__ = ["StokerIterableDataset", "tensors"]
 
@@ -50,7 +50,9 @@ def tensors(batch, fields=None, copy=False):
     the batch is released. On the broker's host that memory is the broker's shared memory,
     mapped read-only (Batch.shared): torch cannot mark a tensor read-only, so writing into one
     in place faults; copy=True gives independent, writable copies. Unlike torch.from_numpy on
-    the arrays, it does not warn that they are not writable."""
+    the arrays, it does not warn that they are not writable. A variable-length field comes as a
+    stoker.Ragged of two tensors, its values and its int64 offsets (the layout
+    torch.nested.nested_tensor_from_jagged takes), zero-copy as the others."""
     names = list(fields) if fields is not None else list(batch.keys())
     out = {}
     with warnings.catch_warnings():
@@ -58,7 +60,15 @@ def tensors(batch, fields=None, copy=False):
         # docstring says what that means for the tensors.
         warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
         for k in names:
-            t = torch.from_numpy(batch[k])
+            v = batch[k]
+            if isinstance(v, Ragged):  # a variable-length field: its values and offsets
+                values = v.values if isinstance(v.values, torch.Tensor) else \
+                    torch.from_numpy(v.values)
+                offsets = torch.from_numpy(v.offsets)
+                out[k] = Ragged(values.clone() if copy else values,
+                                offsets.clone() if copy else offsets)
+                continue
+            t = v if isinstance(v, torch.Tensor) else torch.from_numpy(v)  # bfloat16: a tensor
             out[k] = t.clone() if copy else t
     return out
 

@@ -78,6 +78,10 @@ typedef struct proc {
 } proc;
 
 static const char *broker_bin, *producer_bin, *consumer_bin;
+// STOKER_CHAOS_VAR_PRODUCER_BIN (the chaos-varlen test): producers of variable-length examples
+// (tests/lib/var_producer.c) instead of synthetic ones, each example checked byte for byte by
+// the consumer ("M" lines). Their pushes go as bytes (not by reference: docs/schema.md).
+static const char *var_bin;
 
 // stdout and stderr appended to log; dies with us (the test library's PR_SET_PDEATHSIG).
 static void
@@ -190,9 +194,13 @@ start_producer(run_state *r, int slot)
     snprintf(seed, sizeof(seed), "%" PRIu64, rnd(r, 1, 1000000));
     snprintf(chunk, sizeof(chunk), "%" PRIu64, rnd(r, 1, 6));
     snprintf(log, sizeof(log), "%s/run%d-producers.log", tmpdir, r->index);
-    const char *argv[] = {producer_bin, "--broker",    r->url,    "--name", name,
-                          "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
-                          seed,         "--log-level", "warn",    NULL};
+    const char *argv_synthetic[] = {producer_bin, "--broker",    r->url,    "--name", name,
+                                    "--delay",    "0.002:0.01",  "--chunk", chunk,    "--seed",
+                                    seed,         "--log-level", "warn",    NULL};
+    // Endless (0 examples: no limit), 5 ms an example.
+    const char *argv_var[] = {var_bin, r->url,       name,   "0", "--chunk",
+                              chunk,   "--delay-us", "5000", NULL};
+    const char *const *argv = var_bin != NULL ? argv_var : argv_synthetic;
     // Odd slots push by reference (their small chunks too): the faults below then also hit
     // producers whose queued examples live in their own shared memory.
     if (slot % 2 == 1)
@@ -216,9 +224,14 @@ start_consumer(run_state *r)
     char seed[32], errlog[300];
     snprintf(seed, sizeof(seed), "%" PRIu64, rnd(r, 1, 1000000));
     snprintf(errlog, sizeof(errlog), "%s/run%d-consumers.err", tmpdir, r->index);
-    const char *argv[] = {consumer_bin, "--broker", r->url,       "--log", c->log,
-                          "--batch",    "8",        "--prefetch", "4",     "--train-ms",
-                          r->train_ms,  "--seed",   seed,         NULL};
+    const char *argv[] = {consumer_bin, "--broker",
+                          r->url,       "--log",
+                          c->log,       "--batch",
+                          "8",          "--prefetch",
+                          "4",          "--train-ms",
+                          r->train_ms,  "--seed",
+                          seed,         var_bin != NULL ? "--var" : NULL,
+                          NULL};
     // Every other consumer takes its batches over the socket (STOKER_SHM=0), the others through
     // the broker's shared memory; which one starts alternates between runs.
     c->shm = (r->index + r->n_consumers) % 2 == 0;
@@ -554,7 +567,7 @@ drain_phase(run_state *r)
     uint64_t by_reference = 0;
     for (uint32_t i = 0; i < r->final->n_producers; i++)
         by_reference += r->final->producers[i].pushes_shm;
-    if (r->n_producers >= 2 && by_reference == 0)
+    if (r->n_producers >= 2 && by_reference == 0 && var_bin == NULL)
         harness_fail("run %d: no push came by reference to the last broker, yet odd producer "
                      "slots push so",
                      r->index);
@@ -662,6 +675,12 @@ parse_log(check *c, run_state *r, int ci)
         }
         if (line[0] == 'D') {
             c->dup_seen += strtoull(line + 2, NULL, 10);
+            continue;
+        }
+        if (line[0] == 'M') { // --var: an example that differs from what its producer made
+            harness_fail("run %d consumer %d: lease and seq '%s': the example's values are not "
+                         "what its producer made",
+                         r->index, ci, line + 2);
             continue;
         }
         if (line[0] == 'C') { // a new trainer client: its identity filter starts empty
@@ -1072,6 +1091,7 @@ main(void)
     broker_bin = getenv("STOKER_BROKER_BIN");
     producer_bin = getenv("STOKER_PRODUCER_BIN");
     consumer_bin = getenv("STOKER_CHAOS_CONSUMER_BIN");
+    var_bin = getenv("STOKER_CHAOS_VAR_PRODUCER_BIN");
     if (broker_bin == NULL || producer_bin == NULL || consumer_bin == NULL) {
         printf("chaos: SKIP: STOKER_BROKER_BIN, STOKER_PRODUCER_BIN and "
                "STOKER_CHAOS_CONSUMER_BIN must be set (meson test sets them)\n");

@@ -2,7 +2,7 @@
 // what it trained and what the broker acknowledged, in a log that survives SIGKILL.
 //
 //   chaos-consumer --broker URL --log PATH [--batch N] [--prefetch N] [--train-ms MIN:MAX]
-//                  [--seed N] [--dataset]
+//                  [--seed N] [--dataset] [--var]
 //
 // For every batch it appends (one write() each, O_APPEND, so a line is either there or not):
 //   "B <lease> <session-hex>:<first_seq>:<count> ..."  before the batch counts as trained;
@@ -19,6 +19,8 @@
 // (its items, before it counts as trained) and each EPOCH_END event the client heard of by
 // "E <epoch>" (after the batch that brought it). With --dataset it ends (exit 0, after an "X"
 // line) when the supply ended and the broker's status says its last epoch ended.
+// With --var the examples are tests/lib/var_producer.c's (issue 27): each is checked byte for
+// byte against what its seq makes, and one that differs is logged "M <lease> <seq>".
 // The supply ending (no producers) or any error other than a stall closes the client and
 // connects again; SIGTERM / SIGINT end it cleanly (exit 0). Every wait is bounded by the
 // client's stall timeout.
@@ -38,6 +40,7 @@
 #include "stoker/rng.h"
 #include "stoker/status.h"
 #include "stoker/trainer_client.h"
+#include "var_data.h"
 
 static volatile int stop_flag;
 
@@ -86,7 +89,7 @@ static void
 usage(void)
 {
     fprintf(stderr, "usage: chaos-consumer --broker URL --log PATH [--batch N] [--prefetch N] "
-                    "[--train-ms MIN:MAX] [--seed N] [--dataset]\n");
+                    "[--train-ms MIN:MAX] [--seed N] [--dataset] [--var]\n");
     exit(2);
 }
 
@@ -128,17 +131,67 @@ dataset_done(const char *url)
     return done;
 }
 
+// Example i of b against var_producer's example seq: 1 when every byte is as made.
+static int
+var_exact(const stoker_batch *b, uint32_t i, uint64_t seq)
+{
+    const stoker_chunk *c = &b->chunk;
+    if (c->schema.n_fields != 3 || !c->schema.fields[0].variable || !c->schema.fields[1].variable)
+        return 0;
+    int64_t label;
+    memcpy(&label, c->data[2] + (size_t)i * 8, 8);
+    uint64_t rows;
+    const int32_t *t = stoker_chunk_var_value(c, 0, i, &rows);
+    if ((uint64_t)label != seq || rows != var_tokens(seq))
+        return 0;
+    for (uint32_t j = 0; j < rows; j++)
+        if (t[j] != var_token(seq, j))
+            return 0;
+    const float *p = stoker_chunk_var_value(c, 1, i, &rows);
+    if (rows != var_points(seq))
+        return 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        float want[3];
+        var_point(seq, r, want);
+        if (memcmp(p + 3 * r, want, sizeof want) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void
+check_var(const stoker_batch *b)
+{
+    uint32_t at = 0;
+    for (uint32_t r = 0; r < b->n_runs; r++) {
+        for (uint32_t k = 0; k < b->runs[r].count && at < b->chunk.count; k++, at++) {
+            uint64_t seq = b->runs[r].first_seq + k;
+            if (!var_exact(b, at, seq)) {
+                put_fmt("M %" PRIu64 " %" PRIu64 "\n", b->lease, seq);
+                fprintf(stderr,
+                        "chaos-consumer: lease %" PRIu64 ": example %" PRIu64
+                        " is not what its producer made\n",
+                        b->lease, seq);
+            }
+        }
+    }
+}
+
 int
 main(int argc, char **argv)
 {
     const char *url = NULL, *log_path = NULL;
     unsigned batch = 8, prefetch = 4, train_min = 0, train_max = 3;
     uint64_t seed = 1;
-    int dataset = 0;
+    int dataset = 0, var = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--dataset") == 0) {
             dataset = 1;
+            continue;
+        }
+        if (strcmp(a, "--var") == 0) {
+            var = 1;
             continue;
         }
         if (v == NULL)
@@ -225,6 +278,8 @@ main(int argc, char **argv)
                         " examples, batch has %u\n",
                         b->lease, covered, b->chunk.count);
             put_items(b, line, sizeof(line));
+            if (var)
+                check_var(b);
             uint64_t d = stoker_trainer_client_duplicates(tc);
             if (d > dups_logged) {
                 put_fmt("D %" PRIu64 "\n", d - dups_logged);

@@ -88,8 +88,12 @@ uint32_t stoker_consumer_n_fields(const stoker_consumer *c);
 const char *stoker_consumer_field_name(const stoker_consumer *c, uint32_t field); // borrowed
 int stoker_consumer_field_dtype(const stoker_consumer *c, uint32_t field);        // stoker_dtype
 // One example's shape: writes up to cap dims into shape and returns the rank (-1 if no field).
+// A variable field's shape[0] is 0.
 int stoker_consumer_field_shape(const stoker_consumer *c, uint32_t field, uint32_t *shape,
                                 uint32_t cap);
+// 1 when the field's leading dimension is variable (docs/schema.md), with its bound in *max_rows
+// (0: none; may be NULL); 0 for a fixed field; -1 if no field.
+int stoker_consumer_field_variable(const stoker_consumer *c, uint32_t field, uint32_t *max_rows);
 
 // Waits for the next batch, never longer than the stall timeout. STOKER_OK: *out is a batch the
 // caller owns until stoker_consumer_release (or ack + batch_free). Otherwise *out is untouched:
@@ -148,9 +152,18 @@ uint32_t stoker_consumer_batch_count(const stoker_consumer_batch *b);
 // with shape (examples, field shape...): *rank = 1 + the field's rank, dims written into shape
 // (which must hold rank dims; 9 always do). *bytes = count * element size. Any out-pointer may be
 // NULL. Valid until the batch is freed. STOKER_INVALID if f is out of range (nothing written).
+// A variable field: *data points to the values of all examples concatenated, with shape
+// (rows of all examples, the field's dims after the first) and *rank = the field's rank;
+// stoker_consumer_batch_offsets says where each example's value is.
 int stoker_consumer_batch_field(const stoker_consumer_batch *b, uint32_t field, void **data,
                                 int *dtype, uint32_t *rank, uint32_t *shape, uint64_t *count,
                                 uint64_t *bytes);
+// Variable field f of the batch: *offsets points to examples + 1 row numbers (8-byte aligned,
+// native uint64, each below 2^63: readable as int64), offsets[0] == 0; example i's value is rows
+// offsets[i] .. offsets[i+1] - 1 of the field's values. *n = examples + 1. Valid until the batch
+// is freed. STOKER_INVALID for a fixed field or f out of range (nothing written).
+int stoker_consumer_batch_offsets(const stoker_consumer_batch *b, uint32_t field,
+                                  const uint64_t **offsets, uint64_t *n);
 
 // Where the examples came from: runs (producer, session, first_seq .. first_seq + count - 1) in
 // example order. Returns STOKER_INVALID if run is out of range.

@@ -11,8 +11,9 @@
 #include "stoker/schema.h"
 
 // Fills example seq. fields[i] points at room for one example of field i of the generator's
-// schema (stoker_field_bytes bytes, aligned for its dtype). seed is derived from the run's seed,
-// the producer's name and seq (stoker_example_seed): use it, not global state, so output does
+// schema (stoker_field_bytes bytes, aligned for its dtype); for a variable-length field it
+// points at a stoker_var_slot to write the value through (below). seed is derived from the run's
+// seed, the producer's name and seq (stoker_example_seed): use it, not global state, so output does
 // not depend on timing. Returns STOKER_OK; STOKER_END_OF_DATA when the generator has no more
 // examples (nothing was written); any other stoker_err on failure (message already logged).
 // Called from one thread at a time.
@@ -42,6 +43,35 @@ typedef struct stoker_generator {
     // the broker shows in /status; NULL: none. Owned by user, valid until destroy.
     const stoker_labels *labels;
 } stoker_generator;
+
+// A variable-length field's slot (fields[i] of a fill callback for variable field i): the value
+// is written by appending rows, in one call or several (their rows add up), e.g.
+//     stoker_var_append(fields[0], tokens, n_tokens);       // tokens:int32[?<=8192]
+// or, to write in place, stoker_var_reserve(fields[0], n, &p) then fill p. A value that would
+// pass the field's bound (or the chunk's STOKER_CHUNK_VALUE_BYTES_MAX) is refused with
+// STOKER_TOO_LARGE and a log line naming the field, the example and the length: return that code
+// from the fill callback and the example is not pushed (counted in stoker_producer_stats.refused;
+// the same seq is made again with another seed). A dataset item cannot be skipped: there it is
+// an error that stops the producer.
+typedef struct stoker_var_slot {
+    stoker_chunk *chunk; // internal
+    uint32_t field;      // internal
+    uint64_t seq;        // the example being made (dataset: its item index)
+    int refused;         // set when a value was refused
+} stoker_var_slot;
+// Appends rows rows (rows * stoker_field_row_bytes bytes) of the value being made and gives
+// where to write them (*out, valid until the next call on this slot). STOKER_OK,
+// STOKER_TOO_LARGE (nothing appended), STOKER_NOMEM.
+int stoker_var_reserve(stoker_var_slot *slot, uint64_t rows, void **out);
+// Appends rows rows copied from data. As stoker_var_reserve.
+int stoker_var_append(stoker_var_slot *slot, const void *data, uint64_t rows);
+// Examples refused so far in this process because a value passed its bound.
+uint64_t stoker_generator_refused(void);
+
+// Points slots[i] at room for the example being made in chunk (chunk->count): fixed fields at
+// their place, variable fields at vars[i] (begun empty). For code that drives a fill callback.
+void stoker_generator_slots(stoker_chunk *chunk, uint64_t seq, stoker_var_slot *vars,
+                            void *slots[]);
 
 // Appends up to n examples to chunk (which must have the generator's schema and room for n),
 // numbered first_seq, first_seq + 1, ...; seeds from (seed, name, seq). Stops early at

@@ -51,6 +51,7 @@ typedef struct stoker_producer_config {
 typedef struct stoker_producer_stats {
     uint64_t examples; // pushed and acknowledged by the broker
     uint64_t pushes;
+    uint64_t refused; // not pushed: a variable-length value over its bound (generator.h)
     double seconds;
 } stoker_producer_stats;
 

@@ -101,10 +101,22 @@ typedef struct stoker_request {
 // holds one already.
 int stoker_request_hold(stoker_request *req, void (*fn)(void *), void *arg);
 
+// A variable field's offsets[f] points at the part's count + 1 offsets as they lie in its chunk
+// (little-endian, any alignment, the first not necessarily 0) and data[f] at the values of the
+// part's first example; encoding rebases them (docs/schema.md).
 typedef struct stoker_chunk_part {
     const uint8_t *data[STOKER_MAX_FIELDS];
+    const uint8_t *offsets[STOKER_MAX_FIELDS];
     uint32_t count;
 } stoker_chunk_part;
+
+// Field f's blob on the wire (and in the arena) for count examples in parts: a fixed field's
+// values; a variable field's count + 1 offsets rebased to start at 0, then its values.
+// stoker_wire_blob_bytes gives its length, stoker_wire_blob_write writes it at dst.
+uint64_t stoker_wire_blob_bytes(const stoker_schema *schema, uint32_t f,
+                                const stoker_chunk_part *parts, uint32_t n_parts, uint32_t count);
+void stoker_wire_blob_write(const stoker_schema *schema, uint32_t f, const stoker_chunk_part *parts,
+                            uint32_t n_parts, uint32_t count, uint8_t *dst);
 
 typedef struct stoker_reply {
     int code; // a stoker_err
@@ -206,7 +218,7 @@ typedef struct stoker_wire_pieces {
     uint8_t *head; // header word, protobuf part, padding: owned
     size_t total;  // the message's length, all pieces together
     uint32_t n;
-    stoker_wire_piece piece[1 + 2 * STOKER_MAX_FIELDS];
+    stoker_wire_piece piece[1 + 3 * STOKER_MAX_FIELDS]; // head, then padding, (offsets,) values
 } stoker_wire_pieces;
 int stoker_wire_encode_request_pieces(const stoker_request *req, stoker_wire_pieces *out);
 void stoker_wire_pieces_free(stoker_wire_pieces *p);
@@ -233,7 +245,9 @@ int stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, ch
 void stoker_reply_free(stoker_reply *rep);
 
 // Gives a decoded chunk its schema after checking that the n_data blobs of data_len bytes are
-// exactly count examples of schema. STOKER_INVALID with a reason in err otherwise.
+// exactly count examples of schema; a variable field's blob is split into its offsets
+// (chunk->offsets, checked by stoker_chunk_check_offsets) and values (chunk->data).
+// STOKER_INVALID with a reason in err otherwise (the chunk unchanged).
 int stoker_wire_bind_chunk(stoker_chunk *chunk, uint32_t n_data, const size_t *data_len,
                            const stoker_schema *schema, char *err, size_t err_len);
 
