@@ -42,14 +42,20 @@ typedef struct producer_options {
     uint32_t window, stride;
     int token_dtype; // by token_dtypes[]
     const char *token_field;
+    int split; // 0: windows, 1: documents
+    uint32_t eot, max_doc;
     char name[64]; // the default name, host-pid
 } producer_options;
 
 static void
 options_init(producer_options *o)
 {
-    *o = (producer_options){
-        .generator = "synthetic", .format = EXEC_TEXT, .height = 64, .width = 64, .window = 1024};
+    *o = (producer_options){.generator = "synthetic",
+                            .format = EXEC_TEXT,
+                            .height = 64,
+                            .width = 64,
+                            .window = 1024,
+                            .eot = 50256};
     stoker_producer_config_init(&o->run);
     o->run.seed = 1;
     o->run.handle_signals = 1;
@@ -59,6 +65,7 @@ options_init(producer_options *o)
 static const char *const generators[] = {"synthetic", "exec", "images", "tokens", NULL};
 static const char *const shard_formats[] = {"auto", "llmc", "raw", NULL}; // by tokens_format
 static const char *const token_dtypes[] = {"int32", "int64", "uint16", NULL};
+static const char *const splits[] = {"windows", "documents", NULL};
 static const stoker_dtype token_dtype_of[] = {STOKER_INT32, STOKER_INT64, STOKER_UINT16};
 _Static_assert(TOKENS_AUTO == 0 && TOKENS_LLMC == 1 && TOKENS_RAW == 2,
                "shard_formats[] is indexed by tokens_format");
@@ -259,8 +266,18 @@ static const stoker_cli_option tokens_rows[] = {
      "auto: llm.c's when the file starts with its magic number,\n"
      "else plain little-endian uint16 (nanoGPT's)",
      STOKER_CLI_ENUM, AT(shard_format), .choices = shard_formats},
+    {"split", "windows|documents",
+     "windows: --window tokens an example; documents: the runs\n"
+     "between --eot tokens, a variable-length field tokens:int32[?]",
+     STOKER_CLI_ENUM, AT(split), .choices = splits},
     {"window", "N", "tokens per example", STOKER_CLI_UINT, AT(window), .imin = 1,
      .imax = TOKENS_MAX_WINDOW},
+    {"eot", "N", "documents: the end-of-text token (GPT-2's <|endoftext|>)", STOKER_CLI_UINT,
+     AT(eot), .imax = UINT32_MAX},
+    {"max-doc", "N",
+     "documents: the field's bound ([?<=N]); a longer document is cut\n"
+     "into pieces of N (default: no bound)",
+     STOKER_CLI_UINT, AT(max_doc), .imin = 1, .imax = TOKENS_MAX_WINDOW},
     {"stride", "N",
      "--dataset: a window starts every N tokens (default: --window;\n"
      "--window 1025 --stride 1024 gives inputs and next-token\n"
@@ -313,6 +330,13 @@ check(const stoker_cli *cli, const producer_options *o)
     if (is_tokens && o->tokens_path == NULL)
         return stoker_cli_fail(cli, "--generator tokens needs --tokens PATH (a shard, a folder "
                                     "of *.bin shards or a glob pattern)");
+    if (is_tokens && o->split == 1 &&
+        (stoker_cli_given(cli, "window") || stoker_cli_given(cli, "stride")))
+        return stoker_cli_fail(cli, "--window and --stride apply to --split windows; documents "
+                                    "are as long as they are (--max-doc N bounds them)");
+    if (is_tokens && o->split == 0 &&
+        (stoker_cli_given(cli, "eot") || stoker_cli_given(cli, "max-doc")))
+        return stoker_cli_fail(cli, "--eot and --max-doc apply to --split documents");
     if (is_tokens && stoker_cli_given(cli, "stride") && !o->dataset)
         return stoker_cli_fail(cli, "--stride applies with --dataset (a stream draws each "
                                     "window's offset at random)");
@@ -395,15 +419,24 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
                              .stride = o->stride,
                              .dtype = token_dtype_of[o->token_dtype],
                              .field = o->token_field,
-                             .dataset = o->dataset};
+                             .dataset = o->dataset,
+                             .documents = o->split == 1,
+                             .eot = o->eot,
+                             .max_doc = o->max_doc};
         if (tokens_generator_open(&cfg, gen, err, sizeof(err)) != STOKER_OK) {
             stoker_error("tokens: %s", err);
             return 1;
         }
-        stoker_info("tokens: %llu tokens, %llu windows of %u%s",
-                    (unsigned long long)tokens_generator_tokens(gen),
-                    (unsigned long long)tokens_generator_windows(gen), o->window,
-                    o->dataset ? " (the dataset's items)" : " (a stream at random offsets)");
+        if (o->split == 1)
+            stoker_info("tokens: %llu tokens, %llu documents split at token %u%s",
+                        (unsigned long long)tokens_generator_tokens(gen),
+                        (unsigned long long)tokens_generator_windows(gen), o->eot,
+                        o->dataset ? " (the dataset's items)" : " (a stream drawing them)");
+        else
+            stoker_info("tokens: %llu tokens, %llu windows of %u%s",
+                        (unsigned long long)tokens_generator_tokens(gen),
+                        (unsigned long long)tokens_generator_windows(gen), o->window,
+                        o->dataset ? " (the dataset's items)" : " (a stream at random offsets)");
     } else {
         o->synth.stop = stoker_producer_stop_flag();
         if (o->items > 0)

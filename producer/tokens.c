@@ -29,12 +29,20 @@ typedef struct shard {
     uint64_t draw_weight; // windows at any offset: n_tokens - window + 1
 } shard;
 
+// A document (or a piece of one): where its tokens are.
+typedef struct document {
+    uint64_t start; // token offset in its shard
+    uint32_t shard, len;
+} document;
+
 typedef struct tokens_gen {
     shard *shards;
     uint32_t n_shards;
     uint32_t window, stride;
     stoker_dtype dtype;
     uint64_t tokens, windows, draw_total;
+    document *docs; // documents mode: windows counts them
+    size_t docs_cap;
 } tokens_gen;
 
 static void
@@ -49,6 +57,7 @@ tokens_destroy(void *user)
         free(g->shards[i].path);
     }
     free(g->shards);
+    free(g->docs);
     free(g);
 }
 
@@ -245,10 +254,83 @@ fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
     return STOKER_OK;
 }
 
+// Documents mode: writes document d through the variable-length slot.
+static int
+copy_document(const tokens_gen *g, const document *d, void *slot)
+{
+    const shard *s = &g->shards[d->shard];
+    void *dst = NULL;
+    int rv = stoker_var_reserve(slot, d->len, &dst);
+    if (rv == STOKER_OK)
+        convert(dst, g->dtype, s->tokens + d->start * s->width, s->width, d->len);
+    return rv;
+}
+
+static int
+fill_document(void *user, uint64_t seq, uint64_t seed, void *const fields[])
+{
+    (void)seq;
+    const tokens_gen *g = user;
+    stoker_rng rng;
+    stoker_rng_seed(&rng, seed);
+    return copy_document(g, &g->docs[stoker_rng_u64(&rng) % g->windows], fields[0]);
+}
+
+static int
+fill_document_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
+{
+    (void)seed;
+    const tokens_gen *g = user;
+    return index < g->windows ? copy_document(g, &g->docs[index], fields[0]) : STOKER_INVALID;
+}
+
+static int
+add_document(tokens_gen *g, uint32_t shard_index, uint64_t start, uint64_t len, uint32_t max_doc)
+{
+    while (len > 0) {
+        uint64_t piece = max_doc > 0 && len > max_doc ? max_doc : len;
+        if (piece > UINT32_MAX)
+            piece = UINT32_MAX;
+        if (g->windows == g->docs_cap) {
+            size_t cap = g->docs_cap ? 2 * g->docs_cap : 1024;
+            document *d = realloc(g->docs, cap * sizeof(*d));
+            if (d == NULL)
+                return STOKER_NOMEM;
+            g->docs = d;
+            g->docs_cap = cap;
+        }
+        g->docs[g->windows++] =
+            (document){.start = start, .shard = shard_index, .len = (uint32_t)piece};
+        start += piece;
+        len -= piece;
+    }
+    return STOKER_OK;
+}
+
+// Finds the documents of shard i: the runs between eot tokens, empty ones skipped.
+static int
+index_documents(tokens_gen *g, uint32_t i, uint32_t eot, uint32_t max_doc)
+{
+    const shard *s = &g->shards[i];
+    uint64_t begin = 0;
+    for (uint64_t t = 0; t <= s->n_tokens; t++) {
+        if (t < s->n_tokens) {
+            uint32_t tok = s->width == 2 ? ((const uint16_t *)(const void *)s->tokens)[t]
+                                         : ((const uint32_t *)(const void *)s->tokens)[t];
+            if (tok != eot)
+                continue;
+        }
+        if (t > begin && add_document(g, i, begin, t - begin, max_doc) != STOKER_OK)
+            return STOKER_NOMEM;
+        begin = t + 1;
+    }
+    return STOKER_OK;
+}
+
 int
 tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err, size_t err_len)
 {
-    if (cfg->window == 0 || cfg->window > TOKENS_MAX_WINDOW)
+    if (!cfg->documents && (cfg->window == 0 || cfg->window > TOKENS_MAX_WINDOW))
         return stoker_errorf(err, err_len, STOKER_INVALID, "--window %u: expected 1..%u tokens",
                              cfg->window, TOKENS_MAX_WINDOW);
     stoker_dtype dtype = cfg->dtype == STOKER_DTYPE_INVALID ? STOKER_INT32 : cfg->dtype;
@@ -263,7 +345,8 @@ tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err
     g->stride = cfg->stride > 0 ? cfg->stride : cfg->window;
     g->dtype = dtype;
     int rv = list_shards(g, cfg->path, err, err_len);
-    uint64_t fingerprint = stoker_hash64(&g->window, sizeof(g->window), g->stride);
+    uint64_t fingerprint =
+        stoker_hash64(&g->window, sizeof(g->window), g->stride ^ ((uint64_t)cfg->documents << 40));
     for (uint32_t i = 0; rv == STOKER_OK && i < g->n_shards; i++) {
         shard *s = &g->shards[i];
         if ((rv = shard_open(s, cfg->format, err, err_len)) != STOKER_OK)
@@ -274,6 +357,17 @@ tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err
                                "uint16",
                                s->path);
             break;
+        }
+        if (cfg->documents) {
+            uint64_t before = g->windows;
+            if ((rv = index_documents(g, i, cfg->eot, cfg->max_doc)) != STOKER_OK) {
+                rv = stoker_errorf(err, err_len, rv, "out of memory indexing %s", s->path);
+                break;
+            }
+            g->tokens += s->n_tokens;
+            fingerprint = stoker_hash64(s->path, strlen(s->path),
+                                        fingerprint ^ s->n_tokens ^ (g->windows - before));
+            continue;
         }
         if (s->n_tokens < g->window) {
             rv = stoker_errorf(err, err_len, STOKER_INVALID,
@@ -291,29 +385,40 @@ tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err
         base = base != NULL ? base + 1 : s->path;
         fingerprint = stoker_hash64(base, strlen(base) + 1, fingerprint ^ s->n_tokens);
     }
+    if (rv == STOKER_OK && cfg->documents && g->windows == 0)
+        rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                           "--tokens '%s': no document (every token is the end-of-text token %u)",
+                           cfg->path, cfg->eot);
     if (rv == STOKER_OK && cfg->dataset && g->windows > UINT32_MAX)
         rv = stoker_errorf(err, err_len, STOKER_INVALID,
                            "%llu windows, more than a dataset's %u items: take a larger --stride",
                            (unsigned long long)g->windows, UINT32_MAX);
     stoker_schema schema = {0};
-    uint32_t shape[1] = {g->window};
-    if (rv == STOKER_OK && stoker_schema_add(&schema, cfg->field != NULL ? cfg->field : "tokens",
-                                             dtype, 1, shape) != STOKER_OK)
-        rv = stoker_errorf(err, err_len, STOKER_INVALID, "--token-field '%s': not a field name",
-                           cfg->field);
+    char spec[160], bound[32] = "";
+    if (cfg->max_doc > 0)
+        snprintf(bound, sizeof(bound), "<=%u", cfg->max_doc);
+    if (cfg->documents)
+        snprintf(spec, sizeof(spec), "%.64s:%s[?%s]", cfg->field != NULL ? cfg->field : "tokens",
+                 stoker_dtype_name(dtype), bound);
+    else
+        snprintf(spec, sizeof(spec), "%.64s:%s[%u]", cfg->field != NULL ? cfg->field : "tokens",
+                 stoker_dtype_name(dtype), g->window);
+    char why[256];
+    if (rv == STOKER_OK && stoker_schema_parse(spec, &schema, why, sizeof(why)) != STOKER_OK)
+        rv = stoker_errorf(err, err_len, STOKER_INVALID, "--token-field '%s': %s", cfg->field, why);
     if (rv != STOKER_OK) {
         tokens_destroy(g);
         return rv;
     }
     *out = (stoker_generator){.kind = "tokens",
                               .schema = schema,
-                              .fill = fill_stream,
+                              .fill = cfg->documents ? fill_document : fill_stream,
                               .user = g,
                               .destroy = tokens_destroy};
     if (cfg->dataset) {
         out->n_items = g->windows;
         out->fingerprint = fingerprint;
-        out->fill_item = fill_item;
+        out->fill_item = cfg->documents ? fill_document_item : fill_item;
     }
     return STOKER_OK;
 }

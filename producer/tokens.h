@@ -6,11 +6,17 @@
 // Shards are memory-mapped read-only at creation and never read into memory as a whole; a window
 // never crosses from one shard into the next.
 //
+// Split into documents instead (tokens_config.documents): the runs of tokens between end-of-text
+// tokens (the end-of-text token itself left out, empty runs skipped; a run longer than max_doc
+// cut into pieces of max_doc), as a variable-length field `tokens:DTYPE[?]` (`[?<=max_doc]`).
+// The shards are read once at creation to find the documents (16 bytes of index a document).
+//
 // As a stream, each example is a window at an offset drawn uniformly from the example's seed in
 // a shard drawn with probability proportional to its windows (nanoGPT's get_batch sampling, made
 // deterministic). As a dataset (docs/datasets.md), item i is the i-th window at stride S over the
 // shards in order: shard 0's tokens [0, N), [S, S + N), ..., then shard 1's, so every window is
-// served once per epoch.
+// served once per epoch. Documents: a stream draws a document uniformly; item i of a dataset is
+// the i-th document (or piece) in shard order.
 #ifndef PRODUCER_TOKENS_H
 #define PRODUCER_TOKENS_H
 
@@ -37,7 +43,10 @@ typedef struct tokens_config {
     uint32_t stride;      // a dataset's items start every stride tokens (0: window)
     stoker_dtype dtype;   // of the field: STOKER_INT32 (default), STOKER_INT64 or STOKER_UINT16
     const char *field;    // the field's name (NULL: "tokens")
-    int dataset;          // serve the windows at stride as a dataset
+    int dataset;          // serve the windows at stride (the documents) as a dataset
+    int documents;        // split at the end-of-text token instead of into windows
+    uint32_t eot;         // documents: the end-of-text token (GPT-2's is 50256)
+    uint32_t max_doc;     // documents: longest value, longer ones cut (0: no bound)
 } tokens_config;
 
 // Opens the shards and sets out to a generator with the schema `tokens:DTYPE[N]`. STOKER_OK;
@@ -49,7 +58,7 @@ typedef struct tokens_config {
 int tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err,
                           size_t err_len);
 
-// Tokens in all shards, and windows a dataset serves (for logs and tests).
+// Tokens in all shards, and the windows (documents) a dataset serves (for logs and tests).
 uint64_t tokens_generator_tokens(const stoker_generator *gen);
 uint64_t tokens_generator_windows(const stoker_generator *gen);
 

@@ -98,6 +98,68 @@ def test_a_dataset_serves_every_window_once_per_epoch():
             assert r.dtype == np.uint16 and (r == a[i * stride: i * stride + window]).all()
 
 
+def documents_of(tokens, eot, max_doc=0):
+    """The runs between eot tokens (empty ones skipped), cut into pieces of max_doc."""
+    docs, begin = [], 0
+    for t in list(np.nonzero(tokens == eot)[0]) + [len(tokens)]:
+        run = tokens[begin:t]
+        while len(run) > 0:
+            piece = run[:max_doc] if max_doc else run
+            docs.append(piece)
+            run = run[len(piece):]
+        begin = t + 1
+    return docs
+
+
+def test_documents_split_at_the_end_of_text_token_as_a_variable_length_field():
+    eot = 50256
+    rng = np.random.default_rng(7)
+    toks = []
+    for _ in range(60):  # llm.c puts the end-of-text token before each document
+        toks.append(eot)
+        toks.extend(rng.integers(0, 50000, int(rng.integers(1, 300))))
+    toks.extend([eot, eot])  # an empty run: skipped
+    toks = np.array(toks)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "docs.bin")
+        llmc_shard(path, toks)
+        want = documents_of(toks, eot, max_doc=128)
+        with Cluster("--dataset-size", "auto", "--epochs", "1") as c:
+            c.producer("--generator", "tokens", "--tokens", path, "--split", "documents",
+                       "--max-doc", "128", "--dataset")
+            got = {}
+            with stoker.Client(c.url, batch_size=7, stall_timeout=5) as client:
+                try:
+                    for b in client.batches():
+                        r = b["tokens"]
+                        assert isinstance(r, stoker.Ragged), type(r)
+                        _, idx = b.epoch_indices()
+                        for k, i in enumerate(idx.tolist()):
+                            assert i not in got, "item %d twice" % i
+                            got[i] = np.array(r[k])
+                except stoker.SupplyEnded:
+                    pass
+        assert sorted(got) == list(range(len(want))), (len(got), len(want))
+        for i, doc in enumerate(want):
+            assert got[i].dtype == np.int32 and (got[i] == doc).all(), "document %d differs" % i
+        assert max(len(v) for v in got.values()) == 128  # long documents were cut
+        # As a stream: every example is one of the documents.
+        with Cluster() as c:
+            c.producer("--generator", "tokens", "--tokens", path, "--split", "documents",
+                       "--max-examples", "200")
+            seen = set(tuple(x.tolist()) for x in documents_of(toks, eot))
+            n = 0
+            with stoker.Client(c.url, batch_size=10, stall_timeout=5) as client:
+                try:
+                    for b in client.batches():
+                        for v in b["tokens"]:
+                            assert tuple(np.array(v).tolist()) in seen
+                            n += 1
+                except stoker.SupplyEnded:
+                    pass
+            assert n == 200, n
+
+
 def refused(*args):
     out = subprocess.run([PRODUCER, "--broker", "ipc:///nowhere", "--generator", "tokens",
                           "--measure", "10"] + list(args),
@@ -118,6 +180,8 @@ def test_bad_shards_and_flags_are_refused_naming_what_is_wrong():
         odd = os.path.join(d, "odd.raw")
         with open(odd, "wb") as f:
             f.write(b"\x01\x02\x03")
+        eots = os.path.join(d, "eots.bin")
+        llmc_shard(eots, [7] * 50)
         wide = os.path.join(d, "wide.bin")
         llmc_shard(wide, corpus(100, 6), version=2)
         cases = [
@@ -129,6 +193,7 @@ def test_bad_shards_and_flags_are_refused_naming_what_is_wrong():
             (["--tokens", os.path.join(d, "missing.bin")], "No such file"),
             (["--tokens", good, "--shard-format", "llmc", "--window", "4"], None),
             (["--tokens", odd, "--shard-format", "llmc"], "shorter than llm.c's"),
+            (["--tokens", eots, "--split", "documents", "--eot", "7"], "no document"),
         ]
         for args, want in cases:
             if want is None:  # the good one: measured, exit 0
@@ -143,6 +208,9 @@ def test_bad_shards_and_flags_are_refused_naming_what_is_wrong():
             ([], "--generator tokens needs --tokens PATH"),
             (["--tokens", good, "--items", "5"], "--items applies to synthetic and exec"),
             (["--tokens", good, "--delay", "0:0"], "--delay applies"),
+            (["--tokens", good, "--split", "documents", "--window", "8"],
+             "--window and --stride apply to --split windows"),
+            (["--tokens", good, "--eot", "3"], "--eot and --max-doc apply to --split documents"),
         ]
         for args, want in usage:
             code, err = refused(*args)
