@@ -1,10 +1,13 @@
 // stoker-scale: reads the broker's autoscale signal (the Status request), decides per pool with
-// scale.c and acts through an engine (exec: a command given the count). Only options, wiring
-// and the loop live here.
+// scale.c and acts through an engine (exec: a command given the count; slurm: engine_slurm.c). Only
+// options, wiring and the loop live here.
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "engine_slurm.h"
 #include "scale.h"
 #include "stoker/cli.h"
 #include "stoker/client.h"
@@ -32,14 +35,17 @@ typedef struct scale_options {
     const char *pool; // NULL: every pool the broker names
     uint32_t interval_ms, exec_timeout_ms, rounds;
     int dry_run;
+    slurm_engine slurm;
 } scale_options;
 
-static const char *const engines[] = {"exec", NULL};
+static const char *const engines[] = {"exec", "slurm", NULL};
 
 #define AT(member) STOKER_CLI_AT(scale_options, member)
 static const stoker_cli_option rows[] = {
-    {"engine", "KIND", "how to act: exec (runs --exec-cmd with the count)", STOKER_CLI_CHOICE,
-     AT(engine), .choices = engines},
+    {"engine", "KIND",
+     "how to act: exec (runs --exec-cmd with the count),\n"
+     "slurm (sbatch/scancel of --slurm-template jobs)",
+     STOKER_CLI_CHOICE, AT(engine), .choices = engines},
     {"exec-cmd", "CMD",
      "exec engine: run CMD with /bin/sh -c, the count as its last\n"
      "argument and STOKER_WANTED, STOKER_POOL in its environment",
@@ -98,6 +104,9 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         stoker_status_destroy(st);
         return 1;
     }
+    if (o->slurm.template_path != NULL &&
+        slurm_engine_pool_absent(st, o->pool != NULL ? o->pool : "default") != 0)
+        stoker_warn("stoker-scale: out of memory");
     for (uint32_t i = 0; i < st->n_pools; i++) {
         const stoker_pool_info *info = &st->pools[i];
         if (o->pool != NULL && strcmp(o->pool, info->name) != 0)
@@ -105,6 +114,11 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         scale_pool *p = find_pool(pools, n_pools, info);
         if (p == NULL)
             continue;
+        if (o->slurm.template_path != NULL &&
+            slurm_engine_count(&o->slurm, p->name, &p->current, err, sizeof(err)) != 0) {
+            stoker_error("scale-failed: pool '%s': cannot count its jobs: %s", p->name, err);
+            continue;
+        }
         uint32_t to;
         char why[512];
         uint64_t now = stoker_now_ms();
@@ -116,8 +130,10 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
                o->dry_run ? " (dry run)" : "", why);
         fflush(stdout);
-        if (!o->dry_run &&
-            scale_exec(o->exec_cmd, p->name, to, o->exec_timeout_ms, err, sizeof(err)) != 0) {
+        if (!o->dry_run && (o->slurm.template_path != NULL
+                                ? slurm_engine_scale(&o->slurm, p->name, to, err, sizeof(err))
+                                : scale_exec(o->exec_cmd, p->name, to, o->exec_timeout_ms, err,
+                                             sizeof(err))) != 0) {
             stoker_error("scale-failed: pool '%s' to %u: %s (tried again after the cool-down)",
                          p->name, to, err);
             p->last_change_ms = now;
@@ -136,6 +152,7 @@ main(int argc, char **argv)
     stoker_process_init();
     scale_options o = {.engine = "exec", .interval_ms = 5000, .exec_timeout_ms = 60000};
     stoker_client_options_init(&o.client);
+    slurm_engine_init(&o.slurm);
     o.cfg = (scale_config){.cooldown_ms = 30000, .max_step = 2, .idle_ms = 300000};
     stoker_cli cli;
     stoker_cli_init(&cli, "stoker-scale", "--broker URL (--exec-cmd CMD | --dry-run) [options]",
@@ -146,11 +163,22 @@ main(int argc, char **argv)
                     STOKER_LOG_WARN);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(slurm_engine_rows), &o.slurm);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
         (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0)
         return code;
-    if (!o.dry_run && o.exec_cmd == NULL)
+    int slurm = strcmp(o.engine, "slurm") == 0;
+    if (slurm && o.slurm.template_path == NULL)
+        return stoker_cli_fail(&cli, "the slurm engine needs --slurm-template FILE (the producer "
+                                     "job script it submits)");
+    if (slurm && access(o.slurm.template_path, R_OK) != 0)
+        return stoker_cli_fail(&cli, "cannot read --slurm-template %s: %s", o.slurm.template_path,
+                               strerror(errno));
+    if (!slurm && o.slurm.template_path != NULL)
+        return stoker_cli_fail(&cli, "--slurm-template is for --engine slurm");
+    o.slurm.broker_url = o.client.url;
+    if (!slurm && !o.dry_run && o.exec_cmd == NULL)
         return stoker_cli_fail(&cli, "the exec engine needs --exec-cmd CMD (or --dry-run to only "
                                      "print the decisions)");
     o.cfg.has_min = stoker_cli_given(&cli, "min");
