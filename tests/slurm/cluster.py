@@ -17,12 +17,20 @@ import subprocess
 import tempfile
 import time
 
-PACKAGES = ["slurm-wlm", "munge"]
-NEEDED = ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch"]
+PACKAGES = ["slurm-wlm", "munge", "openssl"]
+NEEDED = ["/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/bin/sbatch",
+          "/usr/bin/openssl"]
+POLICY = "/usr/sbin/policy-rc.d"
 
 
 class Skip(Exception):
     pass
+
+
+def apt_get(*args):
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    return subprocess.run(["apt-get"] + list(args), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
 
 
 def ensure_packages():
@@ -34,18 +42,22 @@ def ensure_packages():
                    % " ".join(PACKAGES))
     if shutil.which("apt-get") is None:
         raise Skip("Slurm is not installed and there is no apt-get to install it")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    # Debian's postinst scripts would start the services: policy-rc.d blocks that where it
-    # exists; the daemons this suite needs it starts itself, on its own config.
-    r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends"] + PACKAGES,
-                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       timeout=600)
-    if r.returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=300)
-        r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends"] + PACKAGES,
-                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=600)
+    # The packages' scripts would start munge, slurmctld and slurmd as services on the system's
+    # config; a policy-rc.d that says no (where none is) keeps them from it: this suite starts
+    # the daemons it needs itself and stops them.
+    policy = not os.path.exists(POLICY)
+    if policy:
+        with open(POLICY, "w") as f:
+            f.write("#!/bin/sh\n# the slurm suite's, while it installs packages\nexit 101\n")
+        os.chmod(POLICY, 0o755)
+    try:
+        r = apt_get("install", "-y", "--no-install-recommends", *PACKAGES)
+        if r.returncode != 0:
+            apt_get("update")
+            r = apt_get("install", "-y", "--no-install-recommends", *PACKAGES)
+    finally:
+        if policy:
+            os.unlink(POLICY)
     if r.returncode != 0 or not all(os.path.exists(p) for p in NEEDED):
         raise Skip("apt-get install %s failed: %s" % (" ".join(PACKAGES), r.stdout[-800:]))
 
@@ -221,25 +233,35 @@ class Cluster:
         return "\n".join(out)
 
     def close(self):
-        # Jobs first (their processes are children of the slurmd), then the daemons, last
-        # started first: each by its pid, waited for, killed after 15 s.
+        # Jobs first (their processes are children of the slurmd), then the daemons: each by
+        # its pid, waited for, killed after 15 s.
         if any(n == "slurmctld" for n, _ in self.pids):
             subprocess.run(["scancel", "--full", "--user", "root"], env=self.env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
             time.sleep(1)
-        for name, pid in reversed(self.pids):
+        # The slurmd together, then slurmctld and munged (each takes about 2 s to stop).
+        slurmd = [(n, p) for n, p in self.pids if n.startswith("slurmd")]
+        self._stop(slurmd)
+        self._stop([(n, p) for n, p in self.pids if (n, p) not in slurmd])
+        self.pids = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @staticmethod
+    def _stop(daemons):
+        """SIGTERM to each, waited for together; SIGKILL to those alive after 15 s."""
+        for name, pid in daemons:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
-                continue
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and os.path.exists("/proc/%d" % pid):
-                time.sleep(0.1)
+                pass
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p)
+                                                  for _, p in daemons):
+            time.sleep(0.05)
+        for name, pid in daemons:
             if os.path.exists("/proc/%d" % pid):
                 print("%s (pid %d) did not stop within 15 s: killed" % (name, pid))
                 os.kill(pid, signal.SIGKILL)
-        self.pids = []
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
