@@ -193,8 +193,9 @@ slurm_pick_cancel(const slurm_job *jobs, size_t n, size_t keep, size_t *order)
 }
 
 // Runs argv (PATH lookup) with extra (NULL-terminated "NAME=VALUE"s, or NULL) added to the
-// environment; its stdout into out (NUL-terminated, cut at out_len) and the tail of its stderr
-// into err. Returns 0 when it exited 0 within timeout_ms, otherwise -1 with the reason in err.
+// environment; its stdout into out (NUL-terminated, cut at out_len) and the start of its
+// stderr into err. Returns 0 when it exited 0 within timeout_ms, otherwise -1 with the reason in
+// err.
 static int
 run_command(const char *const *argv, char *const *extra, uint32_t timeout_ms, char *out,
             size_t out_len, char *err, size_t err_len)
@@ -401,6 +402,10 @@ slurm_engine_scale(const slurm_engine *e, const char *pool, uint32_t to, char *e
 int
 slurm_engine_pool_absent(stoker_status *st, const char *pool)
 {
+    if (pool == NULL && st->n_pools > 0)
+        return 0; // every pool: those the broker names
+    if (pool == NULL)
+        pool = "default";
     for (uint32_t i = 0; i < st->n_pools; i++)
         if (strcmp(st->pools[i].name, pool) == 0)
             return 0;

@@ -69,8 +69,9 @@ int slurm_engine_scale(const slurm_engine *e, const char *pool, uint32_t to, cha
                        size_t err_len);
 
 // A broker names a pool only once one of its producers has said hello; the slurm engine starts
-// from no job at all. When st names no pool `pool`, adds it with no producer (wanted: the
-// broker's minimum), so the controller submits the first job. Returns 0, or -1 out of memory.
+// from no job at all. When st does not name `pool` (the --pool acted on; NULL: "default", and
+// only when st names no pool at all), adds it with no producer (wanted: the broker's minimum),
+// so the controller submits the first job. Returns 0, or -1 out of memory.
 int slurm_engine_pool_absent(stoker_status *st, const char *pool);
 
 #endif

@@ -104,8 +104,7 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         stoker_status_destroy(st);
         return 1;
     }
-    if (o->slurm.template_path != NULL &&
-        slurm_engine_pool_absent(st, o->pool != NULL ? o->pool : "default") != 0)
+    if (o->slurm.template_path != NULL && slurm_engine_pool_absent(st, o->pool) != 0)
         stoker_warn("stoker-scale: out of memory");
     for (uint32_t i = 0; i < st->n_pools; i++) {
         const stoker_pool_info *info = &st->pools[i];

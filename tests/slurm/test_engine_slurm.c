@@ -2,6 +2,7 @@
 // command lines it builds, its reading of squeue's output and which jobs it cancels first. The
 // engine against a real Slurm is test_slurm.py's.
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine_slurm.h"
@@ -146,4 +147,25 @@ Test(slurm_engine, cancels_pending_then_newest_running)
     cr_assert_str_eq(jobs[order[2]].id, "31", "then the newest running");
     cr_assert_eq(slurm_pick_cancel(jobs, 5, 5, order), 0, "keeping all cancels none");
     cr_assert_eq(slurm_pick_cancel(jobs, 5, 9, order), 0);
+}
+
+Test(slurm_engine, a_pool_without_producers_is_added_at_the_minimum)
+{
+    stoker_status *st = calloc(1, sizeof(*st));
+    cr_assert_not_null(st);
+    st->autoscale_min = 2;
+    cr_assert_eq(slurm_engine_pool_absent(st, NULL), 0);
+    cr_assert_eq(st->n_pools, 1, "no pool named: the default one");
+    cr_assert_str_eq(st->pools[0].name, "default");
+    cr_assert_eq(st->pools[0].current, 0);
+    cr_assert_eq(st->pools[0].wanted, 2, "the broker's minimum");
+    cr_assert(strstr(st->pools[0].why, "no producer of pool 'default'") != NULL, "%s",
+              st->pools[0].why);
+    cr_assert_eq(slurm_engine_pool_absent(st, NULL), 0);
+    cr_assert_eq(slurm_engine_pool_absent(st, "default"), 0);
+    cr_assert_eq(st->n_pools, 1, "a pool the broker names is not added again");
+    cr_assert_eq(slurm_engine_pool_absent(st, "aug"), 0);
+    cr_assert_eq(st->n_pools, 2, "--pool aug, not named yet");
+    cr_assert_str_eq(st->pools[1].name, "aug");
+    stoker_status_destroy(st);
 }

@@ -271,7 +271,12 @@ def scenario_scale(c):
         wait_for("the broker answers", lambda: try_status(metrics), 10)
         # Demand fixed at 150 examples/s; a producer makes 50/s (--delay 0.02): wanted =
         # ceil(150 x 1.2 / 50) = 4, the controller's --max.
-        trainer = subprocess.Popen([sys.executable, "-c", TRAINER, url, "150", "10"])
+        trainer_env = dict(os.environ)
+        if os.environ.get("STOKER_ASAN_PRELOAD"):  # a sanitizer build's libstoker.so
+            trainer_env.update(LD_PRELOAD=os.environ["STOKER_ASAN_PRELOAD"],
+                               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1")
+        trainer = subprocess.Popen([sys.executable, "-c", TRAINER, url, "150", "10"],
+                                   env=trainer_env)
         procs.append(trainer)
         env = dict(c.env, STOKER_BIN=os.path.join(shared, "bin"),
                    STOKER_PRODUCER_ARGS="--delay 0.02 --log-level warn")
