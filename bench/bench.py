@@ -6,7 +6,7 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm. Run scripts/build.sh first (or let bench/run.sh do it)."""
+group-commit, ranks-shm, autoscale. Run scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -669,6 +669,52 @@ def bench_chunks(opts, tmp):
     return res
 
 
+def bench_tokens(opts, tmp):
+    """The tokens generator alone (issue 27): windows of 1024 tokens drawn from a 64 Mi-token
+    llm.c shard (128 MiB, in the page cache) by `stoker-producer --generator tokens --measure`,
+    one process, one core, as int32 and as uint16 (a plain copy); beside it, in the same run,
+    numpy converting the whole shard's uint16 tokens to int32 in one call, the memory speed the
+    generator should come near."""
+    import numpy as np
+    n_tokens = (1 << 22) if opts.quick else (1 << 26)
+    shard = os.path.join(tmp, "tokens.bin")
+    header = np.zeros(256, dtype="<i4")
+    header[0], header[1], header[2] = 20240520, 1, n_tokens
+    toks = (np.arange(n_tokens, dtype=np.uint64) * 2654435761 % 50257).astype("<u2")
+    with open(shard, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.tobytes())
+    window = 1024
+    windows = 20000 if opts.quick else 200000
+    res = {"configs": {}, "rows": []}
+    rates = {}
+    for dtype in ("int32", "uint16"):
+        best = 0.0
+        for _ in range(3):
+            out = subprocess.run([PRODUCER, "--generator", "tokens", "--tokens", shard,
+                                  "--window", str(window), "--token-dtype", dtype,
+                                  "--measure", str(windows), "--log-level", "error"],
+                                 stdout=subprocess.PIPE, text=True, timeout=300, check=True)
+            best = max(best, json.loads(out.stdout)["examples_per_second"] * window)
+        rates[dtype] = best
+        res["configs"][dtype] = {"tokens_per_second": best}
+    numpy_best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        toks.astype(np.int32)
+        numpy_best = max(numpy_best, n_tokens / (time.perf_counter() - t0))
+    res["configs"]["numpy_astype_int32"] = {"tokens_per_second": numpy_best}
+    res["rows"].append(("tokens: generator int32, tokens/s per core", rates["int32"], "(figure)",
+                        None))
+    res["rows"].append(("tokens: generator uint16, tokens/s per core", rates["uint16"],
+                        "(figure)", None))
+    res["rows"].append(("tokens: numpy uint16->int32 of the shard, tokens/s", numpy_best,
+                        "(figure)", None))
+    res["rows"].append(("tokens: generator int32 / numpy conversion", rates["int32"] / numpy_best,
+                        ">= 0.8", rates["int32"] >= 0.8 * numpy_best))
+    return res
+
+
 def restart_to_batch(tmp):
     """SIGKILL the broker under 2 producers and a trainer, restart it on the same path: seconds
     from the restart to the first batch the new broker hands out (its delivered counter)."""
@@ -943,11 +989,137 @@ def bench_ranks_shm(opts, tmp):
     return res
 
 
+SCALE = os.path.join(BUILD, "scale", "stoker-scale")
+
+
+def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
+    """One run of the autoscale workload: a trainer of r1 examples/s for before_s, then r2 for
+    after_s; producers of `cost` s per example (they sleep: --delay), started and stopped to the
+    count the rule asks. rule "stoker": stoker-scale's exec engine writes the count to a file;
+    rule "cpu": what a CPU-utilisation autoscaler (Kubernetes' HPA) computes, desired =
+    ceil(n x mean CPU / target), a 10 % tolerance, from the producers' CPU time in /proc, with
+    the same interval, cool-down, step and bounds. Returns the timeline of counts and the
+    trainer's per-second stats."""
+    url = endpoint("ipc", tmp, f"autoscale-{tag}")
+    rate_file, stats = os.path.join(tmp, f"{tag}.rate"), os.path.join(tmp, f"{tag}.stats")
+    count_file = os.path.join(tmp, f"{tag}.count")
+    with open(rate_file, "w") as f:
+        f.write(str(r1))
+    with open(count_file, "w") as f:
+        f.write("1")
+    script = os.path.join(tmp, f"{tag}-set.sh")
+    with open(script, "w") as f:
+        f.write(f'#!/bin/sh\necho "$1" > {count_file}.tmp && mv {count_file}.tmp {count_file}\n')
+    os.chmod(script, 0o755)
+    timeline, producers = [], []
+    with Procs() as procs:
+        start_broker(procs, url, "--autoscale-max", str(knobs["max"]))
+
+        def reconcile(t):
+            want = int(open(count_file).read())
+            while len(producers) < want:
+                producers.append(procs.start([PRODUCER, "--broker", url, "--delay",
+                                              f"{cost}:{cost}", "--name",
+                                              f"{tag}-{len(producers)}", "--log-level",
+                                              "error"]))
+            while len(producers) > want:
+                procs.stop(producers.pop())
+            if not timeline or timeline[-1][1] != want:
+                timeline.append((t, want))
+
+        t_start = time.monotonic()
+        reconcile(0.0)
+        time.sleep(0.5)
+        procs.start([sys.executable, os.path.join(ROOT, "bench", "autoscale_loop.py"), url,
+                     rate_file, stats, str(knobs["batch"])])
+        if rule == "stoker":
+            procs.start([SCALE, "--broker", url, "--exec-cmd", script, "--interval",
+                         str(knobs["interval"]), "--cooldown", str(knobs["cooldown"]),
+                         "--max-step", str(knobs["step"]), "--min", "1", "--max",
+                         str(knobs["max"]), "--log-level", "error"], stdout=subprocess.DEVNULL)
+        stepped, last_rule, last_change, cpu_prev = False, 0.0, -1e9, None
+        while True:
+            t = time.monotonic() - t_start
+            if t >= before_s + after_s:
+                break
+            if not stepped and t >= before_s:
+                with open(rate_file, "w") as f:
+                    f.write(str(r2))
+                stepped = True
+            if rule == "cpu" and t - last_rule >= knobs["interval"]:
+                cpu = sum(cpu_seconds(p.pid) for p in producers)
+                if cpu_prev is not None and len(producers) == cpu_prev[2]:
+                    util = (cpu - cpu_prev[0]) / ((t - cpu_prev[1]) * len(producers))
+                    n = len(producers)
+                    desired = n if abs(util / knobs["cpu_target"] - 1) <= 0.1 else \
+                        max(1, min(knobs["max"], -(-n * util // knobs["cpu_target"])))
+                    desired = int(max(n - knobs["step"], min(n + knobs["step"], desired)))
+                    if desired != n and t - last_change >= knobs["cooldown"]:
+                        with open(count_file, "w") as f:
+                            f.write(str(desired))
+                        last_change = t
+                cpu_prev = (cpu, t, len(producers))
+                last_rule = t
+            reconcile(t)
+            time.sleep(0.2)
+    with open(stats) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return timeline, rows
+
+
+def autoscale_figures(timeline, rows, before_s, after_s, r2, cost):
+    """Settling (the last change after the step), producers used / the minimum that keeps the
+    trainer fed (ceil(r2 x cost)), data wait after settling, and the changes of direction."""
+    need = -(-r2 * cost // 1)
+    after = [(t, n) for t, n in timeline if t >= before_s]
+    settle_t = after[-1][0] if after else before_s
+    used = timeline[-1][1]
+    # The trainer's lines are on its own clock: the run's end is its last line.
+    end_at = rows[-1]["at"]
+    settled_from = end_at - (before_s + after_s - settle_t) + 5  # 5 s for the new ones to start
+    tail = [r for r in rows if r["at"] >= settled_from]
+    wait = sum(r["waited"] for r in tail) / max(1e-9, sum(r["span"] for r in tail))
+    moves = [b[1] - a[1] for a, b in zip(timeline, timeline[1:]) if b[0] >= before_s]
+    turns = sum(1 for a, b in zip(moves, moves[1:]) if (a > 0) != (b > 0))
+    return {"settle_s": settle_t - before_s, "used": used, "need": need,
+            "used_over_need": used / need, "wait_after": wait, "turns_after_step": turns,
+            "tail_s": sum(r["span"] for r in tail)}
+
+
+def bench_autoscale(opts, tmp):
+    """A step change in demand (issue 28): a trainer of 100 examples/s, then 250; producers of
+    0.02 s per example that sleep (like the reference workload), started and stopped by the
+    rule. stoker-scale's exec engine on the broker's signal against the rule of a CPU
+    autoscaler on the producers' CPU % (target 70 %), same workload, one after the other."""
+    r1, r2, cost = 100, 250, 0.02
+    before_s, after_s = (20, 60) if opts.quick else (30, 180)
+    knobs = {"interval": 1, "cooldown": 5, "step": 4, "max": 12, "batch": 25, "cpu_target": 0.7}
+    res = {"r1": r1, "r2": r2, "cost": cost, "knobs": knobs, "before_s": before_s,
+           "after_s": after_s, "rows": []}
+    for rule, secs in (("stoker", after_s), ("cpu", min(after_s, 90))):
+        timeline, rows = autoscale_run(tmp, rule, rule, r1, r2, cost, before_s, secs, knobs)
+        f = autoscale_figures(timeline, rows, before_s, secs, r2, cost)
+        res[rule] = {"timeline": timeline, "figures": f}
+        name = "stoker-scale" if rule == "stoker" else "CPU-% rule"
+        res["rows"] += [
+            (f"autoscale {name}: seconds to settle after the step", f["settle_s"], "< 60",
+             f["settle_s"] < 60 if rule == "stoker" else None),
+            (f"autoscale {name}: producers used / minimum ({f['used']}/{f['need']:.0f})",
+             f["used_over_need"], "<= 1.25",
+             f["used_over_need"] <= 1.25 if rule == "stoker" else None),
+            (f"autoscale {name}: data wait after settling", f["wait_after"], "< 0.02",
+             f["wait_after"] < 0.02 if rule == "stoker" else None)]
+        if rule == "stoker":
+            res["rows"].append((f"autoscale {name}: changes of direction over {secs} s steady",
+                                f["turns_after_step"], "<= 2", f["turns_after_step"] <= 2))
+    return res
+
+
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
-           "ranks-shm": bench_ranks_shm}
+           "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale}
 
 
 def main():

@@ -87,6 +87,8 @@ print_events(stoker_consumer *c)
                                       sizeof(reason))) {
         if (kind == STOKER_EVENT_PRODUCER_LOST)
             stoker_warn("producer-lost: producer %u '%s': %s", producer, name, reason);
+        else if (kind == STOKER_EVENT_SCALED)
+            stoker_info("scaled: pool '%s' %s", name, reason);
         else
             stoker_info("producer %u '%s': %s", producer, name,
                         stoker_event_kind_name((stoker_event_kind)kind));

@@ -16,11 +16,12 @@
 #include "stoker/process.h"
 #include "stoker/producer.h"
 #include "stoker/synthetic.h"
+#include "tokens.h"
 
 // Everything the command line sets.
 typedef struct producer_options {
     stoker_producer_config run;
-    const char *generator; // synthetic | exec | images
+    const char *generator; // synthetic | exec | images | tokens
     stoker_synthetic synth;
     const char *exec_cmd, *schema_spec;
     int format; // exec_format
@@ -35,22 +36,32 @@ typedef struct producer_options {
     const char *label_map; // write the label map (JSON) here
     uint64_t measure;      // 0: push to a broker
     uint64_t items;        // synthetic, exec: serve a dataset of this many items (0: a stream)
-    int dataset;           // images: serve the folder as a dataset
-    char name[64];         // the default name, host-pid
+    int dataset;           // images, tokens: serve the folder / the windows as a dataset
+    const char *tokens_path;
+    int shard_format; // tokens_format
+    uint32_t window, stride;
+    int token_dtype; // by token_dtypes[]
+    const char *token_field;
+    char name[64]; // the default name, host-pid
 } producer_options;
 
 static void
 options_init(producer_options *o)
 {
     *o = (producer_options){
-        .generator = "synthetic", .format = EXEC_TEXT, .height = 64, .width = 64};
+        .generator = "synthetic", .format = EXEC_TEXT, .height = 64, .width = 64, .window = 1024};
     stoker_producer_config_init(&o->run);
     o->run.seed = 1;
     o->run.handle_signals = 1;
     stoker_synthetic_init(&o->synth);
 }
 
-static const char *const generators[] = {"synthetic", "exec", "images", NULL};
+static const char *const generators[] = {"synthetic", "exec", "images", "tokens", NULL};
+static const char *const shard_formats[] = {"auto", "llmc", "raw", NULL}; // by tokens_format
+static const char *const token_dtypes[] = {"int32", "int64", "uint16", NULL};
+static const stoker_dtype token_dtype_of[] = {STOKER_INT32, STOKER_INT64, STOKER_UINT16};
+_Static_assert(TOKENS_AUTO == 0 && TOKENS_LLMC == 1 && TOKENS_RAW == 2,
+               "shard_formats[] is indexed by tokens_format");
 static const char *const formats[] = {"text", "raw", NULL}; // by exec_format
 static const char *const decodes[] = {"once", "each", NULL};
 static const char *const drafts[] = {"on", "off", NULL};
@@ -131,7 +142,7 @@ show_chunk(const void *base, char *buf, size_t len)
 
 #define AT(member) STOKER_CLI_AT(producer_options, member)
 static const stoker_cli_option rows[] = {
-    {"generator", "KIND", "synthetic, exec or images", STOKER_CLI_CHOICE, AT(generator),
+    {"generator", "KIND", "synthetic, exec, images or tokens", STOKER_CLI_CHOICE, AT(generator),
      .choices = generators},
     {"name", "S", "name shown in events and status (default: host-pid)", STOKER_CLI_STRING,
      AT(run.client.name), .imin = 1, .imax = 63},
@@ -182,7 +193,8 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_UINT, AT(items), .imin = 1, .imax = UINT32_MAX},
     {"dataset", NULL,
      "images: serve the folder as a dataset (item i is the i-th\n"
-     "file of the sorted listing) in the broker's epochs",
+     "file of the sorted listing); tokens: serve every window at\n"
+     "--stride once per epoch; in the broker's epochs",
      STOKER_CLI_FLAG, AT(dataset)},
 };
 static const stoker_cli_option synthetic_rows[] = {
@@ -235,6 +247,46 @@ static const stoker_cli_option images_rows[] = {
      "off: always at full size (slower)",
      STOKER_CLI_ENUM, AT(jpeg_full), .choices = drafts},
 };
+static const stoker_cli_option tokens_rows[] = {
+    {"tokens", "PATH",
+     "pre-tokenized shards: a file, a folder (its *.bin) or a\n"
+     "glob pattern; llm.c's .bin (256-int header) or plain uint16",
+     STOKER_CLI_STRING, AT(tokens_path)},
+    {"shard-format", "auto|llmc|raw",
+     "auto: llm.c's when the file starts with its magic number,\n"
+     "else plain little-endian uint16 (nanoGPT's)",
+     STOKER_CLI_ENUM, AT(shard_format), .choices = shard_formats},
+    {"window", "N", "tokens per example", STOKER_CLI_UINT, AT(window), .imin = 1,
+     .imax = TOKENS_MAX_WINDOW},
+    {"stride", "N",
+     "--dataset: a window starts every N tokens (default: --window;\n"
+     "--window 1025 --stride 1024 gives inputs and next-token\n"
+     "targets of 1024 from each example); a stream draws offsets",
+     STOKER_CLI_UINT, AT(stride), .imin = 1, .imax = TOKENS_MAX_WINDOW},
+    {"token-dtype", "int32|int64|uint16", "the field's dtype", STOKER_CLI_ENUM, AT(token_dtype),
+     .choices = token_dtypes},
+    {"token-field", "NAME", "the field's name (default: tokens)", STOKER_CLI_STRING,
+     AT(token_field), .imin = 1, .imax = STOKER_NAME_MAX - 1},
+};
+
+// When the generator kind is not chosen (!chosen) and a flag of its table was given: says
+// so, naming every flag of table, and returns 1.
+static int
+foreign_flag(const stoker_cli *cli, int chosen, const char *kind, const stoker_cli_option *table,
+             size_t n)
+{
+    for (size_t i = 0; !chosen && i < n; i++) {
+        if (!stoker_cli_given(cli, table[i].name))
+            continue;
+        char all[256] = "";
+        for (size_t j = 0; j < n; j++)
+            snprintf(all + strlen(all), sizeof(all) - strlen(all), "%s--%s", j == 0 ? "" : ", ",
+                     table[j].name);
+        stoker_cli_fail(cli, "--%s needs --generator %s (as do %s)", table[i].name, kind, all);
+        return 1;
+    }
+    return 0;
+}
 
 // What the table cannot say: the broker is needed unless measuring, and options of one
 // generator given to another are mistakes worth stopping for.
@@ -243,29 +295,31 @@ check(const stoker_cli *cli, const producer_options *o)
 {
     int is_exec = strcmp(o->generator, "exec") == 0;
     int is_images = strcmp(o->generator, "images") == 0;
+    int is_tokens = strcmp(o->generator, "tokens") == 0;
     if (stoker_cli_require(cli, "broker", "measure") != 0 ||
         stoker_cli_check_tls(cli, &o->run.client) != 0)
         return 2;
     if (!is_exec && (stoker_cli_given(cli, "exec") || stoker_cli_given(cli, "schema") ||
                      stoker_cli_given(cli, "format")))
         return stoker_cli_fail(cli, "--exec, --schema and --format need --generator exec");
-    static const char *const images_flags[] = {"images",  "size",      "decode",
-                                               "augment", "output",    "layout",
-                                               "label",   "label-map", "jpeg-draft"};
-    for (size_t i = 0; !is_images && i < sizeof images_flags / sizeof *images_flags; i++)
-        if (stoker_cli_given(cli, images_flags[i]))
-            return stoker_cli_fail(cli,
-                                   "--%s needs --generator images (as do --images, --size, "
-                                   "--decode, --augment, --output, --layout, --label, "
-                                   "--label-map, --jpeg-draft)",
-                                   images_flags[i]);
+    if (foreign_flag(cli, is_images, "images", images_rows,
+                     sizeof images_rows / sizeof *images_rows) ||
+        foreign_flag(cli, is_tokens, "tokens", tokens_rows,
+                     sizeof tokens_rows / sizeof *tokens_rows))
+        return 2;
+    if (is_tokens && o->tokens_path == NULL)
+        return stoker_cli_fail(cli, "--generator tokens needs --tokens PATH (a shard, a folder "
+                                    "of *.bin shards or a glob pattern)");
+    if (is_tokens && stoker_cli_given(cli, "stride") && !o->dataset)
+        return stoker_cli_fail(cli, "--stride applies with --dataset (a stream draws each "
+                                    "window's offset at random)");
     if (o->run.chunk != STOKER_CHUNK_AUTO &&
         (stoker_cli_given(cli, "chunk-bytes") || stoker_cli_given(cli, "chunk-ms")))
         return stoker_cli_fail(cli,
                                "--chunk-bytes and --chunk-ms size chunks with --chunk auto "
                                "(the default); --chunk %u fixes the count",
                                o->run.chunk);
-    if ((is_exec || is_images) && stoker_cli_given(cli, "delay"))
+    if ((is_exec || is_images || is_tokens) && stoker_cli_given(cli, "delay"))
         return stoker_cli_fail(cli, "--delay applies to --generator synthetic only");
     if (is_exec && (o->exec_cmd == NULL || o->schema_spec == NULL))
         return stoker_cli_fail(cli, "--generator exec needs --exec 'CMD' and --schema SPEC");
@@ -280,12 +334,12 @@ check(const stoker_cli *cli, const producer_options *o)
         if (rv == STOKER_INVALID)
             return stoker_cli_fail(cli, "--augment '%s': %s", o->augment, err);
     }
-    if (is_images && stoker_cli_given(cli, "items"))
-        return stoker_cli_fail(cli, "--items applies to synthetic and exec; images use --dataset "
-                                    "(the folder's files are the items)");
-    if (!is_images && o->dataset)
-        return stoker_cli_fail(cli,
-                               "--dataset applies to --generator images; others use --items N");
+    if ((is_images || is_tokens) && stoker_cli_given(cli, "items"))
+        return stoker_cli_fail(cli, "--items applies to synthetic and exec; images and tokens use "
+                                    "--dataset (the files or the windows are the items)");
+    if (!is_images && !is_tokens && o->dataset)
+        return stoker_cli_fail(
+            cli, "--dataset applies to --generator images and tokens; others use --items N");
     return -1;
 }
 
@@ -331,6 +385,22 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
         }
         if (o->dataset)
             images_generator_dataset(gen);
+    } else if (strcmp(o->generator, "tokens") == 0) {
+        tokens_config cfg = {.path = o->tokens_path,
+                             .format = (tokens_format)o->shard_format,
+                             .window = o->window,
+                             .stride = o->stride,
+                             .dtype = token_dtype_of[o->token_dtype],
+                             .field = o->token_field,
+                             .dataset = o->dataset};
+        if (tokens_generator_open(&cfg, gen, err, sizeof(err)) != STOKER_OK) {
+            stoker_error("tokens: %s", err);
+            return 1;
+        }
+        stoker_info("tokens: %llu tokens, %llu windows of %u%s",
+                    (unsigned long long)tokens_generator_tokens(gen),
+                    (unsigned long long)tokens_generator_windows(gen), o->window,
+                    o->dataset ? " (the dataset's items)" : " (a stream at random offsets)");
     } else {
         o->synth.stop = stoker_producer_stop_flag();
         if (o->items > 0)
@@ -385,6 +455,7 @@ main(int argc, char **argv)
     stoker_cli_add(&cli, "synthetic:", STOKER_CLI_ROWS(synthetic_rows), &o);
     stoker_cli_add(&cli, "exec:", STOKER_CLI_ROWS(exec_rows), &o);
     stoker_cli_add(&cli, "images:", STOKER_CLI_ROWS(images_rows), &o);
+    stoker_cli_add(&cli, "tokens:", STOKER_CLI_ROWS(tokens_rows), &o);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = check(&cli, &o)) >= 0)
         return code;

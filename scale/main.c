@@ -1,6 +1,7 @@
 // stoker-scale: reads the broker's autoscale signal (the Status request), decides per pool with
-// scale.c and acts through an engine (exec: a command given the count; slurm: engine_slurm.c). Only
-// options, wiring and the loop live here.
+// scale.c, acts through an engine (exec: a command given the count; swarm: a Docker Swarm
+// service's replicas, engine_swarm.c; slurm: producer jobs, engine_slurm.c) and reports each change
+// to the broker (a SCALED event). Only options, wiring and the loop live here.
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine_slurm.h"
+#include "engine_swarm.h"
 #include "scale.h"
 #include "stoker/cli.h"
 #include "stoker/client.h"
@@ -33,19 +35,27 @@ typedef struct scale_options {
     const char *engine;
     const char *exec_cmd;
     const char *pool; // NULL: every pool the broker names
+    engine_swarm swarm;
     uint32_t interval_ms, exec_timeout_ms, rounds;
     int dry_run;
     slurm_engine slurm;
 } scale_options;
 
-static const char *const engines[] = {"exec", "slurm", NULL};
+static const char *const engines[] = {"exec", "swarm", "slurm", NULL};
 
 #define AT(member) STOKER_CLI_AT(scale_options, member)
 static const stoker_cli_option rows[] = {
     {"engine", "KIND",
-     "how to act: exec (runs --exec-cmd with the count),\n"
-     "slurm (sbatch/scancel of --slurm-template jobs)",
+     "how to act: exec (runs --exec-cmd with the count), swarm (sets\n"
+     "--service's replicas through the Docker Engine API), slurm\n"
+     "(sbatch/scancel of --slurm-template jobs)",
      STOKER_CLI_CHOICE, AT(engine), .choices = engines},
+    {"service", "NAME", "swarm engine: the Docker Swarm service of --pool's producers",
+     STOKER_CLI_STRING, AT(swarm.service), .imin = 1, .imax = 200},
+    {"docker-socket", "PATH", "swarm engine: the Docker Engine's Unix socket", STOKER_CLI_STRING,
+     AT(swarm.socket_path), .imin = 1, .imax = 107},
+    {"docker-timeout", "S", "swarm engine: each Docker Engine API request within this long",
+     STOKER_CLI_SECONDS_MS, AT(swarm.timeout_ms), .dmin = 0.1, .dmax = 600},
     {"exec-cmd", "CMD",
      "exec engine: run CMD with /bin/sh -c, the count as its last\n"
      "argument and STOKER_WANTED, STOKER_POOL in its environment",
@@ -86,6 +96,17 @@ find_pool(scale_pool *pools, uint32_t *n, const stoker_pool_info *info)
     return p;
 }
 
+// The engine's act: the pool to `to` producers. 0, or -1 with err.
+static int
+act(const scale_options *o, const char *pool, uint32_t to, char *err, size_t err_len)
+{
+    if (strcmp(o->engine, "swarm") == 0)
+        return engine_swarm_set(&o->swarm, to, err, err_len);
+    if (strcmp(o->engine, "slurm") == 0)
+        return slurm_engine_scale(&o->slurm, pool, to, err, err_len);
+    return scale_exec(o->exec_cmd, pool, to, o->exec_timeout_ms, err, err_len);
+}
+
 // One reading of the signal and a decision per pool. Returns 0, or 1 when the broker did not
 // answer (logged; the next round tries again).
 static int
@@ -93,8 +114,8 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
 {
     stoker_status *st = NULL;
     char err[512];
-    if (stoker_status_fetch(o->client.url, o->client.token, 5000, &st, err, sizeof(err)) !=
-        STOKER_OK) {
+    if (stoker_status_fetch_tls(o->client.url, o->client.token, &o->client.tls, 5000, &st, err,
+                                sizeof(err)) != STOKER_OK) {
         stoker_warn("stoker-scale: no signal from %s: %s", o->client.url, err);
         return 1;
     }
@@ -104,16 +125,29 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         stoker_status_destroy(st);
         return 1;
     }
-    if (o->slurm.template_path != NULL && slurm_engine_pool_absent(st, o->pool) != 0)
+    if (strcmp(o->engine, "slurm") == 0 && slurm_engine_pool_absent(st, o->pool) != 0)
         stoker_warn("stoker-scale: out of memory");
     for (uint32_t i = 0; i < st->n_pools; i++) {
         const stoker_pool_info *info = &st->pools[i];
         if (o->pool != NULL && strcmp(o->pool, info->name) != 0)
             continue;
+        uint32_t known = *n_pools;
         scale_pool *p = find_pool(pools, n_pools, info);
         if (p == NULL)
             continue;
-        if (o->slurm.template_path != NULL &&
+        if (*n_pools > known && strcmp(o->engine, "swarm") == 0) {
+            // A restarted controller picks up where the service stands, not where the broker's
+            // count of producers (some still starting) is.
+            if (engine_swarm_get(&o->swarm, &p->current, err, sizeof(err)) != 0) {
+                stoker_error("scale-failed: pool '%s': %s", p->name, err);
+                (*n_pools)--;
+                continue;
+            }
+            stoker_info("pool '%s': service '%s' stands at %u replicas", p->name, o->swarm.service,
+                        p->current);
+        }
+        // The slurm engine counts its jobs every time: one that ended is replaced.
+        if (strcmp(o->engine, "slurm") == 0 &&
             slurm_engine_count(&o->slurm, p->name, &p->current, err, sizeof(err)) != 0) {
             stoker_error("scale-failed: pool '%s': cannot count its jobs: %s", p->name, err);
             continue;
@@ -129,15 +163,19 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
                o->dry_run ? " (dry run)" : "", why);
         fflush(stdout);
-        if (!o->dry_run && (o->slurm.template_path != NULL
-                                ? slurm_engine_scale(&o->slurm, p->name, to, err, sizeof(err))
-                                : scale_exec(o->exec_cmd, p->name, to, o->exec_timeout_ms, err,
-                                             sizeof(err))) != 0) {
+        if (!o->dry_run && act(o, p->name, to, err, sizeof(err)) != 0) {
             stoker_error("scale-failed: pool '%s' to %u: %s (tried again after the cool-down)",
                          p->name, to, err);
             p->last_change_ms = now;
             continue;
         }
+        // The broker shows it (a SCALED event: /status, the trainers, its log); a broker that
+        // cannot be told does not undo the change.
+        if (!o->dry_run &&
+            stoker_scaled_report(o->client.url, o->client.token, &o->client.tls, 5000, p->name,
+                                 p->current, to, o->engine, why, err, sizeof(err)) != STOKER_OK)
+            stoker_warn("scaled-unreported: pool '%s' from %u to %u: the broker was not told: %s",
+                        p->name, p->current, to, err);
         p->current = to;
         p->last_change_ms = now;
     }
@@ -149,35 +187,47 @@ int
 main(int argc, char **argv)
 {
     stoker_process_init();
-    scale_options o = {.engine = "exec", .interval_ms = 5000, .exec_timeout_ms = 60000};
+    scale_options o = {.engine = "exec",
+                       .interval_ms = 5000,
+                       .exec_timeout_ms = 60000,
+                       .swarm = {.socket_path = "/var/run/docker.sock", .timeout_ms = 10000}};
     stoker_client_options_init(&o.client);
     slurm_engine_init(&o.slurm);
     o.cfg = (scale_config){.cooldown_ms = 30000, .max_step = 2, .idle_ms = 300000};
     stoker_cli cli;
-    stoker_cli_init(&cli, "stoker-scale", "--broker URL (--exec-cmd CMD | --dry-run) [options]",
+    stoker_cli_init(&cli, "stoker-scale",
+                    "--broker URL (--exec-cmd CMD | --engine swarm --service NAME --pool NAME | "
+                    "--dry-run) [options]",
                     "Follows the broker's autoscale signal (docs/autoscale.md): reads how many\n"
                     "producers each pool wants and scales the pool there, within bounds, a\n"
                     "bounded step at a time, after a cool-down. Every decision is one line on\n"
                     "stdout: pool, from, to, why.",
                     STOKER_LOG_WARN);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(slurm_engine_rows), &o.slurm);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
-        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0)
+        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0 ||
+        (code = stoker_cli_check_tls(&cli, &o.client)) != 0)
         return code;
     int slurm = strcmp(o.engine, "slurm") == 0;
-    if (slurm && o.slurm.template_path == NULL)
-        return stoker_cli_fail(&cli, "the slurm engine needs --slurm-template FILE (the producer "
-                                     "job script it submits)");
-    if (slurm && access(o.slurm.template_path, R_OK) != 0)
-        return stoker_cli_fail(&cli, "cannot read --slurm-template %s: %s", o.slurm.template_path,
-                               strerror(errno));
     if (!slurm && o.slurm.template_path != NULL)
         return stoker_cli_fail(&cli, "--slurm-template is for --engine slurm");
     o.slurm.broker_url = o.client.url;
-    if (!slurm && !o.dry_run && o.exec_cmd == NULL)
+    if (slurm) {
+        if (o.slurm.template_path == NULL)
+            return stoker_cli_fail(&cli, "the slurm engine needs --slurm-template FILE (the "
+                                         "producer job script it submits)");
+        if (access(o.slurm.template_path, R_OK) != 0)
+            return stoker_cli_fail(&cli, "cannot read --slurm-template %s: %s",
+                                   o.slurm.template_path, strerror(errno));
+    } else if (strcmp(o.engine, "swarm") == 0) {
+        if (o.swarm.service == NULL || o.pool == NULL)
+            return stoker_cli_fail(&cli, "the swarm engine needs --service NAME (the producers' "
+                                         "service) and --pool NAME (the pool they are)");
+    } else if (!o.dry_run && o.exec_cmd == NULL)
         return stoker_cli_fail(&cli, "the exec engine needs --exec-cmd CMD (or --dry-run to only "
                                      "print the decisions)");
     o.cfg.has_min = stoker_cli_given(&cli, "min");

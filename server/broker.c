@@ -161,6 +161,16 @@ dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t no
         }
         handle_status(b, token, req, now_ms, out);
         return;
+    case STOKER_SCALED:
+        // A controller reports before any producer may have come (a pool scaled from 0).
+        if (b->token[0] != '\0' && !pipe_authed(b, pipe)) {
+            send_code(b, out, token, STOKER_UNAUTHENTICATED,
+                      "scaled needs a hello with the token on this connection first");
+            stoker_request_free(req);
+            return;
+        }
+        autoscale_scaled(b, token, req, now_ms, out);
+        return;
     default:
         break;
     }

@@ -27,6 +27,7 @@ typedef struct autoscale_meter {
     double ewma_count, ewma_ms; // smoothed examples per sample and ms counted per sample
     int sampled;                // the EWMAs hold at least one sample
     uint64_t last_make_us;      // producer: its making time at the latest sample
+    uint64_t last_wait_said_ms; // trainer: its data wait as its pulls said, at the latest sample
 } autoscale_meter;
 
 // Called every few ms (broker_tick) under the broker's lock: counts held and waiting time, and
@@ -35,5 +36,12 @@ void autoscale_tick(struct broker *b, uint64_t now_ms);
 // Fills st's autoscale block (malloc'd pools; freed with the snapshot). Returns STOKER_NOMEM
 // or STOKER_OK.
 int autoscale_report(const struct broker *b, uint64_t now_ms, stoker_status *st);
+
+struct broker_outbox;
+struct stoker_request;
+// SCALED: a controller (stoker-scale) changed a pool; logged as `scaled` and added as a SCALED
+// event (in /status and the trainers' events). Takes req (frees it); answers on token.
+void autoscale_scaled(struct broker *b, void *token, struct stoker_request *req, uint64_t now_ms,
+                      struct broker_outbox *out);
 
 #endif

@@ -756,7 +756,8 @@ group_commit(broker *b, trainer *t, void *token, const stoker_request *req, uint
         g->commit_step = req->commit_step;
         g->commit_since_ms = now_ms;
     }
-    memcpy(gr->staged + gr->n_staged, req->acks, (size_t)req->n_acks * sizeof(uint64_t));
+    if (req->n_acks > 0) // a rank may commit a step with nothing new (acks NULL)
+        memcpy(gr->staged + gr->n_staged, req->acks, (size_t)req->n_acks * sizeof(uint64_t));
     gr->n_staged += req->n_acks;
     if (!req->commit_final) {
         send_code(b, out, token, STOKER_OK, "staged");

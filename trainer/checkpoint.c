@@ -267,6 +267,17 @@ checkpoint_pending(const checkpoint *ck)
 }
 
 int
+checkpoint_adopt(checkpoint *ck, const checkpoint *other, char *err, size_t err_len)
+{
+    for (size_t i = 0; i < other->pending.n; i++) {
+        const checkpoint_run *r = &other->pending.v[i];
+        if (checkpoint_runs_add(&ck->pending, r->session, r->first_seq, r->count) != STOKER_OK)
+            return stoker_errorf(err, err_len, STOKER_NOMEM, "%s: out of memory", other->path);
+    }
+    return STOKER_OK;
+}
+
+int
 checkpoint_check_options(const checkpoint *ck, const uint32_t *hidden, uint32_t n_hidden,
                          uint32_t classes, char *why, size_t why_len)
 {

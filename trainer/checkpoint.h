@@ -57,6 +57,13 @@ void checkpoint_destroy(checkpoint *ck);
 const checkpoint_position *checkpoint_position_of(const checkpoint *ck);
 const checkpoint_runs *checkpoint_pending(const checkpoint *ck);
 
+// Takes over the pending identities of other, the checkpoint of a rank this run does not resume
+// (a group resumed at fewer ranks: --resume-also), so that they are reported as trained and kept
+// in this rank's later checkpoints; other's weights and position are not used (a rank whose own
+// file is behind the others' catches up at the broker). STOKER_NOMEM leaves part of other's runs
+// added.
+int checkpoint_adopt(checkpoint *ck, const checkpoint *other, char *err, size_t err_len);
+
 // What can be checked before the broker's schema is known: the hidden widths and the loss.
 // STOKER_INVALID with why naming what differs (the flag to change) when they do not match.
 int checkpoint_check_options(const checkpoint *ck, const uint32_t *hidden, uint32_t n_hidden,

@@ -32,6 +32,7 @@ typedef struct trainer_options {
     const char *json_path;
     const char *progress;    // auto | on | off
     const char *resume_path; // --resume: loaded into train.resume before training
+    const char *adopt_paths; // --resume-also: comma-separated, adopted into train.resume
 } trainer_options;
 
 static int
@@ -126,6 +127,11 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_UINT, AT(train.checkpoint_every), .imin = 1, .imax = 1u << 30},
     {"resume", "PATH", "continue from this checkpoint: weights, Adam state, position",
      STOKER_CLI_STRING, AT(resume_path)},
+    {"resume-also", "PATH[,PATH...]",
+     "with --resume: checkpoints of ranks this run does not resume (a\n"
+     "group resumed at fewer ranks); what they trained and had not\n"
+     "committed is reported as trained and kept in this rank's checkpoints",
+     STOKER_CLI_STRING, AT(adopt_paths)},
     {"identity-log", "PATH",
      "append the identities of the examples trained to PATH, a line\n"
      "'SESSION FIRST_SEQ COUNT' per run (SESSION in hex); of a\n"
@@ -152,6 +158,9 @@ check(const stoker_cli *cli, const trainer_options *o)
         stoker_cli_exclude(cli, "inline", "identity-log",
                            "--identity-log applies to --broker only") != 0)
         return 2;
+    if (o->adopt_paths != NULL && o->resume_path == NULL)
+        return stoker_cli_fail(cli, "--resume-also goes with --resume PATH (this rank's own "
+                                    "checkpoint, or rank 0's for a rank new to the group)");
     if (stoker_cli_given(cli, "checkpoint-every") && cfg->checkpoint_path == NULL)
         return stoker_cli_fail(cli, "--checkpoint-every goes with --checkpoint PATH");
     if (cfg->group == NULL && (stoker_cli_given(cli, "rank") || stoker_cli_given(cli, "world")))
@@ -166,6 +175,36 @@ check(const stoker_cli *cli, const trainer_options *o)
         return stoker_cli_fail(cli, "--inline trains on the synthetic schema "
                                     "input:float32[10],output:float32[1] only");
     return -1;
+}
+
+// Adopts into resume the pending identities of each checkpoint in the comma-separated list paths
+// (--resume-also). STOKER_OK, or STOKER_INVALID after saying which file failed and why.
+static int
+adopt(const stoker_cli *cli, checkpoint *resume, const char *paths)
+{
+    const char *p = paths;
+    for (;;) {
+        size_t len = strcspn(p, ",");
+        char path[512], err[512];
+        if (len == 0 || len >= sizeof(path)) {
+            stoker_cli_fail(cli, "--resume-also '%s': %s", paths,
+                            len == 0 ? "an empty path in the list" : "a path is too long");
+            return STOKER_INVALID;
+        }
+        memcpy(path, p, len);
+        path[len] = '\0';
+        checkpoint *other = NULL;
+        if (checkpoint_load(path, &other, err, sizeof(err)) != STOKER_OK ||
+            checkpoint_adopt(resume, other, err, sizeof(err)) != STOKER_OK) {
+            checkpoint_destroy(other);
+            stoker_cli_fail(cli, "--resume-also: %s", err);
+            return STOKER_INVALID;
+        }
+        checkpoint_destroy(other);
+        if (p[len] == '\0')
+            return STOKER_OK;
+        p += len + 1;
+    }
 }
 
 // Trains, logs how it ended and writes the JSON summary to json (closed unless stdout; may be
@@ -253,6 +292,10 @@ main(int argc, char **argv)
                                      sizeof(err)) != STOKER_OK) {
             checkpoint_destroy(resume);
             return stoker_cli_fail(&cli, "%s", err);
+        }
+        if (o.adopt_paths != NULL && adopt(&cli, resume, o.adopt_paths) != STOKER_OK) {
+            checkpoint_destroy(resume);
+            return 2;
         }
         o.train.resume = resume;
     }

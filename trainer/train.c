@@ -200,6 +200,8 @@ record_event(train_result *res, producers_known *known, const stoker_event *e, d
                                                                    : "reconnected";
     if (e->kind == STOKER_EVENT_EPOCH_END)
         ;
+    else if (e->kind == STOKER_EVENT_SCALED)
+        stoker_info("scaled: pool '%s' %s", e->name, e->reason); // a controller's change
     else if (e->index == 0 && e->kind != STOKER_EVENT_PRODUCER_RECONNECTED) {
         known->alive += e->kind == STOKER_EVENT_PRODUCER_JOINED;
         known->lost += e->kind == STOKER_EVENT_PRODUCER_LOST;

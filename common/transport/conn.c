@@ -575,10 +575,12 @@ stoker_client_options_init(stoker_client_options *o)
     o->max_message_bytes = 256u << 20;
 }
 
-// One connection, one Status request (after a hello, with a token).
+// One connection, one request (after a hello, with a token): req's reply in *out when its code
+// is STOKER_OK.
 static int
-status_fetch_once(const char *url, const char *token, const stoker_tls_options *tls,
-                  uint32_t timeout_ms, stoker_status **out, char *err, size_t err_len)
+call_once(const char *url, const char *token, const stoker_tls_options *tls,
+          const stoker_request *req, uint32_t timeout_ms, stoker_reply **out, char *err,
+          size_t err_len)
 {
     conn c;
     nng_ctx ctx;
@@ -590,7 +592,6 @@ status_fetch_once(const char *url, const char *token, const stoker_tls_options *
         conn_close(&c);
         return stoker_err_from_nng(rv);
     }
-    stoker_request req = {.method = STOKER_STATUS};
     conn_stop stop = {.conn = &c}; // a TLS failure ends the wait at once
     if (token != NULL && token[0] != '\0') {
         // With a token, a connection says hello (as an observer) before anything else.
@@ -606,16 +607,31 @@ status_fetch_once(const char *url, const char *token, const stoker_tls_options *
         rep = NULL;
     }
     if (rv == STOKER_OK)
-        rv = conn_call_until(ctx, &req, timeout_ms, &stop, &rep, err, err_len);
+        rv = conn_call_until(ctx, req, timeout_ms, &stop, &rep, err, err_len);
     if (rv == STOKER_OK && rep->code != STOKER_OK) {
         rv = rep->code;
         snprintf(err, err_len, "%s", rep->message);
     }
     if (rv == STOKER_OK)
-        rv = conn_status_from_reply(rep, out);
-    stoker_reply_free(rep);
+        *out = rep;
+    else
+        stoker_reply_free(rep);
     nng_ctx_close(ctx);
     conn_close(&c);
+    return rv;
+}
+
+// One connection, one Status request.
+static int
+status_fetch_once(const char *url, const char *token, const stoker_tls_options *tls,
+                  uint32_t timeout_ms, stoker_status **out, char *err, size_t err_len)
+{
+    stoker_request req = {.method = STOKER_STATUS};
+    stoker_reply *rep = NULL;
+    int rv = call_once(url, token, tls, &req, timeout_ms, &rep, err, err_len);
+    if (rv == STOKER_OK)
+        rv = conn_status_from_reply(rep, out);
+    stoker_reply_free(rep);
     return rv;
 }
 
@@ -637,6 +653,28 @@ stoker_status_fetch_tls(const char *url, const char *token, const stoker_tls_opt
         uint64_t now = stoker_now_ms();
         int rv = status_fetch_once(url, token, tls, now < deadline ? (uint32_t)(deadline - now) : 1,
                                    out, err, err_len);
+        if ((rv != STOKER_CONNECTION && rv != STOKER_CLOSED) || stoker_now_ms() + 20 >= deadline)
+            return rv;
+        stoker_sleep_ms(20, NULL);
+    }
+}
+
+int
+stoker_scaled_report(const char *url, const char *token, const stoker_tls_options *tls,
+                     uint32_t timeout_ms, const char *pool, uint32_t from, uint32_t to,
+                     const char *engine, const char *why, char *err, size_t err_len)
+{
+    stoker_request req = {.method = STOKER_SCALED, .scaled_from = from, .scaled_to = to};
+    conn_copy_str(req.pool, sizeof(req.pool), pool);
+    conn_copy_str(req.engine, sizeof(req.engine), engine != NULL ? engine : "");
+    conn_copy_str(req.why, sizeof(req.why), why != NULL ? why : ""); // cut to fit
+    uint64_t deadline = stoker_now_ms() + timeout_ms;
+    for (;;) {
+        stoker_reply *rep = NULL;
+        uint64_t now = stoker_now_ms();
+        int rv = call_once(url, token, tls, &req, now < deadline ? (uint32_t)(deadline - now) : 1,
+                           &rep, err, err_len);
+        stoker_reply_free(rep);
         if ((rv != STOKER_CONNECTION && rv != STOKER_CLOSED) || stoker_now_ms() + 20 >= deadline)
             return rv;
         stoker_sleep_ms(20, NULL);

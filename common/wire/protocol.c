@@ -15,6 +15,8 @@ stoker_event_kind_name(stoker_event_kind kind)
         return "producer_reconnected";
     case STOKER_EVENT_EPOCH_END:
         return "epoch_end";
+    case STOKER_EVENT_SCALED:
+        return "scaled";
     default:
         return "unknown";
     }

@@ -235,6 +235,8 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_json_string(&t, e->name);
         stoker_text_printf(&t, ", \"at\": %.3f, \"reason\": ", e->at_s);
         stoker_text_json_string(&t, e->reason);
+        if (e->kind == STOKER_EVENT_SCALED) // name is the pool
+            stoker_text_printf(&t, ", \"from\": %u, \"to\": %u", e->scaled_from, e->scaled_to);
         stoker_text_printf(&t, "}");
     }
     stoker_text_printf(&t, "]");

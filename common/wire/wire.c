@@ -415,7 +415,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
     X(queued_bytes) X(producers_alive) X(trainers) X(delivered_shm) X(trainers_shm) X(refused)     \
     X(returned_unused) X(short_by_queues) X(producers_lost)
 #define RUN_FIELDS(X) X(producer) X(session) X(first_seq) X(count)
-#define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch)
+#define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch) X(scaled_from) X(scaled_to)
 #define PRODUCER_FIELDS(X)                                                                         \
     X(id) X(session) X(queued) X(accepted) X(delivered) X(acknowledged) X(redelivered)             \
     X(returned_unused) X(next_seq) X(silent_ms) X(pushes) X(pushes_streamed)        \
@@ -688,6 +688,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
     Stoker__Push push;
     Stoker__Pull pull;
     Stoker__Ack ack;
+    Stoker__Scaled scaled;
     schema_pb spb;
     chunk_pb cpb;
     blob_source blobs = {0}, *src = NULL;
@@ -780,6 +781,15 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         r.n_trained = (size_t)req->n_trained * 3;
         r.trained = (uint64_t *)req->trained;
         r.done_making = req->done_making != 0;
+        break;
+    case STOKER_SCALED:
+        stoker__scaled__init(&scaled);
+        scaled.pool = (char *)req->pool;
+        scaled.from = req->scaled_from;
+        scaled.to = req->scaled_to;
+        scaled.why = (char *)req->why;
+        scaled.engine = (char *)req->engine;
+        r.scaled = &scaled;
         break;
     default:
         break;
@@ -982,6 +992,21 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->n_trained = (uint32_t)(r->n_trained / 3);
         req->trained = r->trained;
         req->done_making = r->done_making != 0;
+        break;
+    case STOKER__METHOD__SCALED:
+        if (r->scaled == NULL) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "scaled request without its body");
+            break;
+        }
+        req->scaled_from = r->scaled->from;
+        req->scaled_to = r->scaled->to;
+        if ((rv = copy_string(req->pool, sizeof(req->pool), r->scaled->pool, "scaled: pool", err,
+                              err_len)) != STOKER_OK ||
+            (rv = copy_string(req->why, sizeof(req->why), r->scaled->why, "scaled: why", err,
+                              err_len)) != STOKER_OK)
+            break;
+        rv = copy_string(req->engine, sizeof(req->engine), r->scaled->engine, "scaled: engine", err,
+                         err_len);
         break;
     case STOKER__METHOD__STATUS:
     case STOKER__METHOD__SHARD:
@@ -1277,10 +1302,10 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             const Stoker__Event *s = r->events[i];
             stoker_event *d = &rep->events[i];
             EVENT_FIELDS(COPY_FIELD)
-            d->kind =
-                s->kind <= STOKER_EVENT_PRODUCER_RECONNECTED || s->kind == STOKER_EVENT_EPOCH_END
-                    ? (stoker_event_kind)s->kind
-                    : STOKER_EVENT_NONE;
+            d->kind = s->kind <= STOKER_EVENT_PRODUCER_RECONNECTED ||
+                              s->kind == STOKER_EVENT_EPOCH_END || s->kind == STOKER_EVENT_SCALED
+                          ? (stoker_event_kind)s->kind
+                          : STOKER_EVENT_NONE;
             snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
             snprintf(d->reason, sizeof(d->reason), "%s", s->reason != NULL ? s->reason : "");
         }

@@ -41,7 +41,7 @@ DTYPES = {
 }
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
-               4: "producer_reconnected", 15: "epoch_end"}
+               4: "producer_reconnected", 15: "epoch_end", 520: "scaled"}
 
 MAX_RANK = 8  # STOKER_MAX_RANK
 

@@ -75,9 +75,10 @@ class GroupBroken(StokerError):
 
 
 Event = namedtuple("Event", "kind producer name at reason")
-Event.__doc__ = """A broker event: kind is "producer_joined", "producer_lost", "producer_finished"
-or "producer_reconnected"; producer the broker's id, name the producer's name, at the broker's
-uptime in seconds, reason the broker's reason (for producer_lost)."""
+Event.__doc__ = """A broker event: kind is "producer_joined", "producer_lost", "producer_finished",
+"producer_reconnected", "epoch_end" or "scaled"; producer the broker's id, name the producer's
+name (for "scaled": the pool), at the broker's uptime in seconds, reason the broker's reason (for
+producer_lost; for "scaled": "from N to M (ENGINE): why")."""
 
 Run = namedtuple("Run", "producer session first_seq count")
 Run.__doc__ = "Examples first_seq .. first_seq + count - 1 of producer session `session`."

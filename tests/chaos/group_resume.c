@@ -1,12 +1,13 @@
 // Chaos for group commit (issue 31): stoker-trainer ranks of one group checkpoint together
 // (--checkpoint, every rank its own file) while producers are frozen at random moments; every rank
 // is SIGKILLed at a random moment after a checkpoint, and the group is started again from the
-// checkpoints at a world size drawn anew (never smaller: the C trainer's ranks resume from their
-// own files, and a new rank from rank 0's), twice; the third run trains to the supply's end. From
-// each rank's identity log, cut at its checkpoint (less the one it resumed from), the lineage
-// trains each example at most once, and what it never trained is what stays queued. The moments
-// and world sizes come from a printed seed (STOKER_CHAOS_SEED repeats it). Runs alone, bounded
-// (about 30 s here); a plain program (exit 0 / 1), no criterion.
+// checkpoints at a smaller world size, then killed again and started at a larger one (sizes drawn):
+// a rank resumes from its own file, a new rank from rank 0's, and the files of the ranks that are
+// gone go to rank 0 with --resume-also until it has written a checkpoint of its own. The third run
+// trains to the supply's end. From each rank's identity log, cut at its checkpoint (less the one it
+// resumed from), the lineage trains each example at most once, and what it never trained is what
+// stays queued. The moments and world sizes come from a printed seed (STOKER_CHAOS_SEED repeats
+// it). Runs alone, bounded (about 30 s here); a plain program (exit 0 / 1), no criterion.
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -155,18 +156,33 @@ main(void)
             snprintf(logs[run][r], sizeof(logs[run][r]), "%s", testdir_file(name));
         }
     }
+    _Static_assert(RUNS == 3 && MAX_RANKS >= 3, "the worlds drawn below: shrink, then grow");
     int world[RUNS];
-    world[0] = (int)rnd(2, 3);
-    for (int run = 1; run < RUNS; run++) {
-        world[run] = world[run - 1] + (int)rnd(0, 1);
-        if (world[run] > MAX_RANKS)
-            world[run] = MAX_RANKS;
-    }
+    world[0] = (int)rnd(3, MAX_RANKS);
+    world[1] = (int)rnd(2, (uint64_t)world[0] - 1);
+    world[2] = (int)rnd((uint64_t)world[1] + 1, MAX_RANKS);
+    // The files of ranks that are gone, adopted by rank 0 until it has saved a checkpoint.
+    char gone[RUNS * MAX_RANKS][320], adopt[RUNS * MAX_RANKS * 321];
+    int n_gone = 0;
     checkpoint_position from[RUNS][MAX_RANKS] = {{{0}}}, at[RUNS][MAX_RANKS] = {{{0}}};
     for (int run = 0; run < RUNS; run++) {
         int n = world[run];
         snprintf(worlds[run], sizeof(worlds[run]), "%d", n);
         proc_child *t[MAX_RANKS];
+        for (int r = n; run > 0 && r < MAX_RANKS; r++) {
+            if (!testdir_exists(ck[r]))
+                continue;
+            char name[64];
+            snprintf(name, sizeof(name), "rank%d-gone-%d.ckpt", r, run);
+            snprintf(gone[n_gone], sizeof(gone[n_gone]), "%s", testdir_file(name));
+            if (rename(ck[r], gone[n_gone]) != 0)
+                proc_fail("cannot move %s aside", ck[r]);
+            n_gone++;
+        }
+        adopt[0] = '\0';
+        for (int i = 0; i < n_gone; i++)
+            snprintf(adopt + strlen(adopt), sizeof(adopt) - strlen(adopt), "%s%s", i ? "," : "",
+                     gone[i]);
         for (int r = 0; r < n; r++) {
             // A rank resumes from its own checkpoint, a new one from rank 0's.
             const char *resume = NULL;
@@ -211,6 +227,10 @@ main(void)
             if (resume != NULL) {
                 a[k++] = "--resume";
                 a[k++] = resume;
+            }
+            if (r == 0 && n_gone > 0) {
+                a[k++] = "--resume-also";
+                a[k++] = adopt;
             }
             a[k] = NULL;
             char what[32];
@@ -260,6 +280,8 @@ main(void)
             else
                 at[run][r] = from[run][r];
         }
+        if (at[run][0].batches != from[run][0].batches)
+            n_gone = 0; // rank 0's own file holds what the gone ranks' files did
         printf("chaos-group-resume: run %d, %d ranks, checkpoints at steps", run, n);
         for (int r = 0; r < n; r++)
             printf(" %" PRIu64, at[run][r].batches);

@@ -186,6 +186,8 @@ def test_usage_errors_across_flags():
         ("stoker-trainer", ["--inline", "--identity-log", "/tmp/l"], "--identity-log applies"),
         ("stoker-trainer", ["--broker", "ipc:///x", "--resume", "/nonexistent/c.ckpt"],
          "--resume: /nonexistent/c.ckpt"),
+        ("stoker-trainer", ["--broker", "ipc:///x", "--resume-also", "/tmp/r3.ckpt"],
+         "--resume-also goes with --resume PATH"),
         ("stoker-pull", [], "--broker URL is required"),
         ("stoker-bench-consumer", [], "--broker URL is required"),
         ("stoker-producer", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
@@ -206,6 +208,36 @@ def test_usage_errors_across_flags():
         out = run(prog, *args)
         assert out.returncode == 2 and want in out.stderr, (prog, args, out.returncode,
                                                             out.stderr)
+
+
+def test_lines_to_the_journal_carry_a_priority_and_no_second_timestamp():
+    """Under systemd (JOURNAL_STREAM names stderr's device and inode) a log line is
+    "<N>role LEVEL message": the journal keeps its own time and pid and takes <N> as the priority.
+    Elsewhere, and when JOURNAL_STREAM names another file, the line has its own timestamp."""
+    with tempfile.TemporaryDirectory(prefix="stoker-cli-") as tmp:
+        err_path = os.path.join(tmp, "stderr")
+
+        def lines(env_value):
+            with open(err_path, "w") as err:
+                st = os.fstat(err.fileno())
+                env = dict(os.environ)
+                env.pop("JOURNAL_STREAM", None)
+                if env_value is not None:
+                    env["JOURNAL_STREAM"] = env_value(st)
+                subprocess.run([BINARIES["stoker-producer"], "--generator", "exec", "--exec",
+                                "echo bad", "--schema", "x:float32[1]", "--measure", "3"],
+                               stderr=err, stdout=subprocess.DEVNULL, env=env, timeout=30)
+            with open(err_path) as f:
+                return [l for l in f.read().splitlines() if l]
+
+        journal = lines(lambda st: "%d:%d" % (st.st_dev, st.st_ino))
+        assert journal and all(l.startswith("<") for l in journal), journal
+        assert any(l.startswith("<3>producer ERROR ") for l in journal), journal
+        assert not any("Z producer[" in l for l in journal), journal
+        other = lines(lambda st: "%d:%d" % (st.st_dev, st.st_ino + 1))
+        plain = lines(None)
+        for got in (other, plain):
+            assert got and all(l[:4].isdigit() and "Z producer[" in l for l in got), got
 
 
 def test_busy_metrics_address_is_a_usage_error_before_listening():

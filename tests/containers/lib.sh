@@ -197,7 +197,7 @@ stoker_images() {
     base_image
     local t
     # The build stage tagged too: it stays the cache, and what an earlier build left untagged can go.
-    for t in build broker producer trainer-cpu; do
+    for t in build broker producer trainer-cpu scale; do
         build_target "$t" --build-arg DEBIAN_IMAGE="$CT_BASE"
     done
     prune_leftovers

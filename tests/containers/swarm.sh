@@ -16,7 +16,7 @@ stoker_images
 S=stokerswarm$$
 export STOKER_OUT_VOLUME=stoker-test-out-$S STOKER_TRAINER_IMAGE=stoker-trainer-cpu STOKER_DEVICE=cpu \
     STOKER_PRODUCERS=2 STOKER_DELAY=0.05:0.5 STOKER_TIME_GOAL=600 STOKER_METRICS_PORT=0 \
-    STOKER_SECRETS=$CT_TMP/secrets
+    STOKER_SECRETS=$CT_TMP/secrets STOKER_BROKER_PORT=0 STOKER_SCALE_REPLICAS=0
 summary=$CT_TMP/summary.json
 
 # Secrets: a token and a throwaway CA with the broker's certificate for the name `broker`.
@@ -61,9 +61,9 @@ status_has() { status && json_check "$CT_TMP/status.json" "$1"; }
 note "docker stack deploy -c docker/stack.yml $S (2 producers)"
 docker stack deploy -c "$CT_ROOT/docker/stack.yml" "$S" > "$CT_TMP/deploy.log" 2>&1 ||
     die "stack deploy: $(cat "$CT_TMP/deploy.log")"
-check "stack services: broker, producer, trainer" \
+check "stack services: broker, producer, scale (0 replicas: scaled by hand here), trainer" \
     [ "$(docker service ls --format '{{.Name}}' --filter "label=com.docker.stack.namespace=$S" | sort | tr '\n' ' ')" = \
-    "${S}_broker ${S}_producer ${S}_trainer " ]
+    "${S}_broker ${S}_producer ${S}_scale ${S}_trainer " ]
 check "the broker's task turns healthy" wait_until 90 eval 'is_healthy "$(task_container broker)"'
 wait_until 60 status_has 'j["producers_alive"] == 2' ||
     die "2 producers did not join within 60 s: $(docker service logs --tail 5 "${S}_producer" 2>&1)"

@@ -88,7 +88,8 @@ def test_dry_run_acts_on_nothing():
 
 def test_usage_errors_exit_2():
     for args, says in [([], "--exec-cmd"), (["--dry-run", "--min", "5", "--max", "2"], "--min"),
-                       (["--dry-run", "--engine", "swarm"], "--engine"),
+                       (["--dry-run", "--engine", "kubernetes"], "--engine"),
+                       (["--engine", "swarm", "--pool", "aug"], "--service"),
                        (["--dry-run", "--broker", "localhost:1"], "tcp://")]:
         argv = [SCALE, "--broker", "ipc:///nonexistent/b"] + args
         r = subprocess.run(argv, capture_output=True, text=True, timeout=10)

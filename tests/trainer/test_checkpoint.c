@@ -138,6 +138,35 @@ Test(checkpoint, the_position_and_the_pending_identities_come_back_as_written)
     mlp_destroy(net);
 }
 
+// --resume-also: a gone rank's pending identities join this rank's; its position does not.
+Test(checkpoint, an_adopted_checkpoint_adds_its_pending_identities_and_nothing_else)
+{
+    const uint32_t hidden[] = {4};
+    mlp *net = make(6, hidden, 1, 1);
+    checkpoint_runs mine = {0}, theirs = {0};
+    cr_assert_eq(checkpoint_runs_add(&mine, 0x1ull, 0, 5), STOKER_OK);
+    cr_assert_eq(checkpoint_runs_add(&theirs, 0x1ull, 5, 3), STOKER_OK); // follows mine: merges
+    cr_assert_eq(checkpoint_runs_add(&theirs, 0x7ull, 40, 2), STOKER_OK);
+    checkpoint_position at = {.rounds = 2, .batches = 10, .examples = 40, .seed = 9};
+    checkpoint_position ahead = {.rounds = 3, .batches = 15, .examples = 60, .seed = 9};
+    char err[512];
+    cr_assert_eq(checkpoint_save(path("r0.ckpt"), net, &at, &mine, err, sizeof(err)), STOKER_OK);
+    cr_assert_eq(checkpoint_save(path("r2.ckpt"), net, &ahead, &theirs, err, sizeof(err)),
+                 STOKER_OK);
+    checkpoint *ck = load(path("r0.ckpt")), *other = load(path("r2.ckpt"));
+    cr_assert_eq(checkpoint_adopt(ck, other, err, sizeof(err)), STOKER_OK, "%s", err);
+    const checkpoint_runs *p = checkpoint_pending(ck);
+    cr_assert_eq(p->n, 2);
+    cr_assert(p->v[0].session == 1 && p->v[0].first_seq == 0 && p->v[0].count == 8);
+    cr_assert(p->v[1].session == 7 && p->v[1].first_seq == 40 && p->v[1].count == 2);
+    cr_assert_eq(checkpoint_position_of(ck)->batches, 10, "the adopted file's position was taken");
+    checkpoint_destroy(other);
+    checkpoint_destroy(ck);
+    checkpoint_runs_fini(&mine);
+    checkpoint_runs_fini(&theirs);
+    mlp_destroy(net);
+}
+
 Test(checkpoint, another_network_is_refused_naming_what_differs)
 {
     const uint32_t hidden[] = {4}, other[] = {8};

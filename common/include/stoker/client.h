@@ -41,4 +41,12 @@ int stoker_status_fetch(const char *url, const char *token, uint32_t timeout_ms,
 int stoker_status_fetch_tls(const char *url, const char *token, const stoker_tls_options *tls,
                             uint32_t timeout_ms, stoker_status **out, char *err, size_t err_len);
 
+// Tells the broker at url (TLS settings and token as for stoker_status_fetch_tls) that a
+// controller changed pool from `from` to `to` producers through engine, for why (cut to
+// STOKER_REASON_MAX): the broker logs it and adds a SCALED event. Returns STOKER_OK, or an error
+// with err saying why (an older broker answers STOKER_INVALID, unknown method).
+int stoker_scaled_report(const char *url, const char *token, const stoker_tls_options *tls,
+                         uint32_t timeout_ms, const char *pool, uint32_t from, uint32_t to,
+                         const char *engine, const char *why, char *err, size_t err_len);
+
 #endif

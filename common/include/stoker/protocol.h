@@ -20,7 +20,8 @@ typedef enum stoker_method {
     STOKER_STATUS = 5,
     STOKER_GOODBYE = 6,
     STOKER_HEARTBEAT = 7,
-    STOKER_SHARD = 60, // a dataset's producer asks for items to make
+    STOKER_SHARD = 60,   // a dataset's producer asks for items to make
+    STOKER_SCALED = 520, // a controller reports a change of a pool's producers (issue 28)
 } stoker_method;
 
 typedef enum stoker_role {
@@ -37,6 +38,7 @@ typedef enum stoker_event_kind {
     STOKER_EVENT_PRODUCER_FINISHED = 3,
     STOKER_EVENT_PRODUCER_RECONNECTED = 4,
     STOKER_EVENT_EPOCH_END = 15, // every item of an epoch was acknowledged (epoch says which)
+    STOKER_EVENT_SCALED = 520,   // a controller changed a pool (name) from scaled_from to scaled_to
 } stoker_event_kind;
 
 typedef struct stoker_event {
@@ -46,7 +48,8 @@ typedef struct stoker_event {
     char name[STOKER_NAME_MAX];
     double at_s; // broker uptime when it happened
     char reason[STOKER_REASON_MAX];
-    uint32_t epoch; // EPOCH_END: which epoch ended (from 0)
+    uint32_t epoch;                  // EPOCH_END: which epoch ended (from 0)
+    uint32_t scaled_from, scaled_to; // SCALED: the pool's producers before and after
 } stoker_event;
 
 // "producer_joined", "producer_lost", ...

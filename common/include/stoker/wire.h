@@ -86,7 +86,12 @@ typedef struct stoker_request {
     uint32_t n_held;
     const uint64_t *held; // aliases the decoded message
     int done_making;      // HEARTBEAT of a producer: it pushes nothing more (see the proto)
-    void *owner;          // internal
+    // SCALED: a controller changed pool (in pool) from scaled_from to scaled_to producers, why,
+    // through engine.
+    uint32_t scaled_from, scaled_to;
+    char why[STOKER_REASON_MAX];
+    char engine[STOKER_NAME_MAX];
+    void *owner; // internal
 } stoker_request;
 
 // Part of a chunk to encode: count examples whose field i starts at data[i]. A reply built from
