@@ -8,7 +8,8 @@
   scale   stoker-scale --engine slurm with deploy/slurm/producer.sbatch against a broker and a
           trainer of fixed demand: it grows the producer jobs from 0 to the wanted count, a
           restarted controller counts the jobs it finds and submits none, and with the trainer
-          gone it cancels down to the minimum, the cancelled producers finishing cleanly.
+          gone it cancels down to the minimum, the cancelled producers finishing cleanly; every
+          change is a scaled event at the broker.
 
 Run: python3 test_slurm.py hetjob|scale (meson sets the binaries' paths). Exit 77 (skip) with
 the reason only where Slurm cannot run (not root, packages not installable)."""
@@ -356,6 +357,12 @@ def scenario_scale(c):
         finished = [e for e in st.get("events", []) if e.get("kind") == "producer_finished"]
         check(len(finished) == 3, "the 3 cancelled producers said goodbye (producer_finished): %s"
               % [e.get("kind") for e in st.get("events", [])])
+        # Each change reached the broker as a scaled event, naming the engine.
+        scaled = [e for e in http_status(metrics, None)["events"] if e["kind"] == "scaled"]
+        check([(e["from"], e["to"]) for e in scaled] == counts + [(4, 2), (2, 1)]
+              and all("(slurm)" in e["reason"] for e in scaled),
+              "every change is a scaled event at the broker: %s"
+              % [(e["from"], e["to"], e["reason"][:40]) for e in scaled])
         scale.send_signal(signal.SIGTERM)
         scale.wait(10)
     finally:
