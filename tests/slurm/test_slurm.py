@@ -4,7 +4,7 @@
           folder: a training that completes with a clean audit and exit code 0; `scancel JOB+1`
           (the producers' component) seen as producer_finished/producer_lost events and the
           job's exit code 3 (supply ended) passed through; `scancel JOB` stopping everything
-          cleanly (the trainer saves and says "interrupted", no process of the job left).
+          cleanly (the trainer saves and writes its summary, no process of the job left).
   scale   stoker-scale --engine slurm with deploy/slurm/producer.sbatch against a broker and a
           trainer of fixed demand: it grows the producer jobs from 0 to the wanted count, a
           restarted controller counts the jobs it finds and submits none, and with the trainer
