@@ -1,11 +1,14 @@
 // stoker-scale: reads the broker's autoscale signal (the Status request), decides per pool with
 // scale.c, acts through an engine (exec: a command given the count; swarm: a Docker Swarm
-// service's replicas, engine_swarm.c) and reports each change to the broker (a SCALED event).
-// Only options, wiring and the loop live here.
+// service's replicas, engine_swarm.c; slurm: producer jobs, engine_slurm.c) and reports each change
+// to the broker (a SCALED event). Only options, wiring and the loop live here.
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "engine_slurm.h"
 #include "engine_swarm.h"
 #include "scale.h"
 #include "stoker/cli.h"
@@ -35,15 +38,17 @@ typedef struct scale_options {
     engine_swarm swarm;
     uint32_t interval_ms, exec_timeout_ms, rounds;
     int dry_run;
+    slurm_engine slurm;
 } scale_options;
 
-static const char *const engines[] = {"exec", "swarm", NULL};
+static const char *const engines[] = {"exec", "swarm", "slurm", NULL};
 
 #define AT(member) STOKER_CLI_AT(scale_options, member)
 static const stoker_cli_option rows[] = {
     {"engine", "KIND",
      "how to act: exec (runs --exec-cmd with the count), swarm (sets\n"
-     "--service's replicas through the Docker Engine API)",
+     "--service's replicas through the Docker Engine API), slurm\n"
+     "(sbatch/scancel of --slurm-template jobs)",
      STOKER_CLI_CHOICE, AT(engine), .choices = engines},
     {"service", "NAME", "swarm engine: the Docker Swarm service of --pool's producers",
      STOKER_CLI_STRING, AT(swarm.service), .imin = 1, .imax = 200},
@@ -97,6 +102,8 @@ act(const scale_options *o, const char *pool, uint32_t to, char *err, size_t err
 {
     if (strcmp(o->engine, "swarm") == 0)
         return engine_swarm_set(&o->swarm, to, err, err_len);
+    if (strcmp(o->engine, "slurm") == 0)
+        return slurm_engine_scale(&o->slurm, pool, to, err, err_len);
     return scale_exec(o->exec_cmd, pool, to, o->exec_timeout_ms, err, err_len);
 }
 
@@ -118,6 +125,8 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         stoker_status_destroy(st);
         return 1;
     }
+    if (strcmp(o->engine, "slurm") == 0 && slurm_engine_pool_absent(st, o->pool) != 0)
+        stoker_warn("stoker-scale: out of memory");
     for (uint32_t i = 0; i < st->n_pools; i++) {
         const stoker_pool_info *info = &st->pools[i];
         if (o->pool != NULL && strcmp(o->pool, info->name) != 0)
@@ -136,6 +145,12 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
             }
             stoker_info("pool '%s': service '%s' stands at %u replicas", p->name, o->swarm.service,
                         p->current);
+        }
+        // The slurm engine counts its jobs every time: one that ended is replaced.
+        if (strcmp(o->engine, "slurm") == 0 &&
+            slurm_engine_count(&o->slurm, p->name, &p->current, err, sizeof(err)) != 0) {
+            stoker_error("scale-failed: pool '%s': cannot count its jobs: %s", p->name, err);
+            continue;
         }
         uint32_t to;
         char why[512];
@@ -177,6 +192,7 @@ main(int argc, char **argv)
                        .exec_timeout_ms = 60000,
                        .swarm = {.socket_path = "/var/run/docker.sock", .timeout_ms = 10000}};
     stoker_client_options_init(&o.client);
+    slurm_engine_init(&o.slurm);
     o.cfg = (scale_config){.cooldown_ms = 30000, .max_step = 2, .idle_ms = 300000};
     stoker_cli cli;
     stoker_cli_init(&cli, "stoker-scale",
@@ -190,12 +206,24 @@ main(int argc, char **argv)
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(slurm_engine_rows), &o.slurm);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
         (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0 ||
         (code = stoker_cli_check_tls(&cli, &o.client)) != 0)
         return code;
-    if (strcmp(o.engine, "swarm") == 0) {
+    int slurm = strcmp(o.engine, "slurm") == 0;
+    if (!slurm && o.slurm.template_path != NULL)
+        return stoker_cli_fail(&cli, "--slurm-template is for --engine slurm");
+    o.slurm.broker_url = o.client.url;
+    if (slurm) {
+        if (o.slurm.template_path == NULL)
+            return stoker_cli_fail(&cli, "the slurm engine needs --slurm-template FILE (the "
+                                         "producer job script it submits)");
+        if (access(o.slurm.template_path, R_OK) != 0)
+            return stoker_cli_fail(&cli, "cannot read --slurm-template %s: %s",
+                                   o.slurm.template_path, strerror(errno));
+    } else if (strcmp(o.engine, "swarm") == 0) {
         if (o.swarm.service == NULL || o.pool == NULL)
             return stoker_cli_fail(&cli, "the swarm engine needs --service NAME (the producers' "
                                          "service) and --pool NAME (the pool they are)");

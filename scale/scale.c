@@ -31,6 +31,11 @@ scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_
         else
             snprintf(why, why_len, "no trainer pulled for %.0f s (--idle %.0f): the minimum, %u",
                      idle_s, idle_limit_s, lo);
+    } else if (info->demand <= 0 && pool->current < lo) {
+        // A trainer waits for a pool that has no producer (or fewer than the minimum): no rate
+        // can be measured until some run.
+        target = lo;
+        snprintf(why, why_len, "fewer than the minimum, %u, with a trainer pulling", lo);
     } else if (info->demand <= 0) {
         // The broker says "no trainer is pulling" within the idle time: a pause (a checkpoint,
         // an evaluation), not an end.
