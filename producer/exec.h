@@ -19,7 +19,8 @@ typedef enum exec_format {
     // as "3.0") in their dtype's range; float fields take anything strtod reads.
     EXEC_TEXT = 0,
     // Fixed-size records of stoker_schema_example_bytes(schema) bytes: the fields in schema order,
-    // each stoker_field_bytes long, elements little-endian.
+    // each stoker_field_bytes long, elements little-endian. A variable-length field is a uint32
+    // length in rows, then its rows; in text, its length, then its rows' numbers.
     EXEC_RAW = 1,
 } exec_format;
 
