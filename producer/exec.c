@@ -30,6 +30,7 @@
 #define EXIT_WAIT_MS      5000        // after EOF, how long the child may take to exit
 #define SCHEMA_TEXT_BYTES 1024
 #define STOP_POLL_MS      10 // how often a fill waiting for the child looks at the stop flag
+#define MAX_VALUE_BYTES   (64u << 20) // raw: a longer variable-length value is an error
 
 typedef struct exec_gen {
     char *cmd;
@@ -50,8 +51,16 @@ typedef struct exec_gen {
     bool eof;
 
     uint8_t *scratch; // one example, parsed before it is copied out
-    uint64_t line;    // lines (text) or records (raw) read so far
-    int final_rv;     // STOKER_OK while running; the sticky result once ended
+    // Variable-length fields (any: has_var): each one's value of the example being read, rows
+    // rows in var_buf[f] (var_cap[f] bytes); over is 1 + the field whose value passed its bound
+    // (not read: the example is refused), else 0.
+    bool has_var;
+    uint32_t over;
+    uint8_t *var_buf[STOKER_MAX_FIELDS];
+    size_t var_cap[STOKER_MAX_FIELDS];
+    uint64_t var_rows[STOKER_MAX_FIELDS];
+    uint64_t line; // lines (text) or records (raw) read so far
+    int final_rv;  // STOKER_OK while running; the sticky result once ended
 } exec_gen;
 
 int
@@ -135,6 +144,8 @@ exec_destroy(void *user)
         return;
     stop_child(g);
     free(g->scratch);
+    for (uint32_t f = 0; f < STOKER_MAX_FIELDS; f++)
+        free(g->var_buf[f]);
     free(g->buf);
     free(g->cmd);
     free(g);
@@ -314,16 +325,11 @@ store_int(void *dst, stoker_dtype dtype, long long v)
     }
 }
 
-// Parses token tok (NUL-terminated) as number k of the current line into scratch.
+// Parses token tok (NUL-terminated), number k of the current line, as an element of field into
+// dst.
 static int
-parse_number(exec_gen *g, const char *tok, size_t k, size_t scratch_off[])
+parse_into(exec_gen *g, const char *tok, size_t k, const stoker_field *field, uint8_t *dst)
 {
-    uint32_t f;
-    size_t e;
-    locate(g, k, &f, &e);
-    const stoker_field *field = &g->schema.fields[f];
-    size_t esize = stoker_dtype_size(field->dtype);
-    uint8_t *dst = g->scratch + scratch_off[f] + e * esize;
     char *end;
     errno = 0;
 
@@ -375,6 +381,136 @@ parse_number(exec_gen *g, const char *tok, size_t k, size_t scratch_off[])
         return STOKER_INVALID;
     }
     store_int(dst, field->dtype, v);
+    return STOKER_OK;
+}
+
+// Parses token tok (NUL-terminated) as number k of the current line into scratch.
+static int
+parse_number(exec_gen *g, const char *tok, size_t k, size_t scratch_off[])
+{
+    uint32_t f;
+    size_t e;
+    locate(g, k, &f, &e);
+    const stoker_field *field = &g->schema.fields[f];
+    return parse_into(g, tok, k, field,
+                      g->scratch + scratch_off[f] + e * stoker_dtype_size(field->dtype));
+}
+
+// Makes var_buf[f] hold at least bytes bytes. STOKER_OK or STOKER_NOMEM.
+static int
+var_room(exec_gen *g, uint32_t f, size_t bytes)
+{
+    if (bytes <= g->var_cap[f])
+        return STOKER_OK;
+    size_t cap = g->var_cap[f] > 0 ? g->var_cap[f] : 256;
+    while (cap < bytes)
+        cap *= 2;
+    uint8_t *p = realloc(g->var_buf[f], cap);
+    if (p == NULL)
+        return STOKER_NOMEM;
+    g->var_buf[f] = p;
+    g->var_cap[f] = cap;
+    return STOKER_OK;
+}
+
+// The next token of *p (NUL-terminated in place), or NULL at the end of the line.
+static char *
+next_token(char **p)
+{
+    char *q = *p;
+    while (is_sep(*q))
+        q++;
+    if (*q == '\0') {
+        *p = q;
+        return NULL;
+    }
+    char *tok = q;
+    while (*q != '\0' && !is_sep(*q))
+        q++;
+    if (*q != '\0')
+        *q++ = '\0';
+    *p = q;
+    return tok;
+}
+
+// A text line of a schema with variable-length fields: the fields in schema order, a variable
+// one as its length in rows, then its rows' numbers. Returns as parse_line; a value over its
+// bound sets g->over (the rest of the line is not read: the example is refused).
+static int
+parse_line_var(exec_gen *g, char *line, size_t scratch_off[])
+{
+    char *p = line;
+    char *tok = next_token(&p);
+    if (tok == NULL)
+        return STOKER_END_OF_DATA;
+    size_t k = 0; // numbers read
+    g->over = 0;
+    for (uint32_t f = 0; f < g->schema.n_fields; f++) {
+        const stoker_field *field = &g->schema.fields[f];
+        size_t esize = stoker_dtype_size(field->dtype);
+        uint64_t elems;
+        uint8_t *dst = NULL;
+        if (field->variable) {
+            if (tok == NULL) {
+                stoker_error("exec: line %llu: ended before the length of field %s (%s)",
+                             (unsigned long long)g->line, field->name, g->schema_text);
+                return STOKER_INVALID;
+            }
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(tok, &end, 10);
+            if (end == tok || *end != '\0' || errno != 0 || tok[0] == '-' || tok[0] == '+') {
+                stoker_error("exec: line %llu: number %zu ('%s') is not a length for field %s: a "
+                             "variable-length value starts with its length in rows, a whole "
+                             "number 0 or more",
+                             (unsigned long long)g->line, k + 1, tok, field->name);
+                return STOKER_INVALID;
+            }
+            if (field->max_rows > 0 && n > field->max_rows) {
+                stoker_warn("exec: line %llu: field %s has length %llu, over its bound %u: the "
+                            "example is refused (not pushed)",
+                            (unsigned long long)g->line, field->name, n, field->max_rows);
+                g->over = f + 1;
+                g->var_rows[f] = n;
+                return STOKER_OK;
+            }
+            g->var_rows[f] = n;
+            k++;
+            tok = next_token(&p);
+            elems = n * (stoker_field_row_bytes(field) / esize);
+        } else {
+            elems = stoker_field_elems(field);
+            dst = g->scratch + scratch_off[f];
+        }
+        for (uint64_t e = 0; e < elems; e++, k++, tok = next_token(&p)) {
+            if (tok == NULL) {
+                stoker_error("exec: line %llu: ended after %llu of the %llu numbers of field %s%s "
+                             "(%s)",
+                             (unsigned long long)g->line, (unsigned long long)e,
+                             (unsigned long long)elems, field->name,
+                             field->variable ? " (its length says that many)" : "", g->schema_text);
+                return STOKER_INVALID;
+            }
+            if (field->variable) {
+                if (var_room(g, f, (size_t)(e + 1) * esize) != STOKER_OK)
+                    return STOKER_NOMEM;
+                dst = g->var_buf[f] + e * esize;
+            } else if (e > 0)
+                dst += esize;
+            int rv = parse_into(g, tok, k, field, dst);
+            if (rv != STOKER_OK)
+                return rv;
+        }
+    }
+    if (tok != NULL) {
+        size_t extra = 0;
+        for (; tok != NULL; tok = next_token(&p))
+            extra++;
+        stoker_error("exec: line %llu: %zu numbers more than the schema and the lengths say (%zu "
+                     "numbers, then %zu; %s; a variable field is its length, then its values)",
+                     (unsigned long long)g->line, extra, k, extra, g->schema_text);
+        return STOKER_INVALID;
+    }
     return STOKER_OK;
 }
 
@@ -446,7 +582,8 @@ read_text(exec_gen *g, size_t scratch_off[])
                          (unsigned long long)g->line);
             return STOKER_INVALID;
         }
-        int rv = parse_line(g, line, scratch_off);
+        int rv =
+            g->has_var ? parse_line_var(g, line, scratch_off) : parse_line(g, line, scratch_off);
         if (rv == STOKER_END_OF_DATA)
             continue; // blank line
         return rv;
@@ -498,6 +635,106 @@ read_raw(exec_gen *g)
     return STOKER_OK;
 }
 
+// Takes n bytes of the child's output into dst (NULL: skips them). STOKER_OK, STOKER_END_OF_DATA
+// when the output ends first, or fill_buffer's error.
+static int
+raw_take(exec_gen *g, uint64_t n, uint8_t *dst)
+{
+    while (n > 0) {
+        if (g->start == g->end) {
+            if (g->eof)
+                return STOKER_END_OF_DATA;
+            int rv = fill_buffer(g);
+            if (rv != STOKER_OK)
+                return rv;
+            continue;
+        }
+        size_t k = g->end - g->start < n ? g->end - g->start : (size_t)n;
+        if (dst != NULL) {
+            memcpy(dst, g->buf + g->start, k);
+            dst += k;
+        }
+        g->start += k;
+        n -= k;
+    }
+    return STOKER_OK;
+}
+
+// Reads one raw record of a schema with variable-length fields: the fields in schema order, a
+// variable one as a uint32 length in rows, then its rows, all little-endian.
+static int
+read_raw_var(exec_gen *g, size_t off[])
+{
+    while (g->start == g->end && !g->eof) {
+        int rv = fill_buffer(g);
+        if (rv != STOKER_OK)
+            return rv;
+    }
+    if (g->start == g->end)
+        return finish(g);
+    unsigned long long rec = (unsigned long long)g->line + 1;
+    g->over = 0;
+    for (uint32_t f = 0; f < g->schema.n_fields; f++) {
+        const stoker_field *field = &g->schema.fields[f];
+        size_t esize = stoker_dtype_size(field->dtype);
+        int rv;
+        const char *part = "values";
+        if (!field->variable) {
+            rv = raw_take(g, stoker_field_bytes(field), g->scratch + off[f]);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            swap_bytes(g->scratch + off[f], esize, stoker_field_elems(field));
+#endif
+        } else {
+            uint8_t c[4];
+            part = "length";
+            rv = raw_take(g, 4, c);
+            if (rv == STOKER_OK) {
+                uint64_t n =
+                    c[0] | (uint64_t)c[1] << 8 | (uint64_t)c[2] << 16 | (uint64_t)c[3] << 24;
+                uint64_t bytes = n * stoker_field_row_bytes(field);
+                part = "values";
+                if (bytes > MAX_VALUE_BYTES) {
+                    stoker_error("exec: record %llu: field %s has length %llu (%llu bytes), more "
+                                 "than exec reads in one value (%u MiB)%s",
+                                 rec, field->name, (unsigned long long)n, (unsigned long long)bytes,
+                                 MAX_VALUE_BYTES >> 20,
+                                 field->max_rows > 0 && n > field->max_rows
+                                     ? " and over its bound: is the output in step with the "
+                                       "schema?"
+                                     : "");
+                    return STOKER_INVALID;
+                }
+                g->var_rows[f] = n;
+                if (field->max_rows > 0 && n > field->max_rows) {
+                    stoker_warn("exec: record %llu: field %s has length %llu, over its bound %u: "
+                                "the example is refused (not pushed)",
+                                rec, field->name, (unsigned long long)n, field->max_rows);
+                    if (g->over == 0)
+                        g->over = f + 1;
+                    rv = raw_take(g, bytes, NULL);
+                } else if ((rv = var_room(g, f, (size_t)bytes)) == STOKER_OK) {
+                    rv = raw_take(g, bytes, g->var_buf[f]);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+                    swap_bytes(g->var_buf[f], esize, (size_t)bytes / esize);
+#endif
+                }
+            }
+        }
+        (void)esize;
+        if (rv == STOKER_END_OF_DATA) {
+            stoker_error("exec: record %llu: the output ended inside the %s of field %s (%s, "
+                         "little-endian; a variable field is a uint32 length in rows, then its "
+                         "rows)",
+                         rec, part, field->name, g->schema_text);
+            return STOKER_INVALID;
+        }
+        if (rv != STOKER_OK)
+            return rv;
+    }
+    g->line++;
+    return STOKER_OK;
+}
+
 static int
 exec_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
@@ -511,15 +748,32 @@ exec_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
         off[f] = total;
         total += stoker_field_bytes(&g->schema.fields[f]);
     }
-    int rv = g->format == EXEC_TEXT ? read_text(g, off) : read_raw(g);
+    int rv = g->format == EXEC_TEXT ? read_text(g, off)
+             : g->has_var           ? read_raw_var(g, off)
+                                    : read_raw(g);
     if (rv == STOKER_INTERRUPTED)
         return rv; // a stop, not an end: the partial example stays buffered
     if (rv != STOKER_OK) {
         g->final_rv = rv;
         return rv;
     }
-    for (uint32_t f = 0; f < g->schema.n_fields; f++)
-        memcpy(fields[f], g->scratch + off[f], stoker_field_bytes(&g->schema.fields[f]));
+    for (uint32_t f = 0; f < g->schema.n_fields; f++) {
+        const stoker_field *field = &g->schema.fields[f];
+        if (!field->variable) {
+            memcpy(fields[f], g->scratch + off[f], stoker_field_bytes(field));
+            continue;
+        }
+        // A value over its bound was not read: reserving it refuses the example (logged with the
+        // example's seq and counted in the producer's refused); the next fill reads the next one.
+        uint64_t rows = g->var_rows[f];
+        void *p;
+        if ((rv = stoker_var_reserve(fields[f], rows, &p)) != STOKER_OK)
+            return rv;
+        if (g->over != 0 && g->over - 1 == f)
+            return STOKER_TOO_LARGE; // not reached: the bound refuses it
+        if (rows > 0)
+            memcpy(p, g->var_buf[f], (size_t)(rows * stoker_field_row_bytes(field)));
+    }
     return STOKER_OK;
 }
 
@@ -619,11 +873,6 @@ create(const char *cmd, const stoker_schema *schema, exec_format format, uint64_
     }
     for (uint32_t f = 0; f < schema->n_fields; f++) {
         stoker_dtype d = schema->fields[f].dtype;
-        if (schema->fields[f].variable)
-            return stoker_errorf(err, err_len, STOKER_INVALID,
-                                 "exec: field %s has a variable length, which exec cannot read "
-                                 "yet",
-                                 schema->fields[f].name);
         long long lo, hi;
         // Raw records are bytes of any dtype; text holds numbers exec can parse.
         if (format == EXEC_TEXT && d != STOKER_FLOAT32 && d != STOKER_FLOAT64 &&
@@ -653,7 +902,8 @@ create(const char *cmd, const stoker_schema *schema, exec_format format, uint64_
     while (g->cap < g->example_bytes)
         g->cap *= 2;
     g->buf = malloc(g->cap + 1);
-    g->scratch = malloc(g->example_bytes);
+    g->scratch = malloc(g->example_bytes + 1); // + 1: a schema of variable fields only
+    g->has_var = stoker_schema_first_variable(schema) >= 0;
     if (g->cmd == NULL || g->buf == NULL || g->scratch == NULL)
         goto fail_alloc;
 

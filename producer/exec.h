@@ -1,5 +1,6 @@
 // The `exec` generator: runs a user's command through /bin/sh -c and reads examples from its
-// standard output, as text lines or fixed-size little-endian records. The child's stderr passes
+// standard output, as text lines or little-endian records (a variable-length field: its length
+// in rows first, then its rows; docs/schema.md). The child's stderr passes
 // through; its stdin is /dev/null (a dataset's: the indices it is asked for). It does not restart a
 // command that ends, and it does not interpret anything but numbers: the schema given by the user
 // says what each line holds.
@@ -18,7 +19,8 @@ typedef enum exec_format {
     // as "3.0") in their dtype's range; float fields take anything strtod reads.
     EXEC_TEXT = 0,
     // Fixed-size records of stoker_schema_example_bytes(schema) bytes: the fields in schema order,
-    // each stoker_field_bytes long, elements little-endian.
+    // each stoker_field_bytes long, elements little-endian. A variable-length field is a uint32
+    // length in rows, then its rows; in text, its length, then its rows' numbers.
     EXEC_RAW = 1,
 } exec_format;
 

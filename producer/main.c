@@ -116,6 +116,31 @@ show_size(const void *base, char *buf, size_t len)
 }
 _Static_assert(EXEC_TEXT == 0 && EXEC_RAW == 1, "formats[] is indexed by exec_format");
 
+static const char *const workloads[] = {"reference", "tokens",
+                                        NULL}; // by stoker_synthetic_workload
+_Static_assert(STOKER_SYNTHETIC_REFERENCE == 0 && STOKER_SYNTHETIC_TOKENS == 1,
+               "workloads[] is indexed by stoker_synthetic_workload");
+
+// --lengths fixed:N | uniform:MIN:MAX | lognormal:MEAN:CAP[:SIGMA]
+static int
+parse_lengths(const char *value, void *base, char *err, size_t err_len)
+{
+    producer_options *o = base;
+    return stoker_synthetic_parse_lengths(value, &o->synth, err, err_len) == STOKER_OK ? 0 : 1;
+}
+
+static void
+show_lengths(const void *base, char *buf, size_t len)
+{
+    const stoker_synthetic *s = &((const producer_options *)base)->synth;
+    if (s->lengths == STOKER_LENGTHS_FIXED)
+        snprintf(buf, len, "fixed:%g", s->len_a);
+    else if (s->lengths == STOKER_LENGTHS_UNIFORM)
+        snprintf(buf, len, "uniform:%g:%g", s->len_a, s->len_b);
+    else
+        snprintf(buf, len, "lognormal:%g:%g:%g", s->len_a, s->len_b, s->len_c);
+}
+
 // --chunk N fixes the examples per push; auto (the default) sizes chunks by bytes and time.
 static int
 parse_chunk(const char *value, void *base, char *err, size_t err_len)
@@ -205,8 +230,25 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_FLAG, AT(dataset)},
 };
 static const stoker_cli_option synthetic_rows[] = {
-    {"delay", "MIN:MAX", "seconds of simulated work per example", STOKER_CLI_RANGE,
-     AT(synth.delay_min_s), .offset2 = offsetof(producer_options, synth.delay_max_s), .dmax = 3600},
+    {"delay", "MIN:MAX",
+     "seconds of simulated work per example (default 0.05:0.5\n"
+     "for reference, 0:0 for tokens)",
+     STOKER_CLI_RANGE, AT(synth.delay_min_s),
+     .offset2 = offsetof(producer_options, synth.delay_max_s), .dmax = 3600},
+    {"workload", "reference|tokens",
+     "reference: input:float32[10],output:float32[1];\n"
+     "tokens: token sequences tokens:int32[?<=CAP],label:int64\n"
+     "(lengths from --lengths, tokens uniform in [0, --vocab),\n"
+     "label 1 when more tokens are even than odd)",
+     STOKER_CLI_ENUM, AT(synth.workload), .choices = workloads},
+    {"lengths", "DIST",
+     "tokens: sequence lengths, fixed:N, uniform:MIN:MAX or\n"
+     "lognormal:MEAN:CAP[:SIGMA] (mean MEAN, log-space sigma\n"
+     "SIGMA, default 1; longer draws cut to CAP); the field's\n"
+     "bound is N, MAX or CAP",
+     STOKER_CLI_CUSTOM, AT(synth.lengths), .parse = parse_lengths, .show = show_lengths},
+    {"vocab", "V", "tokens: token values are in [0, V)", STOKER_CLI_UINT, AT(synth.vocab),
+     .imin = 1, .imax = INT32_MAX},
 };
 static const stoker_cli_option exec_rows[] = {
     {"exec", "'CMD'", "run CMD with /bin/sh -c and read examples from its stdout",
@@ -346,8 +388,14 @@ check(const stoker_cli *cli, const producer_options *o)
                                "--chunk-bytes and --chunk-ms size chunks with --chunk auto "
                                "(the default); --chunk %u fixes the count",
                                o->run.chunk);
-    if ((is_exec || is_images || is_tokens) && stoker_cli_given(cli, "delay"))
-        return stoker_cli_fail(cli, "--delay applies to --generator synthetic only");
+    static const char *const synthetic_flags[] = {"delay", "workload", "lengths", "vocab"};
+    for (size_t i = 0; i < sizeof synthetic_flags / sizeof *synthetic_flags; i++)
+        if ((is_exec || is_images || is_tokens) && stoker_cli_given(cli, synthetic_flags[i]))
+            return stoker_cli_fail(cli, "--%s applies to --generator synthetic only",
+                                   synthetic_flags[i]);
+    if (o->synth.workload != STOKER_SYNTHETIC_TOKENS &&
+        (stoker_cli_given(cli, "lengths") || stoker_cli_given(cli, "vocab")))
+        return stoker_cli_fail(cli, "--lengths and --vocab need --workload tokens");
     if (is_exec && (o->exec_cmd == NULL || o->schema_spec == NULL))
         return stoker_cli_fail(cli, "--generator exec needs --exec 'CMD' and --schema SPEC");
     if (is_images && o->images_dir == NULL)
@@ -439,6 +487,8 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
                         o->dataset ? " (the dataset's items)" : " (a stream at random offsets)");
     } else {
         o->synth.stop = stoker_producer_stop_flag();
+        if (o->synth.workload == STOKER_SYNTHETIC_TOKENS && !stoker_cli_given(cli, "delay"))
+            o->synth.delay_min_s = o->synth.delay_max_s = 0; // tokens: free unless asked
         if (o->items > 0)
             stoker_synthetic_dataset(gen, &o->synth, o->items);
         else

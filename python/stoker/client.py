@@ -122,6 +122,21 @@ class Ragged:
             return [self.offsets[i + 1] - self.offsets[i] for i in range(len(self))]
         return self.offsets[1:] - self.offsets[:-1]
 
+    def pad(self, pad_value=0, multiple_of=None, width=None, mask=False):
+        """(padded, lengths), or (padded, attention mask) with mask=True: stoker.ragged.pad."""
+        from . import ragged
+        return ragged.pad(self, pad_value, multiple_of, width, mask)
+
+    def pack(self):
+        """input_ids, position_ids, cu_seqlens, max_seqlen: stoker.ragged.pack."""
+        from . import ragged
+        return ragged.pack(self)
+
+    def nested(self):
+        """A torch.nested tensor of the examples: stoker.ragged.nested."""
+        from . import ragged
+        return ragged.nested(self)
+
     def __repr__(self):
         return "Ragged(%d examples, %d rows)" % (len(self), int(self.offsets[-1]))
 
