@@ -5,38 +5,12 @@ from the example's label) on batches of a real broker fed by real producers, ove
 through the broker's shared memory (read-only views)."""
 
 import os
-import subprocess
 
 from helpers import Cluster, require, run
 
 np = require("numpy")
 import stoker  # noqa: E402
-
-VAR = os.environ.get("STOKER_VAR_PRODUCER_BIN", "build/tests/lib/stoker-test-var-producer")
-
-
-# tests/lib/var_data.h, in Python (as in test_varlen.py, which runs its tests when imported)
-def n_tokens(seq):
-    return (seq * 2654435761) % (1 << 64) % 65
-
-
-def n_points(seq):
-    return (seq * 40503 + 7) % 5
-
-
-def expected(seq):
-    """(tokens bytes, points bytes) of example seq."""
-    tokens = np.array([seq * 131 + j for j in range(n_tokens(seq))], dtype="<i4")
-    points = np.array([[seq + r / 4, r / 8, -float(seq)] for r in range(n_points(seq))],
-                      dtype="<f4").reshape(-1, 3)
-    return tokens.tobytes(), points.tobytes()
-
-
-def var_producer(c, name, count, *args):
-    p = subprocess.Popen([VAR, c.url, name, str(count)] + [str(a) for a in args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    c.producers.append(p)
-    return p
+from var_data import expected, n_points, n_tokens, var_producer  # noqa: E402
 
 
 def want_tokens(seq):

@@ -7,44 +7,18 @@ byte for byte, each example exactly once. A value over its bound is refused at t
 (counted); the MLP trainer refuses a variable input naming it (exit 2)."""
 
 import os
-import signal
 import struct
 import subprocess
 import sys
-import time
 
 from helpers import PULL, BROKER, Cluster, reap, require, run
 
 np = require("numpy")
 import stoker  # noqa: E402
+from var_data import expected, n_tokens, var_producer  # noqa: E402
 
-VAR = os.environ.get("STOKER_VAR_PRODUCER_BIN", "build/tests/lib/stoker-test-var-producer")
 TRAINER = os.environ.get("STOKER_TRAINER_BIN", "build/trainer/stoker-trainer")
 SCHEMA = "tokens:int32[?<=64],points:float32[?,3],label:int64[1]"
-
-
-# tests/lib/var_data.h, in Python
-def n_tokens(seq):
-    return (seq * 2654435761) % (1 << 64) % 65
-
-
-def n_points(seq):
-    return (seq * 40503 + 7) % 5
-
-
-def expected(seq):
-    """(tokens bytes, points bytes) of example seq."""
-    tokens = np.array([seq * 131 + j for j in range(n_tokens(seq))], dtype="<i4")
-    points = np.array([[seq + r / 4, r / 8, -float(seq)] for r in range(n_points(seq))],
-                      dtype="<f4").reshape(-1, 3)
-    return tokens.tobytes(), points.tobytes()
-
-
-def var_producer(c, name, count, *args):
-    p = subprocess.Popen([VAR, c.url, name, str(count)] + [str(a) for a in args],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    c.producers.append(p)
-    return p
 
 
 def check(batch, seen, key=None):
