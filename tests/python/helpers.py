@@ -4,6 +4,7 @@ exit 77 when a module the tests need is missing, so meson reports a skip with th
 Binaries and the library come from the environment set by tests/python/meson.build."""
 
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -84,6 +85,25 @@ class Cluster:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def metrics_url(broker, timeout=10):
+    """The http://HOST:PORT a broker started with --metrics http://127.0.0.1:0 (stdout piped)
+    prints on its "metrics ..." line, or RuntimeError (with what it printed) when it printed none
+    within timeout seconds or exited."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    fd = broker.stdout.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        chunk = os.read(fd, 4096) if left > 0 and select.select([fd], [], [], left)[0] else b""
+        seen += chunk
+        for line in seen.decode(errors="replace").splitlines():
+            if line.startswith("metrics http://"):
+                return line.split()[1]
+        if chunk == b"":
+            raise RuntimeError("the broker did not print its metrics URL within %d s: %r"
+                               % (timeout, seen))
 
 
 def reap(procs, timeout):

@@ -7,7 +7,6 @@ and the Status request (stoker.status) must all carry it."""
 import json
 import math
 import os
-import select
 import shutil
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from helpers import BROKER, PRODUCER, run  # noqa: E402
+from helpers import BROKER, PRODUCER, metrics_url, run  # noqa: E402
 
 import stoker  # noqa: E402
 
@@ -45,19 +44,11 @@ class Broker:
         self.broker = subprocess.Popen([BROKER, "--listen", self.url, "--metrics",
                                         "http://127.0.0.1:0", "--log-level", "error"]
                                        + list(args), stdout=subprocess.PIPE)
-        self.http, seen = None, b""
-        deadline = time.monotonic() + 10
-        while self.http is None:
-            left = deadline - time.monotonic()
-            fd = self.broker.stdout.fileno()
-            chunk = os.read(fd, 4096) if left > 0 and select.select([fd], [], [], left)[0] else b""
-            seen += chunk
-            for line in seen.decode(errors="replace").splitlines():
-                if line.startswith("metrics http://"):
-                    self.http = line.split()[1]
-            if self.http is None and chunk == b"":
-                self.close()
-                raise RuntimeError("the broker did not print its metrics URL: %r" % seen)
+        try:
+            self.http = metrics_url(self.broker)
+        except RuntimeError:
+            self.close()
+            raise
 
     def producer(self, name, *args):
         self.procs.append(subprocess.Popen([PRODUCER, "--broker", self.url, "--name", name,

@@ -5,7 +5,6 @@ escaping); the views must agree key for key and value for value (times within a 
 
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from helpers import BROKER, PRODUCER, run  # noqa: E402
+from helpers import BROKER, PRODUCER, metrics_url, run  # noqa: E402
 
 import stoker  # noqa: E402
 
@@ -34,21 +33,11 @@ class MetricsBroker:
         self.broker = subprocess.Popen([BROKER, "--listen", self.url, "--metrics",
                                         "http://127.0.0.1:0", "--log-level", "error"],
                                        stdout=subprocess.PIPE)
-        self.http = None
-        seen = b""
-        deadline = time.monotonic() + 10
-        while self.http is None:
-            left = deadline - time.monotonic()
-            fd = self.broker.stdout.fileno()
-            chunk = os.read(fd, 4096) if left > 0 and select.select([fd], [], [], left)[0] else b""
-            seen += chunk
-            for line in seen.decode(errors="replace").splitlines():
-                if line.startswith("metrics http://"):
-                    self.http = line.split()[1]
-            if self.http is None and chunk == b"":
-                self.close()
-                raise RuntimeError("the broker did not print its metrics URL within 10 s: %r"
-                                   % seen)
+        try:
+            self.http = metrics_url(self.broker)
+        except RuntimeError:
+            self.close()
+            raise
 
     def producer(self, name, *args):
         self.producers.append(subprocess.Popen(
