@@ -791,7 +791,7 @@ void
 group_commit_tick(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     for (group *g = b->groups; g != NULL; g = g->next) {
-        if (g->commit_step == 0 || now_ms < g->commit_since_ms + GROUP_COMMIT_WAIT_MS)
+        if (g->commit_step == 0 || now_ms < g->commit_since_ms + STOKER_GROUP_COMMIT_WAIT_MS)
             continue;
         char missing[128] = "";
         size_t used = 0;
@@ -805,7 +805,7 @@ group_commit_tick(broker *b, uint64_t now_ms, broker_outbox *out)
                  "every rank calls state_dict() (or commit()) at the same step; nothing of that "
                  "commit counts",
                  g->name, missing, (unsigned long long)g->commit_step,
-                 GROUP_COMMIT_WAIT_MS / 1000.0);
+                 STOKER_GROUP_COMMIT_WAIT_MS / 1000.0);
         stoker_warn("group-commit-failed: %s", why);
         commit_abort(b, g, STOKER_TIMEOUT, why, out);
     }

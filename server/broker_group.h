@@ -57,17 +57,16 @@ void group_destroy_all(broker *b, broker_outbox *out);
 // Group commit (docs/groups.md, "Checkpoints"): a committing rank's acknowledgements come in
 // parts (ACKs with commit_step, the last one commit_final) and are staged, not applied; once
 // every rank's final part for the same step is in, all of them are applied at once and every
-// rank is answered. Until then the final part waits, at most GROUP_COMMIT_WAIT_MS from the first
-// rank's part (then STOKER_TIMEOUT naming the ranks missing). A rank lost meanwhile ends it with
-// STOKER_GROUP_BROKEN: nothing of it counts, the ranks' leases are redelivered as uncommitted.
-#define GROUP_COMMIT_WAIT_MS    STOKER_GROUP_COMMIT_WAIT_MS
+// rank is answered. Until then the final part waits, at most STOKER_GROUP_COMMIT_WAIT_MS from the
+// first rank's part (then STOKER_TIMEOUT naming the ranks missing). A rank lost meanwhile ends it
+// with STOKER_GROUP_BROKEN: nothing of it counts, the ranks' leases are redelivered as uncommitted.
 #define GROUP_COMMIT_MAX_LEASES (1u << 22) // per rank and commit: the staging's bound
 // Handles t's (a committing rank's) ACK req with commit_step; answers token now or later.
 void group_commit(broker *b, trainer *t, void *token, const stoker_request *req, uint64_t now_ms,
                   broker_outbox *out);
 // t is being dropped: a commit in progress in its group fails (call before group_rank_lost).
 void group_commit_lost(broker *b, trainer *t, broker_outbox *out);
-// Commits waiting past GROUP_COMMIT_WAIT_MS fail (broker_tick).
+// Commits waiting past STOKER_GROUP_COMMIT_WAIT_MS fail (broker_tick).
 void group_commit_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 
 #endif
