@@ -358,6 +358,9 @@ tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err
                                s->path);
             break;
         }
+        // By file name, not path: producers on other boxes mount the shards elsewhere.
+        const char *base = strrchr(s->path, '/');
+        base = base != NULL ? base + 1 : s->path;
         if (cfg->documents) {
             uint64_t before = g->windows;
             if ((rv = index_documents(g, i, cfg->eot, cfg->max_doc)) != STOKER_OK) {
@@ -365,7 +368,7 @@ tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err
                 break;
             }
             g->tokens += s->n_tokens;
-            fingerprint = stoker_hash64(s->path, strlen(s->path),
+            fingerprint = stoker_hash64(base, strlen(base) + 1,
                                         fingerprint ^ s->n_tokens ^ (g->windows - before));
             continue;
         }
@@ -381,8 +384,6 @@ tokens_generator_open(const tokens_config *cfg, stoker_generator *out, char *err
         g->windows += s->windows;
         g->tokens += s->n_tokens;
         g->draw_total += s->draw_weight;
-        const char *base = strrchr(s->path, '/');
-        base = base != NULL ? base + 1 : s->path;
         fingerprint = stoker_hash64(base, strlen(base) + 1, fingerprint ^ s->n_tokens);
     }
     if (rv == STOKER_OK && cfg->documents && g->windows == 0)
