@@ -884,11 +884,12 @@ make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *cons
     return rv;
 }
 
-// The most bytes a file of encoded output may have: the field's bound, else an example's.
+// The most bytes a file of encoded output may have: the field's bound, else what a chunk's
+// values may hold (past either, the slot refuses it: encoded_example relies on that).
 static uint64_t
 file_limit(const images_gen *g)
 {
-    return g->max_file_bytes != 0 ? g->max_file_bytes : IMAGES_MAX_FILE_BYTES;
+    return g->max_file_bytes != 0 ? g->max_file_bytes : STOKER_CHUNK_VALUE_BYTES_MAX;
 }
 
 // Reads the whole file at path into g->file (grown as needed): *len bytes. Only its size is

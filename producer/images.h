@@ -103,7 +103,8 @@ typedef struct images_config {
     uint64_t max_file_bytes;
 } images_config;
 
-// The largest file encoded output sends: an example's limit (1 GiB) less its label.
+// The largest bound max_file_bytes may give: an example's limit (1 GiB) less its label.
+// Without a bound a file may have up to a chunk's values (STOKER_CHUNK_VALUE_BYTES_MAX).
 #define IMAGES_MAX_FILE_BYTES ((1ull << 30) - 8)
 
 void images_config_init(images_config *cfg);
