@@ -219,16 +219,10 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     }
     p->n_pushes++;
     p->n_pushes_streamed += pipe != p->pipe;
-    if (stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
-                               sizeof(err)) != STOKER_OK) {
-        stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);
-        send_code(b, out, token, STOKER_INVALID, "push refused: %s", err);
-        stoker_request_free(req);
-        return;
-    }
     if (req->pool_secret != 0) {
         // By reference: the examples are in the producer's shared memory, which the queue
-        // keeps mapped as long as it holds any of them.
+        // keeps mapped as long as it holds any of them. Mapped first, then bound (a variable
+        // field's offsets are copied out of it before they are checked).
         int rv = b->arena != NULL ? broker_arena_pool_resolve(b->arena, req, err, sizeof(err))
                                   : stoker_errorf(err, sizeof(err), STOKER_INVALID,
                                                   "push by reference to a broker without "
@@ -239,8 +233,17 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
             stoker_request_free(req);
             return;
         }
-        p->n_pushes_shm++;
     }
+    if ((req->pool_secret != 0
+             ? stoker_request_bind_shared(req, &b->schema, err, sizeof(err))
+             : stoker_wire_bind_chunk(&req->chunk, req->n_data, req->data_len, &b->schema, err,
+                                      sizeof(err))) != STOKER_OK) {
+        stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);
+        send_code(b, out, token, STOKER_INVALID, "push refused: %s", err);
+        stoker_request_free(req);
+        return;
+    }
+    p->n_pushes_shm += req->pool_secret != 0;
     if (req->first_seq > UINT64_MAX - req->chunk.count) {
         send_code(b, out, token, STOKER_INVALID, "push: seq overflow");
         stoker_request_free(req);

@@ -357,15 +357,6 @@ attach_pool(stoker_producer_client *pc, const stoker_reply *rep)
     }
     if (pc->pool != NULL && push_pool_attached_to(pc->pool, rep->arena_socket))
         return; // the same broker: the secret it gave stays good
-    if (stoker_schema_first_variable(&pc->schema) >= 0) {
-        // The pool lays out fixed-size fields only: variable-length values go as bytes.
-        if (!pc->pool_said)
-            stoker_info("producer '%s': on the broker's host, but pushes of variable-length "
-                        "fields go as bytes (not by reference yet)",
-                        pc->name);
-        pc->pool_said = 2;
-        return;
-    }
     char err[256];
     int rv = STOKER_OK;
     if (pc->pool == NULL &&
@@ -926,13 +917,12 @@ push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t firs
 static int
 push_copy_by_reference(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq)
 {
-    uint64_t bytes = stoker_schema_example_bytes(&chunk->schema) * (uint64_t)chunk->count;
+    uint64_t bytes = stoker_chunk_bytes(chunk, 0, chunk->count);
     stoker_chunk copy;
     uint8_t *region;
     if (pc->pool == NULL || push_pool_secret(pc->pool) == 0 || bytes < pc->pool_min ||
-        push_pool_chunk(pc->pool, &chunk->schema, chunk->count, &copy, &region) != STOKER_OK)
+        push_pool_copy(pc->pool, chunk, &copy, &region) != STOKER_OK)
         return NOT_SENT;
-    (void)stoker_chunk_append(&copy, chunk, 0, chunk->count);
     int rv = push_raw(pc, &copy, first_seq);
     push_pool_defer(pc->pool, region, first_seq + chunk->count);
     return rv;

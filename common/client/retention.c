@@ -29,7 +29,7 @@ int
 retention_would_pool(const retention *r, const stoker_chunk *chunk)
 {
     return r->pool != NULL && push_pool_secret(r->pool) != 0 &&
-           stoker_schema_example_bytes(&chunk->schema) * (uint64_t)chunk->count >= r->pool_min;
+           stoker_chunk_bytes(chunk, 0, chunk->count) >= r->pool_min;
 }
 
 // Frees a slot's buffers, wherever they are.
@@ -52,7 +52,14 @@ slot_fit(retention *r, entry *e, const stoker_chunk *chunk)
 {
     uint32_t count = chunk->count;
     int fits = e->chunk.capacity >= count && stoker_schema_equal(&e->chunk.schema, &chunk->schema);
-    if ((!fits || e->region == NULL) && retention_would_pool(r, chunk)) {
+    if (stoker_schema_first_variable(&chunk->schema) >= 0) {
+        // Variable values grow as they are appended: only on the heap (a copy in the pool is
+        // made whole, retention_add).
+        if (e->region != NULL) {
+            slot_fini(r, e);
+            fits = 0;
+        }
+    } else if ((!fits || e->region == NULL) && retention_would_pool(r, chunk)) {
         stoker_chunk pooled;
         uint8_t *region;
         if (push_pool_chunk(r->pool, &chunk->schema, count, &pooled, &region) == STOKER_OK) {
@@ -131,7 +138,23 @@ retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
     if (r->len == r->cap && grow(r) != STOKER_OK)
         return STOKER_NOMEM;
     entry *e = &r->ring[(r->head + r->len) % r->cap];
-    int rv = slot_fit(r, e, chunk);
+    int rv;
+    if (stoker_schema_first_variable(&chunk->schema) >= 0 && retention_would_pool(r, chunk)) {
+        // Variable-length values: a copy laid out as the push's blobs (push_pool_copy).
+        stoker_chunk pooled;
+        uint8_t *region;
+        if (push_pool_copy(r->pool, chunk, &pooled, &region) == STOKER_OK) {
+            slot_fini(r, e);
+            e->chunk = pooled;
+            e->region = region;
+            e->first_seq = first_seq;
+            e->hole = 0;
+            r->len++;
+            r->examples += chunk->count;
+            return STOKER_OK;
+        }
+    }
+    rv = slot_fit(r, e, chunk);
     if (rv != STOKER_OK)
         return rv;
     e->chunk.count = 0;

@@ -210,18 +210,72 @@ push_pool_chunk(push_pool *p, const stoker_schema *schema, uint32_t capacity, st
     return STOKER_OK;
 }
 
+// Bytes of field f's blob of chunk c: its values, after a variable field's count + 1 offsets.
+static uint64_t
+blob_bytes(const stoker_chunk *c, uint32_t f)
+{
+    uint64_t values = stoker_chunk_field_bytes(c, f, 0, c->count);
+    return c->schema.fields[f].variable ? ((uint64_t)c->count + 1) * 8 + values : values;
+}
+
+int
+push_pool_copy(push_pool *p, const stoker_chunk *src, stoker_chunk *chunk, uint8_t **region)
+{
+    memset(chunk, 0, sizeof(*chunk));
+    if (src->count == 0)
+        return STOKER_INVALID;
+    uint64_t offsets[STOKER_MAX_FIELDS], at = 0;
+    for (uint32_t i = 0; i < src->schema.n_fields; i++) {
+        offsets[i] = at;
+        at = align64(at + blob_bytes(src, i));
+    }
+    uint8_t *base = push_pool_alloc(p, at);
+    if (base == NULL)
+        return STOKER_NOMEM;
+    chunk->schema = src->schema;
+    chunk->capacity = chunk->count = src->count;
+    for (uint32_t i = 0; i < src->schema.n_fields; i++) {
+        uint8_t *blob = base + offsets[i];
+        uint64_t values = stoker_chunk_field_bytes(src, i, 0, src->count);
+        if (src->schema.fields[i].variable) {
+            uint64_t *offs = (uint64_t *)(void *)blob;
+            uint64_t first = stoker_chunk_var_offset(src, i, 0);
+            for (uint32_t k = 0; k <= src->count; k++)
+                offs[k] = stoker_chunk_var_offset(src, i, k) - first;
+            chunk->offsets[i] = offs;
+            chunk->value_capacity[i] = (size_t)values;
+            blob += ((size_t)src->count + 1) * 8;
+        }
+        if (values > 0)
+            memcpy(blob, src->data[i], (size_t)values);
+        chunk->data[i] = blob;
+    }
+    *region = base;
+    return STOKER_OK;
+}
+
 int
 push_pool_offsets(const push_pool *p, const stoker_chunk *chunk, uint64_t *offsets)
 {
     for (uint32_t i = 0; i < chunk->schema.n_fields; i++) {
         const uint8_t *d = chunk->data[i];
-        uint64_t len = stoker_field_bytes(&chunk->schema.fields[i]) * (uint64_t)chunk->count;
+        uint64_t len = blob_bytes(chunk, i);
+        if (chunk->schema.fields[i].variable) {
+            // Its blob starts at its offsets, which its values must follow.
+            const uint8_t *o = (const uint8_t *)chunk->offsets[i];
+            if (o == NULL || d != o + ((size_t)chunk->count + 1) * 8)
+                return 0;
+            d = o;
+        }
         if (d == NULL || d < p->base || (uint64_t)(d - p->base) > p->bytes ||
             len > p->bytes - (uint64_t)(d - p->base))
             return 0;
     }
     for (uint32_t i = 0; i < chunk->schema.n_fields; i++)
-        offsets[i] = (uint64_t)(chunk->data[i] - p->base);
+        offsets[i] =
+            (uint64_t)((chunk->schema.fields[i].variable ? (const uint8_t *)chunk->offsets[i]
+                                                         : chunk->data[i]) -
+                       p->base);
     return 1;
 }
 

@@ -48,6 +48,12 @@ void push_pool_trained(push_pool *p, uint64_t through);
 int push_pool_chunk(push_pool *p, const stoker_schema *schema, uint32_t capacity,
                     stoker_chunk *chunk, uint8_t **region);
 
+// A copy of src's examples in one region, laid out as a push's blobs: a fixed field's values, a
+// variable field's count + 1 offsets followed by its values (offsets at chunk->offsets, values
+// at chunk->data, contiguous), each blob 64-byte aligned; owns_data 0, capacity = count. The
+// region's start in *region. STOKER_NOMEM when the pool is full (chunk zeroed).
+int push_pool_copy(push_pool *p, const stoker_chunk *src, stoker_chunk *chunk, uint8_t **region);
+
 // Hands the pool to the broker: connects to its arena socket, presents ticket with the memfd
 // and keeps the connection. On STOKER_OK the secret pushes name is push_pool_secret's; else err
 // says why (the caller keeps pushing bytes). Closes any earlier connection first. Bounded by
@@ -62,8 +68,9 @@ void push_pool_detach(push_pool *p);
 int push_pool_attached_to(push_pool *p, const char *socket_name);
 // The secret of the current attachment; 0 when not attached.
 uint64_t push_pool_secret(const push_pool *p);
-// Fills *offsets with where chunk's n fields start in the pool when all of them lie in it;
-// 0 (nothing written) otherwise.
+// Fills *offsets with where chunk's n fields start in the pool when all of them lie in it (a
+// variable field's blob, its offsets then its values, laid out as push_pool_copy does); 0
+// (nothing written) otherwise.
 int push_pool_offsets(const push_pool *p, const stoker_chunk *chunk, uint64_t *offsets);
 
 #endif

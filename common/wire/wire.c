@@ -358,6 +358,7 @@ typedef struct wire_owner {
     void *aligned;
     void (*hold_fn)(void *); // stoker_request_hold
     void *hold_arg;
+    void *shared_offsets; // stoker_request_bind_shared's copies
 } wire_owner;
 
 static void
@@ -369,6 +370,7 @@ owner_free(wire_owner *o)
         protobuf_c_message_free_unpacked(o->pb, NULL);
     nng_msg_free(o->msg);
     free(o->aligned);
+    free(o->shared_offsets);
     if (o->hold_fn != NULL)
         o->hold_fn(o->hold_arg);
     free(o);
@@ -1522,9 +1524,11 @@ stoker_reply_free(stoker_reply *rep)
     free(rep);
 }
 
-int
-stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
-                       const stoker_schema *schema, char *err, size_t err_len)
+// stoker_wire_bind_chunk; copied[i], when not NULL, holds variable field i's offsets (a copy of
+// those its blob starts with): they are checked and used instead of the blob's.
+static int
+bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len, const stoker_schema *schema,
+           uint8_t *const *copied, char *err, size_t err_len)
 {
     if (n_data != schema->n_fields)
         return stoker_errorf(err, err_len, STOKER_INVALID, "chunk has %u fields, schema has %u",
@@ -1547,11 +1551,12 @@ stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
                                      "field '%s': a variable-length field by reference (not "
                                      "carried yet)",
                                      f->name);
-            int rv = stoker_chunk_check_offsets(f, c->data[i], c->count, data_len[i] - off_bytes,
-                                                err, err_len);
+            uint8_t *at = copied != NULL && copied[i] != NULL ? copied[i] : c->data[i];
+            int rv =
+                stoker_chunk_check_offsets(f, at, c->count, data_len[i] - off_bytes, err, err_len);
             if (rv != STOKER_OK)
                 return rv;
-            offsets[i] = (uint64_t *)(void *)c->data[i];
+            offsets[i] = (uint64_t *)(void *)at;
             data[i] = c->data[i] + off_bytes;
             continue;
         }
@@ -1567,4 +1572,45 @@ stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
     }
     c->schema = *schema;
     return STOKER_OK;
+}
+
+int
+stoker_wire_bind_chunk(stoker_chunk *c, uint32_t n_data, const size_t *data_len,
+                       const stoker_schema *schema, char *err, size_t err_len)
+{
+    return bind_chunk(c, n_data, data_len, schema, NULL, err, err_len);
+}
+
+int
+stoker_request_bind_shared(stoker_request *req, const stoker_schema *schema, char *err,
+                           size_t err_len)
+{
+    wire_owner *o = req->owner;
+    stoker_chunk *c = &req->chunk;
+    if (o == NULL || o->shared_offsets != NULL || req->n_data != schema->n_fields)
+        return bind_chunk(c, req->n_data, req->data_len, schema, NULL, err, err_len);
+    size_t off_bytes = ((size_t)c->count + 1) * 8, total = 0;
+    for (uint32_t i = 0; i < req->n_data; i++)
+        if (schema->fields[i].variable && c->data[i] != NULL && req->data_len[i] >= off_bytes)
+            total += off_bytes;
+    if (total == 0)
+        return bind_chunk(c, req->n_data, req->data_len, schema, NULL, err, err_len);
+    // Copied first, then checked: the memory is the pusher's, who could change it after a check.
+    uint8_t *buf = malloc(total), *copied[STOKER_MAX_FIELDS] = {0};
+    if (buf == NULL)
+        return stoker_errorf(err, err_len, STOKER_NOMEM, "out of memory copying offsets");
+    size_t at = 0;
+    for (uint32_t i = 0; i < req->n_data; i++) {
+        if (schema->fields[i].variable && c->data[i] != NULL && req->data_len[i] >= off_bytes) {
+            copied[i] = buf + at;
+            memcpy(copied[i], c->data[i], off_bytes);
+            at += off_bytes;
+        }
+    }
+    int rv = bind_chunk(c, req->n_data, req->data_len, schema, copied, err, err_len);
+    if (rv != STOKER_OK)
+        free(buf);
+    else
+        o->shared_offsets = buf;
+    return rv;
 }

@@ -80,7 +80,8 @@ typedef struct proc {
 static const char *broker_bin, *producer_bin, *consumer_bin;
 // STOKER_CHAOS_VAR_PRODUCER_BIN (the chaos-varlen test): producers of variable-length examples
 // (tests/lib/var_producer.c) instead of synthetic ones, each example checked byte for byte by
-// the consumer ("M" lines). Their pushes go as bytes (not by reference: docs/schema.md).
+// the consumer ("M" lines). Their chunks may be under the size that goes by reference, so the
+// check that some push came by reference is not made for them.
 static const char *var_bin;
 
 // stdout and stderr appended to log; dies with us (the test library's PR_SET_PDEATHSIG).

@@ -657,3 +657,83 @@ Test(push_refs, a_secret_is_good_only_for_its_own_session)
     nng_close(s);
     proc_broker_stop(broker);
 }
+
+// A variable-length chunk of count examples (t:int32[?<=64]: example i has i % 7 + 1 values,
+// value k of it seq * 100 + k) made on the heap, then copied into the pool as a push lays it out.
+static stoker_chunk
+var_chunk(push_pool *p, const stoker_schema *schema, uint64_t first_seq, uint32_t count)
+{
+    stoker_chunk src, c;
+    uint8_t *region;
+    cr_assert_eq(stoker_chunk_init(&src, schema, count), STOKER_OK);
+    for (uint32_t i = 0; i < count; i++) {
+        stoker_chunk_begin_example(&src);
+        int32_t *v = NULL;
+        cr_assert_eq(stoker_chunk_var_reserve(&src, 0, i % 7 + 1, (void **)&v), STOKER_OK);
+        for (uint32_t k = 0; k <= i % 7; k++)
+            v[k] = (int32_t)((first_seq + i) * 100 + k);
+        stoker_chunk_commit_example(&src);
+    }
+    cr_assert_eq(push_pool_copy(p, &src, &c, &region), STOKER_OK);
+    stoker_chunk_fini(&src);
+    return c;
+}
+
+Test(push_refs, variable_length_pushes_by_reference_keep_the_offsets_they_were_checked_with)
+{
+    char url[256];
+    proc_child *broker = start_broker(url, NULL);
+    nng_socket s = h_raw_open(url, 3000);
+    stoker_request req = {.method = STOKER_HELLO,
+                          .session = 0x99,
+                          .role = STOKER_ROLE_PRODUCER,
+                          .has_schema = 1,
+                          .want_arena = 1};
+    snprintf(req.name, sizeof(req.name), "var");
+    char err[256] = "";
+    cr_assert_eq(stoker_schema_parse("t:int32[?<=64]", &req.schema, err, sizeof(err)), STOKER_OK,
+                 "%s", err);
+    stoker_reply *rep = h_raw_call(s, &req);
+    cr_assert_eq(rep->code, STOKER_OK, "hello: %s", rep->message);
+    push_pool *p = attach(rep);
+    stoker_reply_free(rep);
+    uint64_t secret = push_pool_secret(p);
+
+    // Offsets that decrease, written in the shared memory: refused by name, nothing queued.
+    stoker_chunk bad = var_chunk(p, &req.schema, 0, 8);
+    bad.offsets[0][3] = 1;
+    expect(push_ref(s, 0x99, 0, &bad, secret, p, NULL), STOKER_INVALID, "'t'",
+           "decreasing offsets by reference");
+    cr_assert_eq(producer(url, "var").queued, 0);
+
+    // A good push; then the producer overwrites its offsets in the shared memory with garbage
+    // (a bug or a hostile process): the broker checked and uses its own copy, so the trainer gets
+    // every value at its length, and the broker does not read outside the values.
+    stoker_chunk c = var_chunk(p, &req.schema, 0, 16);
+    expect(push_ref(s, 0x99, 0, &c, secret, p, NULL), STOKER_OK, NULL, "push by reference");
+    for (uint32_t k = 0; k <= 16; k++)
+        c.offsets[0][k] = UINT64_MAX / 2 - k;
+    stoker_producer_info info = producer(url, "var");
+    cr_assert_eq(info.pushes_shm, 1);
+    cr_assert_eq(info.queued, 16);
+    stoker_trainer_client *tc = trainer(url, "t", 0);
+    stoker_batch *b = NULL;
+    cr_assert_eq(stoker_trainer_client_next(tc, &b), STOKER_OK);
+    cr_assert_eq(b->chunk.count, 16);
+    for (uint32_t i = 0; i < 16; i++) {
+        uint64_t rows = 0;
+        const int32_t *v = stoker_chunk_var_value(&b->chunk, 0, i, &rows);
+        cr_assert_eq(rows, i % 7 + 1, "example %u: %llu values", i, (unsigned long long)rows);
+        for (uint32_t k = 0; k < rows; k++)
+            cr_assert_eq(v[k], (int32_t)(i * 100 + k), "example %u value %u", i, k);
+    }
+    stoker_trainer_client_ack(tc, b->lease);
+    stoker_batch_destroy(b);
+    cr_assert_eq(stoker_trainer_client_flush(tc), STOKER_OK);
+    stoker_trainer_client_destroy(tc);
+    cr_assert(h_wait_acknowledged(url, 16, 3000), "16 examples not acknowledged");
+    h_assert_identity(url);
+    push_pool_destroy(p);
+    nng_close(s);
+    proc_broker_stop(broker);
+}

@@ -252,5 +252,11 @@ void stoker_reply_free(stoker_reply *rep);
 // STOKER_INVALID with a reason in err otherwise (the chunk unchanged).
 int stoker_wire_bind_chunk(stoker_chunk *chunk, uint32_t n_data, const size_t *data_len,
                            const stoker_schema *schema, char *err, size_t err_len);
+// The same for a push by reference (its blobs in the pusher's shared memory, where it could
+// change them at any time): each variable field's offsets are copied into memory the request
+// owns first, then checked and used from there, so that no later change of the pusher's makes
+// the broker read outside a value.
+int stoker_request_bind_shared(stoker_request *req, const stoker_schema *schema, char *err,
+                               size_t err_len);
 
 #endif
