@@ -1,7 +1,7 @@
 // The broker's budget room: batches made by tokens for a consumer that asked for them in its
-// hello (stoker/batching.h, docs/schema.md, "Batching by tokens"): a token budget, length buckets, packed
-// rows. It plans a batch from what the queues hold (it takes nothing: broker_lease.c takes the
-// plan's examples into a lease) and says when a budget can be filled. It uses the core, queue.c
+// hello (stoker/batching.h, docs/schema.md, "Batching by tokens"): a token budget, length buckets,
+// packed rows. It plans a batch from what the queues hold (it takes nothing: broker_lease.c takes
+// the plan's examples into a lease) and says when a budget can be filled. It uses the core, queue.c
 // and the trained room (a trainer's hello may have said some queued examples are trained).
 #include <stdlib.h>
 
