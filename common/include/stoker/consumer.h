@@ -40,12 +40,11 @@ typedef struct stoker_consumer_options {
     const char *tls_cert;  // PEM client certificate (chain)
     const char *tls_key;   // its unencrypted PEM private key
     uint32_t tls_insecure; // 1: do not verify the broker (no tls_ca)
-    // Batches of a variable-length schema made by tokens, by the broker (docs/schema.md, "Batching by tokens";
-    // "tokens" are rows of the schema's first variable field). All 0 (default): batch_size
-    // examples each.
-    // max_tokens: as many sequences as fit in this many padded tokens (count x the longest); a
-    // sequence longer alone comes in a batch of its own, never dropped. batch_size then caps the
-    // sequences per batch (0, the default: no cap but the broker's, 8192).
+    // Batches of a variable-length schema made by tokens, by the broker (docs/schema.md, "Batching
+    // by tokens"; "tokens" are rows of the schema's first variable field). All 0 (default):
+    // batch_size examples each. max_tokens: as many sequences as fit in this many padded tokens
+    // (count x the longest); a sequence longer alone comes in a batch of its own, never dropped.
+    // batch_size then caps the sequences per batch (0, the default: no cap but the broker's, 8192).
     uint32_t max_tokens;
     // buckets (nonzero): each batch holds sequences of similar length (the oldest waiting and
     // those nearest its length among what the broker's queues hold): little padding.
