@@ -558,27 +558,33 @@ intake_close(intake *in)
         return;
     nng_stream_listener_close(in->l);
     nng_aio_stop(in->accept);
-    // Close every connection; each frees itself once its reader, writer and tokens are done.
-    for (;;) {
-        intake_conn *open = NULL;
-        pthread_mutex_lock(&in->lock);
-        for (intake_conn *c = in->conns; c != NULL; c = c->next) {
-            pthread_mutex_lock(&c->lock);
-            int closed = c->closed;
-            if (!closed)
-                c->refs++; // held across the close below
-            pthread_mutex_unlock(&c->lock);
-            if (!closed) {
-                open = c;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&in->lock);
-        if (open == NULL)
-            break;
-        conn_close(open);
-        conn_unref(open);
+    // Close every connection and wait until its callbacks are done (none may reach the host
+    // after this returns); each frees itself once its tokens are answered too.
+    pthread_mutex_lock(&in->lock);
+    size_t n = 0, cap = 0;
+    intake_conn **held = NULL;
+    for (intake_conn *c = in->conns; c != NULL; c = c->next)
+        cap++;
+    if (cap > 0 && (held = malloc(cap * sizeof(*held))) == NULL)
+        cap = 0; // out of memory: closed below without waiting
+    for (intake_conn *c = in->conns; c != NULL; c = c->next) {
+        pthread_mutex_lock(&c->lock);
+        int alive = c->refs > 0; // 0: being freed, its callbacks over
+        if (alive && n < cap)
+            c->refs++, held[n++] = c;
+        int had_closed = c->closed;
+        c->closed = 1;
+        pthread_mutex_unlock(&c->lock);
+        if (alive && !had_closed)
+            nng_stream_close(c->s);
     }
+    pthread_mutex_unlock(&in->lock);
+    for (size_t i = 0; i < n; i++) {
+        nng_aio_stop(held[i]->rx);
+        nng_aio_stop(held[i]->tx);
+        conn_unref(held[i]);
+    }
+    free(held);
 }
 
 void
