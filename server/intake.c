@@ -21,6 +21,7 @@
 #define POOL_KEEP  8           // idle buffers kept for the next requests
 #define POOL_MIN   (64 << 10)  // smaller ones are not kept
 #define POOL_MAX   (64u << 20) // nor larger ones
+#define POOL_BYTES (64u << 20) // idle buffers' bytes in all: the pool's bound beyond --max-bytes
 #define BUF_HEADER 16          // a buffer's capacity before its bytes (keeps them 16-aligned)
 
 typedef struct intake_conn intake_conn;
@@ -73,6 +74,7 @@ struct intake {
     int refs; // 1 until intake_destroy, plus each connection and each buffer out
     uint8_t *pool[POOL_KEEP];
     uint32_t n_pool;
+    size_t pool_bytes; // their capacities' sum
 };
 
 static atomic_uint next_pipe = 0;
@@ -110,6 +112,7 @@ buf_get(intake *in, size_t len)
         if (cap >= len && cap / 2 <= len) {
             buf = in->pool[i];
             in->pool[i] = in->pool[--in->n_pool];
+            in->pool_bytes -= cap;
             break;
         }
     }
@@ -134,9 +137,12 @@ buf_put(void *arg, void *p)
     uint8_t *buf = p;
     size_t cap = *cap_of(buf);
     pthread_mutex_lock(&in->lock);
-    int keep = !in->closing && cap >= POOL_MIN && cap <= POOL_MAX && in->n_pool < POOL_KEEP;
-    if (keep)
+    int keep = !in->closing && cap >= POOL_MIN && cap <= POOL_MAX && in->n_pool < POOL_KEEP &&
+               in->pool_bytes + cap <= POOL_BYTES;
+    if (keep) {
         in->pool[in->n_pool++] = buf;
+        in->pool_bytes += cap;
+    }
     pthread_mutex_unlock(&in->lock);
     if (!keep)
         free(buf - BUF_HEADER);
