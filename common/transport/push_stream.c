@@ -76,8 +76,10 @@ drop(push_stream *ps)
 void
 push_stream_set_intake(push_stream *ps, uint32_t port)
 {
-    if (!ps->ipc)
-        atomic_store(&ps->intake_port, port);
+    if (ps->ipc)
+        return;
+    atomic_store(&ps->intake_port, port);
+    atomic_fetch_add(&ps->intake_said, 1);
 }
 
 void
@@ -354,6 +356,11 @@ static nng_stream_dialer *
 intake_dialer(push_stream *ps)
 {
     uint32_t port = atomic_load(&ps->intake_port);
+    uint32_t said = atomic_load(&ps->intake_said);
+    if (said != ps->intake_seen) { // a hello since it failed: the broker may be a new one
+        ps->intake_seen = said;
+        ps->intake_failed = 0;
+    }
     if (port != ps->intake_dialed) {
         if (ps->intake_dialer != NULL)
             nng_stream_dialer_free(ps->intake_dialer);
