@@ -815,11 +815,14 @@ def bench_ragged(opts, tmp):
     return res
 
 
-def floor_var_run(tmp, tag, schema, rows, total):
+def floor_var_run(tmp, tag, schema, rows, total, kind):
     """examples/s of the C consumer (stoker-bench-consumer: pull and acknowledge, nothing else)
-    over 2 stoker-bench-producers of schema (a variable field's values rows long) on this host
-    (chunks of 4096, pushed by reference), batch 256."""
-    url = endpoint("ipc", tmp, f"fv-{tag}")
+    over 2 stoker-bench-producers of schema (a variable field's values rows long), batch 256,
+    chunks of 4096. kind "ipc": producers on the broker's host as they come (fixed-only chunks
+    pushed by reference; variable-length ones go as bytes, the producer client's rule today);
+    "tcp": producers push bytes (STOKER_SHM=0), as from another machine, on both sides."""
+    url = endpoint(kind, tmp, f"fv-{tag}")
+    env = {**os.environ, "STOKER_SHM": "0"} if kind == "tcp" else None
     with Procs() as procs:
         start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536")
         consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "256", "--prefetch",
@@ -827,7 +830,8 @@ def floor_var_run(tmp, tag, schema, rows, total):
                                stdout=subprocess.PIPE, text=True)
         for i in range(2):
             procs.start([BENCH_PRODUCER, "--broker", url, "--schema", schema, "--var-rows",
-                         str(rows), "--chunk", "4096", "--name", f"{tag}{i}"])
+                         str(rows), "--chunk", "4096", "--name", f"{tag}{i}", "--log-level",
+                         "error"], env=env)
         out, _ = consumer.communicate(timeout=300)
     r = json.loads(out.strip().splitlines()[-1])
     if r["status"] != "ok" or r["duplicates"]:
@@ -839,29 +843,37 @@ def bench_floor_var(opts, tmp):
     """A variable field beside fixed ones against the same bytes in fixed fields (issue 27):
     x:float32[16],t:int32[?] with every t exactly L long against x:float32[16],t:int32[L], for
     L = 16 and 256, through the broker to a C consumer that pulls and acknowledges only (the
-    floor: generation free, stoker's own cost), 2 producers on the host. Pairs back to back,
-    the order swapped every pair; the median of the pairs' examples/s ratios. The variable
-    side also carries an 8-byte offset per example (in the ratio: the layout's cost)."""
+    floor: generation free, stoker's own cost), 2 producers. Over tcp with producers pushing
+    bytes (the layout's own cost, as from other machines) and over ipc on the broker's host as
+    a user gets it (fixed-only chunks then go by reference, variable-length ones as bytes).
+    Pairs back to back, the order swapped every pair; the median of the pairs' examples/s
+    ratios. The variable side also carries an 8-byte offset per example (counted in the ratio:
+    it is the layout's cost)."""
     pairs = 2 if opts.quick else 4
     res = {"configs": [], "rows": []}
-    for rows in (16, 256):
-        total = (1_000_000 if opts.quick else 4_000_000) // (1 if rows == 16 else 4)
-        schemas = {"var": "x:float32[16],t:int32[?]", "fixed": f"x:float32[16],t:int32[{rows}]"}
-        ratios, runs = [], {"var": [], "fixed": []}
-        for k in range(pairs):
-            got = {}
-            for side in (("var", "fixed") if k % 2 == 0 else ("fixed", "var")):
-                got[side] = floor_var_run(tmp, f"{side}{rows}k{k}", schemas[side], rows, total)
-                runs[side].append(got[side])
-            ratios.append(got["var"]["examples_per_second"] / got["fixed"]["examples_per_second"])
-        res["configs"].append({"rows": rows, "schemas": schemas, "runs": runs, "ratios": ratios})
-        for side in ("var", "fixed"):
-            res["rows"].append((f"floor-var L={rows}: {schemas[side]} ex/s (median)",
-                                statistics.median(r["examples_per_second"] for r in runs[side]),
-                                "(figure)", None))
-        ratio = statistics.median(ratios)
-        res["rows"].append((f"floor-var L={rows}: variable / fixed ex/s, median of {pairs}",
-                            ratio, ">= 0.9", ratio >= 0.9))
+    for kind in ("tcp", "ipc"):
+        for rows in (16, 256):
+            total = (1_000_000 if opts.quick else 4_000_000) // (1 if rows == 16 else 4)
+            schemas = {"var": "x:float32[16],t:int32[?]",
+                       "fixed": f"x:float32[16],t:int32[{rows}]"}
+            ratios, runs = [], {"var": [], "fixed": []}
+            for k in range(pairs):
+                got = {}
+                for side in (("var", "fixed") if k % 2 == 0 else ("fixed", "var")):
+                    got[side] = floor_var_run(tmp, f"{kind}{side}{rows}k{k}", schemas[side],
+                                              rows, total, kind)
+                    runs[side].append(got[side])
+                ratios.append(got["var"]["examples_per_second"] /
+                              got["fixed"]["examples_per_second"])
+            res["configs"].append({"transport": kind, "rows": rows, "schemas": schemas,
+                                   "runs": runs, "ratios": ratios})
+            for side in ("var", "fixed"):
+                res["rows"].append((f"floor-var {kind} L={rows}: {side} ex/s (median)",
+                                    statistics.median(r["examples_per_second"]
+                                                      for r in runs[side]), "(figure)", None))
+            ratio = statistics.median(ratios)
+            res["rows"].append((f"floor-var {kind} L={rows}: var / fixed, median of {pairs}",
+                                ratio, ">= 0.9", ratio >= 0.9))
     return res
 
 
