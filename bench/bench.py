@@ -785,7 +785,6 @@ def bench_ragged(opts, tmp):
                         "(figure)", None))
     res["rows"].append(("ragged: DataLoader padding fraction", med(dl, "padding_fraction"),
                         "(figure)", None))
-    count_pad = med(res["configs"]["modes"]["count"], "padding_fraction")
     for mode in modes:
         rs = res["configs"]["modes"][mode]
         if "skipped" in rs[0]:
@@ -807,8 +806,6 @@ def bench_ragged(opts, tmp):
                                 med(rs, "tokens_per_second") /
                                 med(res["configs"]["modes"]["count"], "tokens_per_second"),
                                 "(figure)", None))
-    res["rows"].append(("ragged: count padding fraction (the baseline of the others)", count_pad,
-                        "(figure)", None))
     ratio = statistics.median(ratios)
     res["rows"].append((f"ragged: stoker count / DataLoader tokens/s, median of {pairs}", ratio,
                         ">= 2", ratio >= 2))
