@@ -2,7 +2,7 @@
 name in their first line (make_shard.py, train.py) in a fresh directory, and its ```sh block runs
 there in bash, line for line, with only what must differ on a test machine changed: the port 7070
 becomes a free one, `build/...` and `python` are links to this build's binaries and package, and
-`python3` is this interpreter. Then: the shard holds the documents make_shard.py says, every
+`python3` is this interpreter; it runs under `set -e`, so a failing command fails it. Then: the shard holds the documents make_shard.py says, every
 epoch trained each of them exactly once (train.py checks within an epoch; here every epoch's
 count must be the shard's), and the loss fell."""
 
@@ -63,7 +63,8 @@ def test_the_variable_length_loop_runs_as_written():
         env = dict(os.environ, PATH=os.path.join(tmp, "bin") + os.pathsep + os.environ["PATH"])
         # Its own process group, so that whatever the script leaves behind when it fails is
         # ended by the group's id (the script's own `kill $(jobs -p)` does it when it passes).
-        p = subprocess.Popen(["bash", "-c", script.replace("7070", port)], cwd=tmp, env=env,
+        p = subprocess.Popen(["bash", "-c", "set -e\n" + script.replace("7070", port)],
+                             cwd=tmp, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
         try:
