@@ -6,7 +6,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm, autoscale, ragged, floor-var. Run scripts/build.sh first (or let bench/run.sh do it)."""
+group-commit, ranks-shm, autoscale, ragged, floor-var. Run scripts/build.sh first (or let
+bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -726,15 +727,17 @@ def ragged_loop(args):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def ragged_modes():
-    """The batching modes of ragged_loop.py's MODES list, in its order."""
-    out = subprocess.run([PY, "-c", "import ragged_loop; print(' '.join(m[0] for m in "
-                          "ragged_loop.MODES))"], stdout=subprocess.PIPE, text=True,
+def ragged_config():
+    """ragged_loop.py's batching modes (its MODES list, in order) and the producers' --lengths
+    that draw its sequences."""
+    out = subprocess.run([PY, "-c", "import ragged_loop as r; print(r.LENGTHS, *(m[0] for m in "
+                          "r.MODES))"], stdout=subprocess.PIPE, text=True,
                          cwd=os.path.join(ROOT, "bench"), check=True)
-    return out.stdout.split()
+    lengths, *modes = out.stdout.split()
+    return modes, lengths
 
 
-def ragged_stoker(tmp, tag, mode, seconds):
+def ragged_stoker(tmp, tag, mode, seconds, lengths):
     """ragged_loop.py's stoker side: a broker with its defaults and 2 synthetic producers of
     the tokens workload (log-normal lengths, mean 512, cap 4096; --delay 0:0, the workload's
     default) on this host, the loop pulling through shared memory as the default Client does."""
@@ -743,8 +746,7 @@ def ragged_stoker(tmp, tag, mode, seconds):
         start_broker(procs, url)
         for i in range(2):
             procs.start([PRODUCER, "--broker", url, "--name", f"{tag}{i}", "--workload", "tokens",
-                         "--lengths", "lognormal:512:4096", "--vocab", "50257", "--log-level",
-                         "error"])
+                         "--lengths", lengths, "--vocab", "50257", "--log-level", "error"])
         return ragged_loop(["stoker", url, str(seconds), mode])
 
 
@@ -763,7 +765,7 @@ def bench_ragged(opts, tmp):
     if not has_torch():
         res["rows"].append(("ragged: torch not importable by " + PY, float("nan"), "", None))
         return res
-    modes = ragged_modes()
+    modes, lengths = ragged_config()
     ratios = []
     for k in range(pairs):
         order = ("stoker", "dataloader") if k % 2 == 0 else ("dataloader", "stoker")
@@ -774,7 +776,7 @@ def bench_ragged(opts, tmp):
                 res["configs"]["dataloader"].append(got[side])
                 continue
             for mode in modes:
-                r = ragged_stoker(tmp, f"{mode}{k}", mode, seconds)
+                r = ragged_stoker(tmp, f"{mode}{k}", mode, seconds, lengths)
                 res["configs"]["modes"].setdefault(mode, []).append(r)
                 got[mode] = r
         ratios.append(got["count"]["tokens_per_second"] / got["dataloader"]["tokens_per_second"])

@@ -42,7 +42,7 @@ MEAN, CAP, SIGMA = 512, 4096, 1.0
 VOCAB = 50257
 PACK_ROW = 2048
 WARMUP_S = 1.0
-LENGTHS = "lognormal:%d:%d" % (MEAN, CAP)  # the producers' --lengths (bench.py passes it)
+LENGTHS = "lognormal:%d:%d:%g" % (MEAN, CAP, SIGMA)  # the producers' --lengths (bench.py reads it)
 
 # How the broker batches: (name, Client kwargs, what the loop does with a batch). A mode runs
 # only when stoker.Client takes its kwargs; the others print "skipped: ...". Each is one entry.

@@ -2,9 +2,10 @@
 name in their first line (make_shard.py, train.py) in a fresh directory, and its ```sh block runs
 there in bash, line for line, with only what must differ on a test machine changed: the port 7070
 becomes a free one, `build/...` and `python` are links to this build's binaries and package, and
-`python3` is this interpreter; it runs under `set -e`, so a failing command fails it. Then: the shard holds the documents make_shard.py says, every
-epoch trained each of them exactly once (train.py checks within an epoch; here every epoch's
-count must be the shard's), and the loss fell."""
+`python3` is this interpreter; it runs under `set -e`, so a failing command fails it. Then: the
+shard holds the documents make_shard.py says, every epoch trained each of them exactly once
+(train.py checks within an epoch; here every epoch's count must be the shard's), and the loss
+fell."""
 
 import os
 import re
