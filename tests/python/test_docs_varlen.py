@@ -9,6 +9,7 @@ fell."""
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from helpers import BROKER, PRODUCER, require, run
 
 require("numpy")
 require("torch")
+# meson's timeout ends a test with SIGTERM: leave through the finally blocks (they end the
+# page's processes) rather than die at once.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("SIGTERM"))
 
 ROOT = os.environ.get("STOKER_SOURCE_ROOT",
                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -62,27 +66,30 @@ def test_the_variable_length_loop_runs_as_written():
             os.makedirs(os.path.join(tmp, os.path.dirname(path)), exist_ok=True)
             os.symlink(os.path.abspath(target), os.path.join(tmp, path))
         env = dict(os.environ, PATH=os.path.join(tmp, "bin") + os.pathsep + os.environ["PATH"])
-        # Its own process group, so that whatever the script leaves behind when it fails is
-        # ended by the group's id (the script's own `kill $(jobs -p)` does it when it passes).
-        p = subprocess.Popen(["bash", "-c", "set -e\n" + script.replace("7070", port)],
-                             cwd=tmp, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+        # Its own process group, so that whatever the script leaves behind (its `kill $(jobs
+        # -p)` ends the broker and the producer when it passes; not when a command fails) is
+        # ended by the group's id as soon as bash returns. Output to a file: the background
+        # processes would hold a pipe open past bash's end.
+        log_path = os.path.join(tmp, "out.log")
+        with open(log_path, "wb") as log:
+            p = subprocess.Popen(["bash", "-c", "set -e\n" + script.replace("7070", port)],
+                                 cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
         try:
-            out, _ = p.communicate(timeout=150)
+            rc = p.wait(timeout=200)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, 9)
-            out, _ = p.communicate()
-            raise AssertionError("the page's commands did not finish in 150 s:\n" +
-                                 out.decode(errors="replace")[-3000:])
+            rc = None
         finally:
             try:
-                os.killpg(p.pid, 9)
+                os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        out = out.decode(errors="replace")
+            p.wait()
+        with open(log_path, errors="replace") as f:
+            out = f.read()
         print(out[-3000:])
-        assert p.returncode == 0, "the page's commands failed (exit %d)" % p.returncode
+        assert rc is not None, "the page's commands did not finish in 200 s"
+        assert rc == 0, "the page's commands failed (exit %d)" % rc
     m = re.search(r"^shard\.bin: (\d+) documents, (\d+) tokens$", out, re.M)
     assert m, "make_shard.py did not say what it wrote"
     documents = int(m.group(1))
