@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pull.h"
+#include "stoker/batching.h"
 #include "stoker/cli.h"
 #include "stoker/consumer.h"
 #include "stoker/error.h"
@@ -55,6 +56,18 @@ static const stoker_cli_option rows[] = {
     {"format", "text|raw", "output format", STOKER_CLI_ENUM, AT(format), .choices = formats},
     {"batch-size", "N", "examples per pull", STOKER_CLI_UINT, AT(consumer.batch_size), .imin = 1,
      .imax = 1u << 20},
+    {"max-tokens", "T",
+     "variable-length schema: batches of as many sequences as fit\n"
+     "in T padded tokens (--batch-size then caps the sequences)",
+     STOKER_CLI_UINT, AT(consumer.max_tokens), .imin = 1, .imax = UINT32_MAX},
+    {"buckets", NULL, "variable-length schema: batches of sequences of similar length",
+     STOKER_CLI_FLAG, AT(consumer.buckets)},
+    {"pack", "L",
+     "variable-length schema: batches of --batch-size rows of L\n"
+     "tokens, filled with whole sequences",
+     STOKER_CLI_UINT, AT(consumer.pack), .imin = 1, .imax = UINT32_MAX},
+    {"pack-whole", NULL, "with --pack: no sequence split across rows (next-fit)", STOKER_CLI_FLAG,
+     AT(consumer.pack_whole)},
     {"max-examples", "N",
      "stop after writing exactly N examples (default: until the\n"
      "supply ends)",
@@ -242,6 +255,26 @@ main(int argc, char **argv)
         group_name = o.group;
         group_rank = o.rank;
         group_world = o.world;
+    }
+    const char *by_tokens = o.consumer.max_tokens > 0 ? "max-tokens"
+                            : o.consumer.pack > 0     ? "pack"
+                            : o.consumer.buckets      ? "buckets"
+                                                      : NULL;
+    if (by_tokens != NULL && stoker_cli_given(&cli, "max-examples"))
+        return stoker_cli_fail(&cli,
+                               "--max-examples with --%s: batches made by tokens have no fixed "
+                               "count to stop at exactly",
+                               by_tokens);
+    if (o.consumer.max_tokens > 0 && !stoker_cli_given(&cli, "batch-size"))
+        o.consumer.batch_size = 0; // a token budget: no cap on the sequences but the broker's
+    {
+        stoker_batching bt = {.max_tokens = o.consumer.max_tokens,
+                              .buckets = o.consumer.buckets,
+                              .pack = o.consumer.pack,
+                              .pack_whole = o.consumer.pack_whole};
+        char why[256];
+        if (stoker_batching_check(&bt, NULL, o.consumer.batch_size, why, sizeof(why)) != STOKER_OK)
+            return stoker_cli_fail(&cli, "%s", why);
     }
     o.consumer.url = o.client.url;
     o.consumer.token = o.client.token;

@@ -11,11 +11,13 @@
 // chooses the image and converts the pipeline's floats to the output's dtype and layout. A JPEG
 // is taken reduced (DCT scaling) where the first crop or resize shrinks it anyway, chosen from
 // the example's seed; decoded once, it is held at each scale its examples may use.
-// Reading and decoding one file is image_file.c's.
+// Reading and decoding one file is image_file.c's. Encoded output skips all of it: an example
+// is its file's bytes as they are, read when it is made, and the label.
 #include "images.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "augment.h"
 #include "image_file.h"
@@ -49,8 +52,10 @@ typedef struct image {
     char *path;             // the file, read for each example when decoded per example (else NULL)
     uint32_t width, height; // full size
     int32_t label;
-    bool scalable; // decoded once, a JPEG: examples may take it reduced
-    bool bad;      // decoded per example, it failed once: skipped from then on
+    bool scalable;       // decoded once, a JPEG: examples may take it reduced
+    bool bad;            // decoded per example, it failed once: skipped from then on
+    bool refused;        // encoded: over the field's bound when last read (said once)
+    uint64_t file_bytes; // encoded: its size at start
 } image;
 
 typedef struct class_info {
@@ -85,6 +90,12 @@ typedef struct images_gen {
     float *wx, *wy;
     uint64_t listing;     // hash of the class/file names in index order (a dataset's fingerprint)
     stoker_labels labels; // the class-to-label map the producer says in its hello (bounded)
+    // Encoded output: the field's bound (0: none), the files' bytes at start, and the largest.
+    uint64_t max_file_bytes;
+    uint64_t encoded_bytes;
+    size_t largest; // index of the largest file
+    uint8_t *file;  // encoded: the file being sent, read whole before it is appended
+    size_t file_cap;
 } images_gen;
 
 // ImageNet statistics (torchvision's Normalize for its pretrained models).
@@ -109,6 +120,7 @@ images_destroy(void *user)
         free(g->images[i].path);
     }
     free(g->images);
+    free(g->file);
     for (uint32_t c = 0; c < g->n_classes && g->classes != NULL; c++)
         free(g->classes[c].name);
     free(g->classes);
@@ -348,6 +360,8 @@ decode_levels(images_gen *g, const char *path, const uint8_t *data, size_t len, 
     return rv;
 }
 
+static uint64_t file_limit(const images_gen *g);
+
 static int
 load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err_len)
 {
@@ -362,6 +376,29 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
     }
     image im = {.label = label};
     int rv;
+    if (g->output == IMAGES_ENCODED) {
+        // The header tells a real image from a stray file; the pixels are never decoded here,
+        // so their size (IMAGES_MAX_DECODED_BYTES) is the consumer's business.
+        rv = image_file_probe(path, &im.width, &im.height, err, err_len);
+        struct stat st;
+        if (rv == STOKER_OK || rv == STOKER_TOO_LARGE) {
+            rv = stat(path, &st) == 0
+                     ? STOKER_OK
+                     : stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
+                                     strerror(errno));
+        }
+        if (rv != STOKER_OK)
+            return rv;
+        if ((im.path = strdup(path)) == NULL)
+            return stoker_errorf(err, err_len, STOKER_NOMEM, "images: out of memory");
+        im.file_bytes = (uint64_t)st.st_size;
+        im.refused = im.file_bytes > file_limit(g); // said at start (log_encoded)
+        if (g->n_images == 0 || im.file_bytes > g->images[g->largest].file_bytes)
+            g->largest = g->n_images;
+        g->encoded_bytes += im.file_bytes;
+        g->images[g->n_images++] = im;
+        return STOKER_OK;
+    }
     if (g->decode_each) {
         // Only the header now; the pixels when an example needs them.
         if ((rv = image_file_probe(path, &im.width, &im.height, err, err_len)) != STOKER_OK)
@@ -847,6 +884,126 @@ make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *cons
     return rv;
 }
 
+// The most bytes a file of encoded output may have: the field's bound, else what a chunk's
+// values may hold (past either, the slot refuses it: encoded_example relies on that).
+static uint64_t
+file_limit(const images_gen *g)
+{
+    return g->max_file_bytes != 0 ? g->max_file_bytes : STOKER_CHUNK_VALUE_BYTES_MAX;
+}
+
+// Reads the whole file at path into g->file (grown as needed): *len bytes. Only its size is
+// read from a file over file_limit (*len; STOKER_TOO_LARGE). STOKER_OK; STOKER_IO (err names
+// the path); STOKER_NOMEM.
+static int
+read_encoded(images_gen *g, const char *path, size_t *len, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
+                      strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return STOKER_IO;
+    }
+    uint64_t n = (uint64_t)st.st_size;
+    *len = (size_t)n;
+    if (n > file_limit(g)) {
+        close(fd);
+        return STOKER_TOO_LARGE;
+    }
+    if (n > g->file_cap) {
+        uint8_t *p = realloc(g->file, (size_t)n);
+        if (p == NULL) {
+            close(fd);
+            return stoker_errorf(err, err_len, STOKER_NOMEM,
+                                 "images: out of memory reading '%s' (%llu bytes)", path,
+                                 (unsigned long long)n);
+        }
+        g->file = p;
+        g->file_cap = (size_t)n;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, g->file + got, (size_t)n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            stoker_errorf(err, err_len, STOKER_IO, "images: cannot read '%s': %s", path,
+                          r < 0 ? strerror(errno) : "shorter than its size");
+            close(fd);
+            return STOKER_IO;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    return STOKER_OK;
+}
+
+// Encoded output: the example is the bytes of image drawn and its label. A file that cannot be
+// read is skipped as decode_drawn skips one (the same replacement draws from rng). A file over
+// the field's bound is refused through the slot (the runtime counts it and makes the example
+// again from another seed; a dataset item stops the producer), said once per file with its
+// path and size.
+static int
+encoded_example(images_gen *g, stoker_rng *rng, size_t drawn, void *const fields[])
+{
+    size_t i = drawn;
+    for (unsigned attempt = 1;; attempt++) {
+        image *im = &g->images[i];
+        if (!im->bad) {
+            char err[512];
+            size_t len = 0;
+            int rv = read_encoded(g, im->path, &len, err, sizeof err);
+            if (rv == STOKER_TOO_LARGE) {
+                void *unused;
+                rv = stoker_var_reserve(fields[0], len, &unused); // refused: nothing appended
+                if (rv == STOKER_OK) // the chunk took it after all: a broken invariant
+                    return STOKER_INTERNAL;
+                if (!im->refused)
+                    stoker_warn("images: '%s' is %zu bytes, over %s %llu bytes: refused (each "
+                                "time it is drawn; counted in the producer's refused)",
+                                im->path, len,
+                                g->max_file_bytes ? "the image field's bound (--max-file-bytes)"
+                                                  : "an example's limit",
+                                (unsigned long long)file_limit(g));
+                im->refused = true;
+                return rv;
+            }
+            if (rv == STOKER_OK) {
+                rv = stoker_var_append(fields[0], g->file, len);
+                if (rv == STOKER_TOO_LARGE)
+                    stoker_warn("images: '%s' (%zu bytes) does not fit the chunk's values: "
+                                "refused",
+                                im->path, len);
+                if (rv != STOKER_OK)
+                    return rv;
+                if (g->label == IMAGES_LABEL_INT64)
+                    *(int64_t *)fields[1] = im->label;
+                else
+                    *(int32_t *)fields[1] = im->label;
+                if (i != drawn)
+                    g->n_replaced++;
+                return STOKER_OK;
+            }
+            if (rv == STOKER_NOMEM) {
+                stoker_error("%s", err);
+                return rv;
+            }
+            im->bad = true;
+            g->n_bad++;
+            stoker_warn("%s; skipping this file from now on (%zu of %zu skipped)", err, g->n_bad,
+                        g->n_images);
+            if (g->n_bad == g->n_images) {
+                stoker_error("images: none of the %zu files could be read", g->n_images);
+                return STOKER_INVALID;
+            }
+        }
+        i = attempt <= MAX_REDRAWS ? stoker_rng_u64(rng) % g->n_images : (i + 1) % g->n_images;
+    }
+}
+
 void
 images_config_init(images_config *cfg)
 {
@@ -894,6 +1051,32 @@ label_map(images_gen *g)
     return rv;
 }
 
+// Encoded output's start-up lines: what the folder holds, and each file over the bound.
+static void
+log_encoded(const images_gen *g, const char *dir)
+{
+    const image *big = &g->images[g->largest];
+    stoker_info("images: %s: %u classes, %zu files, %.1f MiB encoded, the largest %llu bytes "
+                "('%s'); each example is a file's bytes as they are (headers checked)",
+                dir, g->n_classes, g->n_images, g->encoded_bytes / 1048576.0,
+                (unsigned long long)big->file_bytes, big->path);
+    size_t over = 0;
+    for (size_t i = 0; i < g->n_images; i++) {
+        if (g->images[i].file_bytes <= file_limit(g))
+            continue;
+        over++;
+        stoker_warn("images: '%s' is %llu bytes, over %s %llu bytes: refused each time it is "
+                    "drawn (counted in the producer's refused)",
+                    g->images[i].path, (unsigned long long)g->images[i].file_bytes,
+                    g->max_file_bytes ? "the image field's bound (--max-file-bytes)"
+                                      : "an example's limit",
+                    (unsigned long long)file_limit(g));
+    }
+    if (over > 0)
+        stoker_warn("images: %s: %zu of %zu files are over %llu bytes (each named above)", dir,
+                    over, g->n_images, (unsigned long long)file_limit(g));
+}
+
 static int
 images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
@@ -902,6 +1085,8 @@ images_fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
     stoker_rng rng;
     stoker_rng_seed(&rng, seed);
     size_t drawn = stoker_rng_u64(&rng) % g->n_images;
+    if (g->output == IMAGES_ENCODED)
+        return encoded_example(g, &rng, drawn, fields);
     return make_example(g, &rng, drawn, fields);
 }
 
@@ -917,6 +1102,8 @@ images_fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[]
     }
     stoker_rng rng;
     stoker_rng_seed(&rng, seed);
+    if (g->output == IMAGES_ENCODED)
+        return encoded_example(g, &rng, (size_t)index, fields);
     return make_example(g, &rng, (size_t)index, fields);
 }
 
@@ -936,15 +1123,27 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
                              "images: size %ux%u is out of range (1..%u a side)", h, w,
                              IMAGES_MAX_SIZE);
     }
+    const bool encoded = cfg->output == IMAGES_ENCODED;
+    if (encoded && cfg->max_file_bytes > IMAGES_MAX_FILE_BYTES)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "images: a file bound of %llu bytes is over an example's limit "
+                             "(%llu)",
+                             (unsigned long long)cfg->max_file_bytes,
+                             (unsigned long long)IMAGES_MAX_FILE_BYTES);
     stoker_schema schema = {0};
-    const uint32_t chw[3] = {3, h, w}, hwc[3] = {h, w, 3}, label_shape[1] = {1};
-    stoker_dtype image_dtype = cfg->output == IMAGES_UINT8 ? STOKER_UINT8 : STOKER_FLOAT32;
+    const uint32_t chw[3] = {3, h, w}, hwc[3] = {h, w, 3}, label_shape[1] = {1}, bytes[1] = {0};
+    stoker_dtype image_dtype = cfg->output == IMAGES_FLOAT32 ? STOKER_FLOAT32 : STOKER_UINT8;
     bool label64 = cfg->label == IMAGES_LABEL_INT64;
-    if (stoker_schema_add(&schema, "image", image_dtype, 3, cfg->hwc ? hwc : chw) != STOKER_OK ||
+    if (stoker_schema_add(&schema, "image", image_dtype, encoded ? 1 : 3,
+                          encoded    ? bytes
+                          : cfg->hwc ? hwc
+                                     : chw) != STOKER_OK ||
         stoker_schema_add(&schema, "label", label64 ? STOKER_INT64 : STOKER_INT32, label64 ? 0 : 1,
                           label_shape) != STOKER_OK) {
         return stoker_errorf(err, err_len, STOKER_INTERNAL, "images: cannot build the schema");
     }
+    if (encoded)
+        schema.fields[0].max_rows = (uint32_t)cfg->max_file_bytes; // image:uint8[?<=N] or bytes
 
     images_gen *g = calloc(1, sizeof *g);
     if (g == NULL) {
@@ -952,14 +1151,17 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     }
     g->out_h = h;
     g->out_w = w;
-    g->decode_each = cfg->decode_each;
+    g->decode_each = cfg->decode_each && !encoded;
     g->output = cfg->output;
+    g->max_file_bytes = encoded ? cfg->max_file_bytes : 0;
     g->hwc = cfg->hwc;
     g->jpeg_draft = cfg->jpeg_draft;
     g->label = cfg->label;
     g->strict = cfg->strict;
     int rv;
-    if (cfg->augment != NULL) {
+    if (encoded) {
+        g->normalize = false; // nothing is decoded here: the consumer decodes and normalizes
+    } else if (cfg->augment != NULL) {
         if ((rv = augment_parse(cfg->augment, &g->aug, err, err_len)) != STOKER_OK) {
             images_destroy(g);
             return rv;
@@ -994,7 +1196,9 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     if (g->reduced_bytes > 0)
         snprintf(reduced, sizeof reduced, " (%.1f MiB of it JPEGs at reduced scales)",
                  g->reduced_bytes / 1048576.0);
-    if (cfg->decode_each)
+    if (encoded)
+        log_encoded(g, dir);
+    else if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
                     dir, g->n_classes, g->n_images);
@@ -1053,13 +1257,26 @@ images_generator_skipped_at_start(const stoker_generator *gen)
     return g->n_skipped;
 }
 
-void
-images_generator_dataset(stoker_generator *gen)
+int
+images_generator_dataset(stoker_generator *gen, char *err, size_t err_len)
 {
     const images_gen *g = gen->user;
+    for (size_t i = 0; g->output == IMAGES_ENCODED && i < g->n_images; i++) {
+        const image *im = &g->images[i];
+        if (im->file_bytes > file_limit(g))
+            return stoker_errorf(
+                err, err_len, STOKER_TOO_LARGE,
+                "images: '%s' (item %zu) is %llu bytes, over %s %llu bytes, and a dataset "
+                "item cannot be skipped: raise --max-file-bytes or move the file out",
+                im->path, i, (unsigned long long)im->file_bytes,
+                g->max_file_bytes ? "the image field's bound (--max-file-bytes)"
+                                  : "an example's limit",
+                (unsigned long long)file_limit(g));
+    }
     gen->n_items = g->n_images;
     gen->fingerprint = g->listing ^ g->n_images;
     gen->fill_item = images_fill_item;
+    return STOKER_OK;
 }
 
 bool

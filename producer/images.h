@@ -59,10 +59,18 @@ int images_generator_create(const char *dir, uint32_t size, bool decode_each, st
 
 // Makes gen (created above) serve the folder as a dataset (docs/datasets.md): item i is the i-th
 // image of the listing (classes in order, files sorted within each), augmented from the item's
-// seed as fill augments from its seed; the fingerprint is a hash of the class/file names in
-// that order, so producers on other boxes must see the same names.
-void images_generator_dataset(stoker_generator *gen);
-typedef enum images_output { IMAGES_FLOAT32 = 0, IMAGES_UINT8 = 1 } images_output;
+// seed as fill augments from its seed (encoded output: the file's bytes); the fingerprint is a
+// hash of the class/file names in that order, so producers on other boxes must see the same
+// names. STOKER_OK; STOKER_TOO_LARGE (encoded output: a file of the listing is over the field's
+// bound, and a dataset item cannot be skipped; err names the file and its size), gen unchanged.
+int images_generator_dataset(stoker_generator *gen, char *err, size_t err_len);
+// float32 and uint8 are decoded pixels through the pipeline; encoded is each file's bytes as
+// they are on disk, for decoding on the consumer (torchvision.io.decode_jpeg, nvJPEG, DALI).
+typedef enum images_output {
+    IMAGES_FLOAT32 = 0,
+    IMAGES_UINT8 = 1,
+    IMAGES_ENCODED = 2
+} images_output;
 typedef enum images_label { IMAGES_LABEL_INT64 = 0, IMAGES_LABEL_INT32 = 1 } images_label;
 
 // Everything images_generator_open reads; images_config_init sets the defaults.
@@ -88,13 +96,26 @@ typedef struct images_config {
     // is held at each scale its examples may use: at most 1.33x the pixels of full size,
     // counted in IMAGES_MAX_DECODED_BYTES).
     bool jpeg_draft;
+    // Encoded output: the bound of the image field (image:uint8[?<=max_file_bytes]), 1 ..
+    // IMAGES_MAX_FILE_BYTES; 0: none (image:bytes). A file over it is refused when drawn (a
+    // WARN names it and its size; the producer counts it refused and makes the example from
+    // another file); a dataset with one is refused at images_generator_dataset.
+    uint64_t max_file_bytes;
 } images_config;
+
+// The largest bound max_file_bytes may give: an example's limit (1 GiB) less its label.
+// Without a bound a file may have up to a chunk's values (STOKER_CHUNK_VALUE_BYTES_MAX).
+#define IMAGES_MAX_FILE_BYTES ((1ull << 30) - 8)
 
 void images_config_init(images_config *cfg);
 
 // Like images_generator_create with every option. Schema: `image:DTYPE[3,H,W]` (or [H,W,3]
-// with hwc) and `label:int64[]` (or int32[1]). Class folders may nest folders (walked depth
-// first, sorted by name; the label is the top folder's index), and *.webp files are read when
+// with hwc) and `label:int64[]` (or int32[1]). Encoded output: `image:bytes` (uint8[?], or
+// uint8[?<=max_file_bytes]) and the same label: each example is one file's bytes, read when the
+// example is made, never decoded here (at start only headers are checked, as with
+// decode_each; size, augment, hwc, decode_each and jpeg_draft do not apply); a file that
+// cannot be read then is skipped as decode_each skips one. Class folders may nest folders (walked
+// depth first, sorted by name; the label is the top folder's index), and *.webp files are read when
 // built with libwebp. float32 output is (x / 255 - mean) / std when the pipeline normalizes (the
 // default does, with ImageNet's statistics), else x / 255; uint8 output is the pixels rounded,
 // never normalized: images_generator_normalization gives the mean and std the consumer should

@@ -28,15 +28,16 @@ typedef struct producer_options {
     const char *images_dir;
     uint32_t height, width;
     int decode_each;
-    int jpeg_full;         // --jpeg-draft off: JPEGs decoded at full size
-    const char *augment;   // NULL: the default pipeline
-    int output;            // images_output
-    int layout;            // 0: chw, 1: hwc
-    int label;             // images_label
-    const char *label_map; // write the label map (JSON) here
-    uint64_t measure;      // 0: push to a broker
-    uint64_t items;        // synthetic, exec: serve a dataset of this many items (0: a stream)
-    int dataset;           // images, tokens: serve the folder / the windows as a dataset
+    int jpeg_full;           // --jpeg-draft off: JPEGs decoded at full size
+    const char *augment;     // NULL: the default pipeline
+    int output;              // images_output
+    int layout;              // 0: chw, 1: hwc
+    int label;               // images_label
+    const char *label_map;   // write the label map (JSON) here
+    uint64_t max_file_bytes; // --output encoded: the image field's bound (0: none)
+    uint64_t measure;        // 0: push to a broker
+    uint64_t items;          // synthetic, exec: serve a dataset of this many items (0: a stream)
+    int dataset;             // images, tokens: serve the folder / the windows as a dataset
     const char *tokens_path;
     int shard_format; // tokens_format
     uint32_t window, stride;
@@ -72,10 +73,11 @@ _Static_assert(TOKENS_AUTO == 0 && TOKENS_LLMC == 1 && TOKENS_RAW == 2,
 static const char *const formats[] = {"text", "raw", NULL}; // by exec_format
 static const char *const decodes[] = {"once", "each", NULL};
 static const char *const drafts[] = {"on", "off", NULL};
-static const char *const outputs[] = {"float32", "uint8", NULL}; // by images_output
+static const char *const outputs[] = {"float32", "uint8", "encoded", NULL}; // by images_output
 static const char *const layouts[] = {"chw", "hwc", NULL};
 static const char *const labels[] = {"int64", "int32", NULL}; // by images_label
-_Static_assert(IMAGES_FLOAT32 == 0 && IMAGES_UINT8 == 1, "outputs[] is indexed by images_output");
+_Static_assert(IMAGES_FLOAT32 == 0 && IMAGES_UINT8 == 1 && IMAGES_ENCODED == 2,
+               "outputs[] is indexed by images_output");
 _Static_assert(IMAGES_LABEL_INT64 == 0 && IMAGES_LABEL_INT32 == 1, "labels[] by images_label");
 
 #define MIN_SIDE 8
@@ -274,10 +276,19 @@ static const stoker_cli_option images_rows[] = {
      "evaluation 'resize(73),ccrop(64),normalize' (docs/images.md;\n"
      "default: the built-in rrc, hflip, jitter(b=0.4,c=0.4), normalize)",
      STOKER_CLI_STRING, AT(augment)},
-    {"output", "float32|uint8",
+    {"output", "float32|uint8|encoded",
      "float32: normalized as the pipeline says; uint8: raw pixels\n"
-     "(normalize on the consumer with the mean and std logged)",
+     "(normalize on the consumer with the mean and std logged);\n"
+     "encoded: each file's bytes as they are on disk (JPEG, PNG...),\n"
+     "image:bytes,label:int64, to decode on the GPU (torchvision.io.\n"
+     "decode_jpeg, nvJPEG, DALI); no --size, --augment, --layout,\n"
+     "--decode or --jpeg-draft",
      STOKER_CLI_ENUM, AT(output), .choices = outputs},
+    {"max-file-bytes", "B",
+     "--output encoded: the image field's bound, image:uint8[?<=B]\n"
+     "(a larger file is named and refused; a chunk holds about\n"
+     "--chunk-bytes / B files) (default: none, image:bytes)",
+     STOKER_CLI_BYTES, AT(max_file_bytes), .imin = 1, .imax = IMAGES_MAX_FILE_BYTES},
     {"layout", "chw|hwc", "image channel-first (3,H,W) or channel-last (H,W,3)", STOKER_CLI_ENUM,
      AT(layout), .choices = layouts},
     {"label", "int64|int32", "label as an int64 scalar, or int32[1] (the old form)",
@@ -400,6 +411,16 @@ check(const stoker_cli *cli, const producer_options *o)
         return stoker_cli_fail(cli, "--generator exec needs --exec 'CMD' and --schema SPEC");
     if (is_images && o->images_dir == NULL)
         return stoker_cli_fail(cli, "--generator images needs --images DIR");
+    static const char *const decoded_flags[] = {"size", "augment", "layout", "decode",
+                                                "jpeg-draft"};
+    for (size_t i = 0; i < sizeof decoded_flags / sizeof *decoded_flags; i++)
+        if (o->output == IMAGES_ENCODED && stoker_cli_given(cli, decoded_flags[i]))
+            return stoker_cli_fail(cli,
+                                   "--%s applies to decoded output (--output float32 or uint8); "
+                                   "--output encoded sends each file's bytes as they are",
+                                   decoded_flags[i]);
+    if (o->output != IMAGES_ENCODED && stoker_cli_given(cli, "max-file-bytes"))
+        return stoker_cli_fail(cli, "--max-file-bytes bounds --output encoded's image field");
     if (o->augment != NULL) {
         // A bad pipeline is the command line's fault, found before the folder is read.
         char err[512];
@@ -448,6 +469,7 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
         cfg.output = (images_output)o->output;
         cfg.hwc = o->layout == 1;
         cfg.label = (images_label)o->label;
+        cfg.max_file_bytes = o->max_file_bytes;
         if (images_generator_open(&cfg, gen, err, sizeof(err)) != STOKER_OK) {
             stoker_error("%s", err);
             return 1;
@@ -458,8 +480,11 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
             stoker_generator_fini(gen);
             return 1;
         }
-        if (o->dataset)
-            images_generator_dataset(gen);
+        if (o->dataset && images_generator_dataset(gen, err, sizeof(err)) != STOKER_OK) {
+            stoker_error("%s", err);
+            stoker_generator_fini(gen);
+            return 1;
+        }
     } else if (strcmp(o->generator, "tokens") == 0) {
         tokens_config cfg = {.path = o->tokens_path,
                              .format = (tokens_format)o->shard_format,

@@ -73,6 +73,7 @@ typedef struct lease {
     // lease (an epoch's end rides with a rank's step; the client drops those it saw).
     uint64_t events_first, events_last;
     uint64_t sent_ms; // when it was last sent (a lease held back from the end goes again)
+    int full;         // a batch made by tokens that filled its budget (broker_budget.c)
 } lease;
 
 // Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
@@ -140,6 +141,10 @@ typedef struct trainer {
     uint64_t arena_full;
     uint64_t data_wait_ms; // its caller's wait for batches, as its latest pull said (issue 29)
     autoscale_meter meter; // busy_ms: a pull of it parked for want of data
+    // How its batches are made (its hello; all 0: by count), and for batches made by tokens the
+    // tokens it was sent and the padding they take (broker_budget.c), for /status.
+    stoker_batching batching;
+    uint64_t tokens, padding;
 } trainer;
 
 // The longest a trainer of a broker that died takes, from our start, to reach us and say what it

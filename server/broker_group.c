@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "broker_budget.h"
 #include "broker_group.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -38,9 +39,10 @@ typedef struct group {
     struct group *next;
     char name[STOKER_NAME_MAX];
     uint32_t world, batch, ahead;
-    uint32_t members;  // trainers whose ->group is this one
-    int retired;       // broken or ended: a hello with this name starts a new group
-    int started;       // every rank joined once: the step count is set (resumed or 1)
+    stoker_batching batching; // how its steps' batches are made (all 0: by count, batch each)
+    uint32_t members;         // trainers whose ->group is this one
+    int retired;              // broken or ended: a hello with this name starts a new group
+    int started;              // every rank joined once: the step count is set (resumed or 1)
     uint64_t catch_up; // resumed: ranks that had taken fewer steps get batches alone up to it
     uint64_t steps;    // formed so far
     int end_code;      // STOKER_OK until the end (END_OF_DATA / NO_PRODUCERS) or the break
@@ -92,6 +94,7 @@ group_create(broker *b, const stoker_request *req)
     }
     g->world = req->world;
     g->batch = req->group_batch;
+    g->batching = req->batching;
     g->step_produced = b->c.produced;
     g->ahead = b->cfg.group_steps_ahead;
     for (uint32_t r = 0; r < g->world; r++) {
@@ -131,7 +134,8 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
     // The same trainer saying hello again (it reconnected) stays where it was.
     if (t != NULL && t->group != NULL && strcmp(t->group->name, req->group) == 0 &&
         t->rank == req->rank && t->group->world == req->world &&
-        t->group->batch == req->group_batch) {
+        t->group->batch == req->group_batch &&
+        memcmp(&t->group->batching, &req->batching, sizeof(req->batching)) == 0) {
         *out = t->group;
         return STOKER_OK;
     }
@@ -152,6 +156,16 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
                                  "group '%s': ranks disagree on the batch size: the group takes %u "
                                  "examples per rank, '%s' (rank %u) says %u",
                                  g->name, g->batch, who, req->rank, req->group_batch);
+        if (memcmp(&g->batching, &req->batching, sizeof(req->batching)) != 0)
+            return stoker_errorf(
+                why, why_len, STOKER_INVALID,
+                "group '%s': ranks disagree on how batches are made: the group takes "
+                "max_tokens=%u buckets=%u pack=%u pack_whole=%u, '%s' (rank %u) says "
+                "max_tokens=%u buckets=%u pack=%u pack_whole=%u (every rank of a step gets the "
+                "same budget)",
+                g->name, g->batching.max_tokens, g->batching.buckets, g->batching.pack,
+                g->batching.pack_whole, who, req->rank, req->batching.max_tokens,
+                req->batching.buckets, req->batching.pack, req->batching.pack_whole);
         group_rank *gr = &g->ranks[req->rank];
         trainer *held = gr->t;
         if (held != NULL) {
@@ -385,15 +399,19 @@ end_group(broker *b, group *g, int dataset)
 // Forms one step: n examples for each rank, one more for the first `extra` ranks (an epoch's
 // last step, split as evenly as the examples allow). Returns 1 when formed, 0 when the queues
 // could not give every rank its share (out of memory): then nothing changed.
+// Batches made by tokens (g->batching): each rank's is full (its budget reached), or for a
+// short step (is_short) not empty.
 static int
-form_step(broker *b, group *g, uint32_t n, uint32_t extra)
+form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
 {
+    int budgeted = stoker_batching_active(&g->batching);
     uint32_t r;
     for (r = 0; r < g->world; r++) {
         group_rank *gr = &g->ranks[r];
         uint32_t want = n + (r < extra ? 1 : 0);
         lease *l = take_lease(b, gr->t, want);
-        if (l == NULL || l->count != want) {
+        int ok = l != NULL && (budgeted ? l->full || is_short : l->count == want);
+        if (!ok) {
             if (l != NULL) {
                 unlink_lease(gr->t, l);
                 return_lease(b, l, 1);
@@ -475,12 +493,20 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
         uint32_t n = g->batch, extra = 0;
-        g->short_of = queued < full;
-        if (queued < full && g->step_ms == 0) {
+        int enough = queued >= full;
+        if (stoker_batching_active(&g->batching)) {
+            // Made by tokens: every rank's budget in the queues (or a full count of examples).
+            uint64_t budget = stoker_batching_budget(&g->batching, g->batch);
+            enough = (budget > 0 && budget_queued_tokens(b) >= g->world * budget) ||
+                     queued >= (uint64_t)g->world *
+                                   (g->batching.pack > 0 ? BUDGET_MAX_EXAMPLES : g->batch);
+        }
+        g->short_of = !enough;
+        if (!enough && g->step_ms == 0) {
             g->step_ms = now_ms; // the wait for this step starts
             g->step_produced = b->c.produced;
         }
-        if (queued < full) {
+        if (!enough) {
             // A short step only when no full one can come: the supply is over, the queues are
             // full and still hold less than a full step, or a dataset's epochs wait for what is
             // queued to be acknowledged (its producers stay alive until then).
@@ -509,8 +535,10 @@ fill(broker *b, group *g, uint64_t now_ms)
                     end_group(b, g, 0);
                 return;
             }
+            if (g->batching.pack > 0)
+                n = g->batch; // packed: the rows stay, fewer sequences fill them
         }
-        form_step(b, g, n, extra);
+        form_step(b, g, n, extra, !enough);
     }
 }
 
@@ -528,7 +556,7 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
         g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
         // Behind the others after a broker restart: a batch of its own, a full one.
         lease *c = b->c.queued >= g->batch ? take_lease(b, t, g->batch) : NULL;
-        if (c != NULL && c->count == g->batch) {
+        if (c != NULL && (stoker_batching_active(&g->batching) ? c->full : c->count == g->batch)) {
             *l = c;
             *step = ++gr->delivered;
             return STOKER_OK;

@@ -13,6 +13,7 @@
 #include <nng/nng.h>
 
 #include "broker_arena.h"
+#include "broker_budget.h"
 #include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/error.h"
@@ -185,24 +186,127 @@ skip_trained(broker *b, producer *p, uint32_t want)
     return 0;
 }
 
-// Builds a lease of up to max examples, round-robin over the producers' queues. Returns NULL
-// when nothing is queued (or out of memory).
-lease *
-take_lease(broker *b, trainer *t, uint32_t max)
+// A new empty lease with room for cap parts; NULL when out of memory.
+static lease *
+new_lease(uint32_t cap)
 {
-    uint64_t avail = b->c.queued;
-    uint32_t n = (uint32_t)(avail < max ? avail : max);
-    if (n == 0)
-        return NULL;
     lease *l = calloc(1, sizeof(*l));
     if (l == NULL)
         return NULL;
-    l->cap_parts = 8;
+    l->cap_parts = cap;
     l->parts = malloc(l->cap_parts * sizeof(*l->parts));
     if (l->parts == NULL) {
         free(l);
         return NULL;
     }
+    return l;
+}
+
+// Takes up to n examples of p's queue from seq on (anywhere in it; seq < 0 for its head) into
+// one new part of l. Returns how many (0: none, or out of memory).
+static uint32_t
+take_part(lease *l, producer *p, int64_t seq, uint32_t n)
+{
+    if (l->n_parts == l->cap_parts) {
+        lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
+        if (parts == NULL)
+            return 0;
+        l->parts = parts;
+        l->cap_parts *= 2;
+    }
+    lease_part *part = &l->parts[l->n_parts];
+    uint32_t got = seq < 0 ? queue_take(&p->q, n, &part->range)
+                           : queue_take_seq(&p->q, (uint64_t)seq, n, &part->range);
+    if (got == 0)
+        return 0;
+    part->producer = p->id;
+    part->session = p->session;
+    l->n_parts++;
+    l->count += got;
+    l->bytes += queue_range_bytes(&part->range);
+    p->delivered += got;
+    p->in_flight += got;
+    return got;
+}
+
+// The lease l made for t: counted out of the queues, numbered, first in t's leases.
+static lease *
+lease_made(broker *b, trainer *t, lease *l)
+{
+    if (l->count == 0) {
+        free_lease(l);
+        return NULL;
+    }
+    b->c.queued -= l->count;
+    b->queued_bytes -= l->bytes;
+    b->c.in_flight += l->count;
+    b->c.delivered += l->count;
+    l->id = b->next_lease_id++;
+    l->next = t->leases;
+    t->leases = l;
+    commit_hold(b, t, l);
+    return l;
+}
+
+// A lease of a batch made by tokens (broker_budget.c plans it): the plan's examples, in its
+// order, each run of neighbours one part.
+static lease *
+take_planned(broker *b, trainer *t, uint32_t max)
+{
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        while (p->q.examples > 0 && skip_trained(b, p, 1) == 0)
+            ; // a head trained already: dropped, look again
+    }
+    budget_plan plan;
+    if (budget_plan_make(b, t, max, &plan) != 0)
+        return NULL;
+    lease *l = new_lease(8);
+    if (l == NULL) {
+        budget_plan_free(&plan);
+        return NULL;
+    }
+    uint32_t i = 0;
+    while (i < plan.n) {
+        uint32_t j = i + 1;
+        while (j < plan.n && plan.picks[j].producer == plan.picks[i].producer &&
+               plan.picks[j].seq == plan.picks[j - 1].seq + 1)
+            j++;
+        producer *p = b->producers[plan.picks[i].producer];
+        uint64_t seq = plan.picks[i].seq;
+        uint32_t left = j - i, got = 1;
+        while (left > 0 && (got = take_part(l, p, (int64_t)seq, left)) > 0) {
+            seq += got;
+            left -= got;
+        }
+        if (got == 0)
+            break; // out of memory: deliver what we have
+        i = j;
+    }
+    if (i == plan.n) {
+        l->full = plan.full;
+        t->tokens += plan.tokens;
+        t->padding += plan.padding;
+    }
+    b->rr = (plan.picks[0].producer + 1) % b->n_producers;
+    budget_plan_free(&plan);
+    return lease_made(b, t, l);
+}
+
+// Builds a lease of up to max examples, round-robin over the producers' queues (a batch made by
+// tokens: take_planned). Returns NULL when nothing is queued (or out of memory).
+lease *
+take_lease(broker *b, trainer *t, uint32_t max)
+{
+    if (stoker_batching_active(&t->batching))
+        return take_planned(b, t, max);
+    uint64_t avail = b->c.queued;
+    uint32_t n = (uint32_t)(avail < max ? avail : max);
+    if (n == 0)
+        return NULL;
+    lease *l = new_lease(8);
+    if (l == NULL)
+        return NULL;
     // Fair mixing: each pass gives every non-empty queue an equal share of what is still
     // needed, starting after the producer that was served last.
     while (l->count < n) {
@@ -224,43 +328,16 @@ take_lease(broker *b, trainer *t, uint32_t max)
                 uint32_t runs_for = skip_trained(b, p, want);
                 if (runs_for == 0)
                     continue; // the head was trained already: dropped, look again
-                if (l->n_parts == l->cap_parts) {
-                    lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
-                    if (parts == NULL)
-                        goto done; // deliver what we have
-                    l->parts = parts;
-                    l->cap_parts *= 2;
-                }
-                lease_part *part = &l->parts[l->n_parts];
-                uint32_t got = queue_take(&p->q, runs_for, &part->range);
+                uint32_t got = take_part(l, p, -1, runs_for);
                 if (got == 0)
-                    break;
-                part->producer = p->id;
-                part->session = p->session;
-                l->n_parts++;
-                l->count += got;
-                l->bytes += queue_range_bytes(&part->range);
-                p->delivered += got;
-                p->in_flight += got;
+                    goto done; // out of memory: deliver what we have
                 want -= got;
                 b->rr = (i + 1) % b->n_producers;
             }
         }
     }
 done:
-    if (l->count == 0) {
-        free_lease(l);
-        return NULL;
-    }
-    b->c.queued -= l->count;
-    b->queued_bytes -= l->bytes;
-    b->c.in_flight += l->count;
-    b->c.delivered += l->count;
-    l->id = b->next_lease_id++;
-    l->next = t->leases;
-    t->leases = l;
-    commit_hold(b, t, l);
-    return l;
+    return lease_made(b, t, l);
 }
 
 // The events of indices from..upto still in the log, at most max of them, into buf.
@@ -575,8 +652,11 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
             }
         }
     }
+    // Enough queued for a full batch (made by tokens: its budget, broker_budget.c).
+    int enough =
+        stoker_batching_active(&t->batching) ? budget_ready(b, t, max) : b->c.queued >= max;
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
-    int full = b->c.queued > 0 && b->c.queued < max && alive && queues_full(b);
+    int full = b->c.queued > 0 && !enough && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
     // every queue full (a batch larger than the queues can hold), or the pull's wait is over
     // (data trickles in slower than the batch fills: a short batch beats a false stall), or a
@@ -586,7 +666,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     // Nothing goes out within the returning window (issue 26): the producers push again what the
     // broker before this one held, and the trainers that trained part of it say so in their
     // hello meanwhile; a batch made earlier could hand one of them to another trainer.
-    int take = (b->c.queued >= max || partial) && now_ms >= b->returning_until_ms;
+    int take = (enough || partial) && now_ms >= b->returning_until_ms;
     // Short because of the queues' limits, not the supply: said once (queues_cut_short).
     int cut_short = full;
     int ready = take || n_events > 0 || ended != STOKER_OK;
@@ -714,6 +794,13 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     if (req->max_examples == 0 || req->max_examples > b->cfg.max_chunk_examples) {
         send_code(b, out, token, STOKER_INVALID, "pull of %u examples: must be 1..%u",
                   req->max_examples, b->cfg.max_chunk_examples);
+        stoker_request_free(req);
+        return;
+    }
+    char why[STOKER_MESSAGE_MAX];
+    if (b->has_schema && stoker_batching_check(&t->batching, &b->schema, req->max_examples, why,
+                                               sizeof(why)) != STOKER_OK) {
+        send_code(b, out, token, STOKER_INVALID, "%s", why);
         stoker_request_free(req);
         return;
     }

@@ -5,6 +5,7 @@
 // It may use the core, broker_commit.c (bytes_room) and broker_group.c (group_world).
 #include <stdio.h>
 
+#include "broker_budget.h"
 #include "broker_group.h"
 #include "broker_internal.h"
 #include "stoker/log.h"
@@ -36,6 +37,27 @@ broker_max_chunk(const broker *b)
     return max < 1 ? 1 : (uint32_t)max;
 }
 
+// The examples one batch of t's takes: its pull's count; for a batch made by tokens its budget
+// over the queued sequences' mean length, and with buckets BUCKET_BATCHES of them, so that the
+// queues hold similar lengths to choose from (stoker/batching.h).
+#define BUCKET_BATCHES 8
+static uint64_t
+batch_need(const broker *b, const trainer *t)
+{
+    uint64_t need = t->batch_examples;
+    if (!stoker_batching_active(&t->batching))
+        return need;
+    uint64_t budget = stoker_batching_budget(&t->batching, t->batch_examples);
+    uint64_t queued = b->c.queued, tokens = budget_queued_tokens(b);
+    if (budget > 0 && queued > 0 && tokens > 0) {
+        uint64_t mean = tokens / queued;
+        need = budget / (mean > 0 ? mean : 1) + 1;
+    }
+    if (t->batching.buckets)
+        need *= BUCKET_BATCHES;
+    return need < BUDGET_MAX_EXAMPLES ? need : BUDGET_MAX_EXAMPLES;
+}
+
 void
 queues_resize(broker *b)
 {
@@ -46,8 +68,9 @@ queues_resize(broker *b)
     uint64_t batch = 0; // the largest pull, or for a group's rank its whole step
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         const trainer *t = b->trainers[i];
-        uint64_t need = t->group != NULL ? (uint64_t)t->batch_examples * group_world(t->group)
-                                         : t->batch_examples;
+        uint64_t need = batch_need(b, t);
+        if (t->group != NULL)
+            need *= group_world(t->group);
         if (t->connected && need > batch)
             batch = need;
     }

@@ -35,6 +35,8 @@ consumers_status(const broker *b, stoker_status *st)
             .bytes_shm = t->bytes_shm,
             .bytes_socket = t->bytes_socket,
             .arena_full = t->arena_full,
+            .tokens = t->tokens,
+            .padding = t->padding,
             .data_wait_ms = t->data_wait_ms,
         };
         snprintf(st->consumers[i].name, sizeof(st->consumers[i].name), "%s", t->name);

@@ -304,6 +304,12 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     struct group *g = NULL;
     char why[STOKER_MESSAGE_MAX];
     int rv;
+    if (stoker_batching_check(&req->batching, b->has_schema ? &b->schema : NULL, req->group_batch,
+                              why, sizeof(why)) != STOKER_OK) {
+        stoker_warn("trainer-refused: '%s': %s", req->name, why);
+        send_code(b, out, token, STOKER_INVALID, "%s", why);
+        return;
+    }
     if (req->group[0] != '\0') {
         trainer *holder = NULL;
         rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
@@ -367,6 +373,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->last_seen_ms = now_ms;
     t->pid = req->pid;       // /status's consumers (issue 13)
     t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
+    t->batching = req->batching;
     if (g != NULL) {
         t->said_steps = req->group_steps;
         group_attach(b, g, t, req->rank);

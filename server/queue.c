@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "queue.h"
+#include "stoker/batching.h"
 #include "stoker/error.h"
 
 struct qblock {
@@ -54,7 +55,7 @@ queue_fini(queue *q)
         n = next;
     }
     q->head = q->tail = NULL;
-    q->examples = q->bytes = 0;
+    q->examples = q->bytes = q->tokens = 0;
 }
 
 uint64_t
@@ -63,16 +64,31 @@ queue_range_bytes(const queue_range *r)
     return r->block != NULL ? stoker_chunk_bytes(&r->block->req->chunk, r->first, r->count) : 0;
 }
 
-// n examples of bytes bytes in all come (sign > 0) or go.
-static void
-account(queue *q, uint32_t n, uint64_t bytes, int sign)
+uint64_t
+queue_range_tokens(const queue_range *r, int field)
 {
+    if (r->block == NULL || field < 0)
+        return 0;
+    const stoker_chunk *c = &r->block->req->chunk;
+    return stoker_chunk_var_offset(c, (uint32_t)field, r->first + r->count) -
+           stoker_chunk_var_offset(c, (uint32_t)field, r->first);
+}
+
+// The examples of range r come (sign > 0) or go.
+static void
+account(queue *q, const queue_range *r, int sign)
+{
+    uint64_t bytes = queue_range_bytes(r);
+    uint64_t tokens =
+        queue_range_tokens(r, q->schema != NULL ? stoker_schema_first_variable(q->schema) : -1);
     if (sign > 0) {
-        q->examples += n;
+        q->examples += r->count;
         q->bytes += bytes;
+        q->tokens += tokens;
     } else {
-        q->examples -= n;
+        q->examples -= r->count;
         q->bytes -= bytes;
+        q->tokens -= tokens;
     }
 }
 
@@ -101,7 +117,7 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
     else
         q->head = node;
     q->tail = node;
-    account(q, n, queue_range_bytes(&node->range), +1);
+    account(q, &node->range, +1);
     return STOKER_OK;
 }
 
@@ -115,7 +131,7 @@ queue_take(queue *q, uint32_t max, queue_range *out)
     uint32_t n = r->count < max ? r->count : max;
     *out =
         (queue_range){.block = r->block, .first = r->first, .count = n, .first_seq = r->first_seq};
-    account(q, n, queue_range_bytes(out), -1);
+    account(q, out, -1);
     if (n == r->count) { // the whole range: its reference moves to *out
         q->head = node->next;
         if (q->head == NULL)
@@ -128,6 +144,88 @@ queue_take(queue *q, uint32_t max, queue_range *out)
         r->first_seq += n;
     }
     return n;
+}
+
+uint32_t
+queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
+{
+    qnode *prev = NULL, *node = q->head;
+    while (node != NULL &&
+           !(seq >= node->range.first_seq && seq < node->range.first_seq + node->range.count)) {
+        prev = node;
+        node = node->next;
+    }
+    if (node == NULL || max == 0)
+        return 0;
+    if (prev == NULL && seq == node->range.first_seq)
+        return queue_take(q, max, out);
+    queue_range *r = &node->range;
+    uint32_t at = (uint32_t)(seq - r->first_seq);
+    uint32_t n = r->count - at < max ? r->count - at : max;
+    *out = (queue_range){.block = r->block, .first = r->first + at, .count = n, .first_seq = seq};
+    if (at == 0) {
+        // The node's head: it keeps what follows (or goes, taken whole: its reference moves).
+        if (n == r->count) {
+            if (prev != NULL)
+                prev->next = node->next;
+            else
+                q->head = node->next;
+            if (q->tail == node)
+                q->tail = prev;
+            free(node);
+        } else {
+            atomic_fetch_add(&r->block->refs, 1);
+            r->first += n;
+            r->count -= n;
+            r->first_seq += n;
+        }
+    } else if (at + n == r->count) {
+        atomic_fetch_add(&r->block->refs, 1); // the node keeps its head
+        r->count = at;
+    } else {
+        // From the middle: the node keeps its head, a new node after it the tail.
+        qnode *tail = calloc(1, sizeof(*tail));
+        if (tail == NULL)
+            return 0;
+        atomic_fetch_add(&r->block->refs, 2);
+        tail->range = (queue_range){.block = r->block,
+                                    .first = r->first + at + n,
+                                    .count = r->count - at - n,
+                                    .first_seq = seq + n};
+        tail->next = node->next;
+        node->next = tail;
+        if (q->tail == node)
+            q->tail = tail;
+        r->count = at;
+    }
+    account(q, out, -1);
+    return n;
+}
+
+void
+queue_cursor_init(const queue *q, queue_cursor *c)
+{
+    c->node = q->head;
+    c->i = 0;
+}
+
+int
+queue_cursor_next(queue_cursor *c, int field, uint64_t *seq, uint64_t *len)
+{
+    while (c->node != NULL && c->i >= c->node->range.count) {
+        c->node = c->node->next;
+        c->i = 0;
+    }
+    if (c->node == NULL)
+        return 0;
+    const queue_range *r = &c->node->range;
+    *seq = r->first_seq + c->i;
+    const stoker_chunk *ch = &r->block->req->chunk;
+    *len = field < 0 ? 0
+                     : stoker_chunk_var_offset(ch, (uint32_t)field, r->first + c->i + 1) -
+                           stoker_chunk_var_offset(ch, (uint32_t)field, r->first + c->i);
+    c->i++;
+    return 1;
 }
 
 uint64_t
@@ -147,7 +245,7 @@ queue_put_back(queue *q, const queue_range *r)
     q->head = node;
     if (q->tail == NULL)
         q->tail = node;
-    account(q, r->count, queue_range_bytes(r), +1);
+    account(q, r, +1);
     return STOKER_OK;
 }
 

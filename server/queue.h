@@ -26,8 +26,16 @@ typedef struct queue {
     const stoker_schema *schema; // borrowed from the broker
     qnode *head, *tail;
     uint64_t examples;
-    uint64_t bytes; // real bytes of the examples held (queue_range_bytes)
+    uint64_t bytes;  // real bytes of the examples held (queue_range_bytes)
+    uint64_t tokens; // their rows of the schema's length field (queue_range_tokens; 0: none)
 } queue;
+
+// A walk over a queue's examples from its head, in queue order (for batches made by tokens,
+// broker_budget.c); valid while the queue is not changed.
+typedef struct queue_cursor {
+    const qnode *node;
+    uint32_t i;
+} queue_cursor;
 
 void queue_init(queue *q, const stoker_schema *schema);
 // Releases every range; the queue is then empty.
@@ -40,6 +48,16 @@ int queue_append_request(queue *q, stoker_request *req, uint32_t skip);
 // Takes up to max examples from the head (one contiguous run of seqs from one block) into *out,
 // which then holds a reference. Returns the number taken (0 when empty).
 uint32_t queue_take(queue *q, uint32_t max, queue_range *out);
+// Takes up to max examples from seq on (one contiguous run of one block; seq may lie anywhere
+// in the queue, the examples around it stay) into *out. Returns the number taken (0 when seq is
+// not queued, or out of memory splitting a range).
+uint32_t queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out);
+void queue_cursor_init(const queue *q, queue_cursor *c);
+// The cursor's next example: its seq and its length in rows of variable field `field` (0 when
+// field < 0). Returns 0 at the queue's end.
+int queue_cursor_next(queue_cursor *c, int field, uint64_t *seq, uint64_t *len);
+// The range's rows of variable field `field` (0 for field < 0).
+uint64_t queue_range_tokens(const queue_range *r, int field);
 // The seq of the head example (the queue must not be empty).
 uint64_t queue_head_seq(const queue *q);
 // Puts range r back at the head, taking over its reference. STOKER_NOMEM leaves r to the caller.

@@ -43,6 +43,9 @@ stoker_consumer_api_version(void)
     return STOKER_API_VERSION;
 }
 
+// The most sequences a batch made by tokens holds (the broker's BUDGET_MAX_EXAMPLES).
+#define CONSUMER_MAX_SEQUENCES 8192
+
 void
 stoker_consumer_options_init(stoker_consumer_options *o)
 {
@@ -50,7 +53,7 @@ stoker_consumer_options_init(stoker_consumer_options *o)
     stoker_trainer_options_init(&feed);
     memset(o, 0, sizeof(*o));
     o->api_version = STOKER_API_VERSION;
-    o->batch_size = feed.batch_size;
+    o->batch_size = 0; // feed.batch_size, or with max_tokens no cap (consumer_open)
     o->prefetch = feed.prefetch;
     o->stall_timeout_ms = feed.stall_timeout_ms;
 }
@@ -139,7 +142,15 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     to.client.token = token[0] != '\0' ? token : NULL;
     to.client.stop = &c->stop;
     to.client.tls = tls;
-    to.batch_size = opts->batch_size;
+    to.batching = (stoker_batching){.max_tokens = opts->max_tokens,
+                                    .buckets = opts->buckets,
+                                    .pack = opts->pack,
+                                    .pack_whole = opts->pack_whole};
+    if (opts->batch_size != 0)
+        to.batch_size = opts->batch_size;
+    else if (opts->max_tokens > 0)
+        to.batch_size = CONSUMER_MAX_SEQUENCES; // no cap but the broker's
+
     to.prefetch = opts->prefetch;
     to.stall_timeout_ms = opts->stall_timeout_ms;
     // Connecting is bounded too: a consumer never waits forever for a broker.

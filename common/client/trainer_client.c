@@ -316,6 +316,7 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     req.world = tc->opts.world;
     req.group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0;
     req.group_steps = tc->group[0] != '\0' ? tc->group_steps : 0;
+    req.batching = tc->opts.batching;
     // What this trainer trained, for a broker that restarted: it counts it trained, so that the
     // producers' re-pushed examples reach no other trainer (issue 26). A broker that knew us
     // already learns nothing new from it.
@@ -484,6 +485,9 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                  MAX_PREFETCH);
         return STOKER_INVALID;
     }
+    if ((rv = stoker_batching_check(&opts->batching, NULL, opts->batch_size, err, err_len)) !=
+        STOKER_OK)
+        return rv;
     if (opts->group != NULL && (opts->group[0] == '\0' || strlen(opts->group) >= STOKER_NAME_MAX ||
                                 opts->rank >= opts->world))
         return stoker_errorf(err, err_len, STOKER_INVALID,

@@ -54,12 +54,18 @@ consumers_json(stoker_text *t, const stoker_status *st)
             ", \"connected\": %s, \"delivery\": \"%s\", \"batches_shm\": %llu, "
             "\"batches_socket\": %llu, \"examples_shm\": %llu, "
             "\"examples_socket\": %llu, \"bytes_shm\": %llu, "
-            "\"bytes_socket\": %llu, \"arena_full\": %llu, \"data_wait_s\": %.3f}",
+            "\"bytes_socket\": %llu, \"arena_full\": %llu, \"data_wait_s\": %.3f",
             c->connected ? "true" : "false", stoker_delivery_name(c->delivery),
             (unsigned long long)c->batches_shm, (unsigned long long)c->batches_socket,
             (unsigned long long)c->examples_shm, (unsigned long long)c->examples_socket,
             (unsigned long long)c->bytes_shm, (unsigned long long)c->bytes_socket,
             (unsigned long long)c->arena_full, (double)c->data_wait_ms / 1000.0);
+        if (c->tokens + c->padding > 0)
+            stoker_text_printf(t,
+                               ", \"tokens\": %llu, \"padding\": %llu, \"padding_fraction\": %.4f",
+                               (unsigned long long)c->tokens, (unsigned long long)c->padding,
+                               (double)c->padding / (double)(c->tokens + c->padding));
+        stoker_text_printf(t, "}");
     }
     stoker_text_printf(t, "]");
 }

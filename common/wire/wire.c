@@ -530,7 +530,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define GROUP_FIELDS(X) X(world) X(batch) X(joined) X(steps) X(leftover)
 #define CONSUMER_FIELDS(X)                                                                         \
     X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
-    X(bytes_shm) X(bytes_socket) X(arena_full) X(data_wait_ms)
+    X(bytes_shm) X(bytes_socket) X(arena_full) X(data_wait_ms) X(tokens) X(padding)
 // clang-format on
 #define COPY_FIELD(f) d->f = s->f;
 
@@ -822,6 +822,10 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.world = req->world;
         hello.batch = req->group_batch;
         hello.group_steps = req->group_steps;
+        hello.max_tokens = req->batching.max_tokens;
+        hello.buckets = req->batching.buckets;
+        hello.pack = req->batching.pack;
+        hello.pack_whole = req->batching.pack_whole;
         hello.n_trained = (size_t)req->n_trained * 3;
         hello.trained = (uint64_t *)req->trained;
         hello.label_classes = req->labels.n_classes;
@@ -992,6 +996,10 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         req->world = r->hello->world;
         req->group_batch = r->hello->batch;
         req->group_steps = r->hello->group_steps;
+        req->batching = (stoker_batching){.max_tokens = r->hello->max_tokens,
+                                          .buckets = r->hello->buckets,
+                                          .pack = r->hello->pack,
+                                          .pack_whole = r->hello->pack_whole};
         if (r->hello->n_trained % 3 != 0 || r->hello->n_trained / 3 > STOKER_HELLO_TRAINED_MAX) {
             rv = stoker_errorf(err, err_len, STOKER_INVALID,
                                "hello: %zu trained values, a multiple of 3 up to %d triples",

@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 2
+API_VERSION = 3
 
 # stoker_err codes (stoker/error.h) this package acts on.
 OK = 0
@@ -67,6 +67,10 @@ class Options(ctypes.Structure):
         ("tls_cert", ctypes.c_char_p),
         ("tls_key", ctypes.c_char_p),
         ("tls_insecure", ctypes.c_uint32),
+        ("max_tokens", ctypes.c_uint32),
+        ("buckets", ctypes.c_uint32),
+        ("pack", ctypes.c_uint32),
+        ("pack_whole", ctypes.c_uint32),
     ]
 
 

@@ -169,6 +169,23 @@ def _group_args(group, rank, world_size):
     return str(group), rank, world_size
 
 
+def _batching_args(max_tokens, buckets, pack, split):
+    """Client's batching arguments, checked: (max_tokens, buckets, pack, split)."""
+    for name, v in (("max_tokens", max_tokens), ("pack", pack)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1
+                              or v >= 1 << 32):
+            raise ValueError("%s=%r: give a whole number of tokens, 1 or more" % (name, v))
+    if pack is not None and max_tokens is not None:
+        raise ValueError("pack=%d with max_tokens=%d: a packed batch's budget is its rows "
+                         "(batch_size) x pack; give one of them" % (pack, max_tokens))
+    if pack is not None and buckets:
+        raise ValueError("buckets=True with pack=%d: packed rows have no padding to save; give "
+                         "one of them" % pack)
+    if pack is None and not split:
+        raise ValueError("split=False says how pack= rows are filled; give pack= too")
+    return max_tokens, bool(buckets), pack, bool(split)
+
+
 def _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure):
     """The TLS settings checked against url, with paths as strings (os.fspath): a tls+tcp:// URL
     verifies the broker against tls_ca unless tls_insecure; other URLs take none."""
@@ -410,6 +427,12 @@ class Client:
     here). prefetch and stall_timeout (seconds) default to libstoker's (4 and 4.0).
     Events (producers joining, lost, finishing) go to on_event(Event) as soon as a pull brings
     them, from the thread that pulls; without on_event they are kept for events().
+    Variable-length data (docs/schema.md, "Batching by tokens"), batches made by the broker by tokens (the
+    rows of the schema's first variable field): max_tokens=T gives as many sequences as fit in T
+    padded tokens (batch_size then caps their count; unset: no cap); buckets=True batches of
+    similar length (little padding); pack=L batch_size rows of L tokens (4 unset) filled with
+    whole sequences: lay them out with batch[field].pack(row=L) (split=False: no sequence split
+    across rows). A sequence longer than the budget comes alone, never dropped.
     Data parallelism: with group="NAME" the client is one rank of a group (docs/groups.md):
     rank and world_size default to torchrun's RANK and WORLD_SIZE environment variables. Every
     rank gets batches of the same size, the same number of them, and SupplyEnded at the same
@@ -430,8 +453,11 @@ class Client:
     def __init__(self, url, token_file=None, prefetch=None, stall_timeout=None, *, batch_size=None,
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
                  rank=None, world_size=None, commit=False, tls_ca=None, tls_cert=None,
-                 tls_key=None, tls_insecure=False):
+                 tls_key=None, tls_insecure=False, max_tokens=None, buckets=False, pack=None,
+                 split=True):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
+        self.max_tokens, self.buckets, self.pack, self.split = _batching_args(
+            max_tokens, buckets, pack, split)
         self._tls, self.tls_insecure = _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure)
         self._lib = _lib.load()
         self.url = url
@@ -471,7 +497,7 @@ class Client:
                                  "use another Client for batches of %d"
                                  % (self.batch_size, batch_size))
             return
-        if batch_size is None:
+        if batch_size is None and not (self.max_tokens or self.pack):
             raise ValueError("give a batch size (batches(batch_size))")
         lib = self._lib
         o = _lib.Options()
@@ -489,7 +515,11 @@ class Client:
         o.token = cstr(self.token)
         o.token_file = cstr(self.token_file)
         o.name = cstr(self.name)
-        o.batch_size = int(batch_size)
+        o.batch_size = int(batch_size or 0)  # by tokens: libstoker's default (no cap; 4 rows)
+        o.max_tokens = self.max_tokens or 0
+        o.buckets = 1 if self.buckets else 0
+        o.pack = self.pack or 0
+        o.pack_whole = 1 if self.pack and not self.split else 0
         o.prefetch = self.prefetch
         o.stall_timeout_ms = max(1, int(round(self.stall_timeout * 1000)))
         if self.connect_timeout is not None:
@@ -520,7 +550,7 @@ class Client:
         if rv != _lib.OK:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
         self._handle = handle.value
-        self.batch_size = int(batch_size)
+        self.batch_size = int(batch_size) if batch_size is not None else None
         if self.commit_mode and self.group is None:
             lib.stoker_consumer_set_commit(self._handle, 1)
         spec = ctypes.create_string_buffer(4096)

@@ -7,6 +7,7 @@ models take (docs/python.md, "Variable-length fields"):
     padded, lengths = stoker.ragged.pad(r, pad_value=0, multiple_of=8)
     padded, mask = stoker.ragged.pad(r, mask=True)       # mask[i, j]: j < length of i
     p = stoker.ragged.pack(r)     # p.input_ids, p.position_ids, p.cu_seqlens, p.max_seqlen
+    p = stoker.ragged.pack(r, row=2048)  # rows of 2048 (a Client(pack=2048) batch)
     nt = stoker.ragged.nested(r)  # a torch.nested tensor (needs torch)
 
 The same are methods of stoker.Ragged: r.pad(...), r.pack(), r.nested(). They work on numpy
@@ -131,9 +132,22 @@ def pad(r, pad_value=0, multiple_of=None, width=None, mask=False):
     return out, lengths
 
 
-def pack(r):
+def pack(r, row=None, whole=False, rows=None, pad_value=0):
     """The examples packed end to end: a Packed(input_ids, position_ids, cu_seqlens,
-    max_seqlen) (see Packed). input_ids is the Ragged's values itself (no copy)."""
+    max_seqlen) (see Packed). input_ids is the Ragged's values itself (no copy).
+
+    row=L lays them out in rows of L values, the layout of a Client(pack=L) batch: input_ids
+    and position_ids of shape (rows, L, dims after the first...). The values flow across rows
+    (a sequence that reaches a row's end goes on in the next), or with whole=True a sequence
+    that does not fit the current row starts the next (one longer than a row is split all the
+    same). Each row's unused tail holds pad_value; rows=N adds rows of pad_value up to N (every
+    rank of a group the same shape; fewer than the values need is an error). cu_seqlens then
+    bounds segments of the flattened rows (rows x L): every piece of a sequence within a row is
+    one, and so is every row's padded tail, so that a variable-length attention kernel over the
+    flattened rows never attends across a row or into padding; position_ids restart at 0 at
+    each segment. max_seqlen is the longest segment."""
+    if row is not None:
+        return _pack_rows(r, int(row), bool(whole), rows, pad_value)
     values, offsets = _parts(r)
     total = int(offsets[-1]) if len(offsets) else 0
     if _is_torch(values) or _is_torch(offsets):
@@ -154,6 +168,63 @@ def pack(r):
         raise ValueError("%d values do not fit cu_seqlens' int32" % total)
     longest = int(lengths.max()) if len(lengths) else 0
     return Packed(values, pos, cu, longest)
+
+
+def _pack_rows(r, row, whole, rows, pad_value):
+    import numpy as np
+    if row < 1:
+        raise ValueError("row=%d: give a row length of 1 or more" % row)
+    values, offsets = _parts(r)
+    torch_in = _is_torch(values)
+    offs = (offsets.cpu().numpy() if _is_torch(offsets) else np.asarray(offsets)).astype(np.int64)
+    lengths = offs[1:] - offs[:-1]
+    # Where each value goes in the flattened rows, and the segments' ends.
+    dest = np.empty(int(offs[-1]) if len(offs) else 0, dtype=np.int64)
+    ends = []
+    at = 0  # the next free position of the flattened rows
+    for i, n in enumerate(lengths.tolist()):
+        used = at % row
+        if whole and used and used + n > row:
+            ends.append(at - used + row)  # this row's padded tail: a segment of its own
+            at += row - used
+        src = int(offs[i])
+        while n > 0:
+            piece = min(n, row - at % row)
+            dest[src:src + piece] = np.arange(at, at + piece)
+            at += piece
+            src += piece
+            n -= piece
+            ends.append(at)
+    need = -(-at // row)
+    if rows is None:
+        rows = need
+    elif int(rows) < need:
+        raise ValueError("rows=%d: this batch's sequences take %d rows of %d" % (rows, need, row))
+    rows = int(rows)
+    if at < rows * row:
+        if at % row:
+            ends.append(at - at % row + row)
+        for k in range(-(-at // row) + 1 if at % row == 0 else need + 1, rows + 1):
+            ends.append(k * row)
+    if rows * row >= 1 << 31:
+        raise ValueError("%d values do not fit cu_seqlens' int32" % (rows * row))
+    cu = np.array([0] + ends, dtype=np.int64)
+    seg_len = cu[1:] - cu[:-1]
+    pos = np.arange(rows * row, dtype=np.int64) - np.repeat(cu[:-1], seg_len)
+    longest = int(seg_len.max()) if len(seg_len) else 0
+    shape = (rows, row) + tuple(values.shape[1:])
+    if torch_in:
+        import torch
+        out = torch.full((rows * row,) + tuple(values.shape[1:]), pad_value, dtype=values.dtype,
+                         device=values.device)
+        if len(dest):
+            out[torch.as_tensor(dest, device=values.device)] = values[:len(dest)]
+        return Packed(out.reshape(shape), torch.as_tensor(pos, device=values.device).reshape(
+            rows, row), torch.as_tensor(cu.astype(np.int32), device=values.device), longest)
+    out = np.full((rows * row,) + tuple(values.shape[1:]), pad_value, dtype=values.dtype)
+    if len(dest):
+        out[dest] = values[:len(dest)]
+    return Packed(out.reshape(shape), pos.reshape(rows, row), cu.astype(np.int32), longest)
 
 
 def nested(r):

@@ -299,15 +299,17 @@ def test_defaults_are_the_librarys():
     sys.path.insert(0, os.environ.get("PYTHONPATH", "python"))
     from stoker import _lib, client
     d = _lib.defaults()
+    # The consumer's batch_size 0 is the default of 4 (or, with max_tokens, no cap: consumer.h).
+    batch_size = d.batch_size or 4
     for prog in ("stoker-trainer", "stoker-bench-consumer"):
-        assert int(help_default(prog, "--batch-size")) == d.batch_size, prog
+        assert int(help_default(prog, "--batch-size")) == batch_size, prog
     for prog in ("stoker-trainer", "stoker-pull", "stoker-bench-consumer"):
         assert int(help_default(prog, "--prefetch")) == d.prefetch, prog
         assert float(help_default(prog, "--stall-timeout")) * 1000 == d.stall_timeout_ms, prog
     c = client.Client("ipc:///nonexistent")
     assert (c.prefetch, c.stall_timeout) == (d.prefetch, d.stall_timeout_ms / 1000.0)
     # The reference experiment (DESIGN.md): batch 4, prefetch 4, stall 4 s.
-    assert (d.batch_size, d.prefetch, d.stall_timeout_ms) == (4, 4, 4000)
+    assert (batch_size, d.prefetch, d.stall_timeout_ms) == (4, 4, 4000)
 
 
 def main():

@@ -26,7 +26,7 @@ RANK = {f: i for i, f in enumerate(FLOORS)}
 PROTO_RANK = 1.5
 PUBLIC = {
     "base": ["error.h", "log.h", "text.h", "rng.h", "clock.h", "process.h", "opts.h"],
-    "data": ["schema.h", "chunk.h", "labels.h"],
+    "data": ["schema.h", "chunk.h", "labels.h", "batching.h"],
     "wire": ["protocol.h", "wire.h", "status.h"],
     "transport": ["client.h", "tls.h", "arena.h"],
     "client": ["trainer_client.h", "consumer.h", "producer_client.h", "cli.h"],

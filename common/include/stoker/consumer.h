@@ -13,7 +13,7 @@
 
 #include "stoker/error.h"
 
-#define STOKER_API_VERSION 2 // 2: the tls_* options
+#define STOKER_API_VERSION 3 // 2: the tls_* options; 3: max_tokens, buckets, pack, pack_whole
 
 typedef struct stoker_consumer stoker_consumer;
 typedef struct stoker_consumer_batch stoker_consumer_batch;
@@ -27,7 +27,7 @@ typedef struct stoker_consumer_options {
     const char *token;           // auth token, or NULL
     const char *token_file;      // or read it from this file (first line); NULL for none
     const char *name;            // shown in the broker's status; NULL for "consumer-PID"
-    uint32_t batch_size;         // examples per batch (default 4)
+    uint32_t batch_size;         // examples per batch (0, the default: 4; see max_tokens, pack)
     uint32_t prefetch;           // pulls in flight, 1..64 (default 4)
     uint32_t stall_timeout_ms;   // no batch for this long: STOKER_STALLED (default 4000)
     uint32_t connect_timeout_ms; // no broker answer for this long: STOKER_CONNECTION (default:
@@ -40,6 +40,23 @@ typedef struct stoker_consumer_options {
     const char *tls_cert;  // PEM client certificate (chain)
     const char *tls_key;   // its unencrypted PEM private key
     uint32_t tls_insecure; // 1: do not verify the broker (no tls_ca)
+    // Batches of a variable-length schema made by tokens, by the broker (docs/schema.md, "Batching by tokens";
+    // "tokens" are rows of the schema's first variable field). All 0 (default): batch_size
+    // examples each.
+    // max_tokens: as many sequences as fit in this many padded tokens (count x the longest); a
+    // sequence longer alone comes in a batch of its own, never dropped. batch_size then caps the
+    // sequences per batch (0, the default: no cap but the broker's, 8192).
+    uint32_t max_tokens;
+    // buckets (nonzero): each batch holds sequences of similar length (the oldest waiting and
+    // those nearest its length among what the broker's queues hold): little padding.
+    uint32_t buckets;
+    // pack: rows of pack tokens; batch_size is the rows per batch (0, the default: 4), filled
+    // with whole sequences (the batch's tokens at most rows x pack). Lay them out with
+    // stoker_consumer_batch_offsets: concatenated, cut every pack tokens, or with pack_whole
+    // nonzero next-fit (a sequence that does not fit the current row starts the next; one longer
+    // than a row is split all the same).
+    uint32_t pack;
+    uint32_t pack_whole;
 } stoker_consumer_options;
 
 // Fills defaults (and api_version).

@@ -52,6 +52,9 @@ typedef struct stoker_consumer_info {
     // Milliseconds its caller waited for batches since it started, as it said in its latest
     // pull (issue 29): its rate is the share of time the consumer waits for data.
     uint64_t data_wait_ms;
+    // Batched by tokens (stoker/batching.h): the tokens it was sent and the padding its batches
+    // take (padded to their longest, or packed rows' unused tail). 0 and 0 for count batching.
+    uint64_t tokens, padding;
 } stoker_consumer_info;
 // --- end of consumers ---------------------------------------------------------------------------
 

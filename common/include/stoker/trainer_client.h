@@ -7,6 +7,7 @@
 #define STOKER_TRAINER_CLIENT_H
 
 #include "stoker/arena.h"
+#include "stoker/batching.h"
 #include "stoker/chunk.h"
 #include "stoker/client.h"
 
@@ -63,6 +64,11 @@ typedef struct stoker_trainer_options {
     // silent. 1: no heartbeat, the broker hears the trainer only through its pulls and drops it
     // after --trainer-timeout without one, as if frozen (for tests of that). Default 0.
     int no_heartbeat;
+    // How batches are made from a variable-length schema (stoker/batching.h): a token budget,
+    // length buckets or packed rows; all 0 (default): batch_size examples each. With max_tokens
+    // batch_size caps the sequences per batch; with pack it is the rows per batch. Every rank of
+    // a group says the same.
+    stoker_batching batching;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stoker/batching.h"
 #include "stoker/chunk.h"
 #include "stoker/protocol.h"
 #include "stoker/status.h"
@@ -42,7 +43,8 @@ typedef struct stoker_request {
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
-    uint64_t group_steps; // HELLO of a rank: the steps it has taken (0: a new rank)
+    uint64_t group_steps;     // HELLO of a rank: the steps it has taken (0: a new rank)
+    stoker_batching batching; // HELLO of a trainer: how its batches are made (all 0: by count)
     // HELLO (and HEARTBEAT, to a broker that does not know it) of a trainer: identities it trained,
     // n_trained (session, first_seq, end) triples (at most STOKER_HELLO_TRAINED_MAX); aliases the
     // decoded message.

@@ -1,0 +1,291 @@
+// The broker's budget room: batches made by tokens for a consumer that asked for them in its
+// hello (stoker/batching.h, docs/schema.md, "Batching by tokens"): a token budget, length buckets, packed
+// rows. It plans a batch from what the queues hold (it takes nothing: broker_lease.c takes the
+// plan's examples into a lease) and says when a budget can be filled. It uses the core, queue.c
+// and the trained room (a trainer's hello may have said some queued examples are trained).
+#include <stdlib.h>
+
+#include "broker_budget.h"
+#include "broker_internal.h"
+#include "stoker/batching.h"
+
+// The examples a plan looks at: the oldest of every queue, interleaved (the round-robin order
+// count batching takes them in), at most this many. Buckets find similar lengths among them.
+#define WINDOW_MAX BUDGET_MAX_EXAMPLES
+
+typedef struct candidate {
+    uint32_t producer; // index into b->producers
+    uint64_t seq, len;
+    int taken;
+} candidate;
+
+void
+budget_plan_free(budget_plan *plan)
+{
+    free(plan->picks);
+    *plan = (budget_plan){0};
+}
+
+static int
+add_pick(budget_plan *plan, const candidate *c)
+{
+    if (plan->n == plan->cap) {
+        uint32_t cap = plan->cap ? 2 * plan->cap : 64;
+        budget_pick *picks = realloc(plan->picks, cap * sizeof(*picks));
+        if (picks == NULL)
+            return -1;
+        plan->picks = picks;
+        plan->cap = cap;
+    }
+    plan->picks[plan->n++] = (budget_pick){.producer = c->producer, .seq = c->seq, .len = c->len};
+    plan->tokens += c->len;
+    if (c->len > plan->longest)
+        plan->longest = c->len;
+    return 0;
+}
+
+// Whether seq of p may be handed out (not trained already: a trainer's hello said so, issue
+// 26; such examples are dropped once they reach their queue's head, broker_lease.c).
+static int
+untrained(const broker *b, const producer *p, uint64_t seq)
+{
+    if (b->epochs != NULL || (p->trained.n == 0 && seq >= p->trained.through))
+        return 1;
+    uint64_t next;
+    return !trained_has(&p->trained, seq, &next);
+}
+
+// The window: up to WINDOW_MAX examples, the i-th of every queue before the (i+1)-th of any,
+// starting at the round-robin cursor. *n_out candidates into a new array (NULL: none or out of
+// memory).
+static candidate *
+window(const broker *b, int field, uint32_t *n_out)
+{
+    *n_out = 0;
+    uint64_t queued = b->c.queued < WINDOW_MAX ? b->c.queued : WINDOW_MAX;
+    if (queued == 0 || b->n_producers == 0)
+        return NULL;
+    candidate *c = malloc(queued * sizeof(*c));
+    queue_cursor *cur = malloc(b->n_producers * sizeof(*cur));
+    uint8_t *open = malloc(b->n_producers);
+    if (c == NULL || cur == NULL || open == NULL) {
+        free(c);
+        free(cur);
+        free(open);
+        return NULL;
+    }
+    uint32_t n = 0, left = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        queue_cursor_init(&b->producers[i]->q, &cur[i]);
+        open[i] = b->producers[i]->q.examples > 0;
+        left += open[i];
+    }
+    while (left > 0 && n < queued) {
+        for (uint32_t k = 0; k < b->n_producers && n < queued; k++) {
+            uint32_t i = (b->rr + k) % b->n_producers;
+            if (!open[i])
+                continue;
+            candidate *x = &c[n];
+            if (!queue_cursor_next(&cur[i], field, &x->seq, &x->len)) {
+                open[i] = 0;
+                left--;
+                continue;
+            }
+            if (!untrained(b, b->producers[i], x->seq))
+                continue;
+            x->producer = i;
+            x->taken = 0;
+            n++;
+        }
+    }
+    free(cur);
+    free(open);
+    *n_out = n;
+    return c;
+}
+
+// Count batching with a token budget (and buckets without one): the padded cost of the plan
+// with one more sequence of length len.
+static uint64_t
+padded_with(const budget_plan *plan, uint64_t len)
+{
+    uint64_t longest = len > plan->longest ? len : plan->longest;
+    return (uint64_t)(plan->n + 1) * longest;
+}
+
+// Token budget in arrival order: sequences as they come while the padded batch fits.
+static void
+plan_budget(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t budget)
+{
+    for (uint32_t i = 0; i < n && plan->n < max; i++) {
+        if (plan->n > 0 && padded_with(plan, c[i].len) > budget) {
+            plan->full = 1;
+            return;
+        }
+        if (add_pick(plan, &c[i]) != 0)
+            return;
+        if (plan->tokens >= budget) { // alone over the budget, or exactly at it
+            plan->full = 1;
+            return;
+        }
+    }
+    plan->full = plan->n == max;
+}
+
+static const candidate *sort_anchor;
+static int
+nearest_first(const void *pa, const void *pb)
+{
+    const candidate *a = pa, *b = pb;
+    uint64_t la = sort_anchor->len, da = a->len > la ? a->len - la : la - a->len;
+    uint64_t db = b->len > la ? b->len - la : la - b->len;
+    if (da != db)
+        return da < db ? -1 : 1;
+    return a < b ? -1 : a > b; // older first (the window is in arrival order)
+}
+
+// Buckets: the oldest sequence and those nearest its length, within the count and the budget.
+static void
+plan_buckets(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t budget)
+{
+    if (n == 0 || add_pick(plan, &c[0]) != 0)
+        return;
+    if (n > 1) {
+        // Sorted by distance with ties by age: the array's order is age, so sort pointers.
+        candidate *rest = malloc((n - 1) * sizeof(*rest));
+        if (rest == NULL)
+            return;
+        for (uint32_t i = 1; i < n; i++)
+            rest[i - 1] = c[i];
+        sort_anchor = &c[0];
+        qsort(rest, n - 1, sizeof(*rest), nearest_first);
+        for (uint32_t i = 0; i + 1 < n && plan->n < max; i++) {
+            if (budget > 0 && padded_with(plan, rest[i].len) > budget) {
+                plan->full = 1;
+                continue; // a shorter one further on may fit
+            }
+            if (add_pick(plan, &rest[i]) != 0)
+                break;
+        }
+        free(rest);
+    }
+    if (plan->n == max || (budget > 0 && plan->tokens >= budget))
+        plan->full = 1;
+}
+
+// Packed rows: sequences in arrival order while they fit, then the gap filled best-fit from the
+// rest of the window. whole: rows filled next-fit (a sequence that does not fit the current row
+// starts the next), so that a consumer packing the batch in its order gets the same rows.
+static void
+plan_packed(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint32_t pack, uint32_t rows,
+            int whole)
+{
+    uint64_t budget = (uint64_t)pack * rows;
+    uint64_t used_rows = 0, in_row = 0; // whole: rows begun, tokens in the last one
+    int arrival = 1;
+    while (plan->n < max) {
+        uint64_t gap = whole ? (used_rows == 0 ? pack : pack - in_row) : budget - plan->tokens;
+        uint64_t rows_left = rows - used_rows;
+        int best = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            if (c[i].taken)
+                continue;
+            uint64_t len = c[i].len;
+            int fits;
+            if (!whole)
+                fits = plan->tokens + len <= budget;
+            else
+                fits = (used_rows > 0 && len <= gap) ||
+                       (arrival && (len == 0 ? 1 : (len + pack - 1) / pack) <= rows_left);
+            if (plan->n == 0)
+                fits = 1; // the first always goes: one longer than the batch comes alone
+            if (arrival) {
+                if (fits) {
+                    best = (int)i;
+                    break;
+                }
+                arrival = 0; // the first that does not fit: best fit from here on
+                plan->full = 1;
+                i = (uint32_t)-1;
+                gap = whole ? (used_rows == 0 ? pack : pack - in_row) : budget - plan->tokens;
+                continue;
+            }
+            if (fits && len <= gap && (best < 0 || len > c[best].len))
+                best = (int)i;
+        }
+        if (best < 0)
+            break;
+        candidate *x = &c[best];
+        x->taken = 1;
+        if (whole) {
+            if (used_rows > 0 && x->len <= pack - in_row) {
+                in_row += x->len;
+            } else {
+                used_rows += x->len == 0 ? 1 : (x->len + pack - 1) / pack;
+                in_row = x->len == 0 ? 0 : x->len - (x->len - 1) / pack * pack;
+            }
+        }
+        if (add_pick(plan, x) != 0)
+            return;
+        if (plan->tokens >= budget || (whole && used_rows >= rows && in_row >= pack)) {
+            plan->full = 1;
+            break;
+        }
+    }
+    if (plan->n == max)
+        plan->full = 1;
+}
+
+int
+budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *plan)
+{
+    *plan = (budget_plan){0};
+    const stoker_batching *bt = &t->batching;
+    int field = stoker_schema_first_variable(&b->schema);
+    uint32_t n;
+    candidate *c = window(b, field, &n);
+    if (c == NULL)
+        return -1;
+    if (bt->pack > 0)
+        plan_packed(plan, c, n, BUDGET_MAX_EXAMPLES, bt->pack, max, bt->pack_whole != 0);
+    else if (bt->buckets)
+        plan_buckets(plan, c, n, max, bt->max_tokens);
+    else
+        plan_budget(plan, c, n, max, bt->max_tokens);
+    free(c);
+    if (plan->n == 0)
+        return -1;
+    // What the batch pads: to its longest (count and budget), or the packed rows' unused tail.
+    if (bt->pack > 0) {
+        uint64_t *lens = malloc(plan->n * sizeof(*lens));
+        uint64_t rows = 0;
+        if (lens != NULL) {
+            for (uint32_t i = 0; i < plan->n; i++)
+                lens[i] = plan->picks[i].len;
+            rows = stoker_pack_rows(lens, plan->n, bt->pack, bt->pack_whole != 0);
+            free(lens);
+        }
+        plan->padding = rows * bt->pack > plan->tokens ? rows * bt->pack - plan->tokens : 0;
+    } else {
+        plan->padding = (uint64_t)plan->n * plan->longest - plan->tokens;
+    }
+    return 0;
+}
+
+uint64_t
+budget_queued_tokens(const broker *b)
+{
+    uint64_t tokens = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++)
+        tokens += b->producers[i]->q.tokens;
+    return tokens;
+}
+
+int
+budget_ready(const broker *b, const trainer *t, uint32_t max)
+{
+    uint64_t budget = stoker_batching_budget(&t->batching, max);
+    if (b->c.queued >= (t->batching.pack > 0 ? BUDGET_MAX_EXAMPLES : max))
+        return 1;
+    return budget > 0 && budget_queued_tokens(b) >= budget;
+}

@@ -1,0 +1,38 @@
+// The broker's budget room (broker_budget.c): batches made by tokens. Private to server/.
+#ifndef BROKER_BUDGET_H
+#define BROKER_BUDGET_H
+
+#include <stdint.h>
+
+#include "broker_core.h"
+
+// The most examples a batch made by tokens holds, and the most a plan looks at.
+#define BUDGET_MAX_EXAMPLES 8192
+
+typedef struct budget_pick {
+    uint32_t producer; // index into b->producers
+    uint64_t seq, len;
+} budget_pick;
+
+// A batch planned for a trainer, in the order its examples go in the batch (a packed consumer
+// packs them in that order into the same rows).
+typedef struct budget_plan {
+    budget_pick *picks;
+    uint32_t n, cap;
+    uint64_t tokens, longest;
+    uint64_t padding; // tokens the batch pads (to its longest, or the packed rows' unused tail)
+    int full;         // the budget or the count is reached: more queued would not make it larger
+} budget_plan;
+
+// Plans a batch for trainer t (its batching is active) from what the queues hold: at most max
+// examples, or with pack= max rows (and at most BUDGET_MAX_EXAMPLES examples); takes nothing.
+// -1 when nothing can be planned (nothing queued, out of memory).
+int budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *plan);
+void budget_plan_free(budget_plan *plan);
+// Tokens queued in all queues (rows of the schema's length field).
+uint64_t budget_queued_tokens(const broker *b);
+// Nonzero when the queues hold enough for a full batch of t's (max as for budget_plan_make):
+// max examples, or its budget's tokens.
+int budget_ready(const broker *b, const trainer *t, uint32_t max);
+
+#endif
