@@ -49,12 +49,12 @@ LENGTHS = "lognormal:%d:%d:%g" % (MEAN, CAP, SIGMA)  # the producers' --lengths 
 MODES = [
     # batch_size sequences, padded to the batch's longest.
     ("count", {}, "pad"),
-    # --- enable when Client(max_tokens=, buckets=, pack=) lands (issue 27, part 4) ----------
-    # Batches of sequences of similar length from what the broker's queues hold.
+    # Issue 27, part 4 (Client(max_tokens=, buckets=, pack=), API version 3); a stoker without
+    # them skips these. Batches of sequences of similar length from what the queues hold.
     ("buckets", {"buckets": True}, "pad"),
-    # Rows of exactly PACK_ROW tokens (batch_size counts rows), sequences end to end with their
-    # boundaries: the loop takes input_ids / position_ids / cu_seqlens (Ragged.pack). Check
-    # packed_slots() against what a packed batch looks like once the API is there.
+    # Rows of exactly PACK_ROW tokens (batch_size counts rows), sequences end to end, a
+    # sequence split across rows (split=True): the loop lays them out as input_ids /
+    # position_ids / cu_seqlens (stoker.ragged.pack(r, row=PACK_ROW)).
     ("packed", {"pack": PACK_ROW}, "pack"),
 ]
 
@@ -72,16 +72,14 @@ def padded_batch(r):
 
 
 def packed_slots(r):
-    """A packed batch: its real tokens and the slots of its BATCH rows of PACK_ROW (a row
-    filled only partly, at the end of the supply or without split, counts its rest as padding).
-    """
+    """A Client(pack=PACK_ROW) batch laid out as its rows (stoker.ragged.pack(row=)): input_ids and
+    position_ids (rows, PACK_ROW), cu_seqlens; real tokens and the rows' slots (each row's
+    unused tail is its padding)."""
     import torch
-    p = r.pack()
-    ids = torch.from_numpy(p.input_ids) if not isinstance(p.input_ids, torch.Tensor) \
-        else p.input_ids
-    real = int(ids.shape[0])
-    rows = max(BATCH, -(-real // PACK_ROW))
-    return ids, p.cu_seqlens, real, rows * PACK_ROW
+    import stoker.ragged
+    p = stoker.ragged.pack(r, row=PACK_ROW)  # (Ragged.pack() takes no row= yet)
+    ids = torch.from_numpy(p.input_ids)
+    return ids, p.cu_seqlens, int(r.offsets[-1]), ids.numel()
 
 
 def measure(batches, seconds, take):
