@@ -6,7 +6,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm, autoscale. Run scripts/build.sh first (or let bench/run.sh do it)."""
+group-commit, ranks-shm, autoscale, ragged, floor-var. Run scripts/build.sh first (or let
+bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -772,6 +773,166 @@ def bench_tokens(opts, tmp):
     return res
 
 
+RAGGED_LOOP = os.path.join(ROOT, "bench", "ragged_loop.py")
+
+
+def ragged_loop(args):
+    out = subprocess.run([PY, RAGGED_LOOP, *args], stdout=subprocess.PIPE, text=True,
+                         timeout=180)
+    if out.returncode != 0:
+        raise RuntimeError(f"ragged_loop.py {' '.join(args)} exited {out.returncode}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ragged_config():
+    """ragged_loop.py's batching modes (its MODES list, in order) and the producers' --lengths
+    that draw its sequences."""
+    out = subprocess.run([PY, "-c", "import ragged_loop as r; print(r.LENGTHS, *(m[0] for m in "
+                          "r.MODES))"], stdout=subprocess.PIPE, text=True,
+                         cwd=os.path.join(ROOT, "bench"), check=True)
+    lengths, *modes = out.stdout.split()
+    return modes, lengths
+
+
+def ragged_stoker(tmp, tag, mode, seconds, lengths):
+    """ragged_loop.py's stoker side: a broker with its defaults and 2 synthetic producers of
+    the tokens workload (log-normal lengths, mean 512, cap 4096; --delay 0:0, the workload's
+    default) on this host, the loop pulling through shared memory as the default Client does."""
+    url = endpoint("ipc", tmp, f"ragged-{tag}")
+    with Procs() as procs:
+        start_broker(procs, url)
+        for i in range(2):
+            procs.start([PRODUCER, "--broker", url, "--name", f"{tag}{i}", "--workload", "tokens",
+                         "--lengths", lengths, "--vocab", "50257", "--log-level", "error"])
+        return ragged_loop(["stoker", url, str(seconds), mode])
+
+
+def bench_ragged(opts, tmp):
+    """Token sequences of log-normal lengths (mean 512, cap 4096) into a PyTorch loop that gets
+    each batch of 32 as a padded tensor (issue 27): stoker (2 synthetic producers, --workload
+    tokens) against DataLoader(num_workers=2) over an IterableDataset drawing the same sequences
+    with numpy and a padding collate (bench/ragged_loop.py says how both sides' per-example
+    cost compare). Real tokens/s (padding not counted), their ratio, and each batching mode's
+    padding fraction (padded slots / slots after padding to the batch's longest). Pairs back to
+    back, the order swapped every pair; the median of the pairs' ratios. Modes the Client does
+    not take yet (buckets=, pack=) say so."""
+    seconds = 3 if opts.quick else 8
+    pairs = 1 if opts.quick else 3  # odd: one starved run (this machine is shared) is not half
+    res = {"configs": {"dataloader": [], "modes": {}}, "rows": []}
+    if not has_torch():
+        res["rows"].append(("ragged: torch not importable by " + PY, float("nan"), "", None))
+        return res
+    modes, lengths = ragged_config()
+    ratios = []
+    for k in range(pairs):
+        order = ("stoker", "dataloader") if k % 2 == 0 else ("dataloader", "stoker")
+        got = {}
+        for side in order:
+            if side == "dataloader":
+                got[side] = ragged_loop(["dataloader", "2", str(seconds)])
+                res["configs"]["dataloader"].append(got[side])
+                continue
+            for mode in modes:
+                r = ragged_stoker(tmp, f"{mode}{k}", mode, seconds, lengths)
+                res["configs"]["modes"].setdefault(mode, []).append(r)
+                got[mode] = r
+        ratios.append(got["count"]["tokens_per_second"] / got["dataloader"]["tokens_per_second"])
+    res["configs"]["ratios"] = ratios
+    med = lambda rs, key: statistics.median(r[key] for r in rs)  # noqa: E731
+    dl = res["configs"]["dataloader"]
+    res["rows"].append(("ragged: DataLoader(num_workers=2) tokens/s", med(dl, "tokens_per_second"),
+                        "(figure)", None))
+    res["rows"].append(("ragged: DataLoader padding fraction", med(dl, "padding_fraction"),
+                        "(figure)", None))
+    for mode in modes:
+        rs = res["configs"]["modes"][mode]
+        if "skipped" in rs[0]:
+            print(f"bench: ragged {mode}: skipped: {rs[0]['skipped']}", file=sys.stderr)
+            res["rows"].append((f"ragged: {mode}: skipped ({rs[0]['skipped']})", float("nan"),
+                                "", None))
+            continue
+        res["rows"].append((f"ragged: stoker {mode}: tokens/s", med(rs, "tokens_per_second"),
+                            "(figure)", None))
+        pad = med(rs, "padding_fraction")
+        target, ok = "(figure)", None
+        if mode == "buckets":
+            target, ok = "<= 0.05", pad <= 0.05
+        elif mode == "packed":
+            target, ok = "0", pad == 0
+        res["rows"].append((f"ragged: stoker {mode}: padding fraction", pad, target, ok))
+        if mode != "count":
+            res["rows"].append((f"ragged: stoker {mode}: tokens/s / count's",
+                                med(rs, "tokens_per_second") /
+                                med(res["configs"]["modes"]["count"], "tokens_per_second"),
+                                "(figure)", None))
+    ratio = statistics.median(ratios)
+    res["rows"].append((f"ragged: stoker count / DataLoader tokens/s, median of {pairs}", ratio,
+                        ">= 2", ratio >= 2))
+    return res
+
+
+def floor_var_run(tmp, tag, schema, rows, total, kind):
+    """examples/s of the C consumer (stoker-bench-consumer: pull and acknowledge, nothing else)
+    over 2 stoker-bench-producers of schema (a variable field's values rows long), batch 256,
+    chunks of 4096. kind "ipc": producers on the broker's host as they come (fixed-only chunks
+    pushed by reference; variable-length ones go as bytes, the producer client's rule today);
+    "tcp": producers push bytes (STOKER_SHM=0), as from another machine, on both sides."""
+    url = endpoint(kind, tmp, f"fv-{tag}")
+    env = {**os.environ, "STOKER_SHM": "0"} if kind == "tcp" else None
+    with Procs() as procs:
+        start_broker(procs, url, "--queue-depth", "65536", "--max-chunk", "65536")
+        consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "256", "--prefetch",
+                                "8", "--examples", str(total), "--stall-timeout", "10"],
+                               stdout=subprocess.PIPE, text=True)
+        for i in range(2):
+            procs.start([BENCH_PRODUCER, "--broker", url, "--schema", schema, "--var-rows",
+                         str(rows), "--chunk", "4096", "--name", f"{tag}{i}", "--log-level",
+                         "error"], env=env)
+        out, _ = consumer.communicate(timeout=300)
+    r = json.loads(out.strip().splitlines()[-1])
+    if r["status"] != "ok" or r["duplicates"]:
+        raise RuntimeError(f"floor-var {tag}: the consumer ended with {r}")
+    return r
+
+
+def bench_floor_var(opts, tmp):
+    """A variable field beside fixed ones against the same bytes in fixed fields (issue 27):
+    x:float32[16],t:int32[?] with every t exactly L long against x:float32[16],t:int32[L], for
+    L = 16 and 256, through the broker to a C consumer that pulls and acknowledges only (the
+    floor: generation free, stoker's own cost), 2 producers. Over tcp with producers pushing
+    bytes (the layout's own cost, as from other machines) and over ipc on the broker's host as
+    a user gets it (fixed-only chunks then go by reference, variable-length ones as bytes).
+    Pairs back to back, the order swapped every pair; the median of the pairs' examples/s
+    ratios. The variable side also carries an 8-byte offset per example (counted in the ratio:
+    it is the layout's cost)."""
+    pairs = 2 if opts.quick else 4
+    res = {"configs": [], "rows": []}
+    for kind in ("tcp", "ipc"):
+        for rows in (16, 256):
+            total = (1_000_000 if opts.quick else 4_000_000) // (1 if rows == 16 else 4)
+            schemas = {"var": "x:float32[16],t:int32[?]",
+                       "fixed": f"x:float32[16],t:int32[{rows}]"}
+            ratios, runs = [], {"var": [], "fixed": []}
+            for k in range(pairs):
+                got = {}
+                for side in (("var", "fixed") if k % 2 == 0 else ("fixed", "var")):
+                    got[side] = floor_var_run(tmp, f"{kind}{side}{rows}k{k}", schemas[side],
+                                              rows, total, kind)
+                    runs[side].append(got[side])
+                ratios.append(got["var"]["examples_per_second"] /
+                              got["fixed"]["examples_per_second"])
+            res["configs"].append({"transport": kind, "rows": rows, "schemas": schemas,
+                                   "runs": runs, "ratios": ratios})
+            for side in ("var", "fixed"):
+                res["rows"].append((f"floor-var {kind} L={rows}: {side} ex/s (median)",
+                                    statistics.median(r["examples_per_second"]
+                                                      for r in runs[side]), "(figure)", None))
+            ratio = statistics.median(ratios)
+            res["rows"].append((f"floor-var {kind} L={rows}: var / fixed, median of {pairs}",
+                                ratio, ">= 0.9", ratio >= 0.9))
+    return res
+
+
 def restart_to_batch(tmp):
     """SIGKILL the broker under 2 producers and a trainer, restart it on the same path: seconds
     from the restart to the first batch the new broker hands out (its delivered counter)."""
@@ -1176,7 +1337,8 @@ BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
-           "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale}
+           "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
+           "ragged": bench_ragged, "floor-var": bench_floor_var}
 
 
 def main():

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stoker/chunk.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -79,8 +80,8 @@ main(int argc, char **argv)
             start = stoker_now_ns(); // from the first batch: steady state, not connection setup
         else
             examples += b->chunk.count;
-        for (uint32_t i = 0; i < b->chunk.schema.n_fields; i++)
-            bytes += stoker_field_bytes(&b->chunk.schema.fields[i]) * b->chunk.count;
+        for (uint32_t i = 0; i < b->chunk.schema.n_fields; i++) // variable fields: values
+            bytes += stoker_chunk_field_bytes(&b->chunk, i, 0, b->chunk.count);
         batches++;
         stoker_trainer_client_ack(tc, b->lease);
         stoker_batch_destroy(b);

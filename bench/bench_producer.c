@@ -4,7 +4,9 @@
 // is defined and tells every example apart without costing more than writing it once; with
 // --fill stamp only each field's first 8 bytes are written (the seq), the rest keeping what the
 // buffer held (zeros at first): generation free, like the raw nng baseline's messages, which
-// nobody writes.
+// nobody writes. A variable-length field gets --var-rows rows in every example, written the same
+// way, so a schema with one (x:float32[16],t:int32[?]) carries the same bytes as its fixed twin
+// (x:float32[16],t:int32[L]) for comparing the two layouts.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +20,10 @@
 typedef struct bench_gen {
     size_t bytes[STOKER_MAX_FIELDS];
     int is_float32[STOKER_MAX_FIELDS];
+    int is_variable[STOKER_MAX_FIELDS];
     uint32_t n_fields;
-    int stamp; // --fill stamp
+    uint64_t var_rows; // rows of every variable field's value
+    int stamp;         // --fill stamp
 } bench_gen;
 
 static int
@@ -27,23 +31,32 @@ fill(void *user, uint64_t seq, uint64_t seed, void *const fields[])
 {
     const bench_gen *g = user;
     (void)seed;
+    void *at[STOKER_MAX_FIELDS]; // where each field's bytes go (a variable field's reserved rows)
+    for (uint32_t i = 0; i < g->n_fields; i++) {
+        at[i] = fields[i];
+        if (g->is_variable[i]) {
+            int rv = stoker_var_reserve(fields[i], g->var_rows, &at[i]);
+            if (rv != STOKER_OK)
+                return rv;
+        }
+    }
     for (uint32_t i = 0; g->stamp && i < g->n_fields; i++) {
         if (g->bytes[i] >= sizeof(seq))
-            memcpy(fields[i], &seq, sizeof(seq));
+            memcpy(at[i], &seq, sizeof(seq));
         else
-            memset(fields[i], (int)(seq & 0xff), g->bytes[i]);
+            memset(at[i], (int)(seq & 0xff), g->bytes[i]);
     }
     for (uint32_t i = 0; !g->stamp && i < g->n_fields; i++) {
         if (g->is_float32[i]) {
             // Finite values in [0, 1), so a trainer's real step on them stays finite.
-            float v = (float)(seq % 1000) / 1000.0f, *f = fields[i];
+            float v = (float)(seq % 1000) / 1000.0f, *f = at[i];
             for (size_t k = 0; k < g->bytes[i] / sizeof(float); k++)
                 f[k] = v;
         } else {
             // The seq's low byte everywhere and the whole seq in front: every example differs.
-            memset(fields[i], (int)(seq & 0xff), g->bytes[i]);
+            memset(at[i], (int)(seq & 0xff), g->bytes[i]);
             if (g->bytes[i] >= sizeof(seq))
-                memcpy(fields[i], &seq, sizeof(seq));
+                memcpy(at[i], &seq, sizeof(seq));
         }
     }
     return STOKER_OK;
@@ -59,8 +72,9 @@ fill_item(void *user, uint64_t index, uint64_t seed, void *const fields[])
 typedef struct bench_options {
     stoker_producer_config run;
     const char *schema;
-    int stamp;      // --fill: 0 all, 1 stamp
-    uint64_t items; // > 0: serve a dataset of this many items
+    int stamp;         // --fill: 0 all, 1 stamp
+    uint64_t items;    // > 0: serve a dataset of this many items
+    uint64_t var_rows; // rows of each variable field's value
 } bench_options;
 
 #define AT(member) STOKER_CLI_AT(bench_options, member)
@@ -77,6 +91,8 @@ static const stoker_cli_option rows[] = {
     {"fill", "all|stamp",
      "all: write every byte of each example; stamp: only its seq (generation free)",
      STOKER_CLI_ENUM, AT(stamp), .choices = fill_modes},
+    {"var-rows", "N", "rows of every variable-length field's value in each example (default 16)",
+     STOKER_CLI_UINT, AT(var_rows), .imin = 0, .imax = 1u << 20},
     {"retain", "N", "examples kept until trained (0: off; default: twice the queue depth)",
      STOKER_CLI_UINT, AT(run.retain), .imax = UINT32_MAX - 1},
 };
@@ -85,7 +101,7 @@ int
 main(int argc, char **argv)
 {
     stoker_process_init();
-    bench_options o = {.schema = "input:float32[10],output:float32[1]"};
+    bench_options o = {.schema = "input:float32[10],output:float32[1]", .var_rows = 16};
     stoker_producer_config_init(&o.run);
     o.run.handle_signals = 1;
     stoker_cli cli;
@@ -112,9 +128,16 @@ main(int argc, char **argv)
         return stoker_cli_fail(&cli, "--schema '%s': %s", o.schema, err);
     g.n_fields = gen.schema.n_fields;
     g.stamp = o.stamp;
+    g.var_rows = o.var_rows;
     for (uint32_t i = 0; i < g.n_fields; i++) {
-        g.bytes[i] = stoker_field_bytes(&gen.schema.fields[i]);
-        g.is_float32[i] = gen.schema.fields[i].dtype == STOKER_FLOAT32;
+        const stoker_field *f = &gen.schema.fields[i];
+        g.is_variable[i] = f->variable != 0;
+        if (g.is_variable[i] && f->max_rows > 0 && o.var_rows > f->max_rows)
+            return stoker_cli_fail(&cli, "--var-rows %llu: field '%s' holds at most %u rows",
+                                   (unsigned long long)o.var_rows, f->name, f->max_rows);
+        g.bytes[i] =
+            g.is_variable[i] ? stoker_field_row_bytes(f) * o.var_rows : stoker_field_bytes(f);
+        g.is_float32[i] = f->dtype == STOKER_FLOAT32;
     }
     return stoker_producer_run(&o.run, &gen, NULL) == STOKER_OK ? 0 : 1;
 }
