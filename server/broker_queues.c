@@ -40,7 +40,7 @@ broker_max_chunk(const broker *b)
 // The examples one batch of t's takes: its pull's count; for a batch made by tokens its budget
 // over the queued sequences' mean length, and with buckets BUCKET_BATCHES of them, so that the
 // queues hold similar lengths to choose from (stoker/batching.h).
-#define BUCKET_BATCHES 8
+#define BUCKET_BATCHES 32
 static uint64_t
 batch_need(const broker *b, const trainer *t)
 {

@@ -127,10 +127,11 @@ class Ragged:
         from . import ragged
         return ragged.pad(self, pad_value, multiple_of, width, mask)
 
-    def pack(self):
-        """input_ids, position_ids, cu_seqlens, max_seqlen: stoker.ragged.pack."""
+    def pack(self, row=None, whole=False, rows=None, pad_value=0):
+        """input_ids, position_ids, cu_seqlens, max_seqlen: stoker.ragged.pack (row=L: rows of
+        L, the layout of a Client(pack=L) batch)."""
         from . import ragged
-        return ragged.pack(self)
+        return ragged.pack(self, row=row, whole=whole, rows=rows, pad_value=pad_value)
 
     def nested(self):
         """A torch.nested tensor of the examples: stoker.ragged.nested."""

@@ -36,8 +36,8 @@ def drain(c, ps, client_kw, batch_size=None, group=None):
                     seen.add(key)
                 batches.append((lengths, b))
                 if client_kw.get("pack"):
-                    batches[-1] = (lengths, stoker.ragged.pack(
-                        b["tokens"], row=client_kw["pack"], whole=not client_kw.get("split", True),
+                    batches[-1] = (lengths, b["tokens"].pack(
+                        row=client_kw["pack"], whole=not client_kw.get("split", True),
                         rows=client.batch_size or 4))
                 else:
                     batches[-1] = (lengths, None)
