@@ -1,5 +1,6 @@
 // stoker-scale's decisions and its exec engine (scale.h).
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -13,13 +14,26 @@
 
 extern char **environ;
 
-int
-scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_info *info,
-             double idle_s, uint32_t broker_min, uint32_t broker_max, uint64_t now_ms, uint32_t *to,
-             char *why, size_t why_len)
+// The producers there meet the demand and give demand x headroom within cfg->tolerance (as
+// Kubernetes' HPA holds a ratio within 10 % of its target): no change.
+static int
+within_tolerance(const scale_config *cfg, const scale_pool *pool, const stoker_pool_info *info,
+                 double headroom)
 {
-    uint32_t lo = cfg->has_min ? cfg->min : broker_min;
-    uint32_t hi = cfg->has_max ? cfg->max : broker_max;
+    if (cfg->tolerance <= 0 || info->supply <= 0 || info->demand <= 0 || pool->current == 0)
+        return 0;
+    double meet = ceil(info->demand / info->supply - 1e-9);
+    double ratio = info->demand * headroom / info->supply;
+    return pool->current >= meet && fabs(ratio / pool->current - 1.0) <= cfg->tolerance;
+}
+
+int
+scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *info,
+             const stoker_status *st, uint64_t now_ms, uint32_t *to, char *why, size_t why_len)
+{
+    uint32_t lo = cfg->has_min ? cfg->min : st->autoscale_min;
+    uint32_t hi = cfg->has_max ? cfg->max : st->autoscale_max;
+    double idle_s = st->idle_s;
     if (hi < lo)
         hi = lo;
     uint32_t target;
@@ -45,6 +59,34 @@ scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_
     } else {
         target = info->wanted;
         snprintf(why, why_len, "broker: %s", info->why);
+        if (target != pool->current && within_tolerance(cfg, pool, info, st->autoscale_headroom)) {
+            pool->below_since_ms = 0;
+            size_t n = strlen(why);
+            snprintf(why + n, why_len - n, "; the %u there are within --tolerance %.2f of it: hold",
+                     pool->current, cfg->tolerance);
+            return 0;
+        }
+        if (target < pool->current && cfg->down_window_ms > 0) {
+            // Down only to the most the broker wanted over the whole window (as Kubernetes'
+            // HPA stabilizes scale-down): one reading low is no reason to starve the trainer.
+            if (pool->below_since_ms == 0 || target > pool->below_max) {
+                pool->below_max = target;
+                if (pool->below_since_ms == 0)
+                    pool->below_since_ms = now_ms;
+            }
+            size_t n = strlen(why);
+            if (now_ms - pool->below_since_ms < cfg->down_window_ms) {
+                snprintf(why + n, why_len - n, "; below %u for %.0f s of --down-window %.0f: hold",
+                         pool->current, (double)(now_ms - pool->below_since_ms) / 1000.0,
+                         (double)cfg->down_window_ms / 1000.0);
+                return 0;
+            }
+            target = pool->below_max;
+            snprintf(why + n, why_len - n, "; the most wanted over --down-window %.0f s: %u",
+                     (double)cfg->down_window_ms / 1000.0, target);
+        } else {
+            pool->below_since_ms = 0;
+        }
     }
     if (target < lo)
         target = lo;
@@ -68,6 +110,7 @@ scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_
         snprintf(why + n, why_len - n, "; a step of at most %u toward %u", cfg->max_step, target);
     }
     *to = next;
+    pool->below_since_ms = 0;
     return 1;
 }
 
