@@ -1137,7 +1137,7 @@ def bench_autoscale(opts, tmp):
     autoscaler on the producers' CPU % (target 70 %), same workload, one after the other."""
     r1, r2, cost = 100, 250, 0.02
     before_s, after_s = (20, 60) if opts.quick else (30, 180)
-    knobs = {"interval": 1, "cooldown": 5, "step": 4, "down_window": 20, "max": 12, "batch": 25,
+    knobs = {"interval": 1, "cooldown": 5, "step": 4, "down_window": 10, "max": 12, "batch": 25,
              "cpu_target": 0.7}
     res = {"r1": r1, "r2": r2, "cost": cost, "knobs": knobs, "before_s": before_s,
            "after_s": after_s, "rows": []}

@@ -27,6 +27,32 @@ within_tolerance(const scale_config *cfg, const scale_pool *pool, const stoker_p
     return pool->current >= meet && fabs(ratio / pool->current - 1.0) <= cfg->tolerance;
 }
 
+// Records the broker's count `wanted` at now_ms in pool's window; returns the most it wanted
+// over the last cfg->down_window_ms (wanted itself when the window is 0).
+static uint32_t
+window_record(const scale_config *cfg, scale_pool *pool, uint32_t wanted, uint64_t now_ms)
+{
+    if (cfg->down_window_ms == 0)
+        return wanted;
+    uint64_t slot_ms = cfg->down_window_ms / SCALE_WINDOW_SLOTS;
+    if (slot_ms == 0)
+        slot_ms = 1;
+    uint64_t k = now_ms / slot_ms;
+    uint32_t i = (uint32_t)(k % SCALE_WINDOW_SLOTS);
+    if (pool->window_slot_of[i] != k + 1) {
+        pool->window_slot_of[i] = k + 1;
+        pool->window_wanted[i] = wanted;
+    } else if (wanted > pool->window_wanted[i]) {
+        pool->window_wanted[i] = wanted;
+    }
+    uint32_t most = wanted;
+    for (uint32_t j = 0; j < SCALE_WINDOW_SLOTS; j++)
+        if (pool->window_slot_of[j] != 0 && pool->window_slot_of[j] + SCALE_WINDOW_SLOTS > k + 1 &&
+            pool->window_wanted[j] > most)
+            most = pool->window_wanted[j];
+    return most;
+}
+
 int
 scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *info,
              const stoker_status *st, uint64_t now_ms, uint32_t *to, char *why, size_t why_len)
@@ -59,33 +85,22 @@ scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *
     } else {
         target = info->wanted;
         snprintf(why, why_len, "broker: %s", info->why);
+        uint32_t most = window_record(cfg, pool, target, now_ms);
         if (target != pool->current && within_tolerance(cfg, pool, info, st->autoscale_headroom)) {
-            pool->below_since_ms = 0;
             size_t n = strlen(why);
             snprintf(why + n, why_len - n, "; the %u there are within --tolerance %.2f of it: hold",
                      pool->current, cfg->tolerance);
             return 0;
         }
-        if (target < pool->current && cfg->down_window_ms > 0) {
-            // Down only to the most the broker wanted over the whole window (as Kubernetes'
-            // HPA stabilizes scale-down): one reading low is no reason to starve the trainer.
-            if (pool->below_since_ms == 0 || target > pool->below_max) {
-                pool->below_max = target;
-                if (pool->below_since_ms == 0)
-                    pool->below_since_ms = now_ms;
-            }
+        if (target < pool->current && most > target) {
+            // Down only to the most the broker wanted over the window (as Kubernetes' HPA
+            // stabilizes scale-down): one reading low is no reason to starve the trainer.
             size_t n = strlen(why);
-            if (now_ms - pool->below_since_ms < cfg->down_window_ms) {
-                snprintf(why + n, why_len - n, "; below %u for %.0f s of --down-window %.0f: hold",
-                         pool->current, (double)(now_ms - pool->below_since_ms) / 1000.0,
-                         (double)cfg->down_window_ms / 1000.0);
+            snprintf(why + n, why_len - n, "; it wanted %u within --down-window %.0f s", most,
+                     (double)cfg->down_window_ms / 1000.0);
+            if (most >= pool->current)
                 return 0;
-            }
-            target = pool->below_max;
-            snprintf(why + n, why_len - n, "; the most wanted over --down-window %.0f s: %u",
-                     (double)cfg->down_window_ms / 1000.0, target);
-        } else {
-            pool->below_since_ms = 0;
+            target = most;
         }
     }
     if (target < lo)
@@ -110,7 +125,6 @@ scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *
         snprintf(why + n, why_len - n, "; a step of at most %u toward %u", cfg->max_step, target);
     }
     *to = next;
-    pool->below_since_ms = 0;
     return 1;
 }
 

@@ -23,20 +23,24 @@ typedef struct scale_config {
     uint32_t down_window_ms;
 } scale_config;
 
+#define SCALE_WINDOW_SLOTS 32
+
 // One pool as the controller sees it between decisions.
 typedef struct scale_pool {
     char name[STOKER_NAME_MAX];
     uint32_t current;        // what it last scaled to (at first: the producers the broker sees)
     uint64_t last_change_ms; // 0: never changed
-    uint64_t below_since_ms; // the broker has wanted fewer than current since (0: it does not)
-    uint32_t below_max;      // the most it wanted since below_since_ms
+    // The broker's counts over the last --down-window: the most per slot of a 32nd of it,
+    // slot_of[i] the slot number (time / slot length) + 1 that wanted[i] holds (0: none).
+    uint32_t window_wanted[SCALE_WINDOW_SLOTS];
+    uint64_t window_slot_of[SCALE_WINDOW_SLOTS];
 } scale_pool;
 
 // Decides for pool from the broker's view of it (info, one of st's pools; st: the signal's idle
 // time, idle_s < 0 when no trainer ever pulled, its headroom and bounds) at now_ms. Returns 1 and
 // writes *to and why (a sentence) when the pool should change, 0 when it stays (why then says
-// why, for the debug log). Updates pool's record of the readings below its count (for
-// --down-window); borrows everything.
+// why, for the debug log). Records the broker's count in pool's window (for --down-window);
+// borrows everything.
 int scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *info,
                  const stoker_status *st, uint64_t now_ms, uint32_t *to, char *why, size_t why_len);
 
