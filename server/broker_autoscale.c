@@ -14,11 +14,18 @@
 #define AUTOSCALE_SCALED_MAX 1000000 // most producers a SCALED report may name
 
 // One sample into m's EWMAs: `examples` made (or taken) over `active_ms`, the part of the span_ms
-// sample in which it was at work (a producer making, a trainer not waiting for data).
+// sample in which it was at work (a producer making, a trainer not waiting for data). A meter's
+// first sample is provisional and the second replaces it: what came before the first (a
+// producer's start, its first chunks made but not yet accepted; a trainer's connection) is no
+// steady rate, and blended into the EWMAs it read new producers' supply 25-40 % low for tens of
+// seconds (bench.py --only autoscale: 48 examples/s per producer fell to 37 after a step up,
+// and the controller overshot by the difference). It stays when no second comes (a producer
+// that filled its queues at once and is held since: its start is all there is to go by).
 static void
 meter_add(autoscale_meter *m, double examples, double active_ms, uint64_t span_ms, double tau_ms)
 {
-    if (!m->sampled) {
+    if (!m->sampled || m->provisional) {
+        m->provisional = !m->sampled;
         m->ewma_count = examples;
         m->ewma_ms = active_ms;
         m->sampled = 1;
@@ -29,26 +36,6 @@ meter_add(autoscale_meter *m, double examples, double active_ms, uint64_t span_m
     m->ewma_ms += alpha * (active_ms - m->ewma_ms);
 }
 
-// The counters at a meter's first sample are only its baseline: what came before (a producer's
-// start, its first chunks made but not yet accepted; a trainer's connection) is no steady rate,
-// and counted into the EWMAs it read new producers' supply 25-40 % low for tens of seconds
-// (bench.py --only autoscale: 48 examples/s per producer fell to 37 after a step up, and the
-// controller overshot by the difference). Returns 1 for a first sample.
-static int
-meter_baseline(autoscale_meter *m, uint64_t count, uint64_t busy_ms, uint64_t make_us,
-               uint64_t wait_said_ms)
-{
-    int first = !m->based;
-    if (first) {
-        m->based = 1;
-        m->last_count = count;
-        m->last_busy_ms = busy_ms;
-        m->last_make_us = make_us;
-        m->last_wait_said_ms = wait_said_ms;
-    }
-    return first;
-}
-
 // A producer that says its making time (Push.make_us): the examples accepted over the time it
 // spent making (exact whatever held it: full queues, a full retention buffer, a slow network).
 static void
@@ -56,10 +43,12 @@ producer_sample_made(autoscale_meter *m, uint64_t count, uint64_t make_us, uint6
 {
     double examples = (double)(count - m->last_count);
     double made_ms = (double)(make_us - m->last_make_us) / 1000.0;
+    if (made_ms <= 0)
+        return; // no making time said (held throughout, or chunks made within a microsecond):
+                // what it pushed counts with the next sample that has some
     m->last_count = count;
     m->last_make_us = make_us;
-    if (made_ms > 0) // otherwise it made nothing (held throughout): no word on its rate
-        meter_add(m, examples, made_ms, span_ms, AUTOSCALE_SUPPLY_TAU_MS);
+    meter_add(m, examples, made_ms, span_ms, AUTOSCALE_SUPPLY_TAU_MS);
 }
 
 // A producer that does not say its making time: the examples accepted over the time its pushes
@@ -147,9 +136,8 @@ autoscale_tick(broker *b, uint64_t now_ms)
     b->autoscale_sample_ms = now_ms;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
-        if (p->status != STOKER_PRODUCER_ALIVE ||
-            meter_baseline(&p->meter, p->accepted, p->meter.busy_ms, p->make_us, 0))
-            continue;
+        if (p->status != STOKER_PRODUCER_ALIVE || p->accepted == 0)
+            continue; // no push of it in yet: no word on its rate
         if (p->make_us > 0)
             producer_sample_made(&p->meter, p->accepted, p->make_us, span);
         else
@@ -160,13 +148,12 @@ autoscale_tick(broker *b, uint64_t now_ms)
         if (trainer_examples(t) != t->meter.last_count)
             b->last_pull_ms = now_ms;
         if (t->connected) {
-            if (!meter_baseline(&t->meter, trainer_examples(t), t->meter.busy_ms, 0,
-                                t->data_wait_ms))
-                trainer_sample(&t->meter, trainer_examples(t), t->data_wait_ms, span);
-        } else { // a trainer gone demands nothing; back, it starts afresh from a baseline
+            trainer_sample(&t->meter, trainer_examples(t), t->data_wait_ms, span);
+        } else { // a trainer gone demands nothing; back, it starts afresh
             t->meter.sampled = 0;
-            t->meter.based = 0;
             t->meter.last_count = trainer_examples(t);
+            t->meter.last_busy_ms = t->meter.busy_ms;
+            t->meter.last_wait_said_ms = t->data_wait_ms;
         }
     }
 }

@@ -32,7 +32,7 @@ typedef struct autoscale_meter {
     uint64_t last_count;        // examples (accepted / sent) at the latest sample
     uint64_t last_busy_ms;      // busy_ms at the latest sample
     double ewma_count, ewma_ms; // smoothed examples per sample and ms counted per sample
-    int based;                  // the last_* counters hold a baseline (a first sample)
+    int provisional;            // the EWMAs hold only the first sample: the next replaces it
     int sampled;                // the EWMAs hold at least one sample
     uint64_t last_make_us;      // producer: its making time at the latest sample
     uint64_t last_wait_said_ms; // trainer: its data wait as its pulls said, at the latest sample
