@@ -1216,8 +1216,11 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
     count the rule asks. rule "stoker": stoker-scale's exec engine writes the count to a file;
     rule "cpu": what a CPU-utilisation autoscaler (Kubernetes' HPA) computes, desired =
     ceil(n x mean CPU / target), a 10 % tolerance, from the producers' CPU time in /proc, with
-    the same interval, cool-down, step and bounds. Returns the timeline of counts and the
-    trainer's per-second stats."""
+    the same interval, cool-down, step, down-window and bounds. Returns the timeline of counts,
+    the trainer's per-second stats and the broker's signal read once a second (also printed to
+    stderr, a line a second: t, count, demand, supply per producer, wanted)."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import stoker  # noqa: E402 (the Python package of this tree, for the Status request)
     url = endpoint("ipc", tmp, f"autoscale-{tag}")
     rate_file, stats = os.path.join(tmp, f"{tag}.rate"), os.path.join(tmp, f"{tag}.stats")
     count_file = os.path.join(tmp, f"{tag}.count")
@@ -1229,9 +1232,23 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
     with open(script, "w") as f:
         f.write(f'#!/bin/sh\necho "$1" > {count_file}.tmp && mv {count_file}.tmp {count_file}\n')
     os.chmod(script, 0o755)
-    timeline, producers = [], []
+    timeline, producers, signal_rows = [], [], []
     with Procs() as procs:
         start_broker(procs, url, "--autoscale-max", str(knobs["max"]))
+
+        def read_signal(t):
+            try:
+                pools = stoker.status(url, timeout=2.0)["autoscale"]["pools"]
+            except Exception as e:  # a missed reading is a gap, not a failed run
+                print(f"autoscale {tag} {t:6.1f}s: no signal: {e}", file=sys.stderr)
+                return
+            for p in pools:
+                row = {"t": round(t, 1), "count": len(producers), "demand": p["demand"],
+                       "supply": p["supply_per_producer"], "wanted": p["wanted"]}
+                signal_rows.append(row)
+                print(f"autoscale {tag} {t:6.1f}s: n={row['count']:2d} demand="
+                      f"{row['demand']:7.1f} supply={row['supply']:5.1f} wanted={row['wanted']:2d}",
+                      file=sys.stderr, flush=True)
 
         def reconcile(t):
             want = int(open(count_file).read())
@@ -1253,9 +1270,11 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
         if rule == "stoker":
             procs.start([SCALE, "--broker", url, "--exec-cmd", script, "--interval",
                          str(knobs["interval"]), "--cooldown", str(knobs["cooldown"]),
-                         "--max-step", str(knobs["step"]), "--min", "1", "--max",
+                         "--max-step", str(knobs["step"]), "--down-window",
+                         str(knobs["down_window"]), "--min", "1", "--max",
                          str(knobs["max"]), "--log-level", "error"], stdout=subprocess.DEVNULL)
-        stepped, last_rule, last_change, cpu_prev = False, 0.0, -1e9, None
+        stepped, last_rule, last_change, cpu_prev, last_read = False, 0.0, -1e9, None, 0.0
+        recent = []  # the CPU rule's recommendations over its down-window: (t, desired)
         while True:
             t = time.monotonic() - t_start
             if t >= before_s + after_s:
@@ -1271,6 +1290,12 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
                     n = len(producers)
                     desired = n if abs(util / knobs["cpu_target"] - 1) <= 0.1 else \
                         max(1, min(knobs["max"], -(-n * util // knobs["cpu_target"])))
+                    # Down only to the most recommended over the window (the HPA's
+                    # scale-down stabilization, as stoker-scale's --down-window).
+                    recent = [(at, d) for at, d in recent if at > t - knobs["down_window"]]
+                    recent.append((t, desired))
+                    if desired < n:
+                        desired = max(d for _, d in recent)
                     desired = int(max(n - knobs["step"], min(n + knobs["step"], desired)))
                     if desired != n and t - last_change >= knobs["cooldown"]:
                         with open(count_file, "w") as f:
@@ -1279,15 +1304,22 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
                 cpu_prev = (cpu, t, len(producers))
                 last_rule = t
             reconcile(t)
+            if t - last_read >= 1.0:
+                read_signal(t)
+                last_read = t
             time.sleep(0.2)
     with open(stats) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return timeline, rows
+    return timeline, rows, signal_rows
 
 
 def autoscale_figures(timeline, rows, before_s, after_s, r2, cost):
     """Settling (the last change after the step), producers used / the minimum that keeps the
-    trainer fed (ceil(r2 x cost)), data wait after settling, and the changes of direction."""
+    trainer fed, data wait after settling, and the changes of direction. The minimum twice: from
+    the producers' nominal cost, ceil(r2 x cost), and from their rate as measured on this run by
+    the trainer (the median, over the seconds after the step in which it was starved, waiting
+    over 90 %, of the examples it took per second per producer running: all of them flat out,
+    so their real rate with the machine's load, which the nominal cost does not know)."""
     need = -(-r2 * cost // 1)
     after = [(t, n) for t, n in timeline if t >= before_s]
     settle_t = after[-1][0] if after else before_s
@@ -1299,8 +1331,20 @@ def autoscale_figures(timeline, rows, before_s, after_s, r2, cost):
     wait = sum(r["waited"] for r in tail) / max(1e-9, sum(r["span"] for r in tail))
     moves = [b[1] - a[1] for a, b in zip(timeline, timeline[1:]) if b[0] >= before_s]
     turns = sum(1 for a, b in zip(moves, moves[1:]) if (a > 0) != (b > 0))
+    t0 = end_at - (before_s + after_s)  # the bench's time 0 on the trainer's clock
+
+    def count_at(t):
+        return [n for at, n in timeline if at <= t][-1]
+
+    starved = [r["taken"] / r["span"] / count_at(r["at"] - t0 - r["span"]) for r in rows
+               if r["at"] - r["span"] - t0 >= before_s and r["waited"] > 0.9 * r["span"]
+               and count_at(r["at"] - t0 - r["span"]) == count_at(r["at"] - t0)]
+    per_producer = statistics.median(starved) if starved else float("nan")
+    need_measured = -(-r2 // per_producer) if starved else float("nan")
     return {"settle_s": settle_t - before_s, "used": used, "need": need,
-            "used_over_need": used / need, "wait_after": wait, "turns_after_step": turns,
+            "used_over_need": used / need, "per_producer_measured": per_producer,
+            "need_measured": need_measured, "used_over_need_measured": used / need_measured,
+            "wait_after": wait, "turns_after_step": turns,
             "tail_s": sum(r["span"] for r in tail)}
 
 
@@ -1311,13 +1355,16 @@ def bench_autoscale(opts, tmp):
     autoscaler on the producers' CPU % (target 70 %), same workload, one after the other."""
     r1, r2, cost = 100, 250, 0.02
     before_s, after_s = (20, 60) if opts.quick else (30, 180)
-    knobs = {"interval": 1, "cooldown": 5, "step": 4, "max": 12, "batch": 25, "cpu_target": 0.7}
+    knobs = {"interval": 1, "cooldown": 5, "step": 4, "down_window": 10, "max": 12, "batch": 25,
+             "cpu_target": 0.7}
     res = {"r1": r1, "r2": r2, "cost": cost, "knobs": knobs, "before_s": before_s,
            "after_s": after_s, "rows": []}
     for rule, secs in (("stoker", after_s), ("cpu", min(after_s, 90))):
-        timeline, rows = autoscale_run(tmp, rule, rule, r1, r2, cost, before_s, secs, knobs)
+        timeline, rows, signal_rows = autoscale_run(tmp, rule, rule, r1, r2, cost, before_s,
+                                                    secs, knobs)
         f = autoscale_figures(timeline, rows, before_s, secs, r2, cost)
-        res[rule] = {"timeline": timeline, "figures": f}
+        res[rule] = {"timeline": timeline, "figures": f, "signal": signal_rows,
+                     "trainer": rows}
         name = "stoker-scale" if rule == "stoker" else "CPU-% rule"
         res["rows"] += [
             (f"autoscale {name}: seconds to settle after the step", f["settle_s"], "< 60",
@@ -1325,6 +1372,11 @@ def bench_autoscale(opts, tmp):
             (f"autoscale {name}: producers used / minimum ({f['used']}/{f['need']:.0f})",
              f["used_over_need"], "<= 1.25",
              f["used_over_need"] <= 1.25 if rule == "stoker" else None),
+            (f"autoscale {name}: used / minimum at the measured rate "
+             f"({f['used']}/{f['need_measured']:.0f})", f["used_over_need_measured"], "<= 1.25",
+             f["used_over_need_measured"] <= 1.25 if rule == "stoker" else None),
+            (f"autoscale {name}: examples/s per producer measured (nominal {1 / cost:.0f})",
+             f["per_producer_measured"], "(figure)", None),
             (f"autoscale {name}: data wait after settling", f["wait_after"], "< 0.02",
              f["wait_after"] < 0.02 if rule == "stoker" else None)]
         if rule == "stoker":

@@ -66,6 +66,14 @@ static const stoker_cli_option rows[] = {
      AT(cfg.cooldown_ms), .dmin = 0, .dmax = 86400},
     {"max-step", "N", "producers added or removed by one decision", STOKER_CLI_UINT,
      AT(cfg.max_step), .imin = 1, .imax = 100000},
+    {"tolerance", "F",
+     "hold while the producers there meet the demand and give its\n"
+     "x headroom within this share (0: follow the broker's count)",
+     STOKER_CLI_NUMBER, AT(cfg.tolerance), .dmin = 0, .dmax = 1},
+    {"down-window", "S",
+     "step down only once the broker has wanted fewer for this long,\n"
+     "to the most it wanted meanwhile",
+     STOKER_CLI_SECONDS_MS, AT(cfg.down_window_ms), .dmin = 0, .dmax = 86400},
     {"min", "N", "fewest producers (default: the broker's --autoscale-min)", STOKER_CLI_UINT,
      AT(cfg.min), .imin = 0, .imax = 100000},
     {"max", "N", "most producers (default: the broker's --autoscale-max)", STOKER_CLI_UINT,
@@ -155,8 +163,7 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         uint32_t to;
         char why[512];
         uint64_t now = stoker_now_ms();
-        if (!scale_decide(&o->cfg, p, info, st->idle_s, st->autoscale_min, st->autoscale_max, now,
-                          &to, why, sizeof(why))) {
+        if (!scale_decide(&o->cfg, p, info, st, now, &to, why, sizeof(why))) {
             stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
             continue;
         }
@@ -193,7 +200,11 @@ main(int argc, char **argv)
                        .swarm = {.socket_path = "/var/run/docker.sock", .timeout_ms = 10000}};
     stoker_client_options_init(&o.client);
     slurm_engine_init(&o.slurm);
-    o.cfg = (scale_config){.cooldown_ms = 30000, .max_step = 2, .idle_ms = 300000};
+    o.cfg = (scale_config){.cooldown_ms = 30000,
+                           .max_step = 2,
+                           .idle_ms = 300000,
+                           .tolerance = 0.1,
+                           .down_window_ms = 30000};
     stoker_cli cli;
     stoker_cli_init(&cli, "stoker-scale",
                     "--broker URL (--exec-cmd CMD | --engine swarm --service NAME --pool NAME | "

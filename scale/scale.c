@@ -1,5 +1,6 @@
 // stoker-scale's decisions and its exec engine (scale.h).
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -13,13 +14,52 @@
 
 extern char **environ;
 
-int
-scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_info *info,
-             double idle_s, uint32_t broker_min, uint32_t broker_max, uint64_t now_ms, uint32_t *to,
-             char *why, size_t why_len)
+// The producers there meet the demand and give demand x headroom within cfg->tolerance (as
+// Kubernetes' HPA holds a ratio within 10 % of its target): no change.
+static int
+within_tolerance(const scale_config *cfg, const scale_pool *pool, const stoker_pool_info *info,
+                 double headroom)
 {
-    uint32_t lo = cfg->has_min ? cfg->min : broker_min;
-    uint32_t hi = cfg->has_max ? cfg->max : broker_max;
+    if (cfg->tolerance <= 0 || info->supply <= 0 || info->demand <= 0 || pool->current == 0)
+        return 0;
+    double meet = ceil(info->demand / info->supply - 1e-9);
+    double ratio = info->demand * headroom / info->supply;
+    return pool->current >= meet && fabs(ratio / pool->current - 1.0) <= cfg->tolerance;
+}
+
+// Records the broker's count `wanted` at now_ms in pool's window; returns the most it wanted
+// over the last cfg->down_window_ms (wanted itself when the window is 0).
+static uint32_t
+window_record(const scale_config *cfg, scale_pool *pool, uint32_t wanted, uint64_t now_ms)
+{
+    if (cfg->down_window_ms == 0)
+        return wanted;
+    uint64_t slot_ms = cfg->down_window_ms / SCALE_WINDOW_SLOTS;
+    if (slot_ms == 0)
+        slot_ms = 1;
+    uint64_t k = now_ms / slot_ms;
+    uint32_t i = (uint32_t)(k % SCALE_WINDOW_SLOTS);
+    if (pool->window_slot_of[i] != k + 1) {
+        pool->window_slot_of[i] = k + 1;
+        pool->window_wanted[i] = wanted;
+    } else if (wanted > pool->window_wanted[i]) {
+        pool->window_wanted[i] = wanted;
+    }
+    uint32_t most = wanted;
+    for (uint32_t j = 0; j < SCALE_WINDOW_SLOTS; j++)
+        if (pool->window_slot_of[j] != 0 && pool->window_slot_of[j] + SCALE_WINDOW_SLOTS > k + 1 &&
+            pool->window_wanted[j] > most)
+            most = pool->window_wanted[j];
+    return most;
+}
+
+int
+scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *info,
+             const stoker_status *st, uint64_t now_ms, uint32_t *to, char *why, size_t why_len)
+{
+    uint32_t lo = cfg->has_min ? cfg->min : st->autoscale_min;
+    uint32_t hi = cfg->has_max ? cfg->max : st->autoscale_max;
+    double idle_s = st->idle_s;
     if (hi < lo)
         hi = lo;
     uint32_t target;
@@ -45,6 +85,23 @@ scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_
     } else {
         target = info->wanted;
         snprintf(why, why_len, "broker: %s", info->why);
+        uint32_t most = window_record(cfg, pool, target, now_ms);
+        if (target != pool->current && within_tolerance(cfg, pool, info, st->autoscale_headroom)) {
+            size_t n = strlen(why);
+            snprintf(why + n, why_len - n, "; the %u there are within --tolerance %.2f of it: hold",
+                     pool->current, cfg->tolerance);
+            return 0;
+        }
+        if (target < pool->current && most > target) {
+            // Down only to the most the broker wanted over the window (as Kubernetes' HPA
+            // stabilizes scale-down): one reading low is no reason to starve the trainer.
+            size_t n = strlen(why);
+            snprintf(why + n, why_len - n, "; it wanted %u within --down-window %.0f s", most,
+                     (double)cfg->down_window_ms / 1000.0);
+            if (most >= pool->current)
+                return 0;
+            target = most;
+        }
     }
     if (target < lo)
         target = lo;

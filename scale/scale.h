@@ -14,21 +14,35 @@ typedef struct scale_config {
     uint32_t min, max;    // bounds (defaults: the broker's --autoscale-min/--autoscale-max)
     int has_min, has_max;
     uint32_t idle_ms; // no trainer pulled for this long: the minimum
+    // The producers there stay while they give demand x headroom within this share (and at least
+    // meet the demand), whatever the broker's count: a signal near the middle between two counts
+    // otherwise flips between them with its noise.
+    double tolerance;
+    // A step down waits until the broker has wanted fewer for this long, and goes to the most it
+    // wanted meanwhile (0: at once).
+    uint32_t down_window_ms;
 } scale_config;
+
+#define SCALE_WINDOW_SLOTS 32
 
 // One pool as the controller sees it between decisions.
 typedef struct scale_pool {
     char name[STOKER_NAME_MAX];
     uint32_t current;        // what it last scaled to (at first: the producers the broker sees)
     uint64_t last_change_ms; // 0: never changed
+    // The broker's counts over the last --down-window: the most per slot of a 32nd of it,
+    // slot_of[i] the slot number (time / slot length) + 1 that wanted[i] holds (0: none).
+    uint32_t window_wanted[SCALE_WINDOW_SLOTS];
+    uint64_t window_slot_of[SCALE_WINDOW_SLOTS];
 } scale_pool;
 
-// Decides for pool from the broker's view of it (info) and the signal's idle time (idle_s < 0:
-// no trainer ever pulled) at now_ms. Returns 1 and writes *to and why (a sentence) when the
-// pool should change, 0 when it stays (why then says why, for the debug log).
-int scale_decide(const scale_config *cfg, const scale_pool *pool, const stoker_pool_info *info,
-                 double idle_s, uint32_t broker_min, uint32_t broker_max, uint64_t now_ms,
-                 uint32_t *to, char *why, size_t why_len);
+// Decides for pool from the broker's view of it (info, one of st's pools; st: the signal's idle
+// time, idle_s < 0 when no trainer ever pulled, its headroom and bounds) at now_ms. Returns 1 and
+// writes *to and why (a sentence) when the pool should change, 0 when it stays (why then says
+// why, for the debug log). Records the broker's count in pool's window (for --down-window);
+// borrows everything.
+int scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *info,
+                 const stoker_status *st, uint64_t now_ms, uint32_t *to, char *why, size_t why_len);
 
 // Runs `/bin/sh -c 'CMD "$STOKER_WANTED"'`-like: CMD with the count as its last argument and
 // STOKER_WANTED, STOKER_POOL in its environment, and waits up to timeout_ms for it. Returns 0

@@ -13,57 +13,80 @@
 #define POOLS_MAX            64 // pools named in the signal; producers of further pools are not counted
 #define AUTOSCALE_SCALED_MAX 1000000 // most producers a SCALED report may name
 
-// One sample into m's EWMAs: the examples counted over span_ms and the part of span_ms that was
-// not busy (at least 1 - AUTOSCALE_WAIT_CAP of it). skip_held: a sample busy nearly throughout
-// that counted nothing is left out (a producer held by full queues shows no rate).
+// One sample into m's EWMAs: `examples` made (or taken) over `active_ms`, the part of the span_ms
+// sample in which it was at work (a producer making, a trainer not waiting for data). A meter's
+// first sample is provisional and the second replaces it: what came before the first (a
+// producer's start, its first chunks made but not yet accepted; a trainer's connection) is no
+// steady rate, and blended into the EWMAs it read new producers' supply 25-40 % low for tens of
+// seconds (bench.py --only autoscale: 48 examples/s per producer fell to 37 after a step up,
+// and the controller overshot by the difference). It stays when no second comes (a producer
+// that filled its queues at once and is held since: its start is all there is to go by).
 static void
-meter_sample(autoscale_meter *m, uint64_t count, uint64_t span_ms, int skip_held)
+meter_add(autoscale_meter *m, double examples, double active_ms, uint64_t span_ms, double tau_ms)
 {
-    uint64_t examples = count - m->last_count;
-    uint64_t busy = m->busy_ms - m->last_busy_ms;
-    if (busy > span_ms)
-        busy = span_ms;
-    if (skip_held && examples == 0 && busy * 10 >= span_ms * 9) {
-        // Held all along: this sample says nothing of its rate (a producer waiting for room).
-        m->last_busy_ms = m->busy_ms;
-        return;
-    }
-    double free_ms = (double)(span_ms - busy);
-    if (free_ms < (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms)
-        free_ms = (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms;
-    m->last_count = count;
-    m->last_busy_ms = m->busy_ms;
-    if (!m->sampled) {
-        m->ewma_count = (double)examples;
-        m->ewma_ms = free_ms;
+    if (!m->sampled || m->provisional) {
+        m->provisional = !m->sampled;
+        m->ewma_count = examples;
+        m->ewma_ms = active_ms;
         m->sampled = 1;
         return;
     }
-    double alpha = 1.0 - exp(-(double)span_ms / AUTOSCALE_TAU_MS);
-    m->ewma_count += alpha * ((double)examples - m->ewma_count);
-    m->ewma_ms += alpha * (free_ms - m->ewma_ms);
+    double alpha = 1.0 - exp(-(double)span_ms / tau_ms);
+    m->ewma_count += alpha * (examples - m->ewma_count);
+    m->ewma_ms += alpha * (active_ms - m->ewma_ms);
 }
 
-// One sample of a producer that says its making time: the examples accepted over the time it
+// A producer that says its making time (Push.make_us): the examples accepted over the time it
 // spent making (exact whatever held it: full queues, a full retention buffer, a slow network).
 static void
-meter_sample_made(autoscale_meter *m, uint64_t count, uint64_t make_us, uint64_t span_ms)
+producer_sample_made(autoscale_meter *m, uint64_t count, uint64_t make_us, uint64_t span_ms)
 {
     double examples = (double)(count - m->last_count);
     double made_ms = (double)(make_us - m->last_make_us) / 1000.0;
+    if (made_ms <= 0)
+        return; // no making time said (held throughout, or chunks made within a microsecond):
+                // what it pushed counts with the next sample that has some
     m->last_count = count;
     m->last_make_us = make_us;
-    if (made_ms <= 0)
-        return; // it made nothing (held throughout): no word on its rate
-    if (!m->sampled) {
-        m->ewma_count = examples;
-        m->ewma_ms = made_ms;
-        m->sampled = 1;
+    meter_add(m, examples, made_ms, span_ms, AUTOSCALE_SUPPLY_TAU_MS);
+}
+
+// A producer that does not say its making time: the examples accepted over the time its pushes
+// were not held by full queues. A sample held nearly throughout that counted nothing is left
+// out (a producer waiting for room shows no rate).
+static void
+producer_sample_held(autoscale_meter *m, uint64_t count, uint64_t span_ms)
+{
+    uint64_t examples = count - m->last_count;
+    uint64_t held = m->busy_ms - m->last_busy_ms;
+    m->last_busy_ms = m->busy_ms;
+    if (held > span_ms)
+        held = span_ms;
+    if (examples == 0 && held * 10 >= span_ms * 9)
         return;
-    }
-    double alpha = 1.0 - exp(-(double)span_ms / AUTOSCALE_TAU_MS);
-    m->ewma_count += alpha * (examples - m->ewma_count);
-    m->ewma_ms += alpha * (made_ms - m->ewma_ms);
+    m->last_count = count;
+    meter_add(m, (double)examples, (double)(span_ms - held), span_ms, AUTOSCALE_SUPPLY_TAU_MS);
+}
+
+// A trainer: demand = the examples it took / the time its caller did not wait for data, that
+// is its rate / (1 - its wait share). The wait is what its pulls say its caller waited
+// (Pull.data_wait_ms); a prefetched pull parked here while the caller trains on an earlier
+// batch is no wait (counted as one, it made demand read 10-40 % high when the producers just
+// kept up). A trainer that took nothing this sample says nothing new: then the time a pull of it
+// sat parked here (busy_ms). The wait counts at most AUTOSCALE_WAIT_CAP of the span.
+static void
+trainer_sample(autoscale_meter *m, uint64_t count, uint64_t wait_said_ms, uint64_t span_ms)
+{
+    uint64_t examples = count - m->last_count;
+    uint64_t said = wait_said_ms > m->last_wait_said_ms ? wait_said_ms - m->last_wait_said_ms : 0;
+    uint64_t waited = examples > 0 ? said : m->busy_ms - m->last_busy_ms;
+    m->last_count = count;
+    m->last_busy_ms = m->busy_ms;
+    m->last_wait_said_ms = wait_said_ms;
+    double free_ms = (double)(waited < span_ms ? span_ms - waited : 0);
+    if (free_ms < (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms)
+        free_ms = (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms;
+    meter_add(m, (double)examples, free_ms, span_ms, AUTOSCALE_DEMAND_TAU_MS);
 }
 
 // Examples per second of m's smoothed samples; 0 before any.
@@ -113,28 +136,19 @@ autoscale_tick(broker *b, uint64_t now_ms)
     b->autoscale_sample_ms = now_ms;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
-        if (p->status == STOKER_PRODUCER_ALIVE && p->make_us > 0)
-            meter_sample_made(&p->meter, p->accepted, p->make_us, span);
-        else if (p->status == STOKER_PRODUCER_ALIVE) // one that does not say: time not held
-            meter_sample(&p->meter, p->accepted, span, 1);
+        if (p->status != STOKER_PRODUCER_ALIVE || p->accepted == 0)
+            continue; // no push of it in yet: no word on its rate
+        if (p->make_us > 0)
+            producer_sample_made(&p->meter, p->accepted, p->make_us, span);
+        else
+            producer_sample_held(&p->meter, p->accepted, span);
     }
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         trainer *t = b->trainers[i];
         if (trainer_examples(t) != t->meter.last_count)
             b->last_pull_ms = now_ms;
         if (t->connected) {
-            // Its wait is what its caller waited, as its pulls say (Pull.data_wait_ms): a
-            // prefetched pull parked here while the caller trains on an earlier batch is no
-            // wait (counted as one, it made demand read 10-40 % high when the producers just
-            // kept up). A trainer that took nothing this sample says nothing new: then the time
-            // a pull of it was parked.
-            uint64_t said = t->data_wait_ms >= t->meter.last_wait_said_ms
-                                ? t->data_wait_ms - t->meter.last_wait_said_ms
-                                : 0;
-            t->meter.last_wait_said_ms = t->data_wait_ms;
-            if (trainer_examples(t) != t->meter.last_count)
-                t->meter.busy_ms = t->meter.last_busy_ms + said;
-            meter_sample(&t->meter, trainer_examples(t), span, 0);
+            trainer_sample(&t->meter, trainer_examples(t), t->data_wait_ms, span);
         } else { // a trainer gone demands nothing; back, it starts afresh
             t->meter.sampled = 0;
             t->meter.last_count = trainer_examples(t);
@@ -168,11 +182,19 @@ decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, i
         snprintf(d->why, sizeof(d->why), "no producer's rate measured yet: keep the %u there",
                  s->current);
     } else {
-        want = ceil(demand * c->autoscale_headroom / d->supply - 1e-9);
+        // The headroom to the nearest producer, and never fewer than meet the demand: a ceil
+        // of demand x headroom / supply adds a whole producer for a hair of noise when that sits
+        // near a whole number (250/s at 49.7 per producer wants 6.04: 7, 1.4x the 5 needed).
+        double ratio = demand * c->autoscale_headroom / d->supply;
+        double meet = ceil(demand / d->supply - 1e-9);
+        want = floor(ratio + 0.5);
+        if (want < meet)
+            want = meet;
         snprintf(d->why, sizeof(d->why),
                  "trainers would take %.1f examples/s, one producer makes %.1f: %.1f x %.2f / "
-                 "%.1f = %.0f",
-                 demand, d->supply, demand, c->autoscale_headroom, d->supply, want);
+                 "%.1f = %.2f, to the nearest producer and at least the %.0f that meet the "
+                 "demand: %.0f",
+                 demand, d->supply, demand, c->autoscale_headroom, d->supply, ratio, meet, want);
     }
     if (want < c->autoscale_min)
         want = c->autoscale_min;

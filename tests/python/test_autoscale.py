@@ -97,6 +97,10 @@ def test_wanted_follows_rate_and_cost():
         for wanted, demand, supply, why in seen:
             assert abs(wanted - expect) <= 1, (expect, seen)
             assert p["current"] == 4 and "examples/s" in why, p
+            # A trainer paced at `rate` and fed: its demand is its rate (within 15 %), not its
+            # rate inflated by the waits of its own pacing; one producer makes 1 / cost.
+            assert abs(demand - rate) <= 0.15 * rate, (rate, seen)
+            assert 0.8 / cost <= supply <= 1.05 / cost, (cost, seen)
         # Every view carries it: /metrics and the Status request.
         metrics = b.get("/metrics")
         assert 'stoker_producers_wanted{pool="aug"} ' in metrics, metrics
@@ -105,6 +109,32 @@ def test_wanted_follows_rate_and_cost():
         st = stoker.status(b.url)
         assert st["autoscale"]["headroom"] == headroom, st["autoscale"]
         assert [p["pool"] for p in st["autoscale"]["pools"]] == ["aug"], st["autoscale"]
+
+
+def test_new_producers_do_not_read_slow():
+    # A starved trainer keeps every producer flat out; producers started later are measured from
+    # their second sample on: their start (the first chunks made but not yet accepted) read them
+    # 25-40 % slow for tens of seconds, and the controller overshot by as much.
+    cost = 0.01
+    with Broker() as b:
+        b.producer("first", "--delay", str(cost))
+        b.trainer(1000, 20)
+        time.sleep(8)
+        before = b.pools()["default"]["supply_per_producer"]
+        for i in range(3):
+            b.producer("later-%d" % i, "--delay", str(cost))
+        after = []
+        for _ in range(8):
+            time.sleep(1)
+            p = b.pools()["default"]
+            after.append((p["current"], p["supply_per_producer"]))
+        print("supply before %.1f, after %s" % (before, after))
+        assert 0.8 / cost <= before <= 1.05 / cost, before
+        assert after[-1][0] == 4, after
+        assert all(s >= 0.88 * before for _, s in after), (before, after)
+        # Starved, the trainer says "more", at most 4 times what it takes now.
+        p = b.pools()["default"]
+        assert p["demand"] <= 4.05 * 4 / cost, p
 
 
 def test_fast_producers_and_no_trainer_want_the_minimum():

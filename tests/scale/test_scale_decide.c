@@ -1,0 +1,129 @@
+// stoker-scale's decision rule (scale.h) on signals written out: a count within the tolerance
+// of demand x headroom holds (the bench's late flips between 6 and 7 producers as the supply
+// read 46 or 47 examples/s), one that does not meet the demand moves whatever the tolerance,
+// and the cool-down and the bounded step still apply.
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "scale.h"
+
+static stoker_status
+signal_of(double headroom)
+{
+    stoker_status st;
+    memset(&st, 0, sizeof(st));
+    st.autoscale_headroom = headroom;
+    st.autoscale_min = 1;
+    st.autoscale_max = 64;
+    st.idle_s = 0.2;
+    return st;
+}
+
+static stoker_pool_info
+pool_info(double demand, double supply, uint32_t wanted)
+{
+    stoker_pool_info info;
+    memset(&info, 0, sizeof(info));
+    snprintf(info.name, sizeof(info.name), "aug");
+    info.demand = demand;
+    info.supply = supply;
+    info.wanted = wanted;
+    snprintf(info.why, sizeof(info.why), "test");
+    return info;
+}
+
+static const scale_config cfg = {
+    .cooldown_ms = 5000, .max_step = 4, .idle_ms = 300000, .tolerance = 0.1};
+
+Test(scale_decide, a_count_within_the_tolerance_holds)
+{
+    stoker_status st = signal_of(1.2);
+    // 250/s at 46 per producer: 250 x 1.2 / 46 = 6.52, the broker says 7; 6 meet the demand
+    // (276/s) and 6.52 is within 10 % of 6.
+    stoker_pool_info info = pool_info(250, 46, 7);
+    scale_pool pool = {.current = 6, .last_change_ms = 1000};
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 0, "%s", why);
+    cr_assert(strstr(why, "within --tolerance") != NULL, "%s", why);
+    // From 7 to the broker's 6 (250 x 1.2 / 49 = 6.12, 13 % under 7): down.
+    info = pool_info(250, 49, 6);
+    pool.current = 7;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 6);
+}
+
+Test(scale_decide, no_tolerance_follows_the_broker)
+{
+    stoker_status st = signal_of(1.2);
+    stoker_pool_info info = pool_info(250, 46, 7);
+    scale_pool pool = {.current = 6};
+    scale_config exact = cfg;
+    exact.tolerance = 0;
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&exact, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1);
+    cr_assert_eq(to, 7);
+}
+
+Test(scale_decide, a_count_short_of_the_demand_moves_whatever_the_tolerance)
+{
+    stoker_status st = signal_of(1.2);
+    // 250/s at 49: 5 make 245, short; 250 x 1.2 / 49 = 6.12 is within 30 % of 5, yet up.
+    stoker_pool_info info = pool_info(250, 49, 6);
+    scale_pool pool = {.current = 5};
+    scale_config wide = cfg;
+    wide.tolerance = 0.3;
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&wide, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s",
+                 why);
+    cr_assert_eq(to, 6);
+}
+
+Test(scale_decide, cooldown_and_step_bound_a_change)
+{
+    stoker_status st = signal_of(1.2);
+    stoker_pool_info info = pool_info(1000, 50, 24);
+    scale_pool pool = {.current = 4, .last_change_ms = 58000};
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 0);
+    cr_assert(strstr(why, "cooling down") != NULL, "%s", why);
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 63000, &to, why, sizeof(why)), 1);
+    cr_assert_eq(to, 8, "a step of at most 4: %u", to);
+}
+
+Test(scale_decide, a_step_down_goes_to_the_most_wanted_over_the_window)
+{
+    stoker_status st = signal_of(1.2);
+    scale_config win = cfg;
+    win.down_window_ms = 20000;
+    scale_pool pool = {.current = 9, .last_change_ms = 1000};
+    uint32_t to = 0;
+    char why[512];
+    // 250 x 1.2 / 48 = 6.25: 9 are too many whatever the broker's count below.
+    stoker_pool_info info = pool_info(250, 48, 9);
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 10000, &to, why, sizeof(why)), 0);
+    info.wanted = 8; // 9 wanted 10 s ago: hold
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 20000, &to, why, sizeof(why)), 0, "%s", why);
+    cr_assert(strstr(why, "it wanted 9 within --down-window 20 s") != NULL, "%s", why);
+    info.wanted = 7; // the 9 is out of the window, the 8 in it: down to 8
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 30000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 8, "the most wanted over the window: %u (%s)", to, why);
+    pool.current = 8;
+    info.wanted = 6; // the 7 of 15 s ago is the most now
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 45000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 7, "%u (%s)", to, why);
+    // Steps up are not held: a reading above the count moves at once.
+    pool.current = 7;
+    info = pool_info(400, 48, 10);
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 50000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 10);
+    // Without a window, straight to the broker's count.
+    scale_config none = cfg;
+    scale_pool fresh = {.current = 9};
+    info = pool_info(250, 48, 6);
+    cr_assert_eq(scale_decide(&none, &fresh, &info, &st, 60000, &to, why, sizeof(why)), 1);
+    cr_assert_eq(to, 6);
+}
