@@ -124,26 +124,7 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
 uint32_t
 queue_take(queue *q, uint32_t max, queue_range *out)
 {
-    qnode *node = q->head;
-    if (node == NULL || max == 0)
-        return 0;
-    queue_range *r = &node->range;
-    uint32_t n = r->count < max ? r->count : max;
-    *out =
-        (queue_range){.block = r->block, .first = r->first, .count = n, .first_seq = r->first_seq};
-    account(q, out, -1);
-    if (n == r->count) { // the whole range: its reference moves to *out
-        q->head = node->next;
-        if (q->head == NULL)
-            q->tail = NULL;
-        free(node);
-    } else {
-        atomic_fetch_add(&r->block->refs, 1);
-        r->first += n;
-        r->count -= n;
-        r->first_seq += n;
-    }
-    return n;
+    return q->head != NULL ? queue_take_seq(q, q->head->range.first_seq, max, out) : 0;
 }
 
 uint32_t
@@ -157,8 +138,6 @@ queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
     }
     if (node == NULL || max == 0)
         return 0;
-    if (prev == NULL && seq == node->range.first_seq)
-        return queue_take(q, max, out);
     queue_range *r = &node->range;
     uint32_t at = (uint32_t)(seq - r->first_seq);
     uint32_t n = r->count - at < max ? r->count - at : max;
