@@ -200,9 +200,10 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     }
     // The connection that says whether a live producer is gone is the one its hello and
     // heartbeats come on: its pushes may come on a push stream of their own, which it may
-    // close and dial again without going anywhere.
-    revive(b, p, p->status == STOKER_PRODUCER_ALIVE && p->pipe != 0 ? p->pipe : pipe, now_ms,
-           "resumed pushing");
+    // close and dial again without going anywhere. A push that revives a lost producer does
+    // not say which connection that is (it may come on a stream it is about to close: the old
+    // one that outlived a cut cable): its next heartbeat does, its silence ends it meanwhile.
+    revive(b, p, p->status == STOKER_PRODUCER_ALIVE ? p->pipe : 0, now_ms, "resumed pushing");
     uint32_t max_chunk = broker_max_chunk(b);
     if (req->chunk.count == 0 || req->chunk.count > max_chunk) {
         send_code(b, out, token, STOKER_TOO_LARGE,

@@ -976,8 +976,8 @@ static int
 decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_request **out,
                char *err, size_t err_len)
 {
-    const uint8_t *pb;
-    size_t pb_len;
+    const uint8_t *pb = NULL;
+    size_t pb_len = 0;
     if (frame_header(body, len, &pb, &pb_len, err, err_len) != STOKER_OK)
         return STOKER_INVALID;
     Stoker__Request *r = stoker__request__unpack(NULL, pb_len, pb);
@@ -1179,7 +1179,7 @@ int
 stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
                            size_t err_len)
 {
-    nng_msg *msg;
+    nng_msg *msg = NULL;
     int rv = copy_to_msg(buf, len, &msg);
     if (rv != STOKER_OK)
         return rv;
@@ -1343,8 +1343,8 @@ out:
 int
 stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t err_len)
 {
-    const uint8_t *pb;
-    size_t pb_len;
+    const uint8_t *pb = NULL;
+    size_t pb_len = 0;
     if (frame_header(nng_msg_body(msg), nng_msg_len(msg), &pb, &pb_len, err, err_len) != STOKER_OK)
         return STOKER_INVALID;
     Stoker__Reply *r = stoker__reply__unpack(NULL, pb_len, pb);
@@ -1533,7 +1533,7 @@ fail:
 int
 stoker_wire_decode_reply(const void *buf, size_t len, stoker_reply **out, char *err, size_t err_len)
 {
-    nng_msg *msg;
+    nng_msg *msg = NULL;
     int rv = copy_to_msg(buf, len, &msg);
     if (rv != STOKER_OK)
         return rv;
