@@ -12,6 +12,7 @@
 // The examples a plan looks at: the oldest of every queue, interleaved (the round-robin order
 // count batching takes them in), at most this many. Buckets find similar lengths among them.
 #define WINDOW_MAX BUDGET_MAX_EXAMPLES
+_Static_assert(WINDOW_MAX <= 0xffff, "bucket_key keeps a window index in 16 bits");
 
 typedef struct candidate {
     uint32_t producer; // index into b->producers
@@ -132,42 +133,83 @@ plan_budget(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t 
     plan->full = plan->n == max;
 }
 
-static const candidate *sort_anchor;
-static int
-nearest_first(const void *pa, const void *pb)
+// A candidate's key for buckets: its distance in length from the anchor, then its age (index in
+// the window, which is in arrival order), in one integer: smaller is nearer, then older.
+static uint64_t
+bucket_key(uint64_t len, uint64_t anchor, uint32_t index)
 {
-    const candidate *a = pa, *b = pb;
-    uint64_t la = sort_anchor->len, da = a->len > la ? a->len - la : la - a->len;
-    uint64_t db = b->len > la ? b->len - la : la - b->len;
-    if (da != db)
-        return da < db ? -1 : 1;
-    return a < b ? -1 : a > b; // older first (the window is in arrival order)
+    uint64_t d = len > anchor ? len - anchor : anchor - len;
+    if (d > (UINT64_C(1) << 47) - 1)
+        d = (UINT64_C(1) << 47) - 1;
+    return d << 16 | index;
+}
+
+static int
+key_order(const void *pa, const void *pb)
+{
+    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+// Moves the k smallest of keys[0..n) to its front (quickselect: O(n) on average).
+static void
+select_smallest(uint64_t *keys, uint32_t n, uint32_t k)
+{
+    uint32_t lo = 0, hi = n; // the k-th smallest lies in [lo, hi)
+    while (hi - lo > 1) {
+        uint64_t pivot = keys[lo + (hi - lo) / 2];
+        uint32_t i = lo, j = hi - 1;
+        while (i <= j) {
+            while (keys[i] < pivot)
+                i++;
+            while (keys[j] > pivot)
+                j--;
+            if (i <= j) {
+                uint64_t t = keys[i];
+                keys[i] = keys[j];
+                keys[j] = t;
+                i++;
+                if (j == 0)
+                    break;
+                j--;
+            }
+        }
+        if (k <= j)
+            hi = j + 1;
+        else if (k >= i)
+            lo = i;
+        else
+            return;
+    }
 }
 
 // Buckets: the oldest sequence and those nearest its length, within the count and the budget.
+// Only the max - 1 nearest can be taken, so only they are sorted (the window may hold 8192).
 static void
 plan_buckets(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t budget)
 {
     if (n == 0 || add_pick(plan, &c[0]) != 0)
         return;
-    if (n > 1) {
-        // Sorted by distance with ties by age: the array's order is age, so sort pointers.
-        candidate *rest = malloc((n - 1) * sizeof(*rest));
-        if (rest == NULL)
+    if (n > 1 && max > 1) {
+        uint64_t *keys = malloc((n - 1) * sizeof(*keys));
+        if (keys == NULL)
             return;
         for (uint32_t i = 1; i < n; i++)
-            rest[i - 1] = c[i];
-        sort_anchor = &c[0];
-        qsort(rest, n - 1, sizeof(*rest), nearest_first);
-        for (uint32_t i = 0; i + 1 < n && plan->n < max; i++) {
-            if (budget > 0 && padded_with(plan, rest[i].len) > budget) {
+            keys[i - 1] = bucket_key(c[i].len, c[0].len, i);
+        uint32_t k = max - 1 < n - 1 ? max - 1 : n - 1;
+        if (k < n - 1)
+            select_smallest(keys, n - 1, k);
+        qsort(keys, k, sizeof(*keys), key_order);
+        for (uint32_t i = 0; i < k && plan->n < max; i++) {
+            const candidate *x = &c[keys[i] & 0xffff];
+            if (budget > 0 && padded_with(plan, x->len) > budget) {
                 plan->full = 1;
                 continue; // a shorter one further on may fit
             }
-            if (add_pick(plan, &rest[i]) != 0)
+            if (add_pick(plan, x) != 0)
                 break;
         }
-        free(rest);
+        free(keys);
     }
     if (plan->n == max || (budget > 0 && plan->tokens >= budget))
         plan->full = 1;

@@ -40,7 +40,7 @@ broker_max_chunk(const broker *b)
 // The examples one batch of t's takes: its pull's count; for a batch made by tokens its budget
 // over the queued sequences' mean length, and with buckets BUCKET_BATCHES of them, so that the
 // queues hold similar lengths to choose from (packed: PACK_BATCHES) (stoker/batching.h).
-#define BUCKET_BATCHES 32
+#define BUCKET_BATCHES 64
 #define PACK_BATCHES   4 // packed rows: short sequences to fill the rows' gaps with (best fit)
 static uint64_t
 batch_need(const broker *b, const trainer *t)
