@@ -213,8 +213,7 @@ def bench_large(opts, tmp):
         url = endpoint("tcp", tmp, "large" + shm + fill + local + str(producers))
         cpu0 = children_cpu_s()
         with Procs() as procs:
-            start_broker(procs, url, "--queue-depth", "256", "--max-message", "268435456",
-                         "--intake", "auto")
+            start_broker(procs, url, "--queue-depth", "256", "--max-message", "268435456")
             consumer = procs.start([CONSUMER, "--broker", url, "--batch-size", "32",
                                     "--examples", str(total), "--stall-timeout", "10"],
                                    stdout=subprocess.PIPE, text=True,

@@ -27,8 +27,7 @@ on_signal(int sig)
 static void
 config_init(server_config *cfg)
 {
-    // The intake is off unless asked for (--intake auto|PORT): new, opt-in in this release.
-    *cfg = (server_config){.max_message_bytes = 64u << 20, .contexts = 512, .intake_off = 1};
+    *cfg = (server_config){.max_message_bytes = 64u << 20, .contexts = 512};
     broker_config_init(&cfg->broker);
     cfg->broker.arena_bytes = 256u << 20; // shared memory for local trainers (broker_arena.h)
 }
@@ -168,9 +167,8 @@ static const stoker_cli_option rows[] = {
     {"max-message", "N", "largest request accepted in bytes", STOKER_CLI_BYTES,
      AT(max_message_bytes), .imin = 4096, .imax = 1ull << 31},
     {"intake", "PORT|auto|off",
-     "port beside each tcp:// listener where producers' pushes are read\n"
-     "into the broker's own buffers (auto: one the system picks; a\n"
-     "producer that cannot reach it pushes on --listen)",
+     "port beside each tcp:// listener where producers' pushes are read into the broker's own "
+     "buffers (auto: one the system picks; a producer that cannot reach it pushes on --listen)",
      STOKER_CLI_CUSTOM, AT(intake_port), .parse = parse_intake, .show = show_intake},
     {"max-producers", "N", "producers connected at once", STOKER_CLI_UINT, AT(broker.max_producers),
      .imin = 1, .imax = 65536},

@@ -186,11 +186,9 @@ rnd(run_state *r, uint64_t lo, uint64_t hi) // uniform in [lo, hi]
 static void
 start_broker(run_state *r)
 {
-    // Over tcp (STOKER_CHAOS_TCP=1) the intake is asked for (the broker's default is off).
-    int tcp = strncmp(r->url, "tcp://", 6) == 0;
     const char *argv[] = {
-        broker_bin, "--listen",    r->url, "--producer-timeout",    "2",    "--queue-depth",
-        "48",       "--log-level", "info", tcp ? "--intake" : NULL, "auto", NULL};
+        broker_bin,    "--listen", r->url, "--producer-timeout", "2", "--queue-depth", "48",
+        "--log-level", "info",     NULL};
     spawn(&r->broker, "broker", argv, r->broker_log);
     r->broker_gen++;
     proc_listening(&r->broker.child, 1, NULL); // in what it appended to its log (at most 10 s)

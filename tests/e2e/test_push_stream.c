@@ -49,8 +49,7 @@ trainer(const char *url, const char *token)
     return tc;
 }
 
-// A broker on tcp://127.0.0.1 (a port of its choosing), the intake as said (NULL: auto; the
-// broker's default is off), its
+// A broker on tcp://127.0.0.1 (a port of its choosing), the intake as said (NULL: auto), its
 // log in broker.log; url gets its address.
 static proc_child *
 tcp_broker(const char *intake, char *url)
@@ -64,8 +63,8 @@ tcp_broker(const char *intake, char *url)
                           "48",
                           "--log-level",
                           "info",
-                          "--intake",
-                          intake != NULL ? intake : "auto",
+                          intake != NULL ? "--intake" : NULL,
+                          intake,
                           NULL};
     cr_assert_not_null(argv[0], "STOKER_BROKER_BIN not set");
     proc_child *b = proc_spawn("broker", argv, &(proc_io){.capture = 1, .log = "broker.log"});
