@@ -36,6 +36,9 @@
 //   examples to the new broker). A producer that lived on loses nothing: the drain waits until
 //   each such producer is known to the new broker beyond what the killed one held.
 // Every wait is bounded, a watchdog ends the whole test, and children die with it.
+// STOKER_CHAOS_TCP=1: the broker listens on tcp://127.0.0.1 (a port free at the run's start,
+// the same for its restart) instead of ipc://, so that the pushes in bytes go through its
+// intake (server/intake.h), whose port changes with each broker.
 //
 // Environment: STOKER_BROKER_BIN, STOKER_PRODUCER_BIN, STOKER_CHAOS_CONSUMER_BIN (set by meson),
 // STOKER_CHAOS_SEED, STOKER_CHAOS_RUNS (default 8), STOKER_CHAOS_RUN_MS (default 14000),
@@ -48,6 +51,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "stoker/client.h"
 #include "stoker/clock.h"
@@ -1085,6 +1092,21 @@ check_run(run_state *r, totals *tot)
 
 // ---- main ----------------------------------------------------------------------------------
 
+// A port of 127.0.0.1 that was free a moment ago.
+static unsigned
+free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        harness_die("no free tcp port: %s", strerror(errno));
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
 int
 main(void)
 {
@@ -1131,7 +1153,10 @@ main(void)
         // Even runs: a consumer slower than the producers (full queues, leases held, backpressure);
         // odd runs: a fast one (empty queues, parked pulls).
         r->train_ms = ri % 2 == 0 ? "8:30" : "0:3";
-        snprintf(r->url, sizeof(r->url), "ipc://%s/broker%d.sock", tmpdir, r->index);
+        if (getenv("STOKER_CHAOS_TCP") != NULL && strcmp(getenv("STOKER_CHAOS_TCP"), "1") == 0)
+            snprintf(r->url, sizeof(r->url), "tcp://127.0.0.1:%u", free_tcp_port());
+        else
+            snprintf(r->url, sizeof(r->url), "ipc://%s/broker%d.sock", tmpdir, r->index);
         snprintf(r->broker_log, sizeof(r->broker_log), "%s/run%d-broker.log", tmpdir, r->index);
         harness_run_failed = 0;
         uint64_t t0 = stoker_now_ms();
