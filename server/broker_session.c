@@ -231,6 +231,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                         p->name, (unsigned long long)req->next_seq,
                         (unsigned long long)p->next_seq);
             trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
+            p->skipped += req->next_seq - p->next_seq;
             p->next_seq = req->next_seq;
         }
     }

@@ -537,7 +537,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define PRODUCER_FIELDS(X)                                                                         \
     X(id) X(session) X(queued) X(accepted) X(delivered) X(acknowledged) X(redelivered)             \
     X(returned_unused) X(next_seq) X(silent_ms) X(pushes) X(pushes_streamed)        \
-    X(pushes_shm)
+    X(pushes_shm) X(skipped)
 #define GROUP_FIELDS(X) X(world) X(batch) X(joined) X(steps) X(leftover)
 #define CONSUMER_FIELDS(X)                                                                         \
     X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
