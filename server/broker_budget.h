@@ -31,8 +31,9 @@ int budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_pla
 void budget_plan_free(budget_plan *plan);
 // Tokens queued in all queues (rows of the schema's length field).
 uint64_t budget_queued_tokens(const broker *b);
-// Nonzero when the queues hold enough for a full batch of t's (max as for budget_plan_make):
-// max examples, or its budget's tokens.
-int budget_ready(const broker *b, const trainer *t, uint32_t max);
+// Nonzero when the queues hold enough for world full batches made as batching says (max as for
+// budget_plan_make): max examples each, or by tokens each its budget's tokens (or as many
+// examples as a plan looks at). One trainer: world 1; a group's step: its world.
+int budget_ready(const broker *b, const stoker_batching *batching, uint32_t max, uint32_t world);
 
 #endif

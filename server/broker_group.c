@@ -491,16 +491,9 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         if (g->steps - slowest >= g->ahead)
             return;
-        uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
+        uint64_t queued = b->c.queued;
         uint32_t n = g->batch, extra = 0;
-        int enough = queued >= full;
-        if (stoker_batching_active(&g->batching)) {
-            // Made by tokens: every rank's budget in the queues (or a full count of examples).
-            uint64_t budget = stoker_batching_budget(&g->batching, g->batch);
-            enough = (budget > 0 && budget_queued_tokens(b) >= g->world * budget) ||
-                     queued >= (uint64_t)g->world *
-                                   (g->batching.pack > 0 ? BUDGET_MAX_EXAMPLES : g->batch);
-        }
+        int enough = budget_ready(b, &g->batching, g->batch, g->world); // every rank's batch
         g->short_of = !enough;
         if (!enough && g->step_ms == 0) {
             g->step_ms = now_ms; // the wait for this step starts

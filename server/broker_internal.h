@@ -90,6 +90,9 @@ void trained_tell(const trained_set *s, stoker_reply *rep);
 int trained_has(const trained_set *s, uint64_t seq, uint64_t *next);
 // The first seq at or after seq that is not trained (seq itself when it is not).
 uint64_t trained_run_end(const trained_set *s, uint64_t seq);
+// Whether no seq of p's from seq on can be trained yet (nothing to look up): with epochs (their
+// own books), or when p's trained set holds nothing beyond its through mark.
+int trained_none_from(const broker *b, const producer *p, uint64_t seq);
 // A trainer's hello named identities it trained (req->trained): counted trained for the
 // producers b knows, and kept for the sessions that come back later (trained_reported_apply).
 void trained_reported(broker *b, const stoker_request *req);

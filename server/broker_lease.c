@@ -153,7 +153,7 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
 static uint32_t
 skip_trained(broker *b, producer *p, uint32_t want)
 {
-    if (b->epochs != NULL || (p->trained.n == 0 && queue_head_seq(&p->q) >= p->trained.through))
+    if (trained_none_from(b, p, queue_head_seq(&p->q)))
         return want;
     uint64_t from = queue_head_seq(&p->q), dropped = 0, dropped_bytes = 0;
     // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
@@ -653,8 +653,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         }
     }
     // Enough queued for a full batch (made by tokens: its budget, broker_budget.c).
-    int enough =
-        stoker_batching_active(&t->batching) ? budget_ready(b, t, max) : b->c.queued >= max;
+    int enough = budget_ready(b, &t->batching, max, 1);
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
     int full = b->c.queued > 0 && !enough && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
