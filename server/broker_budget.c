@@ -295,7 +295,7 @@ plan_packed(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint32_t 
 }
 
 int
-budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *plan)
+budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, budget_plan *plan)
 {
     *plan = (budget_plan){0};
     const stoker_batching *bt = &t->batching;
@@ -304,12 +304,15 @@ budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *p
     candidate *c = window(b, field, &n);
     if (c == NULL)
         return -1;
+    uint32_t most = bt->pack > 0 ? BUDGET_MAX_EXAMPLES : max;
+    if (most > cap)
+        most = cap;
     if (bt->pack > 0)
-        plan_packed(plan, c, n, BUDGET_MAX_EXAMPLES, bt->pack, max, bt->pack_whole != 0);
+        plan_packed(plan, c, n, most, bt->pack, max, bt->pack_whole != 0);
     else if (bt->buckets)
-        plan_buckets(plan, c, n, max, bt->max_tokens);
+        plan_buckets(plan, c, n, most, bt->max_tokens);
     else
-        plan_budget(plan, c, n, max, bt->max_tokens);
+        plan_budget(plan, c, n, most, bt->max_tokens);
     free(c);
     if (plan->n == 0)
         return -1;
