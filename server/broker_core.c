@@ -124,16 +124,23 @@ uptime_s(const broker *b, uint64_t now_ms)
     return (double)(now_ms - b->start_ms) / 1000.0;
 }
 
-void
-add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms, const char *reason)
+stoker_event *
+new_event(broker *b, stoker_event_kind kind, uint64_t now_ms)
 {
     stoker_event *e = &b->events[b->n_events % EVENT_LOG];
     memset(e, 0, sizeof(*e));
     e->index = ++b->n_events;
     e->kind = kind;
+    e->at_s = uptime_s(b, now_ms);
+    return e;
+}
+
+void
+add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms, const char *reason)
+{
+    stoker_event *e = new_event(b, kind, now_ms);
     e->producer = p->id;
     snprintf(e->name, sizeof(e->name), "%s", p->name);
-    e->at_s = uptime_s(b, now_ms);
     snprintf(e->reason, sizeof(e->reason), "%s", reason != NULL ? reason : "");
     b->c.producers_lost += kind == STOKER_EVENT_PRODUCER_LOST;
 }

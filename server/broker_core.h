@@ -227,7 +227,10 @@ parked *parked_new(broker *b, broker_outbox *out, void *token, stoker_request *r
 // A reply with only a code and a formatted message (fmt may be NULL).
 void send_code(broker *b, broker_outbox *out, void *token, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-// Appends an event about producer p to the event log (the oldest is overwritten).
+// Appends an event of kind at now_ms to the event log (the oldest is overwritten), its index,
+// kind and time set, the rest zero: the caller fills it in. Every event goes through here.
+stoker_event *new_event(broker *b, stoker_event_kind kind, uint64_t now_ms);
+// Appends an event about producer p to the event log (new_event).
 void add_event(broker *b, stoker_event_kind kind, const producer *p, uint64_t now_ms,
                const char *reason);
 // Lookups: NULL when not found; the broker keeps ownership.

@@ -511,13 +511,9 @@ epochs_accepted(broker *b, producer *p, const stoker_request *req, uint32_t skip
 static void
 epoch_end_event(broker *b, uint32_t k, uint64_t now_ms)
 {
-    stoker_event *ev = &b->events[b->n_events % EVENT_LOG];
-    memset(ev, 0, sizeof(*ev));
-    ev->index = ++b->n_events;
-    ev->kind = STOKER_EVENT_EPOCH_END;
+    stoker_event *ev = new_event(b, STOKER_EVENT_EPOCH_END, now_ms);
     ev->epoch = k;
     snprintf(ev->name, sizeof(ev->name), "epoch %u", k);
-    ev->at_s = (double)(now_ms - b->start_ms) / 1000.0;
     snprintf(ev->reason, sizeof(ev->reason), "all %llu items acknowledged",
              (unsigned long long)b->epochs->n);
 }
