@@ -121,6 +121,7 @@ act(const scale_options *o, const char *pool, uint32_t to, char *err, size_t err
 typedef struct broker_memory {
     uint64_t uptime_ms;    // the broker's uptime at the last reading (0: none yet)
     uint64_t last_pull_ms; // on this controller's clock, when a trainer last pulled (0: never seen)
+    uint64_t restart_ms;   // on this controller's clock, when it saw the broker restart (0: never)
 } broker_memory;
 
 // A broker that says no trainer ever pulled after this controller saw one pull has restarted:
@@ -130,12 +131,14 @@ typedef struct broker_memory {
 static void
 remember_broker(broker_memory *m, stoker_status *st, const char *url, uint64_t now_ms)
 {
-    if (m->uptime_ms != 0 && st->uptime_ms < m->uptime_ms)
+    if (m->uptime_ms != 0 && st->uptime_ms < m->uptime_ms) {
+        m->restart_ms = now_ms;
         stoker_warn("broker-restarted: %s is up for %.1f s (it was %.1f s at the last reading): "
                     "%s",
                     url, st->uptime_ms / 1000.0, m->uptime_ms / 1000.0,
                     m->last_pull_ms != 0 ? "the pools hold until its trainers pull again"
                                          : "no trainer pulled before it either");
+    }
     m->uptime_ms = st->uptime_ms;
     if (st->idle_s >= 0) {
         uint64_t idle_ms = (uint64_t)(st->idle_s * 1000.0);
@@ -196,6 +199,18 @@ round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uin
         uint64_t now = stoker_now_ms();
         if (!scale_decide(&o->cfg, p, info, st, now, &to, why, sizeof(why))) {
             stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
+            continue;
+        }
+        // A restarted broker's first readings are provisional (its averages start again, its
+        // producers push what they retained), and the down-window's readings from before it
+        // went away have aged out meanwhile: a step down waits for a --down-window of the new
+        // broker's readings. Steps up are not held (a starved trainer).
+        if (to < p->current && memory->restart_ms != 0 &&
+            now - memory->restart_ms < o->cfg.down_window_ms) {
+            stoker_info("pool '%s' stays at %u: the broker restarted %.0f s ago, no step down "
+                        "(to %u) within --down-window %.0f s of it",
+                        p->name, p->current, (double)(now - memory->restart_ms) / 1000.0, to,
+                        (double)o->cfg.down_window_ms / 1000.0);
             continue;
         }
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
