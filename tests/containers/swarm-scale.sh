@@ -30,11 +30,25 @@ NEED=$(need $RATE)        # 5
 NEED_HALF=$(need $((RATE / 2))) # 3
 MAX=12
 # Fixed free ports, not 0: a broker task swarm restarts must publish the same ports, or the host
-# trainer (and this test) could not find it again.
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("0.0.0.0", 0)); print(s.getsockname()[1])'; }
+# trainer (and this test) could not find it again. Taken below the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range), so no other test's port 0 lands on them meanwhile.
+free_port() {
+    python3 -c 'import random, socket
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(max(1024, lo - 12000), lo)
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))
+        except OSError:
+            continue
+        print(port)
+        break'
+}
 MPORT=$(free_port)
 BPORT=$(free_port)
 while [ "$BPORT" = "$MPORT" ]; do BPORT=$(free_port); done
+[ -n "$MPORT" ] && [ -n "$BPORT" ] || die "no free port below the ephemeral range for the broker"
 export STOKER_OUT_VOLUME=stoker-test-out-$S STOKER_TRAINERS=0 STOKER_PRODUCERS=1 \
     STOKER_DELAY=$COST STOKER_METRICS_PORT=$MPORT STOKER_BROKER_PORT=$BPORT STOKER_SECRETS=$CT_TMP/secrets \
     STOKER_SCALE_REPLICAS=1 \
