@@ -671,6 +671,35 @@ decode_file(images_gen *g, const image *im, const stoker_rng *rng, image_pixels 
     return rv;
 }
 
+// A file of a draw failed with rv (err says how): STOKER_NOMEM ends the draw; otherwise the
+// file is marked bad, said once and counted, and the draw goes on (STOKER_OK) unless every file
+// is bad (STOKER_INVALID). what: "decoded" or "read", for that last message.
+static int
+give_up(images_gen *g, image *im, int rv, const char *err, const char *what)
+{
+    if (rv == STOKER_NOMEM) {
+        stoker_error("%s", err);
+        return rv;
+    }
+    im->bad = true;
+    g->n_bad++;
+    stoker_warn("%s; skipping this file from now on (%zu of %zu skipped)", err, g->n_bad,
+                g->n_images);
+    if (g->n_bad == g->n_images) {
+        stoker_error("images: none of the %zu files could be %s", g->n_images, what);
+        return STOKER_INVALID;
+    }
+    return STOKER_OK;
+}
+
+// The image a draw tries after image i failed on its attempt-th try: drawn again from rng for
+// MAX_REDRAWS tries, then the next in order (so a draw ends even when most files are bad).
+static size_t
+redraw(const images_gen *g, stoker_rng *rng, size_t i, unsigned attempt)
+{
+    return attempt <= MAX_REDRAWS ? stoker_rng_u64(rng) % g->n_images : (i + 1) % g->n_images;
+}
+
 // decode_each: decodes image drawn into *out, as a data loader reading its dataset does. A file
 // that fails (corrupt data behind a good header, removed, unreadable) is reported with its path
 // once, marked bad and counted, and another image is used: further draws from rng, then the next
@@ -692,20 +721,10 @@ decode_drawn(images_gen *g, stoker_rng *rng, size_t drawn, image_pixels *out, in
                     g->n_replaced++;
                 return STOKER_OK;
             }
-            if (rv == STOKER_NOMEM) {
-                stoker_error("%s", err);
+            if ((rv = give_up(g, im, rv, err, "decoded")) != STOKER_OK)
                 return rv;
-            }
-            im->bad = true;
-            g->n_bad++;
-            stoker_warn("%s; skipping this file from now on (%zu of %zu skipped)", err, g->n_bad,
-                        g->n_images);
-            if (g->n_bad == g->n_images) {
-                stoker_error("images: none of the %zu files could be decoded", g->n_images);
-                return STOKER_INVALID;
-            }
         }
-        i = attempt <= MAX_REDRAWS ? stoker_rng_u64(rng) % g->n_images : (i + 1) % g->n_images;
+        i = redraw(g, rng, i, attempt);
     }
 }
 
@@ -987,20 +1006,10 @@ encoded_example(images_gen *g, stoker_rng *rng, size_t drawn, void *const fields
                     g->n_replaced++;
                 return STOKER_OK;
             }
-            if (rv == STOKER_NOMEM) {
-                stoker_error("%s", err);
+            if ((rv = give_up(g, im, rv, err, "read")) != STOKER_OK)
                 return rv;
-            }
-            im->bad = true;
-            g->n_bad++;
-            stoker_warn("%s; skipping this file from now on (%zu of %zu skipped)", err, g->n_bad,
-                        g->n_images);
-            if (g->n_bad == g->n_images) {
-                stoker_error("images: none of the %zu files could be read", g->n_images);
-                return STOKER_INVALID;
-            }
         }
-        i = attempt <= MAX_REDRAWS ? stoker_rng_u64(rng) % g->n_images : (i + 1) % g->n_images;
+        i = redraw(g, rng, i, attempt);
     }
 }
 

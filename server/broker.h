@@ -67,6 +67,10 @@ typedef struct broker_config {
     int overlap_epochs;
     // Writes a description of the peer on pipe (its address) for log lines; may be NULL.
     void (*describe_peer)(uint32_t pipe, char *buf, size_t len);
+    // The port of the intake (server/intake.c) beside the listener pipe came through, told to a
+    // producer in its hello reply; 0 none. May be NULL. Called under the broker's lock.
+    uint32_t (*intake_port)(void *arg, uint32_t pipe);
+    void *intake_arg;
 } broker_config;
 
 // Fills the defaults. They are written only there: stoker-broker --help prints them from the

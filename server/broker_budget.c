@@ -50,10 +50,8 @@ add_pick(budget_plan *plan, const candidate *c)
 static int
 untrained(const broker *b, const producer *p, uint64_t seq)
 {
-    if (b->epochs != NULL || (p->trained.n == 0 && seq >= p->trained.through))
-        return 1;
     uint64_t next;
-    return !trained_has(&p->trained, seq, &next);
+    return trained_none_from(b, p, seq) || !trained_has(&p->trained, seq, &next);
 }
 
 // The window: up to WINDOW_MAX examples, the i-th of every queue before the (i+1)-th of any,
@@ -215,6 +213,47 @@ plan_buckets(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t
         plan->full = 1;
 }
 
+// Packed rows being filled: the budget (rows x pack tokens), and with whole the rows begun and
+// the tokens in the last one.
+typedef struct packing {
+    uint64_t pack, rows, budget, used_rows, in_row;
+    int whole;
+} packing;
+
+static uint64_t
+rows_for(const packing *k, uint64_t len)
+{
+    return len == 0 ? 1 : (len + k->pack - 1) / k->pack;
+}
+
+// The tokens the plan can still take in its gap: the last row's rest (whole), or the budget's.
+static uint64_t
+packing_gap(const packing *k, const budget_plan *plan)
+{
+    if (k->whole)
+        return k->used_rows == 0 ? k->pack : k->pack - k->in_row;
+    return k->budget - plan->tokens;
+}
+
+// Adds x to the plan. 1 when the rows are full, -1 out of memory, else 0.
+static int
+packing_take(packing *k, budget_plan *plan, candidate *x)
+{
+    x->taken = 1;
+    if (k->whole) {
+        if (k->used_rows > 0 && x->len <= k->pack - k->in_row) {
+            k->in_row += x->len;
+        } else { // next fit: it starts the next row (and a longer one the rows after)
+            k->used_rows += rows_for(k, x->len);
+            k->in_row = x->len == 0 ? 0 : x->len - (x->len - 1) / k->pack * k->pack;
+        }
+    }
+    if (add_pick(plan, x) != 0)
+        return -1;
+    return plan->tokens >= k->budget ||
+           (k->whole && k->used_rows >= k->rows && k->in_row >= k->pack);
+}
+
 // Packed rows: sequences in arrival order while they fit, then the gap filled best-fit from the
 // rest of the window. whole: rows filled next-fit (a sequence that does not fit the current row
 // starts the next), so that a consumer packing the batch in its order gets the same rows.
@@ -222,64 +261,41 @@ static void
 plan_packed(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint32_t pack, uint32_t rows,
             int whole)
 {
-    uint64_t budget = (uint64_t)pack * rows;
-    uint64_t used_rows = 0, in_row = 0; // whole: rows begun, tokens in the last one
-    int arrival = 1;
-    while (plan->n < max) {
-        uint64_t gap = whole ? (used_rows == 0 ? pack : pack - in_row) : budget - plan->tokens;
-        uint64_t rows_left = rows - used_rows;
-        int best = -1;
-        for (uint32_t i = 0; i < n; i++) {
-            if (c[i].taken)
-                continue;
-            uint64_t len = c[i].len;
-            int fits;
-            if (!whole)
-                fits = plan->tokens + len <= budget;
-            else
-                fits = (used_rows > 0 && len <= gap) ||
-                       (arrival && (len == 0 ? 1 : (len + pack - 1) / pack) <= rows_left);
-            if (plan->n == 0)
-                fits = 1; // the first always goes: one longer than the batch comes alone
-            if (arrival) {
-                if (fits) {
-                    best = (int)i;
-                    break;
-                }
-                arrival = 0; // the first that does not fit: best fit from here on
-                plan->full = 1;
-                i = (uint32_t)-1;
-                gap = whole ? (used_rows == 0 ? pack : pack - in_row) : budget - plan->tokens;
-                continue;
-            }
-            if (fits && len <= gap && (best < 0 || len > c[best].len))
-                best = (int)i;
-        }
-        if (best < 0)
+    packing k = {.pack = pack, .rows = rows, .budget = (uint64_t)pack * rows, .whole = whole};
+    // Arrival order, while they fit (the first always goes: one longer than the batch alone).
+    uint32_t i = 0;
+    for (; i < n && plan->n < max; i++) {
+        uint64_t len = c[i].len;
+        int fits = plan->n == 0 || (whole ? (k.used_rows > 0 && len <= k.pack - k.in_row) ||
+                                                rows_for(&k, len) <= k.rows - k.used_rows
+                                          : plan->tokens + len <= k.budget);
+        if (!fits)
             break;
-        candidate *x = &c[best];
-        x->taken = 1;
-        if (whole) {
-            if (used_rows > 0 && x->len <= pack - in_row) {
-                in_row += x->len;
-            } else {
-                used_rows += x->len == 0 ? 1 : (x->len + pack - 1) / pack;
-                in_row = x->len == 0 ? 0 : x->len - (x->len - 1) / pack * pack;
-            }
-        }
-        if (add_pick(plan, x) != 0)
+        int r = packing_take(&k, plan, &c[i]);
+        if (r != 0) {
+            plan->full = r > 0;
             return;
-        if (plan->tokens >= budget || (whole && used_rows >= rows && in_row >= pack)) {
-            plan->full = 1;
-            break;
         }
+    }
+    if (i < n)
+        plan->full = 1; // one did not fit: the batch is as full as the window makes it
+    // Best fit: the longest of the rest that fits the gap, again and again.
+    while (i < n && plan->n < max) {
+        uint64_t gap = packing_gap(&k, plan);
+        int best = -1;
+        for (uint32_t j = i; j < n; j++) {
+            if (!c[j].taken && c[j].len <= gap && (best < 0 || c[j].len > c[best].len))
+                best = (int)j;
+        }
+        if (best < 0 || packing_take(&k, plan, &c[best]) != 0)
+            break;
     }
     if (plan->n == max)
         plan->full = 1;
 }
 
 int
-budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *plan)
+budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, budget_plan *plan)
 {
     *plan = (budget_plan){0};
     const stoker_batching *bt = &t->batching;
@@ -288,12 +304,15 @@ budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *p
     candidate *c = window(b, field, &n);
     if (c == NULL)
         return -1;
+    uint32_t most = bt->pack > 0 ? BUDGET_MAX_EXAMPLES : max;
+    if (most > cap)
+        most = cap;
     if (bt->pack > 0)
-        plan_packed(plan, c, n, BUDGET_MAX_EXAMPLES, bt->pack, max, bt->pack_whole != 0);
+        plan_packed(plan, c, n, most, bt->pack, max, bt->pack_whole != 0);
     else if (bt->buckets)
-        plan_buckets(plan, c, n, max, bt->max_tokens);
+        plan_buckets(plan, c, n, most, bt->max_tokens);
     else
-        plan_budget(plan, c, n, max, bt->max_tokens);
+        plan_budget(plan, c, n, most, bt->max_tokens);
     free(c);
     if (plan->n == 0)
         return -1;
@@ -324,10 +343,12 @@ budget_queued_tokens(const broker *b)
 }
 
 int
-budget_ready(const broker *b, const trainer *t, uint32_t max)
+budget_ready(const broker *b, const stoker_batching *batching, uint32_t max, uint32_t world)
 {
-    uint64_t budget = stoker_batching_budget(&t->batching, max);
-    if (b->c.queued >= (t->batching.pack > 0 ? BUDGET_MAX_EXAMPLES : max))
+    if (!stoker_batching_active(batching))
+        return b->c.queued >= (uint64_t)world * max;
+    if (b->c.queued >= (uint64_t)world * (batching->pack > 0 ? BUDGET_MAX_EXAMPLES : max))
         return 1;
-    return budget > 0 && budget_queued_tokens(b) >= budget;
+    uint64_t budget = stoker_batching_budget(batching, max);
+    return budget > 0 && budget_queued_tokens(b) >= world * budget;
 }

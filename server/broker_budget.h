@@ -25,14 +25,17 @@ typedef struct budget_plan {
 } budget_plan;
 
 // Plans a batch for trainer t (its batching is active) from what the queues hold: at most max
-// examples, or with pack= max rows (and at most BUDGET_MAX_EXAMPLES examples); takes nothing.
+// examples, or with pack= max rows (and at most BUDGET_MAX_EXAMPLES examples), and never more
+// than cap examples (a group's short step shares what is left among its ranks); takes nothing.
 // -1 when nothing can be planned (nothing queued, out of memory).
-int budget_plan_make(const broker *b, const trainer *t, uint32_t max, budget_plan *plan);
+int budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap,
+                     budget_plan *plan);
 void budget_plan_free(budget_plan *plan);
 // Tokens queued in all queues (rows of the schema's length field).
 uint64_t budget_queued_tokens(const broker *b);
-// Nonzero when the queues hold enough for a full batch of t's (max as for budget_plan_make):
-// max examples, or its budget's tokens.
-int budget_ready(const broker *b, const trainer *t, uint32_t max);
+// Nonzero when the queues hold enough for world full batches made as batching says (max as for
+// budget_plan_make): max examples each, or by tokens each its budget's tokens (or as many
+// examples as a plan looks at). One trainer: world 1; a group's step: its world.
+int budget_ready(const broker *b, const stoker_batching *batching, uint32_t max, uint32_t world);
 
 #endif

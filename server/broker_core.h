@@ -99,6 +99,7 @@ typedef struct producer {
     uint64_t accepted, delivered, acknowledged, redelivered, returned_unused, in_flight;
     uint64_t n_pushes, n_pushes_streamed; // of them on a connection other than its hello's
     uint64_t n_pushes_shm;                // of them by reference (its shared memory)
+    uint64_t skipped;    // seqs its hellos jumped over: trained before, never pushed to us
     uint32_t last_chunk; // examples in its latest push: its queue is full when that cannot fit
     uint32_t max_chunk;  // examples in its largest push: sized queues hold two of them
     parked *pushes, *pushes_tail; // parked pushes, in seq order

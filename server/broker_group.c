@@ -409,7 +409,12 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
     for (r = 0; r < g->world; r++) {
         group_rank *gr = &g->ranks[r];
         uint32_t want = n + (r < extra ? 1 : 0);
-        lease *l = take_lease(b, gr->t, want);
+        // A short step shares what is queued among the ranks still to serve (rounded up, as
+        // want is): with packed rows want counts rows, and the first rank would otherwise take
+        // every sequence left and the next none, the step then never forming.
+        uint64_t left = b->c.queued, ranks = g->world - r;
+        uint32_t share = is_short ? (uint32_t)((left + ranks - 1) / ranks) : UINT32_MAX;
+        lease *l = take_lease(b, gr->t, want, share);
         int ok = l != NULL && (budgeted ? l->full || is_short : l->count == want);
         if (!ok) {
             if (l != NULL) {
@@ -491,16 +496,9 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         if (g->steps - slowest >= g->ahead)
             return;
-        uint64_t full = (uint64_t)g->world * g->batch, queued = b->c.queued;
+        uint64_t queued = b->c.queued;
         uint32_t n = g->batch, extra = 0;
-        int enough = queued >= full;
-        if (stoker_batching_active(&g->batching)) {
-            // Made by tokens: every rank's budget in the queues (or a full count of examples).
-            uint64_t budget = stoker_batching_budget(&g->batching, g->batch);
-            enough = (budget > 0 && budget_queued_tokens(b) >= g->world * budget) ||
-                     queued >= (uint64_t)g->world *
-                                   (g->batching.pack > 0 ? BUDGET_MAX_EXAMPLES : g->batch);
-        }
+        int enough = budget_ready(b, &g->batching, g->batch, g->world); // every rank's batch
         g->short_of = !enough;
         if (!enough && g->step_ms == 0) {
             g->step_ms = now_ms; // the wait for this step starts
@@ -555,7 +553,7 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
     if (g->started && gr->n_pending == 0 && gr->delivered < g->catch_up &&
         g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
         // Behind the others after a broker restart: a batch of its own, a full one.
-        lease *c = b->c.queued >= g->batch ? take_lease(b, t, g->batch) : NULL;
+        lease *c = b->c.queued >= g->batch ? take_lease(b, t, g->batch, UINT32_MAX) : NULL;
         if (c != NULL && (stoker_batching_active(&g->batching) ? c->full : c->count == g->batch)) {
             *l = c;
             *step = ++gr->delivered;

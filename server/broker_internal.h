@@ -51,9 +51,10 @@ void redeliver(broker *b, trainer *t);
 // Puts every lease of t, which said goodbye, back in its queues: those in held (handed to its
 // caller, not acknowledged) counted as redelivered, the others as returned_unused.
 void give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held);
-// Builds a lease of up to max examples for t (first in t->leases), round-robin over the queues;
+// Builds a lease of up to max examples for t (first in t->leases), round-robin over the queues
+// (made by tokens: max rows with pack=), never more than cap examples (UINT32_MAX: no cap);
 // NULL when nothing is queued (or out of memory).
-lease *take_lease(broker *b, trainer *t, uint32_t max);
+lease *take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap);
 // Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
 // frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
 // as redelivered. Returns how many went back.
@@ -90,6 +91,9 @@ void trained_tell(const trained_set *s, stoker_reply *rep);
 int trained_has(const trained_set *s, uint64_t seq, uint64_t *next);
 // The first seq at or after seq that is not trained (seq itself when it is not).
 uint64_t trained_run_end(const trained_set *s, uint64_t seq);
+// Whether no seq of p's from seq on can be trained yet (nothing to look up): with epochs (their
+// own books), or when p's trained set holds nothing beyond its through mark.
+int trained_none_from(const broker *b, const producer *p, uint64_t seq);
 // A trainer's hello named identities it trained (req->trained): counted trained for the
 // producers b knows, and kept for the sessions that come back later (trained_reported_apply).
 void trained_reported(broker *b, const stoker_request *req);

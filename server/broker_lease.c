@@ -153,7 +153,7 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
 static uint32_t
 skip_trained(broker *b, producer *p, uint32_t want)
 {
-    if (b->epochs != NULL || (p->trained.n == 0 && queue_head_seq(&p->q) >= p->trained.through))
+    if (trained_none_from(b, p, queue_head_seq(&p->q)))
         return want;
     uint64_t from = queue_head_seq(&p->q), dropped = 0, dropped_bytes = 0;
     // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
@@ -251,7 +251,7 @@ lease_made(broker *b, trainer *t, lease *l)
 // A lease of a batch made by tokens (broker_budget.c plans it): the plan's examples, in its
 // order, each run of neighbours one part.
 static lease *
-take_planned(broker *b, trainer *t, uint32_t max)
+take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
 {
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
@@ -259,7 +259,7 @@ take_planned(broker *b, trainer *t, uint32_t max)
             ; // a head trained already: dropped, look again
     }
     budget_plan plan;
-    if (budget_plan_make(b, t, max, &plan) != 0)
+    if (budget_plan_make(b, t, max, cap, &plan) != 0)
         return NULL;
     lease *l = new_lease(8);
     if (l == NULL) {
@@ -294,12 +294,15 @@ take_planned(broker *b, trainer *t, uint32_t max)
 }
 
 // Builds a lease of up to max examples, round-robin over the producers' queues (a batch made by
-// tokens: take_planned). Returns NULL when nothing is queued (or out of memory).
+// tokens: take_planned, max rows with pack=), and never more than cap examples. Returns NULL
+// when nothing is queued (or out of memory).
 lease *
-take_lease(broker *b, trainer *t, uint32_t max)
+take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap)
 {
     if (stoker_batching_active(&t->batching))
-        return take_planned(b, t, max);
+        return take_planned(b, t, max, cap);
+    if (max > cap)
+        max = cap;
     uint64_t avail = b->c.queued;
     uint32_t n = (uint32_t)(avail < max ? avail : max);
     if (n == 0)
@@ -653,8 +656,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
         }
     }
     // Enough queued for a full batch (made by tokens: its budget, broker_budget.c).
-    int enough =
-        stoker_batching_active(&t->batching) ? budget_ready(b, t, max) : b->c.queued >= max;
+    int enough = budget_ready(b, &t->batching, max, 1);
     // Only asked when it matters (it looks at every producer): some queued, not a full batch.
     int full = b->c.queued > 0 && !enough && alive && queues_full(b);
     // A batch goes out when it is full; short when no more can come soon: no producer left,
@@ -688,7 +690,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
     stoker_run *runs = NULL;
     uint64_t *items = NULL;
     if (take)
-        l = take_lease(b, t, max);
+        l = take_lease(b, t, max, UINT32_MAX);
     if (l != NULL) {
         if (describe_lease(b, l, &rep) != STOKER_OK) {
             // Cannot describe the batch: give the examples back; the trainer asks again.

@@ -86,6 +86,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
         d->pushes = p->n_pushes;
         d->pushes_streamed = p->n_pushes_streamed;
         d->pushes_shm = p->n_pushes_shm;
+        d->skipped = p->skipped;
     }
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)

@@ -231,6 +231,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                         p->name, (unsigned long long)req->next_seq,
                         (unsigned long long)p->next_seq);
             trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
+            p->skipped += req->next_seq - p->next_seq;
             p->next_seq = req->next_seq;
         }
     }
@@ -259,6 +260,8 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
         rep.arena_ticket = broker_arena_pool_ticket(b->arena, p->session);
     }
+    if (b->cfg.intake_port != NULL)
+        rep.intake_port = b->cfg.intake_port(b->cfg.intake_arg, pipe);
     send_reply(b, out, token, &rep);
 }
 

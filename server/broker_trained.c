@@ -97,6 +97,12 @@ trained_tell(const trained_set *s, stoker_reply *rep)
 }
 
 int
+trained_none_from(const broker *b, const producer *p, uint64_t seq)
+{
+    return b->epochs != NULL || (p->trained.n == 0 && seq >= p->trained.through);
+}
+
+int
 trained_has(const trained_set *s, uint64_t seq, uint64_t *next)
 {
     if (seq < s->through)

@@ -85,6 +85,40 @@ parse_dataset_size(const char *value, void *base, char *err, size_t err_len)
     return 0;
 }
 
+// --intake PORT|auto|off: the intake's port beside each tcp:// listener (intake.h).
+static int
+parse_intake(const char *value, void *base, char *err, size_t err_len)
+{
+    server_config *cfg = base;
+    if (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0) {
+        cfg->intake_off = value[1] == 'f';
+        cfg->intake_port = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || value[0] == '-' || n < 1 || n > 65535) {
+        snprintf(err, err_len, "expected a port in 1..65535, auto or off");
+        return 1;
+    }
+    cfg->intake_port = (uint32_t)n;
+    cfg->intake_off = 0;
+    return 0;
+}
+
+static void
+show_intake(const void *base, char *buf, size_t len)
+{
+    const server_config *cfg = base;
+    if (cfg->intake_off)
+        snprintf(buf, len, "off");
+    else if (cfg->intake_port == 0)
+        snprintf(buf, len, "auto");
+    else
+        snprintf(buf, len, "%u", cfg->intake_port);
+}
+
 static void
 show_queue_depth(const void *base, char *buf, size_t len)
 {
@@ -132,6 +166,10 @@ static const stoker_cli_option rows[] = {
      AT(tls.ca)},
     {"max-message", "N", "largest request accepted in bytes", STOKER_CLI_BYTES,
      AT(max_message_bytes), .imin = 4096, .imax = 1ull << 31},
+    {"intake", "PORT|auto|off",
+     "port beside each tcp:// listener where producers' pushes are read into the broker's own "
+     "buffers (auto: one the system picks; a producer that cannot reach it pushes on --listen)",
+     STOKER_CLI_CUSTOM, AT(intake_port), .parse = parse_intake, .show = show_intake},
     {"max-producers", "N", "producers connected at once", STOKER_CLI_UINT, AT(broker.max_producers),
      .imin = 1, .imax = 65536},
     {"max-trainers", "N", "trainers connected at once", STOKER_CLI_UINT, AT(broker.max_trainers),

@@ -25,6 +25,7 @@ queue_init(queue *q, const stoker_schema *schema)
 {
     memset(q, 0, sizeof(*q));
     q->schema = schema;
+    q->length_field = schema != NULL ? stoker_schema_first_variable(schema) : -1;
 }
 
 void
@@ -79,8 +80,7 @@ static void
 account(queue *q, const queue_range *r, int sign)
 {
     uint64_t bytes = queue_range_bytes(r);
-    uint64_t tokens =
-        queue_range_tokens(r, q->schema != NULL ? stoker_schema_first_variable(q->schema) : -1);
+    uint64_t tokens = queue_range_tokens(r, q->length_field);
     if (sign > 0) {
         q->examples += r->count;
         q->bytes += bytes;

@@ -24,6 +24,7 @@ typedef struct queue_range {
 
 typedef struct queue {
     const stoker_schema *schema; // borrowed from the broker
+    int length_field; // the schema's first variable field, whose rows are tokens (-1: none)
     qnode *head, *tail;
     uint64_t examples;
     uint64_t bytes;  // real bytes of the examples held (queue_range_bytes)

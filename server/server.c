@@ -20,6 +20,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/http/http.h>
 
+#include "intake.h"
 #include "page.h"
 #include "server.h"
 #include "stoker/clock.h"
@@ -28,6 +29,7 @@
 #include "watchdog.h"
 
 typedef struct rctx {
+    int kind; // TOKEN_REP (intake.h): the outbox's tokens are these or an intake's
     server *srv;
     nng_ctx ctx;
     nng_aio *aio;
@@ -52,7 +54,8 @@ struct server {
     stoker_tls_options tls;
     watched listeners[SERVER_MAX_LISTEN];
     uint32_t n_listeners;
-    uint32_t retired[RETIRED_MAX]; // ids of listeners closed by a restart (a ring)
+    intake *intakes[SERVER_MAX_LISTEN]; // beside listeners[i] (tcp:// only), or NULL
+    uint32_t retired[RETIRED_MAX];      // ids of listeners closed by a restart (a ring)
     uint32_t n_retired;
     watchdog_host watch; // what the watchdog thread is handed
     pthread_t watch_thread;
@@ -74,9 +77,13 @@ flush(broker_outbox *out)
 {
     broker_outbox_fill(out);
     for (size_t i = 0; i < out->n; i++) {
-        rctx *c = out->items[i].token;
         nng_msg *msg = out->items[i].msg;
         out->items[i].msg = NULL;
+        if (*(int *)out->items[i].token == TOKEN_INTAKE) {
+            intake_reply(out->items[i].token, msg);
+            continue;
+        }
+        rctx *c = out->items[i].token;
         if (msg == NULL) { // could not encode: let the client time out, take the next request
             if (!atomic_load(&c->srv->stopping))
                 recv_next(c);
@@ -126,6 +133,60 @@ ctx_cb(void *arg)
         broker_refuse(s->b, c, pipe, drv, err, &out);
     pthread_mutex_unlock(&s->lock);
     flush(&out);
+}
+
+// --- the intake's host (intake.h): its requests go to the broker as the contexts' do -----------
+
+static void
+intake_deliver(void *arg, void *token, uint32_t pipe, stoker_request *req)
+{
+    server *s = arg;
+    broker_outbox out = {0};
+    pthread_mutex_lock(&s->lock);
+    broker_handle(s->b, token, pipe, req, stoker_now_ms(), &out);
+    pthread_mutex_unlock(&s->lock);
+    flush(&out);
+}
+
+static void
+intake_refuse(void *arg, void *token, uint32_t pipe, int code, const char *why)
+{
+    server *s = arg;
+    broker_outbox out = {0};
+    pthread_mutex_lock(&s->lock);
+    broker_refuse(s->b, token, pipe, code, why, &out);
+    pthread_mutex_unlock(&s->lock);
+    flush(&out);
+}
+
+static void
+intake_closed(void *arg, uint32_t pipe)
+{
+    server *s = arg;
+    if (atomic_load(&s->stopping))
+        return;
+    broker_outbox out = {0};
+    pthread_mutex_lock(&s->lock);
+    broker_pipe_closed(s->b, pipe, stoker_now_ms(), &out);
+    pthread_mutex_unlock(&s->lock);
+    flush(&out);
+}
+
+// broker_config.intake_port: the port of the intake beside the listener pipe came through
+// (under the broker's lock; nng's option read does not call back into us).
+static uint32_t
+intake_port_of(void *arg, uint32_t pipe_id)
+{
+    server *s = arg;
+    if (pipe_id >= INTAKE_PIPE_BASE)
+        return 0;
+    nng_pipe p = NNG_PIPE_INITIALIZER;
+    p.id = pipe_id;
+    uint32_t listener_id = (uint32_t)nng_listener_id(nng_pipe_listener(p));
+    for (uint32_t i = 0; i < s->n_listeners; i++)
+        if (s->intakes[i] != NULL && atomic_load(&s->listeners[i].id) == listener_id)
+            return intake_port(s->intakes[i]);
+    return 0;
 }
 
 // The remote address of a pipe, for the broker's log lines (called under the broker lock; nng's
@@ -426,6 +487,8 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     pthread_mutex_init(&s->lock, NULL);
     broker_config bc = cfg->broker;
     bc.describe_peer = describe_peer;
+    bc.intake_port = intake_port_of;
+    bc.intake_arg = s;
     bc.max_message_bytes = cfg->max_message_bytes;
     bc.max_parked = cfg->contexts > 64 ? cfg->contexts - 32 : cfg->contexts / 2;
     if ((s->b = broker_create(&bc, stoker_now_ms())) == NULL) {
@@ -448,6 +511,7 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     }
     for (uint32_t i = 0; i < s->n_ctxs; i++) {
         rctx *c = &s->ctxs[i];
+        c->kind = TOKEN_REP;
         c->srv = s;
         if ((rv = nng_ctx_open(&c->ctx, s->sock)) != 0 ||
             (rv = nng_aio_alloc(&c->aio, ctx_cb, c)) != 0) {
@@ -478,6 +542,15 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         atomic_store(&w->id, (unsigned)nng_listener_id(w->l));
         w->errors = watchdog_listener_errors(w->l);
         s->n_listeners++;
+        if (!cfg->intake_off && strncmp(w->url, "tcp://", 6) == 0) {
+            static const intake_host host = {
+                .deliver = intake_deliver, .refuse = intake_refuse, .closed = intake_closed};
+            intake_host h = host;
+            h.arg = s;
+            if ((rv = intake_start(w->url, cfg->intake_port, cfg->max_message_bytes, &h,
+                                   &s->intakes[i], err, err_len)) != STOKER_OK)
+                goto fail;
+        }
     }
     fflush(stdout);
     for (uint32_t i = 0; i < s->n_ctxs; i++)
@@ -519,6 +592,8 @@ server_stop(server *s)
         nng_http_server_stop(s->http);
         nng_http_server_release(s->http);
     }
+    for (uint32_t i = 0; i < SERVER_MAX_LISTEN; i++)
+        intake_close(s->intakes[i]);
     if (s->sock_open)
         nng_close(s->sock);
     for (uint32_t i = 0; s->ctxs != NULL && i < s->n_ctxs; i++) {
@@ -531,7 +606,15 @@ server_stop(server *s)
     free(s->ctxs);
     broker_outbox out = {0};
     broker_destroy(s->b, &out);
+    for (size_t i = 0; i < out.n; i++) { // parked requests of intake connections: let them go
+        if (*(int *)out.items[i].token == TOKEN_INTAKE) {
+            intake_reply(out.items[i].token, out.items[i].msg);
+            out.items[i].msg = NULL;
+        }
+    }
     broker_outbox_fini(&out);
+    for (uint32_t i = 0; i < SERVER_MAX_LISTEN; i++)
+        intake_destroy(s->intakes[i]);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }

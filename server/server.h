@@ -20,7 +20,11 @@ typedef struct server_config {
     uint32_t n_listen;
     const char *metrics_url; // http://HOST:PORT or NULL
     size_t max_message_bytes;
-    uint32_t contexts;      // requests handled or parked at once
+    uint32_t contexts; // requests handled or parked at once
+    // The intake beside each tcp:// listener (intake.h): its port (0: the system picks one),
+    // or none with intake_off.
+    uint32_t intake_port;
+    int intake_off;
     stoker_tls_options tls; // for tls+tcp:// listeners
     broker_config broker;
 } server_config;

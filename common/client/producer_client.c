@@ -453,6 +453,7 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         }
         pc->error[0] = '\0';
         attach_pool(pc, rep);
+        push_stream_set_intake(&pc->ps, rep->intake_port);
     } else {
         conn_copy_str(pc->error, sizeof(pc->error), rep->message);
     }

@@ -74,9 +74,21 @@ drop(push_stream *ps)
 }
 
 void
+push_stream_set_intake(push_stream *ps, uint32_t port)
+{
+    if (ps->ipc)
+        return;
+    atomic_store(&ps->intake_port, port);
+    atomic_fetch_add(&ps->intake_said, 1);
+}
+
+void
 push_stream_close(push_stream *ps)
 {
     drop(ps);
+    if (ps->intake_dialer != NULL)
+        nng_stream_dialer_free(ps->intake_dialer);
+    ps->intake_dialer = NULL;
     if (ps->dialer != NULL) {
         nng_aio_free(ps->aio);
         conn_waiter_fini(&ps->w);
@@ -288,14 +300,16 @@ round_trip(push_stream *ps, const stoker_request *req, uint64_t deadline, conn_s
     return rv != STOKER_OK ? rv : receive_reply(ps, id, deadline, stop, out, err, err_len);
 }
 
-// Dials, exchanges the SP handshake, and says an observer's hello when the broker wants a token.
+// Dials with dialer, exchanges the SP handshake, and says an observer's hello when the broker
+// wants a token.
 static int
-connect_stream(push_stream *ps, uint64_t deadline, conn_stop *stop, char *err, size_t err_len)
+connect_with(push_stream *ps, nng_stream_dialer *dialer, uint64_t deadline, conn_stop *stop,
+             char *err, size_t err_len)
 {
     uint64_t now = stoker_now_ms();
     uint64_t left = deadline > now ? deadline - now : 1;
     nng_aio_set_timeout(ps->aio, (nng_duration)(left < DIAL_TIMEOUT_MS ? left : DIAL_TIMEOUT_MS));
-    nng_stream_dialer_dial(ps->dialer, ps->aio);
+    nng_stream_dialer_dial(dialer, ps->aio);
     conn_waiter_wait(ps->aio, &ps->w, stop);
     int rv = nng_aio_result(ps->aio);
     if (rv == 0)
@@ -336,6 +350,61 @@ connect_stream(push_stream *ps, uint64_t deadline, conn_stop *stop, char *err, s
     return rv;
 }
 
+// The dialer of the intake the broker said, made anew when it says another port; NULL when
+// there is none or it could not be reached.
+static nng_stream_dialer *
+intake_dialer(push_stream *ps)
+{
+    uint32_t port = atomic_load(&ps->intake_port);
+    uint32_t said = atomic_load(&ps->intake_said);
+    if (said != ps->intake_seen) { // a hello since it failed: the broker may be a new one
+        ps->intake_seen = said;
+        ps->intake_failed = 0;
+    }
+    if (port != ps->intake_dialed) {
+        if (ps->intake_dialer != NULL)
+            nng_stream_dialer_free(ps->intake_dialer);
+        ps->intake_dialer = NULL;
+        ps->intake_dialed = port;
+        ps->intake_failed = 0;
+        const char *colon = strrchr(ps->url, ':');
+        if (port != 0 && colon != NULL) {
+            snprintf(ps->intake_url, sizeof(ps->intake_url), "%.*s:%u", (int)(colon - ps->url),
+                     ps->url, port);
+            if (nng_stream_dialer_alloc(&ps->intake_dialer, ps->intake_url) == 0)
+                nng_stream_dialer_set_bool(ps->intake_dialer, NNG_OPT_TCP_NODELAY, true);
+            else
+                ps->intake_dialer = NULL;
+        }
+    }
+    return ps->intake_failed ? NULL : ps->intake_dialer;
+}
+
+// Connects to the broker's intake when it said one, else (or when that fails) to url.
+static int
+connect_stream(push_stream *ps, uint64_t deadline, conn_stop *stop, char *err, size_t err_len)
+{
+    nng_stream_dialer *intake = intake_dialer(ps);
+    if (intake != NULL) {
+        char why[256];
+        int rv = connect_with(ps, intake, deadline, stop, why, sizeof(why));
+        if (rv == STOKER_OK || rv == STOKER_INTERRUPTED) {
+            if (rv != STOKER_OK)
+                snprintf(err, err_len, "%s", why);
+            return rv;
+        }
+        if (ps->s != NULL) { // the handshake or the hello failed: not the intake
+            nng_stream_close(ps->s);
+            nng_stream_free(ps->s);
+            ps->s = NULL;
+        }
+        ps->intake_failed = 1;
+        stoker_info("push-stream: the broker's intake %s: %s; pushing to %s", ps->intake_url, why,
+                    ps->url);
+    }
+    return connect_with(ps, ps->dialer, deadline, stop, err, err_len);
+}
+
 int
 push_stream_ready(const push_stream *ps)
 {
@@ -366,7 +435,7 @@ push_stream_send(push_stream *ps, const stoker_request *req, uint32_t timeout_ms
             return PUSH_STREAM_UNUSED;
         }
         stoker_debug("push-stream: connected to %s: pushes go from the chunks' own buffers",
-                     ps->url);
+                     ps->intake_dialer != NULL && !ps->intake_failed ? ps->intake_url : ps->url);
         ps->said_fallback = 0;
         ps->conns++;
         atomic_store(&ps->streaming, 1);

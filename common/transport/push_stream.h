@@ -31,6 +31,15 @@ typedef struct push_stream {
     const char *token; // said in an observer hello on each new connection ("" or NULL: none)
     uint64_t session;
     nng_stream_dialer *dialer;
+    // The broker's intake (its hello says the port; server/intake.h), dialed before url when
+    // set: same framing, on the host of url. Set from any thread; the rest is the pusher's.
+    _Atomic uint32_t intake_port;
+    _Atomic uint32_t intake_said; // counts the hellos that said it
+    uint32_t intake_dialed;       // the port intake_dialer is for (0: none)
+    uint32_t intake_seen;         // intake_said when intake_failed was last cleared
+    int intake_failed;            // it could not be reached: url until the next hello
+    nng_stream_dialer *intake_dialer;
+    char intake_url[520];
     nng_aio *aio; // every dial, send and receive, one at a time (the pusher's), waited on w
     conn_waiter w;
     nng_stream *s;    // NULL: not connected
@@ -49,6 +58,11 @@ typedef struct push_stream {
 void push_stream_init(push_stream *ps, const char *url, size_t max_reply, const char *token,
                       uint64_t session);
 void push_stream_close(push_stream *ps);
+
+// The broker said (in a hello reply) its intake is at port (0: none) on url's host (tcp://
+// only): the next connection goes there, and to url when it cannot be reached, until the next
+// hello. Any thread.
+void push_stream_set_intake(push_stream *ps, uint32_t port);
 
 // Whether pushes are going over the stream now (then a push encoded ahead into a socket
 // message is wasted work). Any thread.

@@ -222,7 +222,7 @@ stoker_status_render_json(const stoker_status *st)
                            "\"accepted\": %llu, \"delivered\": %llu, \"acknowledged\": %llu, "
                            "\"redelivered\": %llu, \"returned_unused\": %llu, "
                            "\"next_seq\": %llu, \"silent_s\": %.3f, \"pushes\": %llu, "
-                           "\"pushes_streamed\": %llu, \"pushes_shm\": %llu}",
+                           "\"pushes_streamed\": %llu, \"pushes_shm\": %llu, \"skipped\": %llu}",
                            (unsigned long long)p->session, stoker_producer_status_name(p->status),
                            (unsigned long long)p->queued, (unsigned long long)p->accepted,
                            (unsigned long long)p->delivered, (unsigned long long)p->acknowledged,
@@ -230,7 +230,7 @@ stoker_status_render_json(const stoker_status *st)
                            (unsigned long long)p->returned_unused, (unsigned long long)p->next_seq,
                            (double)p->silent_ms / 1000.0, (unsigned long long)p->pushes,
                            (unsigned long long)p->pushes_streamed,
-                           (unsigned long long)p->pushes_shm);
+                           (unsigned long long)p->pushes_shm, (unsigned long long)p->skipped);
     }
     stoker_text_printf(&t, "], \"events\": [");
     for (uint32_t i = 0; i < st->n_events; i++) {

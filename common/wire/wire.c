@@ -355,6 +355,14 @@ stoker_wire_pieces_free(stoker_wire_pieces *p)
 typedef struct wire_owner {
     ProtobufCMessage *pb;
     nng_msg *msg;
+    // Or, instead of msg, a buffer of the caller's (stoker_wire_decode_request_buf), given back
+    // with buf_free(buf_arg, buf) when the owner goes.
+    uint8_t *buf;
+    void (*buf_free)(void *, void *);
+    void *buf_arg;
+    // What the chunk points into while decoding: msg's body or buf.
+    uint8_t *body;
+    size_t len;
     void *aligned;
     void (*hold_fn)(void *); // stoker_request_hold
     void *hold_arg;
@@ -369,6 +377,8 @@ owner_free(wire_owner *o)
     if (o->pb != NULL)
         protobuf_c_message_free_unpacked(o->pb, NULL);
     nng_msg_free(o->msg);
+    if (o->buf_free != NULL)
+        o->buf_free(o->buf_arg, o->buf);
     free(o->aligned);
     free(o->shared_offsets);
     if (o->hold_fn != NULL)
@@ -378,10 +388,9 @@ owner_free(wire_owner *o)
 
 // Reads the header of msg: *pb and *pb_len give the protobuf part.
 static int
-frame_header(nng_msg *msg, const uint8_t **pb, size_t *pb_len, char *err, size_t err_len)
+frame_header(const uint8_t *body, size_t len, const uint8_t **pb, size_t *pb_len, char *err,
+             size_t err_len)
 {
-    size_t len = nng_msg_len(msg);
-    const uint8_t *body = nng_msg_body(msg);
     if (len < HEADER_BYTES)
         return stoker_errorf(err, err_len, STOKER_INVALID,
                              "message of %zu bytes is shorter than its header", len);
@@ -419,8 +428,8 @@ chunk_from_pb_at(const Stoker__Chunk *pb, wire_owner *owner, size_t pb_end, int 
         return stoker_errorf(err, err_len, STOKER_INVALID,
                              "chunk has %zu fields, at most %d allowed", pb->n_sizes,
                              STOKER_MAX_FIELDS);
-    size_t len = nng_msg_len(owner->msg);
-    uint8_t *body = nng_msg_body(owner->msg);
+    size_t len = owner->len;
+    uint8_t *body = owner->body;
     size_t offsets[STOKER_MAX_FIELDS];
     size_t at = pb_end;
     for (size_t i = 0; i < pb->n_sizes; i++) {
@@ -492,11 +501,11 @@ keep_msg(wire_owner *owner, nng_msg *msg)
 
 // Checks that a message without a chunk has nothing after its protobuf part.
 static int
-no_trailing(nng_msg *msg, size_t pb_end, char *err, size_t err_len)
+no_trailing(size_t len, size_t pb_end, char *err, size_t err_len)
 {
-    if (nng_msg_len(msg) != pb_end)
+    if (len != pb_end)
         return stoker_errorf(err, err_len, STOKER_INVALID, "%zu unexpected bytes after the message",
-                             nng_msg_len(msg) - pb_end);
+                             len - pb_end);
     return STOKER_OK;
 }
 
@@ -528,7 +537,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define PRODUCER_FIELDS(X)                                                                         \
     X(id) X(session) X(queued) X(accepted) X(delivered) X(acknowledged) X(redelivered)             \
     X(returned_unused) X(next_seq) X(silent_ms) X(pushes) X(pushes_streamed)        \
-    X(pushes_shm)
+    X(pushes_shm) X(skipped)
 #define GROUP_FIELDS(X) X(world) X(batch) X(joined) X(steps) X(leftover)
 #define CONSUMER_FIELDS(X)                                                                         \
     X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
@@ -925,33 +934,56 @@ stoker_wire_encode_request_pieces(const stoker_request *req, stoker_wire_pieces 
     return encode_request(req, NULL, out);
 }
 
-static int decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err,
-                              size_t err_len);
+static int decode_request(nng_msg *msg, uint8_t *buf, size_t len, int aligned, stoker_request **out,
+                          char *err, size_t err_len);
 
 int
 stoker_wire_decode_request_msg(nng_msg *msg, stoker_request **out, char *err, size_t err_len)
 {
-    return decode_request_msg(msg, 1, out, err, err_len);
+    return decode_request(msg, nng_msg_body(msg), nng_msg_len(msg), 1, out, err, err_len);
 }
 
 int
 stoker_wire_decode_request_msg_unaligned(nng_msg *msg, stoker_request **out, char *err,
                                          size_t err_len)
 {
-    return decode_request_msg(msg, 0, out, err, err_len);
+    return decode_request(msg, nng_msg_body(msg), nng_msg_len(msg), 0, out, err, err_len);
 }
 
+int
+stoker_wire_decode_request_buf(void *buf, size_t len, void (*buf_free)(void *arg, void *buf),
+                               void *arg, stoker_request **out, char *err, size_t err_len)
+{
+    stoker_request *req;
+    int rv = decode_request(NULL, buf, len, 0, &req, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    wire_owner *o = req->owner;
+    if (o->aligned == NULL) { // else nothing points into buf any more: the caller's to free
+        o->buf = buf;
+        o->buf_free = buf_free;
+        o->buf_arg = arg;
+    } else {
+        buf_free(arg, buf);
+    }
+    *out = req;
+    return STOKER_OK;
+}
+
+// Decodes the len bytes at body: msg's body (then owned by the request on success) or, with msg
+// NULL, a buffer the caller gives the request after (stoker_wire_decode_request_buf).
 static int
-decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, size_t err_len)
+decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_request **out,
+               char *err, size_t err_len)
 {
     const uint8_t *pb = NULL;
     size_t pb_len = 0;
-    if (frame_header(msg, &pb, &pb_len, err, err_len) != STOKER_OK)
+    if (frame_header(body, len, &pb, &pb_len, err, err_len) != STOKER_OK)
         return STOKER_INVALID;
     Stoker__Request *r = stoker__request__unpack(NULL, pb_len, pb);
     if (r == NULL)
         return stoker_errorf(err, err_len, STOKER_INVALID, "not a valid stoker request (%zu bytes)",
-                             nng_msg_len(msg));
+                             len);
     stoker_request *req = calloc(1, sizeof(*req));
     wire_owner *owner = calloc(1, sizeof(*owner));
     if (req == NULL || owner == NULL) {
@@ -1026,10 +1058,10 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         }
         req->first_seq = r->push->first_seq;
         if (r->push->pool_secret == 0) {
-            owner->msg = msg; // provisionally: the chunk points into it
+            owner->body = body; // the chunk points into it
+            owner->len = len;
             rv = chunk_from_pb_at(r->push->chunk, owner, pb_end, aligned, &req->chunk, &req->n_data,
                                   req->data_len, err, err_len);
-            owner->msg = NULL;
             has_chunk = 1;
         } else if (r->push->n_pool_offsets != r->push->chunk->n_sizes) {
             rv = stoker_errorf(err, err_len, STOKER_INVALID,
@@ -1133,7 +1165,7 @@ decode_request_msg(nng_msg *msg, int aligned, stoker_request **out, char *err, s
         break;
     }
     if (rv == STOKER_OK && !has_chunk)
-        rv = no_trailing(msg, pb_end, err, err_len);
+        rv = no_trailing(len, pb_end, err, err_len);
     if (rv != STOKER_OK) {
         stoker_request_free(req); // leaves msg to the caller
         return rv;
@@ -1194,6 +1226,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.peer_id = rep->peer_id;
     r.next_seq = rep->next_seq;
     r.heartbeat_ms = rep->heartbeat_ms;
+    r.intake_port = rep->intake_port;
     r.max_chunk = rep->max_chunk;
     r.acked_through = rep->acked_through;
     r.trained_through = rep->trained_through;
@@ -1312,7 +1345,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
 {
     const uint8_t *pb = NULL;
     size_t pb_len = 0;
-    if (frame_header(msg, &pb, &pb_len, err, err_len) != STOKER_OK)
+    if (frame_header(nng_msg_body(msg), nng_msg_len(msg), &pb, &pb_len, err, err_len) != STOKER_OK)
         return STOKER_INVALID;
     Stoker__Reply *r = stoker__reply__unpack(NULL, pb_len, pb);
     if (r == NULL)
@@ -1337,6 +1370,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->peer_id = r->peer_id;
     rep->next_seq = r->next_seq;
     rep->heartbeat_ms = r->heartbeat_ms;
+    rep->intake_port = r->intake_port;
     rep->max_chunk = r->max_chunk;
     rep->acked_through = r->acked_through;
     rep->trained_through = r->trained_through;
@@ -1379,16 +1413,16 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->arena_ticket = r->arena_ticket;
     rep->in_arena = r->in_arena;
     rep->arena_offset = r->arena_offset;
-    owner->msg = msg; // provisionally: the chunk points into it
+    owner->body = nng_msg_body(msg); // the chunk points into it
+    owner->len = nng_msg_len(msg);
     if (r->chunk != NULL && r->in_arena)
         rv = sizes_only_from_pb(r->chunk, &rep->chunk, &rep->n_data, rep->data_len, err, err_len);
     else
         rv = r->chunk != NULL ? chunk_from_pb(r->chunk, owner, pb_end, &rep->chunk, &rep->n_data,
                                               rep->data_len, err, err_len)
-                              : no_trailing(msg, pb_end, err, err_len);
+                              : no_trailing(nng_msg_len(msg), pb_end, err, err_len);
     if (rv == STOKER_OK && r->chunk != NULL && r->in_arena)
-        rv = no_trailing(msg, pb_end, err, err_len);
-    owner->msg = NULL;
+        rv = no_trailing(nng_msg_len(msg), pb_end, err, err_len);
     if (rv != STOKER_OK)
         goto fail;
     if (r->n_runs > MAX_RUNS || r->n_events > MAX_EVENTS || r->n_producers > MAX_PRODUCERS) {

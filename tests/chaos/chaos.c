@@ -25,7 +25,8 @@
 //   producer's push acknowledgement died with the broker: the trainer client drops it);
 // - the broker that survived: discrepancy = produced - acknowledged - queued - in_flight = 0,
 //   and after the drain every example it accepted was delivered (identities trained = identities
-//   accepted, exactly);
+//   accepted, exactly; a session's range there is [next_seq - accepted - skipped, next_seq): the
+//   seqs its producer skipped were trained before, a trainer said so, and were never pushed);
 // - the killed broker: its Status while frozen has discrepancy 0; every identity it delivered was
 //   one it accepted; the identities it accepted that no consumer ever trained (the loss) are a
 //   subset of what it held (never an acknowledged one), and their number is exactly
@@ -36,6 +37,9 @@
 //   examples to the new broker). A producer that lived on loses nothing: the drain waits until
 //   each such producer is known to the new broker beyond what the killed one held.
 // Every wait is bounded, a watchdog ends the whole test, and children die with it.
+// STOKER_CHAOS_TCP=1: the broker listens on tcp://127.0.0.1 (a port free at the run's start,
+// the same for its restart) instead of ipc://, so that the pushes in bytes go through its
+// intake (server/intake.h), whose port changes with each broker.
 //
 // Environment: STOKER_BROKER_BIN, STOKER_PRODUCER_BIN, STOKER_CHAOS_CONSUMER_BIN (set by meson),
 // STOKER_CHAOS_SEED, STOKER_CHAOS_RUNS (default 8), STOKER_CHAOS_RUN_MS (default 14000),
@@ -48,6 +52,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "stoker/client.h"
 #include "stoker/clock.h"
@@ -752,7 +760,16 @@ typedef struct producer_range {
     uint64_t first, end; // [first, end) accepted by that broker
 } producer_range;
 
-// The identities a broker accepted, from its status: per session [next_seq - accepted, next_seq).
+// The first seq of a session a broker took: it accepted [first_seq(p), next_seq) less the seqs
+// its producer's hellos skipped (trained before: a producer pushing its retention again to a
+// restarted broker jumps over what a trainer reported trained; the broker counts them `skipped`).
+static uint64_t
+first_seq(const stoker_producer_info *p)
+{
+    return p->next_seq - p->accepted - p->skipped;
+}
+
+// A broker's entry for a session in its status (NULL: none).
 static const stoker_producer_info *
 status_session(const stoker_status *st, uint64_t session)
 {
@@ -767,7 +784,7 @@ static int
 accepted_by(const stoker_status *st, uint64_t session, uint64_t seq)
 {
     const stoker_producer_info *p = status_session(st, session);
-    return p != NULL && seq + p->accepted >= p->next_seq && seq < p->next_seq;
+    return p != NULL && seq >= first_seq(p) && seq < p->next_seq;
 }
 
 typedef struct totals {
@@ -944,11 +961,12 @@ check_run(run_state *r, totals *tot)
         const stoker_producer_info *p = &s1->producers[i];
         uint64_t lost_before = lost;
         sum1 += p->accepted;
-        if (p->next_seq != p->accepted)
+        if (first_seq(p) != 0)
             harness_fail("run %d: killed broker: session %016" PRIx64 " accepted %" PRIu64
-                         " but next_seq %" PRIu64 " (a fresh session starts at 0)",
-                         r->index, p->session, p->accepted, p->next_seq);
-        for (uint64_t q = p->next_seq - p->accepted; q < p->next_seq; q++) {
+                         " and skipped %" PRIu64 " but next_seq %" PRIu64
+                         " (a fresh session starts at 0)",
+                         r->index, p->session, p->accepted, p->skipped, p->next_seq);
+        for (uint64_t q = first_seq(p); q < p->next_seq; q++) {
             idrec *id = find_id(c, p->session, q, 0);
             int t1 = id != NULL && id->n[1] > 0, t2 = id != NULL && id->n[2] > 0;
             lost += !t1 && !t2;
@@ -969,11 +987,11 @@ check_run(run_state *r, totals *tot)
         // A producer that lived on resumed with the next broker where its acknowledgements
         // ended: never beyond what the killed broker held.
         const stoker_producer_info *p2 = status_session(s2, p->session);
-        if (p2 != NULL && p2->next_seq - p2->accepted > p->next_seq)
+        if (p2 != NULL && first_seq(p2) > p->next_seq)
             harness_fail("run %d: session %016" PRIx64 " resumed at seq %" PRIu64
                          " with the new broker, "
                          "the killed one held only up to %" PRIu64 " (examples skipped)",
-                         r->index, p->session, p2->next_seq - p2->accepted, p->next_seq);
+                         r->index, p->session, first_seq(p2), p->next_seq);
     }
     if (sum1 != k1->produced)
         harness_fail("run %d: killed broker: producers' accepted sum to %" PRIu64
@@ -1006,16 +1024,17 @@ check_run(run_state *r, totals *tot)
     for (uint32_t i = 0; i < s2->n_producers; i++) {
         const stoker_producer_info *p = &s2->producers[i];
         sum2 += p->accepted;
-        if (p->accepted > p->next_seq)
+        if (p->accepted + p->skipped > p->next_seq)
             harness_fail("run %d: surviving broker: session %016" PRIx64 " accepted %" PRIu64
-                         " > next_seq %" PRIu64,
-                         r->index, p->session, p->accepted, p->next_seq);
-        for (uint64_t q = p->next_seq - p->accepted; q < p->next_seq; q++) {
+                         " and skipped %" PRIu64 " > next_seq %" PRIu64,
+                         r->index, p->session, p->accepted, p->skipped, p->next_seq);
+        // Trained under the killed broker and not under this one: dropped as seen before by a
+        // trainer client, or by the broker (a trainer reported it), or skipped by the producer.
+        uint64_t before = 0;
+        for (uint64_t q = first_seq(p); q < p->next_seq; q++) {
             idrec *id = find_id(c, p->session, q, 0);
             if (id != NULL && id->n[2] == 0 && id->n[1] > 0) {
-                // Re-pushed after the killed broker, which had delivered it to a consumer that
-                // was still running: its trainer client dropped it as seen before.
-                dropped2++;
+                before++;
             } else if (id == NULL || id->n[2] == 0) {
                 if (missing2++ < 5)
                     harness_fail("run %d: identity %016" PRIx64 ":%" PRIu64 " accepted by the "
@@ -1023,6 +1042,12 @@ check_run(run_state *r, totals *tot)
                                  r->index, p->session, q);
             }
         }
+        if (before < p->skipped)
+            harness_fail("run %d: surviving broker: session %016" PRIx64 " skipped %" PRIu64
+                         " seqs, only %" PRIu64 " of its range were trained before",
+                         r->index, p->session, p->skipped, before);
+        else
+            dropped2 += before - p->skipped;
     }
     if (sum2 != k2->produced)
         harness_fail("run %d: surviving broker: producers' accepted sum to %" PRIu64
@@ -1085,6 +1110,21 @@ check_run(run_state *r, totals *tot)
 
 // ---- main ----------------------------------------------------------------------------------
 
+// A port of 127.0.0.1 that was free a moment ago.
+static unsigned
+free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        harness_die("no free tcp port: %s", strerror(errno));
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
 int
 main(void)
 {
@@ -1131,7 +1171,10 @@ main(void)
         // Even runs: a consumer slower than the producers (full queues, leases held, backpressure);
         // odd runs: a fast one (empty queues, parked pulls).
         r->train_ms = ri % 2 == 0 ? "8:30" : "0:3";
-        snprintf(r->url, sizeof(r->url), "ipc://%s/broker%d.sock", tmpdir, r->index);
+        if (getenv("STOKER_CHAOS_TCP") != NULL && strcmp(getenv("STOKER_CHAOS_TCP"), "1") == 0)
+            snprintf(r->url, sizeof(r->url), "tcp://127.0.0.1:%u", free_tcp_port());
+        else
+            snprintf(r->url, sizeof(r->url), "ipc://%s/broker%d.sock", tmpdir, r->index);
         snprintf(r->broker_log, sizeof(r->broker_log), "%s/run%d-broker.log", tmpdir, r->index);
         harness_run_failed = 0;
         uint64_t t0 = stoker_now_ms();

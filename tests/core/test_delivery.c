@@ -158,6 +158,57 @@ Test(delivery, push_with_a_gap_in_seq_is_refused)
     proc_broker_stop(broker);
 }
 
+// A producer pushing its retention again says in a hello that it skips seqs a trainer reported
+// trained (a hole in what it retains): the broker jumps over them, counts them `skipped` in its
+// status (accepted + skipped + the session's first seq = next_seq), and never delivers them.
+Test(delivery, seqs_a_hello_skips_are_counted_and_never_delivered)
+{
+    char url[256];
+    proc_child *broker = h_broker_start(url, sizeof(url), NULL);
+    stoker_schema schema;
+    h_schema(&schema);
+    const uint64_t session = 0x5e55100000000003ull;
+    nng_socket p = h_raw_open(url, 3000);
+    raw_ok(raw_hello(p, session, STOKER_ROLE_PRODUCER, "raw-producer", &schema), "hello");
+    raw_ok(h_raw_push(p, session, &schema, 0, 3), "push 0..2");
+    stoker_request again = {.method = STOKER_HELLO,
+                            .session = session,
+                            .role = STOKER_ROLE_PRODUCER,
+                            .has_schema = 1,
+                            .schema = schema,
+                            .next_seq = 5}; // 3 and 4 were trained before
+    snprintf(again.name, sizeof(again.name), "raw-producer");
+    stoker_reply *rep = h_raw_call(p, &again);
+    cr_assert_eq(rep->code, STOKER_OK, "hello at 5: %s", stoker_errname(rep->code));
+    cr_assert_eq(rep->next_seq, 5, "the broker goes on from 5, not %llu",
+                 (unsigned long long)rep->next_seq);
+    stoker_reply_free(rep);
+    raw_ok(h_raw_push(p, session, &schema, 5, 2), "push 5..6");
+
+    stoker_status *st = h_status(url);
+    const stoker_producer_info *info = h_status_producer(st, "raw-producer");
+    cr_assert_not_null(info);
+    cr_assert_eq(info->accepted, 5, "accepted %llu", (unsigned long long)info->accepted);
+    cr_assert_eq(info->skipped, 2, "skipped %llu", (unsigned long long)info->skipped);
+    cr_assert_eq(info->next_seq, 7);
+    stoker_status_destroy(st);
+
+    raw_ok(raw_simple(p, STOKER_GOODBYE, session), "goodbye");
+    stoker_trainer_client *tc = h_trainer(url, "t", 4, 2, 4000);
+    h_ids ids = {0};
+    uint64_t n = 0;
+    cr_assert_eq(h_drain(tc, &ids, &n), STOKER_END_OF_DATA);
+    cr_assert_eq(n, 5, "delivered %llu examples, expected 5", (unsigned long long)n);
+    for (uint64_t seq = 0; seq < 7; seq++)
+        cr_assert_eq(h_ids_has(&ids, session, seq), seq != 3 && seq != 4, "seq %llu",
+                     (unsigned long long)seq);
+    h_ids_fini(&ids);
+    stoker_trainer_client_destroy(tc);
+    nng_close(p);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}
+
 // --- backpressure -------------------------------------------------------------------------------
 
 Test(backpressure, fast_producer_never_exceeds_queue_depth)

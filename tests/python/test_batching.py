@@ -16,9 +16,13 @@ import stoker.ragged  # noqa: E402
 
 
 def start(c, n, lengths="lognormal:64:200", producers=2):
-    return [c.producer("--workload", "tokens", "--lengths", lengths, "--max-examples", str(n),
-                       "--delay", "0:0", name="t%d" % k, stderr=subprocess.PIPE, text=True)
-            for k in range(producers)]
+    ps = [c.producer("--workload", "tokens", "--lengths", lengths, "--max-examples", str(n),
+                     "--delay", "0:0", name="t%d" % k, stderr=subprocess.PIPE, text=True)
+          for k in range(producers)]
+    # Every producer known before anyone pulls: under load the second one may say hello only
+    # after the first finished, and the supply would rightly end with it.
+    c.wait_producers(producers)
+    return ps
 
 
 def drain(c, ps, client_kw, batch_size=None, group=None):
@@ -189,6 +193,39 @@ def test_a_group_gets_the_same_rows_on_every_rank():
     assert not (seen[0] & seen[1])
     # What the ranks trained, plus what the group's end left queued (too little for a step).
     assert len(seen[0] | seen[1]) == st["acknowledged"] == 2000 - st["queued"], st
+
+
+def test_a_groups_last_short_packed_step_is_shared_among_its_ranks():
+    # The supply ends with fewer tokens than one rank's rows: the last step is short, and every
+    # rank must get some of what is left (the first rank's packed plan would otherwise take it
+    # all, the step never form, and both ranks stall).
+    row, rows, world = 128, 2, 2
+    with Cluster() as c:
+        ps = start(c, 3, lengths="fixed:10", producers=1)
+        for p in ps:
+            p.communicate(timeout=10)
+        got, errors = [[] for _ in range(world)], []
+
+        def rank(r):
+            try:
+                with stoker.Client(c.url, stall_timeout=8, group="g", rank=r, world_size=world,
+                                   pack=row, batch_size=rows) as client:
+                    try:
+                        for b in client.batches():
+                            got[r].append(len(b.identities()[0]))
+                    except stoker.SupplyEnded:
+                        pass
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        assert not errors, errors
+        assert sorted(sum(g) for g in got) == [1, 2], got  # one short step: 2 + 1 of the 3
+        assert all(len(g) == 1 for g in got), got
 
 
 def test_bad_combinations_are_refused_with_their_names():

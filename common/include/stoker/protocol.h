@@ -102,6 +102,10 @@ typedef struct stoker_producer_info {
     // Of them, those by reference: their examples read in place from the producer's shared
     // memory (a producer on the broker's host).
     uint64_t pushes_shm;
+    // Seqs its hellos said it skips (trained before, e.g. by a trainer whose acknowledgement
+    // died with a broker): never pushed here. This broker took [next_seq - accepted - skipped,
+    // next_seq) of the session, less those.
+    uint64_t skipped;
 } stoker_producer_info;
 
 #endif

@@ -129,7 +129,8 @@ typedef struct stoker_reply {
     int has_schema;
     stoker_schema schema;
     uint32_t heartbeat_ms;
-    uint32_t max_chunk; // HELLO of a producer: the most examples one push may carry (0: not said)
+    uint32_t intake_port; // HELLO of a producer: the broker's intake port on its host (0: none)
+    uint32_t max_chunk;   // HELLO of a producer: the most examples one push may carry (0: not said)
     // PUSH
     uint64_t acked_through;
     // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
@@ -233,6 +234,12 @@ int stoker_wire_decode_request_msg(struct nng_msg *msg, stoker_request **out, ch
 // their dtype (an nng REP body is 4 bytes off): for a reader that only copies them (the broker).
 int stoker_wire_decode_request_msg_unaligned(struct nng_msg *msg, stoker_request **out, char *err,
                                              size_t err_len);
+// The same from len bytes at buf, read into memory of the caller's rather than an nng message
+// (the broker's intake, server/intake.c): on STOKER_OK the request owns buf and gives it back
+// with buf_free(arg, buf) when freed (a push's blobs stay in it, unaligned as above); on
+// failure the caller still owns buf.
+int stoker_wire_decode_request_buf(void *buf, size_t len, void (*buf_free)(void *arg, void *buf),
+                                   void *arg, stoker_request **out, char *err, size_t err_len);
 // The same from len bytes at buf (copied first); the caller keeps buf.
 int stoker_wire_decode_request(const void *buf, size_t len, stoker_request **out, char *err,
                                size_t err_len);
