@@ -115,10 +115,43 @@ act(const scale_options *o, const char *pool, uint32_t to, char *err, size_t err
     return scale_exec(o->exec_cmd, pool, to, o->exec_timeout_ms, err, err_len);
 }
 
+// What the controller remembers of the broker across readings: a restarted broker has forgotten
+// its trainers (idle_s -1, "none ever pulled"), and its "no trainer has pulled yet: the minimum"
+// would take every producer but one away while the trainer is reconnecting.
+typedef struct broker_memory {
+    uint64_t uptime_ms;    // the broker's uptime at the last reading (0: none yet)
+    uint64_t last_pull_ms; // on this controller's clock, when a trainer last pulled (0: never seen)
+    uint64_t restart_ms;   // on this controller's clock, when it saw the broker restart (0: never)
+} broker_memory;
+
+// A broker that says no trainer ever pulled after this controller saw one pull has restarted:
+// its idle time is counted from the last pull the controller saw instead, so the pool holds
+// (as for any pause under --idle) until the trainers are back, and goes to the minimum only
+// when none pulls for --idle. Nothing else of the signal is changed.
+static void
+remember_broker(broker_memory *m, stoker_status *st, const char *url, uint64_t now_ms)
+{
+    if (m->uptime_ms != 0 && st->uptime_ms < m->uptime_ms) {
+        m->restart_ms = now_ms;
+        stoker_warn("broker-restarted: %s is up for %.1f s (it was %.1f s at the last reading): "
+                    "%s",
+                    url, st->uptime_ms / 1000.0, m->uptime_ms / 1000.0,
+                    m->last_pull_ms != 0 ? "the pools hold until its trainers pull again"
+                                         : "no trainer pulled before it either");
+    }
+    m->uptime_ms = st->uptime_ms;
+    if (st->idle_s >= 0) {
+        uint64_t idle_ms = (uint64_t)(st->idle_s * 1000.0);
+        m->last_pull_ms = now_ms > idle_ms ? now_ms - idle_ms : 1;
+    } else if (m->last_pull_ms != 0) {
+        st->idle_s = (double)(now_ms - m->last_pull_ms) / 1000.0;
+    }
+}
+
 // One reading of the signal and a decision per pool. Returns 0, or 1 when the broker did not
-// answer (logged; the next round tries again).
+// answer (logged; the next round tries again, and nothing changes meanwhile).
 static int
-round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
+round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uint32_t *n_pools)
 {
     stoker_status *st = NULL;
     char err[512];
@@ -133,6 +166,7 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         stoker_status_destroy(st);
         return 1;
     }
+    remember_broker(memory, st, o->client.url, stoker_now_ms());
     if (strcmp(o->engine, "slurm") == 0 && slurm_engine_pool_absent(st, o->pool) != 0)
         stoker_warn("stoker-scale: out of memory");
     for (uint32_t i = 0; i < st->n_pools; i++) {
@@ -165,6 +199,18 @@ round_once(const scale_options *o, scale_pool *pools, uint32_t *n_pools)
         uint64_t now = stoker_now_ms();
         if (!scale_decide(&o->cfg, p, info, st, now, &to, why, sizeof(why))) {
             stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
+            continue;
+        }
+        // A restarted broker's first readings are provisional (its averages start again, its
+        // producers push what they retained), and the down-window's readings from before it
+        // went away have aged out meanwhile: a step down waits for a --down-window of the new
+        // broker's readings. Steps up are not held (a starved trainer).
+        if (to < p->current && memory->restart_ms != 0 &&
+            now - memory->restart_ms < o->cfg.down_window_ms) {
+            stoker_info("pool '%s' stays at %u: the broker restarted %.0f s ago, no step down "
+                        "(to %u) within --down-window %.0f s of it",
+                        p->name, p->current, (double)(now - memory->restart_ms) / 1000.0, to,
+                        (double)o->cfg.down_window_ms / 1000.0);
             continue;
         }
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
@@ -248,11 +294,12 @@ main(int argc, char **argv)
     stoker_process_on_stop(on_signal);
     static scale_pool pools[POOLS_MAX];
     uint32_t n_pools = 0;
+    broker_memory memory = {0};
     for (uint32_t round = 0; !stop && (o.rounds == 0 || round < o.rounds); round++) {
         if (round > 0)
             stoker_sleep_ms(o.interval_ms, &stop);
         if (!stop)
-            round_once(&o, pools, &n_pools);
+            round_once(&o, &memory, pools, &n_pools);
     }
     return 0;
 }

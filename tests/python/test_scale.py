@@ -1,9 +1,12 @@
 """stoker-scale (docs/autoscale.md, issue 28) against a real broker, a slow producer and a fast
 trainer: with the exec engine it scales the pool up in steps of at most --max-step, no sooner
 than --cooldown apart and never past --max; with the trainer gone for --idle it scales down to
-the minimum; --dry-run prints its decisions and runs nothing. The exec command here only records
+the minimum; the broker killed and started again on its address, it holds the pool (the new
+broker's "no trainer has pulled yet" is not the trainer gone) and says so (`broker-restarted`);
+--dry-run prints its decisions and runs nothing. The exec command here only records
 the counts it is given (environment and last argument)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_autoscale import Broker  # noqa: E402
-from helpers import run  # noqa: E402
+from helpers import BROKER, metrics_url, run  # noqa: E402
 
 SCALE = os.environ.get("STOKER_SCALE_BIN", "build/scale/stoker-scale")
 
@@ -70,6 +73,64 @@ def test_scales_up_then_down_when_idle():
         assert "from 1 to " in lines[0] and "trainers would take" in lines[0], lines
         assert "from 3 to 1" in lines[-1] and "no trainer pulled" in lines[-1], lines
         assert scale.returncode == 0, scale.returncode
+
+
+def status_when(b, ok, within_s):
+    """The broker's /status once ok(status) holds, read every 0.5 s (a read that times out on a
+    loaded machine is read again); the last one read after within_s."""
+    deadline, st = time.monotonic() + within_s, None
+    while True:
+        try:
+            st = json.loads(b.get("/status"))
+        except OSError:
+            pass
+        if (st is not None and ok(st)) or time.monotonic() > deadline:
+            return st
+        time.sleep(0.5)
+
+
+def test_restarted_broker_holds_the_pool():
+    with Broker("--autoscale-max", "64") as b:
+        script, counts = recorder(b.dir)
+        b.producer("slow", "--delay", "0.02")
+        trainer = b.trainer(1000, 20)
+        scale = subprocess.Popen([SCALE, "--broker", b.url, "--exec-cmd", script, "--interval",
+                                  "0.3", "--cooldown", "0", "--max-step", "2", "--max", "3",
+                                  "--idle", "600"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        b.procs.append(scale)
+        deadline = time.monotonic() + 30
+        while [c for _, _, c in records(counts)][-1:] != [3] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [c for _, _, c in records(counts)][-1:] == [3], records(counts)
+        up = len(records(counts))
+        # SIGKILL, away for 2 s (the controller reads nothing), then a new broker on the same
+        # address: its queues and counters empty, no trainer pulled yet. The trainer is stopped
+        # meanwhile and for 3 s more, so the controller reads the new broker before the trainer
+        # is back (a trainer slower to reconnect than the controller, as over a network).
+        trainer.send_signal(signal.SIGSTOP)
+        b.broker.kill()
+        b.broker.wait()
+        time.sleep(2)
+        b.broker = subprocess.Popen([BROKER, "--listen", b.url, "--metrics", "http://127.0.0.1:0",
+                                     "--log-level", "error", "--autoscale-max", "64"],
+                                    stdout=subprocess.PIPE)
+        b.http = metrics_url(b.broker)
+        time.sleep(3)
+        st = status_when(b, lambda st: True, 20)
+        assert st is not None and st["autoscale"]["idle_s"] is None, st
+        trainer.send_signal(signal.SIGCONT)
+        # The producer and the trainer come back; whatever the new broker says meanwhile, the
+        # pool stays at 3 (the trainer still wants more than --max), for 5 s after both are.
+        st = status_when(b, lambda st: st["producers_alive"] == 1
+                         and st["autoscale"]["idle_s"] is not None, 30)
+        assert st["producers_alive"] == 1 and st["autoscale"]["idle_s"] is not None, st
+        time.sleep(5)
+        assert records(counts)[up:] == [], records(counts)
+        scale.send_signal(signal.SIGTERM)
+        out, err = scale.communicate(timeout=10)
+        assert "no trainer has pulled yet" not in out, out
+        assert "broker-restarted: " in err and "the pools hold" in err, err
 
 
 def test_dry_run_acts_on_nothing():
