@@ -1217,7 +1217,8 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
     ceil(n x mean CPU / target), a 10 % tolerance, from the producers' CPU time in /proc, with
     the same interval, cool-down, step, down-window and bounds. Returns the timeline of counts,
     the trainer's per-second stats and the broker's signal read once a second (also printed to
-    stderr, a line a second: t, count, demand, supply per producer, wanted)."""
+    stderr, a line a second: t, count, demand, supply per producer and its spread over the
+    broker's last minute, wanted)."""
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import stoker  # noqa: E402 (the Python package of this tree, for the Status request)
     url = endpoint("ipc", tmp, f"autoscale-{tag}")
@@ -1243,11 +1244,14 @@ def autoscale_run(tmp, tag, rule, r1, r2, cost, before_s, after_s, knobs):
                 return
             for p in pools:
                 row = {"t": round(t, 1), "count": len(producers), "demand": p["demand"],
-                       "supply": p["supply_per_producer"], "wanted": p["wanted"]}
+                       "supply": p["supply_per_producer"],
+                       "supply_low": p.get("supply_low", 0.0),
+                       "supply_high": p.get("supply_high", 0.0), "wanted": p["wanted"]}
                 signal_rows.append(row)
                 print(f"autoscale {tag} {t:6.1f}s: n={row['count']:2d} demand="
-                      f"{row['demand']:7.1f} supply={row['supply']:5.1f} wanted={row['wanted']:2d}",
-                      file=sys.stderr, flush=True)
+                      f"{row['demand']:7.1f} supply={row['supply']:5.1f} ("
+                      f"{row['supply_low']:5.1f}-{row['supply_high']:5.1f} over a minute) "
+                      f"wanted={row['wanted']:2d}", file=sys.stderr, flush=True)
 
         def reconcile(t):
             want = int(open(count_file).read())

@@ -10,7 +10,6 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 
-#define POOLS_MAX            64 // pools named in the signal; producers of further pools are not counted
 #define AUTOSCALE_SCALED_MAX 1000000 // most producers a SCALED report may name
 
 // One sample into m's EWMAs: `examples` made (or taken) over `active_ms`, the part of the span_ms
@@ -73,20 +72,73 @@ producer_sample_held(autoscale_meter *m, uint64_t count, uint64_t span_ms)
 // (Pull.data_wait_ms); a prefetched pull parked here while the caller trains on an earlier
 // batch is no wait (counted as one, it made demand read 10-40 % high when the producers just
 // kept up). A trainer that took nothing this sample says nothing new: then the time a pull of it
-// sat parked here (busy_ms). The wait counts at most AUTOSCALE_WAIT_CAP of the span.
+// sat parked here (busy_ms). The wait counts at most AUTOSCALE_WAIT_CAP of the span, and a
+// trainer fed again after such samples starts afresh (AUTOSCALE_FED_SHARE).
 static void
-trainer_sample(autoscale_meter *m, uint64_t count, uint64_t wait_said_ms, uint64_t span_ms)
+trainer_fold(autoscale_meter *m, uint64_t examples, uint64_t said, uint64_t busy, uint64_t span_ms)
+{
+    uint64_t waited = examples > 0 ? said : busy;
+    double free_ms = (double)(waited < span_ms ? span_ms - waited : 0);
+    if (free_ms < (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms) {
+        free_ms = (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms;
+        m->capped = 1;
+    } else if (m->capped && (double)waited < AUTOSCALE_FED_SHARE * (double)span_ms) {
+        m->capped = 0; // fed again: the capped samples said no rate, this one does
+        m->sampled = 0;
+    }
+    meter_add(m, (double)examples, free_ms, span_ms, AUTOSCALE_DEMAND_TAU_MS);
+}
+
+// Closes a trainer's sample: folds in the one before it, now that the waits that belong to it
+// (said with the pulls after its last batch) are in, and keeps this one pending.
+static void
+trainer_sample(autoscale_meter *m, uint64_t count, uint64_t span_ms)
 {
     uint64_t examples = count - m->last_count;
-    uint64_t said = wait_said_ms > m->last_wait_said_ms ? wait_said_ms - m->last_wait_said_ms : 0;
-    uint64_t waited = examples > 0 ? said : m->busy_ms - m->last_busy_ms;
+    uint64_t busy = m->busy_ms - m->last_busy_ms;
     m->last_count = count;
     m->last_busy_ms = m->busy_ms;
-    m->last_wait_said_ms = wait_said_ms;
-    double free_ms = (double)(waited < span_ms ? span_ms - waited : 0);
-    if (free_ms < (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms)
-        free_ms = (1.0 - AUTOSCALE_WAIT_CAP) * (double)span_ms;
-    meter_add(m, (double)examples, free_ms, span_ms, AUTOSCALE_DEMAND_TAU_MS);
+    if (m->pend_span_ms > 0)
+        trainer_fold(m, m->pend_examples, m->pend_wait_ms + m->wait_late_ms, m->pend_busy_ms,
+                     m->pend_span_ms);
+    m->pend_examples = examples;
+    m->pend_wait_ms = m->wait_open_ms;
+    m->pend_busy_ms = busy;
+    m->pend_span_ms = span_ms;
+    m->wait_open_ms = m->wait_late_ms = 0;
+}
+
+static uint64_t
+trainer_examples(const trainer *t)
+{
+    return t->examples_shm + t->examples_socket;
+}
+
+// Notes when we last sent t a batch (at a tick, or at a pull of it that comes between two).
+static void
+trainer_sent_seen(trainer *t, uint64_t now_ms)
+{
+    if (trainer_examples(t) != t->meter.sent_count) {
+        t->meter.sent_count = trainer_examples(t);
+        t->meter.last_sent_ms = now_ms;
+    }
+}
+
+void
+autoscale_trainer_wait(broker *b, trainer *t, uint64_t wait_ms, uint64_t now_ms)
+{
+    if (wait_ms <= t->data_wait_ms) // pulls may overtake each other: keep the latest
+        return;
+    uint64_t grew = wait_ms - t->data_wait_ms;
+    t->data_wait_ms = wait_ms;
+    trainer_sent_seen(t, now_ms);
+    // The wait ended with the batch we sent last (the caller waited for it): the part of it
+    // before the open sample began belongs to the sample before (the one still pending; a wait
+    // older than that counts there too, its own sample long folded in).
+    uint64_t end = t->meter.last_sent_ms, start = b->autoscale_sample_ms;
+    uint64_t before = end <= start ? grew : end - start >= grew ? 0 : grew - (end - start);
+    t->meter.wait_late_ms += before;
+    t->meter.wait_open_ms += grew - before;
 }
 
 // Examples per second of m's smoothed samples; 0 before any.
@@ -96,10 +148,73 @@ meter_rate(const autoscale_meter *m)
     return m->sampled && m->ewma_ms > 0 ? m->ewma_count * 1000.0 / m->ewma_ms : 0.0;
 }
 
-static uint64_t
-trainer_examples(const trainer *t)
+// The pool's entry in b's spreads (a new one when it has none and one is free); NULL: none.
+static autoscale_spread *
+spread_of(broker *b, const char *pool, int add)
 {
-    return t->examples_shm + t->examples_socket;
+    autoscale_spread *free_one = NULL;
+    for (uint32_t k = 0; k < AUTOSCALE_POOLS_MAX; k++) {
+        autoscale_spread *s = &b->autoscale_spreads[k];
+        if (strcmp(s->pool, pool) == 0 && s->pool[0] != '\0')
+            return s;
+        if (s->pool[0] == '\0' && free_one == NULL)
+            free_one = s;
+    }
+    if (!add || free_one == NULL)
+        return NULL;
+    memset(free_one, 0, sizeof(*free_one));
+    snprintf(free_one->pool, sizeof(free_one->pool), "%s", pool);
+    return free_one;
+}
+
+// Records each pool's supply per producer (the mean of its alive producers' smoothed rates, as
+// the signal says it) in its spread, as sample number n.
+static void
+spread_record(broker *b, uint64_t n)
+{
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        if (p->status != STOKER_PRODUCER_ALIVE || !p->meter.sampled)
+            continue;
+        autoscale_spread *s = spread_of(b, p->pool, 1);
+        uint32_t slot = (uint32_t)(n % AUTOSCALE_SPREAD_SLOTS);
+        if (s == NULL || s->sample_of[slot] == n + 1)
+            continue; // done for this sample (by a producer of the same pool before)
+        double sum = 0;
+        uint32_t count = 0;
+        for (uint32_t j = i; j < b->n_producers; j++) {
+            const producer *q = b->producers[j];
+            if (q->status == STOKER_PRODUCER_ALIVE && q->meter.sampled &&
+                strcmp(q->pool, p->pool) == 0) {
+                sum += meter_rate(&q->meter);
+                count++;
+            }
+        }
+        s->supply[slot] = sum / count;
+        s->sample_of[slot] = n + 1;
+    }
+}
+
+// The lowest and highest supply per producer of pool over the spread's window, now included.
+static void
+spread_range(const broker *b, const char *pool, double now, double *lo, double *hi)
+{
+    *lo = *hi = now;
+    uint64_t n = b->autoscale_samples;
+    for (uint32_t k = 0; k < AUTOSCALE_POOLS_MAX; k++) {
+        const autoscale_spread *s = &b->autoscale_spreads[k];
+        if (s->pool[0] == '\0' || strcmp(s->pool, pool) != 0)
+            continue;
+        for (uint32_t j = 0; j < AUTOSCALE_SPREAD_SLOTS; j++) {
+            if (s->sample_of[j] == 0 || s->sample_of[j] + AUTOSCALE_SPREAD_SLOTS < n + 1)
+                continue; // empty, or older than the window
+            if (s->supply[j] < *lo)
+                *lo = s->supply[j];
+            if (s->supply[j] > *hi)
+                *hi = s->supply[j];
+        }
+        return;
+    }
 }
 
 void
@@ -121,6 +236,7 @@ autoscale_tick(broker *b, uint64_t now_ms)
     }
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         trainer *t = b->trainers[i];
+        trainer_sent_seen(t, now_ms);
         if (t->connected && t->parked_pulls > 0) {
             t->meter.busy_ms += dt;
             b->last_pull_ms = now_ms;
@@ -143,17 +259,19 @@ autoscale_tick(broker *b, uint64_t now_ms)
         else
             producer_sample_held(&p->meter, p->accepted, span);
     }
+    spread_record(b, b->autoscale_samples++);
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         trainer *t = b->trainers[i];
         if (trainer_examples(t) != t->meter.last_count)
             b->last_pull_ms = now_ms;
         if (t->connected) {
-            trainer_sample(&t->meter, trainer_examples(t), t->data_wait_ms, span);
+            trainer_sample(&t->meter, trainer_examples(t), span);
         } else { // a trainer gone demands nothing; back, it starts afresh
-            t->meter.sampled = 0;
+            t->meter.sampled = t->meter.capped = 0;
             t->meter.last_count = trainer_examples(t);
             t->meter.last_busy_ms = t->meter.busy_ms;
-            t->meter.last_wait_said_ms = t->data_wait_ms;
+            t->meter.pend_span_ms = 0;
+            t->meter.wait_open_ms = t->meter.wait_late_ms = 0;
         }
     }
 }
@@ -172,6 +290,8 @@ decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, i
     d->current = s->current;
     d->demand = demand;
     d->supply = s->supplied > 0 ? s->supply_sum / s->supplied : 0.0;
+    if (d->supply > 0)
+        spread_range(b, d->name, d->supply, &d->supply_low, &d->supply_high);
     double want;
     if (idle) {
         want = c->autoscale_min;
@@ -206,8 +326,8 @@ decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, i
 int
 autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
 {
-    const char *names[POOLS_MAX];
-    pool_sum sums[POOLS_MAX];
+    const char *names[AUTOSCALE_POOLS_MAX];
+    pool_sum sums[AUTOSCALE_POOLS_MAX];
     uint32_t n = 0;
     memset(sums, 0, sizeof(sums));
     double total_accepted = 0;
@@ -218,7 +338,7 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
         while (k < n && strcmp(names[k], p->pool) != 0)
             k++;
         if (k == n) {
-            if (n == POOLS_MAX)
+            if (n == AUTOSCALE_POOLS_MAX)
                 continue;
             names[n++] = p->pool;
         }
@@ -273,12 +393,8 @@ autoscale_scaled(broker *b, void *token, stoker_request *req, uint64_t now_ms, b
     const char *engine = req->engine[0] != '\0' ? req->engine : "an engine";
     stoker_info("scaled: pool '%s' from %u to %u by %s: %s", req->pool, req->scaled_from,
                 req->scaled_to, engine, req->why);
-    stoker_event *e = &b->events[b->n_events % EVENT_LOG];
-    memset(e, 0, sizeof(*e));
-    e->index = ++b->n_events;
-    e->kind = STOKER_EVENT_SCALED;
+    stoker_event *e = new_event(b, STOKER_EVENT_SCALED, now_ms);
     snprintf(e->name, sizeof(e->name), "%s", req->pool);
-    e->at_s = (double)(now_ms - b->start_ms) / 1000.0;
     e->scaled_from = req->scaled_from;
     e->scaled_to = req->scaled_to;
     snprintf(e->reason, sizeof(e->reason), "from %u to %u (%s): %s", req->scaled_from,

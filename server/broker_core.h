@@ -202,6 +202,8 @@ struct broker {
     // The autoscale signal (broker_autoscale.c): the latest tick and sample, and the latest
     // time a trainer pulled (was sent examples or had a pull parked); 0: never.
     uint64_t autoscale_tick_ms, autoscale_sample_ms, last_pull_ms;
+    uint64_t autoscale_samples; // samples taken
+    autoscale_spread autoscale_spreads[AUTOSCALE_POOLS_MAX];
 };
 
 // --- broker_core.c: replies, events, lookups, freeing ---

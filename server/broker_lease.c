@@ -810,8 +810,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     if (k == NULL)
         return;
     k->trainer = t;
-    if (req->data_wait_ms > t->data_wait_ms) // pulls may overtake each other: keep the latest
-        t->data_wait_ms = req->data_wait_ms;
+    autoscale_trainer_wait(b, t, req->data_wait_ms, now_ms);
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
     if (req->n_replaces > 0 && resend_lost(b, t, k, now_ms, out)) {
         free_parked(k);

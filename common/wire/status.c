@@ -147,9 +147,11 @@ autoscale_json(stoker_text *t, const stoker_status *st)
         stoker_text_printf(t, "%s{\"pool\": ", i ? ", " : "");
         stoker_text_json_string(t, p->name);
         stoker_text_printf(t,
-                           ", \"demand\": %.3f, \"supply_per_producer\": %.3f, \"wanted\": %u, "
+                           ", \"demand\": %.3f, \"supply_per_producer\": %.3f, "
+                           "\"supply_low\": %.3f, \"supply_high\": %.3f, \"wanted\": %u, "
                            "\"current\": %u, \"why\": ",
-                           p->demand, p->supply, p->wanted, p->current);
+                           p->demand, p->supply, p->supply_low, p->supply_high, p->wanted,
+                           p->current);
         stoker_text_json_string(t, p->why);
         stoker_text_printf(t, "}");
     }

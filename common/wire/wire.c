@@ -751,6 +751,8 @@ pools_to_pb(const stoker_reply *rep, Stoker__Reply *r)
         ds[i]->name = (char *)s->name;
         ds[i]->demand = s->demand;
         ds[i]->supply = s->supply;
+        ds[i]->supply_low = s->supply_low;
+        ds[i]->supply_high = s->supply_high;
         ds[i]->wanted = s->wanted;
         ds[i]->current = s->current;
         ds[i]->why = (char *)s->why;
@@ -783,6 +785,8 @@ pools_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_l
         snprintf(d->why, sizeof(d->why), "%s", s->why != NULL ? s->why : "");
         d->demand = s->demand;
         d->supply = s->supply;
+        d->supply_low = s->supply_low;
+        d->supply_high = s->supply_high;
         d->wanted = s->wanted;
         d->current = s->current;
     }

@@ -49,6 +49,14 @@ bf_fini(void)
 }
 
 void
+bf_forget(void)
+{
+    for (size_t i = 0; i < n_replies; i++)
+        stoker_reply_free(replies[i].rep);
+    n_replies = 0;
+}
+
+void
 bf_check_identity(const char *after)
 {
     stoker_counters c;

@@ -25,6 +25,8 @@ void bf_create(const broker_config *cfg);
 // reply.
 void bf_fini(void);
 
+// Frees every reply kept so far (their tokens are no longer answered): for a test of many steps.
+void bf_forget(void);
 // Fails the test unless produced == acknowledged + queued + in_flight; after names the step.
 void bf_check_identity(const char *after);
 // Decodes everything in out (fails the test on a reply that cannot be encoded or decoded), keeps

@@ -101,6 +101,9 @@ def test_wanted_follows_rate_and_cost():
             # rate inflated by the waits of its own pacing; one producer makes 1 / cost.
             assert abs(demand - rate) <= 0.15 * rate, (rate, seen)
             assert 0.8 / cost <= supply <= 1.05 / cost, (cost, seen)
+        # The supply's spread over the last minute holds the supply read now.
+        assert p["supply_low"] <= p["supply_per_producer"] <= p["supply_high"], p
+        assert p["supply_low"] > 0, p
         # Every view carries it: /metrics and the Status request.
         metrics = b.get("/metrics")
         assert 'stoker_producers_wanted{pool="aug"} ' in metrics, metrics
@@ -109,6 +112,8 @@ def test_wanted_follows_rate_and_cost():
         st = stoker.status(b.url)
         assert st["autoscale"]["headroom"] == headroom, st["autoscale"]
         assert [p["pool"] for p in st["autoscale"]["pools"]] == ["aug"], st["autoscale"]
+        sp = st["autoscale"]["pools"][0]
+        assert 0 < sp["supply_low"] <= sp["supply_high"], sp
 
 
 def test_new_producers_do_not_read_slow():

@@ -127,3 +127,48 @@ Test(scale_decide, a_step_down_goes_to_the_most_wanted_over_the_window)
     cr_assert_eq(scale_decide(&none, &fresh, &info, &st, 60000, &to, why, sizeof(why)), 1);
     cr_assert_eq(to, 6);
 }
+
+// The producers' real rate moves with the machine's load (bench.py --only autoscale: 42-49
+// examples/s within minutes, so 250 x 1.2 / rate between 6.1 and 7.1): a count that meets the
+// demand holds while it is within the tolerance at the best supply per producer the broker saw
+// over its last minute (supply_high), instead of a producer added each time the load slows them
+// for a while and removed when it passes (3-5 changes of direction where at most 2 were wanted).
+Test(scale_decide, a_count_within_the_supply_spread_holds)
+{
+    stoker_status st = signal_of(1.2);
+    // 250/s at 42 now: 250 x 1.2 / 42 = 7.14, the broker says 7; 6 make 252, meeting the demand,
+    // and at the minute's best, 49, 250 x 1.2 / 49 = 6.12 is within 10 % of 6.
+    stoker_pool_info info = pool_info(250, 42, 7);
+    info.supply_low = 42;
+    info.supply_high = 49;
+    scale_pool pool = {.current = 6, .last_change_ms = 1000};
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 0, "%s", why);
+    cr_assert(strstr(why, "at 49.0 per producer, the most of the last minute: hold") != NULL, "%s",
+              why);
+    // A broker that says no spread (an older one): as before, 7.14 is 19 % over 6: up.
+    info.supply_low = info.supply_high = 0;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 7);
+    // The spread holds only a count that meets the demand: at 41, 6 make 246 < 250: up.
+    info = pool_info(250, 41, 7);
+    info.supply_low = 41;
+    info.supply_high = 49;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 7);
+    // A load that stays: once the minute's best is 45, 250 x 1.2 / 45 = 6.67 is 11 % over 6: up.
+    info = pool_info(250, 44, 7);
+    info.supply_low = 43;
+    info.supply_high = 45;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 7);
+    // It does not hold a count too high: 8 at 250 x 1.2 / 42 = 7.14 (11 % under 8) come down to
+    // the broker's 7, however high the supply read in the minute.
+    info = pool_info(250, 42, 7);
+    info.supply_low = 42;
+    info.supply_high = 60;
+    pool.current = 8;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 7);
+}

@@ -62,8 +62,11 @@ typedef struct stoker_consumer_info {
 // One producer pool's share of the broker's autoscale signal.
 typedef struct stoker_pool_info {
     char name[STOKER_NAME_MAX];
-    double demand;    // examples/s the trainers would take from this pool if they never waited
-    double supply;    // examples/s of one producer while not held by full queues (0: unknown)
+    double demand; // examples/s the trainers would take from this pool if they never waited
+    double supply; // examples/s of one producer while not held by full queues (0: unknown)
+    // The lowest and highest supply (per producer, smoothed) over the broker's last minute,
+    // supply included: how much the machine's load moves it (0: unknown, or an older broker).
+    double supply_low, supply_high;
     uint32_t wanted;  // producers wanted, within the broker's min..max
     uint32_t current; // producers of the pool alive now
     char why[192];    // one sentence
