@@ -14,6 +14,9 @@
 
 extern char **environ;
 
+// A step up waits for the producers of the last one up to this many cool-downs.
+#define ARRIVAL_COOLDOWNS 3
+
 // The producers there meet the demand and give demand x headroom within cfg->tolerance (as
 // Kubernetes' HPA holds a ratio within 10 % of its target): no change. Above the count, the
 // ratio is taken at the best supply per producer the broker saw over its last minute
@@ -125,6 +128,16 @@ scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *
         target = hi;
     if (target == pool->current)
         return 0;
+    if (target > pool->current && info->current < pool->current && pool->last_change_ms != 0 &&
+        now_ms - pool->last_change_ms < ARRIVAL_COOLDOWNS * cfg->cooldown_ms) {
+        // The producers of the last step up are not all there yet (a container starting, a
+        // job queued): the demand they will meet still reads as unmet, and another step now
+        // overshoots. Wait for them, at most ARRIVAL_COOLDOWNS cool-downs (some never come).
+        size_t n = strlen(why);
+        snprintf(why + n, why_len - n, "; %u of the %u asked for are there: waiting for them",
+                 info->current, pool->current);
+        return 0;
+    }
     if (pool->last_change_ms != 0 && now_ms - pool->last_change_ms < cfg->cooldown_ms) {
         size_t n = strlen(why);
         snprintf(why + n, why_len - n, "; cooling down %.0f s more",

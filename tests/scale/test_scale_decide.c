@@ -85,6 +85,7 @@ Test(scale_decide, cooldown_and_step_bound_a_change)
 {
     stoker_status st = signal_of(1.2);
     stoker_pool_info info = pool_info(1000, 50, 24);
+    info.current = 4; // the last step's producers are all there
     scale_pool pool = {.current = 4, .last_change_ms = 58000};
     uint32_t to = 0;
     char why[512];
@@ -92,6 +93,30 @@ Test(scale_decide, cooldown_and_step_bound_a_change)
     cr_assert(strstr(why, "cooling down") != NULL, "%s", why);
     cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 63000, &to, why, sizeof(why)), 1);
     cr_assert_eq(to, 8, "a step of at most 4: %u", to);
+}
+
+// A step up waits for the producers of the last one (the demand they will meet still reads as
+// unmet until they run: another step overshoots), at most three cool-downs; steps down do not.
+Test(scale_decide, a_step_up_waits_for_the_last_steps_producers)
+{
+    stoker_status st = signal_of(1.2);
+    stoker_pool_info info = pool_info(1000, 50, 24);
+    info.current = 5; // asked for 8 at 58 s: 5 there so far
+    scale_pool pool = {.current = 8, .last_change_ms = 58000};
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 66000, &to, why, sizeof(why)), 0, "%s", why);
+    cr_assert(strstr(why, "5 of the 8 asked for are there") != NULL, "%s", why);
+    info.current = 8; // they came
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 66000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 12);
+    info.current = 5; // some never come: after three cool-downs, on
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 73000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 12);
+    info = pool_info(100, 50, 3); // down: not held
+    info.current = 5;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 66000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_lt(to, 8);
 }
 
 Test(scale_decide, a_step_down_goes_to_the_most_wanted_over_the_window)
