@@ -15,9 +15,8 @@
 #include "intake.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/sp.h"
 
-#define SP_REQ0    0x30
-#define SP_REP0    0x31
 #define POOL_KEEP  8           // idle buffers kept for the next requests
 #define POOL_MIN   (64 << 10)  // smaller ones are not kept
 #define POOL_MAX   (64u << 20) // nor larger ones
@@ -152,22 +151,6 @@ buf_put(void *arg, void *p)
 // --- connections --------------------------------------------------------------------------------
 
 static void
-put_be(uint8_t *dst, uint64_t v, int bytes)
-{
-    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
-        dst[i] = (uint8_t)v;
-}
-
-static uint64_t
-get_be(const uint8_t *src, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v = v << 8 | src[i];
-    return v;
-}
-
-static void
 conn_free(intake_conn *c)
 {
     intake *in = c->in;
@@ -287,8 +270,8 @@ intake_reply(void *token, nng_msg *msg)
     out_frame *f = NULL;
     if (msg != NULL) {
         uint8_t prefix[12];
-        put_be(prefix, 4 + (uint64_t)nng_msg_len(msg), 8);
-        put_be(prefix + 8, id, 4);
+        stoker_sp_put_be(prefix, 4 + (uint64_t)nng_msg_len(msg), 8);
+        stoker_sp_put_be(prefix + 8, id, 4);
         if (nng_msg_insert(msg, prefix, sizeof(prefix)) != 0 ||
             (f = calloc(1, sizeof(*f))) == NULL) {
             nng_msg_free(msg); // the producer's call times out and it pushes again
@@ -362,7 +345,7 @@ deliver(intake_conn *c)
         reader_ends(c, "out of memory");
         return;
     }
-    *t = (intake_token){.kind = TOKEN_INTAKE, .c = c, .id = (uint32_t)get_be(c->id, 4)};
+    *t = (intake_token){.kind = TOKEN_INTAKE, .c = c, .id = (uint32_t)stoker_sp_get_be(c->id, 4)};
     pthread_mutex_lock(&c->lock);
     c->refs++;
     pthread_mutex_unlock(&c->lock);
@@ -407,15 +390,14 @@ rx_cb(void *arg)
     }
     switch (c->state) {
     case 0:
-        if (memcmp(c->hs, "\0SP\0", 4) != 0 || get_be(c->hs + 4, 2) != SP_REQ0 || c->hs[6] != 0 ||
-            c->hs[7] != 0) {
+        if (!stoker_sp_handshake_is(c->hs, STOKER_SP_REQ0)) {
             reader_ends(c, "not an SP request peer (handshake)");
             return;
         }
         read_into(c, 1, c->head, sizeof(c->head), NULL, 0);
         return;
     case 1: {
-        uint64_t len = get_be(c->head, 8);
+        uint64_t len = stoker_sp_get_be(c->head, 8);
         if (len < 4 || len - 4 > c->in->max_message) {
             char why[128];
             snprintf(why, sizeof(why), "message of %llu bytes (--max-message is %zu)",
@@ -475,8 +457,7 @@ accept_cb(void *arg)
         c->pipe = INTAKE_PIPE_BASE | (atomic_fetch_add(&next_pipe, 1) & 0x7fffffffu);
     pthread_mutex_init(&c->lock, NULL);
     nng_stream_set_bool(s, NNG_OPT_TCP_NODELAY, true);
-    uint8_t hs[8] = {0, 'S', 'P', 0, 0, SP_REP0, 0, 0};
-    memcpy(c->hs_out, hs, sizeof(hs));
+    stoker_sp_handshake(c->hs_out, STOKER_SP_REP0);
     c->refs = 2; // the reader, the writer (the handshake)
     pthread_mutex_lock(&in->lock);
     int closing = in->closing;

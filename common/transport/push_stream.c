@@ -11,9 +11,8 @@
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/sp.h"
 
-#define SP_REQ0          0x30
-#define SP_REP0          0x31
 #define ID_BIT           0x80000000u
 #define REDIAL_PAUSE_MS  1000 // after a failure, pushes use the socket this long
 #define DIAL_TIMEOUT_MS  2000
@@ -174,22 +173,6 @@ failed(push_stream *ps, int nng_rv, const char *doing, char *err, size_t err_len
     return nng_rv == NNG_ETIMEDOUT ? STOKER_TIMEOUT : STOKER_CONNECTION;
 }
 
-static void
-put_be(uint8_t *dst, uint64_t v, int bytes)
-{
-    for (int i = bytes - 1; i >= 0; i--, v >>= 8)
-        dst[i] = (uint8_t)v;
-}
-
-static uint64_t
-get_be(const uint8_t *src, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; i++)
-        v = v << 8 | src[i];
-    return v;
-}
-
 // Decodes the reply in msg (its id already trimmed).
 static int
 decode(push_stream *ps, nng_msg *msg, stoker_reply **out, char *err, size_t err_len)
@@ -233,7 +216,7 @@ receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, 
             return failed(ps, rv, "receive", err, err_len);
         if (ps->ipc && head[0] != 1)
             return failed(ps, NNG_EPROTO, "receive", err, err_len);
-        uint64_t len = get_be(head + head_len - 8, 8);
+        uint64_t len = stoker_sp_get_be(head + head_len - 8, 8);
         if (len < 4 || len - 4 > ps->max_reply)
             return failed(ps, len < 4 ? NNG_EPROTO : NNG_EMSGSIZE, "receive", err, err_len);
         nng_msg *msg;
@@ -243,7 +226,7 @@ receive_reply(push_stream *ps, uint32_t id, uint64_t deadline, conn_stop *stop, 
             nng_msg_free(msg);
             return failed(ps, rv, "receive", err, err_len);
         }
-        uint32_t got = (uint32_t)get_be(nng_msg_body(msg), 4);
+        uint32_t got = (uint32_t)stoker_sp_get_be(nng_msg_body(msg), 4);
         nng_msg_trim(msg, 4);
         if (got == id)
             return decode(ps, msg, out, err, err_len);
@@ -280,8 +263,8 @@ send_request(push_stream *ps, const stoker_request *req, uint64_t deadline, conn
     size_t at = 0;
     if (ps->ipc)
         prefix[at++] = 1;
-    put_be(prefix + at, 4 + (uint64_t)body.total, 8);
-    put_be(prefix + at + 8, *id, 4);
+    stoker_sp_put_be(prefix + at, 4 + (uint64_t)body.total, 8);
+    stoker_sp_put_be(prefix + at + 8, *id, 4);
     stoker_wire_piece pieces[1 + sizeof(body.piece) / sizeof(body.piece[0])];
     pieces[0] = (stoker_wire_piece){prefix, at + 12};
     memcpy(pieces + 1, body.piece, body.n * sizeof(body.piece[0]));
@@ -318,17 +301,17 @@ connect_with(push_stream *ps, nng_stream_dialer *dialer, uint64_t deadline, conn
         snprintf(err, err_len, "dial: %s", nng_strerror(rv));
         return rv == NNG_EINTR ? STOKER_INTERRUPTED : STOKER_CONNECTION;
     }
-    uint8_t mine[8] = {0, 'S', 'P', 0, 0, SP_REQ0, 0, 0}, theirs[8];
+    uint8_t mine[8], theirs[8];
+    stoker_sp_handshake(mine, STOKER_SP_REQ0);
     if ((rv = transfer_buf(ps, 1, mine, sizeof(mine), deadline, stop)) != 0 ||
         (rv = transfer_buf(ps, 0, theirs, sizeof(theirs), deadline, stop)) != 0) {
         snprintf(err, err_len, "handshake: %s", nng_strerror(rv));
         drop(ps);
         return rv == NNG_EINTR ? STOKER_INTERRUPTED : STOKER_CONNECTION;
     }
-    if (memcmp(theirs, "\0SP\0", 4) != 0 || theirs[6] != 0 || theirs[7] != 0 ||
-        get_be(theirs + 4, 2) != SP_REP0) {
+    if (!stoker_sp_handshake_is(theirs, STOKER_SP_REP0)) {
         snprintf(err, err_len, "handshake: the peer is not a stoker broker (protocol %u)",
-                 (unsigned)get_be(theirs + 4, 2));
+                 (unsigned)stoker_sp_get_be(theirs + 4, 2));
         drop(ps);
         return STOKER_CONNECTION;
     }

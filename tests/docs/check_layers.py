@@ -28,7 +28,7 @@ PUBLIC = {
     "base": ["error.h", "log.h", "text.h", "rng.h", "clock.h", "process.h", "opts.h"],
     "data": ["schema.h", "chunk.h", "labels.h", "batching.h"],
     "wire": ["protocol.h", "wire.h", "status.h"],
-    "transport": ["client.h", "tls.h", "arena.h"],
+    "transport": ["client.h", "tls.h", "arena.h", "sp.h"],
     "client": ["trainer_client.h", "consumer.h", "producer_client.h", "cli.h"],
     "runtime": ["producer.h", "generator.h", "synthetic.h"],
 }
