@@ -148,6 +148,42 @@ meter_rate(const autoscale_meter *m)
     return m->sampled && m->ewma_ms > 0 ? m->ewma_count * 1000.0 / m->ewma_ms : 0.0;
 }
 
+typedef struct pool_sum {
+    double accepted;   // smoothed examples per sample of its alive producers
+    double supply_sum; // their rates while not held, summed
+    uint32_t supplied; // producers with a rate
+    uint32_t current;  // producers alive
+} pool_sum;
+
+// The pools of b's producers (names borrowed from them, at most AUTOSCALE_POOLS_MAX, in the
+// order first seen) and each one's sums over its alive producers. Returns their number.
+static uint32_t
+pool_sums(const broker *b, const char *names[], pool_sum sums[])
+{
+    uint32_t n = 0;
+    memset(sums, 0, AUTOSCALE_POOLS_MAX * sizeof(*sums));
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        uint32_t k = 0;
+        while (k < n && strcmp(names[k], p->pool) != 0)
+            k++;
+        if (k == n) {
+            if (n == AUTOSCALE_POOLS_MAX)
+                continue;
+            names[n++] = p->pool;
+        }
+        if (p->status != STOKER_PRODUCER_ALIVE)
+            continue;
+        sums[k].current++;
+        if (p->meter.sampled) {
+            sums[k].accepted += p->meter.ewma_count;
+            sums[k].supply_sum += meter_rate(&p->meter);
+            sums[k].supplied++;
+        }
+    }
+    return n;
+}
+
 // The pool's entry in b's spreads (a new one when it has none and one is free); NULL: none.
 static autoscale_spread *
 spread_of(broker *b, const char *pool, int add)
@@ -172,25 +208,15 @@ spread_of(broker *b, const char *pool, int add)
 static void
 spread_record(broker *b, uint64_t n)
 {
-    for (uint32_t i = 0; i < b->n_producers; i++) {
-        const producer *p = b->producers[i];
-        if (p->status != STOKER_PRODUCER_ALIVE || !p->meter.sampled)
+    const char *names[AUTOSCALE_POOLS_MAX];
+    pool_sum sums[AUTOSCALE_POOLS_MAX];
+    uint32_t n_pools = pool_sums(b, names, sums);
+    for (uint32_t k = 0; k < n_pools; k++) {
+        autoscale_spread *s = sums[k].supplied > 0 ? spread_of(b, names[k], 1) : NULL;
+        if (s == NULL)
             continue;
-        autoscale_spread *s = spread_of(b, p->pool, 1);
         uint32_t slot = (uint32_t)(n % AUTOSCALE_SPREAD_SLOTS);
-        if (s == NULL || s->sample_of[slot] == n + 1)
-            continue; // done for this sample (by a producer of the same pool before)
-        double sum = 0;
-        uint32_t count = 0;
-        for (uint32_t j = i; j < b->n_producers; j++) {
-            const producer *q = b->producers[j];
-            if (q->status == STOKER_PRODUCER_ALIVE && q->meter.sampled &&
-                strcmp(q->pool, p->pool) == 0) {
-                sum += meter_rate(&q->meter);
-                count++;
-            }
-        }
-        s->supply[slot] = sum / count;
+        s->supply[slot] = sums[k].supply_sum / sums[k].supplied;
         s->sample_of[slot] = n + 1;
     }
 }
@@ -201,19 +227,16 @@ spread_range(const broker *b, const char *pool, double now, double *lo, double *
 {
     *lo = *hi = now;
     uint64_t n = b->autoscale_samples;
-    for (uint32_t k = 0; k < AUTOSCALE_POOLS_MAX; k++) {
-        const autoscale_spread *s = &b->autoscale_spreads[k];
-        if (s->pool[0] == '\0' || strcmp(s->pool, pool) != 0)
-            continue;
-        for (uint32_t j = 0; j < AUTOSCALE_SPREAD_SLOTS; j++) {
-            if (s->sample_of[j] == 0 || s->sample_of[j] + AUTOSCALE_SPREAD_SLOTS < n + 1)
-                continue; // empty, or older than the window
-            if (s->supply[j] < *lo)
-                *lo = s->supply[j];
-            if (s->supply[j] > *hi)
-                *hi = s->supply[j];
-        }
+    const autoscale_spread *s = spread_of((broker *)b, pool, 0); // add 0: only looks
+    if (s == NULL)
         return;
+    for (uint32_t j = 0; j < AUTOSCALE_SPREAD_SLOTS; j++) {
+        if (s->sample_of[j] == 0 || s->sample_of[j] + AUTOSCALE_SPREAD_SLOTS < n + 1)
+            continue; // empty, or older than the window
+        if (s->supply[j] < *lo)
+            *lo = s->supply[j];
+        if (s->supply[j] > *hi)
+            *hi = s->supply[j];
     }
 }
 
@@ -276,13 +299,6 @@ autoscale_tick(broker *b, uint64_t now_ms)
     }
 }
 
-typedef struct pool_sum {
-    double accepted;   // smoothed examples per sample of its alive producers
-    double supply_sum; // their rates while not held, summed
-    uint32_t supplied; // producers with a rate
-    uint32_t current;  // producers alive
-} pool_sum;
-
 static void
 decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, int idle)
 {
@@ -328,30 +344,12 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
 {
     const char *names[AUTOSCALE_POOLS_MAX];
     pool_sum sums[AUTOSCALE_POOLS_MAX];
-    uint32_t n = 0;
-    memset(sums, 0, sizeof(sums));
+    uint32_t n = pool_sums(b, names, sums);
     double total_accepted = 0;
     uint32_t total_alive = 0;
-    for (uint32_t i = 0; i < b->n_producers; i++) {
-        const producer *p = b->producers[i];
-        uint32_t k = 0;
-        while (k < n && strcmp(names[k], p->pool) != 0)
-            k++;
-        if (k == n) {
-            if (n == AUTOSCALE_POOLS_MAX)
-                continue;
-            names[n++] = p->pool;
-        }
-        if (p->status != STOKER_PRODUCER_ALIVE)
-            continue;
-        sums[k].current++;
-        total_alive++;
-        if (p->meter.sampled) {
-            sums[k].accepted += p->meter.ewma_count;
-            total_accepted += p->meter.ewma_count;
-            sums[k].supply_sum += meter_rate(&p->meter);
-            sums[k].supplied++;
-        }
+    for (uint32_t k = 0; k < n; k++) {
+        total_accepted += sums[k].accepted;
+        total_alive += sums[k].current;
     }
     double demand = 0;
     for (uint32_t i = 0; i < b->n_trainers; i++)
