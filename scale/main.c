@@ -197,20 +197,15 @@ round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uin
         uint32_t to;
         char why[512];
         uint64_t now = stoker_now_ms();
+        // A restarted broker's readings are provisional for a --down-window: no step either way
+        // (scale_decide), and the down-window's readings from before it went away age out.
+        p->settle_until_ms =
+            memory->restart_ms != 0 ? memory->restart_ms + o->cfg.down_window_ms : 0;
         if (!scale_decide(&o->cfg, p, info, st, now, &to, why, sizeof(why))) {
-            stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
-            continue;
-        }
-        // A restarted broker's first readings are provisional (its averages start again, its
-        // producers push what they retained), and the down-window's readings from before it
-        // went away have aged out meanwhile: a step down waits for a --down-window of the new
-        // broker's readings. Steps up are not held (a starved trainer).
-        if (to < p->current && memory->restart_ms != 0 &&
-            now - memory->restart_ms < o->cfg.down_window_ms) {
-            stoker_info("pool '%s' stays at %u: the broker restarted %.0f s ago, no step down "
-                        "(to %u) within --down-window %.0f s of it",
-                        p->name, p->current, (double)(now - memory->restart_ms) / 1000.0, to,
-                        (double)o->cfg.down_window_ms / 1000.0);
+            if (now < p->settle_until_ms && info->wanted != p->current)
+                stoker_info("pool '%s' stays at %u: %s", p->name, p->current, why);
+            else
+                stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
             continue;
         }
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,

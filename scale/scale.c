@@ -94,6 +94,16 @@ scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *
         snprintf(why, why_len, "no trainer pulled for %.0f s, under --idle %.0f: hold", idle_s,
                  idle_limit_s);
         return 0;
+    } else if (now_ms < pool->settle_until_ms) {
+        // A restarted broker's first readings are provisional: its averages start again, its
+        // producers push what they retained (their rate reads high) and its trainers catch up,
+        // dropping what they trained before (their demand reads high; 3 -> 6 -> 3 producers in
+        // containers-swarm-scale). The producers that stand come back by themselves: hold, and
+        // keep these readings out of the down-window.
+        snprintf(why, why_len,
+                 "broker: %s; it restarted, its readings are provisional for %.0f s more: hold",
+                 info->why, (double)(pool->settle_until_ms - now_ms) / 1000.0);
+        return 0;
     } else {
         target = info->wanted;
         snprintf(why, why_len, "broker: %s", info->why);

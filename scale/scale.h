@@ -34,6 +34,9 @@ typedef struct scale_pool {
     // slot_of[i] the slot number (time / slot length) + 1 that wanted[i] holds (0: none).
     uint32_t window_wanted[SCALE_WINDOW_SLOTS];
     uint64_t window_slot_of[SCALE_WINDOW_SLOTS];
+    // The broker restarted: its readings are provisional until then (0: they are not), and the
+    // pool holds either way meanwhile.
+    uint64_t settle_until_ms;
 } scale_pool;
 
 // Decides for pool from the broker's view of it (info, one of st's pools; st: the signal's idle

@@ -197,3 +197,39 @@ Test(scale_decide, a_count_within_the_supply_spread_holds)
     cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
     cr_assert_eq(to, 7);
 }
+
+Test(scale_decide, a_restarted_brokers_readings_hold_the_pool_both_ways)
+{
+    stoker_status st = signal_of(1.2);
+    scale_config win = cfg;
+    win.down_window_ms = 30000;
+    scale_pool pool = {.current = 3, .last_change_ms = 10000, .settle_until_ms = 130000};
+    uint32_t to = 0;
+    char why[512];
+    // 100 s after it restarted: the trainer catches up (213 examples/s), the producers re-push.
+    stoker_pool_info info = pool_info(213.4, 43.6, 6);
+    info.current = 3;
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 110000, &to, why, sizeof(why)), 0, "%s",
+                 why);
+    cr_assert(strstr(why, "provisional for 20 s more") != NULL, "%s", why);
+    info = pool_info(20, 25, 1); // nor down
+    info.current = 3;
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 110000, &to, why, sizeof(why)), 0, "%s",
+                 why);
+    // Past it: the settled readings decide, and the provisional ones are not in the window.
+    info = pool_info(50, 25, 3);
+    info.current = 3;
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 131000, &to, why, sizeof(why)), 0, "%s",
+                 why);
+    info = pool_info(20, 25, 1);
+    info.current = 3;
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 170000, &to, why, sizeof(why)), 1, "%s",
+                 why);
+    cr_assert_eq(to, 1);
+    // The trainers gone for --idle still take the pool to the minimum meanwhile.
+    pool = (scale_pool){.current = 3, .settle_until_ms = 400000};
+    st.idle_s = 301;
+    cr_assert_eq(scale_decide(&win, &pool, &info, &st, 380000, &to, why, sizeof(why)), 1, "%s",
+                 why);
+    cr_assert_eq(to, 1);
+}
