@@ -131,6 +131,12 @@ broker_destroy(broker *b, broker_outbox *out)
     free(b);
 }
 
+struct broker_arena *
+broker_shared_memory(const broker *b)
+{
+    return b->arena;
+}
+
 // --- dispatch -----------------------------------------------------------------------------------
 
 static void dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,

@@ -118,6 +118,9 @@ void broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox 
 void broker_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 
 void broker_counters(const broker *b, stoker_counters *out);
+// The broker's shared memory for trainers on its host (broker_arena.h), NULL without one: the
+// intake reads large pushes into it (broker_arena_stage). Fixed for the broker's life.
+struct broker_arena *broker_shared_memory(const broker *b);
 // The status snapshot (stoker/status.h) with the latest max_events events: *out is a new
 // snapshot owned by the caller (stoker_status_destroy). Returns STOKER_OK or STOKER_NOMEM.
 int broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_status **out);

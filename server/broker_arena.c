@@ -30,6 +30,9 @@
 #define MAX_REGIONS    4096
 #define MAX_POOLS      256
 #define POOL_MAX_BYTES (1ull << 40) // a producer's shared memory we agree to map
+// Requests read straight into the arena take at most this share of it: the rest is for batches
+// that are copied (from several pushes, or of producers on this host).
+#define STAGE_SHARE 2 // 1 / 2
 
 // A producer's shared memory, mapped read-only: one reference for the producer's connection,
 // one for each push that points into it (stoker_request_hold), so the examples it queued stay
@@ -57,6 +60,7 @@ typedef struct region {
     int lease_held;    // until acknowledged or redelivered
     int consumer_held; // until released, or the consumer's connection ends
     int filling;       // reserved, the batch not yet copied in (broker_arena_fill)
+    int staged;        // a request read into it (broker_arena_stage) until broker_arena_unstage
 } region;
 
 typedef struct consumer {
@@ -83,6 +87,11 @@ struct broker_arena {
     pool_slot pools[MAX_POOLS];
     pool_ticket pool_tickets[MAX_POOLS]; // as many as pools: a crowd of hellos expires none
     uint32_t next_pool_ticket;
+    uint64_t staged_bytes; // in staged regions, at most STAGE_SHARE of the arena
+    // Staged requests outlive the broker's books when they are let go late: the last of them
+    // (or broker_arena_destroy, when none is out) frees the mapping and this.
+    uint32_t staged_out;
+    int destroyed;
 };
 
 static void
@@ -118,7 +127,8 @@ drop_region(broker_arena *a, uint32_t i)
 static void
 maybe_free(broker_arena *a, uint32_t i)
 {
-    if (!a->regions[i].lease_held && !a->regions[i].consumer_held && !a->regions[i].filling)
+    const region *r = &a->regions[i];
+    if (!r->lease_held && !r->consumer_held && !r->filling && !r->staged)
         drop_region(a, i);
 }
 
@@ -504,6 +514,16 @@ fail_memfd:
     return rv;
 }
 
+// The memory and the books, once the broker and every staged request let go.
+static void
+arena_free(broker_arena *a)
+{
+    munmap(a->base, a->bytes);
+    close(a->memfd);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
 void
 broker_arena_destroy(broker_arena *a)
 {
@@ -512,6 +532,7 @@ broker_arena_destroy(broker_arena *a)
     if (write(a->wake[1], "x", 1) != 1)
         stoker_warn("arena: cannot wake its thread");
     pthread_join(a->thread, NULL);
+    pthread_mutex_lock(&a->lock);
     for (uint32_t i = 1; i <= MAX_CONSUMERS; i++)
         if (a->consumers[i].fd >= 0)
             close(a->consumers[i].fd);
@@ -521,10 +542,11 @@ broker_arena_destroy(broker_arena *a)
     close(a->wake[0]);
     close(a->wake[1]);
     close(a->listen_fd);
-    munmap(a->base, a->bytes);
-    close(a->memfd);
-    pthread_mutex_destroy(&a->lock);
-    free(a);
+    a->destroyed = 1;
+    int last = a->staged_out == 0;
+    pthread_mutex_unlock(&a->lock);
+    if (last)
+        arena_free(a);
 }
 
 // --- the broker's calls -------------------------------------------------------------------------
@@ -594,11 +616,99 @@ broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_
     return STOKER_OK;
 }
 
+// The staged region (index) in which the count examples of parts already lie as a batch of len
+// bytes would in the arena (stoker_arena_layout from their first blob on), free for a lease: one
+// part, fixed-size fields, each field's blob where the layout puts it (a push's whole chunk whose
+// blobs' sizes are multiples of STOKER_ARENA_ALIGN, or any run of a one-field chunk's examples).
+// -1 when there is none: the batch is copied.
+static int
+in_place(const broker_arena *a, const stoker_schema *schema, const stoker_chunk_part *parts,
+         uint32_t n_parts, uint32_t count, uint64_t len)
+{
+    if (n_parts != 1 || a->staged_bytes == 0 || schema->n_fields == 0)
+        return -1;
+    const uint8_t *first = parts[0].data[0];
+    if (first < a->base || first >= a->base + a->bytes)
+        return -1;
+    uint64_t at = (uint64_t)(first - a->base);
+    size_t sizes[STOKER_MAX_FIELDS];
+    uint64_t offsets[STOKER_MAX_FIELDS];
+    for (uint32_t f = 0; f < schema->n_fields; f++) {
+        if (schema->fields[f].variable)
+            return -1;
+        sizes[f] = (size_t)stoker_field_bytes(&schema->fields[f]) * count;
+    }
+    (void)stoker_arena_layout(at, schema->n_fields, sizes, offsets);
+    for (uint32_t f = 0; f < schema->n_fields; f++)
+        if (parts[0].data[f] != a->base + offsets[f])
+            return -1;
+    for (uint32_t i = 0; i < a->n_regions; i++) {
+        const region *r = &a->regions[i];
+        if (r->off > at)
+            break;
+        if (at - r->off < r->len && len <= r->len - (at - r->off))
+            return r->staged && !r->lease_held && !r->consumer_held && !r->filling ? (int)i : -1;
+    }
+    return -1;
+}
+
+uint8_t *
+broker_arena_stage(broker_arena *a, size_t len, size_t blob_at)
+{
+    // The region starts aligned; the request starts pad bytes in, so its blob 0 is aligned.
+    uint64_t pad = (STOKER_ARENA_ALIGN - blob_at % STOKER_ARENA_ALIGN) % STOKER_ARENA_ALIGN;
+    uint64_t need = pad + len, at = 0;
+    uint8_t *buf = NULL;
+    pthread_mutex_lock(&a->lock);
+    // Only while a trainer maps the arena: otherwise no batch can be sent from it, and the
+    // memfd's pages, once written, stay the broker's until it ends.
+    int mapped = 0;
+    for (uint32_t c = 1; c <= MAX_CONSUMERS && !mapped; c++)
+        mapped = a->consumers[c].fd >= 0;
+    int i = mapped && !a->destroyed && a->n_regions < MAX_REGIONS &&
+                    a->staged_bytes + need <= a->bytes / STAGE_SHARE
+                ? fit(a, need, &at)
+                : -1;
+    if (i >= 0) {
+        memmove(&a->regions[i + 1], &a->regions[i], (a->n_regions - (uint32_t)i) * sizeof(region));
+        a->regions[i] = (region){.off = at, .len = need, .staged = 1};
+        a->n_regions++;
+        a->used_bytes += need;
+        a->staged_bytes += need;
+        a->staged_out++;
+        buf = a->base + at + pad;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return buf;
+}
+
+void
+broker_arena_unstage(void *arg, void *buf)
+{
+    broker_arena *a = arg;
+    uint64_t at = (uint64_t)((uint8_t *)buf - a->base);
+    pthread_mutex_lock(&a->lock);
+    for (uint32_t i = 0; i < a->n_regions; i++) {
+        region *r = &a->regions[i];
+        if (r->staged && at >= r->off && at - r->off < r->len) {
+            r->staged = 0;
+            a->staged_bytes -= r->len;
+            maybe_free(a, i);
+            break;
+        }
+    }
+    int last = --a->staged_out == 0 && a->destroyed;
+    pthread_mutex_unlock(&a->lock);
+    if (last)
+        arena_free(a);
+}
+
 int
 broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease, const stoker_schema *schema,
                      const stoker_chunk_part *parts, uint32_t n_parts, uint32_t count,
-                     uint64_t *offset)
+                     uint64_t *offset, int *placed)
 {
+    *placed = 0;
     size_t sizes[STOKER_MAX_FIELDS];
     uint64_t offsets[STOKER_MAX_FIELDS];
     for (uint32_t f = 0; f < schema->n_fields; f++)
@@ -615,6 +725,17 @@ broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease, const sto
     if (consumer == 0) {
         pthread_mutex_unlock(&a->lock);
         return STOKER_NOT_FOUND;
+    }
+    int k = in_place(a, schema, parts, n_parts, count, len);
+    if (k >= 0) {
+        region *r = &a->regions[k];
+        r->lease = lease;
+        r->consumer = consumer;
+        r->lease_held = r->consumer_held = 1;
+        *offset = (uint64_t)(parts[0].data[0] - a->base);
+        *placed = 1;
+        pthread_mutex_unlock(&a->lock);
+        return STOKER_OK;
     }
     int i = a->n_regions < MAX_REGIONS ? fit(a, len, &at) : -1;
     if (i >= 0) {

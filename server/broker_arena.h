@@ -36,14 +36,28 @@ uint64_t broker_arena_pool_ticket(broker_arena *a, uint64_t session);
 // outside the memory or is misaligned.
 int broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_t err_len);
 
+// Memory in the arena for a request of len bytes the intake reads from a producer's stream, whose
+// first blob starts blob_at bytes in (common/wire: after the protobuf part): placed so that the
+// blob starts at a multiple of STOKER_ARENA_ALIGN, so that a batch of its examples may be sent
+// from where it lies (broker_arena_reserve) instead of copied. Held until broker_arena_unstage
+// (buf as given, arg the arena: a stoker_wire_decode_request_buf buf_free), also past
+// broker_arena_destroy. NULL when staged requests would take more than half the arena, or no
+// room is free: the intake reads into memory of its own instead.
+uint8_t *broker_arena_stage(broker_arena *a, size_t len, size_t blob_at);
+void broker_arena_unstage(void *arg, void *buf);
+
 // Reserves a region for lease (count examples of schema) of the consumer that holds secret.
 // Reserves a region for the count examples in parts (their blobs' sizes, stoker_wire_blob_bytes).
 // STOKER_OK with *offset; STOKER_NOT_FOUND when no connected consumer holds secret (unknown, or
 // its connection ended); STOKER_LIMIT when no free region is large enough. Either way the caller
-// sends bytes instead. The region is never reused before broker_arena_fill.
+// sends bytes instead. The region is never reused before broker_arena_fill. When the examples
+// already lie in a staged request as the batch would (one part, fixed-size fields, each field's
+// values where the batch's layout puts them, the request's region held by no other lease),
+// *placed is 1 and *offset is where they lie: nothing to fill (the region stays until the lease
+// is done, the consumer let go and the request was let go).
 int broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease,
                          const stoker_schema *schema, const stoker_chunk_part *parts,
-                         uint32_t n_parts, uint32_t count, uint64_t *offset);
+                         uint32_t n_parts, uint32_t count, uint64_t *offset, int *placed);
 // Copies the examples in parts into lease's region at offset (blob layout: stoker_arena_layout),
 // then lets the region be reused as usual; with parts NULL only the latter (the reply is not
 // sent). Meant to run outside the broker's lock: the copy is the costly part of a batch.

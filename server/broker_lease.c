@@ -461,9 +461,10 @@ arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply
             broker_fill **fill)
 {
     *fill = NULL;
+    int placed = 0;
     int rv = secret != 0 && b->arena != NULL
                  ? broker_arena_reserve(b->arena, secret, l->id, &b->schema, rep->parts,
-                                        rep->n_parts, l->count, &rep->arena_offset)
+                                        rep->n_parts, l->count, &rep->arena_offset, &placed)
                  : STOKER_NOT_FOUND;
     t->in_arena = rv == STOKER_OK;
     rep->in_arena = t->in_arena;
@@ -481,6 +482,10 @@ arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply
     t->batches_shm++;
     t->examples_shm += l->count;
     t->bytes_shm += bytes;
+    if (placed) {
+        b->c.delivered_in_place += l->count;
+        return;
+    }
     if ((*fill = fill_for(b, l, rep, rep->arena_offset)) == NULL)
         broker_arena_fill(b->arena, l->id, rep->arena_offset, rep->parts, rep->n_parts, &b->schema,
                           l->count);

@@ -22,6 +22,7 @@
 #define POOL_MAX   (64u << 20) // nor larger ones
 #define POOL_BYTES (64u << 20) // idle buffers' bytes in all: the pool's bound beyond --max-bytes
 #define BUF_HEADER 16          // a buffer's capacity before its bytes (keeps them 16-aligned)
+#define STAGE_MIN  (256 << 10) // smaller pushes are not worth a region of the host's arena
 
 typedef struct intake_conn intake_conn;
 
@@ -46,9 +47,12 @@ struct intake_conn {
     intake_conn *next; // in the intake's list (under its lock)
     // The reader (its callback only): what it reads now, as up to two pieces.
     nng_aio *rx;
-    int state; // 0 the handshake, 1 a message's length, 2 its body
-    uint8_t hs[8], head[8], id[4];
+    // 0 the handshake, 1 a message's length, 2 its body, 3 a large one's request id and the
+    // first word of its body (the protobuf part's length: where its blobs start)
+    int state;
+    uint8_t hs[8], head[8], id[4], word[4];
     uint8_t *buf;
+    int staged; // buf is the host's (intake_host.stage), not the pool's
     size_t body_len;
     nng_iov want[2];
     unsigned n_want;
@@ -332,30 +336,50 @@ reader_ends(intake_conn *c, const char *why)
     conn_unref(c);
 }
 
+// Lets go of the buffer c read into (not yet a request's).
+static void
+conn_buf_put(intake_conn *c)
+{
+    if (c->buf == NULL)
+        return;
+    if (c->staged)
+        c->in->host.unstage(c->in->host.stage_arg, c->buf);
+    else
+        buf_put(c->in, c->buf);
+    c->buf = NULL;
+}
+
 // A whole request is in: decode it and hand it on.
 static void
 deliver(intake_conn *c)
 {
     intake *in = c->in;
     intake_token *t = malloc(sizeof(*t));
-    uint8_t *buf = c->buf;
-    c->buf = NULL;
     if (t == NULL) {
-        buf_put(in, buf);
+        conn_buf_put(c);
         reader_ends(c, "out of memory");
         return;
     }
+    uint8_t *buf = c->buf;
+    int staged = c->staged;
+    c->buf = NULL;
     *t = (intake_token){.kind = TOKEN_INTAKE, .c = c, .id = (uint32_t)stoker_sp_get_be(c->id, 4)};
     pthread_mutex_lock(&c->lock);
     c->refs++;
     pthread_mutex_unlock(&c->lock);
     stoker_request *req;
     char err[256];
-    int rv = stoker_wire_decode_request_buf(buf, c->body_len, buf_put, in, &req, err, sizeof(err));
+    int rv = staged ? stoker_wire_decode_request_buf(buf, c->body_len, in->host.unstage,
+                                                     in->host.stage_arg, &req, err, sizeof(err))
+                    : stoker_wire_decode_request_buf(buf, c->body_len, buf_put, in, &req, err,
+                                                     sizeof(err));
     if (rv == STOKER_OK) {
         in->host.deliver(in->host.arg, t, c->pipe, req);
     } else {
-        buf_put(in, buf);
+        if (staged)
+            in->host.unstage(in->host.stage_arg, buf);
+        else
+            buf_put(in, buf);
         in->host.refuse(in->host.arg, t, c->pipe, rv, err);
     }
 }
@@ -366,10 +390,7 @@ rx_cb(void *arg)
     intake_conn *c = arg;
     int rv = nng_aio_result(c->rx);
     if (rv != 0) {
-        if (c->buf != NULL) {
-            buf_put(c->in, c->buf);
-            c->buf = NULL;
-        }
+        conn_buf_put(c);
         reader_ends(c, NULL); // the peer went, or we closed
         return;
     }
@@ -406,11 +427,34 @@ rx_cb(void *arg)
             return;
         }
         c->body_len = (size_t)(len - 4);
+        if (c->body_len >= STAGE_MIN && c->in->host.stage != NULL) {
+            read_into(c, 3, c->id, sizeof(c->id), c->word, sizeof(c->word));
+            return;
+        }
+        c->staged = 0;
         if ((c->buf = buf_get(c->in, c->body_len)) == NULL) {
             reader_ends(c, "out of memory");
             return;
         }
         read_into(c, 2, c->id, sizeof(c->id), c->buf, c->body_len);
+        return;
+    }
+    case 3: {
+        // A push's blobs start after the header word and the protobuf part, 8-aligned
+        // (common/wire/wire.c): the host places them aligned in its arena.
+        size_t pb_len = (size_t)c->word[0] | (size_t)c->word[1] << 8 | (size_t)c->word[2] << 16 |
+                        (size_t)c->word[3] << 24;
+        size_t blob_at = (4 + pb_len + 7) & ~(size_t)7;
+        c->buf = blob_at < c->body_len
+                     ? c->in->host.stage(c->in->host.stage_arg, c->body_len, blob_at)
+                     : NULL;
+        c->staged = c->buf != NULL;
+        if (c->buf == NULL && (c->buf = buf_get(c->in, c->body_len)) == NULL) {
+            reader_ends(c, "out of memory");
+            return;
+        }
+        memcpy(c->buf, c->word, sizeof(c->word));
+        read_into(c, 2, c->buf + sizeof(c->word), c->body_len - sizeof(c->word), NULL, 0);
         return;
     }
     default:

@@ -3,7 +3,9 @@
 // receives a message into memory it allocates zeroed, which the broker then copied into the
 // shared-memory arena: three passes over each byte. The intake reads each request straight into
 // a buffer of its own (reused, never zeroed), which the decoded request keeps (the queue holds
-// it until its examples are acknowledged): one pass less. It handles nothing itself: each
+// it until its examples are acknowledged): one pass less. A large push goes straight into the
+// arena where the host has room (intake_host.stage): a batch that is its chunk is then sent
+// from there, one pass more less. It handles nothing itself: each
 // request goes to the host (the broker, under its lock), each reply comes back by intake_reply.
 // It does not decide anything about producers: a connection's end is only told to the host.
 #ifndef INTAKE_H
@@ -33,6 +35,13 @@ typedef struct intake_host {
     void (*refuse)(void *arg, void *token, uint32_t pipe, int code, const char *why);
     // Connection pipe ended (after its last request was delivered).
     void (*closed)(void *arg, uint32_t pipe);
+    // Optional (NULL: none): memory for a push of len bytes whose first blob starts blob_at
+    // bytes in (the broker's shared memory, where a batch that is the push's chunk can be sent
+    // from without a copy), let go with unstage(stage_arg, buf) once the request is freed; NULL
+    // when there is none to spare (the intake's own buffers then). Called on nng's threads.
+    uint8_t *(*stage)(void *stage_arg, size_t len, size_t blob_at);
+    void (*unstage)(void *stage_arg, void *buf);
+    void *stage_arg;
 } intake_host;
 
 typedef struct intake intake;

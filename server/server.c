@@ -20,6 +20,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/http/http.h>
 
+#include "broker_arena.h"
 #include "intake.h"
 #include "page.h"
 #include "server.h"
@@ -157,6 +158,13 @@ intake_refuse(void *arg, void *token, uint32_t pipe, int code, const char *why)
     broker_refuse(s->b, token, pipe, code, why, &out);
     pthread_mutex_unlock(&s->lock);
     flush(&out);
+}
+
+// intake_host.stage: a large push read into the broker's shared memory.
+static uint8_t *
+stage_in_arena(void *arena, size_t len, size_t blob_at)
+{
+    return broker_arena_stage(arena, len, blob_at);
 }
 
 static void
@@ -547,6 +555,11 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
                 .deliver = intake_deliver, .refuse = intake_refuse, .closed = intake_closed};
             intake_host h = host;
             h.arg = s;
+            if (broker_shared_memory(s->b) != NULL) {
+                h.stage = stage_in_arena;
+                h.unstage = broker_arena_unstage;
+                h.stage_arg = broker_shared_memory(s->b);
+            }
             if ((rv = intake_start(w->url, cfg->intake_port, cfg->max_message_bytes, &h,
                                    &s->intakes[i], err, err_len)) != STOKER_OK)
                 goto fail;

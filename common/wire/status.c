@@ -199,22 +199,25 @@ stoker_status_render_json(const stoker_status *st)
                        (unsigned long long)st->max_bytes);
     stoker_text_printf(&t, ", \"queue_limit\": ");
     stoker_text_json_string(&t, st->queue_limit);
-    stoker_text_printf(&t,
-                       ", \"counters\": {\"produced\": %llu, "
-                       "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
-                       "\"redelivered\": %llu, \"returned_unused\": %llu, \"delivered\": %llu, "
-                       "\"queued_bytes\": %llu, \"refused\": %llu, \"short_by_queues\": %llu, "
-                       "\"delivered_shm\": %llu, \"producers_lost\": %llu, \"discrepancy\": %lld}, "
-                       "\"producers_alive\": %u, "
-                       "\"trainers\": %u, \"trainers_shm\": %u, \"producers\": [",
-                       (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
-                       (unsigned long long)c->queued, (unsigned long long)c->in_flight,
-                       (unsigned long long)c->redelivered, (unsigned long long)c->returned_unused,
-                       (unsigned long long)c->delivered, (unsigned long long)c->queued_bytes,
-                       (unsigned long long)c->refused, (unsigned long long)c->short_by_queues,
-                       (unsigned long long)c->delivered_shm, (unsigned long long)c->producers_lost,
-                       (long long)(c->produced - c->acknowledged - c->queued - c->in_flight),
-                       c->producers_alive, c->trainers, c->trainers_shm);
+    stoker_text_printf(
+        &t,
+        ", \"counters\": {\"produced\": %llu, "
+        "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
+        "\"redelivered\": %llu, \"returned_unused\": %llu, \"delivered\": %llu, "
+        "\"queued_bytes\": %llu, \"refused\": %llu, \"short_by_queues\": %llu, "
+        "\"delivered_shm\": %llu, \"delivered_in_place\": %llu, \"producers_lost\": %llu, "
+        "\"discrepancy\": %lld}, "
+        "\"producers_alive\": %u, "
+        "\"trainers\": %u, \"trainers_shm\": %u, \"producers\": [",
+        (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
+        (unsigned long long)c->queued, (unsigned long long)c->in_flight,
+        (unsigned long long)c->redelivered, (unsigned long long)c->returned_unused,
+        (unsigned long long)c->delivered, (unsigned long long)c->queued_bytes,
+        (unsigned long long)c->refused, (unsigned long long)c->short_by_queues,
+        (unsigned long long)c->delivered_shm, (unsigned long long)c->delivered_in_place,
+        (unsigned long long)c->producers_lost,
+        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight), c->producers_alive,
+        c->trainers, c->trainers_shm);
     for (uint32_t i = 0; i < st->n_producers; i++) {
         const stoker_producer_info *p = &st->producers[i];
         stoker_text_printf(&t, "%s{\"id\": %u, \"name\": ", i ? ", " : "", p->id);
@@ -347,6 +350,9 @@ stoker_status_render_metrics(const stoker_status *st)
          offsetof(stoker_counters, delivered_shm)},
         {"producers_lost_total", "counter", "Producers lost (producer_lost events)",
          offsetof(stoker_counters, producers_lost)},
+        {"delivered_in_place_total", "counter",
+         "Examples sent through shared memory from where their push was read (not copied)",
+         offsetof(stoker_counters, delivered_in_place)},
     };
     for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
         uint64_t v = *(const uint64_t *)((const char *)c + totals[i].offset);

@@ -531,7 +531,7 @@ copy_to_msg(const void *buf, size_t len, nng_msg **out)
 #define COUNTERS_FIELDS(X)                                                                         \
     X(produced) X(acknowledged) X(queued) X(in_flight) X(redelivered) X(delivered)                 \
     X(queued_bytes) X(producers_alive) X(trainers) X(delivered_shm) X(trainers_shm) X(refused)     \
-    X(returned_unused) X(short_by_queues) X(producers_lost)
+    X(returned_unused) X(short_by_queues) X(producers_lost) X(delivered_in_place)
 #define RUN_FIELDS(X) X(producer) X(session) X(first_seq) X(count)
 #define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch) X(scaled_from) X(scaled_to)
 #define PRODUCER_FIELDS(X)                                                                         \

@@ -81,6 +81,9 @@ typedef struct stoker_counters {
     // take their batches through it (map the arena; the others get bytes over their sockets).
     uint64_t delivered_shm;
     uint32_t trainers_shm;
+    // Of delivered_shm, examples sent from where the broker read their push into shared memory
+    // (a push's chunk that is a whole batch, from a producer on another host): not copied.
+    uint64_t delivered_in_place;
     // Examples returned to their queues unused: leases a trainer got ahead (prefetched) and
     // never handed to its caller, given back when it said goodbye. Not a loss.
     uint64_t returned_unused;
