@@ -30,9 +30,10 @@
 #define MAX_REGIONS    4096
 #define MAX_POOLS      256
 #define POOL_MAX_BYTES (1ull << 40) // a producer's shared memory we agree to map
-// Requests read straight into the arena take at most this share of it: the rest is for batches
-// that are copied (from several pushes, or of producers on this host).
-#define STAGE_SHARE 2 // 1 / 2
+// Requests read straight into the arena take at most this many quarters of it: the rest is for
+// batches that are copied (from several pushes, or of producers on this host), which need room
+// only while in flight, where a staged request stays as long as it is queued.
+#define STAGE_QUARTERS 3
 
 // A producer's shared memory, mapped read-only: one reference for the producer's connection,
 // one for each push that points into it (stoker_request_hold), so the examples it queued stay
@@ -87,7 +88,7 @@ struct broker_arena {
     pool_slot pools[MAX_POOLS];
     pool_ticket pool_tickets[MAX_POOLS]; // as many as pools: a crowd of hellos expires none
     uint32_t next_pool_ticket;
-    uint64_t staged_bytes; // in staged regions, at most STAGE_SHARE of the arena
+    uint64_t staged_bytes; // in staged regions, at most STAGE_QUARTERS of the arena
     // Staged requests outlive the broker's books when they are let go late: the last of them
     // (or broker_arena_destroy, when none is out) frees the mapping and this.
     uint32_t staged_out;
@@ -666,7 +667,7 @@ broker_arena_stage(broker_arena *a, size_t len, size_t blob_at)
     for (uint32_t c = 1; c <= MAX_CONSUMERS && !mapped; c++)
         mapped = a->consumers[c].fd >= 0;
     int i = mapped && !a->destroyed && a->n_regions < MAX_REGIONS &&
-                    a->staged_bytes + need <= a->bytes / STAGE_SHARE
+                    a->staged_bytes + need <= a->bytes / 4 * STAGE_QUARTERS
                 ? fit(a, need, &at)
                 : -1;
     if (i >= 0) {
