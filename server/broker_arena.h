@@ -41,8 +41,8 @@ int broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, s
 // blob starts at a multiple of STOKER_ARENA_ALIGN, so that a batch of its examples may be sent
 // from where it lies (broker_arena_reserve) instead of copied. Held until broker_arena_unstage
 // (buf as given, arg the arena: a stoker_wire_decode_request_buf buf_free), also past
-// broker_arena_destroy. NULL when staged requests would take more than half the arena, or no
-// room is free: the intake reads into memory of its own instead.
+// broker_arena_destroy. NULL when staged requests would take more than three quarters of the arena,
+// or no room is free: the intake reads into memory of its own instead.
 uint8_t *broker_arena_stage(broker_arena *a, size_t len, size_t blob_at);
 void broker_arena_unstage(void *arg, void *buf);
 

@@ -437,7 +437,7 @@ def test_without_shared_memory_large_pushes_go_as_bytes():
 
 
 def test_batches_sent_in_place_stay_as_they_were_while_held():
-    # 16 MiB of arena, half of it for pushes read into it (31 of 264 KiB): reused a dozen times
+    # 16 MiB of arena, three quarters of it for pushes read into it (46 of 264 KiB): reused a dozen times
     # and more below (105 MB pass) while some batches' arrays are held. Which pushes find room
     # there depends on the timing; many do.
     tcp = tcp_url()
