@@ -161,6 +161,31 @@ fit(const broker_arena *a, uint64_t len, uint64_t *off)
     return -1;
 }
 
+// Index where a region of len fits at the top of the highest gap that holds it (last fit), with
+// its offset; -1 when none. Pushes read into the arena are placed from its end and copied
+// batches from its start (fit), so that the ones do not cut the others' room into pieces.
+static int
+fit_last(const broker_arena *a, uint64_t len, uint64_t *off)
+{
+    uint64_t at = 0;
+    int found = -1;
+    for (uint32_t i = 0; i <= a->n_regions; i++) {
+        uint64_t end = i < a->n_regions ? a->regions[i].off : a->bytes;
+        if (end >= at && end - at >= len) {
+            uint64_t top = (end - len) & ~(uint64_t)(STOKER_ARENA_ALIGN - 1);
+            if (top >= at) {
+                *off = top;
+                found = (int)i;
+            }
+        }
+        if (i < a->n_regions) {
+            at = a->regions[i].off + a->regions[i].len;
+            at = (at + STOKER_ARENA_ALIGN - 1) & ~(uint64_t)(STOKER_ARENA_ALIGN - 1);
+        }
+    }
+    return found;
+}
+
 // --- the socket's thread ------------------------------------------------------------------------
 
 static void
@@ -668,7 +693,7 @@ broker_arena_stage(broker_arena *a, size_t len, size_t blob_at)
         mapped = a->consumers[c].fd >= 0;
     int i = mapped && !a->destroyed && a->n_regions < MAX_REGIONS &&
                     a->staged_bytes + need <= a->bytes / 4 * STAGE_QUARTERS
-                ? fit(a, need, &at)
+                ? fit_last(a, need, &at)
                 : -1;
     if (i >= 0) {
         memmove(&a->regions[i + 1], &a->regions[i], (a->n_regions - (uint32_t)i) * sizeof(region));
