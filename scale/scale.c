@@ -131,6 +131,23 @@ scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *
                 return 0;
             target = most;
         }
+        if (target < pool->current && info->supply_low > 0) {
+            // Down only to a count that meets the demand at the least supply per producer of
+            // the broker's last minute (supply_low): a demand on the edge between two counts
+            // (50 examples/s of producers making 24.6-25.1: 2.0 of them) otherwise goes down
+            // each time the supply reads high and up each time it reads low.
+            double need = ceil(info->demand / info->supply_low - 1e-9);
+            if (need > target) {
+                size_t n = strlen(why);
+                snprintf(why + n, why_len - n,
+                         "; %u would not meet the demand at %.1f per producer, the least of the "
+                         "last minute",
+                         target, info->supply_low);
+                if (need >= pool->current)
+                    return 0;
+                target = (uint32_t)need;
+            }
+        }
     }
     if (target < lo)
         target = lo;

@@ -233,3 +233,30 @@ Test(scale_decide, a_restarted_brokers_readings_hold_the_pool_both_ways)
                  why);
     cr_assert_eq(to, 1);
 }
+
+// A demand on the edge between two counts: 50 examples/s of producers making 24.6-25.1 is 2.0
+// of them. The broker's count moves between 2 and 3 with the supply's noise (containers-swarm-
+// scale: 3 -> 2 -> 3); a step down goes only to a count that meets the demand at the minute's
+// least supply.
+Test(scale_decide, a_step_down_meets_the_demand_at_the_least_supply)
+{
+    stoker_status st = signal_of(1.2);
+    stoker_pool_info info = pool_info(50.9, 25.1, 2);
+    info.supply_low = 24.6;
+    info.supply_high = 25.1;
+    scale_pool pool = {.current = 3, .last_change_ms = 1000};
+    uint32_t to = 0;
+    char why[512];
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 0, "%s", why);
+    cr_assert(strstr(why, "2 would not meet the demand at 24.6 per producer") != NULL, "%s", why);
+    // From 6, down to the 3 that meet it at 24.6, not to the broker's 2.
+    pool.current = 6;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 3, "%u (%s)", to, why);
+    // A demand well inside 2 producers' supply: down to 2.
+    info = pool_info(40, 25.1, 2);
+    info.supply_low = 24.6;
+    pool.current = 3;
+    cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
+    cr_assert_eq(to, 2);
+}
