@@ -122,6 +122,9 @@ typedef struct trainer {
     char name[STOKER_NAME_MAX];
     uint64_t session;
     int connected;
+    // It said goodbye: a pull of its that comes after (sent before, on another context) is
+    // refused instead of taking it back (a lease it would never see); a hello undoes it.
+    int left;
     uint32_t pipe;
     uint64_t last_seen_ms;
     uint64_t event_cursor; // index of the last event sent

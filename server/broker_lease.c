@@ -792,6 +792,14 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         stoker_request_free(req);
         return;
     }
+    if (t->left) {
+        // Its goodbye overtook this pull (another context of its connection): what it held
+        // went back as unused or redelivered, and a lease now would reach no caller.
+        send_code(b, out, token, STOKER_UNKNOWN_PEER,
+                  "trainer %u '%s' said goodbye; hello again first", t->id, t->name);
+        stoker_request_free(req);
+        return;
+    }
     if (!t->connected)
         stoker_info("trainer-reconnected: trainer %u '%s'", t->id, t->name);
     t->connected = 1;

@@ -371,6 +371,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         stoker_info("trainer-reconnected: trainer %u '%s'", t->id, t->name);
     }
     t->connected = 1;
+    t->left = 0;
     t->pipe = pipe;
     trained_reported(b, req); // what it trained, maybe on a broker that died (issue 26)
     t->last_seen_ms = now_ms;
@@ -438,6 +439,7 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
             give_back(b, t, req->n_held, req->held); // before drop_trainer redelivers the rest
             drop_trainer(b, t, NULL, now_ms, out);
         }
+        t->left = 1;
         send_code(b, out, token, STOKER_OK, NULL);
     } else if (p == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");

@@ -924,6 +924,28 @@ Test(returned, a_clean_goodbye_is_no_redelivery_and_a_lost_trainer_is)
     cr_assert_eq(c.queued, 8);
 }
 
+// A pull sent before the goodbye on another context of the trainer's connection may reach the
+// broker after it (CI: python-queues saw one of four prefetched leases counted as redelivered):
+// it is refused, no lease is made for a trainer that left, and a hello takes it back.
+Test(returned, a_pull_that_comes_after_the_goodbye_is_refused_and_leases_nothing)
+{
+    hello_producer(P1, "p1");
+    hello_trainer_after_producers(T1);
+    bf_answered(push(P1, 0, 8), STOKER_OK);
+    bf_answered(pull(T1, 4, 0), STOKER_OK);
+    bf_answered(bf_handle(T1, h_simple(STOKER_GOODBYE, T1)), STOKER_OK);
+    stoker_reply *rep = bf_answered(pull(T1, 4, 0), STOKER_UNKNOWN_PEER);
+    cr_assert(strstr(rep->message, "said goodbye") != NULL, "%s", rep->message);
+    bf_pipe_closed(T1);
+    stoker_counters c = counters();
+    cr_assert_eq(c.redelivered, 0, "a lease was made for a trainer that left");
+    cr_assert_eq(c.returned_unused, 4);
+    cr_assert_eq(c.queued, 8);
+    cr_assert_eq(c.in_flight, 0);
+    hello_trainer(T1);
+    cr_assert_eq(bf_answered(pull(T1, 4, 0), STOKER_OK)->chunk.count, 4);
+}
+
 // --- a late trainer hears who is there (issue 17, item 4) ---------------------------------------
 
 SUITE(snapshot);
