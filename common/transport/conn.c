@@ -49,6 +49,8 @@ pipe_event(nng_pipe p, nng_pipe_ev ev, void *arg)
     if (ev == NNG_PIPE_EV_ADD_PRE) {
         atomic_fetch_add(&c->pipes, 1);
         atomic_store(&c->live_pipe, id);
+        atomic_store(&c->ever_connected, 1);
+        atomic_store(&c->failure, STOKER_OK);
     } else if (ev == NNG_PIPE_EV_REM_POST) {
         atomic_compare_exchange_strong(&c->live_pipe, &id, 0);
         if (atomic_fetch_sub(&c->pipes, 1) == 1)
@@ -180,6 +182,11 @@ check_handshakes(conn *c)
         atomic_store(&c->failure, STOKER_OK);
         return;
     }
+    // Once connected with this configuration, failed handshakes are a broker restarting or a
+    // mesh resetting connections while its task is away (swarm's ingress: CI saw producers
+    // take one for a TLS failure and exit during a broker's restart): keep dialing.
+    if (atomic_load(&c->ever_connected))
+        return;
     int id = nng_dialer_id(c->dialer);
     handshake_counts n;
     if (atomic_load(&c->failure) != STOKER_OK || id <= 0 || id == c->diagnosed_dialer ||

@@ -39,6 +39,9 @@ typedef struct conn {
     int diagnosed_dialer;        // the dialer (id) whose failed handshakes were diagnosed
     // A TLS failure the watcher found (conn_failure); cleared when a connection is made.
     _Atomic int failure;
+    // A connection was made once: failed handshakes after that are a broker restarting (or a
+    // routing mesh resetting connections meanwhile), not a configuration that cannot work.
+    _Atomic int ever_connected;
     pthread_mutex_t failure_mu; // guards failure_why
     char failure_why[512];
 } conn;

@@ -75,7 +75,8 @@ on_exit "docker swarm leave --force"
 on_exit "docker volume rm -f $STOKER_OUT_VOLUME"
 on_exit "docker stack rm $S; wait_until 60 stack_gone"
 # On failure, what a reader needs to know why: each service's tasks (a restart shows as a
-# task that failed or shut down) and the broker's and the controller's last lines.
+# task that failed or shut down), the broker's and the controller's last lines and the
+# producers' warnings.
 exec 3>&1
 failure_context() {
     [ "$CT_FAILURES" -gt "${CT_FAILURES_SHOWN:-0}" ] || return 0
@@ -86,6 +87,8 @@ failure_context() {
         docker service logs --tail 25 "${S}_broker" 2>&1
         echo "--- the controller's last log lines"
         docker service logs --tail 25 "${S}_scale" 2>&1
+        echo "--- the producers' warnings and errors (a task that failed says why here)"
+        docker service logs --tail 200 "${S}_producer" 2>&1 | grep -E " (WARN|ERROR) |rror" | tail -n 25
         echo "--- the trainer's log"
         tail -n 20 "$CT_TMP/trainer.log"
     } >&3 2>&1

@@ -7,9 +7,11 @@ as "no broker answered"; a tls+tcp:// URL without tls_ca is refused (never unver
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -186,6 +188,75 @@ def test_broker_logged_the_failed_handshakes():
                 return
         time.sleep(0.05)
     raise AssertionError("the broker logged no tls-handshake-failed")
+
+
+def hang_up_after_hello(port, until):
+    """Listens on port until the monotonic time until, reading what each connection sends
+    first and then hanging up: a TLS listener that refuses every client, as a routing mesh
+    resets connections while the broker's task restarts (swarm's ingress)."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen(16)
+    srv.settimeout(0.1)
+    try:
+        while time.monotonic() < until:
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            conn.settimeout(1.0)
+            try:
+                conn.recv(4096)
+            except OSError:
+                pass
+            conn.close()
+    finally:
+        srv.close()
+
+
+def test_a_producer_that_was_connected_keeps_dialing_while_its_broker_restarts():
+    # CI (containers-swarm-scale): the producers' dialers met hang-ups while the broker's task
+    # restarted, took them for a TLS refusal ("requires a client certificate") and exited 1,
+    # losing what they retained. A configuration that connected once is not wrong later.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = "tls+tcp://127.0.0.1:%d" % port
+    cmd = [BROKER, "--listen", url, "--tls-cert", B.f("server.crt"), "--tls-key",
+           B.f("server.key"), "--log-level", "error"]
+    broker = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    log = open(B.f("restart-producer.log"), "w")
+    producer = subprocess.Popen([PRODUCER, "--broker", url, "--tls-ca", B.f("ca.crt"), "--delay",
+                                 "0:0", "--log-level", "info"], stderr=log)
+    try:
+        def alive(n):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                try:
+                    st = stoker.status(url, tls_ca=B.f("ca.crt"), timeout=1)
+                    if st["producers_alive"] >= n:
+                        return True
+                except stoker.StokerError:
+                    pass
+                time.sleep(0.2)
+            return False
+        assert alive(1), "the producer never joined"
+        broker.kill()
+        broker.wait()
+        hang_up_after_hello(port, time.monotonic() + 4)
+        assert producer.poll() is None, "the producer exited (%s) while its broker was away: %s" % (
+            producer.returncode, open(B.f("restart-producer.log")).read()[-1500:])
+        broker = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        assert alive(1), "the producer did not come back to the restarted broker: %s" % (
+            open(B.f("restart-producer.log")).read()[-1500:])
+        assert producer.poll() is None, producer.returncode
+    finally:
+        for p in (producer, broker):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        log.close()
 
 
 if __name__ == "__main__":
