@@ -236,20 +236,22 @@ def test_a_write_into_the_mapping_faults():
                 p.wait()
 
 
+def held_then_killed(url, n):
+    """A consumer process that holds n batches in shared memory, SIGKILLed once it does."""
+    p = child(url, n, "hold")
+    try:
+        assert p.stdout.readline() == b"holding\n"
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_killed_consumer_regions_come_back_after_its_leases():
     # The child holds every region the 4 KiB arena has; after its SIGKILL its leases are
     # redelivered and the next consumer gets batches in shared memory again.
     with Cluster("--shm-bytes", "4096") as c:
         c.producer(*SCHEMA_ARGS)
-        p = child(c.url, 6, "hold")
-        try:
-            assert p.stdout.readline() == b"holding\n"
-            p.kill()
-            p.wait()
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        held_then_killed(c.url, 6)
         deadline = time.monotonic() + 10
         with stoker.Client(c.url, batch_size=8, stall_timeout=10) as cl:
             while True:
@@ -461,15 +463,7 @@ def test_a_killed_consumers_in_place_batches_go_to_the_next_one_intact():
     tcp = tcp_url()
     with Cluster("--listen", tcp) as c:
         remote_producer(c, tcp, "--max-examples", "400")
-        p = child(c.url, 6, "hold")
-        try:
-            assert p.stdout.readline() == b"holding\n"
-            p.kill()
-            p.wait()
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        held_then_killed(c.url, 6)
         seen = set()
         with stoker.Client(c.url, batch_size=8, stall_timeout=10) as cl:
             for b in cl.batches():
