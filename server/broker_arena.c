@@ -642,14 +642,15 @@ broker_arena_pool_resolve(broker_arena *a, stoker_request *req, char *err, size_
     return STOKER_OK;
 }
 
-// The staged region (index) in which the count examples of parts already lie as a batch of len
+// The staged region (index) in which the examples of parts already lie as a batch of len
 // bytes would in the arena (stoker_arena_layout from their first blob on), free for a lease: one
 // part, fixed-size fields, each field's blob where the layout puts it (a push's whole chunk whose
 // blobs' sizes are multiples of STOKER_ARENA_ALIGN, or any run of a one-field chunk's examples).
-// -1 when there is none: the batch is copied.
+// sizes: each field's blob, as the caller computed them. -1 when there is none: the batch is
+// copied.
 static int
 in_place(const broker_arena *a, const stoker_schema *schema, const stoker_chunk_part *parts,
-         uint32_t n_parts, uint32_t count, uint64_t len)
+         uint32_t n_parts, const size_t *sizes, uint64_t len)
 {
     if (n_parts != 1 || a->staged_bytes == 0 || schema->n_fields == 0)
         return -1;
@@ -657,13 +658,10 @@ in_place(const broker_arena *a, const stoker_schema *schema, const stoker_chunk_
     if (first < a->base || first >= a->base + a->bytes)
         return -1;
     uint64_t at = (uint64_t)(first - a->base);
-    size_t sizes[STOKER_MAX_FIELDS];
     uint64_t offsets[STOKER_MAX_FIELDS];
-    for (uint32_t f = 0; f < schema->n_fields; f++) {
+    for (uint32_t f = 0; f < schema->n_fields; f++)
         if (schema->fields[f].variable)
             return -1;
-        sizes[f] = (size_t)stoker_field_bytes(&schema->fields[f]) * count;
-    }
     (void)stoker_arena_layout(at, schema->n_fields, sizes, offsets);
     for (uint32_t f = 0; f < schema->n_fields; f++)
         if (parts[0].data[f] != a->base + offsets[f])
@@ -752,7 +750,7 @@ broker_arena_reserve(broker_arena *a, uint64_t secret, uint64_t lease, const sto
         pthread_mutex_unlock(&a->lock);
         return STOKER_NOT_FOUND;
     }
-    int k = in_place(a, schema, parts, n_parts, count, len);
+    int k = in_place(a, schema, parts, n_parts, sizes, len);
     if (k >= 0) {
         region *r = &a->regions[k];
         r->lease = lease;

@@ -361,7 +361,9 @@ deliver(intake_conn *c)
         return;
     }
     uint8_t *buf = c->buf;
-    int staged = c->staged;
+    // The request gives buf back where it came from: the host's arena or our pool.
+    void (*put)(void *, void *) = c->staged ? in->host.unstage : buf_put;
+    void *put_arg = c->staged ? in->host.stage_arg : (void *)in;
     c->buf = NULL;
     *t = (intake_token){.kind = TOKEN_INTAKE, .c = c, .id = (uint32_t)stoker_sp_get_be(c->id, 4)};
     pthread_mutex_lock(&c->lock);
@@ -369,17 +371,11 @@ deliver(intake_conn *c)
     pthread_mutex_unlock(&c->lock);
     stoker_request *req;
     char err[256];
-    int rv = staged ? stoker_wire_decode_request_buf(buf, c->body_len, in->host.unstage,
-                                                     in->host.stage_arg, &req, err, sizeof(err))
-                    : stoker_wire_decode_request_buf(buf, c->body_len, buf_put, in, &req, err,
-                                                     sizeof(err));
+    int rv = stoker_wire_decode_request_buf(buf, c->body_len, put, put_arg, &req, err, sizeof(err));
     if (rv == STOKER_OK) {
         in->host.deliver(in->host.arg, t, c->pipe, req);
     } else {
-        if (staged)
-            in->host.unstage(in->host.stage_arg, buf);
-        else
-            buf_put(in, buf);
+        put(put_arg, buf);
         in->host.refuse(in->host.arg, t, c->pipe, rv, err);
     }
 }
