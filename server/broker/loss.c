@@ -11,8 +11,8 @@
 
 #include <nng/nng.h>
 
-#include "broker_group.h"
-#include "broker_internal.h"
+#include "group.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -36,35 +36,8 @@ lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broke
     p->pushes = p->pushes_tail = NULL;
 }
 
-// Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
 void
-drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out)
-{
-    if (reason != NULL)
-        stoker_warn("trainer-lost: trainer %u '%s': %s", t->id, t->name, reason);
-    else
-        stoker_info("trainer-left: trainer %u '%s' said goodbye", t->id, t->name);
-    reason = reason != NULL ? reason : "trainer left";
-    t->connected = 0;
-    parked *prev = NULL, *k = b->pulls;
-    while (k != NULL) {
-        parked *next = k->next;
-        if (k->trainer == t) {
-            send_code(b, out, k->token, STOKER_UNKNOWN_PEER, "trainer was dropped: %s", reason);
-            unlink_pull(b, prev, k);
-            free_parked(k);
-        } else {
-            prev = k;
-        }
-        k = next;
-    }
-    group_commit_lost(b, t, out);
-    group_rank_lost(b, t, reason);
-    redeliver(b, t);
-}
-
-static void
-pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, broker_outbox *out)
+loss_pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, broker_outbox *out)
 {
     forget_pipe(b, pipe);
     for (uint32_t i = 0; i < b->n_producers; i++) {
@@ -81,25 +54,10 @@ pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, broker_
         if (t->pipe == pipe && t->connected)
             drop_trainer(b, t, "connection closed", now_ms, out);
     }
-    settle(b, now_ms, out);
 }
 
 void
-broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
-{
-    pipe_gone(b, pipe, now_ms, 1, out);
-}
-
-void
-broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
-{
-    stoker_info("connection-reset: pipe %u closed by the listener restart; its peer reconnects",
-                pipe);
-    pipe_gone(b, pipe, now_ms, 0, out);
-}
-
-void
-broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
+loss_tick(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     char reason[96];
     group_commit_tick(b, now_ms, out);
@@ -136,6 +94,4 @@ broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
             drop_trainer(b, t, reason, now_ms, out);
         }
     }
-    // Parked pulls past their wait get what there is (possibly nothing).
-    settle(b, now_ms, out);
 }

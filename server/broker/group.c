@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker_budget.h"
-#include "broker_group.h"
+#include "budget.h"
+#include "group.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -206,12 +206,6 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
     return STOKER_OK;
 }
 
-uint32_t
-group_world(const group *g)
-{
-    return g->world;
-}
-
 void
 group_attach(broker *b, group *g, trainer *t, uint32_t rank)
 {
@@ -220,6 +214,7 @@ group_attach(broker *b, group *g, trainer *t, uint32_t rank)
         return;
     t->group = g;
     t->rank = rank;
+    t->world = g->world;
     g->ranks[rank].t = t;
     if (!g->started)
         g->ranks[rank].said = t->said_steps;
@@ -241,6 +236,7 @@ group_detach(broker *b, trainer *t)
     if (g->ranks[t->rank].t == t)
         g->ranks[t->rank].t = NULL;
     t->group = NULL;
+    t->world = 0;
     if (--g->members > 0 || !g->retired)
         return;
     for (group **pp = &b->groups; *pp != NULL; pp = &(*pp)->next) {
@@ -723,7 +719,7 @@ commit_apply(broker *b, group *g, uint64_t now_ms, broker_outbox *out)
         uint32_t refused = apply_acks(b, gr->t, gr->n_staged, gr->staged, now_ms);
         leases += gr->n_staged;
         stoker_event events[EVENTS_PER_REPLY];
-        uint32_t n_events = take_events(b, gr->t, events);
+        uint32_t n_events = take_events(b, gr->t, group_events_upto(b, gr->t), events);
         stoker_reply rep = {.code = refused == 0 ? STOKER_OK : STOKER_NOT_FOUND,
                             .acks_refused = refused,
                             .group_step = g->commit_step,

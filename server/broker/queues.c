@@ -2,12 +2,12 @@
 // broker knows (the batch sizes its trainers ask for, the producers alive, --max-bytes), unless
 // the user fixed it with --queue-depth N; when the queues are full; and the one warning when a
 // batch came short because of them rather than the supply. It moves no examples itself.
-// It may use the core, broker_commit.c (bytes_room) and broker_group.c (group_world).
+// It may use the core and commit.c (bytes_room): a rank's group size is its trainer's world.
 #include <stdio.h>
 
-#include "broker_budget.h"
-#include "broker_group.h"
-#include "broker_internal.h"
+#include "budget.h"
+#include "group.h"
+#include "internal.h"
 #include "stoker/log.h"
 
 #define DEPTH_MAX (1u << 24) // as --queue-depth's own bound
@@ -72,8 +72,8 @@ queues_resize(broker *b)
     for (uint32_t i = 0; i < b->n_trainers; i++) {
         const trainer *t = b->trainers[i];
         uint64_t need = batch_need(b, t);
-        if (t->group != NULL)
-            need *= group_world(t->group);
+        if (t->world > 0)
+            need *= t->world; // a rank's step takes a batch for every rank at once
         if (t->connected && need > batch)
             batch = need;
     }

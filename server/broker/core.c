@@ -10,7 +10,7 @@
 
 #include <nng/nng.h>
 
-#include "broker_core.h"
+#include "core.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -224,4 +224,61 @@ broker_counters(const broker *b, stoker_counters *out)
     out->producers_alive = producers_alive(b);
     out->trainers = trainers_connected(b, 0);
     out->trainers_shm = trainers_connected(b, 1);
+}
+
+int
+push_waits_for_room(const producer *p)
+{
+    // Parked pushes are in seq order: the first is either ahead of its predecessor (two pushes
+    // in flight, taken in the other order: it waits for that one, not for room) or it did not
+    // fit (try_push parks nothing else).
+    return p->pushes != NULL && p->pushes->req->first_seq <= p->next_seq;
+}
+
+void
+revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how)
+{
+    if (p->status != STOKER_PRODUCER_ALIVE) {
+        p->status = STOKER_PRODUCER_ALIVE;
+        stoker_info("producer-reconnected: producer %u '%s' (%s)", p->id, p->name, how);
+        add_event(b, STOKER_EVENT_PRODUCER_RECONNECTED, p, now_ms, how);
+    }
+    p->pipe = pipe;
+    p->last_seen_ms = now_ms;
+}
+
+void
+unlink_pull(broker *b, parked *prev, parked *k)
+{
+    if (prev != NULL)
+        prev->next = k->next;
+    else
+        b->pulls = k->next;
+    if (b->pulls_tail == k)
+        b->pulls_tail = prev;
+    b->n_parked--;
+    k->trainer->parked_pulls--;
+}
+
+uint32_t
+copy_events(const broker *b, uint64_t from, uint64_t upto, stoker_event *buf, uint32_t max)
+{
+    if (b->n_events >= EVENT_LOG && from <= b->n_events - EVENT_LOG)
+        from = b->n_events - EVENT_LOG + 1; // older ones were overwritten
+    uint32_t n = 0;
+    for (uint64_t i = from; i <= upto && n < max; i++)
+        buf[n++] = b->events[(i - 1) % EVENT_LOG];
+    return n;
+}
+
+// Events t has not been sent yet, into buf (at most EVENTS_PER_REPLY), now counted as sent: the
+// reply being made carries them.
+// A rank hears only those before the step it was last sent was formed (group_events_upto).
+uint32_t
+take_events(const broker *b, trainer *t, uint64_t upto, stoker_event *buf)
+{
+    uint32_t n = copy_events(b, t->event_cursor + 1, upto, buf, EVENTS_PER_REPLY);
+    if (n > 0)
+        t->event_cursor = buf[n - 1].index;
+    return n;
 }

@@ -5,8 +5,8 @@
 // and the trained room (a trainer's hello may have said some queued examples are trained).
 #include <stdlib.h>
 
-#include "broker_budget.h"
-#include "broker_internal.h"
+#include "budget.h"
+#include "internal.h"
 #include "stoker/batching.h"
 
 // The examples a plan looks at: the oldest of every queue, interleaved (the round-robin order

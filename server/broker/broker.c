@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker_arena.h"
-#include "broker_group.h"
-#include "broker_internal.h"
+#include "arena.h"
+#include "group.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"
@@ -139,94 +139,165 @@ broker_shared_memory(const broker *b)
 
 // --- dispatch -----------------------------------------------------------------------------------
 
-static void dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                     broker_outbox *out);
+// A request kind's handler; it takes req (frees it or keeps it parked).
+typedef void (*handler_fn)(broker *b, void *token, uint32_t pipe, stoker_request *req,
+                           uint64_t now_ms, broker_outbox *out);
+
+static void
+on_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+         broker_outbox *out)
+{
+    handle_hello(b, token, pipe, req, now_ms, out);
+}
+
+static void
+on_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+          broker_outbox *out)
+{
+    (void)pipe;
+    handle_status(b, token, req, now_ms, out);
+}
+
+static void
+on_scaled(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+          broker_outbox *out)
+{
+    (void)pipe;
+    autoscale_scaled(b, token, req, now_ms, out);
+}
+
+static void
+on_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+       broker_outbox *out)
+{
+    (void)pipe;
+    handle_ack(b, token, req, now_ms, out);
+}
+
+static void
+on_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+           broker_outbox *out)
+{
+    (void)pipe;
+    handle_goodbye(b, token, req, now_ms, out);
+}
+
+// What a request kind needs before its handler runs: checked once, here, for every kind.
+enum {
+    NEEDS_AUTH = 1,   // with a token: the connection said hello with it
+    NEEDS_SCHEMA = 2, // a producer said hello (the schema is known)
+};
+
+// One row per request kind: its handler, its preconditions and its name for logs.
+typedef struct method {
+    stoker_method method;
+    handler_fn handle;
+    unsigned needs;
+    const char *name;
+} method;
+
+static const method methods[] = {
+    {STOKER_HELLO, on_hello, 0, "hello"},
+    // A status or a controller's report may come before any producer (a pool scaled from 0).
+    {STOKER_STATUS, on_status, NEEDS_AUTH, "status"},
+    {STOKER_SCALED, on_scaled, NEEDS_AUTH, "scaled"},
+    {STOKER_PUSH, handle_push, NEEDS_AUTH | NEEDS_SCHEMA, "push"},
+    {STOKER_PULL, handle_pull, NEEDS_AUTH | NEEDS_SCHEMA, "pull"},
+    {STOKER_ACK, on_ack, NEEDS_AUTH | NEEDS_SCHEMA, "ack"},
+    {STOKER_GOODBYE, on_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
+    {STOKER_HEARTBEAT, handle_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
+    {STOKER_SHARD, epochs_handle_shard, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
+};
+
+static const method *
+find_method(stoker_method m)
+{
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+        if (methods[i].method == m)
+            return &methods[i];
+    return NULL;
+}
+
+// Checks m's preconditions for req from pipe: 1 when its handler may run, else 0 after answering
+// (req is still the caller's).
+static int
+admitted(broker *b, const method *m, void *token, uint32_t pipe, const stoker_request *req,
+         broker_outbox *out)
+{
+    if ((m->needs & NEEDS_AUTH) && b->token[0] != '\0' && !pipe_authed(b, pipe)) {
+        if (!(m->needs & NEEDS_SCHEMA)) {
+            send_code(b, out, token, STOKER_UNAUTHENTICATED,
+                      "%s needs a hello with the token on this connection first", m->name);
+            return 0;
+        }
+        // Every connection says hello with the token before anything else; a client whose
+        // connection was replaced (a reconnect) is told to say hello again.
+        char who[96];
+        stoker_warn("unauthenticated: %s request from %s before hello",
+                    req->method == STOKER_PUSH || req->method == STOKER_PULL ? m->name : "a",
+                    peer(b, pipe, who, sizeof(who)));
+        send_code(b, out, token, STOKER_UNKNOWN_PEER,
+                  "unauthenticated connection: say hello with the token first");
+        return 0;
+    }
+    if ((m->needs & NEEDS_SCHEMA) && !b->has_schema) {
+        // A trainer of a broker that died may report what it trained before any producer came
+        // back (handle_heartbeat): kept for the producers' sessions.
+        if (req->method == STOKER_HEARTBEAT && req->n_trained > 0)
+            trained_reported(b, req);
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");
+        return 0;
+    }
+    return 1;
+}
+
+// After any change: pulls take what became available, pushes fill the room that made, until
+// nothing moves. Each round answers at least one parked request, so this ends.
+static void
+settle(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    queues_resize(b); // producers or trainers may have come or gone
+    while (serve_pulls(b, now_ms, out) + serve_pushes(b, now_ms, out) > 0)
+        ;
+}
 
 void
 broker_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
               broker_outbox *out)
 {
-    dispatch(b, token, pipe, req, now_ms, out);
+    const method *m = find_method(req->method);
+    if (m == NULL) {
+        send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);
+        stoker_request_free(req);
+    } else if (!admitted(b, m, token, pipe, req, out)) {
+        stoker_request_free(req);
+    } else {
+        m->handle(b, token, pipe, req, now_ms, out);
+    }
     settle(b, now_ms, out);
 }
 
-static void
-dispatch(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-         broker_outbox *out)
+void
+broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
 {
-    switch (req->method) {
-    case STOKER_HELLO:
-        handle_hello(b, token, pipe, req, now_ms, out);
-        return;
-    case STOKER_STATUS:
-        if (b->token[0] != '\0' && !pipe_authed(b, pipe)) {
-            send_code(b, out, token, STOKER_UNAUTHENTICATED,
-                      "status needs a hello with the token on this connection first");
-            stoker_request_free(req);
-            return;
-        }
-        handle_status(b, token, req, now_ms, out);
-        return;
-    case STOKER_SCALED:
-        // A controller reports before any producer may have come (a pool scaled from 0).
-        if (b->token[0] != '\0' && !pipe_authed(b, pipe)) {
-            send_code(b, out, token, STOKER_UNAUTHENTICATED,
-                      "scaled needs a hello with the token on this connection first");
-            stoker_request_free(req);
-            return;
-        }
-        autoscale_scaled(b, token, req, now_ms, out);
-        return;
-    default:
-        break;
-    }
-    if (b->token[0] != '\0' && !pipe_authed(b, pipe)) {
-        // Every connection says hello with the token before anything else; a client whose
-        // connection was replaced (a reconnect) is told to say hello again.
-        char who[96];
-        stoker_warn("unauthenticated: %s request from %s before hello",
-                    req->method == STOKER_PUSH   ? "push"
-                    : req->method == STOKER_PULL ? "pull"
-                                                 : "a",
-                    peer(b, pipe, who, sizeof(who)));
-        send_code(b, out, token, STOKER_UNKNOWN_PEER,
-                  "unauthenticated connection: say hello with the token first");
-        stoker_request_free(req);
-        return;
-    }
-    if (!b->has_schema) {
-        // A trainer of a broker that died may report what it trained before any producer came
-        // back (handle_heartbeat, issue 26): kept for the producers' sessions.
-        if (req->method == STOKER_HEARTBEAT && req->n_trained > 0)
-            trained_reported(b, req);
-        send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");
-        stoker_request_free(req);
-        return;
-    }
-    switch (req->method) {
-    case STOKER_PUSH:
-        handle_push(b, token, pipe, req, now_ms, out);
-        break;
-    case STOKER_PULL:
-        handle_pull(b, token, pipe, req, now_ms, out);
-        break;
-    case STOKER_ACK:
-        handle_ack(b, token, req, now_ms, out);
-        break;
-    case STOKER_GOODBYE:
-        handle_goodbye(b, token, req, now_ms, out);
-        break;
-    case STOKER_HEARTBEAT:
-        handle_heartbeat(b, token, pipe, req, now_ms, out);
-        break;
-    case STOKER_SHARD:
-        epochs_handle_shard(b, token, pipe, req, now_ms, out);
-        break;
-    default:
-        send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);
-        stoker_request_free(req);
-        break;
-    }
+    loss_pipe_gone(b, pipe, now_ms, 1, out);
+    settle(b, now_ms, out);
+}
+
+void
+broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
+{
+    stoker_info("connection-reset: pipe %u closed by the listener restart; its peer reconnects",
+                pipe);
+    loss_pipe_gone(b, pipe, now_ms, 0, out);
+    settle(b, now_ms, out);
+}
+
+void
+broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
+{
+    loss_tick(b, now_ms, out);
+    settle(b, now_ms, out); // parked pulls past their wait get what there is (possibly nothing)
 }
 
 void

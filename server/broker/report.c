@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker_group.h"
-#include "broker_internal.h"
+#include "group.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/status.h"
 

@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "broker_core.h"
+#include "core.h"
 
 // The most examples a batch made by tokens holds, and the most a plan looks at.
 #define BUDGET_MAX_EXAMPLES 8192

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker_internal.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 

@@ -11,8 +11,8 @@
 
 #include <nng/nng.h>
 
-#include "broker_arena.h"
-#include "broker_internal.h"
+#include "arena.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -59,15 +59,6 @@ park_push(broker *b, producer *p, parked *k)
     if (k->next == NULL)
         p->pushes_tail = k;
     b->n_parked++;
-}
-
-int
-push_waits_for_room(const producer *p)
-{
-    // Parked pushes are in seq order: the first is either ahead of its predecessor (two pushes
-    // in flight, taken in the other order: it waits for that one, not for room) or it did not
-    // fit (try_push parks nothing else).
-    return p->pushes != NULL && p->pushes->req->first_seq <= p->next_seq;
 }
 
 // --- push ---------------------------------------------------------------------------------------
@@ -166,18 +157,6 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     trained_tell(&p->trained, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
-}
-
-void
-revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how)
-{
-    if (p->status != STOKER_PRODUCER_ALIVE) {
-        p->status = STOKER_PRODUCER_ALIVE;
-        stoker_info("producer-reconnected: producer %u '%s' (%s)", p->id, p->name, how);
-        add_event(b, STOKER_EVENT_PRODUCER_RECONNECTED, p, now_ms, how);
-    }
-    p->pipe = pipe;
-    p->last_seen_ms = now_ms;
 }
 
 void

@@ -7,7 +7,7 @@
 // It may use the core (broker_core.h) only.
 #include <stdio.h>
 
-#include "broker_internal.h"
+#include "internal.h"
 
 uint64_t
 bytes_room(const broker *b)

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "broker_internal.h"
+#include "internal.h"
 
 // Checks a trainer's hello with a group (req->group non-empty) and returns its group in *out
 // (created when none of that name is open). t is the trainer of req's session, or NULL when it
@@ -24,8 +24,6 @@
 int group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now_ms,
                 struct group **out, trainer **holder, char *why, size_t why_len);
 // Makes t rank `rank` of g (after group_admit said yes).
-// Ranks in g: a step takes world batches at once (the queue sizing reads it).
-uint32_t group_world(const struct group *g);
 void group_attach(broker *b, struct group *g, trainer *t, uint32_t rank);
 // Before t is freed: it leaves its group (a group nobody is in any more is freed).
 void group_detach(broker *b, trainer *t);

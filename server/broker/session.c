@@ -11,9 +11,9 @@
 
 #include <nng/nng.h>
 
-#include "broker_arena.h"
-#include "broker_group.h"
-#include "broker_internal.h"
+#include "arena.h"
+#include "group.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "broker_core.h"
-#include "broker_epoch.h"
+#include "core.h"
+#include "epoch.h"
 
 // --- broker_push.c: pushes ---
 
@@ -19,11 +19,6 @@ uint32_t serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out);
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
 // must keep waiting (only when !final).
 int try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final);
-// Nonzero when p's oldest parked push waits for room in its queue (not when it arrived ahead of
-// its predecessor, which is on its way: two pushes in flight).
-int push_waits_for_room(const producer *p);
-// Marks p alive again on pipe (an event when it was not), seen now.
-void revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how);
 // Takes req.
 void handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
@@ -59,24 +54,29 @@ lease *take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap);
 // frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
 // as redelivered. Returns how many went back.
 uint64_t return_lease(broker *b, lease *l, int unused);
-// Unlinks parked pull k (after prev, NULL for the head) from the parked pulls; does not free it.
-void unlink_pull(broker *b, parked *prev, parked *k);
-// After any change: serves parked pulls and pushes until nothing moves.
-void settle(broker *b, uint64_t now_ms, broker_outbox *out);
+// Answers parked pulls that can be answered now (or whose wait expired), oldest first; returns
+// how many (the dispatcher's settle loop).
+uint32_t serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out);
 // These take req.
 void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
 void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
 // Applies acknowledgements (leases) from t; returns how many were refused (unknown, not t's).
 uint32_t apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
-// The events t has not heard yet, at most EVENTS_PER_REPLY into buf (a rank: those it may hear,
-// group_events_upto); marks them heard.
-uint32_t take_events(const broker *b, trainer *t, stoker_event *buf);
 
-// --- broker_loss.c: lost peers ---
+// --- drop.c: a trainer's end ---
 
 // Disconnects trainer t and redelivers its leases; reason NULL means it said goodbye.
 void drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_outbox *out);
+
+// --- loss.c: lost peers and deadlines (the dispatcher settles after each) ---
+
+// The connection pipe closed (lose_producers: its producers are lost) or was reset by a listener
+// restart (they reconnect): its trainers are dropped.
+void loss_pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers,
+                    broker_outbox *out);
+// Parked pushes past their wait, silent producers and trainers, group commits and autoscaling.
+void loss_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 
 // --- broker_trained.c: which seqs are trained ---
 

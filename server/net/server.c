@@ -20,7 +20,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/http/http.h>
 
-#include "broker_arena.h"
+#include "arena.h"
 #include "intake.h"
 #include "page.h"
 #include "server.h"

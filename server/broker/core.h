@@ -26,7 +26,7 @@
 #include <nng/nng.h>
 
 #include "broker.h"
-#include "broker_autoscale.h"
+#include "autoscale.h"
 #include "queue.h"
 #include "stoker/labels.h"
 
@@ -136,6 +136,7 @@ typedef struct trainer {
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
     uint32_t rank;
+    uint32_t world;      // ranks in its group (0: none): a step takes world batches at once
     uint64_t said_steps; // a rank's hello: the steps it had taken (a broker before us died)
     // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
     // (broker_lease.c arena_reply), batches the full arena sent as bytes.
@@ -246,5 +247,18 @@ trainer *find_trainer(const broker *b, uint64_t session);
 void free_parked(parked *p);
 void free_lease(lease *l);
 uint32_t producers_alive(const broker *b);
+// Nonzero when p's oldest parked push waits for room in its queue (not when it arrived ahead of
+// its predecessor, which is on its way: two pushes in flight).
+int push_waits_for_room(const producer *p);
+// Marks p alive again on pipe (an event when it was not), seen now.
+void revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how);
+// Unlinks parked pull k (after prev, NULL for the head) from the parked pulls; does not free it.
+void unlink_pull(broker *b, parked *prev, parked *k);
+// The events of indices from..upto still in the log, at most max of them, into buf.
+// The events t has not heard yet up to index upto (a rank: those it may hear, group_events_upto;
+// any other trainer: b->n_events), at most EVENTS_PER_REPLY into buf; marks them heard.
+uint32_t take_events(const broker *b, trainer *t, uint64_t upto, stoker_event *buf);
+uint32_t copy_events(const broker *b, uint64_t from, uint64_t upto, stoker_event *buf,
+                     uint32_t max);
 
 #endif

@@ -19,7 +19,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "broker_arena.h"
+#include "arena.h"
 #include "stoker/arena.h"
 #include "stoker/error.h"
 #include "stoker/log.h"

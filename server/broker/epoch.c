@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "broker_epoch.h"
-#include "broker_internal.h"
+#include "epoch.h"
+#include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"

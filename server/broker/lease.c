@@ -1,0 +1,343 @@
+// Leases, the broker's books of what is handed out: a lease takes examples from the producers'
+// queues (round-robin, or as a batch made by tokens plans them), an acknowledgement frees them
+// once, and a lease given back returns its examples to the head of their queues (redelivered, or
+// returned unused). It decides neither when a batch goes out (pull.c) nor when a trainer is
+// dropped (drop.c). Floor 3: it uses the core and floors 1-2 (arena, commit, budget, epoch,
+// queues, trained), nothing above.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nng/nng.h>
+
+#include "arena.h"
+#include "budget.h"
+#include "internal.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
+
+// --- leases and acks ----------------------------------------------------------------------------
+
+// Applies acknowledgements from t. Returns how many were refused.
+uint32_t
+apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms)
+{
+    uint32_t refused = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        lease **pp = &t->leases;
+        while (*pp != NULL && (*pp)->id != acks[i])
+            pp = &(*pp)->next;
+        lease *l = *pp;
+        if (l == NULL) {
+            refused++;
+            continue;
+        }
+        *pp = l->next;
+        for (uint32_t r = 0; r < l->n_parts; r++) {
+            producer *p = find_producer_id(b, l->parts[r].producer);
+            epochs_acked(b, &l->parts[r].range, now_ms);
+            if (p != NULL) {
+                p->acknowledged += l->parts[r].range.count;
+                p->in_flight -= l->parts[r].range.count;
+                trained_add(&p->trained, l->parts[r].range.first_seq, l->parts[r].range.count);
+            }
+        }
+        b->c.acknowledged += l->count;
+        b->c.in_flight -= l->count;
+        if (b->arena != NULL)
+            broker_arena_lease_done(b->arena, l->id);
+        commit_release(b, l);
+        free_lease(l);
+    }
+    if (refused > 0)
+        stoker_warn("ack-refused: trainer %u '%s': %u unknown or already acknowledged leases",
+                    t->id, t->name, refused);
+    return refused;
+}
+
+// Puts the examples of lease l back at the head of their producers' queues and frees l,
+// counted as redelivered (after a loss) or, when unused, as returned_unused (never handed to
+// the trainer's caller). Returns how many went back.
+uint64_t
+return_lease(broker *b, lease *l, int unused)
+{
+    uint64_t total = 0;
+    // Parts go back last-first, so each queue ends up in its original order.
+    for (uint32_t r = l->n_parts; r-- > 0;) {
+        lease_part *part = &l->parts[r];
+        uint32_t n = part->range.count;
+        uint64_t bytes = queue_range_bytes(&part->range);
+        producer *p = find_producer_id(b, part->producer);
+        if (p == NULL || queue_put_back(&p->q, &part->range) != STOKER_OK) {
+            // Never expected: producers with examples in flight are not evicted, and a put back
+            // failing means we are out of memory. Say so and keep the books exact.
+            stoker_error("redeliver: lost %u examples of producer %u (out of memory)", n,
+                         part->producer);
+            b->c.in_flight -= n;
+            b->c.produced -= n;
+            continue;
+        }
+        part->range.block = NULL; // the queue holds the reference now
+        p->in_flight -= n;
+        b->c.in_flight -= n;
+        b->c.queued += n;
+        if (unused) {
+            p->returned_unused += n;
+            b->c.returned_unused += n;
+        } else {
+            p->redelivered += n;
+            b->c.redelivered += n;
+        }
+        b->queued_bytes += bytes;
+        total += n;
+    }
+    if (b->arena != NULL)
+        broker_arena_lease_done(b->arena, l->id);
+    commit_release(b, l);
+    free_lease(l);
+    return total;
+}
+
+// Puts every lease of t back (newest first, so older examples end up nearer the head).
+void
+redeliver(broker *b, trainer *t)
+{
+    uint64_t total = 0;
+    lease *l = t->leases;
+    while (l != NULL) {
+        lease *next = l->next;
+        total += return_lease(b, l, 0);
+        l = next;
+    }
+    t->leases = NULL;
+    if (total > 0)
+        stoker_info("redelivered: %llu examples of trainer %u '%s' back in their queues",
+                    (unsigned long long)total, t->id, t->name);
+}
+
+void
+give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
+{
+    uint64_t redelivered = 0, unused = 0;
+    lease *l = t->leases;
+    while (l != NULL) {
+        lease *next = l->next;
+        int was_held = 0;
+        for (uint32_t i = 0; i < n_held && !was_held; i++)
+            was_held = held[i] == l->id;
+        if (was_held)
+            redelivered += return_lease(b, l, 0);
+        else
+            unused += return_lease(b, l, 1);
+        l = next;
+    }
+    t->leases = NULL;
+    if (redelivered > 0)
+        stoker_info("redelivered: %llu examples trainer %u '%s' held unacknowledged when it left "
+                    "back in their queues",
+                    (unsigned long long)redelivered, t->id, t->name);
+    if (unused > 0)
+        stoker_info("returned-unused: %llu examples trainer %u '%s' got ahead and never used back "
+                    "in their queues",
+                    (unsigned long long)unused, t->id, t->name);
+}
+
+// The examples at the head of p's queue that are trained already (a trainer said so when it said
+// hello to this broker, after the broker before it died and the producer pushed them again):
+// dropped, counted acknowledged, so that no other trainer gets them (issue 26). Returns 0 when
+// it dropped some, else how many of the next want examples may be taken (up to the next trained
+// one). Not for datasets (their items have books of their own): want then.
+static uint32_t
+skip_trained(broker *b, producer *p, uint32_t want)
+{
+    if (trained_none_from(b, p, queue_head_seq(&p->q)))
+        return want;
+    uint64_t from = queue_head_seq(&p->q), dropped = 0, dropped_bytes = 0;
+    // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
+    // were trained, seq-jump): drop what the head holds of the trained run at the head, then look
+    // again, never more than the run (issue 26: counting the run in seqs dropped untrained
+    // examples after a hole, and the producer then waited for them for ever).
+    while (p->q.examples > 0) {
+        uint64_t seq = queue_head_seq(&p->q), next = UINT64_MAX;
+        if (!trained_has(&p->trained, seq, &next)) {
+            if (dropped > 0)
+                break;
+            return next - seq < want ? (uint32_t)(next - seq) : want;
+        }
+        uint64_t run = trained_run_end(&p->trained, seq) - seq;
+        queue_range r;
+        uint32_t got = queue_take(&p->q, run < UINT32_MAX ? (uint32_t)run : UINT32_MAX, &r);
+        if (got == 0)
+            break;
+        dropped_bytes += queue_range_bytes(&r);
+        queue_range_release(&r);
+        dropped += got;
+    }
+    p->acknowledged += dropped;
+    b->c.queued -= dropped;
+    b->c.acknowledged += dropped;
+    b->queued_bytes -= dropped_bytes;
+    stoker_info("trained-dropped: %llu examples of producer %u '%s' from seq %llu pushed again "
+                "were trained before (a trainer said so): dropped, not delivered again",
+                (unsigned long long)dropped, p->id, p->name, (unsigned long long)from);
+    return 0;
+}
+
+// A new empty lease with room for cap parts; NULL when out of memory.
+static lease *
+new_lease(uint32_t cap)
+{
+    lease *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->cap_parts = cap;
+    l->parts = malloc(l->cap_parts * sizeof(*l->parts));
+    if (l->parts == NULL) {
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+// Takes up to n examples of p's queue from seq on (anywhere in it; seq < 0 for its head) into
+// one new part of l. Returns how many (0: none, or out of memory).
+static uint32_t
+take_part(lease *l, producer *p, int64_t seq, uint32_t n)
+{
+    if (l->n_parts == l->cap_parts) {
+        lease_part *parts = realloc(l->parts, 2 * l->cap_parts * sizeof(*parts));
+        if (parts == NULL)
+            return 0;
+        l->parts = parts;
+        l->cap_parts *= 2;
+    }
+    lease_part *part = &l->parts[l->n_parts];
+    uint32_t got = seq < 0 ? queue_take(&p->q, n, &part->range)
+                           : queue_take_seq(&p->q, (uint64_t)seq, n, &part->range);
+    if (got == 0)
+        return 0;
+    part->producer = p->id;
+    part->session = p->session;
+    l->n_parts++;
+    l->count += got;
+    l->bytes += queue_range_bytes(&part->range);
+    p->delivered += got;
+    p->in_flight += got;
+    return got;
+}
+
+// The lease l made for t: counted out of the queues, numbered, first in t's leases.
+static lease *
+lease_made(broker *b, trainer *t, lease *l)
+{
+    if (l->count == 0) {
+        free_lease(l);
+        return NULL;
+    }
+    b->c.queued -= l->count;
+    b->queued_bytes -= l->bytes;
+    b->c.in_flight += l->count;
+    b->c.delivered += l->count;
+    l->id = b->next_lease_id++;
+    l->next = t->leases;
+    t->leases = l;
+    commit_hold(b, t, l);
+    return l;
+}
+
+// A lease of a batch made by tokens (broker_budget.c plans it): the plan's examples, in its
+// order, each run of neighbours one part.
+static lease *
+take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
+{
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        producer *p = b->producers[i];
+        while (p->q.examples > 0 && skip_trained(b, p, 1) == 0)
+            ; // a head trained already: dropped, look again
+    }
+    budget_plan plan;
+    if (budget_plan_make(b, t, max, cap, &plan) != 0)
+        return NULL;
+    lease *l = new_lease(8);
+    if (l == NULL) {
+        budget_plan_free(&plan);
+        return NULL;
+    }
+    uint32_t i = 0;
+    while (i < plan.n) {
+        uint32_t j = i + 1;
+        while (j < plan.n && plan.picks[j].producer == plan.picks[i].producer &&
+               plan.picks[j].seq == plan.picks[j - 1].seq + 1)
+            j++;
+        producer *p = b->producers[plan.picks[i].producer];
+        uint64_t seq = plan.picks[i].seq;
+        uint32_t left = j - i, got = 1;
+        while (left > 0 && (got = take_part(l, p, (int64_t)seq, left)) > 0) {
+            seq += got;
+            left -= got;
+        }
+        if (got == 0)
+            break; // out of memory: deliver what we have
+        i = j;
+    }
+    if (i == plan.n) {
+        l->full = plan.full;
+        t->tokens += plan.tokens;
+        t->padding += plan.padding;
+    }
+    b->rr = (plan.picks[0].producer + 1) % b->n_producers;
+    budget_plan_free(&plan);
+    return lease_made(b, t, l);
+}
+
+// Builds a lease of up to max examples, round-robin over the producers' queues (a batch made by
+// tokens: take_planned, max rows with pack=), and never more than cap examples. Returns NULL
+// when nothing is queued (or out of memory).
+lease *
+take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap)
+{
+    if (stoker_batching_active(&t->batching))
+        return take_planned(b, t, max, cap);
+    if (max > cap)
+        max = cap;
+    uint64_t avail = b->c.queued;
+    uint32_t n = (uint32_t)(avail < max ? avail : max);
+    if (n == 0)
+        return NULL;
+    lease *l = new_lease(8);
+    if (l == NULL)
+        return NULL;
+    // Fair mixing: each pass gives every non-empty queue an equal share of what is still
+    // needed, starting after the producer that was served last.
+    while (l->count < n) {
+        uint32_t nonempty = 0;
+        for (uint32_t i = 0; i < b->n_producers; i++)
+            nonempty += b->producers[i]->q.examples > 0;
+        if (nonempty == 0)
+            break;
+        uint32_t need = n - l->count;
+        uint32_t share = (need + nonempty - 1) / nonempty;
+        uint32_t start = b->rr;
+        for (uint32_t k = 0; k < b->n_producers && l->count < n; k++) {
+            uint32_t i = (start + k) % b->n_producers;
+            producer *p = b->producers[i];
+            uint32_t want = share;
+            if (want > n - l->count)
+                want = n - l->count;
+            while (want > 0 && p->q.examples > 0) {
+                uint32_t runs_for = skip_trained(b, p, want);
+                if (runs_for == 0)
+                    continue; // the head was trained already: dropped, look again
+                uint32_t got = take_part(l, p, -1, runs_for);
+                if (got == 0)
+                    goto done; // out of memory: deliver what we have
+                want -= got;
+                b->rr = (i + 1) % b->n_producers;
+            }
+        }
+    }
+done:
+    return lease_made(b, t, l);
+}
