@@ -11,12 +11,12 @@
 // while the first one's last pushes are in flight (so it never idles at a shard's end); a
 // shard leaves its list once pushed in full, and each push names its shard's id.
 // It may use the core and broker_push.c (revive).
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "epoch.h"
+#include "drawer.h"
 #include "internal.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -44,15 +44,6 @@ typedef struct held {
     uint64_t *items; // (n,) EPOCH_ITEM, all of one epoch
 } held;
 
-// The next epoch's permutation, drawn by a thread of its own while the broker works.
-typedef struct drawer {
-    pthread_t thread;
-    int running; // the thread was started and not yet joined
-    uint32_t number;
-    uint32_t *order; // (n,) owned until taken
-    uint64_t n, seed;
-} drawer;
-
 struct epochs {
     uint64_t n;
     uint64_t seed;
@@ -66,8 +57,8 @@ struct epochs {
     int early;  // a group may open one epoch more than the rule allows (epochs_open_early)
     held *held; // at most two per producer (HELD_MAX), unordered
     uint32_t n_held, cap_held;
-    uint64_t next_shard; // the id of the next shard cut
-    drawer next;
+    uint64_t next_shard;   // the id of the next shard cut
+    drawer *next;          // draws the next epoch's permutation meanwhile (NULL: no memory for it)
     uint32_t *spare_order; // a finished epoch's permutation array, for the next draw
     uint64_t *spare_items; // a released shard's list, for the next shard
     uint64_t reassigned, revoked;
@@ -76,82 +67,29 @@ struct epochs {
 // Shards a producer holds at most: the one its pushes fill and the one asked for ahead.
 #define HELD_MAX 2
 
-__extension__ typedef unsigned __int128 u128;
-
-// The permutation of epoch k: Fisher-Yates over 0..n-1 from (seed, k). A draw below i + 1 is
-// the high half of a 64x64-bit product (Lemire's reduction), not a division: an epoch of N
-// items costs N of them.
-static void
-draw_order(uint32_t *order, uint64_t n, uint64_t seed, uint32_t k)
-{
-    for (uint64_t i = 0; i < n; i++)
-        order[i] = (uint32_t)i;
-    stoker_rng rng;
-    stoker_rng_seed(&rng, seed ^ ((uint64_t)k * 0x9e3779b97f4a7c15ull));
-    for (uint64_t i = n - 1; i > 0; i--) {
-        uint64_t j = (uint64_t)(((u128)stoker_rng_u64(&rng) * (i + 1)) >> 64);
-        uint32_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-}
-
-static void *
-drawer_main(void *arg)
-{
-    drawer *d = arg;
-    draw_order(d->order, d->n, d->seed, d->number);
-    return NULL;
-}
-
-// Starts drawing epoch k's permutation, unless no epoch k will be made. Without memory or a
-// thread nothing is started: epoch_open then draws it itself.
-static void
-drawer_start(epochs *e, uint32_t k)
-{
-    drawer *d = &e->next;
-    if (d->running || (e->limit > 0 && k >= e->limit))
-        return;
-    d->order = e->spare_order != NULL ? e->spare_order : malloc(e->n * sizeof(*d->order));
-    e->spare_order = NULL;
-    if (d->order == NULL)
-        return;
-    d->number = k;
-    d->n = e->n;
-    d->seed = e->seed;
-    if (pthread_create(&d->thread, NULL, drawer_main, d) != 0) {
-        free(d->order);
-        d->order = NULL;
-        return;
-    }
-    d->running = 1;
-}
-
-// Epoch k's permutation if it was drawn ahead (waiting for the thread, which had an epoch's time
-// to finish), else NULL. The caller owns what is returned.
-static uint32_t *
-drawer_take(epochs *e, uint32_t k)
-{
-    drawer *d = &e->next;
-    if (!d->running)
-        return NULL;
-    pthread_join(d->thread, NULL);
-    d->running = 0;
-    uint32_t *order = d->order;
-    d->order = NULL;
-    if (d->number != k) {
-        free(order);
-        return NULL;
-    }
-    return order;
-}
-
 static void
 epoch_fini(epoch *ep)
 {
     free(ep->order);
     free(ep->returned);
     memset(ep, 0, sizeof(*ep));
+}
+
+// Starts drawing epoch k's permutation ahead (net/drawer.c), unless no epoch k will be made.
+// Without memory or a thread nothing is started: epoch_open then draws it itself.
+static void
+draw_ahead(epochs *e, uint32_t k)
+{
+    if (e->next == NULL || (e->limit > 0 && k >= e->limit))
+        return;
+    uint32_t *order = e->spare_order != NULL ? e->spare_order : malloc(e->n * sizeof(*order));
+    if (order == NULL)
+        return;
+    if (drawer_start(e->next, order, e->n, e->seed, k) == 0) {
+        e->spare_order = NULL;
+    } else if (order != e->spare_order) {
+        free(order);
+    }
 }
 
 // Opens epoch k in its window slot, with its permutation drawn ahead when it was, and starts
@@ -162,14 +100,14 @@ epoch_open(epochs *e, uint32_t k)
     epoch *ep = &e->win[k % WINDOW];
     epoch_fini(ep);
     ep->number = k;
-    ep->order = drawer_take(e, k);
+    ep->order = e->next != NULL ? drawer_take(e->next, k) : NULL;
     if (ep->order == NULL && (ep->order = malloc(e->n * sizeof(*ep->order))) != NULL)
         draw_order(ep->order, e->n, e->seed, k);
     if (ep->order == NULL) {
         epoch_fini(ep);
         return STOKER_NOMEM;
     }
-    drawer_start(e, k + 1);
+    draw_ahead(e, k + 1);
     return STOKER_OK;
 }
 
@@ -188,7 +126,8 @@ epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32
     e->limit = limit;
     e->strict = strict;
     e->next_shard = 1;
-    drawer_start(e, 0);
+    e->next = drawer_create();
+    draw_ahead(e, 0);
     return e;
 }
 
@@ -197,7 +136,7 @@ epochs_destroy(epochs *e)
 {
     if (e == NULL)
         return;
-    free(drawer_take(e, e->next.number));
+    drawer_destroy(e->next);
     for (uint32_t w = 0; w < WINDOW; w++)
         epoch_fini(&e->win[w]);
     for (uint32_t h = 0; h < e->n_held; h++)
