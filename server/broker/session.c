@@ -105,41 +105,48 @@ schema_held(const broker *b, char *buf, size_t len)
     return buf;
 }
 
-static void
-hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
-               broker_outbox *out)
+// Whether req's schema may be b's: equal to it, or b's is forgotten because nothing of it is left
+// anywhere. Else 0, after the refusal.
+static int
+producer_schema_ok(broker *b, void *token, const stoker_request *req, broker_outbox *out)
 {
     char want[512], got[512], held[256];
     if (!req->has_schema) {
         send_code(b, out, token, STOKER_INVALID, "producer '%s' sent no schema", req->name);
-        return;
+        return 0;
     }
-    if (b->has_schema && !stoker_schema_equal(&b->schema, &req->schema)) {
-        stoker_schema_format(&req->schema, got, sizeof(got));
-        stoker_schema_format(&b->schema, want, sizeof(want));
-        if (schema_held(b, held, sizeof(held)) == NULL) {
-            // Nothing of the old schema is left anywhere: the new kind of producer starts afresh.
-            stoker_info("schema-forgotten: %s (no producer alive, nothing queued or in flight, "
-                        "no trainer connected); producer '%s' brings %s",
-                        want, req->name, got);
-            b->has_schema = 0;
-        } else {
-            stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s: %s", req->name,
-                        got, want, held);
-            send_code(b, out, token, STOKER_SCHEMA_MISMATCH,
-                      "schema mismatch: producer '%s' sends %s, broker expects %s: %s", req->name,
-                      got, want, held);
-            return;
-        }
+    if (!b->has_schema || stoker_schema_equal(&b->schema, &req->schema))
+        return 1;
+    stoker_schema_format(&req->schema, got, sizeof(got));
+    stoker_schema_format(&b->schema, want, sizeof(want));
+    if (schema_held(b, held, sizeof(held)) == NULL) {
+        // Nothing of the old schema is left anywhere: the new kind of producer starts afresh.
+        stoker_info("schema-forgotten: %s (no producer alive, nothing queued or in flight, "
+                    "no trainer connected); producer '%s' brings %s",
+                    want, req->name, got);
+        b->has_schema = 0;
+        return 1;
     }
+    stoker_warn("schema-mismatch: producer '%s' sends %s, broker expects %s: %s", req->name, got,
+                want, held);
+    send_code(b, out, token, STOKER_SCHEMA_MISMATCH,
+              "schema mismatch: producer '%s' sends %s, broker expects %s: %s", req->name, got,
+              want, held);
+    return 0;
+}
+
+// Whether req's producer serves what b serves (a dataset or a stream); --dataset-size auto takes
+// the first dataset producer's count. Else 0, after the refusal.
+static int
+producer_dataset_ok(broker *b, void *token, const stoker_request *req, broker_outbox *out)
+{
     char why[STOKER_MESSAGE_MAX - 16];
     if (b->epochs == NULL && b->cfg.dataset_auto && req->dataset_size > 0) {
-        // --dataset-size auto: the first dataset producer's count is the dataset's.
         b->epochs = epochs_create(req->dataset_size, b->cfg.shuffle_seed, b->cfg.shard_items,
                                   b->cfg.epochs, !b->cfg.overlap_epochs);
         if (b->epochs == NULL) {
             send_code(b, out, token, STOKER_NOMEM, "broker out of memory for a dataset");
-            return;
+            return 0;
         }
         stoker_info("dataset: %llu items (--dataset-size auto, from producer '%s')",
                     (unsigned long long)req->dataset_size, req->name);
@@ -156,85 +163,117 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
                                  "the broker streams (start it with --dataset-size)",
                                  req->name, (unsigned long long)req->dataset_size)
                  : STOKER_OK;
-    if (rv != STOKER_OK) {
-        stoker_warn("dataset-mismatch: %s", why);
-        send_code(b, out, token, rv, "%s", why);
-        return;
+    if (rv == STOKER_OK)
+        return 1;
+    stoker_warn("dataset-mismatch: %s", why);
+    send_code(b, out, token, rv, "%s", why);
+    return 0;
+}
+
+// A slot for a new producer: free, or the slot of one that is gone and owes nothing (freed).
+// 0 when every slot is taken, after the refusal.
+static int
+producer_slot(broker *b, void *token, broker_outbox *out)
+{
+    if (b->n_producers < b->cfg.max_producers)
+        return 1;
+    uint32_t i;
+    for (i = 0; i < b->n_producers; i++) {
+        producer *old = b->producers[i];
+        if (old->status != STOKER_PRODUCER_ALIVE && old->q.examples == 0 && old->in_flight == 0 &&
+            old->pushes == NULL)
+            break;
     }
-    producer *p = find_producer(b, req->session);
-    if (p == NULL) {
-        if (b->n_producers == b->cfg.max_producers) {
-            // Reuse the slot of a producer that is gone and owes nothing.
-            uint32_t i;
-            for (i = 0; i < b->n_producers; i++) {
-                producer *old = b->producers[i];
-                if (old->status != STOKER_PRODUCER_ALIVE && old->q.examples == 0 &&
-                    old->in_flight == 0 && old->pushes == NULL)
-                    break;
-            }
-            if (i == b->n_producers) {
-                send_code(b, out, token, STOKER_LIMIT, "too many producers (at most %u)",
-                          b->cfg.max_producers);
-                return;
-            }
-            queue_fini(&b->producers[i]->q);
-            trained_fini(&b->producers[i]->trained);
-            stoker_labels_fini(&b->producers[i]->labels);
-            free(b->producers[i]);
-            b->producers[i] = b->producers[--b->n_producers];
-        }
-        p = calloc(1, sizeof(*p));
-        if (p == NULL) {
-            send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
-            return;
-        }
-        if (!b->has_schema) {
-            b->has_schema = 1;
-            b->schema = req->schema;
-            b->example_bytes = broker_example_bytes(&b->schema);
-            stoker_schema_format(&b->schema, want, sizeof(want));
-            stoker_info("schema %s (from producer '%s')", want, req->name);
-        }
-        p->id = b->next_producer_id++;
-        snprintf(p->name, sizeof(p->name), "%s", req->name[0] ? req->name : "producer");
-        snprintf(p->pool, sizeof(p->pool), "%s", req->pool[0] ? req->pool : "default");
-        p->session = req->session;
-        p->status = STOKER_PRODUCER_ALIVE;
-        p->pipe = pipe;
-        p->last_seen_ms = now_ms;
+    if (i == b->n_producers) {
+        send_code(b, out, token, STOKER_LIMIT, "too many producers (at most %u)",
+                  b->cfg.max_producers);
+        return 0;
+    }
+    queue_fini(&b->producers[i]->q);
+    trained_fini(&b->producers[i]->trained);
+    stoker_labels_fini(&b->producers[i]->labels);
+    free(b->producers[i]);
+    b->producers[i] = b->producers[--b->n_producers];
+    return 1;
+}
+
+// The producer of req's new session, joined; NULL after the refusal.
+static producer *
+producer_join(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
+              broker_outbox *out)
+{
+    producer *p;
+    if (!producer_slot(b, token, out))
+        return NULL;
+    if ((p = calloc(1, sizeof(*p))) == NULL) {
+        send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+        return NULL;
+    }
+    if (!b->has_schema) {
+        char want[512];
+        b->has_schema = 1;
+        b->schema = req->schema;
+        b->example_bytes = broker_example_bytes(&b->schema);
+        stoker_schema_format(&b->schema, want, sizeof(want));
+        stoker_info("schema %s (from producer '%s')", want, req->name);
+    }
+    p->id = b->next_producer_id++;
+    snprintf(p->name, sizeof(p->name), "%s", req->name[0] ? req->name : "producer");
+    snprintf(p->pool, sizeof(p->pool), "%s", req->pool[0] ? req->pool : "default");
+    p->session = req->session;
+    p->status = STOKER_PRODUCER_ALIVE;
+    p->pipe = pipe;
+    p->last_seen_ms = now_ms;
+    p->next_seq = req->next_seq;
+    trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
+    if (req->next_seq > 0) { // a session a dead broker held: its other producers may follow
+        b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
+        // and its trainers, whose report of what they trained must come before anything is
+        // handed out: each dials anew within RETURNING_TRAINERS_MS of our start.
+        if (b->returning_until_ms < b->start_ms + RETURNING_TRAINERS_MS)
+            b->returning_until_ms = b->start_ms + RETURNING_TRAINERS_MS;
+    }
+    trained_reported_apply(b, p);
+    queue_init(&p->q, &b->schema);
+    b->producers[b->n_producers++] = p;
+    stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id, p->name,
+                (unsigned long long)p->session, (unsigned long long)p->next_seq);
+    add_event(b, STOKER_EVENT_PRODUCER_JOINED, p, now_ms, "hello");
+    return p;
+}
+
+// Producer p, known to b, said hello again (a new connection, or back from silence).
+static void
+producer_again(broker *b, producer *p, uint32_t pipe, const stoker_request *req, uint64_t now_ms)
+{
+    if (p->status != STOKER_PRODUCER_ALIVE) {
+        p->status = STOKER_PRODUCER_LOST; // revive() below reports the reconnection
+        revive(b, p, pipe, now_ms, "hello again");
+    }
+    p->pipe = pipe;
+    p->last_seen_ms = now_ms;
+    if (req->next_seq > p->next_seq) {
+        // The producer went on without us (we lost examples it sent, e.g. a restart of
+        // ours is impossible here since we know it). Follow it, loudly.
+        stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu", p->id,
+                    p->name, (unsigned long long)req->next_seq, (unsigned long long)p->next_seq);
+        trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
+        p->skipped += req->next_seq - p->next_seq;
         p->next_seq = req->next_seq;
-        trained_init(&p->trained, req->next_seq); // what came before is not ours to keep
-        if (req->next_seq > 0) { // a session a dead broker held: its other producers may follow
-            b->returning_until_ms = now_ms + b->cfg.producer_timeout_ms;
-            // and its trainers, whose report of what they trained must come before anything is
-            // handed out: each dials anew within RETURNING_TRAINERS_MS of our start.
-            if (b->returning_until_ms < b->start_ms + RETURNING_TRAINERS_MS)
-                b->returning_until_ms = b->start_ms + RETURNING_TRAINERS_MS;
-        }
-        trained_reported_apply(b, p);
-        queue_init(&p->q, &b->schema);
-        b->producers[b->n_producers++] = p;
-        stoker_info("producer-joined: producer %u '%s' session %016llx from seq %llu", p->id,
-                    p->name, (unsigned long long)p->session, (unsigned long long)p->next_seq);
-        add_event(b, STOKER_EVENT_PRODUCER_JOINED, p, now_ms, "hello");
-    } else {
-        if (p->status != STOKER_PRODUCER_ALIVE) {
-            p->status = STOKER_PRODUCER_LOST; // revive() below reports the reconnection
-            revive(b, p, pipe, now_ms, "hello again");
-        }
-        p->pipe = pipe;
-        p->last_seen_ms = now_ms;
-        if (req->next_seq > p->next_seq) {
-            // The producer went on without us (we lost examples it sent, e.g. a restart of
-            // ours is impossible here since we know it). Follow it, loudly.
-            stoker_warn("seq-jump: producer %u '%s' resumes at %llu, broker held up to %llu", p->id,
-                        p->name, (unsigned long long)req->next_seq,
-                        (unsigned long long)p->next_seq);
-            trained_add(&p->trained, p->next_seq, req->next_seq - p->next_seq); // never coming
-            p->skipped += req->next_seq - p->next_seq;
-            p->next_seq = req->next_seq;
-        }
     }
+}
+
+static void
+hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
+               broker_outbox *out)
+{
+    if (!producer_schema_ok(b, token, req, out) || !producer_dataset_ok(b, token, req, out))
+        return;
+    producer *p = find_producer(b, req->session);
+    if (p != NULL)
+        producer_again(b, p, pipe, req, now_ms);
+    else if ((p = producer_join(b, token, pipe, req, now_ms, out)) == NULL)
+        return;
     // Its label map, as said in this hello (a restarted producer may serve another folder).
     stoker_labels labels;
     if (stoker_labels_copy(&labels, &req->labels) == STOKER_OK) {
@@ -299,6 +338,74 @@ producers_snapshot(const broker *b, uint64_t now_ms, uint32_t *n)
     return ev;
 }
 
+// For a trainer's hello that names a group: *g its group (admitted). 0 after the answer when it
+// is not admitted (refused, or told to say hello again while a rank's holder may be alive).
+static int
+trainer_group_admit(broker *b, trainer *t, void *token, const stoker_request *req, uint64_t now_ms,
+                    struct group **g, broker_outbox *out)
+{
+    char why[STOKER_MESSAGE_MAX];
+    trainer *holder = NULL;
+    int rv = group_admit(b, t, req, now_ms, g, &holder, why, sizeof(why));
+    if (holder != NULL) {
+        // A re-forming group claims a rank whose holder is silent (hung, partitioned): it is
+        // lost, its group breaks, and the claim starts the new group (docs/groups.md).
+        if (holder->connected)
+            drop_trainer(b, holder, why, now_ms, out);
+        else
+            group_rank_lost(b, holder, why);
+        rv = group_admit(b, t, req, now_ms, g, &holder, why, sizeof(why));
+    }
+    if (rv == STOKER_RETRY) {
+        stoker_info("group-claim: %s", why);
+        stoker_reply rep = {.code = rv, .heartbeat_ms = b->cfg.trainer_timeout_ms / 3};
+        snprintf(rep.message, sizeof(rep.message), "%s", why);
+        send_reply(b, out, token, &rep);
+        return 0;
+    }
+    if (rv != STOKER_OK) {
+        stoker_warn("group-refused: %s", why);
+        send_code(b, out, token, rv, "%s", why);
+        return 0;
+    }
+    return 1;
+}
+
+// The trainer of req's new session, joined; NULL after the refusal (no slot, no memory).
+static trainer *
+trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *out)
+{
+    if (b->n_trainers == b->cfg.max_trainers) {
+        uint32_t i;
+        for (i = 0; i < b->n_trainers; i++) {
+            if (!b->trainers[i]->connected && b->trainers[i]->leases == NULL &&
+                b->trainers[i]->parked_pulls == 0)
+                break;
+        }
+        if (i == b->n_trainers) {
+            send_code(b, out, token, STOKER_LIMIT, "too many trainers (at most %u)",
+                      b->cfg.max_trainers);
+            return NULL;
+        }
+        group_detach(b, b->trainers[i]);
+        free(b->trainers[i]);
+        b->trainers[i] = b->trainers[--b->n_trainers];
+    }
+    trainer *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+        return NULL;
+    }
+    t->id = b->next_trainer_id++;
+    snprintf(t->name, sizeof(t->name), "%s", req->name[0] ? req->name : "trainer");
+    t->session = req->session;
+    // A new trainer hears of events from now on (plus nothing older: the snapshot below).
+    t->event_cursor = b->n_events;
+    b->trainers[b->n_trainers++] = t;
+    stoker_info("trainer-joined: trainer %u '%s'", t->id, t->name);
+    return t;
+}
+
 static void
 hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
               broker_outbox *out)
@@ -306,67 +413,17 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     trainer *t = find_trainer(b, req->session);
     struct group *g = NULL;
     char why[STOKER_MESSAGE_MAX];
-    int rv;
     if (stoker_batching_check(&req->batching, b->has_schema ? &b->schema : NULL, req->group_batch,
                               why, sizeof(why)) != STOKER_OK) {
         stoker_warn("trainer-refused: '%s': %s", req->name, why);
         send_code(b, out, token, STOKER_INVALID, "%s", why);
         return;
     }
-    if (req->group[0] != '\0') {
-        trainer *holder = NULL;
-        rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
-        if (holder != NULL) {
-            // A re-forming group claims a rank whose holder is silent (hung, partitioned): it is
-            // lost, its group breaks, and the claim starts the new group (docs/groups.md).
-            if (holder->connected)
-                drop_trainer(b, holder, why, now_ms, out);
-            else
-                group_rank_lost(b, holder, why);
-            rv = group_admit(b, t, req, now_ms, &g, &holder, why, sizeof(why));
-        }
-        if (rv == STOKER_RETRY) {
-            stoker_info("group-claim: %s", why);
-            stoker_reply rep = {.code = rv, .heartbeat_ms = b->cfg.trainer_timeout_ms / 3};
-            snprintf(rep.message, sizeof(rep.message), "%s", why);
-            send_reply(b, out, token, &rep);
-            return;
-        }
-        if (rv != STOKER_OK) {
-            stoker_warn("group-refused: %s", why);
-            send_code(b, out, token, rv, "%s", why);
-            return;
-        }
-    }
+    if (req->group[0] != '\0' && !trainer_group_admit(b, t, token, req, now_ms, &g, out))
+        return;
     if (t == NULL) {
-        if (b->n_trainers == b->cfg.max_trainers) {
-            uint32_t i;
-            for (i = 0; i < b->n_trainers; i++) {
-                if (!b->trainers[i]->connected && b->trainers[i]->leases == NULL &&
-                    b->trainers[i]->parked_pulls == 0)
-                    break;
-            }
-            if (i == b->n_trainers) {
-                send_code(b, out, token, STOKER_LIMIT, "too many trainers (at most %u)",
-                          b->cfg.max_trainers);
-                return;
-            }
-            group_detach(b, b->trainers[i]);
-            free(b->trainers[i]);
-            b->trainers[i] = b->trainers[--b->n_trainers];
-        }
-        t = calloc(1, sizeof(*t));
-        if (t == NULL) {
-            send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+        if ((t = trainer_join(b, token, req, out)) == NULL)
             return;
-        }
-        t->id = b->next_trainer_id++;
-        snprintf(t->name, sizeof(t->name), "%s", req->name[0] ? req->name : "trainer");
-        t->session = req->session;
-        // A new trainer hears of events from now on (plus nothing older: the snapshot below).
-        t->event_cursor = b->n_events;
-        b->trainers[b->n_trainers++] = t;
-        stoker_info("trainer-joined: trainer %u '%s'", t->id, t->name);
     } else if (!t->connected) {
         stoker_info("trainer-reconnected: trainer %u '%s'", t->id, t->name);
     }

@@ -485,6 +485,67 @@ watchdog_start_listener(void *ctx, const char *url, nng_listener *out, char *err
     return start_listener(ctx, url, 0, out, err, err_len);
 }
 
+// Opens the broker's REP socket and its contexts (cfg->contexts requests in flight).
+static int
+open_socket(server *s, const server_config *cfg, char *err, size_t err_len)
+{
+    int rv;
+    if ((rv = nng_rep0_open(&s->sock)) != 0) {
+        snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
+        return stoker_err_from_nng(rv);
+    }
+    s->sock_open = 1;
+    nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, cfg->max_message_bytes);
+    nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
+    nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, s);
+    s->n_ctxs = cfg->contexts;
+    if ((s->ctxs = calloc(s->n_ctxs, sizeof(*s->ctxs))) == NULL)
+        return STOKER_NOMEM;
+    for (uint32_t i = 0; i < s->n_ctxs; i++) {
+        rctx *c = &s->ctxs[i];
+        c->kind = TOKEN_REP;
+        c->srv = s;
+        if ((rv = nng_ctx_open(&c->ctx, s->sock)) != 0 ||
+            (rv = nng_aio_alloc(&c->aio, ctx_cb, c)) != 0) {
+            snprintf(err, err_len, "cannot create context: %s", nng_strerror(rv));
+            return stoker_err_from_nng(rv);
+        }
+    }
+    return STOKER_OK;
+}
+
+// Starts a listener for each of cfg's addresses, each with its watchdog record and, for tcp://,
+// the intake that reads pushes from their own streams (into the arena when there is one).
+static int
+start_listeners(server *s, const server_config *cfg, char *err, size_t err_len)
+{
+    int rv;
+    for (uint32_t i = 0; i < cfg->n_listen && i < SERVER_MAX_LISTEN; i++) {
+        watched *w = &s->listeners[s->n_listeners];
+        w->url = cfg->listen[i];
+        if ((rv = start_listener(s, w->url, 1, &w->l, err, err_len)) != STOKER_OK)
+            return rv;
+        atomic_store(&w->id, (unsigned)nng_listener_id(w->l));
+        w->errors = watchdog_listener_errors(w->l);
+        s->n_listeners++;
+        if (!cfg->intake_off && strncmp(w->url, "tcp://", 6) == 0) {
+            static const intake_host host = {
+                .deliver = intake_deliver, .refuse = intake_refuse, .closed = intake_closed};
+            intake_host h = host;
+            h.arg = s;
+            if (broker_shared_memory(s->b) != NULL) {
+                h.stage = stage_in_arena;
+                h.unstage = broker_arena_unstage;
+                h.stage_arg = broker_shared_memory(s->b);
+            }
+            if ((rv = intake_start(w->url, cfg->intake_port, cfg->max_message_bytes, &h,
+                                   &s->intakes[i], err, err_len)) != STOKER_OK)
+                return rv;
+        }
+    }
+    return STOKER_OK;
+}
+
 int
 server_start(const server_config *cfg, server **out, char *err, size_t err_len)
 {
@@ -503,31 +564,8 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
         rv = STOKER_NOMEM;
         goto fail;
     }
-    if ((rv = nng_rep0_open(&s->sock)) != 0) {
-        snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
-        rv = stoker_err_from_nng(rv);
+    if ((rv = open_socket(s, cfg, err, err_len)) != STOKER_OK)
         goto fail;
-    }
-    s->sock_open = 1;
-    nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, cfg->max_message_bytes);
-    nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, pipe_cb, s);
-    nng_pipe_notify(s->sock, NNG_PIPE_EV_ADD_POST, pipe_cb, s);
-    s->n_ctxs = cfg->contexts;
-    if ((s->ctxs = calloc(s->n_ctxs, sizeof(*s->ctxs))) == NULL) {
-        rv = STOKER_NOMEM;
-        goto fail;
-    }
-    for (uint32_t i = 0; i < s->n_ctxs; i++) {
-        rctx *c = &s->ctxs[i];
-        c->kind = TOKEN_REP;
-        c->srv = s;
-        if ((rv = nng_ctx_open(&c->ctx, s->sock)) != 0 ||
-            (rv = nng_aio_alloc(&c->aio, ctx_cb, c)) != 0) {
-            snprintf(err, err_len, "cannot create context: %s", nng_strerror(rv));
-            rv = stoker_err_from_nng(rv);
-            goto fail;
-        }
-    }
     s->max_message_bytes = cfg->max_message_bytes;
     s->trim_free_bytes = cfg->broker.max_bytes / 8;
     if (s->trim_free_bytes < ((size_t)8 << 20))
@@ -542,29 +580,8 @@ server_start(const server_config *cfg, server **out, char *err, size_t err_len)
     if (cfg->metrics_url != NULL &&
         (rv = start_http(s, cfg->metrics_url, err, err_len)) != STOKER_OK)
         goto fail;
-    for (uint32_t i = 0; i < cfg->n_listen && i < SERVER_MAX_LISTEN; i++) {
-        watched *w = &s->listeners[s->n_listeners];
-        w->url = cfg->listen[i];
-        if ((rv = start_listener(s, w->url, 1, &w->l, err, err_len)) != STOKER_OK)
-            goto fail;
-        atomic_store(&w->id, (unsigned)nng_listener_id(w->l));
-        w->errors = watchdog_listener_errors(w->l);
-        s->n_listeners++;
-        if (!cfg->intake_off && strncmp(w->url, "tcp://", 6) == 0) {
-            static const intake_host host = {
-                .deliver = intake_deliver, .refuse = intake_refuse, .closed = intake_closed};
-            intake_host h = host;
-            h.arg = s;
-            if (broker_shared_memory(s->b) != NULL) {
-                h.stage = stage_in_arena;
-                h.unstage = broker_arena_unstage;
-                h.stage_arg = broker_shared_memory(s->b);
-            }
-            if ((rv = intake_start(w->url, cfg->intake_port, cfg->max_message_bytes, &h,
-                                   &s->intakes[i], err, err_len)) != STOKER_OK)
-                goto fail;
-        }
-    }
+    if ((rv = start_listeners(s, cfg, err, err_len)) != STOKER_OK)
+        goto fail;
     fflush(stdout);
     for (uint32_t i = 0; i < s->n_ctxs; i++)
         recv_next(&s->ctxs[i]);
