@@ -6,12 +6,12 @@ What docs/design.md promises about the layout, as three checks:
    below it (public headers under common/include/stoker/ belong to the floor the table below
    names, private headers to the folder they sit in).
 2. Calls: an object of a floor uses no symbol defined in a floor above it (nm on the objects).
-3. No circles: among libstoker's objects no two files reach each other through the symbols
-   they use (strongly connected components of the call graph); in server/ the dispatcher
-   (broker.c), the broker's core (broker_core.c), server.c and the watchdog are in no circle:
-   the core is below every room, the dispatcher above them, the watchdog below server.c. Circles
-   among the rooms themselves (a lease that asks the group, a group that takes a lease) are
-   printed as notes: they are one state machine's parts calling each other.
+3. No circles: among libstoker's objects, and among the broker's, no two files reach each other
+   through the symbols they use (strongly connected components of the call graph).
+4. The broker's floors (SERVER_FLOORS below): an object of server/ uses no symbol of a floor
+   above its own, and no file of server/broker/ (the state machine, under one lock) includes a
+   thread, socket or file API: those live in server/net/.
+5. Sizes: no function of server/ over 100 lines, no file of server/ over 700.
 Usage: check_layers.py SOURCE_ROOT BUILD_ROOT; exit 0 when every rule holds, 1 with each
 violation named (file, symbol or header) otherwise.
 """
@@ -32,8 +32,29 @@ PUBLIC = {
     "client": ["trainer_client.h", "consumer.h", "producer_client.h", "cli.h"],
     "runtime": ["producer.h", "generator.h", "synthetic.h"],
 }
-# The broker's files that must stand in no circle (see the docstring).
-SERVER_ACYCLIC = {"broker.c.o", "broker_core.c.o", "server.c.o", "watchdog.c.o"}
+# The broker's floors, bottom up: each object calls only its own floor and those below. net/'s
+# helpers with threads of their own but no broker state (the epochs' drawer, the arena) stand
+# below the state machine; the server, intake and watchdog (sockets, threads) above it.
+SERVER_FLOORS = [
+    ["net/drawer", "net/arena_books"],
+    ["net/arena"],
+    ["broker/core", "broker/queue", "broker/trained"],
+    ["broker/commit", "broker/budget", "broker/epoch", "broker/autoscale", "broker/queues"],
+    ["broker/lease"],
+    ["broker/group", "broker/group_commit", "broker/drop"],
+    ["broker/push", "broker/pull", "broker/session", "broker/report"],
+    ["broker/loss"],
+    ["broker/broker"],
+    ["net/watchdog", "net/intake", "page"],
+    ["net/server"],
+]
+SERVER_RANK = {name: i for i, names in enumerate(SERVER_FLOORS) for name in names}
+# What server/broker/ may not include: the state machine does no I/O and starts no thread.
+IO_HEADERS = {"pthread.h", "poll.h", "unistd.h", "fcntl.h", "sys/socket.h", "sys/un.h",
+              "sys/mman.h", "sys/stat.h", "sys/epoll.h"}
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
+FUNCTION_MAX_LINES = 100
+FILE_MAX_LINES = 700
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -151,6 +172,56 @@ def objects(d):
     return sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".o"))
 
 
+def server_name(obj):
+    """broker/lease for broker_lease.c.o, page for the generated page."""
+    name = os.path.basename(obj)[:-len(".c.o")]
+    if name.startswith("meson-generated_"):
+        return "page"
+    folder, rest = name.split("_", 1)
+    return folder + "/" + rest
+
+
+def check_server(src, objs):
+    bad = []
+    edges = graph(objs)
+    for a, uses in edges.items():
+        na = server_name(a)
+        if na not in SERVER_RANK:
+            bad.append("server/%s: not in check_layers.py's SERVER_FLOORS" % na)
+            continue
+        for b, syms in uses.items():
+            nb = server_name(b)
+            if SERVER_RANK.get(nb, -1) > SERVER_RANK[na]:
+                bad.append("server/%s (floor %d) calls up into server/%s (floor %d): %s" %
+                           (na, SERVER_RANK[na], nb, SERVER_RANK[nb], ", ".join(sorted(syms)[:4])))
+    for folder in ("broker", "net"):
+        d = os.path.join(src, "server", folder)
+        for name in sorted(os.listdir(d)):
+            path = os.path.join(d, name)
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+            rel = "server/%s/%s" % (folder, name)
+            if folder == "broker":
+                for inc in SYSTEM_INCLUDE.findall(text):
+                    if inc in IO_HEADERS:
+                        bad.append("%s: the state machine includes <%s> (I/O and threads live "
+                                   "in server/net/)" % (rel, inc))
+            lines = text.split("\n")
+            if len(lines) > FILE_MAX_LINES:
+                bad.append("%s: %d lines, more than %d" % (rel, len(lines), FILE_MAX_LINES))
+            start = None
+            for i, line in enumerate(lines):
+                if line.startswith("{"):
+                    start = i
+                elif line.startswith("}") and start is not None:
+                    if i - start + 1 > FUNCTION_MAX_LINES:
+                        bad.append("%s:%d: %s is %d lines, more than %d" %
+                                   (rel, start, lines[start - 1].split("(")[0].strip(),
+                                    i - start + 1, FUNCTION_MAX_LINES))
+                    start = None
+    return edges, bad
+
+
 def floor_of(obj):
     name = os.path.basename(obj)
     if name.startswith("meson-generated_"):
@@ -163,7 +234,7 @@ def label(obj, where="libstoker"):
     floor = floor_of(obj)
     if where == "libstoker" and floor in RANK:
         return "common/%s/%s" % (floor, name.split("_", 1)[1])
-    return "server/" + name if where == "server" else name
+    return "server/%s.c" % server_name(obj) if where == "server" else name
 
 
 def main():
@@ -187,8 +258,9 @@ def main():
                 bad.append("%s (%s) calls up into %s (%s): %s" %
                            (label(a), fa, label(b), fb, ", ".join(sorted(syms)[:4])))
     broker = objects(os.path.join(build, "server", "libbroker_core.a.p"))
-    notes = []
-    for edges, where in ((lib_edges, "libstoker"), (graph(broker), "server")):
+    server_edges, server_bad = check_server(src, broker)
+    bad += server_bad
+    for edges, where in ((lib_edges, "libstoker"), (server_edges, "server")):
         for comp in circles(edges):
             ring = [label(o, where) for o in comp]
             detail = []
@@ -198,14 +270,7 @@ def main():
                         detail.append("%s -> %s (%s)" % (os.path.basename(o)[:-2],
                                                          os.path.basename(d)[:-2],
                                                          ", ".join(sorted(syms)[:3])))
-            line = "%s: circle between %s: %s" % (where, ", ".join(ring), "; ".join(detail))
-            named = {os.path.basename(o) for o in comp} & SERVER_ACYCLIC
-            if where == "server" and not named:
-                notes.append(line)
-            else:
-                bad.append(line)
-    for n in notes:
-        print("layers: note: " + n)
+            bad.append("%s: circle between %s: %s" % (where, ", ".join(ring), "; ".join(detail)))
 
     n_files = len(lib) + len(broker)
     if bad:
@@ -213,8 +278,9 @@ def main():
             print("layers: " + b)
         print("layers: %d violations" % len(bad))
         return 1
-    print("layers: %d objects in %d floors and the broker's rooms: no call up a floor, no circle"
-          % (n_files, len(FLOORS)))
+    print("layers: %d objects in libstoker's %d floors and the broker's %d: no call up a floor, "
+          "no circle, no I/O in the state machine, no function or file too long"
+          % (n_files, len(FLOORS), len(SERVER_FLOORS)))
     return 0
 
 
