@@ -1,4 +1,4 @@
-// The autoscale signal (broker_autoscale.h): per producer and trainer, time held or waiting,
+// The autoscale signal (autoscale.h): per producer and trainer, time held or waiting,
 // counted every tick; once a second a sample of examples and time, smoothed; on request, per
 // pool, demand, supply per producer and the producers wanted, with a sentence saying why.
 #include <math.h>

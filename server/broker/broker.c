@@ -1,9 +1,8 @@
-// The broker's top (see broker.h): configuration defaults, create/destroy, and the dispatch of
-// each decoded request to the room that handles it. It stands above the rooms and may call any of
-// them (broker_internal.h) and the core (broker_core.c: state, lookups, outbox, replies); no room
-// calls back into it. The rooms: broker_push.c, broker_session.c, broker_lease.c, broker_loss.c,
-// broker_queues.c, broker_report.c, broker_epoch.c, broker_group.c, broker_arena.c, with
-// broker_commit.c and broker_trained.c below them. This file handles no request itself.
+// The broker's top floor (see broker.h): configuration defaults, create/destroy, the method table
+// that checks each request's preconditions once and hands it to its handler, the public entry
+// points for losses and ticks, and settle(), the one loop that serves parked requests until
+// nothing moves. It may call every floor below (internal.h); nothing calls back into it. It
+// handles no request itself.
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@ typedef struct broker broker;
 
 typedef struct broker_config {
     // Examples per producer queue. With queue_depth_auto (the default) this is a floor and the
-    // broker sizes the queues itself (broker_queues.c): enough for two of the largest batch a
+    // broker sizes the queues itself (queues.c): enough for two of the largest batch a
     // connected trainer asks for across the alive producers, within max_bytes. Without it (a
     // user's --queue-depth N) the depth is fixed and a chunk larger than it is refused
     // (TOO_LARGE); sized, the queues also grow to hold two of the largest chunk a producer
@@ -49,10 +49,10 @@ typedef struct broker_config {
     // Id of the first lease; 0 (the default) draws a random 48-bit start, so that an ack a
     // trainer still holds from a broker that restarted can never match a lease of the new one.
     uint64_t first_lease_id;
-    // Shared memory for trainers on this host (broker_arena.h): its size, at most max_bytes;
+    // Shared memory for trainers on this host (arena.h): its size, at most max_bytes;
     // 0 (the default here; stoker-broker's default is in its option table) serves bytes only.
     uint64_t arena_bytes;
-    // A dataset (broker_epoch.c): dataset_size > 0 serves items 0..dataset_size-1 in epochs
+    // A dataset (epoch.c): dataset_size > 0 serves items 0..dataset_size-1 in epochs
     // instead of streams. Each epoch is a permutation from (shuffle_seed, epoch), handed to
     // producers in shards of shard_items; epochs 0 means without end. dataset_auto serves a
     // dataset of as many items as the first dataset producer says (dataset_size 0 until then).
@@ -77,7 +77,7 @@ typedef struct broker_config {
 // initialised config.
 void broker_config_init(broker_config *cfg);
 
-struct broker_fill; // a batch's copy into the shared-memory arena (broker_lease.c)
+struct broker_fill; // a batch's copy into the shared-memory arena (lease.c)
 
 typedef struct broker_outbox {
     struct {
@@ -118,7 +118,7 @@ void broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox 
 void broker_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 
 void broker_counters(const broker *b, stoker_counters *out);
-// The broker's shared memory for trainers on its host (broker_arena.h), NULL without one: the
+// The broker's shared memory for trainers on its host (arena.h), NULL without one: the
 // intake reads large pushes into it (broker_arena_stage). Fixed for the broker's life.
 struct broker_arena *broker_shared_memory(const broker *b);
 // The status snapshot (stoker/status.h) with the latest max_events events: *out is a new

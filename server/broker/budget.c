@@ -1,6 +1,6 @@
 // The broker's budget room: batches made by tokens for a consumer that asked for them in its
 // hello (stoker/batching.h, docs/schema.md, "Batching by tokens"): a token budget, length buckets,
-// packed rows. It plans a batch from what the queues hold (it takes nothing: broker_lease.c takes
+// packed rows. It plans a batch from what the queues hold (it takes nothing: lease.c takes
 // the plan's examples into a lease) and says when a budget can be filled. It uses the core, queue.c
 // and the trained room (a trainer's hello may have said some queued examples are trained).
 #include <stdlib.h>
@@ -45,8 +45,9 @@ add_pick(budget_plan *plan, const candidate *c)
     return 0;
 }
 
-// Whether seq of p may be handed out (not trained already: a trainer's hello said so, issue
-// 26; such examples are dropped once they reach their queue's head, broker_lease.c).
+// Whether seq of p may be handed out (not trained already: a trainer's hello said so, after the
+// broker before this one died; such examples are dropped once they reach their queue's head,
+// lease.c).
 static int
 untrained(const broker *b, const producer *p, uint64_t seq)
 {

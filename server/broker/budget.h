@@ -1,4 +1,4 @@
-// The broker's budget room (broker_budget.c): batches made by tokens. Private to server/.
+// The broker's budget room (budget.c): batches made by tokens. Private to server/.
 #ifndef BROKER_BUDGET_H
 #define BROKER_BUDGET_H
 

@@ -3,8 +3,8 @@
 // stay in flight meanwhile, and are redelivered if it dies before committing. Those leases keep
 // their examples in memory, so they count inside --max-bytes with the queues: when held and
 // queued bytes reach the bound, pushes wait, and an empty pull says why. It does not apply
-// acknowledgements (broker_lease.c) nor decide who commits (the trainer client).
-// It may use the core (broker_core.h) only.
+// acknowledgements (lease.c) nor decide who commits (the trainer client).
+// It may use the core (core.h) only.
 #include <stdio.h>
 
 #include "internal.h"

@@ -1,6 +1,6 @@
-// The broker's core (broker_core.h): the outbox and the reply helpers, the event log, lookups,
+// The broker's core (core.h): the outbox and the reply helpers, the event log, lookups,
 // freeing parked requests and leases, and the counters. The other rooms and the dispatcher
-// (broker.c) use it; it uses only broker_core.h (queue.c, libstoker, nng) and calls no room: a
+// (broker.c) use it; it uses only core.h (queue.c, libstoker, nng) and calls no room: a
 // reply's copy into shared memory is run through the fill's own function.
 #include <stdarg.h>
 #include <stddef.h>

@@ -8,7 +8,7 @@
 // - idempotent push: only examples beyond a producer's next_seq are appended; a push starting
 //   beyond it is a gap and refused;
 // - backpressure: a push that does not fit waits (parked) until room appears or park_ms passes,
-//   then RETRY; queues never exceed the queue depth (sized by broker_queues.c unless fixed by
+//   then RETRY; queues never exceed the queue depth (sized by queues.c unless fixed by
 //   --queue-depth), nor all queues max_bytes;
 // - leases: a pull moves examples into a lease; an ack frees them, once; a dropped trainer's
 //   leases go back to the head of their queues (redelivered); those a trainer that says goodbye
@@ -30,9 +30,9 @@
 #include "queue.h"
 #include "stoker/labels.h"
 
-struct broker_arena; // broker_arena.h
-struct epochs;       // broker_epoch.h
-struct group;        // broker_group.h
+struct broker_arena; // arena.h
+struct epochs;       // epoch.h
+struct group;        // group.h
 
 #define EVENT_LOG         4096 // events remembered
 #define EVENTS_PER_REPLY  64
@@ -67,16 +67,16 @@ typedef struct lease {
     lease_part *parts;   // in example order
     uint64_t held_bytes; // counted in the broker's held_bytes (a committing trainer's lease)
     // The pull it was sent for (Pull.id, 0: unnamed) and its group step: a trainer that lost the
-    // reply names that pull in a later one, which gets this lease again (broker_lease.c).
+    // reply names that pull in a later one, which gets this lease again (lease.c).
     uint64_t pull_id, group_step;
     // The events sent with it (indices, 0 for none): a lost reply's events go again with the
     // lease (an epoch's end rides with a rank's step; the client drops those it saw).
     uint64_t events_first, events_last;
     uint64_t sent_ms; // when it was last sent (a lease held back from the end goes again)
-    int full;         // a batch made by tokens that filled its budget (broker_budget.c)
+    int full;         // a batch made by tokens that filled its budget (budget.c)
 } lease;
 
-// Which seqs of a producer's session are trained (broker_trained.c): all below `through`, and
+// Which seqs of a producer's session are trained (trained.c): all below `through`, and
 // the ranges beyond it (sorted, disjoint, not touching).
 typedef struct trained_range {
     uint64_t first, end;
@@ -110,7 +110,7 @@ typedef struct producer {
     trained_set trained;  // what its retention buffer may forget
     stoker_labels labels; // its class-to-label map, from its latest hello (may be empty)
     // Its heartbeat said it pushes nothing more (it lingers until its examples are trained):
-    // a group does not wait for it (broker_group.c supply_over).
+    // a group does not wait for it (group.c supply_over).
     int done_making;
     char pool[STOKER_NAME_MAX]; // its autoscale pool ("default" unless its hello said one)
     autoscale_meter meter;      // busy_ms: its pushes held by full queues
@@ -131,23 +131,23 @@ typedef struct trainer {
     lease *leases;
     uint32_t parked_pulls;
     int in_arena; // its last batch went through shared memory
-    int commit;   // acknowledges at its commits: its leases count in --max-bytes (broker_commit.c)
+    int commit;   // acknowledges at its commits: its leases count in --max-bytes (commit.c)
     uint32_t batch_examples; // max_examples of its latest pull (sizes the queues)
     int pulled; // it pulled at least once (until then a hello gets the producers' snapshot)
     struct group *group; // NULL, or the data-parallel group it is rank `rank` of
     uint32_t rank;
     uint32_t world;      // ranks in its group (0: none): a step takes world batches at once
     uint64_t said_steps; // a rank's hello: the steps it had taken (a broker before us died)
-    // Its delivery path for /status (issue 13): pid from its hello, what it was sent each way
-    // (broker_lease.c arena_reply), batches the full arena sent as bytes.
+    // Its delivery path for /status: pid from its hello, what it was sent each way
+    // (lease.c arena_reply), batches the full arena sent as bytes.
     uint32_t pid;
     stoker_delivery delivery;
     uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
     uint64_t arena_full;
-    uint64_t data_wait_ms; // its caller's wait for batches, as its latest pull said (issue 29)
+    uint64_t data_wait_ms; // its caller's wait for batches, as its latest pull said
     autoscale_meter meter; // busy_ms: a pull of it parked for want of data
     // How its batches are made (its hello; all 0: by count), and for batches made by tokens the
-    // tokens it was sent and the padding they take (broker_budget.c), for /status.
+    // tokens it was sent and the padding they take (budget.c), for /status.
     stoker_batching batching;
     uint64_t tokens, padding;
 } trainer;
@@ -164,11 +164,11 @@ struct broker {
     uint64_t start_ms;
     // Until then the supply is not said to have ended, and nothing is handed out: a producer
     // came back from a broker that died (its hello continued a session at seq > 0), so others of
-    // that broker may follow, and its trainers, who say what they trained (issue 26).
+    // that broker may follow, and its trainers, who say what they trained.
     uint64_t returning_until_ms;
     // Identities trainers said they trained when they said hello ((session, first_seq, end)
     // triples, at most REPORTED_MAX): a producer's session that comes back later (it pushes again
-    // what a dead broker held) counts them trained from its hello on (issue 26).
+    // what a dead broker held) counts them trained from its hello on.
     uint64_t *reported;
     uint32_t n_reported;
     int has_schema;
@@ -193,7 +193,7 @@ struct broker {
     stoker_counters c;
     uint64_t queued_bytes;
     uint64_t held_bytes;   // leases of committing trainers, inside max_bytes with queued_bytes
-    uint32_t queue_depth;  // examples per producer queue now (broker_queues.c)
+    uint32_t queue_depth;  // examples per producer queue now (queues.c)
     char queue_limit[512]; // said once: why a batch came short because of the queues
 
     // With a token, the pipes (connections) that said hello with it; nothing else is served.
@@ -201,19 +201,19 @@ struct broker {
     uint32_t n_authed, cap_authed;
 
     struct broker_arena *arena; // NULL: no shared memory
-    struct epochs *epochs;      // NULL: the broker serves streams (broker_epoch.c)
-    struct group *groups;       // data-parallel groups (broker_group.c)
-    // The autoscale signal (broker_autoscale.c): the latest tick and sample, and the latest
+    struct epochs *epochs;      // NULL: the broker serves streams (epoch.c)
+    struct group *groups;       // data-parallel groups (group.c)
+    // The autoscale signal (autoscale.c): the latest tick and sample, and the latest
     // time a trainer pulled (was sent examples or had a pull parked); 0: never.
     uint64_t autoscale_tick_ms, autoscale_sample_ms, last_pull_ms;
     uint64_t autoscale_samples; // samples taken
     autoscale_spread autoscale_spreads[AUTOSCALE_POOLS_MAX];
 };
 
-// --- broker_core.c: replies, events, lookups, freeing ---
+// --- core.c: replies, events, lookups, freeing ---
 
 // A copy a reply waits for, done after the broker's lock is released (broker_outbox_fill): the
-// room that makes one (broker_lease.c) puts this first in its own struct. run does the copy
+// room that makes one (lease.c) puts this first in its own struct. run does the copy
 // (none when copy is 0: the reply is not sent), lets go of what the copy held and frees fill.
 typedef struct broker_fill {
     void (*run)(struct broker_fill *fill, int copy);

@@ -1,4 +1,4 @@
-// Epochs over a dataset (see broker_epoch.h). At most two epochs are open at once: the oldest
+// Epochs over a dataset (see epoch.h). At most two epochs are open at once: the oldest
 // not yet acknowledged in full (lo) and, unless strict, the next one, whose shards go out once
 // every item of lo was handed out, so producers never idle at an epoch's end. The work runs
 // under the broker's lock on every push and ack, so it keeps no state per item at a place the
@@ -10,7 +10,7 @@
 // producer holds up to two shards: the one its pushes are filling and the next, asked for
 // while the first one's last pushes are in flight (so it never idles at a shard's end); a
 // shard leaves its list once pushed in full, and each push names its shard's id.
-// It may use the core and broker_push.c (revive).
+// It may use the core and push.c (revive).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

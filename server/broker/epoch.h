@@ -3,7 +3,7 @@
 // in shards on request; a lost producer's unaccepted items go back to be handed out again; a push
 // of items that are no longer the pusher's (it was lost meanwhile) is refused, so every item is
 // accepted once per epoch; an epoch ends when its every item was acknowledged by trainers (an
-// EPOCH_END event). It does not queue or deliver examples (broker_push.c, broker_lease.c).
+// EPOCH_END event). It does not queue or deliver examples (push.c, lease.c).
 // Private to the broker's rooms; every call runs under the broker's lock and does no I/O.
 #ifndef BROKER_EPOCH_H
 #define BROKER_EPOCH_H
@@ -64,7 +64,7 @@ void epochs_acked(struct broker *b, const struct queue_range *r, uint64_t now_ms
 // Nonzero when no item can reach the queues until some that were handed out are acknowledged:
 // no shard is with a producer, no open epoch has items to hand out, and no epoch may open (a
 // strict epoch, or two open, waits for its last acknowledgements; or the last epoch was made).
-// A group then forms its last, short step from what is queued (broker_group.c).
+// A group then forms its last, short step from what is queued (group.c).
 int epochs_waiting(const struct broker *b);
 // Lets the next epoch open before the oldest is acknowledged in full (once, until one opens or
 // the oldest ends): a group's last examples of an epoch, fewer than its ranks, then ride with

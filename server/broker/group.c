@@ -398,7 +398,7 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
 }
 
 // Once every rank joined: the group's step count. Ranks that say they took steps come to a
-// broker that started after the one they trained with died (issue 26): the group resumes at
+// broker that started after the one they trained with died: the group resumes at
 // the most steps any rank took, and a rank that took fewer gets batches of its own (catch-up,
 // group_take) until it took as many, so that every rank ends with the same count.
 static void
@@ -431,7 +431,7 @@ start(group *g)
 static void
 fill(broker *b, group *g, uint64_t now_ms)
 {
-    // Within the returning window no step is formed (see try_pull, issue 26).
+    // Within the returning window no step is formed (see try_pull).
     if (g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
         uint64_t slowest = UINT64_MAX;
         for (uint32_t r = 0; r < g->world; r++) {
@@ -541,7 +541,7 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
     if (g->end_code != STOKER_OK)
         return stoker_errorf(why, why_len, g->end_code, "%s", g->end_reason);
     if (g->short_of && g->step_ms != 0 && now_ms > g->step_ms) {
-        // Why this rank waits (its stall reason, issue 26): the step's size, what is queued,
+        // Why this rank waits (its stall reason): the step's size, what is queued,
         // and how fast examples come.
         double secs = (double)(now_ms - g->step_ms) / 1000.0;
         snprintf(why, why_len,

@@ -2,7 +2,7 @@
 // (trainers) fed step by step: step k gives every rank one batch of the same size, formed only
 // when all of its batches can be filled, at most steps_ahead steps beyond the slowest rank; the
 // end reaches every rank at the same step, and a rank lost before it breaks the group.
-// Every function runs under the broker's lock, like the rest of broker_internal.h.
+// Every function runs under the broker's lock, like the rest of internal.h.
 #ifndef BROKER_GROUP_H
 #define BROKER_GROUP_H
 

@@ -1,8 +1,8 @@
 // Private to the broker's rooms (broker_*.c): the functions one room calls in another. The state
-// they share and the core's helpers are broker_core.h's; the broker's public contract is
+// they share and the core's helpers are core.h's; the broker's public contract is
 // broker.h; nothing outside server/broker*.c includes this file. Every function here runs under
 // the caller's lock (see broker.h), like the public ones, and none does I/O: replies go to the
-// outbox. The core (broker_core.c) calls none of them; the dispatcher (broker.c) calls them.
+// outbox. The core (core.c) calls none of them; the dispatcher (broker.c) calls them.
 #ifndef BROKER_INTERNAL_H
 #define BROKER_INTERNAL_H
 
@@ -12,7 +12,7 @@
 #include "core.h"
 #include "epoch.h"
 
-// --- broker_push.c: pushes ---
+// --- push.c: pushes ---
 
 // Completes parked pushes that now fit, oldest first per producer. Returns how many.
 uint32_t serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out);
@@ -23,7 +23,7 @@ int try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *
 void handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out);
 
-// --- broker_session.c: hello, goodbye, heartbeat, authentication ---
+// --- session.c: hello, goodbye, heartbeat, authentication ---
 
 // Nonzero when pipe said hello with the token.
 int pipe_authed(const broker *b, uint32_t pipe);
@@ -39,7 +39,7 @@ void handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms
 void handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                       broker_outbox *out);
 
-// --- broker_lease.c: pulls, leases, acknowledgements ---
+// --- lease.c: pulls, leases, acknowledgements ---
 
 // Puts every lease of t back in its queues (newest first), counted as redelivered.
 void redeliver(broker *b, trainer *t);
@@ -78,7 +78,7 @@ void loss_pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producer
 // Parked pushes past their wait, silent producers and trainers, group commits and autoscaling.
 void loss_tick(broker *b, uint64_t now_ms, broker_outbox *out);
 
-// --- broker_trained.c: which seqs are trained ---
+// --- trained.c: which seqs are trained ---
 
 // Starts s empty with every seq below from counted as trained (frees what it held).
 void trained_init(trained_set *s, uint64_t from);
@@ -100,7 +100,7 @@ void trained_reported(broker *b, const stoker_request *req);
 // A producer's session came back to b (a hello at seq > 0): what trainers reported of it.
 void trained_reported_apply(broker *b, producer *p);
 
-// --- broker_commit.c: trainers that acknowledge at their commits ---
+// --- commit.c: trainers that acknowledge at their commits ---
 
 // Bytes the queues may still take: max_bytes less what is queued and held for commits.
 uint64_t bytes_room(const broker *b);
@@ -113,7 +113,7 @@ void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
 // current depth plus its share of the examples held for commits, which stay untrained until
 // their trainer commits (without it, retention would stop the producers long before max_bytes).
 uint32_t retain_depth(const broker *b);
-// --- broker_queues.c: queue sizing ---
+// --- queues.c: queue sizing ---
 
 // The fewest bytes one example of schema takes in the queues: its fixed fields, plus 8 bytes of
 // offsets per variable field (whose values count as they come, stoker_chunk_bytes). What the
@@ -134,7 +134,7 @@ int queues_full(const broker *b);
 // are full: counts it, and the first time says why in the log and in /status.
 void queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued);
 
-// --- broker_report.c: reports ---
+// --- report.c: reports ---
 
 // Answers a Status request from the status snapshot; takes req.
 void handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms,

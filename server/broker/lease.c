@@ -146,7 +146,7 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
 
 // The examples at the head of p's queue that are trained already (a trainer said so when it said
 // hello to this broker, after the broker before it died and the producer pushed them again):
-// dropped, counted acknowledged, so that no other trainer gets them (issue 26). Returns 0 when
+// dropped, counted acknowledged, so that no other trainer gets them. Returns 0 when
 // it dropped some, else how many of the next want examples may be taken (up to the next trained
 // one). Not for datasets (their items have books of their own): want then.
 static uint32_t
@@ -157,7 +157,7 @@ skip_trained(broker *b, producer *p, uint32_t want)
     uint64_t from = queue_head_seq(&p->q), dropped = 0, dropped_bytes = 0;
     // The queue is not one run of seqs (a producer that comes back skips the seqs it was told
     // were trained, seq-jump): drop what the head holds of the trained run at the head, then look
-    // again, never more than the run (issue 26: counting the run in seqs dropped untrained
+    // again, never more than the run (counting the run in seqs dropped untrained
     // examples after a hole, and the producer then waited for them for ever).
     while (p->q.examples > 0) {
         uint64_t seq = queue_head_seq(&p->q), next = UINT64_MAX;
@@ -247,7 +247,7 @@ lease_made(broker *b, trainer *t, lease *l)
     return l;
 }
 
-// A lease of a batch made by tokens (broker_budget.c plans it): the plan's examples, in its
+// A lease of a batch made by tokens (budget.c plans it): the plan's examples, in its
 // order, each run of neighbours one part.
 static lease *
 take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)

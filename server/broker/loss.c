@@ -1,8 +1,8 @@
-// The broker's losses and deadlines: producers lost (connection closed or silent), trainers
-// dropped (their leases redelivered), connections the transport closed or reset, and the tick
-// that expires parked requests and silent peers. It does not serve requests itself.
-// It may use the core and broker_lease.c, broker_push.c, broker_session.c (forget_pipe),
-// broker_epoch.c, broker_group.c.
+// The broker's losses and deadlines (floor 6): producers lost (connection closed or silent),
+// trainers dropped (their leases redelivered), connections the transport closed or reset, and the
+// tick that expires parked requests and silent peers. It serves no request; the dispatcher settles
+// after it. It may use every floor below: the handlers (push.c's try_push, session.c's
+// forget_pipe), drop.c, the groups, the leases and the core.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

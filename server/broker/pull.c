@@ -104,7 +104,7 @@ fill_for(broker *b, const lease *l, const stoker_reply *rep, uint64_t offset)
 // A trainer that proved it maps the arena (its secret) gets lease l there: rep then carries only
 // the offset, and *fill the copy to make before the reply goes (outside the broker's lock).
 // Without room (regions still held), bytes as for any trainer.
-// Counted per trainer for /status (issue 13): a trainer that maps the arena keeps the shm path
+// Counted per trainer for /status: a trainer that maps the arena keeps the shm path
 // when a batch finds no room (arena_full), one whose secret is unknown (no mapping) is on the
 // socket's.
 static void

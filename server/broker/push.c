@@ -1,8 +1,8 @@
 // The broker's producers' side: pushes, applied at once or parked until their queue has room
 // (idempotent by sequence number, refused on a gap), and the revival of a producer heard from
-// again. It does not decide when a producer is lost (broker_loss.c) nor hand examples out
-// (broker_lease.c).
-// It may use the core and broker_arena.c, broker_commit.c, broker_epoch.c, broker_trained.c.
+// again. It does not decide when a producer is lost (loss.c) nor hand examples out
+// (lease.c).
+// It may use the core and arena.c, commit.c, epoch.c, trained.c.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -32,7 +32,7 @@ typedef struct queue {
 } queue;
 
 // A walk over a queue's examples from its head, in queue order (for batches made by tokens,
-// broker_budget.c); valid while the queue is not changed.
+// budget.c); valid while the queue is not changed.
 typedef struct queue_cursor {
     const qnode *node;
     uint32_t i;

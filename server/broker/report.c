@@ -1,7 +1,7 @@
 // The broker's reports: it fills the status snapshot (stoker/status.h) from its state, and
 // answers the Status request, /status and /metrics from that one snapshot. How a snapshot is
 // written out (JSON, Prometheus text) is libstoker's (common/wire/status.c), not this file's. It
-// only reads the broker's state. It may use the core, broker_epoch.c and broker_group.c (their
+// only reads the broker's state. It may use the core, epoch.c and group.c (their
 // reports).
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 
 #define STATUS_PAGE_EVENTS 100 // events on /status
 
-// The trainers, each with its delivery path (issue 13). STOKER_NOMEM.
+// The trainers, each with its delivery path. STOKER_NOMEM.
 static int
 consumers_status(const broker *b, stoker_status *st)
 {
@@ -91,7 +91,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->n_producers = b->n_producers;
     for (uint64_t i = from; i <= b->n_events; i++)
         st->events[st->n_events++] = b->events[(i - 1) % EVENT_LOG];
-    // Label maps (issue 18): each distinct map once, with the producers that said it.
+    // Label maps: each distinct map once, with the producers that said it.
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
         if (p->labels.n_classes > 0 &&
@@ -101,8 +101,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
             return STOKER_NOMEM;
         }
     }
-    if (consumers_status(b, st) != STOKER_OK ||         // issue 13
-        autoscale_report(b, now_ms, st) != STOKER_OK || // issue 28
+    if (consumers_status(b, st) != STOKER_OK || autoscale_report(b, now_ms, st) != STOKER_OK ||
         group_status(b, &st->groups, &st->n_groups) != STOKER_OK) {
         stoker_status_destroy(st);
         return STOKER_NOMEM;

@@ -1,8 +1,7 @@
 // The broker's sessions: hello (authentication by token, schema agreement, joining or rejoining
 // as a producer or trainer), goodbye and heartbeat, and which connections are authenticated.
-// It does not move examples (broker_push.c, broker_lease.c) nor notice silence (broker_loss.c).
-// It may use the core and the rooms below the dispatcher (broker_internal.h), broker_loss.c
-// included (drop_trainer).
+// It does not move examples (push.c, lease.c) nor notice silence (loss.c).
+// A handler (floor 5): it may use the floors below (internal.h), drop.c included (drop_trainer).
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -295,7 +294,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .has_schema = 1,
         .schema = b->schema,
     };
-    if (req->want_arena && b->arena != NULL) { // pushes by reference: broker_arena.h
+    if (req->want_arena && b->arena != NULL) { // pushes by reference: arena.h
         snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
         rep.arena_ticket = broker_arena_pool_ticket(b->arena, p->session);
     }
@@ -430,10 +429,10 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->connected = 1;
     t->left = 0;
     t->pipe = pipe;
-    trained_reported(b, req); // what it trained, maybe on a broker that died (issue 26)
+    trained_reported(b, req); // what it trained, maybe on a broker that died
     t->last_seen_ms = now_ms;
-    t->pid = req->pid;       // /status's consumers (issue 13)
-    t->commit = req->commit; // its leases stay held until it commits (broker_commit.c)
+    t->pid = req->pid;       // /status's consumers
+    t->commit = req->commit; // its leases stay held until it commits (commit.c)
     t->batching = req->batching;
     if (g != NULL) {
         t->said_steps = req->group_steps;
@@ -446,7 +445,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         .has_schema = b->has_schema,
         .schema = b->schema,
     };
-    if (req->want_arena && b->arena != NULL) { // shared memory: see broker_arena.h
+    if (req->want_arena && b->arena != NULL) { // shared memory: see arena.h
         snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
         rep.arena_ticket = broker_arena_ticket(b->arena);
     }
@@ -542,7 +541,7 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
         trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);
     } else if (t != NULL && t->connected) {
-        // A trainer's own liveness (issue 26): its heartbeat thread beats while its caller is
+        // A trainer's own liveness: its heartbeat thread beats while its caller is
         // busy (a long evaluation pass pulls nothing), so only a dead or frozen one falls silent.
         t->last_seen_ms = now_ms;
         send_code(b, out, token, STOKER_OK, NULL);
@@ -551,7 +550,7 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
                   "trainer %u '%s' was dropped: say hello again", t->id, t->name);
     } else {
         // A trainer of a broker that died, not yet said hello to us: what it trained counts now
-        // (issue 26), so that the re-pushed examples reach no other trainer meanwhile.
+        //, so that the re-pushed examples reach no other trainer meanwhile.
         if (req->n_trained > 0)
             trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");

@@ -2,8 +2,8 @@
 // trainer): a contiguous prefix (everything below `through`) plus the acknowledged ranges beyond
 // it, which arrive out of order when several leases of one producer are in flight. Push replies
 // and heartbeats carry `through` to the producer, whose retention buffer then forgets what is
-// below it. It does not decide what counts as acknowledged (broker_lease.c applies acks).
-// It may use the core's types (trained_set, broker_core.h) and libstoker; it calls no other room.
+// below it. It does not decide what counts as acknowledged (lease.c applies acks).
+// It may use the core's types (trained_set, core.h) and libstoker; it calls no other room.
 #include <stdlib.h>
 #include <string.h>
 

@@ -2,7 +2,7 @@
 // sealed memfd the broker writes batches for local trainers into, the Unix socket that hands it
 // (read-only) to consumers that prove they share the host and user, and the regions' books. A
 // region is reused only when its lease is done (acknowledged or redelivered) AND its consumer
-// released it or is gone. It decides nothing about leases: broker_lease.c calls it.
+// released it or is gone. It decides nothing about leases: pull.c and lease.c call it.
 // Thread-safety: its own lock (taken after the broker's, never the other way round) and its own
 // thread (the socket); every function here may be called under the broker's lock.
 #ifndef BROKER_ARENA_H
