@@ -377,7 +377,7 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
     return STOKER_OK;
 }
 
-void
+int
 autoscale_scaled(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     if (req->pool[0] == '\0' || req->scaled_to > AUTOSCALE_SCALED_MAX ||
@@ -385,8 +385,7 @@ autoscale_scaled(broker *b, void *token, stoker_request *req, uint64_t now_ms, b
         send_code(b, out, token, STOKER_INVALID,
                   "scaled: needs a pool and counts up to %u (got pool '%s', from %u to %u)",
                   AUTOSCALE_SCALED_MAX, req->pool, req->scaled_from, req->scaled_to);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     const char *engine = req->engine[0] != '\0' ? req->engine : "an engine";
     stoker_info("scaled: pool '%s' from %u to %u by %s: %s", req->pool, req->scaled_from,
@@ -398,5 +397,5 @@ autoscale_scaled(broker *b, void *token, stoker_request *req, uint64_t now_ms, b
     snprintf(e->reason, sizeof(e->reason), "from %u to %u (%s): %s", req->scaled_from,
              req->scaled_to, engine, req->why);
     send_code(b, out, token, STOKER_OK, NULL);
-    stoker_request_free(req);
+    return 0;
 }

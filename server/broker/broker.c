@@ -138,47 +138,48 @@ broker_shared_memory(const broker *b)
 
 // --- dispatch -----------------------------------------------------------------------------------
 
-// A request kind's handler; it takes req (frees it or keeps it parked).
-typedef void (*handler_fn)(broker *b, void *token, uint32_t pipe, stoker_request *req,
-                           uint64_t now_ms, broker_outbox *out);
+// A request kind's handler. The dispatcher owns req: it frees it after the handler unless the
+// handler returns 1, when it kept it (parked, or queued: then it is freed with what kept it).
+typedef int (*handler_fn)(broker *b, void *token, uint32_t pipe, stoker_request *req,
+                          uint64_t now_ms, broker_outbox *out);
 
-static void
+static int
 on_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
          broker_outbox *out)
 {
-    handle_hello(b, token, pipe, req, now_ms, out);
+    return handle_hello(b, token, pipe, req, now_ms, out);
 }
 
-static void
+static int
 on_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
           broker_outbox *out)
 {
     (void)pipe;
-    handle_status(b, token, req, now_ms, out);
+    return handle_status(b, token, req, now_ms, out);
 }
 
-static void
+static int
 on_scaled(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
           broker_outbox *out)
 {
     (void)pipe;
-    autoscale_scaled(b, token, req, now_ms, out);
+    return autoscale_scaled(b, token, req, now_ms, out);
 }
 
-static void
+static int
 on_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
        broker_outbox *out)
 {
     (void)pipe;
-    handle_ack(b, token, req, now_ms, out);
+    return handle_ack(b, token, req, now_ms, out);
 }
 
-static void
+static int
 on_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
            broker_outbox *out)
 {
     (void)pipe;
-    handle_goodbye(b, token, req, now_ms, out);
+    return handle_goodbye(b, token, req, now_ms, out);
 }
 
 // What a request kind needs before its handler runs: checked once, here, for every kind.
@@ -268,10 +269,9 @@ broker_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64
     if (m == NULL) {
         send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);
         stoker_request_free(req);
-    } else if (!admitted(b, m, token, pipe, req, out)) {
+    } else if (!admitted(b, m, token, pipe, req, out) ||
+               !m->handle(b, token, pipe, req, now_ms, out)) {
         stoker_request_free(req);
-    } else {
-        m->handle(b, token, pipe, req, now_ms, out);
     }
     settle(b, now_ms, out);
 }

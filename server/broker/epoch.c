@@ -330,20 +330,19 @@ held_add(epochs *e, uint32_t producer_id, uint32_t cap)
     return h;
 }
 
-void
+int
 epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                     broker_outbox *out)
 {
     epochs *e = b->epochs;
     producer *p = find_producer(b, req->session);
-    stoker_request_free(req);
     if (e == NULL) {
         send_code(b, out, token, STOKER_INVALID, "this broker serves streams, not a dataset");
-        return;
+        return 0;
     }
     if (p == NULL || p->status == STOKER_PRODUCER_FINISHED) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
-        return;
+        return 0;
     }
     revive(b, p, pipe, now_ms, "asked for a shard");
     // Its shards pushed in full left the list already; one asking while it still holds two
@@ -360,14 +359,14 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
         else
             send_code(b, out, token, STOKER_RETRY,
                       "no items to hand out now (epoch %u waits for its last items)", e->lo);
-        return;
+        return 0;
     }
     uint32_t want =
         e->shard_items < STOKER_SHARD_MAX_ITEMS ? e->shard_items : STOKER_SHARD_MAX_ITEMS;
     held *h = held_add(e, p->id, want);
     if (h == NULL) {
         send_code(b, out, token, STOKER_RETRY, "broker out of memory cutting a shard");
-        return;
+        return 0;
     }
     while (h->n < want && ep->n_returned > 0)
         h->items[h->n++] = EPOCH_ITEM(ep->number, ep->returned[--ep->n_returned]);
@@ -386,6 +385,7 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
                         .dataset_seed = e->seed,
                         .shard = h->id};
     send_reply(b, out, token, &rep);
+    return 0;
 }
 
 int

@@ -42,8 +42,8 @@ int epochs_check_hello(struct broker *b, const stoker_request *req, char *err, s
 // none can be handed out now, END_OF_DATA when the last epoch is made. The producer keeps the
 // shard it still pushes (it asks ahead, while that shard's last pushes are in flight), up to
 // two shards in all: one asking while it holds two first has the older one's rest handed back.
-void epochs_handle_shard(struct broker *b, void *token, uint32_t pipe, stoker_request *req,
-                         uint64_t now_ms, struct broker_outbox *out);
+int epochs_handle_shard(struct broker *b, void *token, uint32_t pipe, stoker_request *req,
+                        uint64_t now_ms, struct broker_outbox *out);
 
 // Whether examples skip.. of push req from p may be accepted: they must be the next items of
 // the shard the push names (req->shard; 0: p's oldest), assigned to p, not yet accepted, in

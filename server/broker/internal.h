@@ -19,9 +19,8 @@ uint32_t serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out);
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
 // must keep waiting (only when !final).
 int try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final);
-// Takes req.
-void handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                 broker_outbox *out);
+int handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                broker_outbox *out);
 
 // --- session.c: hello, goodbye, heartbeat, authentication ---
 
@@ -31,15 +30,14 @@ int pipe_authed(const broker *b, uint32_t pipe);
 void forget_pipe(broker *b, uint32_t pipe);
 // Writes a description of pipe's peer to buf and returns buf.
 const char *peer(const broker *b, uint32_t pipe, char *buf, size_t len);
-// These take req.
-void handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                  broker_outbox *out);
-void handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                    broker_outbox *out);
-void handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                      broker_outbox *out);
+int handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                 broker_outbox *out);
+int handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                   broker_outbox *out);
+int handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                     broker_outbox *out);
 
-// --- lease.c: pulls, leases, acknowledgements ---
+// --- lease.c: leases (floor 3) ---
 
 // Puts every lease of t back in its queues (newest first), counted as redelivered.
 void redeliver(broker *b, trainer *t);
@@ -54,15 +52,17 @@ lease *take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap);
 // frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
 // as redelivered. Returns how many went back.
 uint64_t return_lease(broker *b, lease *l, int unused);
+// Applies acknowledgements (leases) from t; returns how many were refused (unknown, not t's).
+uint32_t apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
+
+// --- pull.c: pulls and acknowledgements (a handler, floor 5) ---
+
 // Answers parked pulls that can be answered now (or whose wait expired), oldest first; returns
 // how many (the dispatcher's settle loop).
 uint32_t serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out);
-// These take req.
-void handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                 broker_outbox *out);
-void handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
-// Applies acknowledgements (leases) from t; returns how many were refused (unknown, not t's).
-uint32_t apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
+int handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                broker_outbox *out);
+int handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
 
 // --- drop.c: a trainer's end ---
 
@@ -137,7 +137,6 @@ void queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued
 // --- report.c: reports ---
 
 // Answers a Status request from the status snapshot; takes req.
-void handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                   broker_outbox *out);
+int handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
 
 #endif

@@ -454,23 +454,21 @@ serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out)
     return served;
 }
 
-void
+int
 handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
             broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
     if (t == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     if (t->left) {
         // Its goodbye overtook this pull (another context of its connection): what it held
         // went back as unused or redelivered, and a lease now would reach no caller.
         send_code(b, out, token, STOKER_UNKNOWN_PEER,
                   "trainer %u '%s' said goodbye; hello again first", t->id, t->name);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     if (!t->connected)
         stoker_info("trainer-reconnected: trainer %u '%s'", t->id, t->name);
@@ -481,25 +479,23 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     if (req->max_examples == 0 || req->max_examples > b->cfg.max_chunk_examples) {
         send_code(b, out, token, STOKER_INVALID, "pull of %u examples: must be 1..%u",
                   req->max_examples, b->cfg.max_chunk_examples);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     char why[STOKER_MESSAGE_MAX];
     if (b->has_schema && stoker_batching_check(&t->batching, &b->schema, req->max_examples, why,
                                                sizeof(why)) != STOKER_OK) {
         send_code(b, out, token, STOKER_INVALID, "%s", why);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     parked *k = parked_new(b, out, token, req);
     if (k == NULL)
-        return;
+        return 1; // parked_new answered and freed it
     k->trainer = t;
     autoscale_trainer_wait(b, t, req->data_wait_ms, now_ms);
     k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
     if (req->n_replaces > 0 && resend_lost(b, t, k, now_ms, out)) {
         free_parked(k);
-        return;
+        return 1;
     }
     if (req->max_examples != t->batch_examples) {
         t->batch_examples = req->max_examples;
@@ -510,7 +506,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     if ((b->pulls == NULL && try_pull(b, k, now_ms, out, 0)) ||
         (!can_park && try_pull(b, k, now_ms, out, 1))) {
         free_parked(k);
-        return;
+        return 1;
     }
     uint32_t wait = req->wait_ms < b->cfg.max_pull_wait_ms ? req->wait_ms : b->cfg.max_pull_wait_ms;
     k->deadline_ms = now_ms + wait;
@@ -521,9 +517,10 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     b->pulls_tail = k;
     b->n_parked++;
     t->parked_pulls++;
+    return 1;
 }
 
-void
+int
 handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
@@ -549,5 +546,5 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
                      "%u of %u leases unknown or already acknowledged", refused, req->n_acks);
         send_reply(b, out, token, &rep); // the dispatcher settles next: an end held back may come
     }
-    stoker_request_free(req);
+    return 0;
 }

@@ -159,7 +159,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     return 1;
 }
 
-void
+int
 handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
             broker_outbox *out)
 {
@@ -168,14 +168,12 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     if (p == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session %016llx: say hello first",
                   (unsigned long long)req->session);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     if (p->status == STOKER_PRODUCER_FINISHED) {
         send_code(b, out, token, STOKER_INVALID, "producer '%s' said goodbye; hello again first",
                   p->name);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     // The connection that says whether a live producer is gone is the one its hello and
     // heartbeats come on: its pushes may come on a push stream of their own, which it may
@@ -189,8 +187,7 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
                   "chunk of %u examples: must be 1..%u (the chunk limit: --max-chunk, a fixed "
                   "--queue-depth, --max-bytes and --max-message)",
                   req->chunk.count, max_chunk);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     p->last_chunk = req->chunk.count;
     if (req->chunk.count > p->max_chunk) {
@@ -210,8 +207,7 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         if (rv != STOKER_OK) {
             stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);
             send_code(b, out, token, rv, "push refused: %s", err);
-            stoker_request_free(req);
-            return;
+            return 0;
         }
     }
     if ((req->pool_secret != 0
@@ -220,31 +216,30 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
                                       sizeof(err))) != STOKER_OK) {
         stoker_warn("bad-push: producer %u '%s': %s", p->id, p->name, err);
         send_code(b, out, token, STOKER_INVALID, "push refused: %s", err);
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     p->n_pushes_shm += req->pool_secret != 0;
     if (req->first_seq > UINT64_MAX - req->chunk.count) {
         send_code(b, out, token, STOKER_INVALID, "push: seq overflow");
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     parked *k = parked_new(b, out, token, req);
     if (k == NULL)
-        return;
+        return 1; // parked_new answered and freed it
     // Pushes of this producer still waiting go in seq order (one that arrived ahead of its
     // predecessor waits for it); and only so many may wait.
     int can_park = b->n_parked < b->cfg.max_parked;
     if (p->pushes == NULL && try_push(b, p, k, now_ms, out, !can_park)) {
         free(k);
-        return;
+        return 1;
     }
     if (!can_park) {
         try_push(b, p, k, now_ms, out, 1);
         free(k);
-        return;
+        return 1;
     }
     k->deadline_ms = now_ms + b->cfg.park_ms;
     park_push(b, p, k);
     serve_producer(b, p, now_ms, out); // k may be the predecessor the others waited for
+    return 1;
 }

@@ -110,15 +110,14 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     return STOKER_OK;
 }
 
-void
+int
 handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     // The latest events too (the trainer also gets them in pull replies as they happen).
     stoker_status *st = NULL;
     if (broker_status(b, now_ms, EVENTS_PER_REPLY, &st) != STOKER_OK) {
         send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
-        stoker_request_free(req);
-        return;
+        return 0;
     }
     stoker_reply rep = {
         .code = STOKER_OK,
@@ -159,7 +158,7 @@ handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
     snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);
     stoker_status_destroy(st);
-    stoker_request_free(req);
+    return 0;
 }
 
 char *

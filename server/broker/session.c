@@ -461,7 +461,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     free(snapshot);
 }
 
-void
+int
 handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
              broker_outbox *out)
 {
@@ -481,10 +481,10 @@ handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_
     } else {
         send_code(b, out, token, STOKER_OK, NULL);
     }
-    stoker_request_free(req);
+    return 0;
 }
 
-void
+int
 handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
@@ -520,10 +520,10 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
         stoker_reply rep = {.code = STOKER_OK, .acked_through = p->next_seq};
         send_reply(b, out, token, &rep);
     }
-    stoker_request_free(req);
+    return 0;
 }
 
-void
+int
 handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                  broker_outbox *out)
 {
@@ -555,5 +555,5 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
             trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     }
-    stoker_request_free(req);
+    return 0;
 }
