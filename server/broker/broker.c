@@ -61,7 +61,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
     if (cfg->has_schema) {
         b->has_schema = 1;
         b->schema = cfg->schema;
-        b->example_bytes = broker_example_bytes(&b->schema);
+        b->example_bytes = queues_example_bytes(&b->schema);
     }
     if (cfg->arena_bytes > 0) {
         char err[256];
@@ -147,7 +147,7 @@ static int
 on_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
          broker_outbox *out)
 {
-    return handle_hello(b, token, pipe, req, now_ms, out);
+    return session_hello(b, token, pipe, req, now_ms, out);
 }
 
 static int
@@ -155,7 +155,7 @@ on_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t n
           broker_outbox *out)
 {
     (void)pipe;
-    return handle_status(b, token, req, now_ms, out);
+    return report_status(b, token, req, now_ms, out);
 }
 
 static int
@@ -171,7 +171,7 @@ on_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_
        broker_outbox *out)
 {
     (void)pipe;
-    return handle_ack(b, token, req, now_ms, out);
+    return pull_handle_ack(b, token, req, now_ms, out);
 }
 
 static int
@@ -179,7 +179,7 @@ on_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t 
            broker_outbox *out)
 {
     (void)pipe;
-    return handle_goodbye(b, token, req, now_ms, out);
+    return session_goodbye(b, token, req, now_ms, out);
 }
 
 // What a request kind needs before its handler runs: checked once, here, for every kind.
@@ -201,11 +201,11 @@ static const method methods[] = {
     // A status or a controller's report may come before any producer (a pool scaled from 0).
     {STOKER_STATUS, on_status, NEEDS_AUTH, "status"},
     {STOKER_SCALED, on_scaled, NEEDS_AUTH, "scaled"},
-    {STOKER_PUSH, handle_push, NEEDS_AUTH | NEEDS_SCHEMA, "push"},
-    {STOKER_PULL, handle_pull, NEEDS_AUTH | NEEDS_SCHEMA, "pull"},
+    {STOKER_PUSH, push_handle, NEEDS_AUTH | NEEDS_SCHEMA, "push"},
+    {STOKER_PULL, pull_handle, NEEDS_AUTH | NEEDS_SCHEMA, "pull"},
     {STOKER_ACK, on_ack, NEEDS_AUTH | NEEDS_SCHEMA, "ack"},
     {STOKER_GOODBYE, on_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
-    {STOKER_HEARTBEAT, handle_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
+    {STOKER_HEARTBEAT, session_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
     {STOKER_SHARD, epochs_handle_shard, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
 };
 
@@ -224,7 +224,7 @@ static int
 admitted(broker *b, const method *m, void *token, uint32_t pipe, const stoker_request *req,
          broker_outbox *out)
 {
-    if ((m->needs & NEEDS_AUTH) && b->token[0] != '\0' && !pipe_authed(b, pipe)) {
+    if ((m->needs & NEEDS_AUTH) && b->token[0] != '\0' && !session_pipe_authed(b, pipe)) {
         if (!(m->needs & NEEDS_SCHEMA)) {
             send_code(b, out, token, STOKER_UNAUTHENTICATED,
                       "%s needs a hello with the token on this connection first", m->name);
@@ -235,14 +235,14 @@ admitted(broker *b, const method *m, void *token, uint32_t pipe, const stoker_re
         char who[96];
         stoker_warn("unauthenticated: %s request from %s before hello",
                     req->method == STOKER_PUSH || req->method == STOKER_PULL ? m->name : "a",
-                    peer(b, pipe, who, sizeof(who)));
+                    session_peer(b, pipe, who, sizeof(who)));
         send_code(b, out, token, STOKER_UNKNOWN_PEER,
                   "unauthenticated connection: say hello with the token first");
         return 0;
     }
     if ((m->needs & NEEDS_SCHEMA) && !b->has_schema) {
         // A trainer of a broker that died may report what it trained before any producer came
-        // back (handle_heartbeat): kept for the producers' sessions.
+        // back (session_heartbeat): kept for the producers' sessions.
         if (req->method == STOKER_HEARTBEAT && req->n_trained > 0)
             trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");
@@ -257,7 +257,7 @@ static void
 settle(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     queues_resize(b); // producers or trainers may have come or gone
-    while (serve_pulls(b, now_ms, out) + serve_pushes(b, now_ms, out) > 0)
+    while (pull_serve_parked(b, now_ms, out) + push_serve_parked(b, now_ms, out) > 0)
         ;
 }
 

@@ -35,7 +35,7 @@ typedef struct broker_config {
     uint32_t max_trainers;
     uint32_t max_chunk_examples;
     // The transport's largest request (its --max-message): a push's examples must fit in it
-    // (broker_max_chunk); 0: not limited here.
+    // (queues_max_chunk); 0: not limited here.
     uint64_t max_message_bytes;
     uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
     uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)

@@ -10,7 +10,7 @@
 #include "internal.h"
 
 uint64_t
-bytes_room(const broker *b)
+commit_bytes_room(const broker *b)
 {
     uint64_t used = b->queued_bytes + b->held_bytes;
     return used >= b->cfg.max_bytes ? 0 : b->cfg.max_bytes - used;
@@ -36,7 +36,7 @@ void
 commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len)
 {
     buf[0] = '\0';
-    if (b->held_bytes == 0 || bytes_room(b) >= b->example_bytes * 2)
+    if (b->held_bytes == 0 || commit_bytes_room(b) >= b->example_bytes * 2)
         return;
     uint64_t mine = 0;
     for (const lease *l = t->leases; l != NULL; l = l->next)
@@ -49,7 +49,7 @@ commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len)
 }
 
 uint32_t
-retain_depth(const broker *b)
+commit_retain_depth(const broker *b)
 {
     uint64_t depth = b->queue_depth;
     if (b->held_bytes > 0 && b->example_bytes > 0) {

@@ -231,7 +231,7 @@ push_waits_for_room(const producer *p)
 {
     // Parked pushes are in seq order: the first is either ahead of its predecessor (two pushes
     // in flight, taken in the other order: it waits for that one, not for room) or it did not
-    // fit (try_push parks nothing else).
+    // fit (push_try parks nothing else).
     return p->pushes != NULL && p->pushes->req->first_seq <= p->next_seq;
 }
 

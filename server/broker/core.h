@@ -104,7 +104,7 @@ typedef struct producer {
     uint32_t max_chunk;  // examples in its largest push: sized queues hold two of them
     parked *pushes, *pushes_tail; // parked pushes, in seq order
     // 1 + next_seq when a push of it was answered "no room" (RETRY); 0: none. A push parked
-    // behind that one is then not refused as a gap, only told to come again (try_push).
+    // behind that one is then not refused as a gap, only told to come again (push_try).
     uint64_t no_room_at;
     uint64_t items_held;  // dataset items assigned to it, not yet accepted
     trained_set trained;  // what its retention buffer may forget

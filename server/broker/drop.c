@@ -34,5 +34,5 @@ drop_trainer(broker *b, trainer *t, const char *reason, uint64_t now_ms, broker_
     }
     group_commit_lost(b, t, out);
     group_rank_lost(b, t, reason);
-    redeliver(b, t);
+    lease_redeliver(b, t);
 }

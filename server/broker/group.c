@@ -239,7 +239,7 @@ return_pending(broker *b, const group *g, group_rank *gr)
     lease *l;
     while ((l = pop_pending(g, gr)) != NULL) {
         unlink_lease(gr->t, l);
-        return_lease(b, l, 1);
+        lease_return(b, l, 1);
     }
 }
 
@@ -249,7 +249,7 @@ group_rank_lost(broker *b, trainer *t, const char *reason)
     group *g = t->group;
     if (g == NULL)
         return;
-    // t's formed steps go back with its leases (redeliver): forget them here.
+    // t's formed steps go back with its leases (lease_redeliver): forget them here.
     g->ranks[t->rank].n_pending = 0;
     if (g->end_code != STOKER_OK)
         return; // after the end, ranks leave as they finish
@@ -367,12 +367,12 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
         // every sequence left and the next none, the step then never forming.
         uint64_t left = b->c.queued, ranks = g->world - r;
         uint32_t share = is_short ? (uint32_t)((left + ranks - 1) / ranks) : UINT32_MAX;
-        lease *l = take_lease(b, gr->t, want, share);
+        lease *l = lease_take(b, gr->t, want, share);
         int ok = l != NULL && (budgeted ? l->full || is_short : l->count == want);
         if (!ok) {
             if (l != NULL) {
                 unlink_lease(gr->t, l);
-                return_lease(b, l, 1);
+                lease_return(b, l, 1);
             }
             break;
         }
@@ -392,7 +392,7 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
         lease *l = gr->pending[(gr->head + gr->n_pending - 1) % g->ahead];
         gr->n_pending--;
         unlink_lease(gr->t, l);
-        return_lease(b, l, 1);
+        lease_return(b, l, 1);
     }
     return 0;
 }
@@ -506,7 +506,7 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
     if (g->started && gr->n_pending == 0 && gr->delivered < g->catch_up &&
         g->end_code == STOKER_OK && now_ms >= b->returning_until_ms) {
         // Behind the others after a broker restart: a batch of its own, a full one.
-        lease *c = b->c.queued >= g->batch ? take_lease(b, t, g->batch, UINT32_MAX) : NULL;
+        lease *c = b->c.queued >= g->batch ? lease_take(b, t, g->batch, UINT32_MAX) : NULL;
         if (c != NULL && (stoker_batching_active(&g->batching) ? c->full : c->count == g->batch)) {
             *l = c;
             *step = ++gr->delivered;
@@ -514,7 +514,7 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
         }
         if (c != NULL) {
             unlink_lease(t, c);
-            return_lease(b, c, 1);
+            lease_return(b, c, 1);
         }
         if (supply_over(b, now_ms) && b->c.queued < g->batch) {
             g->end_code = STOKER_GROUP_BROKEN;

@@ -29,7 +29,7 @@ void group_attach(broker *b, struct group *g, trainer *t, uint32_t rank);
 void group_detach(broker *b, trainer *t);
 // t (a rank) was dropped (reason) or said goodbye: its group breaks unless it had ended. The
 // batches formed for the other ranks and not yet sent go back to their queues; t's own go back
-// with its leases (redeliver). Call before redeliver(b, t).
+// with its leases (lease_redeliver). Call before lease_redeliver(b, t).
 void group_rank_lost(broker *b, trainer *t, const char *reason);
 
 // For a pull of grouped trainer t: forms the steps that can be formed, then gives t its next

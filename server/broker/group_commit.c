@@ -46,7 +46,7 @@ commit_apply(broker *b, group *g, uint64_t now_ms, broker_outbox *out)
         group_rank *gr = &g->ranks[r];
         if (gr->commit_token == NULL)
             continue; // resumed past this step (commit_in)
-        uint32_t refused = apply_acks(b, gr->t, gr->n_staged, gr->staged, now_ms);
+        uint32_t refused = lease_apply_acks(b, gr->t, gr->n_staged, gr->staged, now_ms);
         leases += gr->n_staged;
         stoker_event events[EVENTS_PER_REPLY];
         uint32_t n_events = take_events(b, gr->t, group_events_upto(b, gr->t), events);

@@ -15,54 +15,55 @@
 // --- push.c: pushes ---
 
 // Completes parked pushes that now fit, oldest first per producer. Returns how many.
-uint32_t serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out);
+uint32_t push_serve_parked(broker *b, uint64_t now_ms, broker_outbox *out);
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
 // must keep waiting (only when !final).
-int try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final);
-int handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+int push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final);
+int push_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                 broker_outbox *out);
 
 // --- session.c: hello, goodbye, heartbeat, authentication ---
 
 // Nonzero when pipe said hello with the token.
-int pipe_authed(const broker *b, uint32_t pipe);
+int session_pipe_authed(const broker *b, uint32_t pipe);
 // Forgets that pipe said hello (it closed).
-void forget_pipe(broker *b, uint32_t pipe);
+void session_forget_pipe(broker *b, uint32_t pipe);
 // Writes a description of pipe's peer to buf and returns buf.
-const char *peer(const broker *b, uint32_t pipe, char *buf, size_t len);
-int handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                 broker_outbox *out);
-int handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                   broker_outbox *out);
-int handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                     broker_outbox *out);
+const char *session_peer(const broker *b, uint32_t pipe, char *buf, size_t len);
+int session_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                  broker_outbox *out);
+int session_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                    broker_outbox *out);
+int session_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                      broker_outbox *out);
 
 // --- lease.c: leases (floor 3) ---
 
 // Puts every lease of t back in its queues (newest first), counted as redelivered.
-void redeliver(broker *b, trainer *t);
+void lease_redeliver(broker *b, trainer *t);
 // Puts every lease of t, which said goodbye, back in its queues: those in held (handed to its
 // caller, not acknowledged) counted as redelivered, the others as returned_unused.
-void give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held);
+void lease_give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held);
 // Builds a lease of up to max examples for t (first in t->leases), round-robin over the queues
 // (made by tokens: max rows with pack=), never more than cap examples (UINT32_MAX: no cap);
 // NULL when nothing is queued (or out of memory).
-lease *take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap);
+lease *lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap);
 // Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
 // frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
 // as redelivered. Returns how many went back.
-uint64_t return_lease(broker *b, lease *l, int unused);
+uint64_t lease_return(broker *b, lease *l, int unused);
 // Applies acknowledgements (leases) from t; returns how many were refused (unknown, not t's).
-uint32_t apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
+uint32_t lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms);
 
 // --- pull.c: pulls and acknowledgements (a handler, floor 5) ---
 
 // Answers parked pulls that can be answered now (or whose wait expired), oldest first; returns
 // how many (the dispatcher's settle loop).
-uint32_t serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out);
-int handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+uint32_t pull_serve_parked(broker *b, uint64_t now_ms, broker_outbox *out);
+int pull_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                 broker_outbox *out);
-int handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
+int pull_handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                    broker_outbox *out);
 
 // --- drop.c: a trainer's end ---
 
@@ -103,7 +104,7 @@ void trained_reported_apply(broker *b, producer *p);
 // --- commit.c: trainers that acknowledge at their commits ---
 
 // Bytes the queues may still take: max_bytes less what is queued and held for commits.
-uint64_t bytes_room(const broker *b);
+uint64_t commit_bytes_room(const broker *b);
 // Counts lease l (just given to t) as held when t commits; releases it when it ends.
 void commit_hold(broker *b, const trainer *t, lease *l);
 void commit_release(broker *b, lease *l);
@@ -112,13 +113,13 @@ void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
 // The queue depth a producer's reply tells it (its default retention is twice that): the
 // current depth plus its share of the examples held for commits, which stay untrained until
 // their trainer commits (without it, retention would stop the producers long before max_bytes).
-uint32_t retain_depth(const broker *b);
+uint32_t commit_retain_depth(const broker *b);
 // --- queues.c: queue sizing ---
 
 // The fewest bytes one example of schema takes in the queues: its fixed fields, plus 8 bytes of
 // offsets per variable field (whose values count as they come, stoker_chunk_bytes). What the
 // queues' sizing estimates with; the byte limits themselves count real bytes.
-size_t broker_example_bytes(const stoker_schema *schema);
+size_t queues_example_bytes(const stoker_schema *schema);
 
 // Recomputes b->queue_depth from the trainers' batch sizes, the alive producers and max_bytes
 // (nothing when the depth is fixed). Called before pulls are served.
@@ -126,7 +127,7 @@ void queues_resize(broker *b);
 // The most examples one push may carry: --max-chunk; a fixed --queue-depth; what --max-bytes
 // and the transport's largest request can hold of the schema's examples. Told to producers in
 // their hello reply (max_chunk), so that their chunks never exceed it.
-uint32_t broker_max_chunk(const broker *b);
+uint32_t queues_max_chunk(const broker *b);
 // Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
 // its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);
@@ -137,6 +138,6 @@ void queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued
 // --- report.c: reports ---
 
 // Answers a Status request from the status snapshot; takes req.
-int handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
+int report_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
 
 #endif

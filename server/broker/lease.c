@@ -22,7 +22,7 @@
 
 // Applies acknowledgements from t. Returns how many were refused.
 uint32_t
-apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms)
+lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now_ms)
 {
     uint32_t refused = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -61,7 +61,7 @@ apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64_t now
 // counted as redelivered (after a loss) or, when unused, as returned_unused (never handed to
 // the trainer's caller). Returns how many went back.
 uint64_t
-return_lease(broker *b, lease *l, int unused)
+lease_return(broker *b, lease *l, int unused)
 {
     uint64_t total = 0;
     // Parts go back last-first, so each queue ends up in its original order.
@@ -73,7 +73,7 @@ return_lease(broker *b, lease *l, int unused)
         if (p == NULL || queue_put_back(&p->q, &part->range) != STOKER_OK) {
             // Never expected: producers with examples in flight are not evicted, and a put back
             // failing means we are out of memory. Say so and keep the books exact.
-            stoker_error("redeliver: lost %u examples of producer %u (out of memory)", n,
+            stoker_error("lease_redeliver: lost %u examples of producer %u (out of memory)", n,
                          part->producer);
             b->c.in_flight -= n;
             b->c.produced -= n;
@@ -102,13 +102,13 @@ return_lease(broker *b, lease *l, int unused)
 
 // Puts every lease of t back (newest first, so older examples end up nearer the head).
 void
-redeliver(broker *b, trainer *t)
+lease_redeliver(broker *b, trainer *t)
 {
     uint64_t total = 0;
     lease *l = t->leases;
     while (l != NULL) {
         lease *next = l->next;
-        total += return_lease(b, l, 0);
+        total += lease_return(b, l, 0);
         l = next;
     }
     t->leases = NULL;
@@ -118,7 +118,7 @@ redeliver(broker *b, trainer *t)
 }
 
 void
-give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
+lease_give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
 {
     uint64_t redelivered = 0, unused = 0;
     lease *l = t->leases;
@@ -128,9 +128,9 @@ give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *held)
         for (uint32_t i = 0; i < n_held && !was_held; i++)
             was_held = held[i] == l->id;
         if (was_held)
-            redelivered += return_lease(b, l, 0);
+            redelivered += lease_return(b, l, 0);
         else
-            unused += return_lease(b, l, 1);
+            unused += lease_return(b, l, 1);
         l = next;
     }
     t->leases = NULL;
@@ -296,7 +296,7 @@ take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
 // tokens: take_planned, max rows with pack=), and never more than cap examples. Returns NULL
 // when nothing is queued (or out of memory).
 lease *
-take_lease(broker *b, trainer *t, uint32_t max, uint32_t cap)
+lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap)
 {
     if (stoker_batching_active(&t->batching))
         return take_planned(b, t, max, cap);

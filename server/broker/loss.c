@@ -1,8 +1,8 @@
 // The broker's losses and deadlines (floor 6): producers lost (connection closed or silent),
 // trainers dropped (their leases redelivered), connections the transport closed or reset, and the
 // tick that expires parked requests and silent peers. It serves no request; the dispatcher settles
-// after it. It may use every floor below: the handlers (push.c's try_push, session.c's
-// forget_pipe), drop.c, the groups, the leases and the core.
+// after it. It may use every floor below: the handlers (push.c's push_try, session.c's
+// session_forget_pipe), drop.c, the groups, the leases and the core.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -39,7 +39,7 @@ lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broke
 void
 loss_pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, broker_outbox *out)
 {
-    forget_pipe(b, pipe);
+    session_forget_pipe(b, pipe);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
         if (p->pipe != pipe || p->status != STOKER_PRODUCER_ALIVE)
@@ -74,7 +74,7 @@ loss_tick(broker *b, uint64_t now_ms, broker_outbox *out)
             if (p->pushes == NULL)
                 p->pushes_tail = NULL;
             b->n_parked--;
-            try_push(b, p, k, now_ms, out, 1);
+            push_try(b, p, k, now_ms, out, 1);
             free_parked(k);
             answered = 1;
         }

@@ -336,15 +336,15 @@ plain_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     int alive = producers_alive(b) > 0;
     a->cut_short = !enough && alive && queues_full(b);
     if (enough || !alive || final || a->cut_short || epochs_waiting(b))
-        a->batch = take_lease(b, t, max, UINT32_MAX);
+        a->batch = lease_take(b, t, max, UINT32_MAX);
     return a->batch != NULL || a->end != STOKER_OK;
 }
 
 static void
 plain_untake(broker *b, trainer *t, lease *l)
 {
-    t->leases = l->next; // take_lease put it first
-    return_lease(b, l, 1);
+    t->leases = l->next; // lease_take put it first
+    lease_return(b, l, 1);
 }
 
 // A rank gets its step's batch, formed for the whole group (group.c).
@@ -436,7 +436,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
 // Answers parked pulls that can be answered now (or whose wait expired), oldest first. Returns
 // how many.
 uint32_t
-serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out)
+pull_serve_parked(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     uint32_t served = 0;
     parked *prev = NULL, *k = b->pulls;
@@ -455,7 +455,7 @@ serve_pulls(broker *b, uint64_t now_ms, broker_outbox *out)
 }
 
 int
-handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+pull_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
             broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
@@ -492,7 +492,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
         return 1; // parked_new answered and freed it
     k->trainer = t;
     autoscale_trainer_wait(b, t, req->data_wait_ms, now_ms);
-    k->acks_refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
+    k->acks_refused = lease_apply_acks(b, t, req->n_acks, req->acks, now_ms);
     if (req->n_replaces > 0 && resend_lost(b, t, k, now_ms, out)) {
         free_parked(k);
         return 1;
@@ -521,7 +521,7 @@ handle_pull(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
 }
 
 int
-handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+pull_handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     trainer *t = find_trainer(b, req->session);
     if (t == NULL) {
@@ -532,7 +532,7 @@ handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_
     } else if (req->commit_step > 0) {
         group_commit(b, t, token, req, now_ms, out);
     } else {
-        uint32_t refused = apply_acks(b, t, req->n_acks, req->acks, now_ms);
+        uint32_t refused = lease_apply_acks(b, t, req->n_acks, req->acks, now_ms);
         // With the events the trainer has not heard yet: an acknowledgement that ends an epoch
         // may come after the reply that ended the supply, and is then the last thing it sends.
         stoker_event events[EVENTS_PER_REPLY];

@@ -25,13 +25,13 @@ serve_producer(broker *b, producer *p, uint64_t now_ms, broker_outbox *out)
     uint32_t served = 0;
     while (p->pushes != NULL) {
         parked *k = p->pushes;
-        if (!try_push(b, p, k, now_ms, out, 0))
+        if (!push_try(b, p, k, now_ms, out, 0))
             break;
         p->pushes = k->next;
         if (p->pushes == NULL)
             p->pushes_tail = NULL;
         b->n_parked--;
-        free(k); // try_push took the request
+        free(k); // push_try took the request
         served++;
     }
     return served;
@@ -39,7 +39,7 @@ serve_producer(broker *b, producer *p, uint64_t now_ms, broker_outbox *out)
 
 // Completes parked pushes that now fit, in seq order per producer. Returns how many.
 uint32_t
-serve_pushes(broker *b, uint64_t now_ms, broker_outbox *out)
+push_serve_parked(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     uint32_t served = 0;
     for (uint32_t i = 0; i < b->n_producers; i++)
@@ -66,7 +66,7 @@ park_push(broker *b, producer *p, parked *k)
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
 // must keep waiting (only when !final).
 int
-try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final)
+push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out, int final)
 {
     stoker_request *req = k->req;
     uint32_t count = req->chunk.count;
@@ -102,7 +102,7 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint64_t end = first + count;
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
         stoker_reply rep = {
-            .code = STOKER_OK, .acked_through = p->next_seq, .queue_depth = retain_depth(b)};
+            .code = STOKER_OK, .acked_through = p->next_seq, .queue_depth = commit_retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
@@ -112,12 +112,12 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = stoker_chunk_bytes(&req->chunk, skip, fresh); // real bytes
-    // An empty sized queue takes any chunk the broker accepts (broker_max_chunk): the depth may
+    // An empty sized queue takes any chunk the broker accepts (queues_max_chunk): the depth may
     // have shrunk below the chunk since (more producers alive); --max-bytes still bounds it.
     uint64_t depth = b->queue_depth;
     if (b->cfg.queue_depth_auto && p->q.examples == 0 && fresh > depth)
         depth = fresh;
-    if (p->q.examples + fresh > depth || fresh_bytes > bytes_room(b)) {
+    if (p->q.examples + fresh > depth || fresh_bytes > commit_bytes_room(b)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
@@ -153,14 +153,15 @@ try_push(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    stoker_reply rep = {.code = STOKER_OK, .acked_through = end, .queue_depth = retain_depth(b)};
+    stoker_reply rep = {
+        .code = STOKER_OK, .acked_through = end, .queue_depth = commit_retain_depth(b)};
     trained_tell(&p->trained, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
 }
 
 int
-handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+push_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
             broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
@@ -181,7 +182,7 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     // not say which connection that is (it may come on a stream it is about to close: the old
     // one that outlived a cut cable): its next heartbeat does, its silence ends it meanwhile.
     revive(b, p, p->status == STOKER_PRODUCER_ALIVE ? p->pipe : 0, now_ms, "resumed pushing");
-    uint32_t max_chunk = broker_max_chunk(b);
+    uint32_t max_chunk = queues_max_chunk(b);
     if (req->chunk.count == 0 || req->chunk.count > max_chunk) {
         send_code(b, out, token, STOKER_TOO_LARGE,
                   "chunk of %u examples: must be 1..%u (the chunk limit: --max-chunk, a fixed "
@@ -229,12 +230,12 @@ handle_push(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
     // Pushes of this producer still waiting go in seq order (one that arrived ahead of its
     // predecessor waits for it); and only so many may wait.
     int can_park = b->n_parked < b->cfg.max_parked;
-    if (p->pushes == NULL && try_push(b, p, k, now_ms, out, !can_park)) {
+    if (p->pushes == NULL && push_try(b, p, k, now_ms, out, !can_park)) {
         free(k);
         return 1;
     }
     if (!can_park) {
-        try_push(b, p, k, now_ms, out, 1);
+        push_try(b, p, k, now_ms, out, 1);
         free(k);
         return 1;
     }

@@ -2,7 +2,7 @@
 // broker knows (the batch sizes its trainers ask for, the producers alive, --max-bytes), unless
 // the user fixed it with --queue-depth N; when the queues are full; and the one warning when a
 // batch came short because of them rather than the supply. It moves no examples itself.
-// It may use the core and commit.c (bytes_room): a rank's group size is its trainer's world.
+// It may use the core and commit.c (commit_bytes_room): a rank's group size is its trainer's world.
 #include <stdio.h>
 
 #include "budget.h"
@@ -17,7 +17,7 @@
 #define PUSH_ITEM_BYTES     8u
 
 uint32_t
-broker_max_chunk(const broker *b)
+queues_max_chunk(const broker *b)
 {
     uint64_t max = b->cfg.max_chunk_examples;
     if (!b->cfg.queue_depth_auto && b->cfg.queue_depth < max)
@@ -107,7 +107,7 @@ queues_resize(broker *b)
 int
 queues_full(const broker *b)
 {
-    if (b->example_bytes > bytes_room(b)) // queued and held for commits (commit.c)
+    if (b->example_bytes > commit_bytes_room(b)) // queued and held for commits (commit.c)
         return 1;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
@@ -129,7 +129,7 @@ queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued)
     if (b->queue_limit[0] != '\0')
         return; // said once
     uint32_t alive = producers_alive(b);
-    if (b->example_bytes > bytes_room(b))
+    if (b->example_bytes > commit_bytes_room(b))
         snprintf(b->queue_limit, sizeof(b->queue_limit),
                  "trainer %u '%s' asks for batches of %u examples; the queues hold at most "
                  "--max-bytes %llu bytes (%llu examples of %zu bytes), so its batches come "
@@ -153,7 +153,7 @@ queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued)
 }
 
 size_t
-broker_example_bytes(const stoker_schema *schema)
+queues_example_bytes(const stoker_schema *schema)
 {
     size_t bytes = stoker_schema_example_bytes(schema);
     for (uint32_t i = 0; i < schema->n_fields; i++)

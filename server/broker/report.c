@@ -111,7 +111,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
 }
 
 int
-handle_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+report_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     // The latest events too (the trainer also gets them in pull replies as they happen).
     stoker_status *st = NULL;

@@ -32,7 +32,7 @@ token_ok(const broker *b, const char *given)
 }
 
 int
-pipe_authed(const broker *b, uint32_t pipe)
+session_pipe_authed(const broker *b, uint32_t pipe)
 {
     for (uint32_t i = 0; i < b->n_authed; i++) {
         if (b->authed[i] == pipe)
@@ -44,7 +44,7 @@ pipe_authed(const broker *b, uint32_t pipe)
 static int
 authorize_pipe(broker *b, uint32_t pipe)
 {
-    if (pipe_authed(b, pipe))
+    if (session_pipe_authed(b, pipe))
         return STOKER_OK;
     if (b->n_authed == b->cap_authed) {
         uint32_t cap = b->cap_authed ? b->cap_authed * 2 : 64;
@@ -59,7 +59,7 @@ authorize_pipe(broker *b, uint32_t pipe)
 }
 
 void
-forget_pipe(broker *b, uint32_t pipe)
+session_forget_pipe(broker *b, uint32_t pipe)
 {
     for (uint32_t i = 0; i < b->n_authed; i++) {
         if (b->authed[i] == pipe) {
@@ -70,7 +70,7 @@ forget_pipe(broker *b, uint32_t pipe)
 }
 
 const char *
-peer(const broker *b, uint32_t pipe, char *buf, size_t len)
+session_peer(const broker *b, uint32_t pipe, char *buf, size_t len)
 {
     snprintf(buf, len, "pipe %u", pipe);
     if (b->cfg.describe_peer != NULL)
@@ -212,7 +212,7 @@ producer_join(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         char want[512];
         b->has_schema = 1;
         b->schema = req->schema;
-        b->example_bytes = broker_example_bytes(&b->schema);
+        b->example_bytes = queues_example_bytes(&b->schema);
         stoker_schema_format(&b->schema, want, sizeof(want));
         stoker_info("schema %s (from producer '%s')", want, req->name);
     }
@@ -285,12 +285,12 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .peer_id = p->id,
         .next_seq = p->next_seq,
         .heartbeat_ms = b->cfg.producer_timeout_ms / 3,
-        .max_chunk = broker_max_chunk(b),
+        .max_chunk = queues_max_chunk(b),
         .trained_through = p->trained.through,
         // The current (sized) depth, plus the producer's share of what is held for commits
-        // (retain_depth): sizes its default retention, which follows it in push and heartbeat
-        // replies as the broker resizes its queues.
-        .queue_depth = retain_depth(b),
+        // (commit_retain_depth): sizes its default retention, which follows it in push and
+        // heartbeat replies as the broker resizes its queues.
+        .queue_depth = commit_retain_depth(b),
         .has_schema = 1,
         .schema = b->schema,
     };
@@ -462,13 +462,13 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
 }
 
 int
-handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-             broker_outbox *out)
+session_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+              broker_outbox *out)
 {
     char who[96];
     if (!token_ok(b, req->token)) {
         stoker_warn("unauthenticated: hello from '%s' at %s with a wrong or missing token",
-                    req->name, peer(b, pipe, who, sizeof(who)));
+                    req->name, session_peer(b, pipe, who, sizeof(who)));
         send_code(b, out, token, STOKER_UNAUTHENTICATED, "wrong or missing token");
     } else if (b->token[0] != '\0' && authorize_pipe(b, pipe) != STOKER_OK) {
         send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
@@ -485,14 +485,15 @@ handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_
 }
 
 int
-handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+session_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (t != NULL) {
         // A trainer that stops: what it holds unacknowledged goes to the others.
         if (t->connected) {
-            give_back(b, t, req->n_held, req->held); // before drop_trainer redelivers the rest
+            lease_give_back(b, t, req->n_held,
+                            req->held); // before drop_trainer redelivers the rest
             drop_trainer(b, t, NULL, now_ms, out);
         }
         t->left = 1;
@@ -524,8 +525,8 @@ handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, bro
 }
 
 int
-handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                 broker_outbox *out)
+session_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                  broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
@@ -537,7 +538,7 @@ handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uin
                         "(it lingers until they are trained)",
                         p->id, p->name, (unsigned long long)p->next_seq);
         }
-        stoker_reply rep = {.code = STOKER_OK, .queue_depth = retain_depth(b)};
+        stoker_reply rep = {.code = STOKER_OK, .queue_depth = commit_retain_depth(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, token, &rep);
     } else if (t != NULL && t->connected) {
