@@ -6,8 +6,9 @@ What docs/design.md promises about the layout, as three checks:
    below it (public headers under common/include/stoker/ belong to the floor the table below
    names, private headers to the folder they sit in).
 2. Calls: an object of a floor uses no symbol defined in a floor above it (nm on the objects).
-3. No circles: among libstoker's objects, and among the broker's, no two files reach each other
-   through the symbols they use (strongly connected components of the call graph).
+3. No circles: among libstoker's objects, the broker's, and those of producer/, trainer/, scale/
+   and consumer/, no two files reach each other through the symbols they use (strongly
+   connected components of the call graph).
 4. The broker's floors (SERVER_FLOORS below): an object of server/ uses no symbol of a floor
    above its own, and no file of server/broker/ (the state machine, under one lock) includes a
    thread, socket or file API: those live in server/net/.
@@ -260,6 +261,19 @@ def main():
     broker = objects(os.path.join(build, "server", "libbroker_core.a.p"))
     server_edges, server_bad = check_server(src, broker)
     bad += server_bad
+    # The executables' own objects: producer/, trainer/, scale/, consumer/ (each program's
+    # objects together with the libraries of its folder).
+    for folder in ("producer", "trainer", "scale", "consumer"):
+        d = os.path.join(build, folder)
+        objs = []
+        for sub in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            if sub.endswith(".p") and os.path.isdir(os.path.join(d, sub)):
+                objs += [os.path.join(d, sub, n) for n in sorted(os.listdir(os.path.join(d, sub)))
+                         if n.endswith(".o")]
+        for comp in circles(graph(objs)):
+            bad.append("%s: circle between %s" % (folder, ", ".join(
+                "%s/%s" % (os.path.basename(os.path.dirname(o)), os.path.basename(o))
+                for o in comp)))
     for edges, where in ((lib_edges, "libstoker"), (server_edges, "server")):
         for comp in circles(edges):
             ring = [label(o, where) for o in comp]
