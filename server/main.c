@@ -149,6 +149,11 @@ static const stoker_cli_option rows[] = {
      .imax = UINT64_MAX / 2},
     {"producer-timeout", "SEC", "silence before a producer is lost", STOKER_CLI_SECONDS_MS,
      AT(broker.producer_timeout_ms), .dmin = 0.05, .dmax = 86400},
+    {"silent-grace", "SEC",
+     "how long the supply waits for a producer lost by silence while its\n"
+     "connection stays open (frozen, paused, on a loaded node): it may\n"
+     "come back with what it retains",
+     STOKER_CLI_SECONDS_MS, AT(broker.silent_grace_ms), .dmin = 0, .dmax = 86400},
     {"trainer-timeout", "SEC", "silence before a trainer's leases are redelivered",
      STOKER_CLI_SECONDS_MS, AT(broker.trainer_timeout_ms), .dmin = 0.05, .dmax = 86400},
     {"schema", "SPEC",

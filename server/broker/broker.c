@@ -23,6 +23,7 @@ broker_config_init(broker_config *cfg)
     cfg->queue_depth_auto = 1;
     cfg->max_bytes = 1ull << 30;
     cfg->producer_timeout_ms = 3000;
+    cfg->silent_grace_ms = 30000;
     cfg->trainer_timeout_ms = 10000;
     cfg->park_ms = 250;
     cfg->max_pull_wait_ms = 5000;

@@ -28,9 +28,13 @@ typedef struct broker_config {
     int queue_depth_auto;
     uint64_t max_bytes;           // examples' bytes queued in all (in-flight not counted)
     uint32_t producer_timeout_ms; // silence before a producer is lost
-    uint32_t trainer_timeout_ms;  // silence before a trainer is dropped (leases redelivered)
-    uint32_t park_ms;             // a push that does not fit waits this long, then RETRY
-    uint32_t max_pull_wait_ms;    // cap on a pull's requested wait
+    // A producer lost by silence whose connection is still open (frozen, paused, a loaded node)
+    // may come back with what it retains: the supply does not end for want of it until this long
+    // after its loss (its connection closing ends the wait at once).
+    uint32_t silent_grace_ms;
+    uint32_t trainer_timeout_ms; // silence before a trainer is dropped (leases redelivered)
+    uint32_t park_ms;            // a push that does not fit waits this long, then RETRY
+    uint32_t max_pull_wait_ms;   // cap on a pull's requested wait
     uint32_t max_producers;
     uint32_t max_trainers;
     uint32_t max_chunk_examples;

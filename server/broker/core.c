@@ -235,9 +235,17 @@ push_waits_for_room(const producer *p)
     return p->pushes != NULL && p->pushes->req->first_seq <= p->next_seq;
 }
 
+int
+producer_may_send(const producer *p, uint64_t now_ms)
+{
+    return p->status == STOKER_PRODUCER_ALIVE ||
+           (p->status == STOKER_PRODUCER_LOST && now_ms < p->silent_until_ms);
+}
+
 void
 revive(broker *b, producer *p, uint32_t pipe, uint64_t now_ms, const char *how)
 {
+    p->silent_until_ms = 0;
     if (p->status != STOKER_PRODUCER_ALIVE) {
         p->status = STOKER_PRODUCER_ALIVE;
         stoker_info("producer-reconnected: producer %u '%s' (%s)", p->id, p->name, how);

@@ -115,6 +115,8 @@ typedef struct producer {
     char pool[STOKER_NAME_MAX]; // its autoscale pool ("default" unless its hello said one)
     autoscale_meter meter;      // busy_ms: its pushes held by full queues
     uint64_t make_us;           // its pushes' latest making time (0: it says none)
+    // Lost by silence with its connection open: until then the supply waits for it (0: not).
+    uint64_t silent_until_ms;
 } producer;
 
 typedef struct trainer {
@@ -247,6 +249,9 @@ trainer *find_trainer(const broker *b, uint64_t session);
 void free_parked(parked *p);
 void free_lease(lease *l);
 uint32_t producers_alive(const broker *b);
+// Whether p may still send: alive, or lost by silence within --silent-grace with its connection
+// open (a frozen or paused producer that comes back resumes where it was).
+int producer_may_send(const producer *p, uint64_t now_ms);
 // Nonzero when p's oldest parked push waits for room in its queue (not when it arrived ahead of
 // its predecessor, which is on its way: two pushes in flight).
 int push_waits_for_room(const producer *p);

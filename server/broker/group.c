@@ -292,6 +292,8 @@ supply_over(const broker *b, uint64_t now_ms)
         const producer *p = b->producers[i];
         if (p->status == STOKER_PRODUCER_ALIVE && (!p->done_making || p->pushes != NULL))
             return 0;
+        if (p->status != STOKER_PRODUCER_ALIVE && producer_may_send(p, now_ms))
+            return 0; // lost by silence, its connection open: it may come back
     }
     return 1;
 }

@@ -22,6 +22,7 @@ static void
 lose_producer(broker *b, producer *p, uint64_t now_ms, const char *reason, broker_outbox *out)
 {
     p->status = STOKER_PRODUCER_LOST;
+    p->silent_until_ms = 0;
     stoker_warn("producer-lost: producer %u '%s': %s (%llu examples still queued)", p->id, p->name,
                 reason, (unsigned long long)p->q.examples);
     add_event(b, STOKER_EVENT_PRODUCER_LOST, p, now_ms, reason);
@@ -42,6 +43,8 @@ loss_pipe_gone(broker *b, uint32_t pipe, uint64_t now_ms, int lose_producers, br
     session_forget_pipe(b, pipe);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
+        if (p->pipe == pipe && p->status == STOKER_PRODUCER_LOST)
+            p->silent_until_ms = 0; // lost by silence, and now its connection is gone too
         if (p->pipe != pipe || p->status != STOKER_PRODUCER_ALIVE)
             continue;
         if (lose_producers)
@@ -83,6 +86,10 @@ loss_tick(broker *b, uint64_t now_ms, broker_outbox *out)
             snprintf(reason, sizeof(reason), "silent for %.1f s",
                      (double)(now_ms - p->last_seen_ms) / 1000.0);
             lose_producer(b, p, now_ms, reason, out);
+            // Its connection is open: it may be frozen or paused, not gone. The loss is told at
+            // once; the supply waits for it a while (producer_may_send).
+            if (p->pipe != 0)
+                p->silent_until_ms = now_ms + b->cfg.silent_grace_ms;
         }
     }
     for (uint32_t i = 0; i < b->n_trainers; i++) {

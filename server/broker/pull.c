@@ -30,7 +30,7 @@ supply_state(const broker *b, uint64_t now_ms, char *why, size_t why_len)
     uint32_t lost = 0, finished = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
-        if (p->status == STOKER_PRODUCER_ALIVE)
+        if (producer_may_send(p, now_ms))
             return STOKER_OK;
         lost += p->status == STOKER_PRODUCER_LOST;
         finished += p->status == STOKER_PRODUCER_FINISHED;

@@ -1,7 +1,8 @@
 // Producer loss as the trainer sees it, with the numbers DESIGN.md names: a killed producer is
 // reported (producer_lost, polled from the trainer client) within 100 ms of the kill; one that
 // stops answering without closing its connection (SIGSTOP: no FIN) within --producer-timeout.
-// Its queued examples are still delivered, and the supply then ends with NO_PRODUCERS.
+// Its queued examples are still delivered, and the supply then ends with NO_PRODUCERS once
+// --silent-grace has passed (a frozen producer may come back until then).
 // Timing is measured from just before the signal to the moment the event is polled. meson runs
 // this binary alone (is_parallel: false) and criterion runs its tests one at a time.
 #include <signal.h>
@@ -112,7 +113,7 @@ Test(liveness, killed_producer_is_reported_within_100ms)
 Test(liveness, stopped_producer_is_lost_within_the_producer_timeout_and_its_examples_delivered)
 {
     char url[256];
-    const char *const bargs[] = {"--producer-timeout", "1", NULL};
+    const char *const bargs[] = {"--producer-timeout", "1", "--silent-grace", "1", NULL};
     proc_child *broker = h_broker_start(url, sizeof(url), bargs);
     const char *const pargs[] = {"--delay", "0.01:0.01", "--chunk", "2", NULL};
     proc_child *sleeper = h_producer_start(url, "sleeper", pargs);
