@@ -488,8 +488,13 @@ fill(broker *b, group *g, uint64_t now_ms)
                     end_group(b, g, 0);
                 return;
             }
-            if (g->batching.pack > 0)
-                n = g->batch; // packed: the rows stay, fewer sequences fill them
+            if (g->batching.pack > 0) {
+                // Packed: every rank keeps its rows, fewer sequences fill them; form_step shares
+                // what is queued among the ranks, so no rank gets a row more (extra counts
+                // examples, not rows).
+                n = g->batch;
+                extra = 0;
+            }
         }
         form_step(b, g, n, extra, !enough);
     }

@@ -228,6 +228,46 @@ def test_a_groups_last_short_packed_step_is_shared_among_its_ranks():
         assert all(len(g) == 1 for g in got), got
 
 
+def test_packed_ranks_over_strict_epochs_fit_their_rows_at_every_epoch_end():
+    # A dataset of token sequences, strict epochs, three ranks packing 4 rows of 256 tokens: an
+    # epoch's last step is shared among the ranks by the rule that made every other step (each
+    # rank's rows), never one sequence more per rank by count ("take 5 rows of 256").
+    row, rows, world, items, epochs = 256, 4, 3, 600, 3
+    with Cluster("--dataset-size", str(items), "--epochs", str(epochs)) as c:
+        for k in range(2):
+            c.producer("--workload", "tokens", "--lengths", "lognormal:64:256", "--items",
+                       str(items), "--delay", "0:0", name="t%d" % k, stdout=subprocess.DEVNULL)
+        c.wait_producers(2)
+        got = [[] for _ in range(world)]
+        errors = []
+
+        def rank(r):
+            try:
+                with stoker.Client(c.url, stall_timeout=10, group="g", rank=r, world_size=world,
+                                   pack=row, batch_size=rows) as client:
+                    try:
+                        for b in client.batches():
+                            b["tokens"].pack(row=row, rows=rows)  # raises when it overflows
+                            got[r].extend(zip(*[a.tolist() for a in b.epoch_indices()]))
+                    except stoker.SupplyEnded:
+                        pass
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        ts = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(60)
+        assert not errors, errors
+    every = [x for g in got for x in g]
+    assert len(every) == len(set(every)), "an item trained twice in an epoch"
+    for e in range(epochs):
+        n = sum(1 for ep, _ in every if ep == e)
+        # A group's end may leave fewer items than ranks queued (the leftover); nothing else.
+        assert items - world < n <= items, "epoch %d: %d of %d items" % (e, n, items)
+
+
 def test_bad_combinations_are_refused_with_their_names():
     for kw, word in (({"pack": 64, "max_tokens": 100}, "pack"),
                      ({"pack": 64, "buckets": True}, "buckets"),
