@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
 #include "push_pool.h"
 #include "push_stream.h"
 #include "retention.h"
+#include "session.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -38,28 +38,17 @@ struct stoker_producer_client {
     char autoscale_pool[STOKER_NAME_MAX]; // its autoscale pool (empty: the broker's "default")
     char token[STOKER_TOKEN_MAX];
     stoker_schema schema;
-    conn conn;
+    session session; // the socket, hello, heartbeats, the broker's presence (session.h)
     nng_ctx push_ctx;
-    nng_ctx beat_ctx;
     nng_ctx shard_ctx; // stoker_producer_client_shard_ahead's, while the pusher uses push_ctx
     push_stream ps;    // pushes from the chunks' own buffers (push_stream.h); the pusher's
     uint64_t next_seq;
     conn_stop stop; // the pushing thread's: opts.stop with STOP_GRACE_MS
-    uint32_t id;
-    _Atomic int said_hello;
     char error[STOKER_MESSAGE_MAX];
 
-    // Heartbeat thread.
-    pthread_t beat_thread;
-    int beat_started;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int closing;
-    uint32_t heartbeat_ms;         // from the broker's hello reply; 0 before it
-    _Atomic uint32_t max_chunk;    // examples one push may carry, from it; 0: not said
-    _Atomic uint64_t last_sent_ms; // when the last request went out
-    _Atomic int done_making;       // draining: heartbeats say it pushes nothing more
-    _Atomic uint64_t make_us;      // spent making examples (stoker_producer_client_add_make_us)
+    _Atomic uint32_t max_chunk; // examples one push may carry, from the hello; 0: not said
+    _Atomic int done_making;    // draining: heartbeats say it pushes nothing more
+    _Atomic uint64_t make_us;   // spent making examples (stoker_producer_client_add_make_us)
 
     // A dataset's producer (stoker_producer_client_set_dataset): said in hello; the items of
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
@@ -80,11 +69,6 @@ struct stoker_producer_client {
     uint64_t broker_seq;        // the broker's next seq for us, from its last answer
     int full_logged;            // "retention full" said for this wait
     uint64_t replays, replayed; // pushes again to a broker that lost them, and their examples
-    // The broker away (broker_away): when it last answered the pushing thread (or the client
-    // was made), since when it is away (0: it answers), when that was last said, and whether
-    // any broker ever answered us.
-    uint64_t answered_ms, away_since_ms, away_said_ms;
-    int ever_answered;
     // Two pushes in flight (stoker_producer_client_set_pipelined): the one sent on the push
     // stream whose reply is not read yet. It is retained, and pc->next_seq is past it already.
     int pipelined;
@@ -142,7 +126,12 @@ backoff(stoker_producer_client *pc, uint32_t *delay_ms)
         *delay_ms * 2 > pc->opts.reconnect_max_ms ? pc->opts.reconnect_max_ms : *delay_ms * 2;
 }
 
-#define AWAY_SAY_EVERY_MS 10000 // "still waiting for the broker", while it stays away
+// Whether the broker took our hello and has not said since that it forgot us.
+static int
+known(const stoker_producer_client *pc)
+{
+    return atomic_load(&((stoker_producer_client *)pc)->session.known);
+}
 
 static uint64_t
 retained_now(const stoker_producer_client *pc)
@@ -150,125 +139,33 @@ retained_now(const stoker_producer_client *pc)
     return pc->kept != NULL ? retention_examples(pc->kept) : 0;
 }
 
-// The broker answered a request of the pushing thread: an outage, if one was said, is over.
-static void
-broker_answered(stoker_producer_client *pc)
-{
-    if (pc->away_since_ms != 0 && pc->away_said_ms != 0)
-        stoker_info("producer '%s': broker at %s answers again after %.1f s away", pc->name,
-                    pc->url, (double)(stoker_now_ms() - pc->away_since_ms) / 1000.0);
-    pc->answered_ms = stoker_now_ms();
-    pc->away_since_ms = 0;
-    pc->away_said_ms = 0;
-    pc->ever_answered = 1;
-}
-
-// A request of the pushing thread found no broker. A producer waits for its broker, with what it
-// retains, for opts.give_up_ms (--broker-wait) from its last answer (a request to a broker that
-// is gone fails only after its own timeout, which counts as time away), saying so
-// when it starts to wait and every AWAY_SAY_EVERY_MS. Returns STOKER_OK while it may wait on,
-// STOKER_CONNECTION (said, with what is lost) when the broker stayed away longer.
+// A request of the pushing thread found no broker: STOKER_OK while it may wait on for one
+// (--broker-wait from its last answer), else STOKER_CONNECTION, said (session_keep_waiting).
 static int
-broker_away(stoker_producer_client *pc)
+keep_waiting(stoker_producer_client *pc)
 {
-    uint64_t now = stoker_now_ms();
-    if (pc->away_since_ms == 0)
-        pc->away_since_ms = pc->answered_ms < now ? pc->answered_ms : now;
-    uint64_t away = now - pc->away_since_ms;
-    double bound_s = pc->opts.give_up_ms / 1000.0;
-    char unknown[320];
-    if (away >= pc->opts.give_up_ms) {
-        if (!pc->ever_answered && conn_unknown_host(pc->url, unknown, sizeof(unknown)))
-            stoker_error("producer '%s': %s in --broker %s: no broker answered within %.1f s "
-                         "(--broker-wait): check the host name",
-                         pc->name, unknown, pc->url, bound_s);
-        else if (!pc->ever_answered)
-            stoker_error("producer '%s': no broker answered at %s within %.1f s (--broker-wait; "
-                         "last: %s): start the broker, check the URL, or wait longer",
-                         pc->name, pc->url, bound_s, pc->error);
-        else
-            stoker_error("producer '%s': no broker at %s for %.1f s (--broker-wait; last: %s): "
-                         "giving up; %llu retained examples not yet reported trained are lost "
-                         "with this process (start the broker again sooner, or raise "
-                         "--broker-wait)",
-                         pc->name, pc->url, bound_s, pc->error,
-                         (unsigned long long)retained_now(pc));
-        return STOKER_CONNECTION;
-    }
-    // A short blip (a push stream replaced, one timeout) is not worth a word; a second is.
-    if (away < 1000 && pc->away_said_ms == 0)
-        return STOKER_OK;
-    if (pc->away_said_ms == 0 && !pc->ever_answered &&
-        conn_unknown_host(pc->url, unknown, sizeof(unknown))) {
-        stoker_warn("producer '%s': %s in --broker %s: waiting up to %.1f s for it to resolve "
-                    "(--broker-wait)",
-                    pc->name, unknown, pc->url, bound_s);
-        pc->away_said_ms = now;
-    } else if (pc->away_said_ms == 0 && !pc->ever_answered) {
-        stoker_warn("producer '%s': no broker at %s yet (%s): waiting up to %.1f s for one "
-                    "(--broker-wait)",
-                    pc->name, pc->url, pc->error, bound_s);
-        pc->away_said_ms = now;
-    } else if (pc->away_said_ms == 0) {
-        stoker_warn("producer '%s': no broker at %s (%s): waiting up to %.1f s for it "
-                    "(--broker-wait), keeping %llu retained examples to push again",
-                    pc->name, pc->url, pc->error, bound_s, (unsigned long long)retained_now(pc));
-        pc->away_said_ms = now;
-    } else if (now - pc->away_said_ms >= AWAY_SAY_EVERY_MS) {
-        stoker_warn("producer '%s': still waiting for the broker at %s: %.0f of %.1f s "
-                    "(--broker-wait), %llu examples retained",
-                    pc->name, pc->url, away / 1000.0, bound_s,
-                    (unsigned long long)retained_now(pc));
-        pc->away_said_ms = now;
-    }
-    return STOKER_OK;
+    return session_keep_waiting(&pc->session, pc->error, retained_now(pc));
 }
 
-static void *
-heartbeat_main(void *arg)
+static void
+beat_fill(void *owner, stoker_request *req)
 {
-    stoker_producer_client *pc = arg;
-    pthread_mutex_lock(&pc->lock);
-    while (!pc->closing) {
-        uint32_t every = pc->heartbeat_ms > 0 ? pc->heartbeat_ms : 1000;
-        uint64_t now = stoker_now_ms();
-        uint64_t due = atomic_load(&pc->last_sent_ms) + every;
-        if (pc->said_hello && now >= due) {
-            pthread_mutex_unlock(&pc->lock);
-            stoker_request req = {.method = STOKER_HEARTBEAT,
-                                  .session = pc->opts.session,
-                                  .done_making = atomic_load(&pc->done_making)};
-            stoker_reply *rep = NULL;
-            char err[256];
-            atomic_store(&pc->last_sent_ms, stoker_now_ms());
-            if (conn_call(pc->beat_ctx, &req, every, &rep, err, sizeof(err)) == STOKER_OK) {
-                if (rep->code == STOKER_OK) {
-                    note_trained(pc, rep->trained_through);
-                    if (rep->queue_depth > 0)
-                        note_depth(pc, rep->queue_depth);
-                } else
-                    stoker_debug("heartbeat refused: %s", rep->message);
-                if (rep->code == STOKER_UNKNOWN_PEER)
-                    pc->said_hello = 0; // a new broker: the next push says hello (and re-pushes)
-            } else {
-                stoker_debug("heartbeat: %s", err);
-            }
-            stoker_reply_free(rep);
-            pthread_mutex_lock(&pc->lock);
-            continue;
-        }
-        uint64_t wait_ms = due > now ? due - now : every;
-        if (wait_ms > 100)
-            wait_ms = 100;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += (long)wait_ms * 1000000L;
-        ts.tv_sec += ts.tv_nsec / 1000000000L;
-        ts.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait(&pc->cond, &pc->lock, &ts);
+    stoker_producer_client *pc = owner;
+    req->done_making = atomic_load(&pc->done_making);
+}
+
+// A heartbeat's answer: what is trained, and the broker's queue depth (session.h session_beat).
+static void
+beat_answered(void *owner, session *s, const stoker_reply *rep, uint32_t timeout_ms,
+              conn_stop *stop)
+{
+    (void)s, (void)timeout_ms, (void)stop;
+    stoker_producer_client *pc = owner;
+    if (rep->code == STOKER_OK) {
+        note_trained(pc, rep->trained_through);
+        if (rep->queue_depth > 0)
+            note_depth(pc, rep->queue_depth);
     }
-    pthread_mutex_unlock(&pc->lock);
-    return NULL;
 }
 
 int
@@ -297,7 +194,7 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
     pc->schema = *schema;
     pc->stop.flag = opts->stop;
     pc->stop.grace_ms = STOP_GRACE_MS;
-    pc->stop.conn = &pc->conn; // a TLS failure ends the pushing thread's waits (STOKER_TLS)
+    pc->stop.conn = &pc->session.conn; // a TLS failure ends the pushing thread's waits (STOKER_TLS)
     pc->retain = STOKER_RETAIN_AUTO;
     pc->retain_auto = 1;
     const char *shm = getenv("STOKER_SHM");
@@ -308,38 +205,31 @@ stoker_producer_client_create(const stoker_client_options *opts, const stoker_sc
         free(pc);
         return STOKER_NOMEM;
     }
-    pthread_mutex_init(&pc->lock, NULL);
     pthread_mutex_init(&pc->prepared_lock, NULL);
-    pthread_cond_init(&pc->cond, NULL);
-    if ((rv = conn_open(&pc->conn, pc->url, opts->max_message_bytes, opts->reconnect_max_ms,
-                        &opts->tls, err, sizeof(err))) != STOKER_OK) {
+    char who[STOKER_NAME_MAX + 16];
+    snprintf(who, sizeof(who), "producer '%s'", pc->name);
+    if ((rv = session_open(&pc->session, &pc->opts, who, err, sizeof(err))) != STOKER_OK) {
         stoker_error("producer: %s", err);
         goto fail_conn;
     }
-    if ((rv = nng_ctx_open(&pc->push_ctx, pc->conn.sock)) != 0 ||
-        (rv = nng_ctx_open(&pc->beat_ctx, pc->conn.sock)) != 0 ||
-        (rv = nng_ctx_open(&pc->shard_ctx, pc->conn.sock)) != 0) {
+    if ((rv = nng_ctx_open(&pc->push_ctx, pc->session.conn.sock)) != 0 ||
+        (rv = nng_ctx_open(&pc->shard_ctx, pc->session.conn.sock)) != 0) {
         rv = stoker_err_from_nng(rv);
         goto fail_ctx;
     }
     push_stream_init(&pc->ps, pc->url, opts->max_message_bytes, pc->token, pc->opts.session);
-    atomic_store(&pc->last_sent_ms, stoker_now_ms());
-    pc->answered_ms = stoker_now_ms();
-    if (pthread_create(&pc->beat_thread, NULL, heartbeat_main, pc) != 0) {
-        rv = STOKER_NOMEM;
+    // Heartbeats only while nothing else tells the broker we live, and only once it knows us.
+    session_beat beat = {.fill = beat_fill, .answered = beat_answered, .owner = pc};
+    if ((rv = session_start_heartbeat(&pc->session, &beat)) != STOKER_OK)
         goto fail_ctx;
-    }
-    pc->beat_started = 1;
     *out = pc;
     return STOKER_OK;
 
 fail_ctx:
     push_stream_close(&pc->ps);
-    conn_close(&pc->conn);
+    session_close(&pc->session);
 fail_conn:
-    pthread_cond_destroy(&pc->cond);
     pthread_mutex_destroy(&pc->prepared_lock);
-    pthread_mutex_destroy(&pc->lock);
     retention_destroy(pc->kept);
     free(pc);
     return rv;
@@ -406,8 +296,6 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
             from = trained;
     }
     stoker_request req = {
-        .method = STOKER_HELLO,
-        .session = pc->opts.session,
         .role = STOKER_ROLE_PRODUCER,
         .has_schema = 1,
         .schema = pc->schema,
@@ -418,27 +306,17 @@ hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
     };
     if (pc->labels != NULL)
         req.labels = *pc->labels; // borrowed for the encoding
-    conn_copy_str(req.name, sizeof(req.name), pc->name);
-    conn_copy_str(req.token, sizeof(req.token), pc->token);
     conn_copy_str(req.pool, sizeof(req.pool), pc->autoscale_pool);
     stoker_reply *rep = NULL;
     char err[STOKER_MESSAGE_MAX];
-    atomic_store(&pc->last_sent_ms, stoker_now_ms());
-    int rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, stop, &rep, err,
-                             sizeof(err));
-    if (rv != STOKER_OK) {
+    int rv = session_hello(&pc->session, pc->push_ctx, &req, pc->opts.request_timeout_ms, stop,
+                           &rep, err, sizeof(err));
+    if (rep == NULL) {
         conn_copy_str(pc->error, sizeof(pc->error), err);
-        return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
+        return rv;
     }
-    broker_answered(pc);
-    rv = rep->code;
     if (rv == STOKER_OK) {
-        pthread_mutex_lock(&pc->lock);
-        pc->id = rep->peer_id;
-        pc->heartbeat_ms = rep->heartbeat_ms;
         atomic_store(&pc->max_chunk, rep->max_chunk);
-        pc->said_hello = 1;
-        pthread_mutex_unlock(&pc->lock);
         note_trained(pc, rep->trained_through);
         pc->broker_seq = rep->next_seq;
         // The default: the broker's queue for us plus as much again in flight or awaiting the
@@ -478,7 +356,7 @@ stoker_producer_client_hello(stoker_producer_client *pc)
         int rv = hello_once(pc, &pc->stop, UINT64_MAX);
         if (!transient(rv))
             return rv;
-        if ((rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) && broker_away(pc) != STOKER_OK)
+        if ((rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) && keep_waiting(pc) != STOKER_OK)
             return STOKER_CONNECTION;
         backoff(pc, &delay);
     }
@@ -584,7 +462,8 @@ settle(stoker_producer_client *pc)
                  pc->name, (unsigned long long)first, pc->error,
                  (unsigned long long)(pc->broker_seq < first ? pc->broker_seq : first));
     if (rv != STOKER_OK || rep->code == STOKER_UNKNOWN_PEER)
-        pc->said_hello = 0; // a new connection may be a new broker: hello says what it holds
+        session_forget(
+            &pc->session); // a new connection may be a new broker: hello says what it holds
     stoker_reply_free(rep);
     if (pc->broker_seq > first)
         pc->broker_seq = first;
@@ -616,7 +495,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
                 return STOKER_INTERRUPTED;
         }
         int rv;
-        if (!pc->said_hello) {
+        if (!known(pc)) {
             rv = hello_once(pc, &pc->stop, UINT64_MAX);
             if (rv == STOKER_INTERRUPTED)
                 return rv;
@@ -630,7 +509,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
         describe_push(pc, &req);
         stoker_reply *rep = NULL;
         char err[256];
-        atomic_store(&pc->last_sent_ms, stoker_now_ms());
+        session_sent(&pc->session);
         rv = push_stream_call(&pc->ps, &req, pc->opts.request_timeout_ms, &pc->stop, &rep, err,
                               sizeof(err));
         if (rv == PUSH_STREAM_UNUSED && *prepared != NULL) {
@@ -651,7 +530,7 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
         }
         // The broker answered: the --broker-wait clock starts again (a push may wait for room
         // far longer than that), and a later outage is said again.
-        broker_answered(pc);
+        session_answered(&pc->session);
         rv = rep->code;
         if (rv == STOKER_OK) {
             if (rep->acked_through >= first_seq + chunk->count) {
@@ -669,15 +548,15 @@ push_attempts(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fi
             continue;                      // the broker already waited for room
         }
         if (rv == STOKER_UNKNOWN_PEER) {
-            pc->said_hello = 0;
+            session_forget(&pc->session);
             continue;
         }
     failed:
         if (!transient(rv))
             return rv;
         if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) {
-            pc->said_hello = 0; // a new connection may be a new broker: say hello again
-            if (broker_away(pc) != STOKER_OK)
+            session_forget(&pc->session); // a new connection may be a new broker: say hello again
+            if (keep_waiting(pc) != STOKER_OK)
                 return STOKER_CONNECTION;
         }
         backoff(pc, &delay);
@@ -712,7 +591,7 @@ replay_from(stoker_producer_client *pc, int restarted)
     if (settled != STOKER_OK)
         return settled;
     uint64_t from = pc->broker_seq, count = 0;
-    while (pc->kept != NULL && pc->said_hello && pc->broker_seq < pc->next_seq) {
+    while (pc->kept != NULL && known(pc) && pc->broker_seq < pc->next_seq) {
         uint64_t first;
         int hole;
         const stoker_chunk *c = retention_find(pc->kept, pc->broker_seq, &first, &hole);
@@ -724,7 +603,7 @@ replay_from(stoker_producer_client *pc, int restarted)
             if (rv != STOKER_OK && !transient(rv))
                 return rv;
             if (rv != STOKER_OK)
-                pc->said_hello = 0;
+                session_forget(&pc->session);
             continue;
         }
         if (count == 0 && restarted)
@@ -754,7 +633,7 @@ replay_from(stoker_producer_client *pc, int restarted)
 static int
 poll_trained(stoker_producer_client *pc)
 {
-    if (!pc->said_hello) {
+    if (!known(pc)) {
         int rv = hello_once(pc, &pc->stop, UINT64_MAX);
         if (rv != STOKER_OK)
             return rv;
@@ -767,21 +646,21 @@ poll_trained(stoker_producer_client *pc)
                           .done_making = atomic_load(&pc->done_making)};
     stoker_reply *rep = NULL;
     char err[STOKER_MESSAGE_MAX];
-    atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    session_sent(&pc->session);
     rv = conn_call(pc->push_ctx, &req, pc->opts.request_timeout_ms, &rep, err, sizeof(err));
     if (rv != STOKER_OK) {
         conn_copy_str(pc->error, sizeof(pc->error), err);
-        pc->said_hello = 0;
+        session_forget(&pc->session);
         return rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
     }
-    broker_answered(pc);
+    session_answered(&pc->session);
     if (rep->code == STOKER_OK) {
         note_trained(pc, rep->trained_through);
         if (rep->queue_depth > 0)
             note_depth(pc, rep->queue_depth);
         retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);
     } else if (rep->code == STOKER_UNKNOWN_PEER)
-        pc->said_hello = 0;
+        session_forget(&pc->session);
     stoker_reply_free(rep);
     return STOKER_OK;
 }
@@ -809,7 +688,7 @@ wait_room(stoker_producer_client *pc, uint32_t count)
         uint64_t before = atomic_load(&pc->trained);
         int polled = poll_trained(pc);
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
-            broker_away(pc) != STOKER_OK)
+            keep_waiting(pc) != STOKER_OK)
             return STOKER_CONNECTION; // waited --broker-wait for a broker to train anything
         if (polled != STOKER_OK && !transient(polled))
             return polled; // a refusal (a retained chunk too large for a new broker, ...): final
@@ -850,7 +729,7 @@ keep(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t first_seq, 
 static int
 can_fly(const stoker_producer_client *pc)
 {
-    return pc->pipelined && pc->kept != NULL && pc->push_items == NULL && pc->said_hello &&
+    return pc->pipelined && pc->kept != NULL && pc->push_items == NULL && known(pc) &&
            !stopped(pc) && pc->broker_seq == (pc->flying.on ? pc->flying.first : pc->next_seq);
 }
 
@@ -886,7 +765,7 @@ push_flying(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t firs
     pc->next_seq = end;
     uint32_t id;
     char err[256];
-    atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    session_sent(&pc->session);
     int rv = push_stream_send(&pc->ps, &req, pc->opts.request_timeout_ms, &pc->stop, &id, err,
                               sizeof(err));
     if (rv == STOKER_INTERRUPTED)
@@ -943,7 +822,7 @@ push_keeping(stoker_producer_client *pc, const stoker_chunk *chunk, uint64_t fir
         return (rv = push_copy_by_reference(pc, chunk, first_seq)) != NOT_SENT
                    ? rv
                    : push_raw(pc, chunk, first_seq);
-    if (pc->said_hello && (rv = wait_room(pc, chunk->count)) != STOKER_OK)
+    if (known(pc) && (rv = wait_room(pc, chunk->count)) != STOKER_OK)
         return rv;
     if (can_fly(pc) && (rv = push_flying(pc, chunk, first_seq, owned)) != NOT_SENT)
         return rv;
@@ -1039,7 +918,7 @@ stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
         uint64_t before = atomic_load(&pc->trained);
         int polled = poll_trained(pc);
         if ((polled == STOKER_CONNECTION || polled == STOKER_TIMEOUT) &&
-            broker_away(pc) != STOKER_OK)
+            keep_waiting(pc) != STOKER_OK)
             return STOKER_CONNECTION; // said: no broker to report anything trained
         if (polled != STOKER_OK && !transient(polled))
             return polled; // a refusal: waiting longer changes nothing
@@ -1071,7 +950,7 @@ stoker_producer_client_max_chunk(const stoker_producer_client *pc)
 uint32_t
 stoker_producer_client_id(const stoker_producer_client *pc)
 {
-    return pc->id;
+    return atomic_load(&((stoker_producer_client *)pc)->session.peer_id);
 }
 
 const char *
@@ -1094,7 +973,7 @@ stoker_producer_client_goodbye(stoker_producer_client *pc)
     // goodbye's answer counts it (on a stop: abandoned after the grace; the answer says).
     int rv = settle(pc);
     if (rv == STOKER_OK && pc->kept != NULL && pc->broker_seq < pc->next_seq) {
-        if (pc->said_hello || hello_once(pc, &pc->stop, UINT64_MAX) == STOKER_OK)
+        if (known(pc) || hello_once(pc, &pc->stop, UINT64_MAX) == STOKER_OK)
             replay_from(pc, 0);
     }
     for (;;) {
@@ -1127,22 +1006,12 @@ stoker_producer_client_destroy(stoker_producer_client *pc)
 {
     if (pc == NULL)
         return;
-    if (pc->beat_started) {
-        pthread_mutex_lock(&pc->lock);
-        pc->closing = 1;
-        pthread_cond_signal(&pc->cond);
-        pthread_mutex_unlock(&pc->lock);
-        // Closing the socket aborts a heartbeat in flight.
-        conn_close(&pc->conn);
-        pthread_join(pc->beat_thread, NULL);
-    }
+    session_stop_heartbeat(&pc->session); // abandons a heartbeat in flight
     push_stream_close(&pc->ps);
-    conn_close(&pc->conn);
-    pthread_cond_destroy(&pc->cond);
+    session_close(&pc->session);
     for (int i = 0; i < 2; i++)
         nng_msg_free(pc->prepared[i].msg);
     pthread_mutex_destroy(&pc->prepared_lock);
-    pthread_mutex_destroy(&pc->lock);
     retention_destroy(pc->kept); // before the pool its copies may live in
     push_pool_destroy(pc->pool);
     free(pc);
@@ -1193,13 +1062,13 @@ stoker_producer_client_shard_ahead(stoker_producer_client *pc, uint64_t *items, 
 {
     if (stopped(pc))
         return STOKER_INTERRUPTED;
-    if (!pc->said_hello)
+    if (!known(pc))
         return STOKER_UNKNOWN_PEER; // the pusher's hello comes first
     stoker_request req = {.method = STOKER_SHARD, .session = pc->opts.session};
     stoker_reply *rep = NULL;
     char err[256];
     conn_stop stop = {.flag = pc->opts.stop, .grace_ms = STOP_GRACE_MS}; // not the pusher's
-    atomic_store(&pc->last_sent_ms, stoker_now_ms());
+    session_sent(&pc->session);
     int rv = conn_call_until(pc->shard_ctx, &req, pc->opts.request_timeout_ms, &stop, &rep, err,
                              sizeof(err));
     if (rv != STOKER_OK) {
@@ -1223,19 +1092,19 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
     for (;;) {
         if (stopped(pc))
             return STOKER_INTERRUPTED;
-        int rv = pc->said_hello ? STOKER_OK : hello_once(pc, &pc->stop, UINT64_MAX);
+        int rv = known(pc) ? STOKER_OK : hello_once(pc, &pc->stop, UINT64_MAX);
         if (rv == STOKER_OK) {
             stoker_request req = {.method = STOKER_SHARD, .session = pc->opts.session};
             stoker_reply *rep = NULL;
             char err[256];
-            atomic_store(&pc->last_sent_ms, stoker_now_ms());
+            session_sent(&pc->session);
             rv = conn_call_until(pc->push_ctx, &req, pc->opts.request_timeout_ms, &pc->stop, &rep,
                                  err, sizeof(err));
             if (rv != STOKER_OK) {
                 conn_copy_str(pc->error, sizeof(pc->error), err);
                 rv = rv == STOKER_CLOSED ? STOKER_CONNECTION : rv;
             } else {
-                broker_answered(pc);
+                session_answered(&pc->session);
                 rv = rep->code;
                 conn_copy_str(pc->error, sizeof(pc->error), rep->message);
                 if (rv == STOKER_OK)
@@ -1244,14 +1113,14 @@ stoker_producer_client_shard(stoker_producer_client *pc, uint64_t *items, uint32
                 if (rv == STOKER_OK || rv == STOKER_RETRY || rv == STOKER_END_OF_DATA)
                     return rv;
                 if (rv == STOKER_UNKNOWN_PEER)
-                    pc->said_hello = 0;
+                    session_forget(&pc->session);
             }
         }
         if (rv == STOKER_INTERRUPTED || !transient(rv))
             return rv;
         if (rv == STOKER_CONNECTION || rv == STOKER_TIMEOUT) {
-            pc->said_hello = 0;
-            if (broker_away(pc) != STOKER_OK)
+            session_forget(&pc->session);
+            if (keep_waiting(pc) != STOKER_OK)
                 return STOKER_CONNECTION;
         }
         backoff(pc, &delay);
