@@ -164,7 +164,8 @@ trainer_prefetch_free(stoker_trainer_client *tc)
     for (uint32_t i = 0; i < tc->n_slots; i++) {
         nng_msg_free(tc->slots[i].reply);
         tc->slots[i].reply = NULL;
-        nng_aio_free(tc->slots[i].aio);
+        if (tc->slots[i].aio != NULL) // a create that failed midway made only some
+            nng_aio_free(tc->slots[i].aio);
         tc->slots[i].aio = NULL;
     }
     for (uint32_t i = 0; i < tc->n_early; i++)
