@@ -244,14 +244,15 @@ def _raise(code, reason):
 class _Memory:
     """Owns one C batch; frees it when the last view of it is gone."""
 
-    __slots__ = ("ptr", "lib", "__weakref__")
+    __slots__ = ("ptr", "lib", "owned", "__weakref__")
 
-    def __init__(self, lib, ptr):
+    def __init__(self, lib, ptr, owned=True):
         self.lib = lib
         self.ptr = ptr
+        self.owned = owned  # False until the caller holds it (Client.next_batch)
 
     def __del__(self):
-        if self.ptr:
+        if getattr(self, "ptr", None) and getattr(self, "owned", False):
             try:
                 self.lib.stoker_consumer_batch_free(self.ptr)
             except Exception:  # interpreter shutdown
@@ -479,6 +480,11 @@ class Client:
         self._handle = None
         self._held = None  # the last batch batches() yielded, until the next is requested
         self._stashed = None  # epochs(): a batch that came with an epoch's end, for the next
+        # The library writes each batch it hands out here; next_batch takes it from here only
+        # once the Batch the caller gets is made. A KeyboardInterrupt (raised at the first Python
+        # instruction after a call into the library) leaves it here, and the next next_batch
+        # returns it: Ctrl-C caught around next_batch loses no batch.
+        self._out = ctypes.c_void_p()
         self._blocks = 0  # open `with` blocks that decide about _held when they end
         self._duplicates = 0  # duplicates() as it was at close()
         self._delivery = None  # delivery as it was at close()
@@ -647,6 +653,9 @@ class Client:
             self._held.release()
         self._held = None
         self._stashed = None  # never seen by the caller: not acknowledged, redelivered
+        if self._out.value:  # handed out, never returned (interrupted): redelivered too
+            self._lib.stoker_consumer_batch_free(self._out.value)
+            self._out.value = None
         self._duplicates = self._lib.stoker_consumer_duplicates(self._handle)
         self._delivery = self.delivery
         self._lib.stoker_consumer_close(self._handle)
@@ -693,15 +702,19 @@ class Client:
         """Waits (at most the stall timeout) for the next batch and returns it; you own it and
         must release() it. Raises SupplyEnded, Stalled or StokerError."""
         self._open(batch_size if batch_size is not None else self.batch_size)
-        ptr = ctypes.c_void_p()
+        out = self._out
         # Python runs its signal handlers (Ctrl-C's KeyboardInterrupt) only between calls into
         # the library, so the wait goes in slices of _SLICE_S and the stall timeout is counted
         # here: Ctrl-C ends a wait within a slice, whatever the broker does (issue 26).
         deadline = time.monotonic() + self.stall_timeout
         while True:
+            if out.value:  # a batch an interrupted call got: the caller's now
+                rv, reason = _lib.OK, ""
+                self._dispatch_events()
+                break
             left_ms = int((deadline - time.monotonic()) * 1000)
             wait_ms = max(1, min(int(_SLICE_S * 1000), left_ms))
-            rv = self._lib.stoker_consumer_next_within(self._handle, ctypes.byref(ptr), wait_ms)
+            rv = self._lib.stoker_consumer_next_within(self._handle, ctypes.byref(out), wait_ms)
             reason = self._lib.stoker_consumer_error(self._handle).decode(errors="replace")
             self._dispatch_events()
             if rv != _lib.TIMEOUT:
@@ -720,7 +733,13 @@ class Client:
             except SupplyEnded as e:
                 e.leftover = self.leftover
                 raise
-        return Batch(self, _Memory(self._lib, ptr.value))
+        memory = _Memory(self._lib, out.value, owned=False)
+        batch = Batch(self, memory)
+        # The hand-over: two stores and the return, with no call between them where Python
+        # could raise a KeyboardInterrupt; before them an interrupt leaves the batch in _out.
+        memory.owned = True
+        out.value = None
+        return batch
 
     def batches(self, batch_size=None, max_batches=None):
         """Yields batches until the supply ends (SupplyEnded), nothing arrives within the stall
