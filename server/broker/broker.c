@@ -148,7 +148,7 @@ static int
 on_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
          broker_outbox *out)
 {
-    return session_hello(b, token, pipe, req, now_ms, out);
+    return session_handle_hello(b, token, pipe, req, now_ms, out);
 }
 
 static int
@@ -180,7 +180,7 @@ on_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t 
            broker_outbox *out)
 {
     (void)pipe;
-    return session_goodbye(b, token, req, now_ms, out);
+    return session_handle_goodbye(b, token, req, now_ms, out);
 }
 
 // What a request kind needs before its handler runs: checked once, here, for every kind.
@@ -206,7 +206,7 @@ static const method methods[] = {
     {STOKER_PULL, pull_handle, NEEDS_AUTH | NEEDS_SCHEMA, "pull"},
     {STOKER_ACK, on_ack, NEEDS_AUTH | NEEDS_SCHEMA, "ack"},
     {STOKER_GOODBYE, on_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
-    {STOKER_HEARTBEAT, session_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
+    {STOKER_HEARTBEAT, session_handle_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
     {STOKER_SHARD, epochs_handle_shard, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
 };
 
@@ -243,7 +243,7 @@ admitted(broker *b, const method *m, void *token, uint32_t pipe, const stoker_re
     }
     if ((m->needs & NEEDS_SCHEMA) && !b->has_schema) {
         // A trainer of a broker that died may report what it trained before any producer came
-        // back (session_heartbeat): kept for the producers' sessions.
+        // back (session_handle_heartbeat): kept for the producers' sessions.
         if (req->method == STOKER_HEARTBEAT && req->n_trained > 0)
             trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");

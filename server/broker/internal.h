@@ -30,12 +30,12 @@ int session_pipe_authed(const broker *b, uint32_t pipe);
 void session_forget_pipe(broker *b, uint32_t pipe);
 // Writes a description of pipe's peer to buf and returns buf.
 const char *session_peer(const broker *b, uint32_t pipe, char *buf, size_t len);
-int session_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                  broker_outbox *out);
-int session_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                    broker_outbox *out);
-int session_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                      broker_outbox *out);
+int session_handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req,
+                         uint64_t now_ms, broker_outbox *out);
+int session_handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                           broker_outbox *out);
+int session_handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req,
+                             uint64_t now_ms, broker_outbox *out);
 
 // --- lease.c: leases (floor 3) ---
 

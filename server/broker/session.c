@@ -462,8 +462,8 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
 }
 
 int
-session_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-              broker_outbox *out)
+session_handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                     broker_outbox *out)
 {
     char who[96];
     if (!token_ok(b, req->token)) {
@@ -485,7 +485,8 @@ session_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64
 }
 
 int
-session_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+session_handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+                       broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
@@ -525,8 +526,8 @@ session_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms, br
 }
 
 int
-session_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-                  broker_outbox *out)
+session_handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req,
+                         uint64_t now_ms, broker_outbox *out)
 {
     producer *p = find_producer(b, req->session);
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
