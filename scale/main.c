@@ -6,7 +6,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "engine_slurm.h"
 #include "engine_swarm.h"
@@ -184,6 +188,35 @@ replace_missing(const scale_options *o, scale_pool *p, uint32_t missing, uint32_
     scale_acted(p);
 }
 
+// What --exec-cmd started in the background and left behind (producers, usually) is this
+// controller's: it is their reaper (below), so that they are not zombies where it runs as a
+// container's first process, and their ends are logged. Whether a pool has the producers it
+// asked for is the broker's count (scale_missing): a pool's producers need not be children.
+static void
+become_reaper(void)
+{
+#ifdef __linux__
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        stoker_debug("stoker-scale: cannot adopt what --exec-cmd leaves running: %s",
+                     strerror(errno));
+#endif
+}
+
+static void
+reap_children(void)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (WIFSIGNALED(status))
+            stoker_warn("child-ended: pid %d, left running by --exec-cmd, killed by signal %d",
+                        (int)pid, WTERMSIG(status));
+        else
+            stoker_info("child-ended: pid %d, left running by --exec-cmd, exited %d", (int)pid,
+                        WEXITSTATUS(status));
+    }
+}
+
 // One reading of the signal and a decision per pool. Returns 0, or 1 when the broker did not
 // answer (logged; the next round tries again, and nothing changes meanwhile).
 static int
@@ -335,12 +368,15 @@ main(int argc, char **argv)
     if (o.cfg.has_min && o.cfg.has_max && o.cfg.min > o.cfg.max)
         return stoker_cli_fail(&cli, "--min %u is above --max %u", o.cfg.min, o.cfg.max);
     stoker_process_on_stop(on_signal);
+    if (strcmp(o.engine, "exec") == 0 && !o.dry_run)
+        become_reaper();
     static scale_pool pools[POOLS_MAX];
     uint32_t n_pools = 0;
     broker_memory memory = {0};
     for (uint32_t round = 0; !stop && (o.rounds == 0 || round < o.rounds); round++) {
         if (round > 0)
             stoker_sleep_ms(o.interval_ms, &stop);
+        reap_children();
         if (!stop)
             round_once(&o, &memory, pools, &n_pools);
     }

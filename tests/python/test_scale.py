@@ -215,21 +215,31 @@ def test_killed_producers_are_replaced():
             # The controller replaces what it saw alive (not what died before its next reading,
             # as a producer that cannot start would): let a few of its readings see the three.
             time.sleep(1.5)
-            for pid in first[:2]:
+            # The two the controller's command started: left running by it, they are the
+            # controller's children (it reaps them and says so).
+            killed = first[1:]
+            for pid in killed:
                 os.kill(pid, signal.SIGKILL)
             t0 = time.monotonic()
+            # Dead (or a zombie) and gone from the broker's count before they can come back.
+            st = status_when(b, lambda st: st["producers_alive"] == 1
+                             and not any(alive(p) for p in killed), 20)
+            assert st["producers_alive"] == 1, st
             st = status_when(b, lambda st: st["producers_alive"] == 3
                              and len([p for p in started(b.dir) if alive(p)]) == 3, 20)
             took = time.monotonic() - t0
             now = [p for p in started(b.dir) if alive(p)]
             assert st["producers_alive"] == 3 and len(now) == 3, (st, now)
-            assert not set(now) & set(first[:2]), (now, first)
+            assert not set(now) & set(killed), (now, first)
             print("replaced in %.1f s" % took)
             assert took < 15, took
             scale.send_signal(signal.SIGTERM)
             out, err = scale.communicate(timeout=10)
             assert "scale: pool 'default' replaces 2 of 3" in out, out
             assert "producers-missing: pool 'default': 2 of the 3 asked for" in err, err
+            for pid in killed:
+                assert "child-ended: pid %d, left running by --exec-cmd, killed by signal 9" % pid \
+                    in err, err
         finally:
             for pid in started(b.dir):
                 try:
