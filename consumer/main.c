@@ -234,10 +234,12 @@ main(int argc, char **argv)
     cli.epilog = "Exit codes: 0 done, 3 data supply ended, 4 stalled, 5 group broken,\n"
                  "130 interrupted, 1 error, 2 usage.";
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
+    stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);
     int code = stoker_cli_parse(&cli, argc, argv);
     if (code >= 0 || (code = stoker_cli_require(&cli, "broker", NULL)) != 0 ||
-        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0)
+        (code = stoker_cli_check_url(&cli, "broker", o.client.url)) != 0 ||
+        (code = stoker_cli_check_tls(&cli, &o.client)) != 0)
         return code;
     if (o.group == NULL && (stoker_cli_given(&cli, "rank") || stoker_cli_given(&cli, "world")))
         return stoker_cli_fail(&cli, "--rank and --world go with --group");
@@ -278,6 +280,10 @@ main(int argc, char **argv)
     }
     o.consumer.url = o.client.url;
     o.consumer.token = o.client.token;
+    o.consumer.tls_ca = o.client.tls.ca;
+    o.consumer.tls_cert = o.client.tls.cert;
+    o.consumer.tls_key = o.client.tls.key;
+    o.consumer.tls_insecure = o.client.tls.insecure ? 1 : 0;
     stoker_log_init("pull", cli.log_level);
     stoker_process_on_stop(on_signal);
 

@@ -6,7 +6,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "engine_slurm.h"
 #include "engine_swarm.h"
@@ -148,6 +152,71 @@ remember_broker(broker_memory *m, stoker_status *st, const char *url, uint64_t n
     }
 }
 
+// A producer gone for this long (and at least one reading) is dead, not reconnecting.
+#define MISSING_GRACE_MS 2000
+
+static uint64_t
+missing_grace_ms(const scale_options *o)
+{
+    return o->interval_ms > MISSING_GRACE_MS ? o->interval_ms : MISSING_GRACE_MS;
+}
+
+// The exec engine asks its command for the pool's count again: the command scales to a count,
+// so it starts as many as died. Not a change of count: the broker is not told.
+static void
+replace_missing(const scale_options *o, scale_pool *p, uint32_t missing, uint32_t alive)
+{
+    char err[512];
+    stoker_warn("producers-missing: pool '%s': %u of the %u asked for were alive and are gone "
+                "(%u alive now)%s",
+                p->name, missing, p->current, alive,
+                o->dry_run ? " (dry run: nothing done)" : ": running --exec-cmd again");
+    printf("scale: pool '%s' replaces %u of %u%s: they died (%u alive)\n", p->name, missing,
+           p->current, o->dry_run ? " (dry run)" : "", alive);
+    fflush(stdout);
+    if (o->dry_run) {
+        scale_acted(p);
+        return;
+    }
+    if (act(o, p->name, p->current, err, sizeof(err)) != 0) {
+        // Tried again after another grace: a command that fails is not run at every reading.
+        stoker_error("scale-failed: pool '%s' replacing %u at %u: %s", p->name, missing, p->current,
+                     err);
+        p->missing_since_ms = stoker_now_ms();
+        return;
+    }
+    scale_acted(p);
+}
+
+// What --exec-cmd started in the background and left behind (producers, usually) is this
+// controller's: it is their reaper (below), so that they are not zombies where it runs as a
+// container's first process, and their ends are logged. Whether a pool has the producers it
+// asked for is the broker's count (scale_missing): a pool's producers need not be children.
+static void
+become_reaper(void)
+{
+#ifdef __linux__
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        stoker_debug("stoker-scale: cannot adopt what --exec-cmd leaves running: %s",
+                     strerror(errno));
+#endif
+}
+
+static void
+reap_children(void)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (WIFSIGNALED(status))
+            stoker_warn("child-ended: pid %d, left running by --exec-cmd, killed by signal %d",
+                        (int)pid, WTERMSIG(status));
+        else
+            stoker_info("child-ended: pid %d, left running by --exec-cmd, exited %d", (int)pid,
+                        WEXITSTATUS(status));
+    }
+}
+
 // One reading of the signal and a decision per pool. Returns 0, or 1 when the broker did not
 // answer (logged; the next round tries again, and nothing changes meanwhile).
 static int
@@ -166,7 +235,11 @@ round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uin
         stoker_status_destroy(st);
         return 1;
     }
+    uint64_t restarted_before = memory->restart_ms;
     remember_broker(memory, st, o->client.url, stoker_now_ms());
+    if (memory->restart_ms != restarted_before)
+        for (uint32_t i = 0; i < *n_pools; i++)
+            scale_acted(&pools[i]); // a new broker counts its producers again as they return
     if (strcmp(o->engine, "slurm") == 0 && slurm_engine_pool_absent(st, o->pool) != 0)
         stoker_warn("stoker-scale: out of memory");
     for (uint32_t i = 0; i < st->n_pools; i++) {
@@ -197,6 +270,11 @@ round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uin
         uint32_t to;
         char why[512];
         uint64_t now = stoker_now_ms();
+        // The exec engine's command starts producers and forgets them: the broker's count of
+        // those alive is how the engine learns that some died (killed, crashed). Swarm restarts
+        // its tasks itself; slurm counts its jobs above.
+        uint32_t missing =
+            strcmp(o->engine, "exec") == 0 ? scale_missing(p, info, now, missing_grace_ms(o)) : 0;
         // A restarted broker's readings are provisional for a --down-window: no step either way
         // (scale_decide), and the down-window's readings from before it went away age out.
         p->settle_until_ms =
@@ -206,6 +284,8 @@ round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uin
                 stoker_info("pool '%s' stays at %u: %s", p->name, p->current, why);
             else
                 stoker_debug("pool '%s' stays at %u: %s", p->name, p->current, why);
+            if (missing > 0)
+                replace_missing(o, p, missing, info->current);
             continue;
         }
         printf("scale: pool '%s' from %u to %u%s: %s\n", p->name, p->current, to,
@@ -226,6 +306,7 @@ round_once(const scale_options *o, broker_memory *memory, scale_pool *pools, uin
                         p->name, p->current, to, err);
         p->current = to;
         p->last_change_ms = now;
+        scale_acted(p);
     }
     stoker_status_destroy(st);
     return 0;
@@ -287,12 +368,15 @@ main(int argc, char **argv)
     if (o.cfg.has_min && o.cfg.has_max && o.cfg.min > o.cfg.max)
         return stoker_cli_fail(&cli, "--min %u is above --max %u", o.cfg.min, o.cfg.max);
     stoker_process_on_stop(on_signal);
+    if (strcmp(o.engine, "exec") == 0 && !o.dry_run)
+        become_reaper();
     static scale_pool pools[POOLS_MAX];
     uint32_t n_pools = 0;
     broker_memory memory = {0};
     for (uint32_t round = 0; !stop && (o.rounds == 0 || round < o.rounds); round++) {
         if (round > 0)
             stoker_sleep_ms(o.interval_ms, &stop);
+        reap_children();
         if (!stop)
             round_once(&o, &memory, pools, &n_pools);
     }

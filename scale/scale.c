@@ -184,6 +184,32 @@ scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *
     return 1;
 }
 
+uint32_t
+scale_missing(scale_pool *pool, const stoker_pool_info *info, uint64_t now_ms, uint64_t grace_ms)
+{
+    if (info->current > pool->alive_high)
+        pool->alive_high = info->current;
+    uint32_t seen = pool->alive_high < pool->current ? pool->alive_high : pool->current;
+    if (info->current >= seen) {
+        pool->missing_since_ms = 0;
+        return 0;
+    }
+    // One reading short is not yet a death: a producer whose connection broke reconnects
+    // within its retry (the broker counts it lost meanwhile).
+    if (pool->missing_since_ms == 0)
+        pool->missing_since_ms = now_ms;
+    if (now_ms - pool->missing_since_ms < grace_ms)
+        return 0;
+    return seen - info->current;
+}
+
+void
+scale_acted(scale_pool *pool)
+{
+    pool->alive_high = 0;
+    pool->missing_since_ms = 0;
+}
+
 int
 scale_exec(const char *cmd, const char *pool, uint32_t wanted, uint32_t timeout_ms, char *err,
            size_t err_len)

@@ -37,6 +37,10 @@ typedef struct scale_pool {
     // The broker restarted: its readings are provisional until then (0: they are not), and the
     // pool holds either way meanwhile.
     uint64_t settle_until_ms;
+    // What is alive, not what was asked for: the most producers the broker saw alive since the
+    // engine last acted (or the broker restarted), and since when fewer are (0: not fewer).
+    uint32_t alive_high;
+    uint64_t missing_since_ms;
 } scale_pool;
 
 // Decides for pool from the broker's view of it (info, one of st's pools; st: the signal's idle
@@ -46,6 +50,17 @@ typedef struct scale_pool {
 // borrows everything.
 int scale_decide(const scale_config *cfg, scale_pool *pool, const stoker_pool_info *info,
                  const stoker_status *st, uint64_t now_ms, uint32_t *to, char *why, size_t why_len);
+
+// The producers of pool that were alive since the engine last acted and are gone now (killed,
+// crashed), once they have been gone for grace_ms: the engine asks for pool->current again to
+// replace them. Producers still starting are not missing (they were never seen alive), nor are
+// those a step down stops. Records info->current; call once per reading. Returns how many are
+// missing (0: none, or not for grace_ms yet).
+uint32_t scale_missing(scale_pool *pool, const stoker_pool_info *info, uint64_t now_ms,
+                       uint64_t grace_ms);
+
+// The engine acted on pool (or the broker restarted): what is alive is counted again from here.
+void scale_acted(scale_pool *pool);
 
 // Runs `/bin/sh -c 'CMD "$STOKER_WANTED"'`-like: CMD with the count as its last argument and
 // STOKER_WANTED, STOKER_POOL in its environment, and waits up to timeout_ms for it. Returns 0

@@ -399,7 +399,34 @@ stoker_consumer_set_commit(stoker_consumer *c, int on)
 int
 stoker_consumer_commit(stoker_consumer *c)
 {
-    return stoker_trainer_client_commit(c->tc);
+    c->error[0] = '\0';
+    char before[sizeof(c->error)];
+    snprintf(before, sizeof(before), "%s", stoker_trainer_client_refusal(c->tc));
+    uint64_t step = stoker_trainer_client_group_steps(c->tc);
+    int rv = stoker_trainer_client_commit(c->tc);
+    if (rv == STOKER_OK)
+        return rv;
+    // The broker's reason when it refused the commit (a rank lost or gone, ranks at different
+    // steps, a rank that did not commit in time); a refusal it repeats reads the same as the
+    // last. A request that got no answer has no such reason: the code's, and the step.
+    const char *refusal = stoker_trainer_client_refusal(c->tc);
+    const char *end = stoker_trainer_client_end_reason(c->tc);
+    int answered = rv != STOKER_TIMEOUT && rv != STOKER_CONNECTION && rv != STOKER_INTERRUPTED &&
+                   rv != STOKER_NOMEM;
+    if (refusal[0] != '\0' && (strcmp(refusal, before) != 0 || answered))
+        stoker_errorf(c->error, sizeof(c->error), rv, "%s", refusal);
+    else if (rv == STOKER_GROUP_BROKEN && end[0] != '\0')
+        stoker_errorf(c->error, sizeof(c->error), rv, "%s", end);
+    else if (c->in_group)
+        stoker_errorf(c->error, sizeof(c->error), rv,
+                      "%s (the group commit at step %llu; its acknowledgements stay kept)",
+                      stoker_strerror(rv), (unsigned long long)step);
+    else
+        stoker_errorf(c->error, sizeof(c->error), rv,
+                      "%s (%llu acknowledgements stay kept for the next commit)",
+                      stoker_strerror(rv),
+                      (unsigned long long)stoker_trainer_client_uncommitted(c->tc));
+    return rv;
 }
 
 uint64_t

@@ -19,11 +19,11 @@ Pure Python over libstoker.so (ctypes); numpy and torch are used when installed.
 """
 
 from ._lib import API_VERSION
-from .client import (Batch, Client, Event, Field, GroupBroken, Ragged, Run, Stalled,
-                     StokerError, SupplyEnded, TLSError, status)
+from .client import (Batch, BrokerRestarted, Client, Event, Field, GroupBroken, Ragged, Run,
+                     Stalled, StokerError, SupplyEnded, TLSError, status)
 from . import ragged  # noqa: F401  (stoker.ragged.pad / pack / nested; numpy or torch on use)
 
-__all__ = ["API_VERSION", "Batch", "Client", "Event", "Field", "GroupBroken", "Ragged", "Run",
+__all__ = ["API_VERSION", "Batch", "BrokerRestarted", "Client", "Event", "Field", "GroupBroken", "Ragged", "Run",
            "Stalled", "StokerError", "SupplyEnded", "TLSError", "status", "library_api_version",
            "__version__"]
 

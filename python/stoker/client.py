@@ -74,11 +74,42 @@ class GroupBroken(StokerError):
     no further step can come. Under torchrun, exit and let it restart the group."""
 
 
+class BrokerRestarted(StokerError):
+    """Client.epochs(): the broker serving the dataset restarted (it was replaced by a new
+    process on its address) while an Epoch was iterated. A broker keeps its epochs in memory, so
+    the new one starts them anew from epoch 0: the Epoch stops here rather than go on with
+    another broker's items. epoch is the number of the Epoch that stopped, uptime the new
+    broker's uptime in seconds when the client noticed. Call epochs() again to go on with the new
+    broker's epochs (its first batch is kept for them, not lost)."""
+
+    what = "broker restarted"
+
+    def __init__(self, reason, epoch, uptime):
+        super().__init__(_lib.CONNECTION, reason)
+        self.epoch = epoch
+        self.uptime = uptime
+
+
 Event = namedtuple("Event", "kind producer name at reason")
 Event.__doc__ = """A broker event: kind is "producer_joined", "producer_lost", "producer_finished",
-"producer_reconnected", "epoch_end" or "scaled"; producer the broker's id, name the producer's
-name (for "scaled": the pool), at the broker's uptime in seconds, reason the broker's reason (for
-producer_lost; for "scaled": "from N to M (ENGINE): why")."""
+"producer_reconnected", "epoch_end", "scaled" or "broker_restarted"; producer the broker's id,
+name the producer's name (for "scaled": the pool; for "broker_restarted": the URL), at the
+broker's uptime in seconds, reason the broker's reason (for producer_lost; for "scaled": "from N
+to M (ENGINE): why"). "broker_restarted" is the client's own, noticed while epochs() follows a
+dataset (see BrokerRestarted); producer is 0."""
+
+# A trainer the broker did not know is told who is there with events of this reason: the sign
+# of a new broker (or of one that forgot this trainer), checked against the broker's uptime.
+_SNAPSHOT_REASON = "already there when this trainer joined"
+# The broker's uptime is said in milliseconds: its start, reckoned from it, is known to this
+# and to the request's round trip (between sending and the answer); and the broker's clock may
+# run apart from this host's, by far less than this share of the time (a restart moves the start
+# by the old broker's whole life).
+_UPTIME_ROUNDING_S = 0.002
+_CLOCK_DRIFT = 1e-3
+# A batch that took this long to come is checked for a restart (one always makes the client wait
+# unless it was hidden behind prefetched batches, which the snapshot events then tell).
+_RESTART_WAIT_S = 0.5
 
 Run = namedtuple("Run", "producer session first_seq count")
 Run.__doc__ = "Examples first_seq .. first_seq + count - 1 of producer session `session`."
@@ -485,6 +516,13 @@ class Client:
         # instruction after a call into the library) leaves it here, and the next next_batch
         # returns it: Ctrl-C caught around next_batch loses no batch.
         self._out = ctypes.c_void_p()
+        # epochs(): when the broker started, on time.monotonic() (None: not followed), whether a
+        # sign of a restart came (snapshot events), the restart noticed and not yet raised, and
+        # the epoch ends counted before it (the new broker's epochs count from there).
+        self._broker_start = None
+        self._restart_sign = False
+        self._restarted = None
+        self._epochs_base = 0
         self._blocks = 0  # open `with` blocks that decide about _held when they end
         self._duplicates = 0  # duplicates() as it was at close()
         self._delivery = None  # delivery as it was at close()
@@ -688,10 +726,15 @@ class Client:
             e = Event(_lib.EVENT_KINDS.get(kind.value, str(kind.value)), producer.value,
                       name.value.decode(errors="replace"), at.value,
                       reason.value.decode(errors="replace"))
-            if self.on_event is not None:
-                self.on_event(e)
-            else:
-                self._events.append(e)
+            if e.reason == _SNAPSHOT_REASON:
+                self._restart_sign = True
+            self._event(e)
+
+    def _event(self, e):
+        if self.on_event is not None:
+            self.on_event(e)
+        else:
+            self._events.append(e)
 
     def events(self):
         """Events not yet returned (only when no on_event callback was given)."""
@@ -706,7 +749,8 @@ class Client:
         # Python runs its signal handlers (Ctrl-C's KeyboardInterrupt) only between calls into
         # the library, so the wait goes in slices of _SLICE_S and the stall timeout is counted
         # here: Ctrl-C ends a wait within a slice, whatever the broker does (issue 26).
-        deadline = time.monotonic() + self.stall_timeout
+        started = time.monotonic()
+        deadline = started + self.stall_timeout
         while True:
             if out.value:  # a batch an interrupted call got: the caller's now
                 rv, reason = _lib.OK, ""
@@ -735,11 +779,58 @@ class Client:
                 raise
         memory = _Memory(self._lib, out.value, owned=False)
         batch = Batch(self, memory)
+        if self._broker_start is not None:
+            self._look_for_restart(batch, time.monotonic() - started)
         # The hand-over: two stores and the return, with no call between them where Python
         # could raise a KeyboardInterrupt; before them an interrupt leaves the batch in _out.
         memory.owned = True
         out.value = None
         return batch
+
+    def _broker_started(self):
+        """When the broker started, on time.monotonic(): (earliest, latest), from its uptime and
+        the round trip of the request that asked it."""
+        sent = time.monotonic()
+        st = self.status()
+        answered = time.monotonic()
+        up = float(st["uptime_s"])
+        return (sent - up, answered - up), st
+
+    def _look_for_restart(self, batch, waited_s):
+        """epochs(): whether batch came from another broker than the one whose epochs are
+        followed. Asked of the broker's uptime only on a sign: the broker told this client who
+        was there as to a trainer it did not know, the batch took long to come, or it holds an
+        item of an epoch that ended here (a broker never sends one)."""
+        first = _first_epoch(batch)
+        ended = first >= 0 and first < self._epochs_ended()
+        if not (self._restart_sign or ended or waited_s >= _RESTART_WAIT_S):
+            return
+        self._restart_sign = False
+        try:
+            start, _ = self._broker_started()
+        except StokerError:
+            if not ended:
+                return  # the next sign asks again
+            start = None
+        # A broker that started after the latest moment the followed one can have started is
+        # another one: the two spans of the round trips do not meet.
+        now = time.monotonic()
+        slack = _UPTIME_ROUNDING_S + _CLOCK_DRIFT * (now - self._broker_start[0])
+        if start is not None and start[0] <= self._broker_start[1] + slack:
+            return  # the same broker
+        before = now - self._broker_start[0]
+        uptime = now - start[0] if start is not None else None
+        self._broker_start = start if start is not None else (now, now)
+        self._epochs_base = self._lib.stoker_consumer_epochs_ended(self._handle)
+        if uptime is None:
+            reason = ("the broker at %s sent an item of epoch %d, which had ended: another "
+                      "broker, which starts its epochs anew from epoch 0" % (self.url, first))
+        else:
+            reason = ("the broker at %s restarted (up for %.1f s, the one before would be up for "
+                      "%.1f s): the new one starts its epochs anew from epoch 0"
+                      % (self.url, uptime, before))
+        self._restarted = (reason, uptime)
+        self._event(Event("broker_restarted", 0, self.url, uptime or 0.0, reason))
 
     def batches(self, batch_size=None, max_batches=None):
         """Yields batches until the supply ends (SupplyEnded), nothing arrives within the stall
@@ -784,11 +875,17 @@ class Client:
         (--strict-epochs), an epoch's last batches may already hold items of the next one
         (Batch.epoch_indices() tells each example's epoch); a batch that arrives with the news of the
         epoch's end opens the next Epoch. SupplyEnded is raised when the supply ends before an
-        epoch did."""
+        epoch did. BrokerRestarted is raised when the broker restarted meanwhile (its epochs
+        start anew): an Epoch never mixes two brokers' items; call epochs() again to follow the
+        new broker's, an event of kind "broker_restarted" says so too."""
         # Strict epochs (the default): a batch of only later epochs' items ends an Epoch too
         # (another consumer took the rest of it, and its end's news may trail the batch).
         # Overlapping epochs (--overlap-epochs) end only with the broker's news.
-        self._epochs_strict = not (self.status().get("dataset") or {}).get("overlap", False)
+        # Followed from here: a broker that restarts starts its epochs anew, and an Epoch never
+        # takes another broker's items (_look_for_restart, BrokerRestarted).
+        self._broker_start, st = self._broker_started()
+        self._epochs_strict = not (st.get("dataset") or {}).get("overlap", False)
+        self._restarted = None
         number = 0
         while count is None or number < count:
             yield Epoch(self, number, batch_size)
@@ -799,7 +896,10 @@ class Client:
         return self.group is None and getattr(self, "_epochs_strict", False)
 
     def _epochs_ended(self):
-        return self._lib.stoker_consumer_epochs_ended(self._handle) if self._handle else 0
+        # Of the broker followed now: the ends counted before a restart were another broker's.
+        if not self._handle:
+            return 0
+        return self._lib.stoker_consumer_epochs_ended(self._handle) - self._epochs_base
 
     # -- information --------------------------------------------------------------------------
 
@@ -879,6 +979,13 @@ class Epoch:
                     if c._epochs_ended() > self.number:
                         return
                     raise
+                if c._restarted is not None:
+                    # The new broker's first batch: kept for the Epochs of a next epochs().
+                    c._stashed = b
+                    (reason, uptime), c._restarted = c._restarted, None
+                    raise BrokerRestarted("%s; Epoch(%d) stops here: call epochs() again to go "
+                                          "on with the new broker's epochs"
+                                          % (reason, self.number), self.number, uptime)
                 if c._epochs_ended() > self.number or (c._by_items() and
                                                        _first_epoch(b) > self.number):
                     # Came with the news of this epoch's end, or holds only later epochs' items

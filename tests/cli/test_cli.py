@@ -191,6 +191,8 @@ def test_usage_errors_across_flags():
         ("stoker-pull", [], "--broker URL is required"),
         ("stoker-bench-consumer", [], "--broker URL is required"),
         ("stoker-producer", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
+        ("stoker-pull", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
+        ("stoker-pull", ["--broker", "tls+tcp://127.0.0.1:1"], "--tls-ca"),
         # Not a URL (issue 30): named, with the URL it probably meant, before anything dials.
         ("stoker-producer", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
         ("stoker-trainer", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),

@@ -3,7 +3,11 @@ acknowledgements until state_dict() (the torchdata StatefulDataLoader protocol) 
 consumer that stops after a checkpoint without committing its later work, and one resumed with
 load_state_dict(), together train every example exactly once (the lineage); so does a training
 process SIGKILLed between checkpoints twice and started again. Commit is refused
-for the ranks of a group."""
+for the ranks of a group. A rank's group commit after another rank closed raises GroupBroken
+naming that rank (it said "commit: " and nothing more)."""
+
+import threading
+import time
 
 from helpers import Cluster, require, run
 
@@ -152,6 +156,39 @@ def test_uncommitted_batches_are_not_held_up_by_retention():
             assert n == 6400, n
             st = stoker.status(c.url)["counters"]
             assert st["acknowledged"] == 0 and st["in_flight"] >= 6400, st
+
+
+def test_group_commit_after_a_rank_closed_names_the_cause():
+    with Cluster() as c:
+        c.producer("--delay", "0:0")
+        ranks = [stoker.Client(c.url, group="g", rank=r, world_size=2, batch_size=4, commit=True,
+                               stall_timeout=10, name="rank-%d" % r) for r in range(2)]
+        try:
+            def steps(client):
+                for _ in range(3):
+                    client.next_batch().release()
+            threads = [threading.Thread(target=steps, args=(r,)) for r in ranks]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert [r.group_step for r in ranks] == [3, 3], [r.group_step for r in ranks]
+            ranks[1].close()
+            for attempt in range(2):  # the reason is given again, not only the first time
+                t0 = time.monotonic()
+                try:
+                    ranks[0].commit()
+                except stoker.GroupBroken as e:
+                    text = str(e)
+                else:
+                    raise AssertionError("a group commit after rank 1 closed succeeded")
+                assert time.monotonic() - t0 < 10, time.monotonic() - t0
+                reason = text.split("commit: ", 1)[1]
+                assert reason.strip(), text
+                assert "rank 1" in reason and "rank-1" in reason and "left" in reason, text
+        finally:
+            for r in ranks:
+                r.close()
 
 
 run(globals())

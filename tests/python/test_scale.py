@@ -4,7 +4,8 @@ than --cooldown apart and never past --max; with the trainer gone for --idle it 
 the minimum; the broker killed and started again on its address, it holds the pool (the new
 broker's "no trainer has pulled yet" is not the trainer gone) and says so (`broker-restarted`);
 --dry-run prints its decisions and runs nothing. The exec command here only records
-the counts it is given (environment and last argument)."""
+the counts it is given (environment and last argument), except where producers are killed: there
+it starts producers up to its count, and the ones the user SIGKILLs come back."""
 
 import json
 import os
@@ -15,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_autoscale import Broker  # noqa: E402
-from helpers import BROKER, metrics_url, run  # noqa: E402
+from helpers import BROKER, PRODUCER, metrics_url, run  # noqa: E402
 
 SCALE = os.environ.get("STOKER_SCALE_BIN", "build/scale/stoker-scale")
 
@@ -145,6 +146,106 @@ def test_dry_run_acts_on_nothing():
         assert r.returncode == 0, r.stderr
         assert "(dry run)" in r.stdout and "pool 'default' from 1 to " in r.stdout, r.stdout
         assert records(counts) == [], records(counts)
+
+
+def starter(d, url):
+    """An exec command as a user writes one: starts producers in the background up to its count
+    (those it started and still alive counted by their pid files) and leaves them running."""
+    path = os.path.join(d, "start.sh")
+    with open(path, "w") as f:
+        f.write("""#!/bin/sh
+n=0
+for f in %(d)s/pid.*; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f")
+    if [ -r /proc/$pid/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; then
+        n=$((n + 1))
+    else
+        rm -f "$f"
+    fi
+done
+while [ $n -lt $1 ]; do
+    i=$(date +%%s%%N)
+    %(producer)s --broker %(url)s --name "p-$i" --delay 0.01 --log-level error \
+        </dev/null >/dev/null 2>&1 &
+    echo $! > %(d)s/pid.$i
+    n=$((n + 1))
+done
+echo "$(date +%%s.%%N) $1" >> %(d)s/runs
+""" % {"d": d, "producer": os.path.abspath(PRODUCER), "url": url})
+    os.chmod(path, 0o755)
+    return path
+
+
+def started(d):
+    pids = []
+    for name in sorted(os.listdir(d)):
+        if name.startswith("pid."):
+            with open(os.path.join(d, name)) as f:
+                pids.append(int(f.read()))
+    return pids
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            return not any(l.startswith("State:") and "Z" in l.split()[1] for l in f)
+    except OSError:
+        return False
+
+
+def test_killed_producers_are_replaced():
+    # The broker wants 3 (its minimum, no trainer yet); the exec command starts them. Two
+    # SIGKILLed by the user are started again within a bound, and the controller says so.
+    # Before, it counted the 3 it had asked for and left the pool at 1 for good.
+    with Broker("--autoscale-min", "3") as b:
+        script = starter(b.dir, b.url)
+        try:
+            subprocess.run([script, "1"], check=True, timeout=10)
+            st = status_when(b, lambda st: st["producers_alive"] == 1, 20)
+            assert st["producers_alive"] == 1, st
+            scale = subprocess.Popen([SCALE, "--broker", b.url, "--exec-cmd", script,
+                                      "--interval", "0.3", "--cooldown", "0", "--idle", "600"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            b.procs.append(scale)
+            st = status_when(b, lambda st: st["producers_alive"] == 3, 20)
+            assert st["producers_alive"] == 3, st
+            first = [p for p in started(b.dir) if alive(p)]
+            assert len(first) == 3, first
+            # The controller replaces what it saw alive (not what died before its next reading,
+            # as a producer that cannot start would): let a few of its readings see the three.
+            time.sleep(1.5)
+            # The two the controller's command started: left running by it, they are the
+            # controller's children (it reaps them and says so).
+            killed = first[1:]
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+            t0 = time.monotonic()
+            # Dead (or a zombie) and gone from the broker's count before they can come back.
+            st = status_when(b, lambda st: st["producers_alive"] == 1
+                             and not any(alive(p) for p in killed), 20)
+            assert st["producers_alive"] == 1, st
+            st = status_when(b, lambda st: st["producers_alive"] == 3
+                             and len([p for p in started(b.dir) if alive(p)]) == 3, 20)
+            took = time.monotonic() - t0
+            now = [p for p in started(b.dir) if alive(p)]
+            assert st["producers_alive"] == 3 and len(now) == 3, (st, now)
+            assert not set(now) & set(killed), (now, first)
+            print("replaced in %.1f s" % took)
+            assert took < 15, took
+            scale.send_signal(signal.SIGTERM)
+            out, err = scale.communicate(timeout=10)
+            assert "scale: pool 'default' replaces 2 of 3" in out, out
+            assert "producers-missing: pool 'default': 2 of the 3 asked for" in err, err
+            for pid in killed:
+                assert "child-ended: pid %d, left running by --exec-cmd, killed by signal 9" % pid \
+                    in err, err
+        finally:
+            for pid in started(b.dir):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 def test_usage_errors_exit_2():

@@ -1,7 +1,8 @@
 """TLS from Python (issue 26, defect 14): a real broker on tls+tcp://127.0.0.1 requiring client
 certificates from a throwaway CA made here with openssl (as tests/hardening/test_tls.c does), a
 real producer with the right certificate. stoker.Client with tls_ca/tls_cert/tls_key trains
-batches and stoker.status answers over TLS; a wrong CA, a missing client certificate and a
+batches, stoker.status answers and stoker-pull pulls over TLS (its --tls-* flags as the other
+tools'); a wrong CA, a missing client certificate and a
 tcp:// URL to the TLS broker raise stoker.TLSError naming the cause well under the 6 s they took
 as "no broker answered"; a tls+tcp:// URL without tls_ca is refused (never unverified)."""
 
@@ -15,7 +16,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from helpers import BROKER, PRODUCER, SKIP, run  # noqa: E402
+from helpers import BROKER, PRODUCER, PULL, SKIP, run  # noqa: E402
 
 import stoker  # noqa: E402
 
@@ -126,6 +127,23 @@ def test_status_over_tls():
                           B.good["tls_key"]], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert '"producers"' in out.stdout
+
+
+def test_stoker_pull_over_tls():
+    # stoker-pull listed tls+tcp:// and asked for --tls-ca, which it did not take.
+    r = subprocess.run([PULL, "--broker", B.url, "--tls-ca", B.good["tls_ca"], "--tls-cert",
+                        B.good["tls_cert"], "--tls-key", B.good["tls_key"], "--max-examples",
+                        "40", "--batch-size", "8"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    lines = r.stdout.splitlines()
+    assert len(lines) == 40 and all(len(l.split()) == 11 for l in lines), r.stdout[:500]
+    # Without a CA: refused before dialing, naming the flag; with another CA: the TLS failure.
+    r = subprocess.run([PULL, "--broker", B.url], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--tls-ca" in r.stderr, (r.returncode, r.stderr)
+    r = subprocess.run([PULL, "--broker", B.url, "--tls-ca", B.f("rogue-ca.crt"), "--tls-cert",
+                        B.good["tls_cert"], "--tls-key", B.good["tls_key"], "--max-examples", "8",
+                        "--stall-timeout", "5"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "not signed by the CA in" in r.stderr, (r.returncode, r.stderr)
 
 
 def test_wrong_ca_fails_fast_naming_tls():

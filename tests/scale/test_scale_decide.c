@@ -260,3 +260,35 @@ Test(scale_decide, a_step_down_meets_the_demand_at_the_least_supply)
     cr_assert_eq(scale_decide(&cfg, &pool, &info, &st, 60000, &to, why, sizeof(why)), 1, "%s", why);
     cr_assert_eq(to, 2);
 }
+
+// The exec engine counts what is alive: producers seen alive since it last acted and gone for
+// the grace are missing (replaced); those still starting, and those a step down stopped, are not.
+Test(scale_missing, counts_the_dead_not_the_starting_nor_the_stopped)
+{
+    stoker_pool_info info = pool_info(0, 0, 3);
+    scale_pool pool = {.current = 3};
+    scale_acted(&pool);
+    info.current = 1; // two still starting
+    cr_assert_eq(scale_missing(&pool, &info, 1000, 2000), 0);
+    cr_assert_eq(scale_missing(&pool, &info, 9000, 2000), 0);
+    info.current = 3;
+    cr_assert_eq(scale_missing(&pool, &info, 9500, 2000), 0);
+    info.current = 1; // two killed: missing once gone for the grace, not at once
+    cr_assert_eq(scale_missing(&pool, &info, 10000, 2000), 0);
+    cr_assert_eq(scale_missing(&pool, &info, 11000, 2000), 0);
+    cr_assert_eq(scale_missing(&pool, &info, 12000, 2000), 2);
+    // One back within the grace (a reconnection) is not missing; the grace starts again.
+    info.current = 3;
+    cr_assert_eq(scale_missing(&pool, &info, 12500, 2000), 0);
+    info.current = 2;
+    cr_assert_eq(scale_missing(&pool, &info, 13000, 2000), 0);
+    cr_assert_eq(scale_missing(&pool, &info, 15000, 2000), 1);
+    // A step down from 3 to 1: the two it stops are not missing.
+    scale_acted(&pool);
+    pool.current = 1;
+    info.current = 3;
+    cr_assert_eq(scale_missing(&pool, &info, 16000, 2000), 0);
+    info.current = 1;
+    cr_assert_eq(scale_missing(&pool, &info, 17000, 2000), 0);
+    cr_assert_eq(scale_missing(&pool, &info, 30000, 2000), 0);
+}
