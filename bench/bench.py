@@ -538,7 +538,7 @@ def bench_epochs(opts, tmp):
 
 
 def bench_images_tv(opts, tmp):
-    """The images generator against torchvision + PIL on the same PNG and JPEG folder (issue 18):
+    """The images generator against torchvision + PIL on the same PNG and JPEG folder:
     per core and end to end into the same loop, float32 and uint8, default and rich pipelines
     (bench/images_tv.py; it needs Debian's python3-torchvision and python3-pil)."""
     out = os.path.join(tmp, "images_tv.json")
@@ -679,7 +679,7 @@ def chunks_stoker(tmp, tag, producer_flags, seconds, producers=2):
 
 
 def bench_chunks(opts, tmp):
-    """Chunks sized by bytes and time (issue 27), in one run: synthetic producers with
+    """Chunks sized by bytes and time, in one run: synthetic producers with
     --delay 0:0 into a batch-256 Python loop with the old default (--chunk 3), the sized default
     and --chunk 1024, against a PyTorch DataLoader(num_workers=2) generating the same examples
     in Python when torch is installed; and the reference experiment's rate / ideal (16
@@ -727,7 +727,7 @@ def bench_chunks(opts, tmp):
 
 
 def bench_tokens(opts, tmp):
-    """The tokens generator alone (issue 27): windows of 1024 tokens drawn from a 64 Mi-token
+    """The tokens generator alone: windows of 1024 tokens drawn from a 64 Mi-token
     llm.c shard (128 MiB, in the page cache) by `stoker-producer --generator tokens --measure`,
     one process, one core, as int32 and as uint16 (a plain copy); beside it, in the same run,
     numpy converting the whole shard's uint16 tokens to int32 in one call, the memory speed the
@@ -808,7 +808,7 @@ def ragged_stoker(tmp, tag, mode, seconds, lengths):
 
 def bench_ragged(opts, tmp):
     """Token sequences of log-normal lengths (mean 512, cap 4096) into a PyTorch loop that gets
-    each batch of 32 as a padded tensor (issue 27): stoker (2 synthetic producers, --workload
+    each batch of 32 as a padded tensor: stoker (2 synthetic producers, --workload
     tokens) against DataLoader(num_workers=2) over an IterableDataset drawing the same sequences
     with numpy and a padding collate (bench/ragged_loop.py says how both sides' per-example
     cost compare). Real tokens/s (padding not counted), their ratio, and each batching mode's
@@ -895,7 +895,7 @@ def floor_var_run(tmp, tag, schema, rows, total, kind):
 
 
 def bench_floor_var(opts, tmp):
-    """A variable field beside fixed ones against the same bytes in fixed fields (issue 27):
+    """A variable field beside fixed ones against the same bytes in fixed fields:
     x:float32[16],t:int32[?] with every t exactly L long against x:float32[16],t:int32[L], for
     L = 16 and 256, through the broker to a C consumer that pulls and acknowledges only (the
     floor: generation free, stoker's own cost), 2 producers. Over tcp with producers pushing
@@ -1076,7 +1076,7 @@ def group_commit_run(tmp, tag, every, world, batch, warmup, steps, producers):
 
 
 def bench_group_commit(opts, tmp):
-    """Group commit (issue 31): a group of 2 Python ranks (stoker.Client, batch 256 per rank)
+    """Group commit: a group of 2 Python ranks (stoker.Client, batch 256 per rank)
     over synthetic producers with --delay 0:0, with group acknowledgement (commit=False) against
     group commit (commit=True, every rank calls state_dict() every 100 steps), in pairs back to
     back, the order swapped every pair; the cost from the median of the pairs' ratios."""
@@ -1153,7 +1153,7 @@ def ranks_shm_dataloader(world, workers, warmup, steps):
 
 def bench_ranks_shm(opts, tmp):
     """Several ranks on one host reading 150,528-byte examples (batch 32) through shared memory
-    (issue 31): 2 and 4 ranks of one stoker group (commit=False; as many stoker-bench-producers
+   : 2 and 4 ranks of one stoker group (commit=False; as many stoker-bench-producers
     on the broker's host as ranks, generation free: --fill stamp) against the same number of
     processes each with its own PyTorch DataLoader(num_workers=1) over the same ready image
     (generation free too): as many generating processes on each side, all on the machine's
@@ -1352,7 +1352,7 @@ def autoscale_figures(timeline, rows, before_s, after_s, r2, cost):
 
 
 def bench_autoscale(opts, tmp):
-    """A step change in demand (issue 28): a trainer of 100 examples/s, then 250; producers of
+    """A step change in demand: a trainer of 100 examples/s, then 250; producers of
     0.02 s per example that sleep (like the reference workload), started and stopped by the
     rule. stoker-scale's exec engine on the broker's signal against the rule of a CPU
     autoscaler on the producers' CPU % (target 70 %), same workload, one after the other."""

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """images --output encoded against decoded output from the same JPEG files, side by side in one
-run (issue 27). Three ways to make an example of a folder of 320x240 JPEGs (quality 90):
+run. Three ways to make an example of a folder of 320x240 JPEGs (quality 90):
   encoded       --output encoded: the file's bytes as they are (decoding left to the consumer,
                 e.g. torchvision.io.decode_jpeg on the GPU)
   decode each   --output uint8 --decode each: read and decode the file, default pipeline to

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the live page costs the broker (issue 29): the broker's CPU (utime + stime from
+"""What the live page costs the broker: the broker's CPU (utime + stime from
 /proc/PID/stat) over the same steady workload without a viewer, with one headless Chromium
 showing the page (it polls /status once a second), and without again; side by side in one run.
 Then, with a viewer open for a while and one producer SIGKILLed, the page's screenshot (the one

@@ -221,7 +221,7 @@ def main():
     ap.add_argument("--producers", type=int, default=2,
                     help="stoker producers and DataLoader workers (default 2)")
     ap.add_argument("--large", action="store_true",
-                    help="150 KB examples, batch 32, generation free, MB/s (issue 13)")
+                    help="150 KB examples, batch 32, generation free, MB/s")
     ap.add_argument("--device", default="cpu",
                     help="--large: where the loop trains, cpu or cuda (batches uploaded to it)")
     args = ap.parse_args()

@@ -49,7 +49,7 @@ LENGTHS = "lognormal:%d:%d:%g" % (MEAN, CAP, SIGMA)  # the producers' --lengths 
 MODES = [
     # batch_size sequences, padded to the batch's longest.
     ("count", {}, "pad"),
-    # Issue 27, part 4 (Client(max_tokens=, buckets=, pack=), API version 3); a stoker without
+    # (Client(max_tokens=, buckets=, pack=), API version 3); a stoker without
     # them skips these. Batches of sequences of similar length from what the queues hold.
     ("buckets", {"buckets": True}, "pad"),
     # Rows of exactly PACK_ROW tokens (batch_size counts rows), sequences end to end, a

@@ -5,7 +5,7 @@ trainers given so that the machine's load touches all alike.
 
     python3 bench/trainer_start.py [--runs N] NAME=PATH [NAME=PATH ...]
 
-e.g. the CUDA plugin's trainer against one that links cudart/cuBLAS at load time (issue 30):
+e.g. the CUDA plugin's trainer against one that links cudart/cuBLAS at load time:
     python3 bench/trainer_start.py plugin=build/trainer/stoker-trainer linked=/tmp/old-trainer
 Also prints whether each links a CUDA library (ldd)."""
 import argparse

@@ -127,7 +127,7 @@ main(int argc, char **argv)
         msg(s, 2, fuzz_pull(FUZZ_TRAINER, 8, 1000, 0, NULL));
         tick(s, 12000);
         save(s, dir, "full-loss", fl);
-        // Variable-length values (issue 27): good pushes delivered, bad offsets refused.
+        // Variable-length values: good pushes delivered, bad offsets refused.
         start(s, fl | FUZZ_FLAG_NO_PREAMBLE);
         msg(s, 1, fuzz_hello_var(FUZZ_PRODUCER, "v", s->token));
         msg(s, 1, fuzz_push_var(FUZZ_PRODUCER, 0, 4, FUZZ_VAR_GOOD));

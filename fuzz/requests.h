@@ -25,7 +25,7 @@
 enum { FUZZ_OP_MESSAGE = 0, FUZZ_OP_TICK = 1, FUZZ_OP_CLOSE = 2 };
 enum { FUZZ_FLAG_TOKEN = 1, FUZZ_FLAG_SMALL = 2, FUZZ_FLAG_NO_PREAMBLE = 4 };
 
-// A schema with a variable-length field (issue 27), for conversations without the preamble.
+// A schema with a variable-length field, for conversations without the preamble.
 #define FUZZ_VAR_SCHEMA "t:int32[?<=8],x:float32[2]"
 // What fuzz_push_var does to the offsets of its variable field.
 enum {

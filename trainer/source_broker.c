@@ -60,7 +60,7 @@ broker_next(source *src, const stoker_chunk **chunk)
         s->goal_at_ms = now + (uint64_t)(s->time_goal_s * 1000.0);
     uint64_t left = s->goal_at_ms > now ? s->goal_at_ms - now : 0;
     if (s->goal_at_ms != 0 && left < s->stall_ms - s->idle_ms) {
-        // The time goal comes before a stall could: wait until it, not past it (issue 26).
+        // The time goal comes before a stall could: wait until it, not past it.
         if (left == 0)
             return STOKER_TIMEOUT;
         rv = stoker_trainer_client_next_within(s->tc, &batch, (uint32_t)left);

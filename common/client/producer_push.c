@@ -533,7 +533,7 @@ stoker_producer_client_drain(stoker_producer_client *pc, uint32_t timeout_ms)
         return STOKER_OK;
     // Nothing more is pushed: the push in flight is answered first, then every heartbeat says
     // so (after poll_trained's replay of what the broker lacks), so that a group over this
-    // producer forms its last, short step now, not after the linger (issue 26).
+    // producer forms its last, short step now, not after the linger.
     (void)settle(pc);
     atomic_store(&pc->done_making, 1);
     uint64_t deadline = stoker_now_ms() + timeout_ms;

@@ -52,7 +52,7 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
     };
     conn_copy_str(req.group, sizeof(req.group), tc->group);
     // What this trainer trained, for a broker that restarted: it counts it trained, so that the
-    // producers' re-pushed examples reach no other trainer (issue 26). A broker that knew us
+    // producers' re-pushed examples reach no other trainer. A broker that knew us
     // already learns nothing new from it.
     uint64_t *trained = malloc(3 * sizeof(uint64_t) * STOKER_HELLO_TRAINED_MAX);
     if (trained != NULL) {
@@ -90,7 +90,7 @@ hello(stoker_trainer_client *tc, char *err, size_t err_len)
 
 // A broker that does not know us (it restarted; the pulls have not said hello yet, maybe
 // because the caller pulls nothing now): one heartbeat that tells it what we trained, as a
-// hello would, so that no other trainer gets those examples again (issue 26).
+// hello would, so that no other trainer gets those examples again.
 static void
 report_trained(void *owner, session *s, const stoker_reply *beat, uint32_t timeout, conn_stop *stop)
 {
@@ -196,7 +196,7 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
             break;
         if (rv == STOKER_RETRY && !claimed) {
             // Our group rank is held by a trainer the broker has not heard for a while (an old
-            // rank that hangs): it takes it over or refuses us within claim_wait_ms (issue 26).
+            // rank that hangs): it takes it over or refuses us within claim_wait_ms.
             stoker_warn("trainer: waiting at hello: %s", err);
             claimed = 1;
             give_up += tc->claim_wait_ms;
@@ -418,7 +418,7 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
             if (result != NNG_ETIMEDOUT)
                 session_forget(&tc->session);
             // Retrying never outlasts the wait: a broker that died and stays down ends in a
-            // stall like any other silence (issue 26).
+            // stall like any other silence.
             uint64_t now = stoker_now_ms();
             if (now >= stall_at)
                 return stalled(tc, wait_ms, nng_strerror(result));

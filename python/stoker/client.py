@@ -748,7 +748,7 @@ class Client:
         out = self._out
         # Python runs its signal handlers (Ctrl-C's KeyboardInterrupt) only between calls into
         # the library, so the wait goes in slices of _SLICE_S and the stall timeout is counted
-        # here: Ctrl-C ends a wait within a slice, whatever the broker does (issue 26).
+        # here: Ctrl-C ends a wait within a slice, whatever the broker does.
         started = time.monotonic()
         deadline = started + self.stall_timeout
         while True:

@@ -1,4 +1,4 @@
-// Chaos test (issue 7, part 5): repeated runs of a real broker, synthetic producers and a
+// Chaos test: repeated runs of a real broker, synthetic producers and a
 // consumer (chaos-consumer, built on libstoker's trainer client) in which, at random moments
 // drawn from a printed seed (STOKER_CHAOS_SEED repeats a run):
 // - producers are killed (SIGKILL) and restarted later, frozen (SIGSTOP) and thawed (SIGCONT),

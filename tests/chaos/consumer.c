@@ -19,7 +19,7 @@
 // (its items, before it counts as trained) and each EPOCH_END event the client heard of by
 // "E <epoch>" (after the batch that brought it). With --dataset it ends (exit 0, after an "X"
 // line) when the supply ended and the broker's status says its last epoch ended.
-// With --var the examples are tests/lib/var_producer.c's (issue 27): each is checked byte for
+// With --var the examples are tests/lib/var_producer.c's: each is checked byte for
 // byte against what its seq makes, and one that differs is logged "M <lease> <seq>".
 // The supply ending (no producers) or any error other than a stall closes the client and
 // connects again; SIGTERM / SIGINT end it cleanly (exit 0). Every wait is bounded by the

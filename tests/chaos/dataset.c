@@ -1,4 +1,4 @@
-// Chaos over a dataset (issue 15): runs of a real broker serving a dataset for several epochs
+// Chaos over a dataset: runs of a real broker serving a dataset for several epochs
 // (--dataset-size, --epochs), synthetic producers serving it (--items) and a consumer
 // (chaos-consumer --dataset), in which, at random moments drawn from a printed seed
 // (STOKER_CHAOS_SEED repeats a run), producers are SIGKILLed and restarted later, replaced at

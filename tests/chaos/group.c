@@ -1,4 +1,4 @@
-// Chaos for data-parallel groups (issue 14): three stoker-pull ranks of one group fed by
+// Chaos for data-parallel groups: three stoker-pull ranks of one group fed by
 // producers that are frozen (SIGSTOP), killed and restarted at random moments drawn from a
 // printed seed (STOKER_CHAOS_SEED repeats it). Then one rank is SIGKILLed: the other two must
 // exit with the group's code (5) within the trainer timeout, never hang. The ranks are started

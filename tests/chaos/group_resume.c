@@ -1,4 +1,4 @@
-// Chaos for group commit (issue 31): stoker-trainer ranks of one group checkpoint together
+// Chaos for group commit: stoker-trainer ranks of one group checkpoint together
 // (--checkpoint, every rank its own file) while producers are frozen at random moments; every rank
 // is SIGKILLed at a random moment after a checkpoint, and the group is started again from the
 // checkpoints at a smaller world size, then killed again and started at a larger one (sizes drawn):

@@ -279,7 +279,7 @@ Test(push, a_live_producer_is_lost_with_its_hello_connection_not_its_push_stream
 
 // A push parked for room that gives up (RETRY) takes the push waiting behind it with it: its
 // predecessor is not coming until the producer sends it again. "Come again", not a gap: nothing
-// was refused (issue 26, defect 17: the refused counter climbed in clean runs).
+// was refused (the refused counter climbed in clean runs).
 Test(backpressure, a_push_waiting_for_a_predecessor_that_gave_up_is_answered_with_it)
 {
     remake(4);
@@ -488,7 +488,7 @@ Test(supply, all_producers_finished_and_empty_queues_give_end_of_data)
     bf_answered(bf_handle(T1, h_pull(T1, 4, 1000, 1, &lease)), STOKER_END_OF_DATA);
 }
 
-// Issue 26, defect 5: a trainer that holds an unacknowledged lease is not told the end (its reply
+// A trainer that holds an unacknowledged lease is not told the end (its reply
 // may have been lost to it); after LEASE_AGAIN_MS the lease goes again; acknowledged, the end.
 Test(supply, the_end_waits_for_the_trainers_leases_and_sends_an_old_one_again)
 {
@@ -765,7 +765,7 @@ Test(lease, a_restarted_broker_never_accepts_an_ack_meant_for_its_predecessor)
     cr_assert_eq(counters().in_flight, 4, "the new broker's lease stays in flight");
 }
 
-// --- queue sizing (issue 17, item 1) ------------------------------------------------------------
+// --- queue sizing ------------------------------------------------------------
 
 SUITE(queues);
 
@@ -880,7 +880,7 @@ Test(queues, max_bytes_bounds_the_grown_queues_and_is_named_when_it_cuts_a_batch
     stoker_status_destroy(st);
 }
 
-// --- returned unused against redelivered (issue 17, item 3) -----------------------------------
+// --- returned unused against redelivered -----------------------------------
 
 SUITE(returned);
 
@@ -946,7 +946,7 @@ Test(returned, a_pull_that_comes_after_the_goodbye_is_refused_and_leases_nothing
     cr_assert_eq(bf_answered(pull(T1, 4, 0), STOKER_OK)->chunk.count, 4);
 }
 
-// --- a late trainer hears who is there (issue 17, item 4) ---------------------------------------
+// --- a late trainer hears who is there ---------------------------------------
 
 SUITE(snapshot);
 

@@ -203,7 +203,7 @@ Test(group, refusals_at_hello)
     stoker_reply *r = bf_answered(hello_rank(21, "g", 2, 2, 4), STOKER_INVALID);
     cr_assert(strstr(r->message, "outside the world size") != NULL, "%s", r->message);
     bf_answered(hello_rank(21, "g", 0, 2, 4), STOKER_OK);
-    // A claim on a held rank waits until the holder is judged (issue 26, defect 8): heard since
+    // A claim on a held rank waits until the holder is judged: heard since
     // the claim, the holder is alive and the claimer is refused.
     r = bf_answered(hello_rank(22, "g", 0, 2, 4), STOKER_RETRY);
     cr_assert(strstr(r->message, "rank 0 is held by") != NULL, "%s", r->message);

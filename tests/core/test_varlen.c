@@ -1,4 +1,4 @@
-// Variable-length fields in memory and on the wire (issue 27, docs/schema.md): a chunk written
+// Variable-length fields in memory and on the wire (docs/schema.md): a chunk written
 // value by value with stoker_chunk_var_reserve (bounded by the field and the chunk), appended
 // with its offsets rebased, encoded as a push (one message, or pieces for the push stream) and
 // as a reply made of parts that start mid-chunk; bad offsets refused with a message naming the

@@ -1,4 +1,4 @@
-// stoker-trainer's checkpoints end to end (issue 16): the real trainer with --checkpoint
+// stoker-trainer's checkpoints end to end: the real trainer with --checkpoint
 // SIGKILLed between checkpoints and restarted with --resume, twice: what the resumed lineage
 // trained (each process's --identity-log, cut at the position of the checkpoint the next one
 // resumed from) is every example produced, each once. A checkpoint of another network is refused
@@ -209,7 +209,7 @@ Test(checkpoint, a_trainer_killed_between_checkpoints_resumes_with_each_example_
     proc_broker_stop(broker);
 }
 
-// Group commit with the C trainer (issue 31): two ranks with --checkpoint commit together at one
+// Group commit with the C trainer: two ranks with --checkpoint commit together at one
 // step; both are SIGKILLed right after a checkpoint and the group resumes at three ranks (ranks 0
 // and 1 from their own checkpoints, rank 2 from rank 0's), the step count going on from theirs.
 // From each rank's identity log, cut at its checkpoint (less where it resumed from), the lineage
@@ -353,7 +353,7 @@ pending_examples(const char *path)
     return n;
 }
 
-// Issue 31: resuming at a smaller world. Rank 0 of three is stopped right after a checkpoint;
+// Resuming at a smaller world. Rank 0 of three is stopped right after a checkpoint;
 // ranks 1 and 2 go on to the next checkpoint, save it and commit, and the commit waits for rank 0:
 // their files then hold identities trained but not committed. All are SIGKILLed and the group
 // resumes at two ranks: rank 2's file is given to rank 0 with --resume-also, so what it trained

@@ -1,4 +1,4 @@
-// Datasets end to end (issue 15): the real broker with --dataset-size, real producers with
+// Datasets end to end: the real broker with --dataset-size, real producers with
 // --items, and libstoker's trainer client checking every batch's items. Every index exactly
 // once per epoch while producers are SIGKILLed, SIGSTOPped and restarted mid-epoch, each
 // EPOCH_END after its epoch's last item; the same seed gives the same order and the same data

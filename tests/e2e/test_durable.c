@@ -1,4 +1,4 @@
-// Retention end to end (issue 16): producers keep what they pushed until a trainer trained it, so
+// Retention end to end: producers keep what they pushed until a trainer trained it, so
 // a broker SIGKILLed and restarted on the same path, several times (also while the producers are
 // blocked on full queues), loses nothing and no example is trained twice, checked from the
 // identities the trainer trained; and the retention bound holds: a full retention buffer stalls
@@ -293,7 +293,7 @@ Test(durable, uncommitted_leases_stay_inside_max_bytes)
     proc_broker_stop(broker);
 }
 
-// --- a broker away for a while (issue 26, defect 13) --------------------------------------------
+// --- a broker away for a while --------------------------------------------
 
 // Waits (at most timeout_ms) until the file at path contains want; returns whether it did.
 static int
@@ -417,7 +417,7 @@ drain_main(void *arg)
     return NULL;
 }
 
-// Issue 26, defect 6: two trainers and a broker SIGKILLed and restarted mid-run. The producers
+// Two trainers and a broker SIGKILLed and restarted mid-run. The producers
 // push again what the dead broker had not reported trained; part of it was trained by one
 // trainer, and the other must not get it from the new broker (each trainer's own identity filter
 // sees only what it saw itself). Checked from the identities both trainers trained: every

@@ -1,4 +1,4 @@
-// A trainer's liveness, its pulls and its bounded waits (issue 26, defects 4, 5 and 12), with the
+// A trainer's liveness, its pulls and its bounded waits, with the
 // real broker, producers, stoker-pull and stoker-trainer as processes:
 // - a live trainer whose step outlasts --trainer-timeout (an evaluation pass, a checkpoint) keeps
 //   its leases and its group: it is heard through its heartbeat, not only its pulls;

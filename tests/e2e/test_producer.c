@@ -1,4 +1,4 @@
-// stoker-producer end to end (issue 3): the real producer process against the real broker on an
+// stoker-producer end to end: the real producer process against the real broker on an
 // ipc:// path, its examples pulled back with libstoker's trainer client. Quotas and goodbye,
 // SIGTERM without loss, per-example seeding, the exec generator (values, a malformed line, a
 // missing command, no orphan child), a broker killed and restarted under a pushing producer,
@@ -470,7 +470,7 @@ Test(restart, producer_reconnects_to_a_restarted_broker_without_duplicate_seq, .
     proc_broker_stop(broker);
 }
 
-// --- counters of a clean run (issue 26, defect 17) ----------------------------------------------
+// --- counters of a clean run ----------------------------------------------
 
 // A clean run refuses nothing: producers pushing as fast as they can (two pushes in flight, small
 // chunks), their queues full for a while before a trainer comes (each parked push then waits out

@@ -179,8 +179,8 @@ Test(push_stream, turned_off_the_socket_carries_every_example_once)
 
 // Two pushes in flight against a queue that stays full past the broker's wait (the trainer
 // pauses 600 ms, longer than the 250 ms a push may wait for room): the first is answered RETRY
-// and the one behind it too (it waited for its predecessor; not refused as a gap: issue 26,
-// defect 17), so the producer pushes both again from retention (retention is made large enough
+// and the one behind it too (it waited for its predecessor; not refused as a gap), so the
+// producer pushes both again from retention (retention is made large enough
 // not to hold the producer back first). Every example still arrives exactly once, and nothing
 // counts as refused.
 static void

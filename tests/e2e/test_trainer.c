@@ -1,4 +1,4 @@
-// stoker-trainer end to end (issue 4): the real trainer process fed by the real broker and
+// stoker-trainer end to end: the real trainer process fed by the real broker and
 // producers (or inline), its exit codes, JSON summary and safetensors weights checked from the
 // outside (check.py reads them with Python's json/struct and numpy). The timing-sensitive
 // supply tests (supply death, stall) live in test_timing.c.
@@ -65,7 +65,7 @@ Test(training, loss_halves_through_a_broker_and_four_producers)
 }
 
 // The images generator's default output (int64 scalar labels) and its uint8 pixels train with
-// --classes (issue 18): the trainer narrows the labels and scales the pixels itself.
+// --classes: the trainer narrows the labels and scales the pixels itself.
 Test(training, trains_on_images_uint8_pixels_and_int64_labels)
 {
     const char *dir = testdir_file("images");

@@ -1,4 +1,4 @@
-// Variable-length fields with real processes (issue 27, docs/schema.md): two producers of
+// Variable-length fields with real processes (docs/schema.md): two producers of
 // tokens:int32[?<=64],points:float32[?,3],label:int64 (tests/lib/var_producer.c, every byte
 // follows from the label) and the C trainer client over the socket and through the broker's
 // shared memory: every value byte for byte, every identity exactly once, the broker's books

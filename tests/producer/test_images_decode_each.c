@@ -1,4 +1,4 @@
-// The `images` generator with decode_each (issue 17, item 11): creation reads headers only, so
+// The `images` generator with decode_each: creation reads headers only, so
 // the first example comes far sooner than decoding the whole folder, and a file whose header is
 // good but whose data is broken is found when an example needs it: reported with its path,
 // skipped, counted, replaced by another image chosen from the seed, never fatal. Folders are

@@ -1,4 +1,4 @@
-// The images generator's other formats and its bad files (issue 18): uncompressed 24- and 32-bit
+// The images generator's other formats and its bad files: uncompressed 24- and 32-bit
 // BMP in both row orders decode to their pixels and stay in bounds on every truncation and on
 // thousands of corrupted headers; TIFF through libtiff (when built with it); a corrupt,
 // unsupported or unreadable file is named and skipped by images_generator_open, never fatal,

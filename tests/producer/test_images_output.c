@@ -1,4 +1,4 @@
-// The images generator's output forms and folders (issue 18): uint8 and float32, CHW and HWC,
+// The images generator's output forms and folders: uint8 and float32, CHW and HWC,
 // rectangular sizes, int64 scalar or int32[1] labels, an augment spec's pipeline (determinism,
 // decode each, normalization or none), nested class folders with their file counts and label
 // map, WebP, and clear errors for bad specs. Pixel accuracy of each operation against Pillow is

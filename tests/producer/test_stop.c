@@ -1,4 +1,4 @@
-// How fast stoker-producer stops (issue 17, item 7): a producer held back by a full queue (no
+// How fast stoker-producer stops: a producer held back by a full queue (no
 // trainer pulling, so its push waits for room at the broker) or waiting for a slow exec child
 // exits soon after SIGTERM, still saying goodbye, for the synthetic generator, exec with small
 // text examples and exec with 150 KB raw records. The target is 100 ms; the tests allow

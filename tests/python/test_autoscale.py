@@ -1,4 +1,4 @@
-"""The broker's autoscale signal (docs/autoscale.md, issue 28): a real broker with --metrics on a
+"""The broker's autoscale signal (docs/autoscale.md): a real broker with --metrics on a
 free port, real producers of a known cost (--delay) and a real trainer that takes a fixed number
 of examples per second. producers_wanted must come within one of ceil(rate x cost x headroom);
 with producers far faster than the trainer, or no trainer at all, the minimum. /status, /metrics

@@ -1,4 +1,4 @@
-"""Chunks sized by bytes and time (issue 27): with every default a cheap producer fills chunks of
+"""Chunks sized by bytes and time: with every default a cheap producer fills chunks of
 thousands of examples (the broker's counters: examples accepted per push), while an expensive
 one still pushes each example as soon as it is made; examples of moderate cost wait at most the
 time bound for their chunk; every example is delivered exactly once; --chunk N still fixes the

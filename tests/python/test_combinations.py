@@ -1,4 +1,4 @@
-"""The combination suite (issue 26): stoker's promises where features meet. Each cell is one
+"""The combination suite: stoker's promises where features meet. Each cell is one
 run of real processes: a kind of consumers (a group of 2 or 3 ranks, or two plain consumers),
 over a kind of supply (producers of a finite stream, producers that linger, a dataset whose size
 does or does not divide a step, strict or overlapping epochs), against one fault or pause (none,

@@ -1,4 +1,4 @@
-"""Commit with checkpoints from Python (issue 16): Client(commit=True) keeps its
+"""Commit with checkpoints from Python: Client(commit=True) keeps its
 acknowledgements until state_dict() (the torchdata StatefulDataLoader protocol) commits them. A
 consumer that stops after a checkpoint without committing its later work, and one resumed with
 load_state_dict(), together train every example exactly once (the lineage); so does a training

@@ -1,4 +1,4 @@
-"""Exceptions carry the broker's reason, once (issue 26, defect 15): a pull the broker refuses
+"""Exceptions carry the broker's reason, once: a pull the broker refuses
 (a batch larger than it allows) raises StokerError with the broker's words, not only a log line;
 Stalled and SupplyEnded say their word once, so docs/python.md's `print("stalled:", e.reason)`
 prints "stalled: no batch ..." and str(e) says it too."""

@@ -1,4 +1,4 @@
-"""Group commit and resuming at another world size (issue 31): ranks of a group with commit=True
+"""Group commit and resuming at another world size: ranks of a group with commit=True
 checkpoint together (every rank calls state_dict() at the same step; rank 0 saves it), all ranks
 are SIGKILLed between checkpoints, and the group is started again from the checkpoint at another
 world size (4 ranks, then 3, then 4). From the ranks' identity logs cut at each checkpoint (what

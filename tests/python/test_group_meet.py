@@ -1,4 +1,4 @@
-"""Groups where they meet other features (issue 26, defects 1, 2, 3, 7): ranks of one group as
+"""Groups where they meet other features: ranks of one group as
 processes of their own (stoker.Client with group=, rank=, world_size=) against a real broker and
 real producers: over a dataset whose size is not a multiple of a step, strict and overlapping
 epochs, a lingering producer, a producer pushing as fast as it can into a small queue, and a

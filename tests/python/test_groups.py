@@ -177,7 +177,7 @@ def test_killed_rank_breaks_the_group_for_the_others():
         st = stoker.status(c.url)
         groups = st["groups"]
         assert groups[0]["state"] == "broken", groups
-        # Why and when, for the live page's timeline (issue 29).
+        # Why and when, for the live page's timeline.
         assert "rank 2" in groups[0]["end_reason"], groups
         assert 0 < groups[0]["ended_at"] <= st["uptime_s"], (groups, st["uptime_s"])
 

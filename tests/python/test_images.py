@@ -1,4 +1,4 @@
-"""The images generator feeds PyTorch the way its losses want (issue 18): uint8 pixels and int64
+"""The images generator feeds PyTorch the way its losses want: uint8 pixels and int64
 scalar labels reach a training loop as torch.uint8 (B, 3, H, W) and torch.int64 (B,), the loop
 normalizes on its side with the mean and std the label map declares, and cross_entropy takes
 the labels as they come (no .view(-1).long())."""

@@ -1,4 +1,4 @@
-"""stoker-producer --generator images --output encoded (issue 27): each example is one image
+"""stoker-producer --generator images --output encoded: each example is one image
 file's bytes as they are on disk (image:bytes) and its class label, for decoding on the consumer
 (torchvision.io.decode_jpeg on the GPU, nvJPEG, DALI). The test writes its own small JPEG, PNG,
 BMP and TIFF files (with PIL when /usr/bin/python3 has it, else BMP files written here), runs a

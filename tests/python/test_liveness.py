@@ -1,4 +1,4 @@
-"""A Python consumer's liveness and bounded waits (issue 26, defects 4 and 12), with a real broker
+"""A Python consumer's liveness and bounded waits, with a real broker
 and producers: a step longer than --trainer-timeout keeps the consumer and its leases (the C
 library's heartbeat thread beats while Python computes); a broker SIGKILLed and never restarted
 ends the README's StokerIterableDataset loop with Stalled at its stall timeout; Ctrl-C ends a

@@ -1,4 +1,4 @@
-"""What a new user meets with the broker's defaults (issue 17): large batches come full because the
+"""What a new user meets with the broker's defaults: large batches come full because the
 broker sizes its queues from the batches asked for; a --queue-depth too small for them is said
 once, in the log and in the status; a clean close is not counted as redelivery; and a consumer
 that connects after the producers hears who is there."""

@@ -1,4 +1,4 @@
-"""stoker-scale (docs/autoscale.md, issue 28) against a real broker, a slow producer and a fast
+"""stoker-scale (docs/autoscale.md) against a real broker, a slow producer and a fast
 trainer: with the exec engine it scales the pool up in steps of at most --max-step, no sooner
 than --cooldown apart and never past --max; with the trainer gone for --idle it scales down to
 the minimum; the broker killed and started again on its address, it holds the pool (the new

@@ -1,4 +1,4 @@
-"""`scaled` events (issue 28): every change stoker-scale acts on is told to the broker, which logs
+"""`scaled` events: every change stoker-scale acts on is told to the broker, which logs
 it (`scaled: pool ...`), lists it in /status's events (pool, from, to, why) and hands it to the
 trainers with their batches. A dry run tells nothing. stoker-scale reaches a broker that asks
 for TLS with client certificates and a token (--tls-ca/--tls-cert/--tls-key, --token-file) and

@@ -1,4 +1,4 @@
-"""TLS from Python (issue 26, defect 14): a real broker on tls+tcp://127.0.0.1 requiring client
+"""TLS from Python: a real broker on tls+tcp://127.0.0.1 requiring client
 certificates from a throwaway CA made here with openssl (as tests/hardening/test_tls.c does), a
 real producer with the right certificate. stoker.Client with tls_ca/tls_cert/tls_key trains
 batches, stoker.status answers and stoker-pull pulls over TLS (its --tls-* flags as the other

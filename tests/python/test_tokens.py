@@ -1,4 +1,4 @@
-"""The tokens generator (issue 27): pre-tokenized shards in llm.c's format (a 256-int header,
+"""The tokens generator: pre-tokenized shards in llm.c's format (a 256-int header,
 uint16 tokens in version 1, uint32 in version 2) and in nanoGPT's plain uint16, made here, served
 through a real broker and producers. As a stream every example is a window found at some offset of
 some shard; as a dataset every window at --stride comes exactly once per epoch, equal to the

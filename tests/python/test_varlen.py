@@ -1,4 +1,4 @@
-"""Variable-length fields on real processes (issue 27, docs/schema.md): examples of
+"""Variable-length fields on real processes (docs/schema.md): examples of
 tokens:int32[?<=64],points:float32[?,3],label:int64 made by tests/lib/var_producer.c (every byte
 follows from the label) travel over the socket and through the broker's shared memory, to
 stoker-pull (text and raw, each value after its length), across a broker restart with

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CUDA backend as a plugin (issue 30): stoker-trainer links no CUDA library and maps none for
+"""The CUDA backend as a plugin: stoker-trainer links no CUDA library and maps none for
 --version or --device cpu; libstoker-cuda.so (when this build has CUDA) links cudart and cuBLAS,
 exports only its descriptor and loads with dlopen; and each way --device gpu|auto can miss a GPU
 says why (no plugin, a plugin that does not load, a file that is not a plugin, no GPU), with
