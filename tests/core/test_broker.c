@@ -549,7 +549,12 @@ Test(supply, silent_producer_is_lost_after_the_timeout)
         lost += rep->events[i].kind == STOKER_EVENT_PRODUCER_LOST;
     cr_assert_eq(lost, 1);
     uint64_t lease = rep->lease;
-    bf_answered(bf_handle(T1, h_pull(T1, 4, 0, 1, &lease)), STOKER_NO_PRODUCERS);
+    // Its connection is open (frozen, paused, a loaded node): the supply waits for it for
+    // --silent-grace (30 s by default), then ends.
+    stoker_reply *wait = bf_answered(bf_handle(T1, h_pull(T1, 4, 0, 1, &lease)), STOKER_OK);
+    cr_assert_eq(wait->chunk.count, 0, "nothing to hand out, and not the end");
+    bf_tick(30000);
+    bf_answered(bf_handle(T1, h_pull(T1, 4, 0, 0, NULL)), STOKER_NO_PRODUCERS);
 }
 
 Test(supply, no_producer_yet_is_not_the_end)
