@@ -27,8 +27,6 @@ wire_copy_string(char *dst, size_t cap, const char *src, const char *what, char 
     return STOKER_OK;
 }
 
-// --- schema ---------------------------------------------------------------------------------
-
 void
 wire_schema_to_pb(const stoker_schema *s, schema_pb *pb)
 {
@@ -85,8 +83,6 @@ wire_schema_from_pb(const Stoker__Schema *pb, stoker_schema *out, char *err, siz
     *out = s;
     return STOKER_OK;
 }
-
-// --- chunk and framing ---------------------------------------------------------------------
 
 static size_t
 align8(size_t n)

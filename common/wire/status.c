@@ -67,8 +67,7 @@ stoker_delivery_name(stoker_delivery delivery)
     }
 }
 
-// --- consumers (issue 13): their entries in JSON and in Prometheus text
-// ---------------------------
+// Consumers: their entries in JSON and in Prometheus text.
 
 static void
 consumers_json(stoker_text *t, const stoker_status *st)
@@ -158,10 +157,8 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
         }
     }
 }
-// --- end of consumers
-// -----------------------------------------------------------------------------
 
-// --- autoscale (issue 28): its block in JSON and its gauges in Prometheus text ---
+// Autoscale: its block in JSON and its gauges in Prometheus text.
 static void
 autoscale_json(stoker_text *t, const stoker_status *st)
 {
@@ -215,7 +212,6 @@ autoscale_metrics(stoker_text *t, const stoker_status *st)
         }
     }
 }
-// --- end of autoscale ---
 
 char *
 stoker_status_render_json(const stoker_status *st)
@@ -310,10 +306,8 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t, "]}");
     }
     stoker_text_printf(&t, "]");
-    // --- label maps (issue 18) ---
     stoker_text_printf(&t, ", \"labels\": ");
     stoker_labels_render_json(&t, st->label_maps, st->n_label_maps, st->label_maps_omitted);
-    // --- end of label maps ---
     autoscale_json(&t, st);
     if (st->dataset_size > 0)
         stoker_text_printf(
