@@ -614,13 +614,18 @@ train_write_json(const train_result *r, FILE *f)
                 r->delivery, (unsigned long long)r->batches_shm,
                 (unsigned long long)r->batches_socket, (unsigned long long)r->batches_arena_full);
     if (r->has_audit) {
-        fprintf(f,
-                ", \"audit\": {\"produced\": %llu, \"acknowledged\": %llu, \"still_queued\": %llu, "
-                "\"in_flight\": %llu, \"redelivered\": %llu, \"returned_unused\": %llu, "
-                "\"duplicates_seen\": %llu, \"discrepancy\": %lld",
-                (unsigned long long)r->produced, (unsigned long long)r->acknowledged,
-                (unsigned long long)r->still_queued, (unsigned long long)r->in_flight,
-                (unsigned long long)r->redelivered, (unsigned long long)r->returned_unused,
+        // The broker's counters the audit repeats: the A rows of STOKER_COUNTERS, under their
+        // audit keys (train_result's members of the same names), then the trainer's own.
+        fprintf(f, ", \"audit\": {");
+        const char *sep = "";
+#define AUDIT_SKIP(...)
+#define AUDIT_ROW(field, audit, ...)                                                               \
+    fprintf(f, "%s\"" #audit "\": %llu", sep, (unsigned long long)r->audit);                       \
+    sep = ", ";
+        STOKER_COUNTERS(AUDIT_SKIP, AUDIT_ROW, AUDIT_SKIP)
+#undef AUDIT_ROW
+#undef AUDIT_SKIP
+        fprintf(f, "%s\"duplicates_seen\": %llu, \"discrepancy\": %lld", sep,
                 (unsigned long long)r->duplicates_seen, (long long)r->discrepancy);
         if (r->has_group) // a rank: what its group's end left over (still queued)
             fprintf(f, ", \"group_leftover\": %llu", (unsigned long long)r->group_leftover);

@@ -2,10 +2,43 @@
 // alone. Filling a snapshot is the broker's job (or the wire decoder's); this file only reads one.
 #include <stddef.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "stoker/status.h"
 #include "stoker/text.h"
+
+// The rows of STOKER_COUNTERS (stoker/protocol.h) as a table for the renderings below: each
+// counter's names and where its value lies in stoker_counters.
+typedef struct counter_row {
+    const char *key, *metric, *type, *help;
+    size_t offset, size;
+    int top; // a G row: at the top level of the JSON, not in its "counters" object
+} counter_row;
+
+#define COUNTER_ROW(f, metric, type, help, top)                                                    \
+    {#f, metric, type, help, offsetof(stoker_counters, f), sizeof(((stoker_counters *)0)->f), top},
+#define COUNTER_ROW_C(f, metric, type, help)        COUNTER_ROW(f, metric, type, help, 0)
+#define COUNTER_ROW_A(f, audit, metric, type, help) COUNTER_ROW(f, metric, type, help, 0)
+#define COUNTER_ROW_G(f, metric, type, help)        COUNTER_ROW(f, metric, type, help, 1)
+static const counter_row counter_rows[] = {
+    STOKER_COUNTERS(COUNTER_ROW_C, COUNTER_ROW_A, COUNTER_ROW_G)};
+#define N_COUNTER_ROWS (sizeof(counter_rows) / sizeof(counter_rows[0]))
+
+static unsigned long long
+counter_value(const stoker_counters *c, const counter_row *row)
+{
+    const char *at = (const char *)c + row->offset;
+    if (row->size == sizeof(uint64_t)) {
+        uint64_t v;
+        memcpy(&v, at, sizeof(v));
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, at, sizeof(v));
+    return v;
+}
 
 void
 stoker_status_destroy(stoker_status *st)
@@ -34,8 +67,7 @@ stoker_delivery_name(stoker_delivery delivery)
     }
 }
 
-// --- consumers (issue 13): their entries in JSON and in Prometheus text
-// ---------------------------
+// Consumers: their entries in JSON and in Prometheus text.
 
 static void
 consumers_json(stoker_text *t, const stoker_status *st)
@@ -125,10 +157,8 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
         }
     }
 }
-// --- end of consumers
-// -----------------------------------------------------------------------------
 
-// --- autoscale (issue 28): its block in JSON and its gauges in Prometheus text ---
+// Autoscale: its block in JSON and its gauges in Prometheus text.
 static void
 autoscale_json(stoker_text *t, const stoker_status *st)
 {
@@ -182,7 +212,6 @@ autoscale_metrics(stoker_text *t, const stoker_status *st)
         }
     }
 }
-// --- end of autoscale ---
 
 char *
 stoker_status_render_json(const stoker_status *st)
@@ -199,25 +228,22 @@ stoker_status_render_json(const stoker_status *st)
                        (unsigned long long)st->max_bytes);
     stoker_text_printf(&t, ", \"queue_limit\": ");
     stoker_text_json_string(&t, st->queue_limit);
-    stoker_text_printf(
-        &t,
-        ", \"counters\": {\"produced\": %llu, "
-        "\"acknowledged\": %llu, \"queued\": %llu, \"in_flight\": %llu, "
-        "\"redelivered\": %llu, \"returned_unused\": %llu, \"delivered\": %llu, "
-        "\"queued_bytes\": %llu, \"refused\": %llu, \"short_by_queues\": %llu, "
-        "\"delivered_shm\": %llu, \"delivered_in_place\": %llu, \"producers_lost\": %llu, "
-        "\"discrepancy\": %lld}, "
-        "\"producers_alive\": %u, "
-        "\"trainers\": %u, \"trainers_shm\": %u, \"producers\": [",
-        (unsigned long long)c->produced, (unsigned long long)c->acknowledged,
-        (unsigned long long)c->queued, (unsigned long long)c->in_flight,
-        (unsigned long long)c->redelivered, (unsigned long long)c->returned_unused,
-        (unsigned long long)c->delivered, (unsigned long long)c->queued_bytes,
-        (unsigned long long)c->refused, (unsigned long long)c->short_by_queues,
-        (unsigned long long)c->delivered_shm, (unsigned long long)c->delivered_in_place,
-        (unsigned long long)c->producers_lost,
-        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight), c->producers_alive,
-        c->trainers, c->trainers_shm);
+    stoker_text_printf(&t, ", \"counters\": {");
+    const char *sep = "";
+    for (size_t i = 0; i < N_COUNTER_ROWS; i++) {
+        if (!counter_rows[i].top) {
+            stoker_text_printf(&t, "%s\"%s\": %llu", sep, counter_rows[i].key,
+                               counter_value(c, &counter_rows[i]));
+            sep = ", ";
+        }
+    }
+    stoker_text_printf(&t, ", \"discrepancy\": %lld}",
+                       (long long)(c->produced - c->acknowledged - c->queued - c->in_flight));
+    for (size_t i = 0; i < N_COUNTER_ROWS; i++)
+        if (counter_rows[i].top)
+            stoker_text_printf(&t, ", \"%s\": %llu", counter_rows[i].key,
+                               counter_value(c, &counter_rows[i]));
+    stoker_text_printf(&t, ", \"producers\": [");
     for (uint32_t i = 0; i < st->n_producers; i++) {
         const stoker_producer_info *p = &st->producers[i];
         stoker_text_printf(&t, "%s{\"id\": %u, \"name\": ", i ? ", " : "", p->id);
@@ -280,10 +306,8 @@ stoker_status_render_json(const stoker_status *st)
         stoker_text_printf(&t, "]}");
     }
     stoker_text_printf(&t, "]");
-    // --- label maps (issue 18) ---
     stoker_text_printf(&t, ", \"labels\": ");
     stoker_labels_render_json(&t, st->label_maps, st->n_label_maps, st->label_maps_omitted);
-    // --- end of label maps ---
     autoscale_json(&t, st);
     if (st->dataset_size > 0)
         stoker_text_printf(
@@ -319,60 +343,17 @@ stoker_status_render_metrics(const stoker_status *st)
     stoker_text t = {0};
     stoker_text_printf(&t, "%s", "");
     const stoker_counters *c = &st->counters;
-    static const struct {
-        const char *name, *type, *help;
-        size_t offset;
-    } totals[] = {
-        {"produced_total", "counter", "Examples accepted from producers",
-         offsetof(stoker_counters, produced)},
-        {"acknowledged_total", "counter", "Examples acknowledged by trainers",
-         offsetof(stoker_counters, acknowledged)},
-        {"delivered_total", "counter", "Examples sent to trainers, redeliveries included",
-         offsetof(stoker_counters, delivered)},
-        {"redelivered_total", "counter",
-         "Examples returned to queues after a loss (a dropped trainer's leases)",
-         offsetof(stoker_counters, redelivered)},
-        {"returned_unused_total", "counter",
-         "Examples handed back unused (prefetched) by trainers that said goodbye",
-         offsetof(stoker_counters, returned_unused)},
-        {"short_by_queues_total", "counter",
-         "Batches cut short by the queues' limits rather than by the supply",
-         offsetof(stoker_counters, short_by_queues)},
-        {"queued", "gauge", "Examples waiting in producer queues",
-         offsetof(stoker_counters, queued)},
-        {"in_flight", "gauge", "Examples leased to trainers, not yet acknowledged",
-         offsetof(stoker_counters, in_flight)},
-        {"queued_bytes", "gauge", "Bytes of queued examples",
-         offsetof(stoker_counters, queued_bytes)},
-        {"refused_total", "counter", "Requests refused with an error",
-         offsetof(stoker_counters, refused)},
-        {"delivered_shm_total", "counter", "Examples sent to trainers through shared memory",
-         offsetof(stoker_counters, delivered_shm)},
-        {"producers_lost_total", "counter", "Producers lost (producer_lost events)",
-         offsetof(stoker_counters, producers_lost)},
-        {"delivered_in_place_total", "counter",
-         "Examples sent through shared memory from where their push was read (not copied)",
-         offsetof(stoker_counters, delivered_in_place)},
-    };
-    for (size_t i = 0; i < sizeof(totals) / sizeof(totals[0]); i++) {
-        uint64_t v = *(const uint64_t *)((const char *)c + totals[i].offset);
+    for (size_t i = 0; i < N_COUNTER_ROWS; i++) {
+        const counter_row *row = &counter_rows[i];
         stoker_text_printf(&t, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\nstoker_%s %llu\n",
-                           totals[i].name, totals[i].help, totals[i].name, totals[i].type,
-                           totals[i].name, (unsigned long long)v);
+                           row->metric, row->help, row->metric, row->type, row->metric,
+                           counter_value(c, row));
     }
     stoker_text_printf(&t,
-                       "# HELP stoker_producers_alive Producers connected and sending\n"
-                       "# TYPE stoker_producers_alive gauge\nstoker_producers_alive %u\n"
-                       "# HELP stoker_trainers_connected Trainers connected\n"
-                       "# TYPE stoker_trainers_connected gauge\nstoker_trainers_connected %u\n"
-                       "# HELP stoker_trainers_shm Trainers whose batches come through shared "
-                       "memory\n"
-                       "# TYPE stoker_trainers_shm gauge\nstoker_trainers_shm %u\n"
                        "# HELP stoker_uptime_seconds Seconds since the broker started\n"
                        "# TYPE stoker_uptime_seconds gauge\nstoker_uptime_seconds %.3f\n"
                        "# HELP stoker_max_bytes Bytes all queues may hold (--max-bytes)\n"
                        "# TYPE stoker_max_bytes gauge\nstoker_max_bytes %llu\n",
-                       c->producers_alive, c->trainers, c->trainers_shm,
                        (double)st->uptime_ms / 1000.0, (unsigned long long)st->max_bytes);
     static const struct {
         const char *name, *type, *help;

@@ -3,7 +3,7 @@
 // blow up a hello or the broker's /status: the first classes are listed by name, the rest only
 // counted. The producer says it in its hello; the broker keeps it per producer and shows each
 // distinct map once in its status snapshot (status.h). It knows nothing of folders or of how
-// the map travels (wire.c) or is rendered (status.c calls stoker_labels_render_json).
+// the map travels (common/wire/) or is rendered (status.c calls stoker_labels_render_json).
 #ifndef STOKER_LABELS_H
 #define STOKER_LABELS_H
 

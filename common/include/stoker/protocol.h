@@ -1,5 +1,5 @@
 // Protocol vocabulary shared by the broker and its clients: methods, roles, events and the
-// status snapshot. The wire format itself is private to wire.c.
+// status snapshot. The wire format itself is private to the wire floor (common/wire/).
 #ifndef STOKER_PROTOCOL_H
 #define STOKER_PROTOCOL_H
 
@@ -90,6 +90,42 @@ typedef struct stoker_counters {
     uint64_t short_by_queues; // batches cut short by the queues' limits, not by the supply
     uint64_t producers_lost;  // producer_lost events so far (a producer lost twice counts twice)
 } stoker_counters;
+
+// Every member of stoker_counters, once, in the order the status JSON's "counters" object lists
+// them. The wire's encoder and decoder, the JSON and Prometheus renderings (status.c) and the
+// trainer's audit are all made from this list: a new counter is one row here. Rows of three kinds:
+//   C(field, metric, type, help)         a counter of the JSON "counters" object
+//   A(field, audit, metric, type, help)  one the trainer's audit repeats, under the key audit
+//                                        (also its train_result member)
+//   G(field, metric, type, help)         a uint32_t at the top level of the JSON
+// field is the struct member, the protobuf Counters field and the JSON key; metric the Prometheus
+// name after "stoker_"; type "counter" or "gauge"; help its Prometheus HELP text.
+// clang-format off
+#define STOKER_COUNTERS(C, A, G)                                                                   \
+    A(produced, produced, "produced_total", "counter", "Examples accepted from producers")        \
+    A(acknowledged, acknowledged, "acknowledged_total", "counter",                                 \
+      "Examples acknowledged by trainers")                                                         \
+    A(queued, still_queued, "queued", "gauge", "Examples waiting in producer queues")             \
+    A(in_flight, in_flight, "in_flight", "gauge",                                                  \
+      "Examples leased to trainers, not yet acknowledged")                                         \
+    A(redelivered, redelivered, "redelivered_total", "counter",                                    \
+      "Examples returned to queues after a loss (a dropped trainer's leases)")                     \
+    A(returned_unused, returned_unused, "returned_unused_total", "counter",                        \
+      "Examples handed back unused (prefetched) by trainers that said goodbye")                    \
+    C(delivered, "delivered_total", "counter", "Examples sent to trainers, redeliveries included") \
+    C(queued_bytes, "queued_bytes", "gauge", "Bytes of queued examples")                           \
+    C(refused, "refused_total", "counter", "Requests refused with an error")                      \
+    C(short_by_queues, "short_by_queues_total", "counter",                                         \
+      "Batches cut short by the queues' limits rather than by the supply")                         \
+    C(delivered_shm, "delivered_shm_total", "counter",                                             \
+      "Examples sent to trainers through shared memory")                                           \
+    C(delivered_in_place, "delivered_in_place_total", "counter",                                   \
+      "Examples sent through shared memory from where their push was read (not copied)")           \
+    C(producers_lost, "producers_lost_total", "counter", "Producers lost (producer_lost events)")  \
+    G(producers_alive, "producers_alive", "gauge", "Producers connected and sending")             \
+    G(trainers, "trainers_connected", "gauge", "Trainers connected")                               \
+    G(trainers_shm, "trainers_shm", "gauge", "Trainers whose batches come through shared memory")
+// clang-format on
 
 typedef struct stoker_producer_info {
     uint32_t id;
