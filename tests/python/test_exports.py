@@ -42,6 +42,21 @@ def test_only_stoker_symbols_are_exported():
         LIB, len(bad), ", ".join(bad))
 
 
+def test_the_exports_are_the_public_api_only():
+    # What a C user or a binding needs, not the internals: no generated protobuf code
+    # (stoker__*), at most 150 functions, and each of them named in the version script.
+    symbols = exported()
+    generated = sorted(s for s in symbols if s.startswith("stoker__"))
+    assert not generated, "%d generated protobuf symbols exported, e.g. %s" % (
+        len(generated), ", ".join(generated[:3]))
+    functions = sorted(s for s, kind in symbols.items() if kind == "T" and s not in TOOLCHAIN)
+    assert len(functions) <= 150, "%d functions exported (at most 150)" % len(functions)
+    with open(os.path.join(SOURCE_ROOT, "common", "libstoker.map")) as f:
+        named = set(re.findall(r"^\s*(stoker_[a-z0-9_]+);", f.read(), re.M))
+    assert set(functions) == named, "exported but not named: %s; named but not exported: %s" % (
+        sorted(set(functions) - named), sorted(named - set(functions)))
+
+
 def test_the_public_api_is_exported():
     symbols = exported()
     for name in ("stoker_consumer_open", "stoker_consumer_next", "stoker_strerror",
