@@ -13,6 +13,8 @@ What docs/design.md promises about the layout, as three checks:
    above its own, and no file of server/broker/ (the state machine, under one lock) includes a
    thread, socket or file API: those live in server/net/.
 5. Sizes: no function of server/ over 100 lines, no file of server/ over 700.
+6. The layout as docs/design.md tells it matches the tree (git ls-files): its folder table
+   names every top-level folder, and its text names every C file of common/ and server/.
 Usage: check_layers.py SOURCE_ROOT BUILD_ROOT; exit 0 when every rule holds, 1 with each
 violation named (file, symbol or header) otherwise.
 """
@@ -223,6 +225,28 @@ def check_server(src, objs):
     return edges, bad
 
 
+def check_design_layout(src):
+    """docs/design.md against `git ls-files`: folders in its table, C files in its text."""
+    try:
+        files = subprocess.run(["git", "-C", src, "ls-files"], check=True, capture_output=True,
+                               text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        print("layers: not a git checkout: docs/design.md's layout not compared with the tree")
+        return []
+    with open(os.path.join(src, "docs", "design.md"), encoding="utf-8") as fh:
+        design = fh.read()
+    bad = []
+    folders = sorted({f.split("/")[0] for f in files if "/" in f and not f.startswith(".")})
+    for d in folders:
+        if not re.search(r"`%s/`" % re.escape(d), design):
+            bad.append("docs/design.md: the folder %s/ is not in its table of folders" % d)
+    for f in files:
+        if f.endswith(".c") and (f.startswith("common/") or f.startswith("server/")):
+            if not re.search(r"(?<!\w)%s(?!\w)" % re.escape(os.path.basename(f)), design):
+                bad.append("docs/design.md: %s is not named in its layout" % f)
+    return bad
+
+
 def floor_of(obj):
     name = os.path.basename(obj)
     if name.startswith("meson-generated_"):
@@ -243,7 +267,7 @@ def main():
         print(__doc__.strip().splitlines()[-3])
         return 2
     src, build = sys.argv[1], sys.argv[2]
-    bad = check_includes(src)
+    bad = check_includes(src) + check_design_layout(src)
 
     lib = objects(os.path.join(build, "common", "libstoker.a.p"))
     for o in lib:
