@@ -1,6 +1,7 @@
 // Class-to-label maps (see stoker/labels.h): building one within its bounds, copying, comparing,
 // grouping equal maps of several producers, and the JSON block /status shows. Carrying a map in
-// a hello or a Status reply is wire.c's; keeping one per producer is the broker's.
+// a hello or a Status reply is common/wire's (request.c, reply.c, status_pb.c); keeping one per
+// producer is the broker's.
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,6 +1,6 @@
 // A consumer's side of the broker's shared-memory arena (see stoker/arena.h): the Unix-socket
 // handshake that proves we share the broker's host and user, the read-only mapping, and region
-// releases. It keeps no batch state: trainer_client.c decides which batches live here.
+// releases. It keeps no batch state: trainer_delivery.c decides which batches live here.
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

@@ -25,7 +25,8 @@ typedef struct conn {
     _Atomic int pipes;
     _Atomic uint64_t pipeless_since_ms; // when pipes last fell to 0 (or the open)
     // The id of the newest connection while it lasts, or 0: a reply that came on another closed
-    // since, and what the broker handed out on it was taken back (trainer_client.c stale_batch).
+    // since, and what the broker handed out on it was taken back (trainer_prefetch.c,
+    // trainer_stale_batch).
     _Atomic uint32_t live_pipe;
     uint64_t redials;
     // The dialer's watcher: a thread of the conn's own, from conn_open to conn_close.

@@ -437,7 +437,7 @@ rx_cb(void *arg)
     }
     case 3: {
         // A push's blobs start after the header word and the protobuf part, 8-aligned
-        // (common/wire/wire.c): the host places them aligned in its arena.
+        // (common/wire/request.c): the host places them aligned in its arena.
         size_t pb_len = (size_t)c->word[0] | (size_t)c->word[1] << 8 | (size_t)c->word[2] << 16 |
                         (size_t)c->word[3] << 24;
         size_t blob_at = (4 + pb_len + 7) & ~(size_t)7;

@@ -1,6 +1,6 @@
 // Class-to-label maps (stoker/labels.h): the bounds that keep a map of 100,000 classes from
 // blowing up a hello or /status, names cut on a UTF-8 boundary, equal maps of several producers
-// grouped, and the map's round trip through a hello and a Status reply (wire.c).
+// grouped, and the map's round trip through a hello and a Status reply (common/wire/).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

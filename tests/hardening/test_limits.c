@@ -3,7 +3,7 @@
 // producers / trainers and too large chunks or pulls get clear errors; messages that claim huge
 // sizes are refused by wire decoding itself.
 //
-// Why nothing is allocated for a claimed size (common/wire/wire.c): frame_header checks the u32
+// Why nothing is allocated for a claimed size (common/wire/frame.c): frame_header checks the u32
 // length against the bytes received; protobuf-c sizes repeated fields from the elements actually
 // present in the buffer; chunk_from_pb checks every Chunk.sizes entry against the bytes left in
 // the message before using it, and the data is then used in place (no copy sized by the claim);

@@ -4,7 +4,7 @@
 // and uses the batch in place. This module is the consumer's side: proving it shares the host
 // (the arena's file descriptor comes over a Unix-domain socket, SCM_RIGHTS, after the broker
 // checked the peer's user and a one-time ticket from the hello), the mapping, and telling the
-// broker when a region is no longer used. It does not decide who asks (trainer_client.c).
+// broker when a region is no longer used. It does not decide who asks (trainer_delivery.c).
 //
 // The Unix socket protocol: the consumer connects to the abstract name from the hello reply and
 // writes the ticket (8 bytes, little-endian); the broker answers 16 bytes (the consumer's secret,
