@@ -7,8 +7,8 @@
 // plus the trainer's leases (prefetch x batch). Measured here with 3 producers of 1 MiB pushes:
 // RSS - --max-bytes was 20-35 MiB for --max-bytes 16, 64 and 128 MiB (fixed, not proportional),
 // so the test allows 12 MiB per producer and 16 MiB of slack. Two fixes made it so: decoding
-// kept the received message beside its aligned copy (common/wire/request.c: 2x --max-bytes), and heap
-// holes left by large messages were never given back (server/server.c trims once a second:
+// kept the received message beside its aligned copy (common/wire/request.c: 2x --max-bytes), and
+// heap holes left by large messages were never given back (server/server.c trims once a second:
 // before, 85 MiB at --max-bytes 16 MiB and 247 MiB at 128 MiB). The test prints what it
 // measured.
 #include <stdio.h>
