@@ -12,7 +12,8 @@ What docs/design.md promises about the layout, as three checks:
 4. The broker's floors (SERVER_FLOORS below): an object of server/ uses no symbol of a floor
    above its own, and no file of server/broker/ (the state machine, under one lock) includes a
    thread, socket or file API: those live in server/net/.
-5. Sizes: no function of server/ over 100 lines, no file of server/ over 700.
+5. Sizes: no function of server/ over 100 lines, no file of server/ over 700, no floor of
+   common/ over 4,000 lines, no file of common/client/ over 1,000.
 6. The layout as docs/design.md tells it matches the tree (git ls-files): its folder table
    names every top-level folder, and its text names every C file of common/ and server/.
 Usage: check_layers.py SOURCE_ROOT BUILD_ROOT; exit 0 when every rule holds, 1 with each
@@ -23,7 +24,7 @@ import re
 import subprocess
 import sys
 
-FLOORS = ["base", "data", "wire", "transport", "client", "runtime"]
+FLOORS = ["base", "data", "wire", "transport", "client", "runtime", "api"]
 RANK = {f: i for i, f in enumerate(FLOORS)}
 # The generated protobuf code sits between the data model and the wire: only wire/ uses it.
 PROTO_RANK = 1.5
@@ -32,8 +33,9 @@ PUBLIC = {
     "data": ["schema.h", "chunk.h", "labels.h", "batching.h"],
     "wire": ["protocol.h", "wire.h", "status.h"],
     "transport": ["client.h", "tls.h", "arena.h", "sp.h"],
-    "client": ["trainer_client.h", "consumer.h", "producer_client.h", "cli.h"],
+    "client": ["trainer_client.h", "producer_client.h"],
     "runtime": ["producer.h", "generator.h", "synthetic.h"],
+    "api": ["consumer.h", "cli.h"],
 }
 # The broker's floors, bottom up: each object calls only its own floor and those below. net/'s
 # helpers with threads of their own but no broker state (the epochs' drawer, the arena) stand
@@ -58,6 +60,8 @@ IO_HEADERS = {"pthread.h", "poll.h", "unistd.h", "fcntl.h", "sys/socket.h", "sys
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>', re.M)
 FUNCTION_MAX_LINES = 100
 FILE_MAX_LINES = 700
+FLOOR_MAX_LINES = 4000  # a floor of common/, its .c and .h files together
+CLIENT_FILE_MAX_LINES = 1000
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -225,6 +229,24 @@ def check_server(src, objs):
     return edges, bad
 
 
+def check_floor_sizes(src):
+    bad = []
+    for floor in FLOORS:
+        d = os.path.join(src, "common", floor)
+        total = 0
+        for name in sorted(os.listdir(d)):
+            if name.endswith((".c", ".h")):
+                with open(os.path.join(d, name), encoding="utf-8") as fh:
+                    n = fh.read().count("\n")
+                total += n
+                if floor == "client" and n > CLIENT_FILE_MAX_LINES:
+                    bad.append("common/client/%s: %d lines, more than %d" %
+                               (name, n, CLIENT_FILE_MAX_LINES))
+        if total > FLOOR_MAX_LINES:
+            bad.append("common/%s/: %d lines, more than %d" % (floor, total, FLOOR_MAX_LINES))
+    return bad
+
+
 def check_design_layout(src):
     """docs/design.md against `git ls-files`: folders in its table, C files in its text."""
     try:
@@ -267,7 +289,7 @@ def main():
         print(__doc__.strip().splitlines()[-3])
         return 2
     src, build = sys.argv[1], sys.argv[2]
-    bad = check_includes(src) + check_design_layout(src)
+    bad = check_includes(src) + check_design_layout(src) + check_floor_sizes(src)
 
     lib = objects(os.path.join(build, "common", "libstoker.a.p"))
     for o in lib:
