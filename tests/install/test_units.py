@@ -153,5 +153,35 @@ def test_packaged_broker_listens_on_loopback_and_ipc_only():
             broker.wait(10)
 
 
+def test_install_step_makes_the_service_user():
+    # meson install's post-install script, as root on the live system, makes the user the units
+    # run as (here a user of the test's own, from a sysusers.d file like the installed one); with
+    # DESTDIR (a staged or package install) it leaves the system alone.
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "systemd",
+                          "post_install.sh")
+    if os.getuid() != 0 or shutil.which("systemd-sysusers") is None:
+        print("skipped: needs root and systemd-sysusers")
+        return
+    user = "stokerpi%d" % os.getpid()
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = os.path.join(tmp, "stoker.conf")
+        with open(conf, "w") as f:
+            f.write('u %s - "stoker test" /var/lib/stoker /usr/sbin/nologin\n' % user)
+        try:
+            staged = subprocess.run(["sh", script, conf], capture_output=True, text=True,
+                                    timeout=60, env=dict(os.environ, DESTDIR=tmp))
+            assert staged.returncode == 0, staged.stderr
+            assert subprocess.run(["getent", "passwd", user]).returncode == 2, "made with DESTDIR"
+            env = {k: v for k, v in os.environ.items() if k != "DESTDIR"}
+            live = subprocess.run(["sh", script, conf], capture_output=True, text=True,
+                                  timeout=60, env=env)
+            assert live.returncode == 0, live.stderr
+            got = subprocess.run(["getent", "passwd", user], capture_output=True, text=True)
+            assert got.returncode == 0 and "/usr/sbin/nologin" in got.stdout, (got, live.stdout)
+        finally:
+            subprocess.run(["userdel", user], capture_output=True)
+            subprocess.run(["groupdel", user], capture_output=True)
+
+
 if __name__ == "__main__":
     run(dict(globals()))

@@ -11,8 +11,8 @@
 set -uo pipefail
 src=${STOKER_SOURCE_ROOT:?}
 version=${STOKER_VERSION:?}
-for tool in dpkg-buildpackage dh dh_python3 lintian systemd-analyze; do
-    command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/deps.sh installs debhelper, dh-python, lintian, systemd)"; exit 77; }
+for tool in dpkg-buildpackage dh dh_python3 help2man lintian systemd-analyze; do
+    command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed (scripts/deps.sh test installs debhelper, dh-python, help2man, lintian, systemd)"; exit 77; }
 done
 work=$(mktemp -d /tmp/stoker-deb.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -50,6 +50,8 @@ for d in "${debs[@]}"; do
 done
 check "lintian reports no errors" bash -c "lintian --fail-on error '$work'/*.changes"
 sed 's/^/  lintian: /' "$work/out" | grep -v 'root privileges' | head -n 30
+cp "$work/out" "$work/lintian.out"
+check "lintian finds no binary without a man page" bash -c "! grep -q 'no-manual-page' '$work/lintian.out'"
 
 # What each holds.
 for d in "${debs[@]}"; do
@@ -58,6 +60,10 @@ for d in "${debs[@]}"; do
 done
 deb() { ls "$work/$1"_*.deb; }
 check "stoker has the binaries, units and config" bash -c "dpkg-deb -c $(deb stoker) | grep -q ' ./usr/bin/stoker-broker$' && dpkg-deb -c $(deb stoker) | grep -q 'lib/systemd/system/stoker-producer@.service' && dpkg-deb -c $(deb stoker) | grep -q ' ./etc/stoker/broker.conf$'"
+for b in stoker-broker stoker-producer stoker-pull stoker-scale stoker-trainer; do
+    check "stoker has the man page $b.1, made from its --help" bash -c "dpkg-deb --fsys-tarfile $(deb stoker) | tar -xOf - ./usr/share/man/man1/$b.1.gz | zcat | grep -q -- '--version'"
+done
+check "the packaged broker listens on loopback and ipc only" bash -c "dpkg-deb --fsys-tarfile $(deb stoker) | tar -xOf - ./etc/stoker/broker.conf | grep '^STOKER_BROKER_FLAGS=' | grep -q -- '--listen tcp://127.0.0.1:7070 --listen ipc://'"
 check "stoker's config files are conffiles" bash -c "dpkg-deb -I $(deb stoker) conffiles | grep -q /etc/stoker/producer.conf"
 check "libstoker0 has only the library" bash -c "! dpkg-deb -c $(deb libstoker0) | grep -E '\.h$|\.pc$|bin/'"
 check "libstoker-dev has the headers and stoker.pc" bash -c "dpkg-deb -c $(deb libstoker-dev) | grep -q 'usr/include/stoker/labels.h' && dpkg-deb -c $(deb libstoker-dev) | grep -q 'pkgconfig/stoker.pc'"
