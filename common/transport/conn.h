@@ -44,6 +44,8 @@ typedef struct conn {
     _Atomic int ever_connected;
     pthread_mutex_t failure_mu; // guards failure_why
     char failure_why[512];
+    // The watcher said once that the address refuses connections or does not resolve.
+    int told_unreachable, resolve_checked;
 } conn;
 
 // Opens a REQ socket and starts dialing url in the background (returns at once). tls (may be
