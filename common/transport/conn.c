@@ -217,7 +217,10 @@ tell_unreachable(conn *c)
         return;
     handshake_counts n;
     int id = nng_dialer_id(c->dialer);
-    if (id > 0 && handshake_counts_get(id, &n) == 0 && n.refused > 0) {
+    // Refusals in the first CONN_REFUSED_QUIET_MS are a broker still starting beside its clients
+    // (the README's quickstart starts them together): not worth a warning yet.
+    if (id > 0 && stoker_now_ms() >= c->opened_ms + CONN_REFUSED_QUIET_MS &&
+        handshake_counts_get(id, &n) == 0 && n.refused > 0) {
         c->told_unreachable = 1;
         stoker_warn("broker-unreachable: %s refuses connections: nothing listens there (is the "
                     "broker running, and is this its --listen address?); still trying",
@@ -291,6 +294,7 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
     snprintf(c->url, sizeof(c->url), "%s", url);
     c->max_message_bytes = max_message_bytes;
     atomic_store(&c->pipeless_since_ms, stoker_now_ms());
+    c->opened_ms = stoker_now_ms();
     if ((rv = nng_req0_open(&c->sock)) != 0) {
         snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
         return stoker_err_from_nng(rv);
