@@ -19,6 +19,13 @@
 
 static stoker_consumer *volatile running;
 
+// "s" unless n is 1: "1 example", "2 examples".
+static const char *
+plural(unsigned long long n)
+{
+    return n == 1 ? "" : "s";
+}
+
 static void
 on_signal(int sig)
 {
@@ -183,17 +190,17 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
                                                                          : 1;
             // The consumer's error is the reason alone: what happened is said here, once.
             const char *what = code == 3 ? "data supply ended: " : code == 4 ? "stalled: " : "";
-            fprintf(stderr, "stoker-pull: %s%s (after %llu examples)\n", what,
-                    stoker_consumer_error(c), (unsigned long long)written);
+            fprintf(stderr, "stoker-pull: %s%s (after %llu example%s)\n", what,
+                    stoker_consumer_error(c), (unsigned long long)written, plural(written));
             break;
         }
         uint32_t n = stoker_consumer_batch_count(b);
         uint32_t take = max_examples - written < n ? (uint32_t)(max_examples - written) : n;
         if ((rv = pull_write(stdout, format, b, take)) != STOKER_OK) {
             // Not acknowledged: the broker redelivers the whole batch to another consumer.
-            fprintf(stderr, "stoker-pull: writing stdout: %s (after %llu examples)\n",
+            fprintf(stderr, "stoker-pull: writing stdout: %s (after %llu example%s)\n",
                     rv == STOKER_IO ? strerror(errno) : stoker_strerror(rv),
-                    (unsigned long long)written);
+                    (unsigned long long)written, plural(written));
             stoker_consumer_batch_free(b);
             code = 1;
             break;
@@ -210,10 +217,11 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
     // The summary (docs/shm.md): which path the batches took; --log-level error hides it.
     if (stoker_log_get_level() >= STOKER_LOG_WARN)
         fprintf(stderr,
-                "stoker-pull: %llu examples written; delivery %s: %llu batches through shared "
+                "stoker-pull: %llu example%s written; delivery %s: %llu batch%s through shared "
                 "memory, %llu over the socket (%llu of them because the arena was full)\n",
-                (unsigned long long)written, dt.path, (unsigned long long)dt.shm,
-                (unsigned long long)dt.socket, (unsigned long long)dt.arena_full);
+                (unsigned long long)written, plural(written), dt.path, (unsigned long long)dt.shm,
+                dt.shm == 1 ? "" : "es", (unsigned long long)dt.socket,
+                (unsigned long long)dt.arena_full);
     return code;
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, builds, runs every test that needs no GPU (GPU
-# tests skip with a reason when no device is present) and ends with "N passed, N failed".
+# The test command: installs what is missing (the build's and the tests' packages), builds, runs
+# every test that needs no GPU (GPU tests skip with a reason when no device is present) and ends
+# with "N passed, N failed".
 #   scripts/test.sh              the suite
 #   scripts/test.sh --sanitize   the same under AddressSanitizer + UBSan (build-asan/)
 set -uo pipefail
@@ -10,6 +11,13 @@ opts=()
 if [ "${1:-}" = "--sanitize" ]; then
     build=build-asan
     opts=(-Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled)
+fi
+# The tests' own packages first (scripts/deps.sh test: criterion, clang for the fuzz target,
+# torch, docker, debhelper...); a build directory configured before they were present is
+# configured again, so the test programs they enable are built.
+bash scripts/deps.sh test || { echo "0 passed, 1 failed"; exit 1; }
+if [ -f "$build/build.ninja" ] && ! meson test -C "$build" --list 2>/dev/null | grep -q ":core /"; then
+    meson setup --reconfigure "$build" >/dev/null || { echo "0 passed, 1 failed"; exit 1; }
 fi
 STOKER_BUILD=$build bash scripts/build.sh "${opts[@]}" || { echo "0 passed, 1 failed"; exit 1; }
 # ASan: leaks are checked by the suites themselves (see tests/core/helpers.c).

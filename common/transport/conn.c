@@ -207,6 +207,36 @@ check_handshakes(conn *c)
     stoker_debug("conn: %s", why);
 }
 
+// Before the first connection, an address that refuses connections or a host name that does not
+// resolve is said at once as a WARN line, not only when the caller gives up seconds later; the
+// caller keeps trying as long as it would (a broker may be starting meanwhile).
+static void
+tell_unreachable(conn *c)
+{
+    if (c->told_unreachable || atomic_load(&c->ever_connected) || atomic_load(&c->pipes) > 0)
+        return;
+    handshake_counts n;
+    int id = nng_dialer_id(c->dialer);
+    // Refusals in the first CONN_REFUSED_QUIET_MS are a broker still starting beside its clients
+    // (the README's quickstart starts them together): not worth a warning yet.
+    if (id > 0 && stoker_now_ms() >= c->opened_ms + CONN_REFUSED_QUIET_MS &&
+        handshake_counts_get(id, &n) == 0 && n.refused > 0) {
+        c->told_unreachable = 1;
+        stoker_warn("broker-unreachable: %s refuses connections: nothing listens there (is the "
+                    "broker running, and is this its --listen address?); still trying",
+                    c->url);
+        return;
+    }
+    if (c->resolve_checked)
+        return;
+    c->resolve_checked = 1; // once: the resolver may take its own time
+    char why[320];
+    if (conn_unknown_host(c->url, why, sizeof(why))) {
+        c->told_unreachable = 1;
+        stoker_warn("broker-unreachable: %s in %s: check the host name; still trying", why, c->url);
+    }
+}
+
 static void *
 watch_main(void *arg)
 {
@@ -220,6 +250,7 @@ watch_main(void *arg)
         if (c->closing)
             break;
         check_handshakes(c);
+        tell_unreachable(c);
         redial_if_stuck(c);
     }
     pthread_mutex_unlock(&c->watch_mu);
@@ -263,6 +294,7 @@ conn_open(conn *c, const char *url, size_t max_message_bytes, uint32_t reconnect
     snprintf(c->url, sizeof(c->url), "%s", url);
     c->max_message_bytes = max_message_bytes;
     atomic_store(&c->pipeless_since_ms, stoker_now_ms());
+    c->opened_ms = stoker_now_ms();
     if ((rv = nng_req0_open(&c->sock)) != 0) {
         snprintf(err, err_len, "cannot open socket: %s", nng_strerror(rv));
         return stoker_err_from_nng(rv);

@@ -45,6 +45,9 @@ typedef struct conn {
     _Atomic int ever_connected;
     pthread_mutex_t failure_mu; // guards failure_why
     char failure_why[512];
+    // The watcher said once that the address refuses connections or does not resolve.
+    int told_unreachable, resolve_checked;
+    uint64_t opened_ms; // when conn_open began dialing
 } conn;
 
 // Opens a REQ socket and starts dialing url in the background (returns at once). tls (may be
@@ -77,6 +80,8 @@ int conn_unknown_host(const char *url, char *why, size_t why_len);
 #define CONN_WATCH_EVERY_MS 500
 #define CONN_FAIL_EVERY_MS  50
 #define CONN_FAIL_AFTER     2
+// An address that refuses connections for this long after the open is said (a WARN).
+#define CONN_REFUSED_QUIET_MS 500
 
 // STOKER_TLS with why (why_len bytes, may be 0) when the watcher found that the handshakes with
 // the broker fail for a TLS reason; STOKER_OK while it found none. Any thread.

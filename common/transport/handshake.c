@@ -27,6 +27,10 @@
 // nng's SP header of a REQ peer (protocol 0x30) and the start of any SP header.
 static const unsigned char req_header[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
 static const unsigned char sp_magic[4] = {0, 'S', 'P', 0};
+// Sent to a silent listener: no TLS record (a TLS server answers with an alert or hangs up, as
+// for any other bytes), and a request an HTTP server answers ("HTTP/1.x ..."): a client pointed
+// at the broker's --metrics port is told that, not that the port speaks TLS.
+static const char http_probe[] = "GET / HTTP/1.0\r\n\r\n";
 
 static nng_stat *
 find_dialer(nng_stat *st, uint64_t id)
@@ -66,6 +70,7 @@ handshake_counts_get(int dialer_id, handshake_counts *out)
     out->connect = stat_of(d, "connect");
     out->auth = stat_of(d, "auth");
     out->shut = stat_of(d, "other") + stat_of(d, "disconnect") + stat_of(d, "proto");
+    out->refused = stat_of(d, "refused");
     nng_stats_free(root);
     return 0;
 }
@@ -163,7 +168,7 @@ raw_read(int fd, unsigned char *buf, size_t want, uint32_t ms, int *closed)
     return got;
 }
 
-enum speaks { SPEAKS_UNKNOWN, SPEAKS_PLAIN_NNG, SPEAKS_TLS };
+enum speaks { SPEAKS_UNKNOWN, SPEAKS_PLAIN_NNG, SPEAKS_TLS, SPEAKS_HTTP };
 
 // What the listener at host:port speaks, by its first words (see the file's comment).
 static enum speaks
@@ -181,13 +186,15 @@ raw_probe(const char *host, const char *port)
         (void)!send(fd, req_header, sizeof(req_header), MSG_NOSIGNAL);
         what = SPEAKS_PLAIN_NNG;
     } else if (n == 0 && !closed) {
-        // Silent: a TLS server waits for the client's hello. Our SP header is no TLS record: a
-        // TLS server answers with an alert (content type 21, version 3.x) or hangs up at once.
-        // A peer that stays silent still (a frozen broker: the kernel accepted for it) is not
-        // taken for TLS.
-        (void)!send(fd, req_header, sizeof(req_header), MSG_NOSIGNAL);
-        n = raw_read(fd, got, 2, RAW_SILENT_MS, &closed);
-        if ((n == 0 && closed) || (n == 2 && got[0] == 21 && got[1] == 3))
+        // Silent: a TLS server waits for the client's hello, an HTTP server for a request. Our
+        // request is no TLS record: a TLS server answers with an alert (content type 21,
+        // version 3.x) or hangs up at once; an HTTP server answers "HTTP/". A peer that stays
+        // silent still (a frozen broker: the kernel accepted for it) is not taken for TLS.
+        (void)!send(fd, http_probe, sizeof(http_probe) - 1, MSG_NOSIGNAL);
+        n = raw_read(fd, got, 5, RAW_SILENT_MS, &closed);
+        if (n == 5 && memcmp(got, "HTTP/", 5) == 0)
+            what = SPEAKS_HTTP;
+        else if ((n == 0 && closed) || (n >= 2 && got[0] == 21 && got[1] == 3))
             what = SPEAKS_TLS;
     }
     close(fd);
@@ -243,6 +250,13 @@ handshake_diagnose(const char *url, const stoker_tls_options *tls, const char *s
     if (url_split(url, host, sizeof(host), port, sizeof(port)) != 0)
         return STOKER_OK;
     enum speaks speaks = raw_probe(host, port);
+    if (speaks == SPEAKS_HTTP)
+        return stoker_errorf(
+            why, why_len, STOKER_TLS,
+            "%s is an HTTP server, not a stoker broker (the broker's --metrics port? its live "
+            "page is http://%s%s%s:%s/): connect to the address of the broker's --listen (it "
+            "prints 'listening tcp://HOST:PORT'; 7070 in the docs)",
+            url, strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", port);
     if (!stoker_tls_url(url)) {
         if (speaks != SPEAKS_TLS)
             return STOKER_OK;

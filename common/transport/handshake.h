@@ -18,6 +18,7 @@ typedef struct handshake_counts {
     uint64_t auth;    // TLS failures seen by this end (NNG_ECRYPTO, NNG_EPEERAUTH)
     uint64_t shut;    // connections the peer closed during the handshake ("other", "disconnect",
                       // "proto")
+    uint64_t refused; // connection attempts refused (nothing listens at the address)
 } handshake_counts;
 
 // The counters of dialer dialer_id (nng_dialer_id); 0 on success, -1 when statistics cannot be

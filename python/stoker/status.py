@@ -4,6 +4,8 @@
 Prints a stoker broker's status: its counters, then one row per producer and one per consumer
 (with its delivery path, "shm" or "socket"). The keys are those of
 the broker's /status page (--json prints them all), rendered by libstoker from the same snapshot.
+URL is the broker's address (tcp://HOST:PORT, ipc:///path, tls+tcp://HOST:PORT) or its metrics
+address (http://HOST:PORT, the broker's --metrics: its /status page is read over HTTP).
 A tls+tcp:// URL needs --tls-ca (the broker is verified) or --tls-insecure, and --tls-cert with
 --tls-key when the broker requires client certificates.
 Exit codes: 0 printed, 1 the broker did not answer (or the TLS handshake failed: the message says
@@ -11,8 +13,11 @@ why), 2 usage.
 """
 
 import argparse
+import http.client
 import json
 import sys
+import urllib.error
+import urllib.request
 
 from .client import StokerError, status
 
@@ -78,10 +83,50 @@ def format_status(st, url=""):
     return "\n".join(lines)
 
 
+def http_status(url, token, timeout):
+    """The /status JSON of a broker's metrics address (http://HOST:PORT[/status])."""
+    base = url.rstrip("/")
+    if not base.endswith("/status"):
+        base += "/status"
+    req = urllib.request.Request(base)
+    if token is not None:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read().decode())
+    except urllib.error.HTTPError as e:
+        hint = " (give --token-file)" if e.code == 401 else ""
+        raise OSError("%s: HTTP %d %s%s" % (base, e.code, e.reason, hint))
+    except urllib.error.URLError as e:
+        raise OSError("%s: %s" % (base, e.reason))
+    except (ValueError, http.client.HTTPException) as e:
+        # The broker's --listen port answers nng's header ("\\x00SP\\x00..."), not HTTP.
+        raise OSError("%s: not a stoker broker's metrics address (no HTTP answer: %s); the "
+                      "broker's --listen address is tcp://HOST:PORT, its --metrics "
+                      "http://HOST:PORT" % (base, type(e).__name__))
+
+
+def url_hint(url):
+    """Why url is no address stoker speaks, with a guess, or None when it may be one."""
+    schemes = ("tcp://", "tcp4://", "tcp6://", "ipc://", "inproc://", "tls+tcp://",
+               "tls+tcp4://", "tls+tcp6://", "http://")
+    if url.startswith(schemes):
+        return None
+    if url.startswith("https://"):
+        return ("'%s': the broker's metrics address is plain HTTP: did you mean 'http://%s'?"
+                % (url, url[len("https://"):]))
+    if "://" not in url and ":" in url:
+        return ("'%s' is not a URL: expected tcp://HOST:PORT, ipc:///path, tls+tcp://HOST:PORT "
+                "or http://HOST:PORT (did you mean 'tcp://%s'?)" % (url, url))
+    return ("'%s' is not a URL stoker speaks: expected tcp://HOST:PORT, ipc:///path, "
+            "tls+tcp://HOST:PORT or http://HOST:PORT (the broker's --metrics)" % url)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m stoker.status",
                                  description="Print a stoker broker's status as a table.")
-    ap.add_argument("url", help="the broker, e.g. tcp://gpu-host:7070")
+    ap.add_argument("url", help="the broker, e.g. tcp://gpu-host:7070, or its metrics address, "
+                    "e.g. http://gpu-host:9090")
     ap.add_argument("--token-file", help="authenticate with the token in this file")
     ap.add_argument("--timeout", type=float, default=3.0, help="seconds to wait (default 3)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON instead")
@@ -98,6 +143,17 @@ def main(argv=None):
                 token = f.readline().rstrip()
         except OSError as e:
             ap.error("--token-file: %s" % e)
+    hint = url_hint(args.url)
+    if hint is not None:
+        ap.error(hint)
+    if args.url.startswith("http://"):
+        try:
+            st = http_status(args.url, token, args.timeout)
+        except OSError as e:
+            print("stoker.status: %s" % e, file=sys.stderr)
+            return 1
+        print(json.dumps(st, indent=2) if args.json else format_status(st, args.url))
+        return 0
     try:
         st = status(args.url, token=token, timeout=args.timeout, tls_ca=args.tls_ca,
                     tls_cert=args.tls_cert, tls_key=args.tls_key, tls_insecure=args.tls_insecure)

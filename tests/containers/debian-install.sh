@@ -114,6 +114,13 @@ check "stoker-broker.service is enabled and active after the install" \
 check "the broker runs as the system user stoker ($(cin ps -o user= -C stoker-broker | tr '\n' ' '))" \
     [ "$(cin ps -o user= -C stoker-broker)" = stoker ]
 check "stoker-trainer of the package runs without CUDA: --version" cin stoker-trainer --version
+# Safe by default: the installed broker answers on the container's loopback only; from the
+# host (another network namespace) its port 7070 is closed.
+ct_ip=$(docker inspect --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$name")
+check "the packaged broker accepts on 127.0.0.1:7070 inside the container" \
+    cin timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/7070'
+check "the packaged broker is not reachable from the host at ${ct_ip:-?}:7070" \
+    eval '[ -n "$ct_ip" ] && ! timeout 5 bash -c "exec 3<>/dev/tcp/$ct_ip/7070" 2> /dev/null'
 
 # The operator's change: producers that make cheap examples and stop after 3000 each.
 cin sed -i 's#^STOKER_PRODUCER_FLAGS=.*#STOKER_PRODUCER_FLAGS="--broker ipc:///run/stoker/broker.ipc --delay 0.001:0.003 --max-examples 3000"#' \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The documentation stands alone and stays current. Three checks, each printing what is wrong:
+"""The documentation stands alone and stays current. Four checks, each printing what is wrong:
 
   paths    no file of the project a user gets (README.md, docs/, scripts/, bench/, python/,
            docker/) names ../shared/ or a path into it (the development workspace's notes, which a
@@ -7,7 +7,9 @@
   links    every relative link in README.md and docs/*.md points to a file that exists, and a
            #fragment into a markdown file to one of its headings;
   options  every option a binary's --help lists is named in docs/design.md's block for that
-           binary ("usage: NAME ..."), and every option named there is in its --help.
+           binary ("usage: NAME ..."), and every option named there is in its --help;
+  readme   README.md is at most README_MAX_LINES lines and names no torchrun command (Debian 12's
+           torchrun fails; python3 -m stoker.launch starts the ranks).
 
   check_docs.py ROOT [NAME=BINARY ...]   (the options check runs for the binaries given)
 Exit 0 when everything holds, 1 otherwise."""
@@ -148,6 +150,21 @@ def check_options(root, binaries):
     return problems
 
 
+README_MAX_LINES = 160
+
+
+def check_readme(root):
+    with open(os.path.join(root, "README.md")) as f:
+        lines = f.read().splitlines()
+    problems = []
+    if len(lines) > README_MAX_LINES:
+        problems.append(f"README.md: {len(lines)} lines, more than {README_MAX_LINES}: move "
+                        "detail to docs/")
+    problems += [f"README.md:{i + 1}: a torchrun command (write python3 -m stoker.launch)"
+                 for i, line in enumerate(lines) if re.search(r"^\s*torchrun\s", line)]
+    return problems
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -159,6 +176,8 @@ def main(argv):
     link_problems, n_links = check_links(root)
     problems += link_problems
     print(f"check_docs: links: {n_links} relative links checked")
+    problems += check_readme(root)
+    print("check_docs: readme: length and commands checked")
     if binaries:
         problems += check_options(root, binaries)
         print(f"check_docs: options: {', '.join(n for n, _ in binaries)} checked against "

@@ -80,6 +80,21 @@ def test_python_package_is_installed_whole():
     assert installed == ours, (installed, ours)
 
 
+def test_python_package_is_where_the_system_python_looks():
+    # Installed under /usr/local or /usr, `import stoker` must work with Debian's python3 and no
+    # PYTHONPATH: the package's folder is one of that python's own sys.path entries.
+    system_python = "/usr/bin/python3"
+    if PREFIX not in ("/usr/local", "/usr") or not os.path.exists(system_python):
+        return
+    inits = glob.glob(os.path.join(ROOT, "**", "stoker", "__init__.py"), recursive=True)
+    assert len(inits) == 1, inits
+    site = os.path.dirname(os.path.dirname(inits[0]))[len(ROOT):]
+    out = subprocess.run([system_python, "-c", "import sys; print('\\n'.join(sys.path))"],
+                         capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    searched = out.stdout.split("\n")
+    assert site in searched, "the Python package went to %s, which %s does not search (%s)" % (
+        site, system_python, ", ".join(p for p in searched if p))
+
 def test_pkg_config_names_the_version_and_the_library():
     assert pkg_config("--modversion", "stoker") == [VERSION]
     libs = pkg_config("--libs", "stoker")
