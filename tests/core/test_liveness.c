@@ -128,7 +128,9 @@ Test(liveness, stopped_producer_is_lost_within_the_producer_timeout_and_its_exam
     uint64_t t1 = wait_lost(tc, "sleeper", &examples, &last_rv);
     double s = (double)(t1 - t0) / 1e9;
     fprintf(stderr, "liveness: producer_lost polled %.3f s after SIGSTOP (timeout 1 s)\n", s);
-    cr_assert(s >= 0.9 && s <= 2.0,
+    // The timeout, plus the broker's tick and the trainer's next pull: about 1.1 s on a quiet
+    // machine, up to 2 s seen with both cores busy; 2.5 s leaves a loaded host its margin.
+    cr_assert(s >= 0.9 && s <= 2.5,
               "producer_lost reached the trainer %.3f s after the stop; the timeout is 1 s", s);
 
     cr_assert_eq(drain_rest(tc, &examples, last_rv), STOKER_NO_PRODUCERS);
