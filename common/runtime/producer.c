@@ -175,9 +175,10 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     }
     rv = STOKER_OK;
     st.refused = stoker_generator_refused() - refused_before;
-    stoker_info("producer '%s' finished: %llu examples in %llu pushes, %llu refused (a value "
+    stoker_info("producer '%s' finished: %llu example%s in %llu push%s, %llu refused (a value "
                 "over its bound) (%s)",
-                name, (unsigned long long)st.examples, (unsigned long long)st.pushes,
+                name, (unsigned long long)st.examples, st.examples == 1 ? "" : "s",
+                (unsigned long long)st.pushes, st.pushes == 1 ? "" : "es",
                 (unsigned long long)st.refused,
                 producer_stop_requested(user_stop) ? "stopped"
                 : gen_rv == STOKER_END_OF_DATA     ? "generator ended"

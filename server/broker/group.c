@@ -340,14 +340,15 @@ end_group(broker *b, group *g, int dataset)
     else if (dataset)
         snprintf(g->end_reason, sizeof(g->end_reason),
                  "group '%s' ended at step %llu: the dataset's last epoch waits only for its "
-                 "last %llu examples, fewer than one per rank of %u: left over, still queued",
-                 g->name, (unsigned long long)g->steps, (unsigned long long)g->leftover, g->world);
+                 "last %llu example%s, fewer than one per rank of %u: left over, still queued",
+                 g->name, (unsigned long long)g->steps, (unsigned long long)g->leftover,
+                 g->leftover == 1 ? "" : "s", g->world);
     else
         snprintf(g->end_reason, sizeof(g->end_reason),
                  "group '%s' ended at step %llu: no producer left (%u lost, %u finished); %llu "
-                 "examples left over (fewer than one per rank of %u), still queued",
+                 "example%s left over (fewer than one per rank of %u), still queued",
                  g->name, (unsigned long long)g->steps, lost, finished,
-                 (unsigned long long)g->leftover, g->world);
+                 (unsigned long long)g->leftover, g->leftover == 1 ? "" : "s", g->world);
     stoker_info("group-ended: %s", g->end_reason);
 }
 

@@ -170,7 +170,7 @@ Test(group, end_reaches_every_rank_at_the_same_step_with_a_short_last_step)
     cr_assert_eq(end0->group_leftover, 1);
     cr_assert_eq(end1->group_leftover, 1);
     cr_assert(strstr(end0->message, "ended at step 2") != NULL, "%s", end0->message);
-    cr_assert(strstr(end0->message, "1 examples left over") != NULL, "%s", end0->message);
+    cr_assert(strstr(end0->message, "1 example left over") != NULL, "%s", end0->message);
     stoker_status *st = NULL;
     const stoker_group_info *g = group_info(&st);
     cr_assert_str_eq(g->state, "ended");

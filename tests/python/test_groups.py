@@ -131,7 +131,8 @@ def check_ddp(world, examples):
     for r in records:
         assert r["end"] is not None, "rank %d did not see the end" % r["rank"]
         assert r["leftover"] == leftover, (r["leftover"], leftover)
-        assert "%d examples left over" % leftover in r["end"], r["end"]
+        assert "%d example%s left over" % (leftover, "" if leftover == 1 else "s") in r["end"], \
+            r["end"]
         assert "ended at step %d" % steps[0] in r["end"], r["end"]
     group = [g for g in st["groups"] if g["name"] == "ddp"][0]
     assert group["state"] == "ended" and group["leftover"] == leftover, group
@@ -329,7 +330,7 @@ def test_stoker_pull_ranks_equal_lines_and_exit_5_on_a_lost_rank():
         lines = [len(out.splitlines()) for rc, out, err in outs]
         for rc, out, err in outs:
             assert rc == 3, (rc, err)
-            assert "1 examples left over" in err, err
+            assert "1 example left over" in err, err
         # 101 = 12 steps of 2 x 4, a short step of 2 x 2, 1 left over.
         assert lines == [50, 50], lines
     with helpers.Cluster("--trainer-timeout", "2") as c:
