@@ -193,7 +193,7 @@ def test_usage_errors_across_flags():
         ("stoker-producer", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
         ("stoker-pull", ["--broker", "ipc:///x", "--tls-ca", "/x"], "--tls-* options need"),
         ("stoker-pull", ["--broker", "tls+tcp://127.0.0.1:1"], "--tls-ca"),
-        # Not a URL (issue 30): named, with the URL it probably meant, before anything dials.
+        # Not a URL: named, with the URL it probably meant, before anything dials.
         ("stoker-producer", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
         ("stoker-trainer", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),
         ("stoker-pull", ["--broker", "localhost:7070"], "did you mean 'tcp://localhost:7070'"),

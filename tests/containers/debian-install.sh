@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# containers suite: the Debian packages on a clean system (issue 30). Builds the packages from a
+# containers suite: the Debian packages on a clean system. Builds the packages from a
 # copy of the source tree (dpkg-buildpackage -Pnocuda: the container has no CUDA, so stoker-cuda
 # is left out), starts a fresh Debian 12 container from the project's debootstrap base with
 # systemd as its init (tests/containers/systemd.Dockerfile, run --privileged), and in it:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# containers suite: stoker-scale's swarm engine for real (issue 28). docker/stack.yml on a
+# containers suite: stoker-scale's swarm engine for real. docker/stack.yml on a
 # single-node Docker Swarm made for the test, with its `scale` service on (the controller, on the
 # manager, the engine's socket mounted) and no trainer service: the trainer runs on the host, as
 # a user's own training loop would, taking a fixed R examples/s through the node's port 7070

@@ -1,4 +1,4 @@
-"""What an installed stoker holds (issue 30): `meson install` into a temporary DESTDIR, then, as
+"""What an installed stoker holds: `meson install` into a temporary DESTDIR, then, as
 a user with only the installed files: every public header is there and compiles on its own
 through `pkg-config --cflags stoker`, pkg-config names the project's version, and every example
 of producer/examples/ compiles and links with `pkg-config --cflags --libs stoker` and runs

@@ -1,4 +1,4 @@
-"""The systemd units and their config files (issue 30), as configured in this build:
+"""The systemd units and their config files, as configured in this build:
 `systemd-analyze verify` passes on each (with ExecStart pointed at this build's binaries, since
 the installed paths do not exist here), each runs as the stoker user under the sandboxing
 docs/operating.md lists and restarts on failure, and each config file names every flag of its

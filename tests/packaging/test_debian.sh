@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian packages (issue 30): dpkg-buildpackage -b -us -uc on a copy of the source tree makes
+# The Debian packages: dpkg-buildpackage -b -us -uc on a copy of the source tree makes
 # stoker, libstoker0, libstoker-dev, python3-stoker and, where the CUDA toolkit is installed,
 # stoker-cuda (the trainer's CUDA plugin; elsewhere built with -Pnocuda, said so); lintian
 # reports no error; only stoker-cuda depends on or links CUDA; each carries

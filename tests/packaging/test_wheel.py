@@ -1,4 +1,4 @@
-"""pip install, as a user does it (issue 30): `python3 -m build --wheel --no-isolation` makes the
+"""pip install, as a user does it: `python3 -m build --wheel --no-isolation` makes the
 wheel from the source tree, `pip install --no-build-isolation` installs from the source tree,
 and each goes into a fresh virtual environment (--system-site-packages for numpy and torch).
 Then, from a directory that is not the checkout and with no PYTHONPATH or STOKER_LIB:

@@ -21,7 +21,7 @@ typedef enum stoker_method {
     STOKER_GOODBYE = 6,
     STOKER_HEARTBEAT = 7,
     STOKER_SHARD = 60,   // a dataset's producer asks for items to make
-    STOKER_SCALED = 520, // a controller reports a change of a pool's producers (issue 28)
+    STOKER_SCALED = 520, // a controller reports a change of a pool's producers
 } stoker_method;
 
 typedef enum stoker_role {

@@ -27,7 +27,7 @@ typedef struct stoker_group_info {
     double ended_at_s;                           // ended or broken: the broker's uptime then
 } stoker_group_info;
 
-// --- consumers and their delivery path (issue 13, docs/shm.md) ---------------------------------
+// --- consumers and their delivery path (docs/shm.md) ---------------------------------
 // How a consumer's batches reach it: by its latest batch, shared memory when it maps the broker's
 // arena (a batch the full arena could not hold still counts as shm, in arena_full), else socket.
 typedef enum stoker_delivery {
@@ -50,7 +50,7 @@ typedef struct stoker_consumer_info {
     uint64_t batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm, bytes_socket;
     uint64_t arena_full; // batches sent as bytes because the arena had no free region
     // Milliseconds its caller waited for batches since it started, as it said in its latest
-    // pull (issue 29): its rate is the share of time the consumer waits for data.
+    // pull: its rate is the share of time the consumer waits for data.
     uint64_t data_wait_ms;
     // Batched by tokens (stoker/batching.h): the tokens it was sent and the padding its batches
     // take (padded to their longest, or packed rows' unused tail). 0 and 0 for count batching.
@@ -58,7 +58,7 @@ typedef struct stoker_consumer_info {
 } stoker_consumer_info;
 // --- end of consumers ---------------------------------------------------------------------------
 
-// --- autoscale (issue 28, docs/autoscale.md) ---
+// --- autoscale (docs/autoscale.md) ---
 // One producer pool's share of the broker's autoscale signal.
 typedef struct stoker_pool_info {
     char name[STOKER_NAME_MAX];
@@ -97,16 +97,16 @@ typedef struct stoker_status {
     uint64_t epoch_acknowledged; // items of the oldest open epoch (epochs_done) acknowledged
     uint32_t n_groups;
     stoker_group_info *groups;
-    uint32_t n_consumers; // issue 13: every trainer the broker knows, connected or not
+    uint32_t n_consumers; // every trainer the broker knows, connected or not
     stoker_consumer_info *consumers;
-    // --- label maps (issue 18) ---
+    // --- label maps ---
     // The producers' class-to-label maps, each distinct map once with the producers that said
     // it (stoker/labels.h); label_maps_omitted: producers whose map did not fit.
     uint32_t n_label_maps;
     stoker_label_map *label_maps;
     uint32_t label_maps_omitted;
     // --- end of label maps ---
-    // --- autoscale (issue 28): filled by the broker for /status and /metrics only (not on the
+    // --- autoscale: filled by the broker for /status and /metrics only (not on the
     // wire: a fetched snapshot has has_autoscale 0 and renders "autoscale": null) ---
     int has_autoscale;
     double autoscale_headroom;

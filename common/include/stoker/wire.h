@@ -81,7 +81,7 @@ typedef struct stoker_request {
     uint64_t arena_secret; // PULL: nonzero: the consumer maps the arena (see stoker/arena.h)
     // PULL: its id and the ids of earlier pulls whose replies were lost (see the proto)
     uint64_t pull_id;
-    uint64_t data_wait_ms; // PULL: the consumer's data wait so far (issue 29)
+    uint64_t data_wait_ms; // PULL: the consumer's data wait so far
     uint32_t n_replaces;
     const uint64_t *replaces; // aliases the decoded message
     // GOODBYE of a trainer: leases handed to its caller and not acknowledged (see the proto)
@@ -181,14 +181,14 @@ typedef struct stoker_reply {
     char queue_limit[STOKER_MESSAGE_MAX];
     uint32_t n_groups;
     stoker_group_info *groups;
-    uint32_t n_consumers; // STATUS: the trainers and their delivery paths (issue 13)
+    uint32_t n_consumers; // STATUS: the trainers and their delivery paths
     stoker_consumer_info *consumers;
     // STATUS: the producers' distinct label maps (encoding borrows them; decoded, owned) and
     // the producers whose maps did not fit.
     uint32_t n_label_maps;
     stoker_label_map *label_maps;
     uint32_t label_maps_omitted;
-    // STATUS: the autoscale signal (issue 28; encoding borrows pools, decoded, owned).
+    // STATUS: the autoscale signal (encoding borrows pools, decoded, owned).
     int has_autoscale;
     double autoscale_headroom;
     uint32_t autoscale_min, autoscale_max;
