@@ -16,6 +16,8 @@ What docs/design.md promises about the layout, as three checks:
    common/ over 4,000 lines, no file of common/client/ over 1,000.
 6. The layout as docs/design.md tells it matches the tree (git ls-files): its folder table
    names every top-level folder, and its text names every C file of common/ and server/.
+7. Code comments give reasons, not tracker numbers a clone cannot look up: no "issue N" in the
+   code, build and test files.
 Usage: check_layers.py SOURCE_ROOT BUILD_ROOT; exit 0 when every rule holds, 1 with each
 violation named (file, symbol or header) otherwise.
 """
@@ -62,6 +64,7 @@ FUNCTION_MAX_LINES = 100
 FILE_MAX_LINES = 700
 FLOOR_MAX_LINES = 4000  # a floor of common/, its .c and .h files together
 CLIENT_FILE_MAX_LINES = 1000
+ISSUE_REF = re.compile(r"\b[Ii]ssue \d+")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -262,6 +265,13 @@ def check_design_layout(src):
     for d in folders:
         if not re.search(r"`%s/`" % re.escape(d), design):
             bad.append("docs/design.md: the folder %s/ is not in its table of folders" % d)
+    code = (".c", ".h", ".cu", ".py", ".sh", ".proto", ".map", "meson.build", ".js", ".html")
+    for f in files:
+        if f.endswith(code) and os.path.isfile(os.path.join(src, f)):
+            with open(os.path.join(src, f), encoding="utf-8", errors="replace") as fh:
+                for n, line in enumerate(fh, 1):
+                    if ISSUE_REF.search(line):
+                        bad.append("%s:%d: names a tracker issue; say the reason instead" % (f, n))
     for f in files:
         if f.endswith(".c") and (f.startswith("common/") or f.startswith("server/")):
             if not re.search(r"(?<!\w)%s(?!\w)" % re.escape(os.path.basename(f)), design):
