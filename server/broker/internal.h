@@ -128,6 +128,10 @@ void queues_resize(broker *b);
 // and the transport's largest request can hold of the schema's examples. Told to producers in
 // their hello reply (max_chunk), so that their chunks never exceed it.
 uint32_t queues_max_chunk(const broker *b);
+// The most examples one batch of a connected trainer counting examples takes (its pulls'
+// max_examples; one batching by tokens is left out: its count is only a cap), 0: none. Told to
+// producers in their push replies, so that sized chunks can hold a batch each.
+uint32_t queues_batch_examples(const broker *b);
 // Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
 // its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);
