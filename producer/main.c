@@ -474,6 +474,9 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
         cfg.height = o->height;
         cfg.width = o->width;
         cfg.decode_each = o->decode_each;
+        // A dataset's producer is handed only its own shards: it decodes their files as they
+        // come (--decode once still holds each, once decoded).
+        cfg.decode_when_used = o->dataset;
         cfg.jpeg_draft = !o->jpeg_full;
         cfg.augment = o->augment;
         cfg.output = (images_output)o->output;
