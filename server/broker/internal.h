@@ -112,7 +112,8 @@ void commit_release(broker *b, lease *l);
 void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
 // The queue depth a producer's reply tells it (its default retention is twice that): the
 // current depth plus its share of the examples held for commits, which stay untrained until
-// their trainer commits (without it, retention would stop the producers long before max_bytes).
+// their trainer commits (without it, retention would stop the producers long before max_bytes),
+// and its share of those in flight (leased, not yet acknowledged).
 uint32_t commit_retain_depth(const broker *b);
 // --- queues.c: queue sizing ---
 
