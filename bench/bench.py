@@ -6,7 +6,7 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm, autoscale, ragged, floor-var. Run scripts/build.sh first (or let
+group-commit, ranks-shm, autoscale, ragged, floor-var, defaults. Run scripts/build.sh first (or let
 bench/run.sh do it)."""
 import argparse
 import datetime
@@ -726,6 +726,68 @@ def bench_chunks(opts, tmp):
     return res
 
 
+def defaults_run(tmp, tag, size, tuned, seconds):
+    """One side of bench_defaults: examples/s into stoker.Client's loop (chunks_loop.py) from 2
+    producers and a broker on this host. size "large": 150,528-byte images, batch 32, generation
+    free (stoker-bench-producer --fill stamp); "small": the synthetic 44-byte examples with
+    --delay 0:0, batch 256. tuned: what a user who measured would set (large: --chunk 32, the
+    broker --queue-depth 256 --max-message 256 MiB, as python_bench.py --large; small: --chunk
+    1024), else every default of the producers, the broker and the Client."""
+    url = endpoint("ipc", tmp, f"defaults-{tag}")
+    if size == "large":
+        broker = ["--queue-depth", "256", "--max-message", "268435456"] if tuned else []
+        producer = [BENCH_PRODUCER, "--schema", "image:uint8[224,224,3]", "--fill", "stamp",
+                    *(["--chunk", "32"] if tuned else [])]
+        loop = ["32", "image"]
+    else:
+        broker = []
+        producer = [PRODUCER, "--delay", "0:0", "--log-level", "error",
+                    *(["--chunk", "1024"] if tuned else [])]
+        loop = ["256", "input"]
+    with Procs() as procs:
+        start_broker(procs, url, *broker)
+        for i in range(2):
+            procs.start([*producer, "--broker", url, "--name", f"{tag}{i}"])
+        out = subprocess.run([PY, CHUNKS_LOOP, "stoker", url, str(seconds), *loop],
+                             stdout=subprocess.PIPE, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_defaults(opts, tmp):
+    """Every default against tuned, in one run: 150 KB examples (224x224x3 bytes, batch 32, 2
+    producers, generation free) and 44-byte ones (batch 256, 2 synthetic producers with --delay
+    0:0), each as the rate with every default (producers, broker, stoker.Client) over the rate
+    tuned (defaults_run), median of n_pairs pairs run back to back, the order swapped each time
+    (this machine is shared)."""
+    seconds = 3 if opts.quick else 6
+    n_pairs = 3
+    res = {"rows": []}
+    for size, label, bytes_each in (("large", "150 KB examples, batch 32", 150528),
+                                    ("small", "44-byte examples, batch 256", SYNTH_BYTES)):
+        pairs = []
+        for k in range(n_pairs):
+            runs = {}
+            for tuned in ((False, True) if k % 2 == 0 else (True, False)):
+                runs[tuned] = defaults_run(tmp, f"{size}{k}{int(tuned)}", size, tuned, seconds)
+            pairs.append((runs[False]["examples_per_second"] / runs[True]["examples_per_second"],
+                          runs[False], runs[True]))
+        ratio = statistics.median(p[0] for p in pairs)
+        mid = sorted(pairs, key=lambda p: p[0])[len(pairs) // 2]
+        res[size] = {"ratio": ratio, "pair_ratios": [p[0] for p in pairs],
+                     "defaults": mid[1], "tuned": mid[2]}
+        unit, scale = ("MB/s", bytes_each / 1e6) if size == "large" else ("examples/s", 1)
+        res["rows"] += [
+            (f"defaults: {label}: every default, {unit}",
+             mid[1]["examples_per_second"] * scale, "(figure)", None),
+            (f"defaults: {label}: tuned, {unit}", mid[2]["examples_per_second"] * scale,
+             "(figure)", None),
+            (f"defaults: {label}: examples per push, default / tuned",
+             mid[1]["examples_per_push"], f"{mid[2]['examples_per_push']:.0f}", None),
+            (f"defaults: {label}: every default / tuned, median of {n_pairs}", ratio,
+             ">= 0.9", ratio >= 0.9)]
+    return res
+
+
 def bench_tokens(opts, tmp):
     """The tokens generator alone: windows of 1024 tokens drawn from a 64 Mi-token
     llm.c shard (128 MiB, in the page cache) by `stoker-producer --generator tokens --measure`,
@@ -1393,7 +1455,7 @@ BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
-           "ragged": bench_ragged, "floor-var": bench_floor_var}
+           "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults}
 
 
 def main():

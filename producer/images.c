@@ -49,11 +49,14 @@ typedef struct image {
     // (a JPEG with the draft on: draft_range's; else at[0] alone). All NULL when decoded per
     // example.
     level at[IMAGE_SCALES];
-    char *path;             // the file, read for each example when decoded per example (else NULL)
+    // The file, read for each example when decoded per example, or for its first one when
+    // decoded once when used (else NULL).
+    char *path;
     uint32_t width, height; // full size
     int32_t label;
     bool scalable;       // decoded once, a JPEG: examples may take it reduced
-    bool bad;            // decoded per example, it failed once: skipped from then on
+    bool bad;            // decoded per example or when used, it failed once: skipped from then on
+    bool held;           // decoded when used: its levels are held
     bool refused;        // encoded: over the field's bound when last read (said once)
     uint64_t file_bytes; // encoded: its size at start
 } image;
@@ -66,6 +69,9 @@ typedef struct class_info {
 typedef struct images_gen {
     uint32_t out_h, out_w;
     bool decode_each;
+    // Decoded once, each file when an example first uses it (only headers at start): a dataset's
+    // producer, handed only its own shards, decodes what they need, when they come.
+    bool decode_when_used;
     augment *aug; // NULL: the built-in default pipeline
     images_output output;
     bool hwc;
@@ -399,7 +405,7 @@ load_image(images_gen *g, const char *path, int32_t label, char *err, size_t err
         g->images[g->n_images++] = im;
         return STOKER_OK;
     }
-    if (g->decode_each) {
+    if (g->decode_each || g->decode_when_used) {
         // Only the header now; the pixels when an example needs them.
         if ((rv = image_file_probe(path, &im.width, &im.height, err, err_len)) != STOKER_OK)
             return rv;
@@ -855,12 +861,53 @@ draft_range(const images_gen *g, uint32_t width, uint32_t height, uint32_t *lo, 
     *hi = augment_draft_scale(height, width, g->out_h, g->out_w);
 }
 
+// Decoded once when used: the image an example of image drawn is made from, its levels decoded
+// now unless held already, then held. A file that fails is handled as decode_drawn handles one
+// (said once, marked bad, counted; another drawn from rng). STOKER_OK with *used; STOKER_NOMEM,
+// STOKER_TOO_LARGE (the decoded budget); STOKER_INVALID when every file failed.
+static int
+decode_used(images_gen *g, stoker_rng *rng, size_t drawn, size_t *used)
+{
+    size_t i = drawn;
+    for (unsigned attempt = 1;; attempt++) {
+        image *im = &g->images[i];
+        int rv = STOKER_OK;
+        if (!im->bad && !im->held) {
+            char err[512];
+            uint8_t *data = NULL;
+            size_t len = 0;
+            if ((rv = image_file_read(im->path, &data, &len, err, sizeof err)) == STOKER_OK)
+                rv = decode_levels(g, im->path, data, len, im, err, sizeof err);
+            free(data);
+            im->held = rv == STOKER_OK;
+            if (rv == STOKER_TOO_LARGE) { // the budget of all held pixels, not this file
+                stoker_error("%s", err);
+                return rv;
+            }
+            if (rv != STOKER_OK && (rv = give_up(g, im, rv, err, "decoded")) != STOKER_OK)
+                return rv;
+        }
+        if (im->held) {
+            *used = i;
+            if (i != drawn)
+                g->n_replaced++;
+            return STOKER_OK;
+        }
+        i = redraw(g, rng, i, attempt);
+    }
+}
+
 // Makes an example of image drawn through the pipeline, the rest of its randomness from
 // from_rng (a stream's fill and a dataset's fill_item share it).
 static int
 make_example(images_gen *g, const stoker_rng *from_rng, size_t drawn, void *const fields[])
 {
     stoker_rng rng = *from_rng;
+    if (g->decode_when_used && !g->decode_each) {
+        int rv = decode_used(g, &rng, drawn, &drawn);
+        if (rv != STOKER_OK)
+            return rv;
+    }
     const image *im = &g->images[drawn];
     image_pixels decoded = {0};
     augment_image src;
@@ -1161,6 +1208,7 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     g->out_h = h;
     g->out_w = w;
     g->decode_each = cfg->decode_each && !encoded;
+    g->decode_when_used = cfg->decode_when_used && !g->decode_each && !encoded;
     g->output = cfg->output;
     g->max_file_bytes = encoded ? cfg->max_file_bytes : 0;
     g->hwc = cfg->hwc;
@@ -1210,6 +1258,10 @@ images_generator_open(const images_config *cfg, stoker_generator *out, char *err
     else if (cfg->decode_each)
         stoker_info("images: %s: %u classes, %zu images (headers checked; each example reads "
                     "and decodes its file)",
+                    dir, g->n_classes, g->n_images);
+    else if (g->decode_when_used)
+        stoker_info("images: %s: %u classes, %zu images (headers checked; each file decoded "
+                    "when its first example is made, then held)",
                     dir, g->n_classes, g->n_images);
     else
         stoker_info("images: %s: %u classes, %zu images, %.1f MiB decoded%s", dir, g->n_classes,

@@ -101,6 +101,11 @@ typedef struct images_config {
     // WARN names it and its size; the producer counts it refused and makes the example from
     // another file); a dataset with one is refused at images_generator_dataset.
     uint64_t max_file_bytes;
+    // Without decode_each: only headers at start, and each file decoded when an example first
+    // uses it, then held (what decode once holds, in the end), so that a dataset's producer,
+    // handed only its own shards, starts at once and decodes only what they need. A file that
+    // then fails is handled as with decode_each. Default false: every file decoded at start.
+    bool decode_when_used;
 } images_config;
 
 // The largest bound max_file_bytes may give: an example's limit (1 GiB) less its label.

@@ -193,6 +193,11 @@ static const stoker_cli_option rows[] = {
      "with --chunk auto: close a chunk once its examples hold B\n"
      "bytes (at least one example per chunk)",
      STOKER_CLI_BYTES, AT(run.chunk_bytes), .imin = 1, .imax = 1ull << 30},
+    {"chunk-batch-bytes", "B",
+     "with --chunk auto: when the trainers' batch holds more than\n"
+     "--chunk-bytes, a chunk holds one batch, or an equal share of\n"
+     "one, within B bytes (0: --chunk-bytes alone)",
+     STOKER_CLI_BYTES, AT(run.chunk_batch_bytes), .imax = 1ull << 30},
     {"chunk-ms", "MS",
      "with --chunk auto: or MS milliseconds after its first example\n"
      "was begun (an example that takes longer goes out alone)",
@@ -399,6 +404,11 @@ check(const stoker_cli *cli, const producer_options *o)
                                "--chunk-bytes and --chunk-ms size chunks with --chunk auto "
                                "(the default); --chunk %u fixes the count",
                                o->run.chunk);
+    if (o->run.chunk != STOKER_CHUNK_AUTO && stoker_cli_given(cli, "chunk-batch-bytes"))
+        return stoker_cli_fail(cli,
+                               "--chunk-batch-bytes sizes chunks with --chunk auto (the "
+                               "default); --chunk %u fixes the count",
+                               o->run.chunk);
     static const char *const synthetic_flags[] = {"delay", "workload", "lengths", "vocab"};
     for (size_t i = 0; i < sizeof synthetic_flags / sizeof *synthetic_flags; i++)
         if ((is_exec || is_images || is_tokens) && stoker_cli_given(cli, synthetic_flags[i]))
@@ -464,6 +474,9 @@ build_generator(const stoker_cli *cli, producer_options *o, stoker_generator *ge
         cfg.height = o->height;
         cfg.width = o->width;
         cfg.decode_each = o->decode_each;
+        // A dataset's producer is handed only its own shards: it decodes their files as they
+        // come (--decode once still holds each, once decoded).
+        cfg.decode_when_used = o->dataset;
         cfg.jpeg_draft = !o->jpeg_full;
         cfg.augment = o->augment;
         cfg.output = (images_output)o->output;

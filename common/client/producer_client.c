@@ -324,6 +324,12 @@ stoker_producer_client_max_chunk(const stoker_producer_client *pc)
 }
 
 uint32_t
+stoker_producer_client_batch_examples(const stoker_producer_client *pc)
+{
+    return atomic_load(&((stoker_producer_client *)pc)->batch_examples);
+}
+
+uint32_t
 stoker_producer_client_id(const stoker_producer_client *pc)
 {
     return atomic_load(&((stoker_producer_client *)pc)->session.peer_id);

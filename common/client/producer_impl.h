@@ -49,9 +49,10 @@ struct stoker_producer_client {
     conn_stop stop; // the pushing thread's: opts.stop with STOP_GRACE_MS
     char error[STOKER_MESSAGE_MAX];
 
-    _Atomic uint32_t max_chunk; // examples one push may carry, from the hello; 0: not said
-    _Atomic int done_making;    // draining: heartbeats say it pushes nothing more
-    _Atomic uint64_t make_us;   // spent making examples (stoker_producer_client_add_make_us)
+    _Atomic uint32_t max_chunk;      // examples one push may carry, from the hello; 0: not said
+    _Atomic uint32_t batch_examples; // the trainers' largest batch, from push replies; 0: none
+    _Atomic int done_making;         // draining: heartbeats say it pushes nothing more
+    _Atomic uint64_t make_us;        // spent making examples (stoker_producer_client_add_make_us)
 
     // A dataset's producer (stoker_producer_client_set_dataset): said in hello; the items of
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.

@@ -79,6 +79,7 @@ static void
 took(stoker_producer_client *pc, const stoker_reply *rep)
 {
     pc->broker_seq = rep->acked_through;
+    atomic_store(&pc->batch_examples, rep->batch_examples);
     if (rep->acked_through > pc->next_seq)
         pc->next_seq = rep->acked_through;
     producer_note_trained(pc, rep->trained_through);

@@ -132,9 +132,38 @@ grow(retention *r)
     return STOKER_OK;
 }
 
+// Halves a ring that holds at most a quarter of its slots (it grew for many small chunks, and
+// the chunks grew since: a producer's first chunks, before it knew the trainers' batch), freeing
+// the buffers of the free slots furthest from reuse. Otherwise the next pushes go round every
+// slot, each with buffers too small for them, allocating new ones, and the ring ends up keeping
+// buffers for all its slots. Only before an entry is added: entries move, as when it grows.
+static void
+shrink(retention *r)
+{
+    while (r->cap > 8 && r->len <= r->cap / 4) {
+        uint32_t cap = r->cap / 2;
+        entry *ring = calloc(cap, sizeof(*ring));
+        if (ring == NULL)
+            return;
+        // Held entries first, in order; then the free slots that come next.
+        for (uint32_t i = 0; i < r->cap; i++) {
+            entry *e = &r->ring[(r->head + i) % r->cap];
+            if (i < cap)
+                ring[i] = *e;
+            else
+                slot_fini(r, e);
+        }
+        free(r->ring);
+        r->ring = ring;
+        r->cap = cap;
+        r->head = 0;
+    }
+}
+
 int
 retention_add(retention *r, const stoker_chunk *chunk, uint64_t first_seq)
 {
+    shrink(r);
     if (r->len == r->cap && grow(r) != STOKER_OK)
         return STOKER_NOMEM;
     entry *e = &r->ring[(r->head + r->len) % r->cap];
@@ -180,6 +209,7 @@ retention_adopt(retention *r, stoker_chunk *chunk, uint64_t first_seq)
             chunk->count = 0;
         return rv;
     }
+    shrink(r);
     if (r->len == r->cap && grow(r) != STOKER_OK)
         return STOKER_NOMEM;
     entry *e = &r->ring[(r->head + r->len) % r->cap];

@@ -57,6 +57,11 @@ chunk_policy_init(chunk_policy *cp, const stoker_producer_config *cfg, const sto
     }
     if (broker_max > 0 && cp->capacity > broker_max)
         cp->capacity = broker_max;
+    cp->bytes_capacity = cp->capacity;
+    cp->broker_max = broker_max;
+    cp->example_bytes = example_estimate(schema);
+    cp->batch_bytes = cfg->chunk_batch_bytes;
+    cp->name = name;
     cp->bound_ns = (uint64_t)(cfg->chunk_ms * 1e6);
     if (cp->bound_ns == 0)
         cp->bound_ns = 1;
@@ -65,6 +70,40 @@ chunk_policy_init(chunk_policy *cp, const stoker_producer_config *cfg, const sto
                 name, cp->capacity, (unsigned long long)cp->capacity * example_estimate(schema),
                 (unsigned long long)cfg->chunk_bytes, cfg->chunk_ms);
     return STOKER_OK;
+}
+
+void
+chunk_policy_fit_batch(chunk_policy *cp, uint32_t batch)
+{
+    if (cp->bytes_capacity == 0 || batch == cp->batch)
+        return;
+    cp->batch = batch;
+    uint64_t cap = cp->bytes_capacity;
+    if (batch > cap && cp->batch_bytes > 0) {
+        // A batch too large for chunk_batch_bytes goes in equal shares, so that each batch is
+        // still a whole number of chunks.
+        uint64_t bytes = (uint64_t)batch * (cp->example_bytes > 0 ? cp->example_bytes : 1);
+        uint64_t shares = (bytes + cp->batch_bytes - 1) / cp->batch_bytes;
+        uint64_t share = (batch + shares - 1) / shares;
+        if (share > cap)
+            cap = share;
+    }
+    if (cp->broker_max > 0 && cap > cp->broker_max)
+        cap = cp->broker_max;
+    if (cap > STOKER_CHUNK_MAX)
+        cap = STOKER_CHUNK_MAX;
+    if (cap == cp->capacity)
+        return;
+    cp->capacity = (uint32_t)cap;
+    if (cap > cp->bytes_capacity)
+        stoker_info("producer '%s': chunks sized: up to %u examples (%llu bytes), for the "
+                    "trainers' batches of %u (--chunk-batch-bytes %llu), or %g ms",
+                    cp->name, cp->capacity, (unsigned long long)(cap * cp->example_bytes), batch,
+                    (unsigned long long)cp->batch_bytes, cp->bound_ns / 1e6);
+    else
+        stoker_info("producer '%s': chunks sized: up to %u examples (--chunk-bytes), the "
+                    "trainers' batches being %u",
+                    cp->name, cp->capacity, batch);
 }
 
 void

@@ -25,6 +25,10 @@ stoker_producer_config_init(stoker_producer_config *cfg)
     // most that long for the others of its chunk (one that takes longer goes out on its own).
     cfg->chunk_bytes = 256u << 10;
     cfg->chunk_ms = 5;
+    // 8 MiB: a batch of 32 images of 224x224x3 bytes (4.8 MB) is one chunk, and a producer's
+    // two chunks in the making stay a small part of what the broker's queues hold (--max-bytes,
+    // 1 GiB by default).
+    cfg->chunk_batch_bytes = 8u << 20;
     cfg->retain = STOKER_RETAIN_AUTO;
     // A producer outlives a broker restart, however long it takes to come back within reason:
     // it waits with what it retains (stoker-producer --broker-wait).
@@ -96,16 +100,17 @@ stoker_producer_run(const stoker_producer_config *cfg, const stoker_generator *g
     uint64_t seq = stoker_producer_client_next_seq(pc), generated = 0;
     int gen_rv = STOKER_OK;
     while (gen_rv == STOKER_OK && !producer_stop_requested(user_stop)) {
-        uint32_t n = cp.capacity;
+        chunk_policy_fit_batch(&cp, stoker_producer_client_batch_examples(pc));
+        stoker_chunk *chunk = producer_pipeline_free_chunk(pl, cp.capacity);
+        if (chunk == NULL)
+            break; // the pusher stopped
+        uint32_t n = cp.capacity < chunk->capacity ? cp.capacity : chunk->capacity;
         if (cfg->max_examples > 0) {
             if (generated >= cfg->max_examples)
                 break;
             if (cfg->max_examples - generated < n)
                 n = (uint32_t)(cfg->max_examples - generated);
         }
-        stoker_chunk *chunk = producer_pipeline_free_chunk(pl);
-        if (chunk == NULL)
-            break; // the pusher stopped
         chunk->count = 0;
         chunk_policy_begin(&cp);
         // One example at a time, so a stop request is seen between examples, and the chunk

@@ -73,10 +73,12 @@ make_shard(const dataset_run *r, const uint64_t *items, const stoker_shard *s, u
     for (uint32_t off = 0; off < s->n && !producer_pipeline_revoked(r->pl, s->id);) {
         if (stop_requested(r))
             return STOKER_INTERRUPTED;
-        stoker_chunk *chunk = producer_pipeline_free_chunk(r->pl);
+        chunk_policy_fit_batch(r->cp, stoker_producer_client_batch_examples(r->pc));
+        stoker_chunk *chunk = producer_pipeline_free_chunk(r->pl, r->cp->capacity);
         if (chunk == NULL)
             return producer_pipeline_drain(r->pl); // the pusher failed: this says how
-        uint32_t m = s->n - off < chunk->capacity ? s->n - off : chunk->capacity;
+        uint32_t cap = r->cp->capacity < chunk->capacity ? r->cp->capacity : chunk->capacity;
+        uint32_t m = s->n - off < cap ? s->n - off : cap;
         int rv = make_items(r, chunk, items + off, m, s->seed);
         if (rv != STOKER_OK)
             return rv;

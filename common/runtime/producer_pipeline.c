@@ -166,13 +166,21 @@ free_pl:
 }
 
 stoker_chunk *
-producer_pipeline_free_chunk(producer_pipeline *pl)
+producer_pipeline_free_chunk(producer_pipeline *pl, uint32_t capacity)
 {
     pthread_mutex_lock(&pl->mu);
     while (pl->full[pl->fill] && pl->rv == STOKER_OK)
         pthread_cond_wait(&pl->cv, &pl->mu);
     stoker_chunk *chunk = pl->rv == STOKER_OK ? &pl->chunks[pl->fill] : NULL;
     pthread_mutex_unlock(&pl->mu);
+    // Not full: the pusher does not touch it until it is submitted. Out of memory, the chunk
+    // keeps its buffers (and its capacity, which the caller fills up to).
+    stoker_chunk larger;
+    if (chunk != NULL && chunk->capacity < capacity &&
+        stoker_chunk_init(&larger, &chunk->schema, capacity) == STOKER_OK) {
+        stoker_chunk_fini(chunk);
+        *chunk = larger;
+    }
     return chunk;
 }
 

@@ -20,9 +20,10 @@ typedef struct producer_pipeline producer_pipeline;
 int producer_pipeline_create(stoker_producer_client *pc, const stoker_schema *schema,
                              uint32_t chunk, const char *name, producer_pipeline **out);
 
-// Waits for a chunk to fill (borrowed until submitted); NULL when the pusher has stopped after
-// a failure (finish returns it).
-stoker_chunk *producer_pipeline_free_chunk(producer_pipeline *pl);
+// Waits for a chunk to fill (borrowed until submitted), with room for capacity examples where
+// memory allows (its buffers grow when the chunks grew since; its capacity says what it holds);
+// NULL when the pusher has stopped after a failure (finish returns it).
+stoker_chunk *producer_pipeline_free_chunk(producer_pipeline *pl, uint32_t capacity);
 
 // Hands the chunk free_chunk returned to the pusher. A stream's chunk (items NULL) goes out
 // from first_seq, less what the broker already holds of it; a dataset's chunk carries items

@@ -32,6 +32,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.intake_port = rep->intake_port;
     r.max_chunk = rep->max_chunk;
     r.acked_through = rep->acked_through;
+    r.batch_examples = rep->batch_examples;
     r.trained_through = rep->trained_through;
     r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
                                                                         : STOKER_TRAINED_AFTER_MAX;
@@ -177,6 +178,7 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->intake_port = r->intake_port;
     rep->max_chunk = r->max_chunk;
     rep->acked_through = r->acked_through;
+    rep->batch_examples = r->batch_examples;
     rep->trained_through = r->trained_through;
     rep->n_trained_after = 0;
     for (size_t i = 0; i + 1 < r->n_trained_after && i + 1 < STOKER_TRAINED_AFTER_MAX; i += 2) {

@@ -52,9 +52,11 @@ uint32_t
 commit_retain_depth(const broker *b)
 {
     uint64_t depth = b->queue_depth;
-    if (b->held_bytes > 0 && b->example_bytes > 0) {
-        uint32_t alive = producers_alive(b);
+    uint32_t alive = producers_alive(b);
+    if (b->held_bytes > 0 && b->example_bytes > 0)
         depth += b->held_bytes / b->example_bytes / (alive > 0 ? alive : 1);
-    }
+    // And a share of what trainers hold unacknowledged: a producer keeps those too, and a queue
+    // of two batch-sized chunks (queues.c) would otherwise leave it waiting for every ack.
+    depth += b->c.in_flight / (alive > 0 ? alive : 1);
     return depth > UINT32_MAX / 4 ? UINT32_MAX / 4 : (uint32_t)depth;
 }

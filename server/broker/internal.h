@@ -112,7 +112,8 @@ void commit_release(broker *b, lease *l);
 void commit_why_empty(const broker *b, const trainer *t, char *buf, size_t len);
 // The queue depth a producer's reply tells it (its default retention is twice that): the
 // current depth plus its share of the examples held for commits, which stay untrained until
-// their trainer commits (without it, retention would stop the producers long before max_bytes).
+// their trainer commits (without it, retention would stop the producers long before max_bytes),
+// and its share of those in flight (leased, not yet acknowledged).
 uint32_t commit_retain_depth(const broker *b);
 // --- queues.c: queue sizing ---
 
@@ -128,6 +129,10 @@ void queues_resize(broker *b);
 // and the transport's largest request can hold of the schema's examples. Told to producers in
 // their hello reply (max_chunk), so that their chunks never exceed it.
 uint32_t queues_max_chunk(const broker *b);
+// The most examples one batch of a connected trainer counting examples takes (its pulls'
+// max_examples; one batching by tokens is left out: its count is only a cap), 0: none. Told to
+// producers in their push replies, so that sized chunks can hold a batch each.
+uint32_t queues_batch_examples(const broker *b);
 // Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
 // its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);

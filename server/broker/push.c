@@ -101,8 +101,10 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     }
     uint64_t end = first + count;
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
-        stoker_reply rep = {
-            .code = STOKER_OK, .acked_through = p->next_seq, .queue_depth = commit_retain_depth(b)};
+        stoker_reply rep = {.code = STOKER_OK,
+                            .acked_through = p->next_seq,
+                            .queue_depth = commit_retain_depth(b),
+                            .batch_examples = queues_batch_examples(b)};
         trained_tell(&p->trained, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
@@ -153,8 +155,10 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    stoker_reply rep = {
-        .code = STOKER_OK, .acked_through = end, .queue_depth = commit_retain_depth(b)};
+    stoker_reply rep = {.code = STOKER_OK,
+                        .acked_through = end,
+                        .queue_depth = commit_retain_depth(b),
+                        .batch_examples = queues_batch_examples(b)};
     trained_tell(&p->trained, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;

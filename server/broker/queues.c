@@ -37,6 +37,18 @@ queues_max_chunk(const broker *b)
     return max < 1 ? 1 : (uint32_t)max;
 }
 
+uint32_t
+queues_batch_examples(const broker *b)
+{
+    uint32_t batch = 0;
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        const trainer *t = b->trainers[i];
+        if (t->connected && !stoker_batching_active(&t->batching) && t->batch_examples > batch)
+            batch = t->batch_examples;
+    }
+    return batch;
+}
+
 // The examples one batch of t's takes: its pull's count; for a batch made by tokens its budget
 // over the queued sequences' mean length, and with buckets BUCKET_BATCHES of them, so that the
 // queues hold similar lengths to choose from (packed: PACK_BATCHES) (stoker/batching.h).

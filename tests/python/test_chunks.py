@@ -43,6 +43,44 @@ def test_a_cheap_producer_with_defaults_fills_large_chunks_each_example_once():
         assert st["counters"]["acknowledged"] == total, st["counters"]
 
 
+def test_chunks_of_large_examples_hold_the_trainers_batch():
+    # 150,528-byte examples: 256 KiB (--chunk-bytes) holds one, so chunks followed the byte
+    # budget alone were one example each and a batch of 32 was 32 parts. Once the trainer
+    # pulls batches of 32 the broker says so in its push replies and a chunk holds 32 (4.8 MB,
+    # within --chunk-batch-bytes' 8 MiB). --chunk-ms 1000: the pipe's pace (a loaded machine)
+    # must not close them first. The first chunks, pushed before the trainer's first pull,
+    # still hold one each (the queue takes 64 of them).
+    total = 2400
+    with Cluster() as c:
+        c.producer("--generator", "exec", "--exec", "cat /dev/zero", "--format", "raw",
+                   "--schema", "image:uint8[224,224,3]", "--chunk-ms", "1000",
+                   "--max-examples", str(total), name="large")
+        with stoker.Client(c.url, batch_size=32, stall_timeout=4) as client:
+            got = 0
+            try:
+                for b in client.batches():
+                    got += b.count
+            except stoker.SupplyEnded:
+                pass
+            st = client.status()
+        accepted, pushes = producer_counts(st, "large")
+        assert got == total and accepted == total, (got, accepted)
+        assert accepted / pushes >= 8, "%d examples in %d pushes" % (accepted, pushes)
+    # --chunk-batch-bytes 0: the byte budget alone, one example a chunk.
+    with Cluster() as c:
+        c.producer("--generator", "exec", "--exec", "cat /dev/zero", "--format", "raw",
+                   "--schema", "image:uint8[224,224,3]", "--chunk-ms", "1000",
+                   "--chunk-batch-bytes", "0", "--max-examples", "200", name="bytes")
+        with stoker.Client(c.url, batch_size=32, stall_timeout=4) as client:
+            try:
+                for b in client.batches():
+                    pass
+            except stoker.SupplyEnded:
+                pass
+            st = client.status()
+        assert producer_counts(st, "bytes") == (200, 200), producer_counts(st, "bytes")
+
+
 def test_an_expensive_producer_pushes_each_example_as_soon_as_it_is_made():
     # 50 ms per example, ten times the 5 ms bound: each goes out alone, when it is made, so
     # they arrive 50 ms apart (a chunk waiting for its byte budget would hold them for minutes).
@@ -162,6 +200,9 @@ def test_bad_chunk_values_are_usage_errors():
         (["--chunk", "3", "--chunk-ms", "2"], "--chunk-bytes and --chunk-ms size chunks with "
                                              "--chunk auto"),
         (["--chunk", "3", "--chunk-bytes", "4096"], "--chunk 3 fixes the count"),
+        (["--chunk", "3", "--chunk-batch-bytes", "4096"], "--chunk-batch-bytes sizes chunks "
+                                                          "with --chunk auto"),
+        (["--chunk-batch-bytes", "-1"], "--chunk-batch-bytes '-1'"),
     ]
     for args, words in cases:
         r = subprocess.run([PRODUCER, "--broker", "ipc:///nonexistent/stoker.ipc"] + args,
@@ -171,6 +212,7 @@ def test_bad_chunk_values_are_usage_errors():
     r = subprocess.run([PRODUCER, "--help"], capture_output=True, text=True, timeout=10)
     assert "--chunk N|auto" in r.stdout and "(default auto)" in r.stdout, r.stdout
     assert "(default 262144)" in r.stdout and "(default 5)" in r.stdout, r.stdout
+    assert "--chunk-batch-bytes B" in r.stdout and "(default 8388608)" in r.stdout, r.stdout
 
 
 run(globals())

@@ -33,7 +33,11 @@ typedef struct stoker_producer_config {
     // chunk_bytes of examples (default 256 KiB) or chunk_ms after its first example was begun
     // (default 5 ms), whichever comes first, and never beyond what the broker takes in one push.
     // A cheap generator fills large chunks; an example that takes longer than chunk_ms to make
-    // leaves on its own as soon as it is made.
+    // leaves on its own as soon as it is made. When the broker's trainers take batches of more
+    // examples than chunk_bytes holds (its push replies say how many), a chunk holds one batch
+    // instead, or an equal share of one, within chunk_batch_bytes (default 8 MiB; 0: chunks
+    // follow chunk_bytes alone): a batch is then one or a few chunks, delivered with no
+    // reassembly, and chunk_ms still bounds how long an example waits.
     uint32_t chunk;
     uint64_t chunk_bytes;
     double chunk_ms;
@@ -46,6 +50,7 @@ typedef struct stoker_producer_config {
     // pushed is trained (default 0: a broker that dies after the goodbye loses what it held).
     uint32_t retain;
     uint32_t linger_ms;
+    uint64_t chunk_batch_bytes; // with STOKER_CHUNK_AUTO: see chunk above
 } stoker_producer_config;
 
 typedef struct stoker_producer_stats {

@@ -86,6 +86,10 @@ uint32_t stoker_producer_client_id(const stoker_producer_client *pc);
 // a fixed --queue-depth, --max-bytes, --max-message); 0 before a hello or from a broker that
 // does not say. A larger push is refused as STOKER_TOO_LARGE.
 uint32_t stoker_producer_client_max_chunk(const stoker_producer_client *pc);
+// The most examples one batch of the broker's trainers takes (those counting examples), as its
+// last push reply said; 0 before a push, while no trainer pulls, or from a broker that does
+// not say. Sized chunks hold one batch where its bytes allow (stoker_producer_config).
+uint32_t stoker_producer_client_batch_examples(const stoker_producer_client *pc);
 // The broker's message for the last error (static storage of the client; "" when none).
 const char *stoker_producer_client_error(const stoker_producer_client *pc);
 

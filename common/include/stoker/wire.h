@@ -133,6 +133,7 @@ typedef struct stoker_reply {
     uint32_t max_chunk;   // HELLO of a producer: the most examples one push may carry (0: not said)
     // PUSH
     uint64_t acked_through;
+    uint32_t batch_examples; // PUSH: the largest batch trainers counting examples pull (0: none)
     // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
     uint64_t trained_through;
     // ... and [first, end) pairs of trained seqs beyond it (n_trained_after values, even)
