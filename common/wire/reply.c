@@ -33,6 +33,8 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.max_chunk = rep->max_chunk;
     r.acked_through = rep->acked_through;
     r.trained_through = rep->trained_through;
+    r.peers_producers = rep->peers_producers;
+    r.peers_trainers = rep->peers_trainers;
     r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
                                                                         : STOKER_TRAINED_AFTER_MAX;
     r.trained_after = (uint64_t *)rep->trained_after;
@@ -178,6 +180,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->max_chunk = r->max_chunk;
     rep->acked_through = r->acked_through;
     rep->trained_through = r->trained_through;
+    rep->peers_producers = r->peers_producers;
+    rep->peers_trainers = r->peers_trainers;
     rep->n_trained_after = 0;
     for (size_t i = 0; i + 1 < r->n_trained_after && i + 1 < STOKER_TRAINED_AFTER_MAX; i += 2) {
         rep->trained_after[i] = r->trained_after[i];

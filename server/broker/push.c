@@ -104,6 +104,7 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
         stoker_reply rep = {
             .code = STOKER_OK, .acked_through = p->next_seq, .queue_depth = commit_retain_depth(b)};
         trained_tell(&p->trained, &rep);
+        tell_peers(b, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
         k->req = NULL;
@@ -156,6 +157,7 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     stoker_reply rep = {
         .code = STOKER_OK, .acked_through = end, .queue_depth = commit_retain_depth(b)};
     trained_tell(&p->trained, &rep);
+    tell_peers(b, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
 }
