@@ -164,6 +164,7 @@ struct broker {
     broker_config cfg;
     char token[STOKER_TOKEN_MAX];
     uint64_t start_ms;
+    uint64_t instance_id; // random, never 0: told in hello and Status replies (restarts show)
     // Until then the supply is not said to have ended, and nothing is handed out: a producer
     // came back from a broker that died (its hello continued a session at seq > 0), so others of
     // that broker may follow, and its trainers, who say what they trained.

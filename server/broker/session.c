@@ -320,6 +320,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .queue_depth = commit_retain_depth(b),
         .has_schema = 1,
         .schema = b->schema,
+        .broker_id = b->instance_id,
     };
     tell_peers(b, &rep);
     if (req->want_arena && b->arena != NULL) { // pushes by reference: arena.h
@@ -473,6 +474,7 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         .heartbeat_ms = b->cfg.trainer_timeout_ms / 3,
         .has_schema = b->has_schema,
         .schema = b->schema,
+        .broker_id = b->instance_id,
     };
     if (req->want_arena && b->arena != NULL) { // shared memory: see arena.h
         snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));

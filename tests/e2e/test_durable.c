@@ -553,6 +553,12 @@ Test(durable, a_restarted_broker_hands_out_as_soon_as_its_peers_are_back)
                  "the new broker's first batch came %.3f s after the peers were back (at most "
                  "1.5 s)",
                  (double)(first_ms - w.back_ms) / 1000.0);
+    // The trainer client noticed the restart exactly: another broker instance answered its hello.
+    cr_assert_eq(stoker_trainer_client_broker_restarts(tc), 1);
+    int told = 0;
+    for (int i = 0; i < ex.n_events; i++)
+        told += ex.events[i].kind == STOKER_EVENT_BROKER_RESTARTED;
+    cr_assert_eq(told, 1, "%d broker_restarted events", told);
     int rv = e2e_drain(tc, &ex, 60000);
     cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
     proc_assert_exit(p1, 0, 10000);

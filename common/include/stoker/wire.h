@@ -137,6 +137,8 @@ typedef struct stoker_reply {
     // HELLO, PUSH, HEARTBEAT of a producer: the producers alive and trainers connected at the
     // broker now (0 and 0: not said), for the producer to tell a broker after this one.
     uint32_t peers_producers, peers_trainers;
+    // HELLO and STATUS: the broker's instance, drawn at its start, never 0 (0: not said).
+    uint64_t broker_id;
     // PUSH
     uint64_t acked_through;
     // PUSH, HEARTBEAT, GOODBYE of a producer: seqs below it are trained (0: not said)
