@@ -30,6 +30,9 @@ struct stoker_consumer {
     // Events as they arrive (on_event runs on our thread, inside stoker_trainer_client_next).
     stoker_event events[EVENT_RING];
     uint32_t epochs_ended; // EPOCH_END events seen (a dataset's)
+    // Broker restarts heard of (BROKER_RESTARTED events) and epochs_ended when the latest came:
+    // the new broker's epochs count from there.
+    uint32_t restarts, epochs_before_restart;
     uint32_t ev_head, ev_len;
     // The broker's last word on producers that went away, for the supply-end message.
     char last_gone[STOKER_NAME_MAX + STOKER_REASON_MAX + 64];
@@ -63,6 +66,10 @@ on_event(const stoker_event *e, void *arg)
 {
     stoker_consumer *c = arg;
     c->epochs_ended += e->kind == STOKER_EVENT_EPOCH_END;
+    if (e->kind == STOKER_EVENT_BROKER_RESTARTED) {
+        c->restarts++;
+        c->epochs_before_restart = c->epochs_ended;
+    }
     if (e->kind == STOKER_EVENT_PRODUCER_LOST || e->kind == STOKER_EVENT_PRODUCER_FINISHED)
         snprintf(c->last_gone, sizeof(c->last_gone), "producer %u '%s' %s%s%s", e->producer,
                  e->name, e->kind == STOKER_EVENT_PRODUCER_LOST ? "lost" : "finished",
@@ -717,4 +724,15 @@ uint32_t
 stoker_consumer_epochs_ended(const stoker_consumer *c)
 {
     return c->epochs_ended;
+}
+
+uint32_t
+stoker_consumer_broker_restarts(const stoker_consumer *c, uint64_t *broker_id,
+                                uint32_t *epochs_ended_before)
+{
+    if (broker_id != NULL)
+        *broker_id = stoker_trainer_client_broker_id(c->tc);
+    if (epochs_ended_before != NULL)
+        *epochs_ended_before = c->epochs_before_restart;
+    return c->restarts;
 }

@@ -26,6 +26,13 @@ producer_note_depth(stoker_producer_client *pc, uint32_t depth)
                                                        : 2 * depth);
 }
 
+void
+producer_note_peers(stoker_producer_client *pc, const stoker_reply *rep)
+{
+    if (rep->peers_producers > 0) // a producer's answer counts that producer: 0 is not said
+        atomic_store(&pc->peers, (uint64_t)rep->peers_producers << 32 | rep->peers_trainers);
+}
+
 // Raises trained to through (never lowers it; the heartbeat thread may race the pusher).
 void
 producer_note_trained(stoker_producer_client *pc, uint64_t through)
@@ -86,6 +93,7 @@ beat_answered(void *owner, session *s, const stoker_reply *rep, uint32_t timeout
     stoker_producer_client *pc = owner;
     if (rep->code == STOKER_OK) {
         producer_note_trained(pc, rep->trained_through);
+        producer_note_peers(pc, rep);
         if (rep->queue_depth > 0)
             producer_note_depth(pc, rep->queue_depth);
     }
@@ -216,6 +224,11 @@ producer_hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
         .dataset_fingerprint = pc->dataset_fingerprint,
         .want_arena = pc->shm,
     };
+    // The broker we last heard from, as it said (0: none): a broker that restarted waits for
+    // its peers only until they are all back.
+    uint64_t peers = atomic_load(&pc->peers);
+    req.known_producers = (uint32_t)(peers >> 32);
+    req.known_trainers = (uint32_t)peers;
     if (pc->labels != NULL)
         req.labels = *pc->labels; // borrowed for the encoding
     conn_copy_str(req.pool, sizeof(req.pool), pc->autoscale_pool);
@@ -230,6 +243,7 @@ producer_hello_once(stoker_producer_client *pc, conn_stop *stop, uint64_t at)
     if (rv == STOKER_OK) {
         atomic_store(&pc->max_chunk, rep->max_chunk);
         producer_note_trained(pc, rep->trained_through);
+        producer_note_peers(pc, rep);
         pc->broker_seq = rep->next_seq;
         // The default: the broker's queue for us plus as much again in flight or awaiting the
         // report that it was trained, so the broker's queue, not retention, stays the bound.

@@ -53,6 +53,9 @@ struct stoker_producer_client {
     _Atomic uint32_t batch_examples; // the trainers' largest batch, from push replies; 0: none
     _Atomic int done_making;         // draining: heartbeats say it pushes nothing more
     _Atomic uint64_t make_us;        // spent making examples (stoker_producer_client_add_make_us)
+    // The producers alive (high 32 bits) and trainers connected (low) at the broker, as its
+    // latest answer said; a hello carries them to a broker after it (its returning window).
+    _Atomic uint64_t peers;
 
     // A dataset's producer (stoker_producer_client_set_dataset): said in hello; the items of
     // the push in progress (stoker_producer_client_push_items), NULL for a stream's.
@@ -113,5 +116,7 @@ int producer_transient(int rv);
 void producer_note_trained(stoker_producer_client *pc, uint64_t through);
 // With the default retention, follows the broker's queue depth (twice it).
 void producer_note_depth(stoker_producer_client *pc, uint32_t depth);
+// Remembers the peers rep says the broker has (a reply that says none changes nothing).
+void producer_note_peers(stoker_producer_client *pc, const stoker_reply *rep);
 
 #endif

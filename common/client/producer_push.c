@@ -83,6 +83,7 @@ took(stoker_producer_client *pc, const stoker_reply *rep)
     if (rep->acked_through > pc->next_seq)
         pc->next_seq = rep->acked_through;
     producer_note_trained(pc, rep->trained_through);
+    producer_note_peers(pc, rep);
     if (pc->pool != NULL)
         push_pool_trained(pc->pool, atomic_load(&pc->trained));
     if (rep->queue_depth > 0)
@@ -317,6 +318,7 @@ poll_trained(stoker_producer_client *pc)
     session_answered(&pc->session);
     if (rep->code == STOKER_OK) {
         producer_note_trained(pc, rep->trained_through);
+        producer_note_peers(pc, rep);
         if (rep->queue_depth > 0)
             producer_note_depth(pc, rep->queue_depth);
         retention_release_ranges(pc->kept, rep->trained_after, rep->n_trained_after);

@@ -70,6 +70,7 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
         return rv;
     if (rv == STOKER_OK) {
         tc->hello_ms = stoker_now_ms();
+        trainer_note_broker(tc, rep); // its event comes before the snapshot's
         trainer_take_extras(tc, rep);
         if (tc->opts.shm)
             trainer_attach_arena(tc, rep);

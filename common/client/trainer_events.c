@@ -1,6 +1,8 @@
 // The trainer client's events and what every reply carries besides its batch (trainer_impl.h):
 // events are de-duplicated (replies to prefetched pulls overtake each other and may repeat
 // one), then queued for stoker_trainer_client_poll_event or handed to opts.on_event.
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "stoker/log.h"
@@ -43,6 +45,39 @@ push_event(stoker_trainer_client *tc, const stoker_event *e)
     }
     tc->events[(tc->ev_head + tc->ev_len) % MAX_EVENTS] = *e;
     tc->ev_len++;
+}
+
+void
+trainer_note_broker(stoker_trainer_client *tc, const stoker_reply *rep)
+{
+    uint64_t before = atomic_load(&tc->broker_id);
+    if (rep->broker_id == 0 || rep->broker_id == before)
+        return;
+    atomic_store(&tc->broker_id, rep->broker_id);
+    if (before == 0)
+        return; // the first broker we hear of
+    uint32_t n = atomic_fetch_add(&tc->broker_restarts, 1) + 1;
+    memset(tc->seen_events, 0, sizeof(tc->seen_events));
+    tc->last_event_index = 0;
+    stoker_event e = {.kind = STOKER_EVENT_BROKER_RESTARTED};
+    snprintf(e.reason, sizeof(e.reason),
+             "broker restarted: instance %016llx answered, %016llx before (restart %u); its "
+             "epochs and steps start anew",
+             (unsigned long long)rep->broker_id, (unsigned long long)before, n);
+    stoker_warn("broker-restarted: %s", e.reason);
+    push_event(tc, &e);
+}
+
+uint32_t
+stoker_trainer_client_broker_restarts(const stoker_trainer_client *tc)
+{
+    return atomic_load(&((stoker_trainer_client *)tc)->broker_restarts);
+}
+
+uint64_t
+stoker_trainer_client_broker_id(const stoker_trainer_client *tc)
+{
+    return atomic_load(&((stoker_trainer_client *)tc)->broker_id);
 }
 
 void

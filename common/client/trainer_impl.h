@@ -113,6 +113,11 @@ struct stoker_trainer_client {
     uint64_t seen_events[SEEN_EVENTS / 64]; // bit i % SEEN_EVENTS: event i seen, for the
                                             // indices within SEEN_EVENTS below the highest
 
+    // The broker instance that answered the latest hello (0: none said one), and the restarts
+    // noticed: hellos answered by another instance (trainer_events.c trainer_note_broker).
+    _Atomic uint64_t broker_id;
+    _Atomic uint32_t broker_restarts;
+
     idset *seen;
     pthread_mutex_t seen_lock; // adds to seen vs its export by the heartbeat thread
     uint64_t duplicates;
@@ -134,6 +139,10 @@ struct stoker_trainer_client {
 };
 
 // --- trainer_events.c ---
+// After a hello the broker took: notes its instance; another one than before is a restart,
+// counted, its event queued (before any batch of the new broker), and the events seen forgotten
+// (the new broker's indices start again from 1). Training thread.
+void trainer_note_broker(stoker_trainer_client *tc, const stoker_reply *rep);
 // Takes what any reply carries besides its batch: events (queued for poll_event, or given to
 // opts.on_event), refused acknowledgements, the schema. Training thread.
 void trainer_take_extras(stoker_trainer_client *tc, const stoker_reply *rep);

@@ -727,6 +727,7 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     if (st == NULL)
         return STOKER_NOMEM;
     st->uptime_ms = rep->uptime_ms;
+    st->broker_id = rep->broker_id;
     st->has_schema = rep->has_schema;
     st->schema = rep->schema;
     st->queue_depth = rep->queue_depth;

@@ -17,6 +17,8 @@ stoker_event_kind_name(stoker_event_kind kind)
         return "epoch_end";
     case STOKER_EVENT_SCALED:
         return "scaled";
+    case STOKER_EVENT_BROKER_RESTARTED:
+        return "broker_restarted";
     default:
         return "unknown";
     }

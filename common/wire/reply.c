@@ -34,6 +34,9 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     r.acked_through = rep->acked_through;
     r.batch_examples = rep->batch_examples;
     r.trained_through = rep->trained_through;
+    r.peers_producers = rep->peers_producers;
+    r.peers_trainers = rep->peers_trainers;
+    r.broker_id = rep->broker_id;
     r.n_trained_after = rep->n_trained_after < STOKER_TRAINED_AFTER_MAX ? rep->n_trained_after
                                                                         : STOKER_TRAINED_AFTER_MAX;
     r.trained_after = (uint64_t *)rep->trained_after;
@@ -180,6 +183,9 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
     rep->acked_through = r->acked_through;
     rep->batch_examples = r->batch_examples;
     rep->trained_through = r->trained_through;
+    rep->peers_producers = r->peers_producers;
+    rep->peers_trainers = r->peers_trainers;
+    rep->broker_id = r->broker_id;
     rep->n_trained_after = 0;
     for (size_t i = 0; i + 1 < r->n_trained_after && i + 1 < STOKER_TRAINED_AFTER_MAX; i += 2) {
         rep->trained_after[i] = r->trained_after[i];

@@ -48,6 +48,8 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.world = req->world;
         hello.batch = req->group_batch;
         hello.group_steps = req->group_steps;
+        hello.known_producers = req->known_producers;
+        hello.known_trainers = req->known_trainers;
         hello.max_tokens = req->batching.max_tokens;
         hello.buckets = req->batching.buckets;
         hello.pack = req->batching.pack;
@@ -245,6 +247,8 @@ decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_requ
         req->world = r->hello->world;
         req->group_batch = r->hello->batch;
         req->group_steps = r->hello->group_steps;
+        req->known_producers = r->hello->known_producers;
+        req->known_trainers = r->hello->known_trainers;
         req->batching = (stoker_batching){.max_tokens = r->hello->max_tokens,
                                           .buckets = r->hello->buckets,
                                           .pack = r->hello->pack,

@@ -46,7 +46,8 @@ DTYPES = {
 }
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
-               4: "producer_reconnected", 15: "epoch_end", 520: "scaled"}
+               4: "producer_reconnected", 15: "epoch_end", 520: "scaled",
+               600: "broker_restarted"}
 
 MAX_RANK = 8  # STOKER_MAX_RANK
 
@@ -130,6 +131,7 @@ def _declare(lib):
         "stoker_consumer_batch_identities": (u32, [P, c.POINTER(u64), c.POINTER(u64), u32]),
         "stoker_consumer_batch_items": (u32, [P, c.POINTER(u32), c.POINTER(u64), u32]),
         "stoker_consumer_epochs_ended": (u32, [P]),
+        "stoker_consumer_broker_restarts": (u32, [P, c.POINTER(u64), c.POINTER(u32)]),
         "stoker_consumer_poll_event": (i, [P, c.POINTER(i), c.POINTER(u32), c.c_char_p,
                                            c.c_size_t, c.POINTER(c.c_double), c.c_char_p,
                                            c.c_size_t]),

@@ -95,8 +95,10 @@ Event.__doc__ = """A broker event: kind is "producer_joined", "producer_lost", "
 "producer_reconnected", "epoch_end", "scaled" or "broker_restarted"; producer the broker's id,
 name the producer's name (for "scaled": the pool; for "broker_restarted": the URL), at the
 broker's uptime in seconds, reason the broker's reason (for producer_lost; for "scaled": "from N
-to M (ENGINE): why"). "broker_restarted" is the client's own, noticed while epochs() follows a
-dataset (see BrokerRestarted); producer is 0."""
+to M (ENGINE): why"). "broker_restarted" is the client's own: its hello was answered by another
+broker instance than before (the broker restarted: its epochs and a group's steps start anew),
+said before any batch of the new broker (see BrokerRestarted and Client.broker_restarts); producer
+is 0, at 0."""
 
 # A trainer the broker did not know is told who is there with events of this reason: the sign
 # of a new broker (or of one that forgot this trainer), checked against the broker's uptime.
@@ -523,6 +525,7 @@ class Client:
         self._restart_sign = False
         self._restarted = None
         self._epochs_base = 0
+        self._restarts_seen = 0  # the library's count of restarts (broker_restarts) followed
         self._blocks = 0  # open `with` blocks that decide about _held when they end
         self._duplicates = 0  # duplicates() as it was at close()
         self._delivery = None  # delivery as it was at close()
@@ -728,6 +731,8 @@ class Client:
                       reason.value.decode(errors="replace"))
             if e.reason == _SNAPSHOT_REASON:
                 self._restart_sign = True
+            if e.kind == "broker_restarted":
+                e = e._replace(name=self.url)  # the library's own event: named by the URL
             self._event(e)
 
     def _event(self, e):
@@ -796,11 +801,46 @@ class Client:
         up = float(st["uptime_s"])
         return (sent - up, answered - up), st
 
+    def _broker_restarts(self):
+        """The library's count of broker restarts (hellos answered by another instance), the
+        instance that answered the latest (0: a broker that does not say one) and the epochs
+        ended before the latest restart."""
+        bid, before = ctypes.c_uint64(), ctypes.c_uint32()
+        n = self._lib.stoker_consumer_broker_restarts(self._handle, ctypes.byref(bid),
+                                                      ctypes.byref(before))
+        return n, bid.value, before.value
+
+    @property
+    def broker_restarts(self):
+        """Restarts of the broker this client noticed (a hello answered by another broker
+        instance; each also a "broker_restarted" event before the new broker's first batch); 0
+        before the first batch, or with a broker that does not say its instance."""
+        return self._broker_restarts()[0] if self._handle is not None else self._restarts_seen
+
     def _look_for_restart(self, batch, waited_s):
         """epochs(): whether batch came from another broker than the one whose epochs are
-        followed. Asked of the broker's uptime only on a sign: the broker told this client who
-        was there as to a trainer it did not know, the batch took long to come, or it holds an
-        item of an epoch that ended here (a broker never sends one)."""
+        followed. The library tells exactly (its hello was answered by another broker instance,
+        and it queued a "broker_restarted" event before the new broker's first batch); with a
+        broker that does not say its instance, the broker's uptime is asked on a sign: the broker
+        told this client who was there as to a trainer it did not know, the batch took long to
+        come, or it holds an item of an epoch that ended here (a broker never sends one)."""
+        n, instance, epochs_before = self._broker_restarts()
+        if n != self._restarts_seen:
+            self._restarts_seen = n
+            self._restart_sign = False
+            self._epochs_base = epochs_before
+            try:
+                start, _ = self._broker_started()
+                now = time.monotonic()
+                self._broker_start, uptime = start, now - start[0]
+            except StokerError:
+                uptime = None
+            self._restarted = ("the broker at %s restarted (instance %016x answered): the new "
+                               "one starts its epochs anew from epoch 0" % (self.url, instance),
+                               uptime)
+            return
+        if instance != 0:
+            return  # the same broker: it says its instance, so no restart went unnoticed
         first = _first_epoch(batch)
         ended = first >= 0 and first < self._epochs_ended()
         if not (self._restart_sign or ended or waited_s >= _RESTART_WAIT_S):
@@ -886,6 +926,8 @@ class Client:
         self._broker_start, st = self._broker_started()
         self._epochs_strict = not (st.get("dataset") or {}).get("overlap", False)
         self._restarted = None
+        # Restarts noticed before are not this run's.
+        self._restarts_seen = self._broker_restarts()[0] if self._handle is not None else 0
         number = 0
         while count is None or number < count:
             yield Epoch(self, number, batch_size)

@@ -51,6 +51,7 @@ broker_create(const broker_config *cfg, uint64_t now_ms)
         snprintf(b->token, sizeof(b->token), "%s", cfg->token);
     b->cfg.token = b->token;
     b->start_ms = now_ms;
+    b->instance_id = stoker_random_u64(); // never 0
     b->producers = calloc(cfg->max_producers, sizeof(*b->producers));
     b->trainers = calloc(cfg->max_trainers, sizeof(*b->trainers));
     if (b->producers == NULL || b->trainers == NULL) {

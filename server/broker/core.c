@@ -206,7 +206,7 @@ producers_alive(const broker *b)
     return n;
 }
 
-static uint32_t
+uint32_t
 trainers_connected(const broker *b, int in_arena)
 {
     uint32_t n = 0;
@@ -214,6 +214,13 @@ trainers_connected(const broker *b, int in_arena)
         n += b->trainers[i]->connected &&
              (!in_arena || b->trainers[i]->delivery == STOKER_DELIVERY_SHM);
     return n;
+}
+
+void
+tell_peers(const broker *b, stoker_reply *rep)
+{
+    rep->peers_producers = producers_alive(b);
+    rep->peers_trainers = trainers_connected(b, 0);
 }
 
 void

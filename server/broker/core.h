@@ -164,10 +164,16 @@ struct broker {
     broker_config cfg;
     char token[STOKER_TOKEN_MAX];
     uint64_t start_ms;
+    uint64_t instance_id; // random, never 0: told in hello and Status replies (restarts show)
     // Until then the supply is not said to have ended, and nothing is handed out: a producer
     // came back from a broker that died (its hello continued a session at seq > 0), so others of
     // that broker may follow, and its trainers, who say what they trained.
     uint64_t returning_until_ms;
+    // It ends sooner, once the peers the broker before us knew are back: the most producers
+    // alive and trainers connected that a returning producer's hello said that broker had
+    // (0: none said), and the producers that knew a broker before us which said hello here.
+    uint32_t returning_producers, returning_trainers;
+    uint32_t returned_producers;
     // Identities trainers said they trained when they said hello ((session, first_seq, end)
     // triples, at most REPORTED_MAX): a producer's session that comes back later (it pushes again
     // what a dead broker held) counts them trained from its hello on.
@@ -249,6 +255,11 @@ trainer *find_trainer(const broker *b, uint64_t session);
 void free_parked(parked *p);
 void free_lease(lease *l);
 uint32_t producers_alive(const broker *b);
+// Trainers connected (in_arena: of them those whose last batch went through shared memory).
+uint32_t trainers_connected(const broker *b, int in_arena);
+// Tells a producer's reply (hello, push, heartbeat) the producers alive and trainers connected,
+// which the producer carries to a broker after this one (its returning window).
+void tell_peers(const broker *b, stoker_reply *rep);
 // Whether p may still send: alive, or lost by silence within --silent-grace with its connection
 // open (a frozen or paused producer that comes back resumes where it was).
 int producer_may_send(const producer *p, uint64_t now_ms);

@@ -106,6 +106,7 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
                             .queue_depth = commit_retain_depth(b),
                             .batch_examples = queues_batch_examples(b)};
         trained_tell(&p->trained, &rep);
+        tell_peers(b, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
         k->req = NULL;
@@ -160,6 +161,7 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
                         .queue_depth = commit_retain_depth(b),
                         .batch_examples = queues_batch_examples(b)};
     trained_tell(&p->trained, &rep);
+    tell_peers(b, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;
 }

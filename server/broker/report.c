@@ -63,6 +63,7 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
     st->has_schema = b->has_schema;
     st->schema = b->schema;
     st->queue_depth = b->queue_depth;
+    st->broker_id = b->instance_id;
     st->queue_depth_auto = b->cfg.queue_depth_auto;
     snprintf(st->queue_limit, sizeof(st->queue_limit), "%s", b->queue_limit);
     st->max_bytes = b->cfg.max_bytes;
@@ -130,6 +131,7 @@ report_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, brok
         .events = st->events,
         .n_events = st->n_events,
         .uptime_ms = st->uptime_ms,
+        .broker_id = st->broker_id,
         .queue_depth = st->queue_depth,
         .max_bytes = st->max_bytes,
         .dataset_size = st->dataset_size,

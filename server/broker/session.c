@@ -196,6 +196,25 @@ producer_slot(broker *b, void *token, broker_outbox *out)
     return 1;
 }
 
+// Ends the returning window (returning_until_ms) once the peers the broker before us knew are
+// back: as many producers that knew it as it had alive, and as many trainers connected as it
+// had, as a returning producer said. Its time bound stays a bound for peers that never return,
+// and for producers that said nothing of that broker (the window then runs out its time).
+static void
+returning_check(broker *b, uint64_t now_ms)
+{
+    if (now_ms >= b->returning_until_ms || b->returning_producers == 0 ||
+        b->returned_producers < b->returning_producers ||
+        trainers_connected(b, 0) < b->returning_trainers)
+        return;
+    stoker_info("returning-done: the %u producers and %u trainers of the broker before this one "
+                "are back after %.3f s (the window would have lasted %.3f s more)",
+                b->returning_producers, b->returning_trainers,
+                (double)(now_ms - b->start_ms) / 1000.0,
+                (double)(b->returning_until_ms - now_ms) / 1000.0);
+    b->returning_until_ms = now_ms;
+}
+
 // The producer of req's new session, joined; NULL after the refusal.
 static producer *
 producer_join(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
@@ -231,6 +250,13 @@ producer_join(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         // handed out: each dials anew within RETURNING_TRAINERS_MS of our start.
         if (b->returning_until_ms < b->start_ms + RETURNING_TRAINERS_MS)
             b->returning_until_ms = b->start_ms + RETURNING_TRAINERS_MS;
+    }
+    if (req->known_producers > 0) { // it knew a broker before us: one of the peers awaited
+        b->returned_producers++;
+        if (req->known_producers > b->returning_producers)
+            b->returning_producers = req->known_producers;
+        if (req->known_trainers > b->returning_trainers)
+            b->returning_trainers = req->known_trainers;
     }
     trained_reported_apply(b, p);
     queue_init(&p->q, &b->schema);
@@ -280,6 +306,7 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         p->labels = labels;
     }
     queues_resize(b); // one more producer alive: the depth it is told is the current one
+    returning_check(b, now_ms);
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = p->id,
@@ -293,7 +320,9 @@ hello_producer(broker *b, void *token, uint32_t pipe, const stoker_request *req,
         .queue_depth = commit_retain_depth(b),
         .has_schema = 1,
         .schema = b->schema,
+        .broker_id = b->instance_id,
     };
+    tell_peers(b, &rep);
     if (req->want_arena && b->arena != NULL) { // pushes by reference: arena.h
         snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
         rep.arena_ticket = broker_arena_pool_ticket(b->arena, p->session);
@@ -438,12 +467,14 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
         t->said_steps = req->group_steps;
         group_attach(b, g, t, req->rank);
     }
+    returning_check(b, now_ms);
     stoker_reply rep = {
         .code = STOKER_OK,
         .peer_id = t->id,
         .heartbeat_ms = b->cfg.trainer_timeout_ms / 3,
         .has_schema = b->has_schema,
         .schema = b->schema,
+        .broker_id = b->instance_id,
     };
     if (req->want_arena && b->arena != NULL) { // shared memory: see arena.h
         snprintf(rep.arena_socket, sizeof(rep.arena_socket), "%s", broker_arena_socket(b->arena));
@@ -541,6 +572,7 @@ session_handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *
         }
         stoker_reply rep = {.code = STOKER_OK, .queue_depth = commit_retain_depth(b)};
         trained_tell(&p->trained, &rep);
+        tell_peers(b, &rep);
         send_reply(b, out, token, &rep);
     } else if (t != NULL && t->connected) {
         // A trainer's own liveness: its heartbeat thread beats while its caller is

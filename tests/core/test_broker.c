@@ -568,6 +568,66 @@ Test(supply, no_producer_yet_is_not_the_end)
                   "answered %s", stoker_errname(rep->code));
 }
 
+// A producer's hello to a broker after one that died: at seq next_seq, saying that broker had
+// producers alive and trainers connected (0 and 0: it said nothing of it).
+static stoker_reply *
+hello_returning(uint64_t session, uint64_t next_seq, uint32_t producers, uint32_t trainers)
+{
+    stoker_request *req = h_hello_producer(session, "back", &schema);
+    req->next_seq = next_seq;
+    req->known_producers = producers;
+    req->known_trainers = trainers;
+    return bf_answered(bf_handle((uint32_t)session, req), STOKER_OK);
+}
+
+// The returning window (nothing handed out while the peers of a broker that died come back)
+// ends once as many producers that knew that broker as it had alive, and as many trainers as it
+// had connected, said hello here: not before, whatever their order.
+Test(supply, a_restarted_brokers_window_ends_when_the_peers_it_waits_for_are_back)
+{
+    stoker_reply *rep = hello_returning(P1, 5, 2, 1);
+    cr_assert_eq(rep->peers_producers, 1, "the hello reply counts its producer alive");
+    cr_assert_eq(rep->peers_trainers, 0);
+    rep = bf_answered(push(P1, 5, 8), STOKER_OK);
+    cr_assert_eq(rep->peers_producers, 1, "a push reply tells the peers too");
+    hello_trainer(T1);
+    uintptr_t k = pull(T1, 4, 2000);
+    bf_tick(500);
+    cr_assert_null(bf_reply(k), "a batch went out with one of the two producers still away");
+    rep = hello_returning(P2, 0, 2, 1); // it knew the dead broker, and pushed nothing yet
+    cr_assert_eq(rep->peers_producers, 2);
+    cr_assert_eq(rep->peers_trainers, 1);
+    rep = bf_answered(k, STOKER_OK);
+    cr_assert_eq(rep->chunk.count, 4, "the window did not end with every peer back");
+}
+
+Test(supply, a_restarted_brokers_window_waits_for_the_trainers_it_was_told_of)
+{
+    hello_returning(P1, 5, 1, 2);
+    bf_answered(push(P1, 5, 8), STOKER_OK);
+    hello_trainer(T1);
+    uintptr_t k = pull(T1, 4, 2000);
+    bf_tick(100);
+    cr_assert_null(bf_reply(k), "a batch went out with one of the two trainers still away");
+    hello_trainer(T2);
+    cr_assert_eq(bf_answered(k, STOKER_OK)->chunk.count, 4);
+}
+
+// Producers that say nothing of the broker before (older clients): the window runs out its time,
+// at least 5 s from the broker's start (RETURNING_TRAINERS_MS) and --producer-timeout (3 s here)
+// from the returning hello.
+Test(supply, a_restarted_brokers_window_without_counts_runs_out_its_time)
+{
+    hello_returning(P1, 5, 0, 0);
+    bf_answered(push(P1, 5, 8), STOKER_OK);
+    hello_trainer(T1);
+    bf_tick(4900);
+    cr_assert_eq(bf_answered(pull(T1, 4, 0), STOKER_OK)->chunk.count, 0,
+                 "a batch went out within the returning window");
+    bf_tick(200);
+    cr_assert_eq(bf_answered(pull(T1, 4, 0), STOKER_OK)->chunk.count, 4);
+}
+
 // --- schema -------------------------------------------------------------------------------------
 
 Test(schema, mismatch_is_refused_with_a_message_naming_both_schemas)

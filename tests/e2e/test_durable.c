@@ -483,3 +483,89 @@ Test(durable, two_trainers_across_a_broker_restart_train_each_example_once)
     stoker_trainer_client_destroy(b);
     proc_broker_stop(broker);
 }
+
+typedef struct back_watch {
+    const char *url;
+    uint64_t back_ms; // when the status first showed 2 producers alive and 1 trainer (0: never)
+} back_watch;
+
+// Polls the broker's status every 20 ms until it shows both producers alive and the trainer
+// connected, and notes when.
+static void *
+back_watch_main(void *arg)
+{
+    back_watch *w = arg;
+    for (int waited = 0; waited < 20000; waited += 20) {
+        stoker_status *st = NULL;
+        char err[256];
+        // No assertion off the test's thread: a status that fails is only "not yet".
+        int back = stoker_status_fetch(w->url, NULL, 1000, &st, err, sizeof(err)) == STOKER_OK &&
+                   st->counters.producers_alive == 2 && st->counters.trainers == 1;
+        stoker_status_destroy(st);
+        if (back) {
+            w->back_ms = stoker_now_ms();
+            return NULL;
+        }
+        stoker_sleep_ms(20, NULL);
+    }
+    return NULL;
+}
+
+// The new broker's returning window (nothing handed out while the peers of the broker that
+// died come back) ends as soon as they are all back, as its producers' hellos say the old broker
+// had them, not after --producer-timeout (10 s here): the first batch comes within 1.5 s of
+// both producers and the trainer being back, and nothing is lost or trained twice.
+Test(durable, a_restarted_broker_hands_out_as_soon_as_its_peers_are_back)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    const char *const bargs[] = {"--queue-depth", "40", "--producer-timeout", "10", NULL};
+    proc_child *broker = e2e_broker_start(url, bargs);
+    enum { PER = 600 };
+    const char *const pargs[] = {"--max-examples", "600", "--delay",  "0.0002:0.0005",
+                                 "--chunk",        "3",   "--linger", "60",
+                                 "--retain",       "200", NULL};
+    proc_child *p1 = e2e_producer_start(url, "soon-1", pargs);
+    proc_child *p2 = e2e_producer_start(url, "soon-2", pargs);
+    stoker_trainer_client *tc = e2e_trainer_client(url, 8, 30000);
+    e2e_examples ex = {0};
+    cr_assert_eq(e2e_pull_n(tc, &ex, 200, 30000), STOKER_OK);
+    // Both producers told the broker's peers in a reply since the trainer connected.
+    cr_assert(h_wait_producer(url, "soon-1", 1, 10000) && h_wait_producer(url, "soon-2", 1, 10000));
+    stoker_sleep_ms(200, NULL);
+    broker = restart(broker, url, bargs);
+    uint64_t started_ms = stoker_now_ms();
+    back_watch w = {.url = url};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, back_watch_main, &w), 0);
+    // More examples than the trainer prefetched from the broker that died: some come from the
+    // new one.
+    size_t before = ex.n;
+    cr_assert_eq(e2e_pull_n(tc, &ex, before + 64, 30000), STOKER_OK);
+    uint64_t first_ms = stoker_now_ms();
+    pthread_join(th, NULL);
+    cr_assert_neq(w.back_ms, 0, "the status never showed both producers and the trainer back");
+    fprintf(stderr,
+            "durable: peers back %.3f s after the restart, 64 examples %.3f s after it "
+            "(--producer-timeout 10)\n",
+            (double)(w.back_ms - started_ms) / 1000.0, (double)(first_ms - started_ms) / 1000.0);
+    cr_assert_lt(first_ms, w.back_ms + 1500,
+                 "the new broker's first batch came %.3f s after the peers were back (at most "
+                 "1.5 s)",
+                 (double)(first_ms - w.back_ms) / 1000.0);
+    // The trainer client noticed the restart exactly: another broker instance answered its hello.
+    cr_assert_eq(stoker_trainer_client_broker_restarts(tc), 1);
+    int told = 0;
+    for (int i = 0; i < ex.n_events; i++)
+        told += ex.events[i].kind == STOKER_EVENT_BROKER_RESTARTED;
+    cr_assert_eq(told, 1, "%d broker_restarted events", told);
+    int rv = e2e_drain(tc, &ex, 60000);
+    cr_assert_eq(rv, STOKER_END_OF_DATA, "the supply ended with %s", stoker_errname(rv));
+    proc_assert_exit(p1, 0, 10000);
+    proc_assert_exit(p2, 0, 10000);
+    e2e_assert_exactly(&ex, 2, PER);
+    e2e_examples_fini(&ex);
+    stoker_trainer_client_destroy(tc);
+    h_assert_identity(url);
+    proc_broker_stop(broker);
+}

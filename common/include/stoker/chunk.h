@@ -83,6 +83,7 @@ void stoker_chunk_commit_example(stoker_chunk *chunk);
 // exactly values_bytes bytes of values of variable field f: the first 0, none decreasing, no
 // value longer than the field's bound, the last times the row's bytes equal to values_bytes.
 // STOKER_INVALID with a message naming the field, the example and the length otherwise.
+// The wire's check of what it decodes: inside libstoker only, not exported from libstoker.so.
 int stoker_chunk_check_offsets(const stoker_field *field, const uint8_t *offsets, uint32_t count,
                                uint64_t values_bytes, char *err, size_t err_len);
 

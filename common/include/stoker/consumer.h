@@ -200,6 +200,15 @@ uint32_t stoker_consumer_batch_items(const stoker_consumer_batch *b, uint32_t *e
 // the consumer heard of them (EPOCH_END events, also returned by poll_event) while
 // stoker_consumer_next waited. Epochs end in order: epoch k has ended when this is > k.
 uint32_t stoker_consumer_epochs_ended(const stoker_consumer *c);
+// Restarts of the broker the consumer noticed so far: a hello answered by another broker
+// instance than the one before (each also an event of kind STOKER_EVENT_BROKER_RESTARTED,
+// returned by poll_event before any batch of the new broker). *broker_id (may be NULL) gets the
+// instance that answered the latest hello, 0 when the broker does not say one (one older than
+// this library: then no restart is noticed here). *epochs_ended_before (may be NULL) gets
+// stoker_consumer_epochs_ended as it was at the latest restart: the new broker's epochs start
+// anew from 0, and those it ended are the count beyond it.
+uint32_t stoker_consumer_broker_restarts(const stoker_consumer *c, uint64_t *broker_id,
+                                         uint32_t *epochs_ended_before);
 
 // Pops the oldest event not yet returned: 1 and the fields written (strings NUL-terminated,
 // truncated to their buffers; any pointer may be NULL), or 0 if none. kind is a

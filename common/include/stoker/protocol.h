@@ -39,6 +39,10 @@ typedef enum stoker_event_kind {
     STOKER_EVENT_PRODUCER_RECONNECTED = 4,
     STOKER_EVENT_EPOCH_END = 15, // every item of an epoch was acknowledged (epoch says which)
     STOKER_EVENT_SCALED = 520,   // a controller changed a pool (name) from scaled_from to scaled_to
+    // The client's own, never on the wire: a later hello was answered by another broker instance
+    // than the one before (it restarted: its epochs and a group's steps start anew). Queued before
+    // any batch of the new broker; index 0, reason says both instances.
+    STOKER_EVENT_BROKER_RESTARTED = 600,
 } stoker_event_kind;
 
 typedef struct stoker_event {

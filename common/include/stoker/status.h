@@ -75,6 +75,7 @@ typedef struct stoker_pool_info {
 
 typedef struct stoker_status {
     uint64_t uptime_ms;   // since the broker started
+    uint64_t broker_id;   // the broker's instance, drawn at its start (0: a broker before it)
     int has_schema;       // 0 until the first producer said hello (or --schema)
     stoker_schema schema; // when has_schema
     uint32_t queue_depth; // examples per producer queue, now

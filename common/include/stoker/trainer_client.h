@@ -142,6 +142,12 @@ int stoker_trainer_client_mark_trained(stoker_trainer_client *tc, uint64_t sessi
 
 // Pops the oldest event not yet returned into *out: 1 if there was one, 0 if none.
 int stoker_trainer_client_poll_event(stoker_trainer_client *tc, stoker_event *out);
+// Restarts of the broker this client noticed: hellos answered by another broker instance than
+// the one before (each also queued a STOKER_EVENT_BROKER_RESTARTED event before the new
+// broker's first batch). 0 with a broker that does not say its instance. Any thread.
+uint32_t stoker_trainer_client_broker_restarts(const stoker_trainer_client *tc);
+// The broker instance that answered the latest hello (0: the broker does not say one). Any thread.
+uint64_t stoker_trainer_client_broker_id(const stoker_trainer_client *tc);
 
 // Identities seen twice so far (the client checks every batch's runs), and leases the broker
 // refused to acknowledge (already redelivered after a disconnect).

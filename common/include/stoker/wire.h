@@ -53,6 +53,9 @@ typedef struct stoker_request {
     // HELLO of a producer: its class-to-label map (n_classes 0: none). Encoding borrows the
     // caller's arrays; a decoded request owns a copy built within the map's bounds.
     stoker_labels labels;
+    // HELLO of a producer: the producers alive and trainers connected at the broker it last
+    // heard from, as that broker said (stoker_reply.peers_*); 0: it heard from none.
+    uint32_t known_producers, known_trainers;
     // PUSH: chunk.schema is unset (only count and data are on the wire); data aliases the
     // decoded message and is only valid until stoker_request_free.
     uint64_t first_seq;
@@ -131,6 +134,11 @@ typedef struct stoker_reply {
     uint32_t heartbeat_ms;
     uint32_t intake_port; // HELLO of a producer: the broker's intake port on its host (0: none)
     uint32_t max_chunk;   // HELLO of a producer: the most examples one push may carry (0: not said)
+    // HELLO, PUSH, HEARTBEAT of a producer: the producers alive and trainers connected at the
+    // broker now (0 and 0: not said), for the producer to tell a broker after this one.
+    uint32_t peers_producers, peers_trainers;
+    // HELLO and STATUS: the broker's instance, drawn at its start, never 0 (0: not said).
+    uint64_t broker_id;
     // PUSH
     uint64_t acked_through;
     uint32_t batch_examples; // PUSH: the largest batch trainers counting examples pull (0: none)
