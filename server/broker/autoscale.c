@@ -378,8 +378,10 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
 }
 
 int
-autoscale_scaled(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+autoscale_scaled(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                 broker_outbox *out)
 {
+    (void)pipe;
     if (req->pool[0] == '\0' || req->scaled_to > AUTOSCALE_SCALED_MAX ||
         req->scaled_from > AUTOSCALE_SCALED_MAX) {
         send_code(b, out, token, STOKER_INVALID,

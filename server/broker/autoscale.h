@@ -85,7 +85,7 @@ struct broker_outbox;
 struct stoker_request;
 // SCALED: a controller (stoker-scale) changed a pool; logged as `scaled` and added as a SCALED
 // event (in /status and the trainers' events). Takes req (frees it); answers on token.
-int autoscale_scaled(struct broker *b, void *token, struct stoker_request *req, uint64_t now_ms,
-                     struct broker_outbox *out);
+int autoscale_scaled(struct broker *b, void *token, uint32_t pipe, struct stoker_request *req,
+                     uint64_t now_ms, struct broker_outbox *out);
 
 #endif

@@ -145,45 +145,6 @@ broker_shared_memory(const broker *b)
 typedef int (*handler_fn)(broker *b, void *token, uint32_t pipe, stoker_request *req,
                           uint64_t now_ms, broker_outbox *out);
 
-static int
-on_hello(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-         broker_outbox *out)
-{
-    return session_handle_hello(b, token, pipe, req, now_ms, out);
-}
-
-static int
-on_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-          broker_outbox *out)
-{
-    (void)pipe;
-    return report_status(b, token, req, now_ms, out);
-}
-
-static int
-on_scaled(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-          broker_outbox *out)
-{
-    (void)pipe;
-    return autoscale_scaled(b, token, req, now_ms, out);
-}
-
-static int
-on_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-       broker_outbox *out)
-{
-    (void)pipe;
-    return pull_handle_ack(b, token, req, now_ms, out);
-}
-
-static int
-on_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
-           broker_outbox *out)
-{
-    (void)pipe;
-    return session_handle_goodbye(b, token, req, now_ms, out);
-}
-
 // What a request kind needs before its handler runs: checked once, here, for every kind.
 enum {
     NEEDS_AUTH = 1,   // with a token: the connection said hello with it
@@ -199,14 +160,14 @@ typedef struct method {
 } method;
 
 static const method methods[] = {
-    {STOKER_HELLO, on_hello, 0, "hello"},
+    {STOKER_HELLO, session_handle_hello, 0, "hello"},
     // A status or a controller's report may come before any producer (a pool scaled from 0).
-    {STOKER_STATUS, on_status, NEEDS_AUTH, "status"},
-    {STOKER_SCALED, on_scaled, NEEDS_AUTH, "scaled"},
+    {STOKER_STATUS, report_status, NEEDS_AUTH, "status"},
+    {STOKER_SCALED, autoscale_scaled, NEEDS_AUTH, "scaled"},
     {STOKER_PUSH, push_handle, NEEDS_AUTH | NEEDS_SCHEMA, "push"},
     {STOKER_PULL, pull_handle, NEEDS_AUTH | NEEDS_SCHEMA, "pull"},
-    {STOKER_ACK, on_ack, NEEDS_AUTH | NEEDS_SCHEMA, "ack"},
-    {STOKER_GOODBYE, on_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
+    {STOKER_ACK, pull_handle_ack, NEEDS_AUTH | NEEDS_SCHEMA, "ack"},
+    {STOKER_GOODBYE, session_handle_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
     {STOKER_HEARTBEAT, session_handle_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
     {STOKER_SHARD, epochs_handle_shard, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
 };

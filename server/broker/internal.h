@@ -32,8 +32,8 @@ void session_forget_pipe(broker *b, uint32_t pipe);
 const char *session_peer(const broker *b, uint32_t pipe, char *buf, size_t len);
 int session_handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req,
                          uint64_t now_ms, broker_outbox *out);
-int session_handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
-                           broker_outbox *out);
+int session_handle_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req,
+                           uint64_t now_ms, broker_outbox *out);
 int session_handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *req,
                              uint64_t now_ms, broker_outbox *out);
 
@@ -62,7 +62,7 @@ uint32_t lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *ack
 uint32_t pull_serve_parked(broker *b, uint64_t now_ms, broker_outbox *out);
 int pull_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                 broker_outbox *out);
-int pull_handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+int pull_handle_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                     broker_outbox *out);
 
 // --- drop.c: a trainer's end ---
@@ -143,6 +143,7 @@ void queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued
 // --- report.c: reports ---
 
 // Answers a Status request from the status snapshot; takes req.
-int report_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out);
+int report_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                  broker_outbox *out);
 
 #endif

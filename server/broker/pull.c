@@ -521,8 +521,10 @@ pull_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t
 }
 
 int
-pull_handle_ack(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+pull_handle_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                broker_outbox *out)
 {
+    (void)pipe;
     trainer *t = find_trainer(b, req->session);
     if (t == NULL) {
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");

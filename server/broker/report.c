@@ -112,8 +112,10 @@ broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_stat
 }
 
 int
-report_status(broker *b, void *token, stoker_request *req, uint64_t now_ms, broker_outbox *out)
+report_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+              broker_outbox *out)
 {
+    (void)pipe;
     // The latest events too (the trainer also gets them in pull replies as they happen).
     stoker_status *st = NULL;
     if (broker_status(b, now_ms, EVENTS_PER_REPLY, &st) != STOKER_OK) {

@@ -516,9 +516,10 @@ session_handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req,
 }
 
 int
-session_handle_goodbye(broker *b, void *token, stoker_request *req, uint64_t now_ms,
+session_handle_goodbye(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                        broker_outbox *out)
 {
+    (void)pipe;
     producer *p = find_producer(b, req->session);
     trainer *t = p == NULL ? find_trainer(b, req->session) : NULL;
     if (t != NULL) {
