@@ -14,6 +14,7 @@
 #include "stoker/consumer.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
+#include "stoker/mix.h"
 #include "stoker/process.h"
 #include "stoker/protocol.h"
 
@@ -75,6 +76,14 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_UINT, AT(consumer.pack), .imin = 1, .imax = UINT32_MAX},
     {"pack-whole", NULL, "with --pack: no sequence split across rows (next-fit)", STOKER_CLI_FLAG,
      AT(consumer.pack_whole)},
+    {"mix", "POOL=W,...",
+     "a mixture of sources: every batch holds each pool's share\n"
+     "of weight W, exactly (e.g. code=0.3,web=0.7; docs/mixing.md)",
+     STOKER_CLI_STRING, AT(consumer.mix)},
+    {"mix-stop", "first|all",
+     "with --mix, when a pool runs dry: end (first, the default)\n"
+     "or go on re-weighted until every pool ran dry (all)",
+     STOKER_CLI_STRING, AT(consumer.mix_stop)},
     {"max-examples", "N",
      "stop after writing exactly N examples (default: until the\n"
      "supply ends)",
@@ -285,6 +294,12 @@ main(int argc, char **argv)
         char why[256];
         if (stoker_batching_check(&bt, NULL, o.consumer.batch_size, why, sizeof(why)) != STOKER_OK)
             return stoker_cli_fail(&cli, "%s", why);
+        stoker_mix mix = {0};
+        if (stoker_mix_stop_parse(o.consumer.mix_stop, &mix.stop, why, sizeof(why)) != STOKER_OK ||
+            stoker_mix_parse(o.consumer.mix, &mix, why, sizeof(why)) != STOKER_OK)
+            return stoker_cli_fail(&cli, "--%s", why);
+        if (mix.n == 0 && stoker_cli_given(&cli, "mix-stop"))
+            return stoker_cli_fail(&cli, "--mix-stop without --mix (the pools and weights)");
     }
     o.consumer.url = o.client.url;
     o.consumer.token = o.client.token;

@@ -33,6 +33,8 @@ typedef struct trainer_options {
     const char *progress;    // auto | on | off
     const char *resume_path; // --resume: loaded into train.resume before training
     const char *adopt_paths; // --resume-also: comma-separated, adopted into train.resume
+    const char *mix_spec;    // --mix, parsed into train.mix by check
+    const char *mix_stop;    // --mix-stop
 } trainer_options;
 
 static int
@@ -114,6 +116,14 @@ static const stoker_cli_option rows[] = {
      .imax = 65535},
     {"world", "N", "ranks in the group", STOKER_CLI_UINT, AT(train.world), .imin = 1,
      .imax = 65536},
+    {"mix", "POOL=W,...",
+     "a mixture of sources: every batch holds each pool's share of\n"
+     "weight W, exactly (e.g. code=0.3,web=0.7)",
+     STOKER_CLI_STRING, AT(mix_spec)},
+    {"mix-stop", "first|all",
+     "with --mix, when a pool runs dry: end (first, the default) or\n"
+     "go on re-weighted until every pool ran dry (all)",
+     STOKER_CLI_STRING, AT(mix_stop)},
     {"weights", "PATH", "save the weights there as safetensors when stopping", STOKER_CLI_STRING,
      AT(train.weights_path)},
     {"checkpoint", "PATH",
@@ -143,11 +153,12 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_CHOICE, AT(progress), .choices = progresses},
 };
 
-// What the table cannot say: which flags go with --broker and which with --inline.
+// What the table cannot say: which flags go with --broker and which with --inline; the
+// mixture parsed (--mix, --mix-stop) into o->train.mix.
 static int
-check(const stoker_cli *cli, const trainer_options *o)
+check(const stoker_cli *cli, trainer_options *o)
 {
-    const train_config *cfg = &o->train;
+    train_config *cfg = &o->train;
     if (stoker_cli_one_of(cli, "broker", "inline") != 0 ||
         stoker_cli_exclude(cli, "broker", "delay",
                            "--delay applies to --inline only (producers set their own)") != 0 ||
@@ -158,6 +169,15 @@ check(const stoker_cli *cli, const trainer_options *o)
         stoker_cli_exclude(cli, "inline", "identity-log",
                            "--identity-log applies to --broker only") != 0)
         return 2;
+    char why[256];
+    stoker_mix *mix = &cfg->mix;
+    if (stoker_mix_stop_parse(o->mix_stop, &mix->stop, why, sizeof(why)) != STOKER_OK ||
+        stoker_mix_parse(o->mix_spec, mix, why, sizeof(why)) != STOKER_OK)
+        return stoker_cli_fail(cli, "--%s", why);
+    if (mix->n == 0 && o->mix_stop != NULL)
+        return stoker_cli_fail(cli, "--mix-stop goes with --mix (the pools and weights)");
+    if (mix->n > 0 && cfg->inline_mode)
+        return stoker_cli_fail(cli, "--mix applies to --broker only");
     if (o->adopt_paths != NULL && o->resume_path == NULL)
         return stoker_cli_fail(cli, "--resume-also goes with --resume PATH (this rank's own "
                                     "checkpoint, or rank 0's for a rank new to the group)");

@@ -38,6 +38,7 @@ struct stoker_consumer {
     char last_gone[STOKER_NAME_MAX + STOKER_REASON_MAX + 64];
     uint32_t stall_timeout_ms;
     int in_group; // a rank of a data-parallel group
+    int mixed;    // a mixture of sources (its end is the broker's word: which source ran dry)
 };
 
 int
@@ -119,6 +120,20 @@ check_options(const stoker_consumer_options *opts, char *token, size_t cap, stok
     return STOKER_OK;
 }
 
+// opts's mixture (mix and mix_stop) into *mix; STOKER_INVALID with err naming what is wrong.
+static int
+parse_mix(const stoker_consumer_options *opts, stoker_mix *mix, char *err, size_t err_len)
+{
+    int rv = stoker_mix_stop_parse(opts->mix_stop, &mix->stop, err, err_len);
+    if (rv == STOKER_OK)
+        rv = stoker_mix_parse(opts->mix, mix, err, err_len);
+    if (rv == STOKER_OK && mix->n == 0 && opts->mix_stop != NULL && opts->mix_stop[0] != '\0')
+        rv = stoker_errorf(err, err_len, STOKER_INVALID,
+                           "mix_stop '%s' without a mixture (mix names the pools and weights)",
+                           opts->mix_stop);
+    return rv;
+}
+
 static int
 open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t rank, uint32_t world,
               uint64_t resume_step, int commit, stoker_consumer **out, char *err, size_t err_len)
@@ -153,6 +168,10 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
                                     .buckets = opts->buckets,
                                     .pack = opts->pack,
                                     .pack_whole = opts->pack_whole};
+    if (parse_mix(opts, &to.mix, err, err_len) != STOKER_OK) {
+        free(c);
+        return STOKER_INVALID;
+    }
     if (opts->batch_size != 0)
         to.batch_size = opts->batch_size;
     else if (opts->max_tokens > 0)
@@ -171,6 +190,7 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     to.on_event_arg = c;
     to.group = group;
     c->in_group = group != NULL;
+    c->mixed = to.mix.n > 0;
     to.rank = rank;
     to.world = world;
     to.group_resume_step = resume_step;
@@ -323,9 +343,10 @@ next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
     }
     free(cb);
     char gone[sizeof(c->last_gone)];
-    if (c->in_group &&
+    if ((c->in_group || c->mixed) &&
         (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA || rv == STOKER_GROUP_BROKEN)) {
-        // A rank: the broker's word names the step and the leftover (or the lost rank).
+        // A rank: the broker's word names the step and the leftover (or the lost rank); a
+        // mixture: the source that ran dry.
         stoker_errorf(c->error, sizeof(c->error), rv, "%s",
                       stoker_trainer_client_end_reason(c->tc));
         return rv;
@@ -564,6 +585,18 @@ stoker_consumer_batch_run(const stoker_consumer_batch *b, uint32_t run, uint32_t
 }
 
 uint32_t
+stoker_consumer_batch_sources(const stoker_consumer_batch *b, uint32_t *sources, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < b->batch->n_runs; i++) {
+        const stoker_run *r = &b->batch->runs[i];
+        for (uint32_t k = 0; k < r->count && n < cap; k++, n++)
+            sources[n] = r->source > 0 ? r->source - 1 : UINT32_MAX;
+    }
+    return n;
+}
+
+uint32_t
 stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions, uint64_t *seqs,
                                  uint32_t cap)
 {
@@ -644,23 +677,6 @@ stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *l
     int rv = stoker_trainer_client_status(c->tc, &st);
     if (rv != STOKER_OK) {
         return stoker_errorf(c->error, sizeof(c->error), rv, "status: %s", stoker_strerror(rv));
-    }
-    rv = status_to_json(st, buf, cap, len);
-    stoker_status_destroy(st);
-    return rv;
-}
-
-int
-stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf, size_t cap,
-                   size_t *len)
-{
-    char err[512] = "";
-    stoker_status *st = NULL;
-    int rv = stoker_status_fetch(url, token, timeout_ms, &st, err, sizeof(err));
-    if (rv != STOKER_OK) {
-        if (buf != NULL && cap > 0)
-            snprintf(buf, cap, "%s", err[0] != '\0' ? err : stoker_strerror(rv));
-        return rv;
     }
     rv = status_to_json(st, buf, cap, len);
     stoker_status_destroy(st);

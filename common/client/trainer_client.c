@@ -49,6 +49,7 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
         .group_batch = tc->group[0] != '\0' ? tc->opts.batch_size : 0,
         .group_steps = tc->group[0] != '\0' ? tc->group_steps : 0,
         .batching = tc->opts.batching,
+        .mix = tc->opts.mix,
     };
     conn_copy_str(req.group, sizeof(req.group), tc->group);
     // What this trainer trained, for a broker that restarted: it counts it trained, so that the
@@ -128,7 +129,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
         return STOKER_INVALID;
     }
     if ((rv = stoker_batching_check(&opts->batching, NULL, opts->batch_size, err, err_len)) !=
-        STOKER_OK)
+            STOKER_OK ||
+        (rv = stoker_mix_check(&opts->mix, err, err_len)) != STOKER_OK)
         return rv;
     if (opts->group != NULL && (opts->group[0] == '\0' || strlen(opts->group) >= STOKER_NAME_MAX ||
                                 opts->rank >= opts->world))
@@ -463,6 +465,8 @@ next_batch(stoker_trainer_client *tc, stoker_batch **out, uint32_t wait_ms)
                 tc->ending = 0; // more data came after all (a producer reconnected)
             if (rv == STOKER_OK && tc->group[0] != '\0')
                 tc->group_steps++;
+            else if (rv == STOKER_OK && rep->group_step > 0)
+                tc->mix_steps = rep->group_step; // a mixture's batch, numbered
             if (rv == STOKER_OK && (*out)->chunk.count == 0) {
                 // Every example was seen before (drop_seen): nothing to train, done with it,
                 // unless it is a copy of a batch the caller holds (the broker sends a lease

@@ -62,6 +62,9 @@ struct stoker_trainer_client {
     // current call began (0: none). Pulls, sent by the issuer thread, carry their sum.
     _Atomic uint64_t waited_ms, waiting_since_ms;
     uint64_t group_steps, group_leftover;
+    // Batches of a mixture taken so far: the broker numbers them (Reply.group_step), and they
+    // reach the caller in that order, as a rank's steps do (trainer_keep_early).
+    uint64_t mix_steps;
     // A rank's replies that came before an earlier step's (prefetched pulls complete in any
     // order): kept, decoded, until their step is next, so batches and the events that ride
     // with them (an epoch's end) reach the caller in step order on every rank.

@@ -248,13 +248,22 @@ trainer_settle_lost(stoker_trainer_client *tc, slot *s, uint64_t resent)
     s->n_lost = 0;
 }
 
+// The steps taken so far: a rank's, or a mixture's numbered batches.
+static uint64_t
+steps_taken(const stoker_trainer_client *tc)
+{
+    return tc->group[0] != '\0' ? tc->group_steps : tc->mix_steps;
+}
+
 // Keeps rep for later when it is a rank's batch of a step beyond the next one (the earlier
-// step's reply is still on its way) and there is room; 1 when kept.
+// step's reply is still on its way), or a mixture's batch beyond the next, and there is room;
+// 1 when kept.
 int
 trainer_keep_early(stoker_trainer_client *tc, stoker_reply *rep, uint32_t pipe)
 {
-    if (tc->group[0] == '\0' || rep->code != STOKER_OK || rep->chunk.count == 0 ||
-        rep->group_step <= tc->group_steps + 1 || tc->n_early == MAX_PREFETCH)
+    if ((tc->group[0] == '\0' && tc->opts.mix.n == 0) || rep->code != STOKER_OK ||
+        rep->chunk.count == 0 || rep->group_step <= steps_taken(tc) + 1 ||
+        tc->n_early == MAX_PREFETCH)
         return 0;
     tc->early_pipe[tc->n_early] = pipe;
     tc->early[tc->n_early++] = rep;
@@ -290,7 +299,7 @@ trainer_take_early(stoker_trainer_client *tc, uint32_t *pipe)
     for (uint32_t i = 1; i < tc->n_early; i++)
         if (tc->early[i]->group_step < tc->early[best]->group_step)
             best = i;
-    if (tc->early[best]->group_step != tc->group_steps + 1) {
+    if (tc->early[best]->group_step != steps_taken(tc) + 1) {
         int waiting = 0;
         pthread_mutex_lock(&tc->lock);
         for (uint32_t i = 0; i < tc->n_slots; i++)

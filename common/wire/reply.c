@@ -141,7 +141,7 @@ out:
     free(events);
     free(prods);
     free(groups);
-    free(r.consumers);
+    wire_consumers_pb_free(&r);
     free(r.pools);
     wire_label_maps_pb_free(&r);
     return rv;

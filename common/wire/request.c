@@ -12,6 +12,28 @@
 #include "stoker/error.h"
 #include "stoker/wire.h"
 
+// A hello's mixture into *mix, checked (stoker_mix_check).
+static int
+mix_from_pb(const Stoker__Hello *h, stoker_mix *mix, char *err, size_t err_len)
+{
+    memset(mix, 0, sizeof(*mix));
+    if (h->n_mix_pools != h->n_mix_weights || h->n_mix_pools > STOKER_MIX_MAX)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "hello: a mixture of %zu pools and %zu weights (one each, at most %d)",
+                             h->n_mix_pools, h->n_mix_weights, STOKER_MIX_MAX);
+    for (size_t i = 0; i < h->n_mix_pools; i++) {
+        if (h->mix_pools[i] == NULL || strlen(h->mix_pools[i]) >= STOKER_NAME_MAX)
+            return stoker_errorf(err, err_len, STOKER_INVALID,
+                                 "hello: mixture pool %zu missing or longer than %d bytes", i + 1,
+                                 STOKER_NAME_MAX - 1);
+        memcpy(mix->names[i], h->mix_pools[i], strlen(h->mix_pools[i]) + 1);
+        mix->weights[i] = h->mix_weights[i];
+    }
+    mix->n = (uint32_t)h->n_mix_pools;
+    mix->stop = h->mix_stop;
+    return stoker_mix_check(mix, err, err_len);
+}
+
 // Encodes req into a new nng message (out) or into pieces (pieces); one of them is NULL.
 static int
 encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pieces)
@@ -26,6 +48,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
     chunk_pb cpb;
     blob_source blobs = {0}, *src = NULL;
     char **label_names = NULL;
+    char *mix_pools[STOKER_MIX_MAX];
 
     stoker__request__init(&r);
     r.method = (Stoker__Method)req->method;
@@ -54,6 +77,12 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.buckets = req->batching.buckets;
         hello.pack = req->batching.pack;
         hello.pack_whole = req->batching.pack_whole;
+        for (uint32_t i = 0; i < req->mix.n && i < STOKER_MIX_MAX; i++)
+            mix_pools[i] = (char *)req->mix.names[i];
+        hello.n_mix_pools = hello.n_mix_weights = req->mix.n;
+        hello.mix_pools = mix_pools;
+        hello.mix_weights = (double *)req->mix.weights;
+        hello.mix_stop = req->mix.stop;
         hello.n_trained = (size_t)req->n_trained * 3;
         hello.trained = (uint64_t *)req->trained;
         hello.label_classes = req->labels.n_classes;
@@ -253,6 +282,8 @@ decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_requ
                                           .buckets = r->hello->buckets,
                                           .pack = r->hello->pack,
                                           .pack_whole = r->hello->pack_whole};
+        if ((rv = mix_from_pb(r->hello, &req->mix, err, err_len)) != STOKER_OK)
+            break;
         if (r->hello->n_trained % 3 != 0 || r->hello->n_trained / 3 > STOKER_HELLO_TRAINED_MAX) {
             rv = stoker_errorf(err, err_len, STOKER_INVALID,
                                "hello: %zu trained values, a multiple of 3 up to %d triples",

@@ -69,6 +69,37 @@ stoker_delivery_name(stoker_delivery delivery)
 
 // Consumers: their entries in JSON and in Prometheus text.
 
+// A consumer's mixture: "mix": {"stop", "waits_for" (a pool or null), "sources": [{"pool",
+// "target_share", "delivered", "delivered_share", "dry"}]}; nothing without one.
+static void
+mix_json(stoker_text *t, const stoker_consumer_info *c)
+{
+    if (c->n_mix == 0)
+        return;
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < c->n_mix; k++)
+        total += c->mix[k].delivered;
+    stoker_text_printf(
+        t, ", \"mix\": {\"stop\": \"%s\", \"waits_for\": ", stoker_mix_stop_name(c->mix_stop));
+    if (c->mix_waits_for >= 0 && (uint32_t)c->mix_waits_for < c->n_mix)
+        stoker_text_json_string(t, c->mix[c->mix_waits_for].pool);
+    else
+        stoker_text_printf(t, "null");
+    stoker_text_printf(t, ", \"sources\": [");
+    for (uint32_t k = 0; k < c->n_mix; k++) {
+        const stoker_mix_share *m = &c->mix[k];
+        stoker_text_printf(t, "%s{\"pool\": ", k ? ", " : "");
+        stoker_text_json_string(t, m->pool);
+        stoker_text_printf(t,
+                           ", \"target_share\": %.6f, \"delivered\": %llu, "
+                           "\"delivered_share\": %.6f, \"dry\": %s}",
+                           m->share, (unsigned long long)m->delivered,
+                           total > 0 ? (double)m->delivered / (double)total : 0.0,
+                           m->dry ? "true" : "false");
+    }
+    stoker_text_printf(t, "]}");
+}
+
 static void
 consumers_json(stoker_text *t, const stoker_status *st)
 {
@@ -97,12 +128,47 @@ consumers_json(stoker_text *t, const stoker_status *st)
                                ", \"tokens\": %llu, \"padding\": %llu, \"padding_fraction\": %.4f",
                                (unsigned long long)c->tokens, (unsigned long long)c->padding,
                                (double)c->padding / (double)(c->tokens + c->padding));
+        mix_json(t, c);
         stoker_text_printf(t, "}");
     }
     stoker_text_printf(t, "]");
 }
 
 static void label_value(char *dst, size_t cap, const char *src);
+
+// The consumers' mixtures: per source its examples delivered and its target share.
+static void
+mix_metrics(stoker_text *t, const stoker_status *st)
+{
+    stoker_text_printf(t, "# HELP stoker_consumer_mix_delivered_total Examples of this source "
+                          "(pool) delivered to this consumer's mixture\n"
+                          "# TYPE stoker_consumer_mix_delivered_total counter\n");
+    for (uint32_t i = 0; i < st->n_consumers; i++) {
+        const stoker_consumer_info *c = &st->consumers[i];
+        for (uint32_t k = 0; k < c->n_mix; k++) {
+            char pool[STOKER_NAME_MAX];
+            label_value(pool, sizeof(pool), c->mix[k].pool);
+            stoker_text_printf(t,
+                               "stoker_consumer_mix_delivered_total{consumer=\"%u\",pool=\"%s\"} "
+                               "%llu\n",
+                               c->id, pool, (unsigned long long)c->mix[k].delivered);
+        }
+    }
+    stoker_text_printf(t, "# HELP stoker_consumer_mix_target_share This source's (pool's) share "
+                          "of this consumer's mixture now\n"
+                          "# TYPE stoker_consumer_mix_target_share gauge\n");
+    for (uint32_t i = 0; i < st->n_consumers; i++) {
+        const stoker_consumer_info *c = &st->consumers[i];
+        for (uint32_t k = 0; k < c->n_mix; k++) {
+            char pool[STOKER_NAME_MAX];
+            label_value(pool, sizeof(pool), c->mix[k].pool);
+            stoker_text_printf(t,
+                               "stoker_consumer_mix_target_share{consumer=\"%u\",pool=\"%s\"} "
+                               "%.6f\n",
+                               c->id, pool, c->mix[k].share);
+        }
+    }
+}
 
 static void
 consumers_metrics(stoker_text *t, const stoker_status *st)
@@ -156,6 +222,7 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
                                c->id, name, (unsigned long long)sock);
         }
     }
+    mix_metrics(t, st);
 }
 
 // Autoscale: its block in JSON and its gauges in Prometheus text.

@@ -153,6 +153,50 @@ wire_label_maps_from_pb(Stoker__LabelMap *const *pb, size_t n, stoker_reply *rep
     return STOKER_OK;
 }
 
+// A consumer's mixture into d (its shares one allocation of messages: wire_pb_repeated).
+static int
+mix_to_pb(const stoker_consumer_info *s, Stoker__ConsumerState *d)
+{
+    d->mix_waits_for = s->mix_waits_for >= 0 ? (uint32_t)s->mix_waits_for + 1 : 0;
+    d->mix_stop = s->mix_stop;
+    if (s->n_mix == 0)
+        return STOKER_OK;
+    Stoker__MixShare **ms = wire_pb_repeated(&stoker__mix_share__descriptor, s->n_mix);
+    if (ms == NULL)
+        return STOKER_NOMEM;
+    for (uint32_t k = 0; k < s->n_mix; k++) {
+        ms[k]->pool = (char *)s->mix[k].pool;
+        ms[k]->share = s->mix[k].share;
+        ms[k]->delivered = s->mix[k].delivered;
+        ms[k]->dry = s->mix[k].dry != 0;
+    }
+    d->n_mix = s->n_mix;
+    d->mix = ms;
+    return STOKER_OK;
+}
+
+// A ConsumerState's mixture into d, checked.
+static int
+mix_from_pb(const Stoker__ConsumerState *s, stoker_consumer_info *d, char *err, size_t err_len)
+{
+    if (s->n_mix > STOKER_MIX_MAX)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "reply: a consumer's mixture of %zu sources, at most %d", s->n_mix,
+                             STOKER_MIX_MAX);
+    for (size_t k = 0; k < s->n_mix; k++) {
+        const Stoker__MixShare *m = s->mix[k];
+        snprintf(d->mix[k].pool, sizeof(d->mix[k].pool), "%s", m->pool != NULL ? m->pool : "");
+        d->mix[k].share = m->share;
+        d->mix[k].delivered = m->delivered;
+        d->mix[k].dry = m->dry;
+    }
+    d->n_mix = (uint32_t)s->n_mix;
+    d->mix_waits_for =
+        s->mix_waits_for > 0 && s->mix_waits_for <= s->n_mix ? (int32_t)s->mix_waits_for - 1 : -1;
+    d->mix_stop = s->mix_stop <= STOKER_MIX_STOP_ALL ? s->mix_stop : STOKER_MIX_STOP_FIRST;
+    return STOKER_OK;
+}
+
 // The reply's consumers as r's ConsumerState messages (free r->consumers). STOKER_NOMEM.
 int
 wire_consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r)
@@ -161,6 +205,8 @@ wire_consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r)
         wire_pb_repeated(&stoker__consumer_state__descriptor, rep->n_consumers);
     if (ds == NULL && rep->n_consumers > 0)
         return STOKER_NOMEM;
+    r->n_consumers = rep->n_consumers; // from here on freed by wire_consumers_pb_free
+    r->consumers = ds;
     for (uint32_t i = 0; i < rep->n_consumers; i++) {
         const stoker_consumer_info *s = &rep->consumers[i];
         Stoker__ConsumerState *d = ds[i];
@@ -168,10 +214,20 @@ wire_consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r)
         d->name = (char *)s->name;
         d->connected = s->connected != 0;
         d->delivery = (uint32_t)s->delivery;
+        if (mix_to_pb(s, d) != STOKER_OK)
+            return STOKER_NOMEM; // the caller frees what was made (wire_consumers_pb_free)
     }
-    r->n_consumers = rep->n_consumers;
-    r->consumers = ds;
     return STOKER_OK;
+}
+
+void
+wire_consumers_pb_free(Stoker__Reply *r)
+{
+    for (size_t i = 0; r->consumers != NULL && i < r->n_consumers; i++)
+        free(r->consumers[i]->mix);
+    free(r->consumers);
+    r->consumers = NULL;
+    r->n_consumers = 0;
 }
 
 int
@@ -193,6 +249,9 @@ wire_consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, siz
         d->connected = s->connected;
         d->delivery = s->delivery <= STOKER_DELIVERY_SHM ? (stoker_delivery)s->delivery
                                                          : STOKER_DELIVERY_NONE;
+        int rv = mix_from_pb(s, d, err, err_len);
+        if (rv != STOKER_OK)
+            return rv; // the caller frees rep
     }
     rep->n_consumers = (uint32_t)r->n_consumers;
     return STOKER_OK;

@@ -15,7 +15,7 @@
 #include "stoker/wire.h"
 
 // clang-format off
-#define RUN_FIELDS(X) X(producer) X(session) X(first_seq) X(count)
+#define RUN_FIELDS(X) X(producer) X(session) X(first_seq) X(count) X(source)
 #define EVENT_FIELDS(X) X(index) X(producer) X(at_s) X(epoch) X(scaled_from) X(scaled_to)
 #define PRODUCER_FIELDS(X)                                                                         \
     X(id) X(session) X(queued) X(accepted) X(delivered) X(acknowledged) X(redelivered)             \
@@ -59,6 +59,8 @@ int wire_label_maps_from_pb(Stoker__LabelMap *const *pb, size_t n, stoker_reply 
                             size_t err_len);
 
 // The reply's consumers as r's ConsumerState messages (free r->consumers). STOKER_NOMEM.
+// Frees what wire_consumers_to_pb made of r (its consumers and their mixtures).
+void wire_consumers_pb_free(Stoker__Reply *r);
 int wire_consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r);
 int wire_consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_len);
 

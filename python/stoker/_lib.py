@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 3
+API_VERSION = 4
 
 # stoker_err codes (stoker/error.h) this package acts on.
 OK = 0
@@ -72,6 +72,8 @@ class Options(ctypes.Structure):
         ("buckets", ctypes.c_uint32),
         ("pack", ctypes.c_uint32),
         ("pack_whole", ctypes.c_uint32),
+        ("mix", ctypes.c_char_p),
+        ("mix_stop", ctypes.c_char_p),
     ]
 
 
@@ -129,6 +131,7 @@ def _declare(lib):
         "stoker_consumer_batch_run": (i, [P, u32, c.POINTER(u32), c.POINTER(u64),
                                           c.POINTER(u64), c.POINTER(u32)]),
         "stoker_consumer_batch_identities": (u32, [P, c.POINTER(u64), c.POINTER(u64), u32]),
+        "stoker_consumer_batch_sources": (u32, [P, c.POINTER(u32), u32]),
         "stoker_consumer_batch_items": (u32, [P, c.POINTER(u32), c.POINTER(u64), u32]),
         "stoker_consumer_epochs_ended": (u32, [P]),
         "stoker_consumer_broker_restarts": (u32, [P, c.POINTER(u64), c.POINTER(u32)]),
@@ -138,8 +141,6 @@ def _declare(lib):
         "stoker_consumer_error": (c.c_char_p, [P]),
         "stoker_consumer_duplicates": (u64, [P]),
         "stoker_consumer_status_json": (i, [P, c.c_char_p, c.c_size_t, c.POINTER(c.c_size_t)]),
-        "stoker_status_json": (i, [c.c_char_p, c.c_char_p, u32, c.c_char_p, c.c_size_t,
-                                   c.POINTER(c.c_size_t)]),
         "stoker_status_json_opts": (i, [c.POINTER(Options), u32, c.c_char_p, c.c_size_t,
                                         c.POINTER(c.c_size_t)]),
         "stoker_consumer_interrupt": (None, [P]),

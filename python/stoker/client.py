@@ -220,6 +220,48 @@ def _batching_args(max_tokens, buckets, pack, split):
     return max_tokens, bool(buckets), pack, bool(split)
 
 
+def _mix_args(mix, mix_stop):
+    """Client's mixture, checked: (the sources' names in order, the spec string for libstoker,
+    the stop rule). mix: {pool: weight} (in its order) or "pool=weight,..."."""
+    if mix is None:
+        if mix_stop is not None:
+            raise ValueError("mix_stop=%r without mix= (the pools and their weights)" % (mix_stop,))
+        return None, None, None
+    if isinstance(mix, str):
+        pairs = []
+        for part in mix.split(","):
+            name, eq, weight = part.partition("=")
+            if not eq:
+                raise ValueError("mix=%r: %r is not pool=weight (e.g. code=0.3,web=0.7)"
+                                 % (mix, part))
+            pairs.append((name, weight))
+    elif isinstance(mix, dict):
+        pairs = list(mix.items())
+    else:
+        raise ValueError("mix=%r: give {pool: weight} or 'pool=weight,...'" % (mix,))
+    if not pairs:
+        raise ValueError("mix=%r names no source" % (mix,))
+    names = []
+    for name, weight in pairs:
+        try:
+            w = float(weight)
+        except (TypeError, ValueError):
+            raise ValueError("mix: weight %r of pool %r is not a number" % (weight, name))
+        if not (w > 0 and w != float("inf")):
+            raise ValueError("mix: pool %r has weight %r; weights are positive numbers"
+                             % (name, weight))
+        if not isinstance(name, str) or not name or "," in name or "=" in name:
+            raise ValueError("mix: %r is not a pool name" % (name,))
+        names.append(name)
+    if len(set(names)) != len(names):
+        raise ValueError("mix: a pool named twice in %r" % (mix,))
+    if mix_stop not in (None, "first", "all"):
+        raise ValueError("mix_stop=%r: 'first' (the supply ends with the first source that runs "
+                         "dry) or 'all' (the others go on, re-weighted)" % (mix_stop,))
+    spec = ",".join("%s=%r" % (n, float(w)) for n, w in pairs)
+    return names, spec, mix_stop or "first"
+
+
 def _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure):
     """The TLS settings checked against url, with paths as strings (os.fspath): a tls+tcp:// URL
     verifies the broker against tls_ca unless tls_insecure; other URLs take none."""
@@ -408,6 +450,15 @@ class Batch(dict):
                     _np.frombuffer(seqs, dtype=_np.uint64)[:got].copy())
         return list(zip(sessions[:got], seqs[:got]))
 
+    def sources(self):
+        """A mixture's batch (Client(mix=...)): every example's source, the pool's name, in
+        example order (a list); None for an example of no mixture."""
+        n = self.count
+        out = (ctypes.c_uint32 * n)()
+        got = self._client._lib.stoker_consumer_batch_sources(self._memory.ptr, out, n)
+        names = self._client.mix or []
+        return [names[k] if k < len(names) else None for k in out[:got]]
+
     def epoch_indices(self):
         """A dataset's batch: every example's (epoch, index), in example order, as two numpy
         arrays (uint32, uint64), or a list of pairs without numpy; empty for streams."""
@@ -468,6 +519,11 @@ class Client:
     similar length (little padding); pack=L batch_size rows of L tokens (4 unset) filled with
     whole sequences: lay them out with batch[field].pack(row=L) (split=False: no sequence split
     across rows). A sequence longer than the budget comes alone, never dropped.
+    Mixing sources (docs/mixing.md): mix={"code": 0.3, "web": 0.7} makes every batch of the
+    pools of producers (their --pool) in these proportions, exactly: each pool's running count
+    stays within one example of its weight x the examples delivered; batch.sources() names each
+    example's pool. mix_stop: when a pool runs dry, "first" (default: the supply ends) or "all"
+    (the others go on, re-weighted, until every pool ran dry).
     Data parallelism: with group="NAME" the client is one rank of a group (docs/groups.md):
     rank and world_size default to torchrun's RANK and WORLD_SIZE environment variables. Every
     rank gets batches of the same size, the same number of them, and SupplyEnded at the same
@@ -489,8 +545,9 @@ class Client:
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
                  rank=None, world_size=None, commit=False, tls_ca=None, tls_cert=None,
                  tls_key=None, tls_insecure=False, max_tokens=None, buckets=False, pack=None,
-                 split=True):
+                 split=True, mix=None, mix_stop=None):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
+        self.mix, self._mix_spec, self.mix_stop = _mix_args(mix, mix_stop)
         self.max_tokens, self.buckets, self.pack, self.split = _batching_args(
             max_tokens, buckets, pack, split)
         self._tls, self.tls_insecure = _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure)
@@ -568,6 +625,8 @@ class Client:
         o.buckets = 1 if self.buckets else 0
         o.pack = self.pack or 0
         o.pack_whole = 1 if self.pack and not self.split else 0
+        o.mix = cstr(self._mix_spec)
+        o.mix_stop = cstr(self.mix_stop)
         o.prefetch = self.prefetch
         o.stall_timeout_ms = max(1, int(round(self.stall_timeout * 1000)))
         if self.connect_timeout is not None:

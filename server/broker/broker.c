@@ -11,6 +11,7 @@
 #include "arena.h"
 #include "group.h"
 #include "internal.h"
+#include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"
@@ -120,6 +121,7 @@ broker_destroy(broker *b, broker_outbox *out)
             next = l->next;
             free_lease(l);
         }
+        mix_free(t->mix);
         free(t);
     }
     group_destroy_all(b, out);

@@ -33,6 +33,7 @@
 struct broker_arena; // arena.h
 struct epochs;       // epoch.h
 struct group;        // group.h
+struct mix;          // mix.h
 
 #define EVENT_LOG         4096 // events remembered
 #define EVENTS_PER_REPLY  64
@@ -56,6 +57,7 @@ typedef struct lease_part {
     queue_range range;
     uint32_t producer;
     uint64_t session;
+    uint32_t source; // of a mixture's batch: its source's index + 1 (0: no mixture)
 } lease_part;
 
 typedef struct lease {
@@ -74,6 +76,7 @@ typedef struct lease {
     uint64_t events_first, events_last;
     uint64_t sent_ms; // when it was last sent (a lease held back from the end goes again)
     int full;         // a batch made by tokens that filled its budget (budget.c)
+    struct mix *mix;  // the mixture whose books count it (mix.h), or NULL
 } lease;
 
 // Which seqs of a producer's session are trained (trained.c): all below `through`, and
@@ -152,6 +155,7 @@ typedef struct trainer {
     // tokens it was sent and the padding they take (budget.c), for /status.
     stoker_batching batching;
     uint64_t tokens, padding;
+    struct mix *mix; // its mixture of sources (mix.h; its hello), or NULL: every producer alike
 } trainer;
 
 // The longest a trainer of a broker that died takes, from our start, to reach us and say what it

@@ -48,6 +48,9 @@ void lease_give_back(broker *b, trainer *t, uint32_t n_held, const uint64_t *hel
 // (made by tokens: max rows with pack=), never more than cap examples (UINT32_MAX: no cap);
 // NULL when nothing is queued (or out of memory).
 lease *lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap);
+// A lease of a mixture's batch for t: counts[s] examples of each source s of m (round-robin
+// over its pool's queues), booked in m; NULL when nothing could be taken (or out of memory).
+lease *lease_take_mix(broker *b, trainer *t, struct mix *m, const uint32_t *counts);
 // Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
 // frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
 // as redelivered. Returns how many went back.
@@ -136,6 +139,8 @@ uint32_t queues_batch_examples(const broker *b);
 // Nonzero when no queue can take more: no alive producer's queue has room for another chunk of
 // its size, or all of them together are at max_bytes.
 int queues_full(const broker *b);
+// Nonzero when alive producer p's queue can take its next chunk (queues_full's test, for one).
+int queues_has_room(const broker *b, const producer *p);
 // A batch of max examples for trainer t goes out with only `queued` examples because the queues
 // are full: counts it, and the first time says why in the log and in /status.
 void queues_cut_short(broker *b, const trainer *t, uint32_t max, uint64_t queued);

@@ -15,6 +15,7 @@
 #include "arena.h"
 #include "budget.h"
 #include "internal.h"
+#include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -93,6 +94,10 @@ lease_return(broker *b, lease *l, int unused)
         b->queued_bytes += bytes;
         total += n;
     }
+    if (l->mix != NULL)
+        for (uint32_t r = 0; r < l->n_parts; r++)
+            if (l->parts[r].source > 0)
+                mix_gave_back(l->mix, l->parts[r].source - 1, l->parts[r].range.count);
     if (b->arena != NULL)
         broker_arena_lease_done(b->arena, l->id);
     commit_release(b, l);
@@ -292,6 +297,49 @@ take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
     return lease_made(b, t, l);
 }
 
+// Takes up to n examples into l, round-robin over the queues of the producers of pool (NULL:
+// every producer), each part marked as of source (0: none). Returns 0, or -1 out of memory
+// (l then holds what it got).
+static int
+take_fair(broker *b, lease *l, uint32_t n, const char *pool, uint32_t source)
+{
+    uint32_t goal = l->count + n;
+    // Fair mixing: each pass gives every non-empty queue an equal share of what is still
+    // needed, starting after the producer that was served last.
+    while (l->count < goal) {
+        uint32_t nonempty = 0;
+        for (uint32_t i = 0; i < b->n_producers; i++)
+            nonempty += b->producers[i]->q.examples > 0 &&
+                        (pool == NULL || strcmp(b->producers[i]->pool, pool) == 0);
+        if (nonempty == 0)
+            break;
+        uint32_t need = goal - l->count;
+        uint32_t share = (need + nonempty - 1) / nonempty;
+        uint32_t start = b->rr;
+        for (uint32_t k = 0; k < b->n_producers && l->count < goal; k++) {
+            uint32_t i = (start + k) % b->n_producers;
+            producer *p = b->producers[i];
+            if (pool != NULL && strcmp(p->pool, pool) != 0)
+                continue;
+            uint32_t want = share;
+            if (want > goal - l->count)
+                want = goal - l->count;
+            while (want > 0 && p->q.examples > 0) {
+                uint32_t runs_for = skip_trained(b, p, want);
+                if (runs_for == 0)
+                    continue; // the head was trained already: dropped, look again
+                uint32_t got = take_part(l, p, -1, runs_for);
+                if (got == 0)
+                    return -1;
+                l->parts[l->n_parts - 1].source = source;
+                want -= got;
+                b->rr = (i + 1) % b->n_producers;
+            }
+        }
+    }
+    return 0;
+}
+
 // Builds a lease of up to max examples, round-robin over the producers' queues (a batch made by
 // tokens: take_planned, max rows with pack=), and never more than cap examples. Returns NULL
 // when nothing is queued (or out of memory).
@@ -309,35 +357,23 @@ lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap)
     lease *l = new_lease(8);
     if (l == NULL)
         return NULL;
-    // Fair mixing: each pass gives every non-empty queue an equal share of what is still
-    // needed, starting after the producer that was served last.
-    while (l->count < n) {
-        uint32_t nonempty = 0;
-        for (uint32_t i = 0; i < b->n_producers; i++)
-            nonempty += b->producers[i]->q.examples > 0;
-        if (nonempty == 0)
-            break;
-        uint32_t need = n - l->count;
-        uint32_t share = (need + nonempty - 1) / nonempty;
-        uint32_t start = b->rr;
-        for (uint32_t k = 0; k < b->n_producers && l->count < n; k++) {
-            uint32_t i = (start + k) % b->n_producers;
-            producer *p = b->producers[i];
-            uint32_t want = share;
-            if (want > n - l->count)
-                want = n - l->count;
-            while (want > 0 && p->q.examples > 0) {
-                uint32_t runs_for = skip_trained(b, p, want);
-                if (runs_for == 0)
-                    continue; // the head was trained already: dropped, look again
-                uint32_t got = take_part(l, p, -1, runs_for);
-                if (got == 0)
-                    goto done; // out of memory: deliver what we have
-                want -= got;
-                b->rr = (i + 1) % b->n_producers;
-            }
-        }
+    take_fair(b, l, n, NULL, 0); // out of memory: deliver what we have
+    return lease_made(b, t, l);
+}
+
+lease *
+lease_take_mix(broker *b, trainer *t, mix *m, const uint32_t *counts)
+{
+    lease *l = new_lease(8);
+    if (l == NULL)
+        return NULL;
+    l->mix = m;
+    for (uint32_t s = 0; s < m->spec.n; s++) {
+        uint32_t before = l->count;
+        int rv = counts[s] > 0 ? take_fair(b, l, counts[s], m->spec.names[s], s + 1) : 0;
+        mix_took(m, s, l->count - before);
+        if (rv != 0)
+            break; // out of memory: deliver what we have
     }
-done:
     return lease_made(b, t, l);
 }

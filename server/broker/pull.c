@@ -16,6 +16,7 @@
 #include "budget.h"
 #include "group.h"
 #include "internal.h"
+#include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -169,7 +170,8 @@ describe_lease(const broker *b, const lease *l, stoker_reply *rep)
         runs[i] = (stoker_run){.producer = part->producer,
                                .session = part->session,
                                .first_seq = part->range.first_seq,
-                               .count = part->range.count};
+                               .count = part->range.count,
+                               .source = part->source};
     }
     rep->lease = l->id;
     rep->chunk.schema = b->schema;
@@ -314,6 +316,20 @@ lease_to_send_again(trainer *t, uint64_t now_ms)
     return NULL;
 }
 
+// A trainer whose supply is over but that holds leases is not told the end (lease_to_send_again):
+// the end becomes a lease to send again, or a wait. Returns -1 when the answer goes on, else
+// the answer.
+static int
+hold_end(trainer *t, uint64_t now_ms, pull_answer *a)
+{
+    if (a->end == STOKER_OK || t->commit || t->leases == NULL)
+        return -1;
+    a->end = STOKER_OK; // not the end while it holds leases (not one that commits)
+    a->why[0] = '\0';
+    a->again = lease_to_send_again(t, now_ms);
+    return a->again != NULL;
+}
+
 // A plain trainer's readiness. A batch goes out when it is full (made by tokens: its budget);
 // short when no more can come soon: no producer left, every queue full (a batch larger than the
 // queues can hold), the pull's wait is over (a short batch beats a false stall), or a dataset can
@@ -324,12 +340,9 @@ static int
 plain_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pull_answer *a)
 {
     a->end = supply_state(b, now_ms, a->why, sizeof(a->why));
-    if (a->end != STOKER_OK && !t->commit && t->leases != NULL) {
-        a->end = STOKER_OK; // not the end while it holds leases (not one that commits)
-        a->why[0] = '\0';
-        a->again = lease_to_send_again(t, now_ms);
-        return a->again != NULL;
-    }
+    int held = hold_end(t, now_ms, a);
+    if (held >= 0)
+        return held;
     if (b->c.queued == 0 || now_ms < b->returning_until_ms)
         return a->end != STOKER_OK;
     int enough = budget_ready(b, &t->batching, max, 1);
@@ -338,6 +351,112 @@ plain_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     if (enough || !alive || final || a->cut_short || epochs_waiting(b))
         a->batch = lease_take(b, t, max, UINT32_MAX);
     return a->batch != NULL || a->end != STOKER_OK;
+}
+
+// Whether t's mixture is over: with stop rule "first" a source ran dry, with "all" every one
+// (a source that runs dry leaves the mixture, the others' shares grow). Sets a's end and why.
+static int
+mix_over(broker *b, trainer *t, const uint64_t *avail, uint64_t now_ms, pull_answer *a)
+{
+    mix *m = t->mix;
+    uint32_t live = 0;
+    for (uint32_t s = 0; s < m->spec.n; s++) {
+        if (m->dry[s] || avail[s] > 0 || !mix_source_dry(b, m, s, now_ms)) {
+            live += !m->dry[s];
+            continue;
+        }
+        uint32_t alive, lost, n = mix_producers(b, m, s, &alive, &lost);
+        a->end = lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
+        if (m->spec.stop == STOKER_MIX_STOP_FIRST) {
+            snprintf(a->why, sizeof(a->why),
+                     "source '%s' of the mixture ran dry (%u producer%s, %u lost) and the "
+                     "mixture stops at its first dry source (mix stop 'first'): what the other "
+                     "sources hold stays queued",
+                     m->spec.names[s], n, n == 1 ? "" : "s", lost);
+            return 1;
+        }
+        stoker_info("mix-source-dry: trainer %u '%s': source '%s' ran dry (%u producer%s, %u "
+                    "lost); the mixture goes on without it",
+                    t->id, t->name, m->spec.names[s], n, n == 1 ? "" : "s", lost);
+        mix_drop_source(m, s);
+    }
+    if (live > 0) {
+        a->end = STOKER_OK;
+        return 0;
+    }
+    a->end = STOKER_END_OF_DATA;
+    for (uint32_t s = 0; s < m->spec.n; s++) {
+        uint32_t alive, lost;
+        mix_producers(b, m, s, &alive, &lost);
+        if (lost > 0)
+            a->end = STOKER_NO_PRODUCERS;
+    }
+    snprintf(a->why, sizeof(a->why),
+             "every source of the mixture ran dry (mix stop 'all'): no producer of its %u "
+             "pool%s may send and none of their examples is queued",
+             m->spec.n, m->spec.n == 1 ? "" : "s");
+    return 1;
+}
+
+// Takes t's mixed batch of counts into a, numbered: the client hands its batches to its caller
+// in this order (pulls in flight may come back in another), so that the running counts hold
+// where the caller sees them.
+static int
+mixed_take(broker *b, trainer *t, const uint32_t *counts, pull_answer *a)
+{
+    a->batch = lease_take_mix(b, t, t->mix, counts);
+    if (a->batch != NULL)
+        a->step = ++t->mix->steps;
+    return a->batch != NULL;
+}
+
+// A trainer with a mixture (mix.h): a batch goes out with the per-source counts the quota rule
+// gives, when every source has its count queued. Until then it waits (proportions exact), and
+// the reply says for which source; short (counts for fewer examples, still exact) when the pull's
+// wait is over, when the source it waits for cannot queue more, or when the mixture ends.
+static int
+mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pull_answer *a)
+{
+    mix *m = t->mix;
+    uint64_t avail[STOKER_MIX_MAX];
+    uint32_t counts[STOKER_MIX_MAX];
+    mix_avail(b, m, avail);
+    int over = now_ms >= b->returning_until_ms && mix_over(b, t, avail, now_ms, a);
+    if (over && mix_fit(m, max, avail, counts) > 0) {
+        a->end = STOKER_OK; // the last batches that fit go first
+        return mixed_take(b, t, counts, a);
+    }
+    int held = hold_end(t, now_ms, a);
+    if (held >= 0)
+        return held;
+    if (over)
+        return 1;
+    if (now_ms < b->returning_until_ms)
+        return 0;
+    mix_plan(m, max, counts);
+    uint32_t s = 0;
+    while (s < m->spec.n && counts[s] <= avail[s])
+        s++;
+    m->waits_for = s < m->spec.n ? (int32_t)s : -1;
+    if (s < m->spec.n) {
+        uint32_t alive, lost, n = mix_producers(b, m, s, &alive, &lost);
+        // Cut short when the source cannot queue more: its queues full, or all queues together
+        // at --max-bytes (the other sources' full queues are no reason: they wait for it).
+        a->cut_short = b->example_bytes > commit_bytes_room(b) || mix_source_full(b, m, s);
+        // At the pull's wait's end a short batch beats a false stall, while the source makes
+        // examples at all; without a producer of it alive the consumer waits, told why.
+        if (!(final && alive > 0) && !a->cut_short) {
+            snprintf(a->why, sizeof(a->why),
+                     "the mixture waits for source '%s': %u of its %u queued (%u producer%s "
+                     "of pool '%s', %u alive)",
+                     m->spec.names[s], (unsigned)avail[s], counts[s], n, n == 1 ? "" : "s",
+                     m->spec.names[s], alive);
+            return 0;
+        }
+        if (mix_fit(m, max, avail, counts) == 0)
+            return 0;
+    }
+    return mixed_take(b, t, counts, a);
 }
 
 static void
@@ -357,8 +476,23 @@ rank_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pul
     return a->batch != NULL || a->end != STOKER_OK;
 }
 
+static void
+mixed_untake(broker *b, trainer *t, lease *l)
+{
+    plain_untake(b, t, l);
+    t->mix->steps--; // the next batch takes its number
+}
+
 static const pull_source plain_source = {plain_answer, plain_untake};
+static const pull_source mixed_source = {mixed_answer, mixed_untake};
 static const pull_source rank_source = {rank_answer, group_untake};
+
+// Where t's batches come from.
+static const pull_source *
+source_of(const trainer *t)
+{
+    return t->group != NULL ? &rank_source : t->mix != NULL ? &mixed_source : &plain_source;
+}
 
 // Answers pull k with the batch a->batch just took and the events taken for it (t's event cursor
 // was at cursor before).
@@ -377,7 +511,7 @@ send_batch(broker *b, trainer *t, parked *k, const pull_answer *a, uint64_t curs
         // Cannot describe the batch: give the examples back; the trainer asks again, and the
         // events go with the reply that is sent.
         t->event_cursor = cursor;
-        (t->group != NULL ? &rank_source : &plain_source)->untake(b, t, l);
+        source_of(t)->untake(b, t, l);
         send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
         return;
     }
@@ -402,8 +536,7 @@ try_pull(broker *b, parked *k, uint64_t now_ms, broker_outbox *out, int final)
 {
     trainer *t = k->trainer;
     pull_answer a = {.end = STOKER_OK};
-    int ready = (t->group != NULL ? &rank_source : &plain_source)
-                    ->answer(b, t, k->req->max_examples, now_ms, final, &a);
+    int ready = source_of(t)->answer(b, t, k->req->max_examples, now_ms, final, &a);
     // Events the trainer has not heard make a pull ready too (a rank's: those before its step).
     uint64_t upto = group_events_upto(b, t);
     if (!ready && !final && t->event_cursor >= upto)

@@ -121,17 +121,21 @@ queues_full(const broker *b)
 {
     if (b->example_bytes > commit_bytes_room(b)) // queued and held for commits (commit.c)
         return 1;
-    for (uint32_t i = 0; i < b->n_producers; i++) {
-        const producer *p = b->producers[i];
-        // Full for this producer when its next chunk (the size of its last) cannot fit: a queue
-        // of 63 with chunks of 3 and a depth of 64 takes nothing more.
-        uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
-        // (An empty sized queue takes any chunk, push.c.)
-        if (p->status == STOKER_PRODUCER_ALIVE && (p->q.examples + chunk <= b->queue_depth ||
-                                                   (b->cfg.queue_depth_auto && p->q.examples == 0)))
+    for (uint32_t i = 0; i < b->n_producers; i++)
+        if (queues_has_room(b, b->producers[i]))
             return 0;
-    }
     return 1;
+}
+
+int
+queues_has_room(const broker *b, const producer *p)
+{
+    // Full for this producer when its next chunk (the size of its last) cannot fit: a queue
+    // of 63 with chunks of 3 and a depth of 64 takes nothing more.
+    uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
+    // (An empty sized queue takes any chunk, push.c.)
+    return p->status == STOKER_PRODUCER_ALIVE && (p->q.examples + chunk <= b->queue_depth ||
+                                                  (b->cfg.queue_depth_auto && p->q.examples == 0));
 }
 
 void

@@ -9,10 +9,29 @@
 
 #include "group.h"
 #include "internal.h"
+#include "mix.h"
 #include "stoker/error.h"
 #include "stoker/status.h"
 
 #define STATUS_PAGE_EVENTS 100 // events on /status
+
+// t's mixture (NULL: none) into c.
+static void
+mix_report(const mix *m, stoker_consumer_info *c)
+{
+    c->mix_waits_for = -1;
+    if (m == NULL)
+        return;
+    for (uint32_t s = 0; s < m->spec.n; s++) {
+        snprintf(c->mix[s].pool, sizeof(c->mix[s].pool), "%s", m->spec.names[s]);
+        c->mix[s].share = m->share[s];
+        c->mix[s].delivered = m->got[s];
+        c->mix[s].dry = m->dry[s];
+    }
+    c->n_mix = m->spec.n;
+    c->mix_waits_for = m->waits_for;
+    c->mix_stop = m->spec.stop;
+}
 
 // The trainers, each with its delivery path. STOKER_NOMEM.
 static int
@@ -40,6 +59,7 @@ consumers_status(const broker *b, stoker_status *st)
             .data_wait_ms = t->data_wait_ms,
         };
         snprintf(st->consumers[i].name, sizeof(st->consumers[i].name), "%s", t->name);
+        mix_report(t->mix, &st->consumers[i]);
     }
     st->n_consumers = b->n_trainers;
     return STOKER_OK;

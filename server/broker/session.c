@@ -13,6 +13,7 @@
 #include "arena.h"
 #include "group.h"
 #include "internal.h"
+#include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -416,6 +417,7 @@ trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *o
             return NULL;
         }
         group_detach(b, b->trainers[i]);
+        mix_free(b->trainers[i]->mix);
         free(b->trainers[i]);
         b->trainers[i] = b->trainers[--b->n_trainers];
     }
@@ -434,6 +436,51 @@ trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *o
     return t;
 }
 
+// Nonzero, with why, when a trainer's hello asks for a mixture this broker cannot make: with a
+// group, with batches made by tokens, with a dataset (not yet: docs/mixing.md), or one other than
+// the one whose leases it still holds.
+static int
+mix_refused(const broker *b, const trainer *t, const stoker_request *req, char *why, size_t len)
+{
+    const stoker_mix *m = &req->mix;
+    const char *with = req->group[0] != '\0'                    ? "a group"
+                       : stoker_batching_active(&req->batching) ? "batches made by tokens"
+                       : b->epochs != NULL                      ? "a dataset"
+                                                                : NULL;
+    if (m->n > 0 && with != NULL) {
+        snprintf(why, len, "a mixture of sources with %s is not supported yet (docs/mixing.md)",
+                 with);
+        return 1;
+    }
+    if (t != NULL && t->mix != NULL && t->leases != NULL && !stoker_mix_equal(&t->mix->spec, m)) {
+        snprintf(why, len,
+                 "trainer %u '%s' says hello with another mixture while it holds leases of its "
+                 "first: acknowledge or give them back first",
+                 t->id, t->name);
+        return 1;
+    }
+    return 0;
+}
+
+// Gives t the mixture its hello asked for (none: n 0): the books go on when it is the same.
+static int
+mix_take(trainer *t, const stoker_mix *spec)
+{
+    if (t->mix != NULL && stoker_mix_equal(&t->mix->spec, spec))
+        return STOKER_OK;
+    mix_free(t->mix);
+    t->mix = NULL;
+    if (spec->n == 0)
+        return STOKER_OK;
+    if ((t->mix = mix_new(spec)) == NULL)
+        return STOKER_NOMEM;
+    char text[256];
+    stoker_mix_format(spec, text, sizeof(text));
+    stoker_info("trainer-mix: trainer %u '%s' mixes %s (stop '%s')", t->id, t->name, text,
+                stoker_mix_stop_name(spec->stop));
+    return STOKER_OK;
+}
+
 static void
 hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, uint64_t now_ms,
               broker_outbox *out)
@@ -443,6 +490,11 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     char why[STOKER_MESSAGE_MAX];
     if (stoker_batching_check(&req->batching, b->has_schema ? &b->schema : NULL, req->group_batch,
                               why, sizeof(why)) != STOKER_OK) {
+        stoker_warn("trainer-refused: '%s': %s", req->name, why);
+        send_code(b, out, token, STOKER_INVALID, "%s", why);
+        return;
+    }
+    if (mix_refused(b, t, req, why, sizeof(why))) {
         stoker_warn("trainer-refused: '%s': %s", req->name, why);
         send_code(b, out, token, STOKER_INVALID, "%s", why);
         return;
@@ -463,6 +515,10 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->pid = req->pid;       // /status's consumers
     t->commit = req->commit; // its leases stay held until it commits (commit.c)
     t->batching = req->batching;
+    if (mix_take(t, &req->mix) != STOKER_OK) {
+        send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
+        return;
+    }
     if (g != NULL) {
         t->said_steps = req->group_steps;
         group_attach(b, g, t, req->rank);

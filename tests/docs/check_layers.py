@@ -32,7 +32,7 @@ RANK = {f: i for i, f in enumerate(FLOORS)}
 PROTO_RANK = 1.5
 PUBLIC = {
     "base": ["error.h", "log.h", "text.h", "rng.h", "clock.h", "process.h", "opts.h"],
-    "data": ["schema.h", "chunk.h", "labels.h", "batching.h"],
+    "data": ["schema.h", "chunk.h", "labels.h", "batching.h", "mix.h"],
     "wire": ["protocol.h", "wire.h", "status.h"],
     "transport": ["client.h", "tls.h", "arena.h", "sp.h"],
     "client": ["trainer_client.h", "producer_client.h"],
@@ -46,7 +46,8 @@ SERVER_FLOORS = [
     ["net/drawer", "net/arena_books"],
     ["net/arena"],
     ["broker/core", "broker/queue", "broker/trained"],
-    ["broker/commit", "broker/budget", "broker/epoch", "broker/autoscale", "broker/queues"],
+    ["broker/commit", "broker/budget", "broker/epoch", "broker/autoscale", "broker/queues",
+     "broker/mix"],
     ["broker/lease"],
     ["broker/group", "broker/group_commit", "broker/drop"],
     ["broker/push", "broker/pull", "broker/session", "broker/report"],

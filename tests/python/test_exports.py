@@ -60,7 +60,7 @@ def test_the_exports_are_the_public_api_only():
 def test_the_public_api_is_exported():
     symbols = exported()
     for name in ("stoker_consumer_open", "stoker_consumer_next", "stoker_strerror",
-                 "stoker_status_json", "stoker_log_set_level"):
+                 "stoker_status_json_opts", "stoker_log_set_level"):
         assert symbols.get(name) == "T", "%s does not export the function %s" % (LIB, name)
 
 

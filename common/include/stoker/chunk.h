@@ -93,6 +93,7 @@ typedef struct stoker_run {
     uint64_t session;
     uint64_t first_seq;
     uint32_t count;
+    uint32_t source; // of a mixture's batch (stoker/mix.h): its source's index + 1; 0: none
 } stoker_run;
 
 // A batch delivered to a trainer: examples plus where they came from. Runs are in example order.

@@ -13,7 +13,9 @@
 
 #include "stoker/error.h"
 
-#define STOKER_API_VERSION 3 // 2: the tls_* options; 3: max_tokens, buckets, pack, pack_whole
+// 2: the tls_* options; 3: max_tokens, buckets, pack, pack_whole; 4: mix, mix_stop and
+// stoker_consumer_batch_sources (stoker_status_json gone: stoker_status_json_opts)
+#define STOKER_API_VERSION 4
 
 typedef struct stoker_consumer stoker_consumer;
 typedef struct stoker_consumer_batch stoker_consumer_batch;
@@ -56,6 +58,14 @@ typedef struct stoker_consumer_options {
     // than a row is split all the same).
     uint32_t pack;
     uint32_t pack_whole;
+    // A mixture of sources (docs/mixing.md; borrowed for the call): "code=0.3,web=0.7", pools of
+    // producers (their --pool) and relative weights. Every batch then holds each pool's share,
+    // exactly (each source's running count within one example of weight x examples delivered).
+    // NULL or "" (default): every producer alike. mix_stop: when a source runs dry, "first"
+    // (NULL, the default: the consumer's supply ends, exact to the last batch) or "all" (the
+    // others go on, re-weighted, until every source ran dry).
+    const char *mix;
+    const char *mix_stop;
 } stoker_consumer_options;
 
 // Fills defaults (and api_version).
@@ -186,6 +196,11 @@ int stoker_consumer_batch_offsets(const stoker_consumer_batch *b, uint32_t field
 uint32_t stoker_consumer_batch_n_runs(const stoker_consumer_batch *b);
 int stoker_consumer_batch_run(const stoker_consumer_batch *b, uint32_t run, uint32_t *producer,
                               uint64_t *session, uint64_t *first_seq, uint32_t *count);
+// A mixture's batch (options.mix): every example's source, its index in the mixture as given
+// (0 for "code" in "code=0.3,web=0.7"), in example order, into the caller's array of cap
+// entries; UINT32_MAX for an example of no mixture. Returns the number written (min(count, cap)).
+uint32_t stoker_consumer_batch_sources(const stoker_consumer_batch *b, uint32_t *sources,
+                                       uint32_t cap);
 // Every example's identity (session, seq), in example order, into the caller's arrays of
 // cap entries. Returns the number written (min(count, cap)).
 uint32_t stoker_consumer_batch_identities(const stoker_consumer_batch *b, uint64_t *sessions,
@@ -228,13 +243,10 @@ uint64_t stoker_consumer_duplicates(const stoker_consumer *c);
 // the length in *len (excluding the NUL); STOKER_TOO_LARGE with the needed length in *len when
 // buf is short (call again with a larger one); or an error.
 int stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_t *len);
-// The same without a consumer: asks the broker at url directly (token may be NULL), within
-// timeout_ms. On an error, a reason is written into buf when it has room.
-int stoker_status_json(const char *url, const char *token, uint32_t timeout_ms, char *buf,
-                       size_t cap, size_t *len);
-// The same with the url, token (or token_file) and TLS settings of opts (the other fields are
-// not used; opts->api_version must be STOKER_API_VERSION): needed for a tls+tcp:// url. A TLS
-// failure returns STOKER_TLS with its reason in buf, as stoker_consumer_open says it.
+// The same without a consumer: asks the broker at opts's url directly, with its token (or
+// token_file) and TLS settings (the other fields are not used; opts->api_version must be
+// STOKER_API_VERSION), within timeout_ms. On an error, a reason is written into buf when it has
+// room; a TLS failure returns STOKER_TLS, as stoker_consumer_open says it.
 int stoker_status_json_opts(const stoker_consumer_options *opts, uint32_t timeout_ms, char *buf,
                             size_t cap, size_t *len);
 

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "stoker/mix.h"
 #include "stoker/labels.h"
 #include "stoker/protocol.h"
 #include "stoker/schema.h"
@@ -41,6 +42,13 @@ const char *stoker_delivery_name(stoker_delivery delivery);
 
 // A trainer (any consumer: the C trainer, the consumer API, Python, stoker-pull) as the broker
 // sees it. Batches, examples and bytes it was sent each way (redeliveries included).
+typedef struct stoker_mix_share {
+    char pool[STOKER_NAME_MAX];
+    double share;       // its target share now
+    uint64_t delivered; // examples of it delivered (leased and not given back)
+    int dry;            // it ran dry and left the mixture
+} stoker_mix_share;
+
 typedef struct stoker_consumer_info {
     uint32_t id;
     char name[STOKER_NAME_MAX];
@@ -55,6 +63,13 @@ typedef struct stoker_consumer_info {
     // Batched by tokens (stoker/batching.h): the tokens it was sent and the padding its batches
     // take (padded to their longest, or packed rows' unused tail). 0 and 0 for count batching.
     uint64_t tokens, padding;
+    // Its mixture of sources (docs/mixing.md; n_mix 0: none): each source's pool, target share
+    // (its weight over the sources still in it), examples delivered and whether it ran dry; the
+    // source its latest full batch waited for (-1: none); the stop rule (stoker_mix_stop).
+    uint32_t n_mix;
+    stoker_mix_share mix[STOKER_MIX_MAX];
+    int32_t mix_waits_for;
+    uint32_t mix_stop;
 } stoker_consumer_info;
 // --- end of consumers ---------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@
 
 #include "stoker/arena.h"
 #include "stoker/batching.h"
+#include "stoker/mix.h"
 #include "stoker/chunk.h"
 #include "stoker/client.h"
 
@@ -69,6 +70,9 @@ typedef struct stoker_trainer_options {
     // batch_size caps the sequences per batch; with pack it is the rows per batch. Every rank of
     // a group says the same.
     stoker_batching batching;
+    // Its mixture of sources (stoker/mix.h, docs/mixing.md): n 0 (default) takes from every
+    // producer alike; else each batch holds each pool's share, exactly.
+    stoker_mix mix;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);

@@ -11,6 +11,7 @@
 
 #include "stoker/batching.h"
 #include "stoker/chunk.h"
+#include "stoker/mix.h"
 #include "stoker/protocol.h"
 #include "stoker/status.h"
 
@@ -45,6 +46,7 @@ typedef struct stoker_request {
     uint32_t rank, world, group_batch;
     uint64_t group_steps;     // HELLO of a rank: the steps it has taken (0: a new rank)
     stoker_batching batching; // HELLO of a trainer: how its batches are made (all 0: by count)
+    stoker_mix mix;           // HELLO of a trainer: its mixture of sources (n 0: none)
     // HELLO (and HEARTBEAT, to a broker that does not know it) of a trainer: identities it trained,
     // n_trained (session, first_seq, end) triples (at most STOKER_HELLO_TRAINED_MAX); aliases the
     // decoded message.

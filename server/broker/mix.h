@@ -1,0 +1,54 @@
+// A consumer's mixture at the broker (docs/mixing.md): its sources (pools of producers), its
+// running books (examples given per source, the running targets) and the plan of the next
+// batch's per-source counts, kept within one example of weight x examples given by the quota
+// rule (stoker_mix_counts). Floor 2: it reads the core's producers and queues (and queues.c's
+// room test); the leases take what it plans (lease.c) and give back through it.
+#ifndef BROKER_MIX_H
+#define BROKER_MIX_H
+
+#include <stdint.h>
+
+#include "core.h"
+#include "stoker/mix.h"
+
+typedef struct mix {
+    stoker_mix spec; // as the consumer asked (names, weights, stop)
+    // Each source's share now (its weight over the sum of the sources still in the mixture) and
+    // its running target: base[s] + share[s] x (given - from), rebased at every change of shares
+    // so that no source's target jumps.
+    double share[STOKER_MIX_MAX];
+    double base[STOKER_MIX_MAX];
+    uint64_t from;
+    uint64_t given;                  // examples given (leased, not given back) in all
+    uint64_t got[STOKER_MIX_MAX];    // of them per source
+    uint8_t dry[STOKER_MIX_MAX];     // ran dry and left the mixture (stop rule "all")
+    int32_t waits_for;               // the source the latest full batch waited for (-1: none)
+    uint64_t steps;                  // batches numbered so far (a plain trainer's, in order)
+} mix;
+
+// A new mixture of spec (checked by the caller), nothing given yet; NULL when out of memory.
+mix *mix_new(const stoker_mix *spec);
+void mix_free(mix *m);
+// What each source's pool has queued now, into avail.
+void mix_avail(const broker *b, const mix *m, uint64_t *avail);
+// Nonzero when source s ran dry: no producer of its pool may send, none of its examples queued,
+// and its pool had producers (or no producer at all may send any more).
+int mix_source_dry(const broker *b, const mix *m, uint32_t s, uint64_t now_ms);
+// Nonzero when source s cannot queue more now although producers of its pool are alive: none
+// of their queues has room (a batch larger than its queues hold waits for nothing).
+int mix_source_full(const broker *b, const mix *m, uint32_t s);
+// The producers of source s's pool (returned), of them alive and lost.
+uint32_t mix_producers(const broker *b, const mix *m, uint32_t s, uint32_t *alive, uint32_t *lost);
+// The per-source counts of a batch of n, into counts (the quota rule).
+void mix_plan(const mix *m, uint32_t n, uint32_t *counts);
+// The largest batch of at most n whose per-source counts avail holds (0: none), counts filled.
+uint32_t mix_fit(const mix *m, uint32_t n, const uint64_t *avail, uint32_t *counts);
+// Books n examples of source s as given (a lease took them) or given back (a lease returned).
+void mix_took(mix *m, uint32_t s, uint32_t n);
+void mix_gave_back(mix *m, uint32_t s, uint32_t n);
+// Source s leaves the mixture (ran dry, stop rule "all"): the others' shares grow to fill it.
+void mix_drop_source(mix *m, uint32_t s);
+// The source whose producers are in pool (index), or -1.
+int mix_source_of(const mix *m, const char *pool);
+
+#endif

@@ -1,0 +1,188 @@
+"""Mixing sources by weight (docs/mixing.md): a consumer's batches drawn from pools of producers
+in exact proportions. Real broker, real producers of three pools (one 5x slower than the
+others), the Python client; every check is made from the examples' identities and sources as
+they arrive: each source's running count within one example of weight x examples delivered
+after every batch, every example once, and the stop rules at a source's end."""
+
+import collections
+import os
+import subprocess
+import time
+
+from helpers import PULL, Cluster, run
+
+import stoker
+
+WEIGHTS = {"a": 0.5, "b": 0.3, "c": 0.2}
+
+
+def three_pools(c, slow="c"):
+    """Producers of pools a, b, c; the slow pool's 5x slower than the others."""
+    for pool in WEIGHTS:
+        delay = "0.0001:0.0001" if pool == slow else "0.00002:0.00002"
+        c.producer("--pool", pool, "--delay", delay, "--chunk", "16", name="p-" + pool)
+    c.wait_producers(3)
+
+
+class Books:
+    """What a consumer got: per source, in all, and every identity once."""
+
+    def __init__(self, weights):
+        self.weights = weights
+        self.got = collections.Counter()
+        self.total = 0
+        self.worst = 0.0
+        self.seen = set()
+        self.twice = 0
+        self.sizes = collections.Counter()
+
+    def add(self, batch):
+        sources = batch.sources()
+        assert len(sources) == batch.count
+        assert None not in sources, sources
+        at = 0
+        for r in batch.runs:
+            # A run is one producer's: every example of it has that producer's pool.
+            pools = set(sources[at:at + r.count])
+            assert len(pools) == 1, pools
+            at += r.count
+            for seq in range(r.first_seq, r.first_seq + r.count):
+                key = (r.session, seq)
+                self.twice += key in self.seen
+                self.seen.add(key)
+        self.got.update(sources)
+        self.total += len(sources)
+        self.sizes[len(sources)] += 1
+        for pool, w in self.weights.items():
+            self.worst = max(self.worst, abs(self.got[pool] - w * self.total))
+
+
+def test_three_sources_stay_within_one_example_of_their_share_over_10000_batches():
+    with Cluster() as c:
+        three_pools(c)
+        books = Books(WEIGHTS)
+        with stoker.Client(c.url, mix=WEIGHTS, stall_timeout=20) as client:
+            t0 = time.monotonic()
+            for i, batch in enumerate(client.batches(8)):
+                books.add(batch)
+                if i + 1 == 10000:
+                    break
+            secs = time.monotonic() - t0
+            assert client.duplicates() == 0
+            st = stoker.status(c.url)
+        assert books.twice == 0, books.twice
+        assert books.worst < 1.0 + 1e-9, books.worst  # within one example, after every batch
+        assert books.total >= 10000 * 8 * 0.95, books.sizes  # short batches only at waits' ends
+        mine = [x for x in st["consumers"] if x.get("mix")]
+        assert len(mine) == 1, st["consumers"]
+        shares = {s["pool"]: s for s in mine[0]["mix"]["sources"]}
+        # The broker's books count the batches prefetched beyond the last one taken too.
+        delivered = sum(s["delivered"] for s in shares.values())
+        assert books.total <= delivered <= books.total + 8 * 8, (books.total, delivered)
+        for pool, w in WEIGHTS.items():
+            assert abs(shares[pool]["target_share"] - w) < 1e-6, shares
+            assert abs(shares[pool]["delivered"] - w * delivered) <= 1.0, shares
+        print("10000 batches of 8 in %.1f s: %s, worst %.3f" % (secs, dict(books.got), books.worst))
+
+
+def test_the_mixture_ends_with_its_first_dry_source_by_default():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")
+        c.producer("--pool", "b", "--delay", "0.0001:0.0001", name="pb")
+        c.wait_producers(2)
+        books = Books({"a": 0.5, "b": 0.5})
+        with stoker.Client(c.url, mix={"a": 1, "b": 1}, stall_timeout=10) as client:
+            try:
+                for batch in client.batches(10):
+                    books.add(batch)
+                raise AssertionError("the supply did not end")
+            except stoker.SupplyEnded as e:
+                assert "source 'a'" in str(e) and "first" in str(e), str(e)
+        assert books.twice == 0
+        assert books.got["a"] == 100, books.got  # every example of the dry source delivered
+        assert abs(books.got["b"] - 100) <= 1, books.got
+        assert books.worst < 1.0 + 1e-9
+
+
+def test_stop_all_goes_on_reweighted_until_every_source_ran_dry():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")
+        c.producer("--pool", "b", "--delay", "0:0", "--max-examples", "300", name="pb")
+        c.wait_producers(2)
+        books = Books({"a": 0.5, "b": 0.5})
+        until_a_dry = None
+        with stoker.Client(c.url, mix="a=1,b=1", mix_stop="all", stall_timeout=10) as client:
+            try:
+                for batch in client.batches(10):
+                    books.add(batch)
+                    if books.got["a"] == 100 and until_a_dry is None:
+                        until_a_dry = books.worst  # exact while both are in
+                raise AssertionError("the supply did not end")
+            except stoker.SupplyEnded as e:
+                assert "every source" in str(e), str(e)
+        assert books.twice == 0
+        assert books.got == {"a": 100, "b": 300}, books.got
+        assert until_a_dry is not None and until_a_dry < 1.0 + 1e-9, until_a_dry
+
+
+def test_a_source_with_no_producer_makes_the_batch_wait_and_says_which():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", name="pa")
+        c.wait_producers(1)
+        client = stoker.Client(c.url, mix={"a": 0.5, "nowhere": 0.5}, stall_timeout=1.5)
+        try:
+            client.next_batch(8)
+            raise AssertionError("a batch came without any example of pool 'nowhere'")
+        except stoker.Stalled as e:
+            assert "nowhere" in str(e), str(e)
+        st = stoker.status(c.url)
+        mine = [x for x in st["consumers"] if x.get("mix")]
+        assert mine and mine[0]["mix"]["waits_for"] == "nowhere", mine
+        client.close()
+
+
+def test_bad_mixtures_are_refused_with_the_reason():
+    for mix, words in (({"a": -1}, "positive"), ({"a": "x"}, "not a number"), ("a", "pool=weight"),
+                       ({}, "names no source"), ({"a,b": 1}, "not a pool name")):
+        try:
+            stoker.Client("ipc:///nowhere", mix=mix)
+            raise AssertionError("mix=%r accepted" % (mix,))
+        except ValueError as e:
+            assert words in str(e), (mix, str(e))
+    try:
+        stoker.Client("ipc:///nowhere", mix={"a": 1}, mix_stop="never")
+        raise AssertionError("mix_stop='never' accepted")
+    except ValueError as e:
+        assert "first" in str(e) and "all" in str(e), str(e)
+    out = subprocess.run([PULL, "--broker", "ipc:///nowhere", "--mix", "a=1,b=0"],
+                         capture_output=True, timeout=10)
+    assert out.returncode == 2 and b"pool 'b' has weight 0" in out.stderr, out.stderr
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", name="pa")
+        c.wait_producers(1)
+        try:
+            stoker.Client(c.url, mix={"a": 1}, group="g", rank=0, world_size=2, batch_size=4)
+            raise AssertionError("a mixture in a group accepted")
+        except stoker.StokerError as e:
+            assert "group" in str(e), str(e)
+
+
+def test_stoker_pull_mixes_and_reports_each_source():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", name="pa")
+        c.producer("--pool", "b", "--delay", "0:0", name="pb")
+        c.wait_producers(2)
+        out = subprocess.run([PULL, "--broker", c.url, "--mix", "a=3,b=1", "--batch-size", "8",
+                              "--max-examples", "400", "--format", "raw"],
+                             capture_output=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        st = stoker.status(c.url)
+        mine = [x for x in st["consumers"] if x.get("mix")]
+        got = {s["pool"]: s["delivered"] for s in mine[0]["mix"]["sources"]}
+        # 400 written; a last batch pulled and not written may count too (prefetch).
+        assert abs(got["a"] - 3 * got["b"]) <= 4, got
+        assert got["a"] + got["b"] >= 400, got
+
+
+if __name__ == "__main__":
+    run(globals())
