@@ -119,9 +119,10 @@ broker_destroy(broker *b, broker_outbox *out)
         trainer *t = b->trainers[i];
         for (lease *l = t->leases, *next; l != NULL; l = next) {
             next = l->next;
+            mix_release(l->mix);
             free_lease(l);
         }
-        mix_free(t->mix);
+        mix_release(t->mix);
         free(t);
     }
     group_destroy_all(b, out);

@@ -11,6 +11,7 @@
 #include "budget.h"
 #include "group.h"
 #include "group_impl.h"
+#include "mix.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -35,6 +36,7 @@ group_free(group *g)
         free(g->ranks[r].staged);
     }
     free(g->ranks);
+    mix_release(g->mix);
     free(g);
 }
 
@@ -52,6 +54,10 @@ group_create(broker *b, const stoker_request *req)
     g->world = req->world;
     g->batch = req->group_batch;
     g->batching = req->batching;
+    if (req->mix.n > 0 && (g->mix = mix_new(&req->mix)) == NULL) {
+        group_free(g);
+        return NULL;
+    }
     g->step_produced = b->c.produced;
     g->ahead = b->cfg.group_steps_ahead;
     for (uint32_t r = 0; r < g->world; r++) {
@@ -67,6 +73,13 @@ group_create(broker *b, const stoker_request *req)
     g->next = b->groups;
     b->groups = g;
     return g;
+}
+
+// Whether g's mixture is the one asked for (none and none alike).
+static int
+same_mix(const group *g, const stoker_mix *asked)
+{
+    return g->mix != NULL ? stoker_mix_equal(&g->mix->spec, asked) : asked->n == 0;
 }
 
 int
@@ -92,7 +105,8 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
     if (t != NULL && t->group != NULL && strcmp(t->group->name, req->group) == 0 &&
         t->rank == req->rank && t->group->world == req->world &&
         t->group->batch == req->group_batch &&
-        memcmp(&t->group->batching, &req->batching, sizeof(req->batching)) == 0) {
+        memcmp(&t->group->batching, &req->batching, sizeof(req->batching)) == 0 &&
+        same_mix(t->group, &req->mix)) {
         *out = t->group;
         return STOKER_OK;
     }
@@ -123,6 +137,17 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
                 g->name, g->batching.max_tokens, g->batching.buckets, g->batching.pack,
                 g->batching.pack_whole, who, req->rank, req->batching.max_tokens,
                 req->batching.buckets, req->batching.pack, req->batching.pack_whole);
+        if (!same_mix(g, &req->mix)) {
+            char has[256], says[256];
+            stoker_mix_format(g->mix != NULL ? &g->mix->spec : &req->mix, has, sizeof(has));
+            stoker_mix_format(&req->mix, says, sizeof(says));
+            return stoker_errorf(why, why_len, STOKER_INVALID,
+                                 "group '%s': ranks disagree on the mixture: the group mixes "
+                                 "'%s', '%s' (rank %u) says '%s' (every rank's step holds the "
+                                 "same shares)",
+                                 g->name, g->mix != NULL ? has : "", who, req->rank,
+                                 req->mix.n > 0 ? says : "");
+        }
         group_rank *gr = &g->ranks[req->rank];
         trainer *held = gr->t;
         if (held != NULL) {
@@ -358,9 +383,13 @@ end_group(broker *b, group *g, int dataset)
 // Batches made by tokens (g->batching): each rank's is full (its budget reached), or for a
 // short step (is_short) not empty.
 static int
-form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
+form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short, const uint32_t *mixed)
 {
     int budgeted = stoker_batching_active(&g->batching);
+    uint32_t left_of[STOKER_MIX_MAX], rank_counts[STOKER_MIX_MAX];
+    uint32_t n_sources = g->mix != NULL ? g->mix->spec.n : 0;
+    for (uint32_t s = 0; mixed != NULL && s < n_sources; s++)
+        left_of[s] = mixed[s];
     uint32_t r;
     for (r = 0; r < g->world; r++) {
         group_rank *gr = &g->ranks[r];
@@ -370,7 +399,16 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short)
         // every sequence left and the next none, the step then never forming.
         uint64_t left = b->c.queued, ranks = g->world - r;
         uint32_t share = is_short ? (uint32_t)((left + ranks - 1) / ranks) : UINT32_MAX;
-        lease *l = lease_take(b, gr->t, want, share);
+        lease *l;
+        if (mixed != NULL) {
+            // A mixed step: each rank's part of the step's per-source counts, in proportion.
+            mix_split(left_of, n_sources, want, rank_counts);
+            l = lease_take_mix(b, gr->t, g->mix, rank_counts);
+            for (uint32_t s = 0; s < n_sources; s++)
+                left_of[s] -= rank_counts[s];
+        } else {
+            l = lease_take(b, gr->t, want, share);
+        }
         int ok = l != NULL && (budgeted ? l->full || is_short : l->count == want);
         if (!ok) {
             if (l != NULL) {
@@ -427,6 +465,58 @@ start(group *g)
                 (unsigned long long)most);
 }
 
+// Ends mixed group g: its mixture is over (code and why from mix_end). What its sources still
+// hold stays queued, reported as the leftover (a last short step would break the shares).
+static void
+end_mixed(broker *b, group *g, int code, const char *why, const uint64_t *avail)
+{
+    g->end_code = code;
+    g->ended_ms = stoker_now_ms() - b->start_ms;
+    g->leftover = 0;
+    for (uint32_t s = 0; s < g->mix->spec.n; s++)
+        g->leftover += avail[s];
+    g->retired = 1;
+    snprintf(g->end_reason, sizeof(g->end_reason),
+             "group '%s' ended at step %llu: %s; %llu example%s of its sources left over, still "
+             "queued",
+             g->name, (unsigned long long)g->steps, why, (unsigned long long)g->leftover,
+             g->leftover == 1 ? "" : "s");
+    stoker_info("group-ended: %s", g->end_reason);
+}
+
+// The next step of a group with a mixture (mix.h): the step's per-source counts (world x batch
+// examples, the quota rule) once every source has its count queued; the step waits until then.
+// The group ends when its mixture does.
+static void
+fill_mixed(broker *b, group *g, uint64_t now_ms)
+{
+    mix *m = g->mix;
+    uint64_t avail[STOKER_MIX_MAX];
+    uint32_t counts[STOKER_MIX_MAX];
+    char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
+    mix_avail(b, m, avail);
+    snprintf(who, sizeof(who), "group '%s'", g->name);
+    int end = mix_end(b, m, avail, now_ms, who, why, sizeof(why));
+    if (end != STOKER_OK) {
+        end_mixed(b, g, end, why, avail);
+        return;
+    }
+    mix_plan(m, g->world * g->batch, counts);
+    uint32_t s = 0;
+    while (s < m->spec.n && counts[s] <= avail[s])
+        s++;
+    m->waits_for = s < m->spec.n ? (int32_t)s : -1;
+    g->short_of = s < m->spec.n;
+    if (g->short_of) {
+        if (g->step_ms == 0) {
+            g->step_ms = now_ms; // the wait for this step starts
+            g->step_produced = b->c.produced;
+        }
+        return;
+    }
+    form_step(b, g, g->batch, 0, 0, counts);
+}
+
 // Forms the next step if it can be formed now: every rank joined and connected, the slowest
 // rank fewer than `ahead` steps behind, and a batch for every rank. Called when a rank needs a
 // batch and has none formed, so steps are taken from the queues only as fast as the fastest
@@ -452,6 +542,10 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         if (g->steps - slowest >= g->ahead)
             return;
+        if (g->mix != NULL) {
+            fill_mixed(b, g, now_ms);
+            return;
+        }
         uint64_t queued = b->c.queued;
         uint32_t n = g->batch, extra = 0;
         int enough = budget_ready(b, &g->batching, g->batch, g->world); // every rank's batch
@@ -497,7 +591,7 @@ fill(broker *b, group *g, uint64_t now_ms)
                 extra = 0;
             }
         }
-        form_step(b, g, n, extra, !enough);
+        form_step(b, g, n, extra, !enough, NULL);
     }
 }
 
@@ -552,6 +646,15 @@ group_take(broker *b, trainer *t, uint64_t now_ms, lease **l, uint64_t *step, ui
         // Why this rank waits (its stall reason): the step's size, what is queued,
         // and how fast examples come.
         double secs = (double)(now_ms - g->step_ms) / 1000.0;
+        if (g->mix != NULL && g->mix->waits_for >= 0) {
+            snprintf(why, why_len,
+                     "group '%s' waits for a full step %llu: the mixture waits for source '%s' "
+                     "(%llu examples arriving in all in the last %.1f s)",
+                     g->name, (unsigned long long)g->steps + 1,
+                     g->mix->spec.names[g->mix->waits_for],
+                     (unsigned long long)(b->c.produced - g->step_produced), secs);
+            return STOKER_OK;
+        }
         snprintf(why, why_len,
                  "group '%s' waits for a full step %llu: %llu examples (%u ranks x %u), %llu "
                  "queued, %.1f examples/s arriving (%llu in the last %.1f s)",
@@ -641,4 +744,10 @@ group_destroy_all(broker *b, broker_outbox *out)
         g = next;
     }
     b->groups = NULL;
+}
+
+struct mix *
+group_mix(const trainer *t)
+{
+    return t->group != NULL ? t->group->mix : NULL;
 }

@@ -45,6 +45,8 @@ void group_untake(broker *b, trainer *t, lease *l);
 // The last event index t may be told (all of them for a trainer outside a group): a rank hears
 // an event with the first step formed after it, the same step on every rank, or with the end.
 uint64_t group_events_upto(const broker *b, const trainer *t);
+// The mixture of t's group (mix.h), or NULL.
+struct mix *group_mix(const trainer *t);
 
 // Groups as the status snapshot shows them: *out a malloc'd array of *n (NULL when none).
 int group_status(const broker *b, stoker_group_info **out, uint32_t *n);

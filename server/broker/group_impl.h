@@ -31,6 +31,7 @@ typedef struct group {
     char name[STOKER_NAME_MAX];
     uint32_t world, batch, ahead;
     stoker_batching batching; // how its steps' batches are made (all 0: by count, batch each)
+    struct mix *mix;          // its mixture of sources (mix.h), every rank's alike; NULL: none
     uint32_t members;         // trainers whose ->group is this one
     int retired;              // broken or ended: a hello with this name starts a new group
     int started;              // every rank joined once: the step count is set (resumed or 1)

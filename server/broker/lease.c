@@ -19,6 +19,14 @@
 #include "stoker/error.h"
 #include "stoker/log.h"
 
+// Frees l and its hold on its mixture.
+static void
+lease_free(lease *l)
+{
+    mix_release(l->mix);
+    free_lease(l);
+}
+
 // --- leases and acks ----------------------------------------------------------------------------
 
 // Applies acknowledgements from t. Returns how many were refused.
@@ -50,7 +58,7 @@ lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64
         if (b->arena != NULL)
             broker_arena_lease_done(b->arena, l->id);
         commit_release(b, l);
-        free_lease(l);
+        lease_free(l);
     }
     if (refused > 0)
         stoker_warn("ack-refused: trainer %u '%s': %u unknown or already acknowledged leases",
@@ -101,7 +109,7 @@ lease_return(broker *b, lease *l, int unused)
     if (b->arena != NULL)
         broker_arena_lease_done(b->arena, l->id);
     commit_release(b, l);
-    free_lease(l);
+    lease_free(l);
     return total;
 }
 
@@ -238,7 +246,7 @@ static lease *
 lease_made(broker *b, trainer *t, lease *l)
 {
     if (l->count == 0) {
-        free_lease(l);
+        lease_free(l);
         return NULL;
     }
     b->c.queued -= l->count;
@@ -368,6 +376,7 @@ lease_take_mix(broker *b, trainer *t, mix *m, const uint32_t *counts)
     if (l == NULL)
         return NULL;
     l->mix = m;
+    mix_hold(m);
     for (uint32_t s = 0; s < m->spec.n; s++) {
         uint32_t before = l->count;
         int rv = counts[s] > 0 ? take_fair(b, l, counts[s], m->spec.names[s], s + 1) : 0;

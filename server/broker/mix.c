@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "stoker/error.h"
+#include "stoker/log.h"
 
 // Shares over the sources still in m (each weight over their sum), rebased at given: every
 // target goes on from where it is.
@@ -31,14 +33,22 @@ mix_new(const stoker_mix *spec)
         return NULL;
     m->spec = *spec;
     m->waits_for = -1;
+    m->refs = 1;
     reshare(m);
     return m;
 }
 
 void
-mix_free(mix *m)
+mix_hold(mix *m)
 {
-    free(m);
+    m->refs++;
+}
+
+void
+mix_release(mix *m)
+{
+    if (m != NULL && --m->refs == 0)
+        free(m);
 }
 
 int
@@ -175,4 +185,47 @@ mix_drop_source(mix *m, uint32_t s)
         return;
     m->dry[s] = 1;
     reshare(m);
+}
+
+int
+mix_end(const broker *b, mix *m, const uint64_t *avail, uint64_t now_ms, const char *who, char *why,
+        size_t len)
+{
+    uint32_t live = 0, lost_any = 0;
+    for (uint32_t s = 0; s < m->spec.n; s++) {
+        uint32_t alive, lost, n = mix_producers(b, m, s, &alive, &lost);
+        lost_any += lost;
+        if (m->dry[s] || avail[s] > 0 || !mix_source_dry(b, m, s, now_ms)) {
+            live += !m->dry[s];
+            continue;
+        }
+        if (m->spec.stop == STOKER_MIX_STOP_FIRST)
+            return stoker_errorf(why, len, lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA,
+                                 "source '%s' of the mixture ran dry (%u producer%s, %u lost) and "
+                                 "the mixture stops at its first dry source (mix stop 'first'): "
+                                 "what the other sources hold stays queued",
+                                 m->spec.names[s], n, n == 1 ? "" : "s", lost);
+        stoker_info("mix-source-dry: %s: source '%s' ran dry (%u producer%s, %u lost); the "
+                    "mixture goes on without it",
+                    who, m->spec.names[s], n, n == 1 ? "" : "s", lost);
+        mix_drop_source(m, s);
+    }
+    if (live > 0)
+        return STOKER_OK;
+    return stoker_errorf(why, len, lost_any > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA,
+                         "every source of the mixture ran dry (mix stop 'all'): no producer of "
+                         "its %u pool%s may send and none of their examples is queued",
+                         m->spec.n, m->spec.n == 1 ? "" : "s");
+}
+
+void
+mix_split(const uint32_t *left, uint32_t n_sources, uint32_t want, uint32_t *counts)
+{
+    uint64_t total = 0;
+    for (uint32_t s = 0; s < n_sources; s++)
+        total += left[s];
+    double owed[STOKER_MIX_MAX];
+    for (uint32_t s = 0; s < n_sources; s++)
+        owed[s] = total > 0 ? (double)left[s] * (double)want / (double)total : 0.0;
+    stoker_mix_counts(n_sources, owed, want, counts);
 }

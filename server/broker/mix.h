@@ -19,16 +19,21 @@ typedef struct mix {
     double share[STOKER_MIX_MAX];
     double base[STOKER_MIX_MAX];
     uint64_t from;
-    uint64_t given;                  // examples given (leased, not given back) in all
-    uint64_t got[STOKER_MIX_MAX];    // of them per source
-    uint8_t dry[STOKER_MIX_MAX];     // ran dry and left the mixture (stop rule "all")
-    int32_t waits_for;               // the source the latest full batch waited for (-1: none)
-    uint64_t steps;                  // batches numbered so far (a plain trainer's, in order)
+    uint64_t given;               // examples given (leased, not given back) in all
+    uint64_t got[STOKER_MIX_MAX]; // of them per source
+    uint8_t dry[STOKER_MIX_MAX];  // ran dry and left the mixture (stop rule "all")
+    int32_t waits_for;            // the source the latest full batch waited for (-1: none)
+    uint64_t steps;               // batches numbered so far (a plain trainer's, in order)
+    uint32_t refs;                // holds (mix_hold, mix_release)
 } mix;
 
-// A new mixture of spec (checked by the caller), nothing given yet; NULL when out of memory.
+// A new mixture of spec (checked by the caller), nothing given yet, held once (its owner's: a
+// trainer's or a group's); NULL when out of memory. Each lease of it holds it too, so that a
+// lease outliving its owner (a group ended while a rank held a step) still has its books.
 mix *mix_new(const stoker_mix *spec);
-void mix_free(mix *m);
+void mix_hold(mix *m);
+// Lets go of one hold; the last frees m. Accepts NULL.
+void mix_release(mix *m);
 // What each source's pool has queued now, into avail.
 void mix_avail(const broker *b, const mix *m, uint64_t *avail);
 // Nonzero when source s ran dry: no producer of its pool may send, none of its examples queued,
@@ -48,6 +53,14 @@ void mix_took(mix *m, uint32_t s, uint32_t n);
 void mix_gave_back(mix *m, uint32_t s, uint32_t n);
 // Source s leaves the mixture (ran dry, stop rule "all"): the others' shares grow to fill it.
 void mix_drop_source(mix *m, uint32_t s);
+// Whether m is over (STOKER_OK: not): with stop rule "first" a source ran dry, with "all" every
+// one (a source that runs dry then leaves the mixture, said in the log for who, and the others'
+// shares grow). END_OF_DATA, or NO_PRODUCERS when producers of it were lost, with why.
+int mix_end(const broker *b, mix *m, const uint64_t *avail, uint64_t now_ms, const char *who,
+            char *why, size_t len);
+// One rank's part of a step's per-source counts: want examples of what is left (left[s] per
+// source, want at most their sum), in the same proportions (the quota rule), into counts.
+void mix_split(const uint32_t *left, uint32_t n_sources, uint32_t want, uint32_t *counts);
 // The source whose producers are in pool (index), or -1.
 int mix_source_of(const mix *m, const char *pool);
 

@@ -353,51 +353,6 @@ plain_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     return a->batch != NULL || a->end != STOKER_OK;
 }
 
-// Whether t's mixture is over: with stop rule "first" a source ran dry, with "all" every one
-// (a source that runs dry leaves the mixture, the others' shares grow). Sets a's end and why.
-static int
-mix_over(broker *b, trainer *t, const uint64_t *avail, uint64_t now_ms, pull_answer *a)
-{
-    mix *m = t->mix;
-    uint32_t live = 0;
-    for (uint32_t s = 0; s < m->spec.n; s++) {
-        if (m->dry[s] || avail[s] > 0 || !mix_source_dry(b, m, s, now_ms)) {
-            live += !m->dry[s];
-            continue;
-        }
-        uint32_t alive, lost, n = mix_producers(b, m, s, &alive, &lost);
-        a->end = lost > 0 ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
-        if (m->spec.stop == STOKER_MIX_STOP_FIRST) {
-            snprintf(a->why, sizeof(a->why),
-                     "source '%s' of the mixture ran dry (%u producer%s, %u lost) and the "
-                     "mixture stops at its first dry source (mix stop 'first'): what the other "
-                     "sources hold stays queued",
-                     m->spec.names[s], n, n == 1 ? "" : "s", lost);
-            return 1;
-        }
-        stoker_info("mix-source-dry: trainer %u '%s': source '%s' ran dry (%u producer%s, %u "
-                    "lost); the mixture goes on without it",
-                    t->id, t->name, m->spec.names[s], n, n == 1 ? "" : "s", lost);
-        mix_drop_source(m, s);
-    }
-    if (live > 0) {
-        a->end = STOKER_OK;
-        return 0;
-    }
-    a->end = STOKER_END_OF_DATA;
-    for (uint32_t s = 0; s < m->spec.n; s++) {
-        uint32_t alive, lost;
-        mix_producers(b, m, s, &alive, &lost);
-        if (lost > 0)
-            a->end = STOKER_NO_PRODUCERS;
-    }
-    snprintf(a->why, sizeof(a->why),
-             "every source of the mixture ran dry (mix stop 'all'): no producer of its %u "
-             "pool%s may send and none of their examples is queued",
-             m->spec.n, m->spec.n == 1 ? "" : "s");
-    return 1;
-}
-
 // Takes t's mixed batch of counts into a, numbered: the client hands its batches to its caller
 // in this order (pulls in flight may come back in another), so that the running counts hold
 // where the caller sees them.
@@ -421,7 +376,13 @@ mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     uint64_t avail[STOKER_MIX_MAX];
     uint32_t counts[STOKER_MIX_MAX];
     mix_avail(b, m, avail);
-    int over = now_ms >= b->returning_until_ms && mix_over(b, t, avail, now_ms, a);
+    char who[STOKER_NAME_MAX + 32];
+    snprintf(who, sizeof(who), "trainer %u '%s'", t->id, t->name);
+    int over = 0;
+    if (now_ms >= b->returning_until_ms) {
+        a->end = mix_end(b, m, avail, now_ms, who, a->why, sizeof(a->why));
+        over = a->end != STOKER_OK;
+    }
     if (over && mix_fit(m, max, avail, counts) > 0) {
         a->end = STOKER_OK; // the last batches that fit go first
         return mixed_take(b, t, counts, a);

@@ -417,7 +417,7 @@ trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *o
             return NULL;
         }
         group_detach(b, b->trainers[i]);
-        mix_free(b->trainers[i]->mix);
+        mix_release(b->trainers[i]->mix);
         free(b->trainers[i]);
         b->trainers[i] = b->trainers[--b->n_trainers];
     }
@@ -436,17 +436,16 @@ trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *o
     return t;
 }
 
-// Nonzero, with why, when a trainer's hello asks for a mixture this broker cannot make: with a
-// group, with batches made by tokens, with a dataset (not yet: docs/mixing.md), or one other than
-// the one whose leases it still holds.
+// Nonzero, with why, when a trainer's hello asks for a mixture this broker cannot make: with
+// batches made by tokens, with a dataset (not yet: docs/mixing.md), or one other than the one
+// whose leases it still holds.
 static int
 mix_refused(const broker *b, const trainer *t, const stoker_request *req, char *why, size_t len)
 {
     const stoker_mix *m = &req->mix;
-    const char *with = req->group[0] != '\0'                    ? "a group"
-                       : stoker_batching_active(&req->batching) ? "batches made by tokens"
-                       : b->epochs != NULL                      ? "a dataset"
-                                                                : NULL;
+    const char *with = stoker_batching_active(&req->batching) ? "batches made by tokens"
+                       : b->epochs != NULL                    ? "a dataset"
+                                                              : NULL;
     if (m->n > 0 && with != NULL) {
         snprintf(why, len, "a mixture of sources with %s is not supported yet (docs/mixing.md)",
                  with);
@@ -468,7 +467,7 @@ mix_take(trainer *t, const stoker_mix *spec)
 {
     if (t->mix != NULL && stoker_mix_equal(&t->mix->spec, spec))
         return STOKER_OK;
-    mix_free(t->mix);
+    mix_release(t->mix);
     t->mix = NULL;
     if (spec->n == 0)
         return STOKER_OK;
@@ -515,7 +514,9 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->pid = req->pid;       // /status's consumers
     t->commit = req->commit; // its leases stay held until it commits (commit.c)
     t->batching = req->batching;
-    if (mix_take(t, &req->mix) != STOKER_OK) {
+    static const stoker_mix none = {0};
+    // A rank's mixture is its group's (group.c): every rank's alike, one set of books.
+    if (mix_take(t, g == NULL ? &req->mix : &none) != STOKER_OK) {
         send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
         return;
     }

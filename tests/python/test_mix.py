@@ -85,6 +85,49 @@ def test_three_sources_stay_within_one_example_of_their_share_over_10000_batches
         print("10000 batches of 8 in %.1f s: %s, worst %.3f" % (secs, dict(books.got), books.worst))
 
 
+def test_a_group_of_three_ranks_keeps_the_shares_per_global_step():
+    import threading
+    world, batch, steps = 3, 8, 3334  # 10,002 batches in all
+    with Cluster() as c:
+        three_pools(c)
+        got = [[] for _ in range(world)]  # per rank: per step, its sources and identities
+        errors = []
+
+        def rank(r):
+            try:
+                with stoker.Client(c.url, mix=WEIGHTS, group="mixed", rank=r, world_size=world,
+                                   stall_timeout=20) as client:
+                    for i, b in enumerate(client.batches(batch)):
+                        ids = [(run.session, q) for run in b.runs
+                               for q in range(run.first_seq, run.first_seq + run.count)]
+                        got[r].append((b.sources(), ids))
+                        if i + 1 == steps:
+                            break
+            except Exception as e:  # reported below
+                errors.append("rank %d: %r" % (r, e))
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert all(len(g) == steps for g in got), [len(g) for g in got]
+        books = collections.Counter()
+        total, worst, seen = 0, 0.0, set()
+        for k in range(steps):
+            for r in range(world):
+                sources, ids = got[r][k]
+                assert len(sources) == batch, (k, r, len(sources))  # equal batches, every rank
+                books.update(sources)
+                total += len(sources)
+                seen.update(ids)
+            for pool, w in WEIGHTS.items():
+                worst = max(worst, abs(books[pool] - w * total))
+        assert len(seen) == total, (len(seen), total)  # every example once, over the ranks
+        assert worst < 1.0 + 1e-9, worst  # within one example of its share, every global step
+
+
 def test_the_mixture_ends_with_its_first_dry_source_by_default():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")
@@ -131,8 +174,9 @@ def test_a_source_with_no_producer_makes_the_batch_wait_and_says_which():
         c.wait_producers(1)
         client = stoker.Client(c.url, mix={"a": 0.5, "nowhere": 0.5}, stall_timeout=1.5)
         try:
-            client.next_batch(8)
-            raise AssertionError("a batch came without any example of pool 'nowhere'")
+            b = client.next_batch(8)
+            raise AssertionError("a batch came without any example of pool 'nowhere': %d "
+                                 "examples of %s, runs %s" % (b.count, b.sources(), b.runs))
         except stoker.Stalled as e:
             assert "nowhere" in str(e), str(e)
         st = stoker.status(c.url)
@@ -160,11 +204,14 @@ def test_bad_mixtures_are_refused_with_the_reason():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", name="pa")
         c.wait_producers(1)
+        first = stoker.Client(c.url, mix={"a": 1}, group="g", rank=0, world_size=2,
+                              batch_size=4)
         try:
-            stoker.Client(c.url, mix={"a": 1}, group="g", rank=0, world_size=2, batch_size=4)
-            raise AssertionError("a mixture in a group accepted")
+            stoker.Client(c.url, mix={"a": 2}, group="g", rank=1, world_size=2, batch_size=4)
+            raise AssertionError("ranks with different mixtures accepted")
         except stoker.StokerError as e:
-            assert "group" in str(e), str(e)
+            assert "disagree on the mixture" in str(e), str(e)
+        first.close()
 
 
 def test_stoker_pull_mixes_and_reports_each_source():
