@@ -75,13 +75,6 @@ group_create(broker *b, const stoker_request *req)
     return g;
 }
 
-// Whether g's mixture is the one asked for (none and none alike).
-static int
-same_mix(const group *g, const stoker_mix *asked)
-{
-    return g->mix != NULL ? stoker_mix_equal(&g->mix->spec, asked) : asked->n == 0;
-}
-
 int
 group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now_ms, group **out,
             trainer **holder, char *why, size_t why_len)
@@ -106,7 +99,7 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
         t->rank == req->rank && t->group->world == req->world &&
         t->group->batch == req->group_batch &&
         memcmp(&t->group->batching, &req->batching, sizeof(req->batching)) == 0 &&
-        same_mix(t->group, &req->mix)) {
+        group_same_mix(t->group, &req->mix)) {
         *out = t->group;
         return STOKER_OK;
     }
@@ -137,17 +130,8 @@ group_admit(broker *b, const trainer *t, const stoker_request *req, uint64_t now
                 g->name, g->batching.max_tokens, g->batching.buckets, g->batching.pack,
                 g->batching.pack_whole, who, req->rank, req->batching.max_tokens,
                 req->batching.buckets, req->batching.pack, req->batching.pack_whole);
-        if (!same_mix(g, &req->mix)) {
-            char has[256], says[256];
-            stoker_mix_format(g->mix != NULL ? &g->mix->spec : &req->mix, has, sizeof(has));
-            stoker_mix_format(&req->mix, says, sizeof(says));
-            return stoker_errorf(why, why_len, STOKER_INVALID,
-                                 "group '%s': ranks disagree on the mixture: the group mixes "
-                                 "'%s', '%s' (rank %u) says '%s' (every rank's step holds the "
-                                 "same shares)",
-                                 g->name, g->mix != NULL ? has : "", who, req->rank,
-                                 req->mix.n > 0 ? says : "");
-        }
+        if (!group_same_mix(g, &req->mix))
+            return group_mix_disagrees(g, req, who, why, why_len);
         group_rank *gr = &g->ranks[req->rank];
         trainer *held = gr->t;
         if (held != NULL) {
@@ -465,58 +449,6 @@ start(group *g)
                 (unsigned long long)most);
 }
 
-// Ends mixed group g: its mixture is over (code and why from mix_end). What its sources still
-// hold stays queued, reported as the leftover (a last short step would break the shares).
-static void
-end_mixed(broker *b, group *g, int code, const char *why, const uint64_t *avail)
-{
-    g->end_code = code;
-    g->ended_ms = stoker_now_ms() - b->start_ms;
-    g->leftover = 0;
-    for (uint32_t s = 0; s < g->mix->spec.n; s++)
-        g->leftover += avail[s];
-    g->retired = 1;
-    snprintf(g->end_reason, sizeof(g->end_reason),
-             "group '%s' ended at step %llu: %s; %llu example%s of its sources left over, still "
-             "queued",
-             g->name, (unsigned long long)g->steps, why, (unsigned long long)g->leftover,
-             g->leftover == 1 ? "" : "s");
-    stoker_info("group-ended: %s", g->end_reason);
-}
-
-// The next step of a group with a mixture (mix.h): the step's per-source counts (world x batch
-// examples, the quota rule) once every source has its count queued; the step waits until then.
-// The group ends when its mixture does.
-static void
-fill_mixed(broker *b, group *g, uint64_t now_ms)
-{
-    mix *m = g->mix;
-    uint64_t avail[STOKER_MIX_MAX];
-    uint32_t counts[STOKER_MIX_MAX];
-    char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
-    mix_avail(b, m, avail);
-    snprintf(who, sizeof(who), "group '%s'", g->name);
-    int end = mix_end(b, m, avail, now_ms, who, why, sizeof(why));
-    if (end != STOKER_OK) {
-        end_mixed(b, g, end, why, avail);
-        return;
-    }
-    mix_plan(m, g->world * g->batch, counts);
-    uint32_t s = 0;
-    while (s < m->spec.n && counts[s] <= avail[s])
-        s++;
-    m->waits_for = s < m->spec.n ? (int32_t)s : -1;
-    g->short_of = s < m->spec.n;
-    if (g->short_of) {
-        if (g->step_ms == 0) {
-            g->step_ms = now_ms; // the wait for this step starts
-            g->step_produced = b->c.produced;
-        }
-        return;
-    }
-    form_step(b, g, g->batch, 0, 0, counts);
-}
-
 // Forms the next step if it can be formed now: every rank joined and connected, the slowest
 // rank fewer than `ahead` steps behind, and a batch for every rank. Called when a rank needs a
 // batch and has none formed, so steps are taken from the queues only as fast as the fastest
@@ -543,7 +475,9 @@ fill(broker *b, group *g, uint64_t now_ms)
         if (g->steps - slowest >= g->ahead)
             return;
         if (g->mix != NULL) {
-            fill_mixed(b, g, now_ms);
+            uint32_t counts[STOKER_MIX_MAX];
+            if (group_mixed_step(b, g, now_ms, counts))
+                form_step(b, g, g->batch, 0, 0, counts);
             return;
         }
         uint64_t queued = b->c.queued;
@@ -744,10 +678,4 @@ group_destroy_all(broker *b, broker_outbox *out)
         g = next;
     }
     b->groups = NULL;
-}
-
-struct mix *
-group_mix(const trainer *t)
-{
-    return t->group != NULL ? t->group->mix : NULL;
 }

@@ -50,4 +50,13 @@ typedef struct group {
     uint64_t commit_step, commit_since_ms;
 } group;
 
+// The next step of a group with a mixture: 1 with its per-source counts once every source has
+// its count queued; 0 while it waits, or when the group ended with its mixture (group_mix.c).
+int group_mixed_step(broker *b, group *g, uint64_t now_ms, uint32_t *counts);
+// Whether g's mixture is the one asked for (none and none alike); the refusal of a rank whose
+// mixture is not its group's.
+int group_same_mix(const group *g, const stoker_mix *asked);
+int group_mix_disagrees(const group *g, const stoker_request *req, const char *who, char *why,
+                        size_t len);
+
 #endif

@@ -48,7 +48,7 @@ SERVER_FLOORS = [
     ["broker/core", "broker/queue", "broker/trained"],
     ["broker/commit", "broker/budget", "broker/epoch", "broker/autoscale", "broker/queues",
      "broker/mix"],
-    ["broker/lease"],
+    ["broker/lease", "broker/group_mix"],
     ["broker/group", "broker/group_commit", "broker/drop"],
     ["broker/push", "broker/pull", "broker/session", "broker/report"],
     ["broker/loss"],
