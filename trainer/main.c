@@ -1,6 +1,7 @@
 // stoker-trainer: parses the option table, installs the signal handlers, runs the training
 // loop (train.c) and writes the JSON summary. Exit codes: 0 completed or time goal, 3 data
-// supply ended, 4 stalled, 5 group broken, 130 interrupted, 1 other errors, 2 usage.
+// supply ended, 4 stalled, 5 group broken, 6 broker lost, 130 interrupted, 1 other errors,
+// 2 usage.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,7 +292,7 @@ main(int argc, char **argv)
                     "inline,\nthe baseline), on the GPU when one is usable.",
                     STOKER_LOG_INFO);
     cli.epilog = "Exit codes: 0 completed or time goal, 3 data supply ended, 4 stalled,\n"
-                 "5 group broken, 130 interrupted, 1 error, 2 usage.";
+                 "5 group broken, 6 the broker went away, 130 interrupted, 1 error, 2 usage.";
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);

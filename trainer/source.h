@@ -37,7 +37,9 @@ typedef struct source_ops {
     const stoker_schema *(*schema)(const source *src);
     // Waits for the next batch, bounded by the stall timeout. On STOKER_OK *chunk is borrowed
     // until settle, which the caller calls once after training on it. Otherwise no batch is held:
-    // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended), STOKER_STALLED,
+    // STOKER_NO_PRODUCERS / STOKER_END_OF_DATA (supply ended), STOKER_STALLED (nothing within
+    // the stall timeout from a far end that still answers), STOKER_CONNECTION (nothing within
+    // the stall timeout, and the far end does not answer: the broker went away),
     // STOKER_INTERRUPTED (cfg->stop set), or another error. A committing source with batches
     // settled but not committed may also return STOKER_RETRY after a second without a batch:
     // checkpoint (which commits) and call next again; the stall timeout keeps running. With a

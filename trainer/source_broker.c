@@ -49,6 +49,22 @@ broker_schema(const source *src)
     return stoker_trainer_client_schema(s->tc);
 }
 
+// A stall's cause: STOKER_STALLED when the broker answers a Status request (it has nothing to
+// give), STOKER_CONNECTION when it does not (stopped, killed or unreachable: it sends no word
+// when it stops, its connection just closes). Bounded by the client's request timeout, 200 ms
+// once a request found the broker gone.
+static int
+stall_cause(broker_source *s)
+{
+    stoker_status *st;
+    int rv = stoker_trainer_client_status(s->tc, &st);
+    if (rv == STOKER_OK) {
+        stoker_status_destroy(st);
+        return STOKER_STALLED;
+    }
+    return rv == STOKER_TIMEOUT || rv == STOKER_CONNECTION ? STOKER_CONNECTION : STOKER_STALLED;
+}
+
 static int
 broker_next(source *src, const stoker_chunk **chunk)
 {
@@ -92,6 +108,8 @@ broker_next(source *src, const stoker_chunk **chunk)
     } else {
         rv = stoker_trainer_client_next(s->tc, &batch);
     }
+    if (rv == STOKER_STALLED)
+        rv = stall_cause(s);
     if (rv != STOKER_OK)
         return rv;
     s->idle_ms = 0;
@@ -148,7 +166,9 @@ broker_audit(source *src, train_result *res)
     broker_source *s = (broker_source *)src;
     stoker_trainer_client_flush(s->tc);
     stoker_status *st;
-    int rv = stoker_trainer_client_status(s->tc, &st);
+    // A broker that went away has no counters to give: the summary says why, no warning more.
+    int rv = res->status == TRAIN_BROKER_LOST ? STOKER_CONNECTION
+                                              : stoker_trainer_client_status(s->tc, &st);
     if (rv == STOKER_OK) {
         res->has_audit = 1;
         res->produced = st->counters.produced;
@@ -160,7 +180,7 @@ broker_audit(source *src, train_result *res)
         res->discrepancy = (int64_t)(st->counters.produced - st->counters.acknowledged -
                                      st->counters.queued - st->counters.in_flight);
         stoker_status_destroy(st);
-    } else {
+    } else if (res->status != TRAIN_BROKER_LOST) {
         stoker_warn("audit: Status failed (%s); audit left out", stoker_strerror(rv));
     }
     res->duplicates_seen = stoker_trainer_client_duplicates(s->tc);

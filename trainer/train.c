@@ -46,8 +46,8 @@ const char *
 train_status_name(train_status status)
 {
     static const char *const names[] = {"completed",   "time_goal", "supply_ended", "stalled",
-                                        "interrupted", "error",     "group_broken"};
-    return status <= TRAIN_GROUP_BROKEN ? names[status] : "error";
+                                        "interrupted", "error",     "group_broken", "broker_lost"};
+    return status <= TRAIN_BROKER_LOST ? names[status] : "error";
 }
 
 static int
@@ -65,6 +65,11 @@ exit_code(train_status status)
         return 130;
     case TRAIN_GROUP_BROKEN:
         return 5;
+    // Not 4: a stall waits on producers at a broker that answers; here the broker itself is
+    // gone, which a supervisor handles differently (start the broker, then the trainer). Not 3:
+    // that is the broker's own word that the supply ended, which nobody said here.
+    case TRAIN_BROKER_LOST:
+        return 6;
     default:
         return 1;
     }
@@ -494,9 +499,15 @@ train_run(const train_config *cfg, train_result *res)
                 set_reason(res, TRAIN_SUPPLY_ENDED,
                            "data supply ended: every producer finished and nothing is queued");
                 break;
-            case STOKER_STALLED:
-                set_reason(res, TRAIN_STALLED, "stalled: no batch within %.1f s",
+            case STOKER_STALLED: // the summary line says "stalled: " before the reason
+                set_reason(res, TRAIN_STALLED, "no batch within %.1f s",
                            cfg->stall_timeout_ms / 1000.0);
+                break;
+            case STOKER_CONNECTION:
+                set_reason(res, TRAIN_BROKER_LOST,
+                           "the broker went away: %s does not answer and no batch came within "
+                           "%.1f s (--stall-timeout): start the broker again, then the trainer",
+                           cfg->broker_url, cfg->stall_timeout_ms / 1000.0);
                 break;
             case STOKER_INTERRUPTED:
                 set_reason(res, TRAIN_INTERRUPTED, "stopped by a signal");

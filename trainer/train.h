@@ -23,6 +23,7 @@ typedef enum train_status {
     TRAIN_INTERRUPTED,
     TRAIN_ERROR,
     TRAIN_GROUP_BROKEN, // another rank of its data-parallel group was lost
+    TRAIN_BROKER_LOST,  // the broker went away (stopped, killed, unreachable) and stayed away
 } train_status;
 
 typedef struct train_config {
@@ -105,10 +106,11 @@ typedef struct train_result {
 
 // Runs training as configured. Always fills *result (status and reason say how it ended) and
 // returns the process exit code: 0 completed or time goal, 3 supply ended, 4 stalled,
-// 130 interrupted, 1 any other error.
+// 5 group broken, 6 broker lost, 130 interrupted, 1 any other error.
 int train_run(const train_config *cfg, train_result *result);
 
-// "completed", "time_goal", "supply_ended", "stalled", "interrupted", "error".
+// "completed", "time_goal", "supply_ended", "stalled", "interrupted", "error", "group_broken",
+// "broker_lost".
 const char *train_status_name(train_status status);
 
 // Writes result as DESIGN.md's JSON summary object (one line) to f.

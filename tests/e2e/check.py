@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks stoker-trainer's outputs with Python's own readers, not stoker's.
 
-  check.py summary PATH [--status S] [--rounds N] [--batch-size N] [--loss-halved]
-                        [--no-audit-identity]
+  check.py summary PATH [--status S] [--reason-starts TEXT] [--rounds N] [--batch-size N]
+                        [--loss-halved] [--no-audit-identity]
       PATH holds the trainer's JSON summary (docs/design.md): every field present with the right
       type, the audit consistent (discrepancy 0, duplicates_seen 0), examples consistent with
       batches.
@@ -32,7 +32,8 @@ def is_num(v):
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
 
 
-STATUSES = {"completed", "time_goal", "supply_ended", "stalled", "interrupted", "error"}
+STATUSES = {"completed", "time_goal", "supply_ended", "stalled", "interrupted", "error",
+            "group_broken", "broker_lost"}
 EVENT_KINDS = {"producer_joined", "producer_lost", "producer_finished", "producer_reconnected"}
 
 
@@ -50,8 +51,9 @@ def check_summary(a):
         "examples": int, "seconds": float, "examples_per_second": float,
         "final_loss": float, "data_wait_fraction": float, "audit": dict, "events": list,
     }
-    if s.get("status") == "error" and s.get("audit", 0) is None:
-        # A run that failed before it reached a broker has nothing to audit.
+    if s.get("status") in ("error", "broker_lost") and s.get("audit", 0) is None:
+        # A run that failed before it reached a broker, or whose broker went away, has nothing
+        # to audit.
         want["audit"] = type(None)
     for k, t in want.items():
         if k not in s:
@@ -87,7 +89,8 @@ def check_summary(a):
         fail("produced != acknowledged + still_queued + in_flight: %r" % audit)
     if audit["duplicates_seen"] != 0:
         fail("duplicates_seen %d != 0" % audit["duplicates_seen"])
-    if audit["acknowledged"] < s["examples"] and s["status"] != "error":
+    if s["audit"] is not None and audit["acknowledged"] < s["examples"] and \
+            s["status"] != "error":
         # Every batch trained on is acknowledged before the trainer fetches the audit.
         fail("acknowledged %d < examples trained %d" % (audit["acknowledged"], s["examples"]))
     for e in s["events"]:
@@ -104,6 +107,8 @@ def check_summary(a):
             fail("event kind %r unknown" % e["kind"])
     if a.status is not None and s["status"] != a.status:
         fail("status %r (%s), expected %r" % (s["status"], s["reason"], a.status))
+    if a.reason_starts is not None and not s["reason"].startswith(a.reason_starts):
+        fail("reason %r does not start with %r" % (s["reason"], a.reason_starts))
     if a.batch_size is not None:
         b = a.batch_size
         if s["examples"] > s["batches"] * b:
@@ -199,6 +204,7 @@ def main():
     s = sub.add_parser("summary")
     s.add_argument("path")
     s.add_argument("--status")
+    s.add_argument("--reason-starts", help="the reason's first words")
     s.add_argument("--rounds", type=int)
     s.add_argument("--round-length", type=int)
     s.add_argument("--batch-size", type=int)

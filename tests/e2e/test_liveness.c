@@ -4,7 +4,8 @@
 //   its leases and its group: it is heard through its heartbeat, not only its pulls;
 // - a consumer SIGSTOPped for less than --trainer-timeout loses no batch: a pull whose reply came
 //   after it timed out is named by the next one, and the broker sends that lease again;
-// - a broker that dies and stays down ends a trainer's wait at its stall timeout.
+// - a broker that dies, or is stopped cleanly, and stays down ends a trainer's wait at its stall
+//   timeout, named as a broker that went away (exit 6), not as a stall.
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,8 +200,9 @@ Test(liveness, replies_that_come_after_the_pull_timed_out_lose_no_batch)
     proc_broker_stop(broker);
 }
 
-// Defect 12: the broker SIGKILLed under stoker-trainer --time-goal 60 --stall-timeout 3 and never
-// restarted: the trainer stops as stalled (exit 4) within its stall timeout plus a margin.
+// The broker SIGKILLed under stoker-trainer --time-goal 60 --stall-timeout 3 and never
+// restarted: the trainer stops within its stall timeout plus a margin, saying the broker went
+// away (exit 6).
 Test(liveness, a_broker_that_stays_down_ends_the_trainer_at_its_stall_timeout)
 {
     char url[256];
@@ -220,10 +222,50 @@ Test(liveness, a_broker_that_stays_down_ends_the_trainer_at_its_stall_timeout)
               t->err_path);
     int rv = proc_exit_code(t);
     cr_log_info("stoker-trainer stopped %.1f s after the broker died", took / 1000.0);
-    cr_assert_eq(rv, 4, "stoker-trainer exited %d %.1f s after the broker died (see %s)", rv,
+    cr_assert_eq(rv, 6, "stoker-trainer exited %d %.1f s after the broker died (see %s)", rv,
                  took / 1000.0, t->err_path);
     cr_assert_lt(took, 6000, "stoker-trainer took %.1f s to stop (stall timeout 3 s)",
                  took / 1000.0);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "broker_lost", "--reason-starts",
+                           "the broker went away"));
+    proc_kill(producer);
+}
+
+// The broker stopped cleanly (SIGTERM, as systemctl stop does) under stoker-trainer
+// --stall-timeout 3: it sends no goodbye, its connections close. The trainer ends within its
+// stall timeout plus a margin with status broker_lost and a reason that says the broker went
+// away (exit 6), not "stalled" (exit 4) as if producers were slow.
+Test(liveness, a_broker_stopped_cleanly_ends_the_trainer_saying_the_broker_went_away)
+{
+    char url[256];
+    testdir_ipc_url(url, sizeof(url), "broker");
+    proc_child *broker = e2e_broker_start(url, PROC_ARGS("--schema", SCHEMA));
+    proc_child *producer = e2e_producer_start(url, "p", PROC_ARGS("--delay", "0:0.01"));
+    const char *json = testdir_file("summary.json");
+    proc_child *t =
+        e2e_trainer_start(PROC_ARGS("--broker", url, "--batch-size", "8", "--rounds", "100000",
+                                    "--stall-timeout", "3", "--device", "cpu", "--json", json));
+    cr_assert(h_wait_acknowledged(url, 32, 15000), "the trainer did not start");
+    proc_signal(broker, SIGTERM);
+    uint64_t stopped = stoker_now_ms();
+    cr_assert(proc_wait(broker, 10000), "the broker did not stop on SIGTERM");
+    cr_assert_eq(proc_exit_code(broker), 0, "the broker's clean stop exited %d",
+                 proc_exit_code(broker));
+    cr_assert(proc_wait(t, 15000), "stoker-trainer still running 15 s after the broker stopped");
+    uint64_t took = stoker_now_ms() - stopped;
+    cr_log_info("stoker-trainer stopped %.1f s after the broker", took / 1000.0);
+    cr_assert_eq(proc_exit_code(t), 6,
+                 "stoker-trainer exited %d %.1f s after the broker stopped "
+                 "(see %s)",
+                 proc_exit_code(t), took / 1000.0, t->err_path);
+    cr_assert_lt(took, 6000, "stoker-trainer took %.1f s to stop (stall timeout 3 s)",
+                 took / 1000.0);
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "broker_lost", "--reason-starts",
+                           "the broker went away"));
+    cr_assert(testdir_contains(t->err_path, "broker_lost: the broker went away"),
+              "the trainer's last line does not say the broker went away (see %s)", t->err_path);
+    cr_assert(!testdir_contains(t->err_path, "stalled: stalled:"),
+              "the trainer's log says \"stalled: stalled:\" (see %s)", t->err_path);
     proc_kill(producer);
 }
 

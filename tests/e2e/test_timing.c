@@ -176,7 +176,9 @@ Test(supply, frozen_producers_stall_the_trainer_with_4_after_the_timeout)
               "the trainer exited %.3f s after the freeze, expected "
               "within [1, 3] s (stall timeout 1 s)",
               took);
-    e2e_check_ok(PROC_ARGS("summary", json, "--status", "stalled", "--batch-size", "32"));
+    // The reason alone: the summary line puts "stalled: " before it once.
+    e2e_check_ok(PROC_ARGS("summary", json, "--status", "stalled", "--reason-starts",
+                           "no batch within 1.0 s", "--batch-size", "32"));
     proc_signal(p1, SIGCONT);
     proc_signal(p2, SIGCONT);
     proc_stop(p1, 3000);

@@ -9,6 +9,7 @@ STOKER_INSTALLED_ROOT=DIR checks an existing root instead (the files of the Debi
 unpacked into DIR, tests/packaging) without running meson install."""
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -89,11 +90,40 @@ def test_python_package_is_where_the_system_python_looks():
     inits = glob.glob(os.path.join(ROOT, "**", "stoker", "__init__.py"), recursive=True)
     assert len(inits) == 1, inits
     site = os.path.dirname(os.path.dirname(inits[0]))[len(ROOT):]
-    out = subprocess.run([system_python, "-c", "import sys; print('\\n'.join(sys.path))"],
-                         capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
-    searched = out.stdout.split("\n")
+    searched = python_path(system_python)
     assert site in searched, "the Python package went to %s, which %s does not search (%s)" % (
-        site, system_python, ", ".join(p for p in searched if p))
+        site, system_python, ", ".join(searched))
+
+
+def python_path(python):
+    """The folders python searches for modules, run without PYTHONPATH."""
+    out = subprocess.run([python, "-c", "import sys; print('\\n'.join(sys.path))"],
+                         capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    return [p for p in out.stdout.split("\n") if p]
+
+
+def test_a_bare_meson_install_puts_the_python_package_where_python3_looks():
+    # `meson setup build && meson install` with no option given (not scripts/build.sh's, which
+    # names the folder): the Python package goes where Debian's python3 finds it. Configured
+    # only: meson says at setup where each file will be installed.
+    system_python = "/usr/bin/python3"
+    if (os.environ.get("STOKER_INSTALLED_ROOT") or not os.path.exists(system_python)
+            or shutil.which("meson") is None):
+        print("(skipped: a packaged root, or no /usr/bin/python3 or meson)")
+        return
+    bare = os.path.join(WORK, "bare")
+    out = subprocess.run(["meson", "setup", bare, SRC], capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, "meson setup failed:\n%s%s" % (out.stdout, out.stderr)
+    with open(os.path.join(bare, "meson-info", "intro-installed.json")) as f:
+        installed = json.load(f)
+    inits = [dst for dst in installed.values() if dst.endswith("/stoker/__init__.py")]
+    assert len(inits) == 1, inits
+    site = os.path.dirname(os.path.dirname(inits[0]))
+    searched = python_path(system_python)
+    assert site in searched, "a bare meson install puts the Python package into %s, which %s " \
+        "does not search (%s)" % (site, system_python, ", ".join(searched))
+
 
 def test_pkg_config_names_the_version_and_the_library():
     assert pkg_config("--modversion", "stoker") == [VERSION]

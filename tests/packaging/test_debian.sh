@@ -48,6 +48,12 @@ check "the packages ($names)" test "$names" = "$expected"
 for d in "${debs[@]}"; do
     check "$(basename "$d") has version $version" test "$(dpkg-deb -f "$d" Version)" = "$version"
 done
+# No invented metadata: no Homepage (stoker has no public one), and the Maintainer is the one
+# debian/changelog's trailer names (debian/control says why it is at .invalid).
+maintainer=$(cd "$src" && dpkg-parsechangelog -S Maintainer)
+for d in "${debs[@]}"; do
+    check "$(basename "$d") names no Homepage and the changelog's Maintainer ($maintainer)" bash -c "[ -z \"\$(dpkg-deb -f '$d' Homepage)\" ] && [ \"\$(dpkg-deb -f '$d' Maintainer)\" = '$maintainer' ]"
+done
 check "lintian reports no errors" bash -c "lintian --fail-on error '$work'/*.changes"
 sed 's/^/  lintian: /' "$work/out" | grep -v 'root privileges' | head -n 30
 cp "$work/out" "$work/lintian.out"

@@ -1,9 +1,10 @@
 """The Python examples of README.md, docs/python.md and docs/durability.md run as written: each
 ```python block is saved to a file and run by a fresh interpreter against a real broker with two
 real producers, its documented address (tcp://localhost:7070) replaced by the test broker's. A
-block written for torchrun (it says so) runs as two ranks with torchrun's environment (RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and the address as its argument, against a finite supply. A
-block that raises, exits non-zero, or talks to no broker fails the test."""
+block written for data-parallel ranks says how it is run (`python3 -m stoker.launch
+--nproc-per-node N SCRIPT URL`): it runs so, as written, N ranks with the address as their
+argument, against a finite supply. A block that raises, exits non-zero, or talks to no broker fails
+the test."""
 
 import os
 import re
@@ -22,6 +23,9 @@ ROOT = os.environ.get("STOKER_SOURCE_ROOT",
                       os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 DOCUMENTED_URL = "tcp://localhost:7070"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# A DDP block's run line: "python3 -m stoker.launch --nproc-per-node 2 train_ddp.py URL".
+LAUNCH = re.compile(r"python3 -m stoker\.launch --nproc-per-node (\d+) \S+\.py " +
+                    re.escape(DOCUMENTED_URL))
 
 
 def blocks(doc):
@@ -37,7 +41,10 @@ def free_port():
 
 def run_block(doc, i, code):
     assert DOCUMENTED_URL in code, "%s block %d does not use %s" % (doc, i, DOCUMENTED_URL)
-    ranks = 2 if "torchrun" in code else 0
+    launch = LAUNCH.search(code)
+    ranks = int(launch.group(1)) if launch else 0
+    assert ranks or "stoker.launch" not in code, \
+        "%s block %d names stoker.launch but no run line this test knows" % (doc, i)
     with Cluster() as c, tempfile.TemporaryDirectory(prefix="stoker-doc-") as tmp:
         for k in range(2):
             finite = ["--max-examples", "640"] if ranks else []
@@ -46,21 +53,18 @@ def run_block(doc, i, code):
         with open(path, "w") as f:
             f.write(code.replace(DOCUMENTED_URL, c.url))
         if ranks:
-            env = dict(os.environ, WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(free_port()))
-            procs = [subprocess.Popen([sys.executable, path, c.url], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, cwd=tmp,
-                                      env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
-                     for r in range(ranks)]
-            results = []
-            for p in procs:
-                try:
-                    out, _ = p.communicate(timeout=180)
-                except subprocess.TimeoutExpired:
-                    for q in procs:
-                        q.kill()
-                    raise AssertionError("%s block %d: a rank did not finish in 180 s" % (doc, i))
-                results.append((p.returncode, out.decode(errors="replace")))
+            # As the block says: the launcher starts the ranks (its exit code is the first
+            # failing rank's, 0 when all finished).
+            p = subprocess.Popen([sys.executable, "-m", "stoker.launch", "--nproc-per-node",
+                                  str(ranks), path, c.url], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, cwd=tmp)
+            try:
+                out, _ = p.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                p.terminate()  # the launcher ends its ranks
+                p.communicate(timeout=30)
+                raise AssertionError("%s block %d: the ranks did not finish in 180 s" % (doc, i))
+            results = [(p.returncode, out.decode(errors="replace"))]
         else:
             p = subprocess.run([sys.executable, path], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, timeout=180, cwd=tmp)
