@@ -231,5 +231,33 @@ def test_stoker_pull_mixes_and_reports_each_source():
         assert got["a"] + got["b"] >= 400, got
 
 
+def test_the_mixing_page_runs_as_written():
+    """docs/mixing.md: its producers (pools and names as the page starts them) and its Python
+    block, run as written against a test broker (the page's address replaced)."""
+    import re
+    import sys
+    import tempfile
+    root = os.environ.get("STOKER_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+    with open(os.path.join(root, "docs", "mixing.md")) as f:
+        page = f.read()
+    shell = re.search(r"^```sh\n(.*?)^```", page, re.S | re.M).group(1)
+    code = re.search(r"^```python\n(.*?)^```", page, re.S | re.M).group(1)
+    starts = [line.split() for line in shell.splitlines() if line.startswith("stoker-producer")]
+    assert len(starts) == 3, shell
+    with Cluster() as c, tempfile.TemporaryDirectory(prefix="stoker-doc-") as tmp:
+        for words in starts:
+            pool = words[words.index("--pool") + 1]
+            name = words[words.index("--name") + 1]
+            c.producer("--pool", pool, "--delay", "0:0", name=name)
+        c.wait_producers(3)
+        path = os.path.join(tmp, "mixing.py")
+        with open(path, "w") as f:
+            f.write(code.replace("tcp://localhost:7070", c.url))
+        p = subprocess.run([sys.executable, path], capture_output=True, timeout=120, cwd=tmp)
+        print(p.stdout.decode(errors="replace")[-500:], p.stderr.decode(errors="replace")[-1500:])
+        assert p.returncode == 0, "docs/mixing.md's Python block failed"
+        assert b"'code': 600" in p.stdout, p.stdout
+
+
 if __name__ == "__main__":
     run(globals())
