@@ -84,6 +84,14 @@ static const stoker_cli_option rows[] = {
      "with --mix, when a pool runs dry: end (first, the default)\n"
      "or go on re-weighted until every pool ran dry (all)",
      STOKER_CLI_STRING, AT(consumer.mix_stop)},
+    {"mix-schedule", "POINTS",
+     "with --mix, weights that change: from batch STEP on those\n"
+     "weights (e.g. 1000:code=0.5,web=0.5;5000:code=0.7,web=0.3)",
+     STOKER_CLI_STRING, AT(consumer.mix_schedule)},
+    {"mix-blend", "step|linear",
+     "with --mix-schedule: a point's weights hold until the next\n"
+     "(step, the default) or blend from point to point (linear)",
+     STOKER_CLI_STRING, AT(consumer.mix_blend)},
     {"max-examples", "N",
      "stop after writing exactly N examples (default: until the\n"
      "supply ends)",
@@ -296,7 +304,10 @@ main(int argc, char **argv)
             return stoker_cli_fail(&cli, "%s", why);
         stoker_mix mix = {0};
         if (stoker_mix_stop_parse(o.consumer.mix_stop, &mix.stop, why, sizeof(why)) != STOKER_OK ||
-            stoker_mix_parse(o.consumer.mix, &mix, why, sizeof(why)) != STOKER_OK)
+            stoker_mix_parse(o.consumer.mix, &mix, why, sizeof(why)) != STOKER_OK ||
+            stoker_mix_blend_parse(o.consumer.mix_blend, &mix.blend, why, sizeof(why)) !=
+                STOKER_OK ||
+            stoker_mix_schedule_parse(o.consumer.mix_schedule, &mix, why, sizeof(why)) != STOKER_OK)
             return stoker_cli_fail(&cli, "--%s", why);
         if (mix.n == 0 && stoker_cli_given(&cli, "mix-stop"))
             return stoker_cli_fail(&cli, "--mix-stop without --mix (the pools and weights)");

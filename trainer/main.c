@@ -36,6 +36,7 @@ typedef struct trainer_options {
     const char *adopt_paths; // --resume-also: comma-separated, adopted into train.resume
     const char *mix_spec;    // --mix, parsed into train.mix by check
     const char *mix_stop;    // --mix-stop
+    const char *mix_schedule, *mix_blend; // --mix-schedule, --mix-blend
 } trainer_options;
 
 static int
@@ -125,6 +126,14 @@ static const stoker_cli_option rows[] = {
      "with --mix, when a pool runs dry: end (first, the default) or\n"
      "go on re-weighted until every pool ran dry (all)",
      STOKER_CLI_STRING, AT(mix_stop)},
+    {"mix-schedule", "POINTS",
+     "with --mix, weights that change: from batch STEP on those weights\n"
+     "(e.g. 1000:code=0.5,web=0.5;5000:code=0.7,web=0.3)",
+     STOKER_CLI_STRING, AT(mix_schedule)},
+    {"mix-blend", "step|linear",
+     "with --mix-schedule: a point's weights hold until the next (step,\n"
+     "the default) or blend from point to point (linear)",
+     STOKER_CLI_STRING, AT(mix_blend)},
     {"weights", "PATH", "save the weights there as safetensors when stopping", STOKER_CLI_STRING,
      AT(train.weights_path)},
     {"checkpoint", "PATH",
@@ -173,7 +182,9 @@ check(const stoker_cli *cli, trainer_options *o)
     char why[256];
     stoker_mix *mix = &cfg->mix;
     if (stoker_mix_stop_parse(o->mix_stop, &mix->stop, why, sizeof(why)) != STOKER_OK ||
-        stoker_mix_parse(o->mix_spec, mix, why, sizeof(why)) != STOKER_OK)
+        stoker_mix_parse(o->mix_spec, mix, why, sizeof(why)) != STOKER_OK ||
+        stoker_mix_blend_parse(o->mix_blend, &mix->blend, why, sizeof(why)) != STOKER_OK ||
+        stoker_mix_schedule_parse(o->mix_schedule, mix, why, sizeof(why)) != STOKER_OK)
         return stoker_cli_fail(cli, "--%s", why);
     if (mix->n == 0 && o->mix_stop != NULL)
         return stoker_cli_fail(cli, "--mix-stop goes with --mix (the pools and weights)");

@@ -127,6 +127,10 @@ parse_mix(const stoker_consumer_options *opts, stoker_mix *mix, char *err, size_
     int rv = stoker_mix_stop_parse(opts->mix_stop, &mix->stop, err, err_len);
     if (rv == STOKER_OK)
         rv = stoker_mix_parse(opts->mix, mix, err, err_len);
+    if (rv == STOKER_OK)
+        rv = stoker_mix_blend_parse(opts->mix_blend, &mix->blend, err, err_len);
+    if (rv == STOKER_OK)
+        rv = stoker_mix_schedule_parse(opts->mix_schedule, mix, err, err_len);
     if (rv == STOKER_OK && mix->n == 0 && opts->mix_stop != NULL && opts->mix_stop[0] != '\0')
         rv = stoker_errorf(err, err_len, STOKER_INVALID,
                            "mix_stop '%s' without a mixture (mix names the pools and weights)",

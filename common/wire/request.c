@@ -31,6 +31,18 @@ mix_from_pb(const Stoker__Hello *h, stoker_mix *mix, char *err, size_t err_len)
     }
     mix->n = (uint32_t)h->n_mix_pools;
     mix->stop = h->mix_stop;
+    if (h->n_mix_at > STOKER_MIX_POINTS || h->n_mix_at_weights != h->n_mix_at * mix->n)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "hello: a mixture schedule of %zu points and %zu weights (at most %d "
+                             "points, a weight per pool each)",
+                             h->n_mix_at, h->n_mix_at_weights, STOKER_MIX_POINTS);
+    mix->n_points = (uint32_t)h->n_mix_at;
+    for (uint32_t k = 0; k < mix->n_points; k++) {
+        mix->at[k] = h->mix_at[k];
+        for (uint32_t s = 0; s < mix->n; s++)
+            mix->at_weights[k][s] = h->mix_at_weights[k * mix->n + s];
+    }
+    mix->blend = h->mix_blend;
     return stoker_mix_check(mix, err, err_len);
 }
 
@@ -49,6 +61,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
     blob_source blobs = {0}, *src = NULL;
     char **label_names = NULL;
     char *mix_pools[STOKER_MIX_MAX];
+    double mix_at_weights[STOKER_MIX_POINTS * STOKER_MIX_MAX];
 
     stoker__request__init(&r);
     r.method = (Stoker__Method)req->method;
@@ -83,6 +96,14 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.mix_pools = mix_pools;
         hello.mix_weights = (double *)req->mix.weights;
         hello.mix_stop = req->mix.stop;
+        hello.n_mix_at = req->mix.n_points;
+        hello.mix_at = (uint64_t *)req->mix.at;
+        for (uint32_t k = 0; k < req->mix.n_points && k < STOKER_MIX_POINTS; k++)
+            for (uint32_t s = 0; s < req->mix.n && s < STOKER_MIX_MAX; s++)
+                mix_at_weights[k * req->mix.n + s] = req->mix.at_weights[k][s];
+        hello.n_mix_at_weights = (size_t)req->mix.n_points * req->mix.n;
+        hello.mix_at_weights = mix_at_weights;
+        hello.mix_blend = req->mix.blend;
         hello.n_trained = (size_t)req->n_trained * 3;
         hello.trained = (uint64_t *)req->trained;
         hello.label_classes = req->labels.n_classes;

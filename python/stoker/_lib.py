@@ -74,6 +74,8 @@ class Options(ctypes.Structure):
         ("pack_whole", ctypes.c_uint32),
         ("mix", ctypes.c_char_p),
         ("mix_stop", ctypes.c_char_p),
+        ("mix_schedule", ctypes.c_char_p),
+        ("mix_blend", ctypes.c_char_p),
     ]
 
 

@@ -262,6 +262,42 @@ def _mix_args(mix, mix_stop):
     return names, spec, mix_stop or "first"
 
 
+def _schedule_args(names, schedule, blend):
+    """Client's mix_schedule and mix_blend, checked: (libstoker's schedule string, blend)."""
+    if schedule is None:
+        if blend is not None:
+            raise ValueError("mix_blend=%r without mix_schedule=" % (blend,))
+        return None, None
+    if names is None:
+        raise ValueError("mix_schedule= without mix= (the pools and their first weights)")
+    if blend not in (None, "step", "linear"):
+        raise ValueError("mix_blend=%r: 'step' (a point's weights hold until the next) or "
+                         "'linear' (blended from point to point)" % (blend,))
+    points, last = [], 0
+    for point in schedule:
+        try:
+            step, weights = point
+            step = int(step)
+        except (TypeError, ValueError):
+            raise ValueError("mix_schedule: %r is not (step, {pool: weight})" % (point,))
+        if step <= last:
+            raise ValueError("mix_schedule: steps start at 1 and increase (%d after %d)"
+                             % (step, last))
+        last = step
+        if not isinstance(weights, dict) or sorted(weights) != sorted(names):
+            raise ValueError("mix_schedule: the point at step %d names %r; each point names every "
+                             "pool of the mixture (%s)" % (step, weights, ", ".join(names)))
+        for pool, w in weights.items():
+            w = float(w)
+            if not (w >= 0 and w != float("inf")):
+                raise ValueError("mix_schedule: at step %d pool %r has weight %r; weights are "
+                                 "numbers >= 0" % (step, pool, w))
+        if sum(float(w) for w in weights.values()) <= 0:
+            raise ValueError("mix_schedule: at step %d every weight is 0" % step)
+        points.append("%d:%s" % (step, ",".join("%s=%r" % (n, float(weights[n])) for n in names)))
+    return ";".join(points), blend or "step"
+
+
 def _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure):
     """The TLS settings checked against url, with paths as strings (os.fspath): a tls+tcp:// URL
     verifies the broker against tls_ca unless tls_insecure; other URLs take none."""
@@ -523,7 +559,9 @@ class Client:
     pools of producers (their --pool) in these proportions, exactly: each pool's running count
     stays within one example of its weight x the examples delivered; batch.sources() names each
     example's pool. mix_stop: when a pool runs dry, "first" (default: the supply ends) or "all"
-    (the others go on, re-weighted, until every pool ran dry).
+    (the others go on, re-weighted, until every pool ran dry). mix_schedule=[(1000, {"code": 0.5,
+    "web": 0.5}), ...]: from batch 1000 on (a group's global step) those weights; mix_blend
+    "step" (default) or "linear" (blended from point to point). Shares stay exact throughout.
     Data parallelism: with group="NAME" the client is one rank of a group (docs/groups.md):
     rank and world_size default to torchrun's RANK and WORLD_SIZE environment variables. Every
     rank gets batches of the same size, the same number of them, and SupplyEnded at the same
@@ -545,9 +583,10 @@ class Client:
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
                  rank=None, world_size=None, commit=False, tls_ca=None, tls_cert=None,
                  tls_key=None, tls_insecure=False, max_tokens=None, buckets=False, pack=None,
-                 split=True, mix=None, mix_stop=None):
+                 split=True, mix=None, mix_stop=None, mix_schedule=None, mix_blend=None):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
         self.mix, self._mix_spec, self.mix_stop = _mix_args(mix, mix_stop)
+        self._mix_schedule, self.mix_blend = _schedule_args(self.mix, mix_schedule, mix_blend)
         self.max_tokens, self.buckets, self.pack, self.split = _batching_args(
             max_tokens, buckets, pack, split)
         self._tls, self.tls_insecure = _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure)
@@ -627,6 +666,8 @@ class Client:
         o.pack_whole = 1 if self.pack and not self.split else 0
         o.mix = cstr(self._mix_spec)
         o.mix_stop = cstr(self.mix_stop)
+        o.mix_schedule = cstr(self._mix_schedule)
+        o.mix_blend = cstr(self.mix_blend)
         o.prefetch = self.prefetch
         o.stall_timeout_ms = max(1, int(round(self.stall_timeout * 1000)))
         if self.connect_timeout is not None:

@@ -60,6 +60,7 @@ group_mixed_step(broker *b, group *g, uint64_t now_ms, uint32_t *counts)
     mix *m = g->mix;
     uint64_t avail[STOKER_MIX_MAX];
     char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
+    mix_at_step(m, g->steps + 1); // the schedule's weights for the step to form
     mix_avail(b, m, avail);
     snprintf(who, sizeof(who), "group '%s'", g->name);
     int end = mix_end(b, m, avail, now_ms, who, why, sizeof(why));

@@ -17,10 +17,10 @@ reshare(mix *m)
 {
     double sum = 0.0;
     for (uint32_t s = 0; s < m->spec.n; s++)
-        sum += m->dry[s] ? 0.0 : m->spec.weights[s];
+        sum += m->dry[s] ? 0.0 : m->weight[s];
     for (uint32_t s = 0; s < m->spec.n; s++) {
         m->base[s] += m->share[s] * ((double)m->given - (double)m->from);
-        m->share[s] = m->dry[s] || sum <= 0.0 ? 0.0 : m->spec.weights[s] / sum;
+        m->share[s] = m->dry[s] || sum <= 0.0 ? 0.0 : m->weight[s] / sum;
     }
     m->from = m->given;
 }
@@ -32,6 +32,7 @@ mix_new(const stoker_mix *spec)
     if (m == NULL)
         return NULL;
     m->spec = *spec;
+    memcpy(m->weight, spec->weights, sizeof(m->weight));
     m->waits_for = -1;
     m->refs = 1;
     reshare(m);
@@ -176,6 +177,19 @@ mix_gave_back(mix *m, uint32_t s, uint32_t n)
 {
     m->got[s] -= n < m->got[s] ? n : m->got[s];
     m->given -= n < m->given ? n : m->given;
+}
+
+void
+mix_at_step(mix *m, uint64_t step)
+{
+    if (m->spec.n_points == 0)
+        return;
+    double w[STOKER_MIX_MAX];
+    stoker_mix_weights_at(&m->spec, step, w);
+    if (memcmp(w, m->weight, m->spec.n * sizeof(double)) == 0)
+        return;
+    memcpy(m->weight, w, m->spec.n * sizeof(double));
+    reshare(m);
 }
 
 void

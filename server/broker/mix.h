@@ -12,7 +12,8 @@
 #include "stoker/mix.h"
 
 typedef struct mix {
-    stoker_mix spec; // as the consumer asked (names, weights, stop)
+    stoker_mix spec;                 // as the consumer asked (names, weights, schedule, stop)
+    double weight[STOKER_MIX_MAX];   // the weights now (the schedule's at the latest batch)
     // Each source's share now (its weight over the sum of the sources still in the mixture) and
     // its running target: base[s] + share[s] x (given - from), rebased at every change of shares
     // so that no source's target jumps.
@@ -51,6 +52,9 @@ uint32_t mix_fit(const mix *m, uint32_t n, const uint64_t *avail, uint32_t *coun
 // Books n examples of source s as given (a lease took them) or given back (a lease returned).
 void mix_took(mix *m, uint32_t s, uint32_t n);
 void mix_gave_back(mix *m, uint32_t s, uint32_t n);
+// Sets the weights for batch (or a group's step) number step from the schedule; the shares
+// change from there on (every running target goes on from where it is).
+void mix_at_step(mix *m, uint64_t step);
 // Source s leaves the mixture (ran dry, stop rule "all"): the others' shares grow to fill it.
 void mix_drop_source(mix *m, uint32_t s);
 // Whether m is over (STOKER_OK: not): with stop rule "first" a source ran dry, with "all" every

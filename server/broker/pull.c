@@ -375,6 +375,7 @@ mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     mix *m = t->mix;
     uint64_t avail[STOKER_MIX_MAX];
     uint32_t counts[STOKER_MIX_MAX];
+    mix_at_step(m, m->steps + 1); // the schedule's weights for the batch to make
     mix_avail(b, m, avail);
     char who[STOKER_NAME_MAX + 32];
     snprintf(who, sizeof(who), "trainer %u '%s'", t->id, t->name);

@@ -128,6 +128,61 @@ def test_a_group_of_three_ranks_keeps_the_shares_per_global_step():
         assert worst < 1.0 + 1e-9, worst  # within one example of its share, every global step
 
 
+def weights_at(base, schedule, blend, step):
+    """docs/mixing.md's rule: the shares for batch number step (1 for the first)."""
+    points = [(0, base)] + list(schedule)
+    k = max(i for i, (at, _) in enumerate(points) if at <= step)
+    at0, w0 = points[k]
+    shares0 = {p: w / sum(w0.values()) for p, w in w0.items()}
+    if blend != "linear" or k + 1 == len(points):
+        return shares0
+    at1, w1 = points[k + 1]
+    t = (step - at0) / (at1 - at0)
+    return {p: (1 - t) * shares0[p] + t * w1[p] / sum(w1.values()) for p in base}
+
+
+def scheduled_run(c, schedule, blend, batches, batch=10):
+    """A consumer of pools a and b at 1:1 whose weights follow schedule: the worst distance of a
+    source's running count from its running target (the sum of each batch's share x its size)."""
+    base = {"a": 1, "b": 1}
+    got, target, worst, seen = collections.Counter(), collections.Counter(), 0.0, set()
+    with stoker.Client(c.url, mix=base, mix_schedule=schedule, mix_blend=blend,
+                       stall_timeout=20) as client:
+        for k, b in enumerate(client.batches(batch)):
+            shares = weights_at(base, schedule, blend, k + 1)
+            got.update(b.sources())
+            for pool in base:
+                target[pool] += shares[pool] * b.count
+            worst = max(worst, max(abs(got[p] - target[p]) for p in base))
+            for r in b.runs:
+                seen.update((r.session, q) for q in range(r.first_seq, r.first_seq + r.count))
+            if k + 1 == batches:
+                break
+    assert len(seen) == sum(got.values())  # every example once
+    return got, worst
+
+
+def test_weights_change_by_schedule_at_a_step_and_in_a_linear_blend():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", name="pa")
+        c.producer("--pool", "b", "--delay", "0:0", name="pb")
+        c.wait_producers(2)
+        got, worst = scheduled_run(c, [(101, {"a": 9, "b": 1})], "step", 200)
+        assert got == {"a": 500 + 900, "b": 500 + 100}, got
+        assert worst < 1.0 + 1e-9, worst
+        got, worst = scheduled_run(c, [(100, {"a": 1, "b": 0}), (150, {"a": 1, "b": 3})],
+                                   "linear", 200)
+        assert worst < 1.0 + 1e-9, worst
+        assert got["a"] + got["b"] == 2000, got
+    for bad, words in (([(0, {"a": 1, "b": 1})], "start at 1"), ([(5, {"a": 1})], "every pool"),
+                       ([(5, {"a": 0, "b": 0})], "every weight is 0")):
+        try:
+            stoker.Client("ipc:///nowhere", mix={"a": 1, "b": 1}, mix_schedule=bad)
+            raise AssertionError("mix_schedule=%r accepted" % (bad,))
+        except ValueError as e:
+            assert words in str(e), (bad, str(e))
+
+
 def test_the_mixture_ends_with_its_first_dry_source_by_default():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")

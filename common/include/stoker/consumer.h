@@ -13,7 +13,8 @@
 
 #include "stoker/error.h"
 
-// 2: the tls_* options; 3: max_tokens, buckets, pack, pack_whole; 4: mix, mix_stop and
+// 2: the tls_* options; 3: max_tokens, buckets, pack, pack_whole; 4: mix, mix_stop,
+// mix_schedule, mix_blend and
 // stoker_consumer_batch_sources (stoker_status_json gone: stoker_status_json_opts)
 #define STOKER_API_VERSION 4
 
@@ -66,6 +67,12 @@ typedef struct stoker_consumer_options {
     // others go on, re-weighted, until every source ran dry).
     const char *mix;
     const char *mix_stop;
+    // Weights that change as training goes (borrowed for the call): "1000:code=0.5,web=0.5;..."
+    // from batch 1000 on (a group's global step) those weights, each point naming every pool
+    // (weights >= 0); mix_blend "step" (NULL, the default: a point's weights hold until the
+    // next) or "linear" (blended from point to point). The shares stay exact through changes.
+    const char *mix_schedule;
+    const char *mix_blend;
 } stoker_consumer_options;
 
 // Fills defaults (and api_version).

@@ -25,11 +25,26 @@ typedef enum stoker_mix_stop {
     STOKER_MIX_STOP_ALL = 1,
 } stoker_mix_stop;
 
+#define STOKER_MIX_POINTS 8 // points of a schedule
+
+// How a schedule's weights go from point to point.
+typedef enum stoker_mix_blend {
+    STOKER_MIX_BLEND_STEP = 0,   // a point's weights hold from its step until the next point's
+    STOKER_MIX_BLEND_LINEAR = 1, // linear from point to point (the first from the weights at 0)
+} stoker_mix_blend;
+
 typedef struct stoker_mix {
     uint32_t n;                                  // sources (0: no mixture)
     char names[STOKER_MIX_MAX][STOKER_NAME_MAX]; // pool names, each once
     double weights[STOKER_MIX_MAX];              // > 0 and finite; shares are weight / sum
     uint32_t stop;                               // stoker_mix_stop
+    // A schedule (n_points 0: none): from batch at[k] on (a group's global step), the weights
+    // at_weights[k] (each source's, in names' order, >= 0, not all 0), blended by blend; at[]
+    // increasing from 1. Before the first point, weights.
+    uint32_t n_points;
+    uint64_t at[STOKER_MIX_POINTS];
+    double at_weights[STOKER_MIX_POINTS][STOKER_MIX_MAX];
+    uint32_t blend; // stoker_mix_blend
 } stoker_mix;
 
 // Parses "code=0.3,web=0.7" (pool=weight pairs, weights relative: "a=3,b=1" is 0.75 / 0.25)
@@ -40,6 +55,14 @@ int stoker_mix_parse(const char *spec, stoker_mix *out, char *err, size_t err_le
 // "first" or "all" into *stop; STOKER_INVALID with err naming the choices otherwise.
 int stoker_mix_stop_parse(const char *text, uint32_t *stop, char *err, size_t err_len);
 const char *stoker_mix_stop_name(uint32_t stop);
+// Parses a schedule "1000:code=0.5,web=0.5;5000:code=0.7,web=0.3" (points of step:weights, steps
+// increasing, each naming every source of mix with a weight >= 0, not all 0) into mix's points.
+// An empty spec is no schedule. STOKER_INVALID with err naming what is wrong.
+int stoker_mix_schedule_parse(const char *spec, stoker_mix *mix, char *err, size_t err_len);
+// "step" or "linear" into *blend; STOKER_INVALID naming the choices otherwise.
+int stoker_mix_blend_parse(const char *text, uint32_t *blend, char *err, size_t err_len);
+// The weights of mix's sources for batch (or group step) number step, 1 for the first, into w.
+void stoker_mix_weights_at(const stoker_mix *mix, uint64_t step, double *w);
 // Checks a mixture that came over the wire: the same rules as parse.
 int stoker_mix_check(const stoker_mix *mix, char *err, size_t err_len);
 // The spec form of mix ("code=0.3,web=0.7"), truncated to len.
