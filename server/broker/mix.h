@@ -12,8 +12,8 @@
 #include "stoker/mix.h"
 
 typedef struct mix {
-    stoker_mix spec;                 // as the consumer asked (names, weights, schedule, stop)
-    double weight[STOKER_MIX_MAX];   // the weights now (the schedule's at the latest batch)
+    stoker_mix spec;               // as the consumer asked (names, weights, schedule, stop)
+    double weight[STOKER_MIX_MAX]; // the weights now (the schedule's at the latest batch)
     // Each source's share now (its weight over the sum of the sources still in the mixture) and
     // its running target: base[s] + share[s] x (given - from), rebased at every change of shares
     // so that no source's target jumps.
