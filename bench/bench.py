@@ -1450,12 +1450,61 @@ def bench_autoscale(opts, tmp):
     return res
 
 
+PULL = os.path.join(BUILD, "consumer", "stoker-pull")
+
+
+def mix_run(tmp, tag, mixed, examples):
+    """One side of bench_mix: examples/s of stoker-pull (batches of 256, raw to /dev/null) from 3
+    free synthetic producers, one per pool (a, b, c), with the mixture a=1,b=1,c=1 or none.
+    The clock runs from the first byte to the last."""
+    url = endpoint("ipc", tmp, f"mix-{tag}")
+    with Procs() as procs:
+        start_broker(procs, url)
+        for pool in "abc":
+            procs.start([PRODUCER, "--broker", url, "--pool", pool, "--name", f"{tag}{pool}",
+                         "--delay", "0:0", "--log-level", "error"])
+        time.sleep(0.5)  # every pool has examples queued before the clock starts
+        args = [PULL, "--broker", url, "--format", "raw", "--batch-size", "256",
+                "--max-examples", str(examples), "--stall-timeout", "20"]
+        if mixed:
+            args += ["--mix", "a=1,b=1,c=1"]
+        t0 = time.monotonic()
+        out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        secs = time.monotonic() - t0
+        if out.returncode != 0 or len(out.stdout) != examples * SYNTH_BYTES:
+            raise RuntimeError(f"stoker-pull exited {out.returncode} with {len(out.stdout)} "
+                               f"bytes: {out.stderr.decode(errors='replace')[-300:]}")
+    return examples / secs
+
+
+def bench_mix(opts, tmp):
+    """What a mixture costs: stoker-pull's examples/s from 3 free producers in 3 pools with the
+    mixture a=1,b=1,c=1 over the same without one (mix_run), median of 5 pairs run back to back,
+    the order swapped each time (this machine is shared)."""
+    examples = 300_000 if opts.quick else 1_500_000
+    pairs = []
+    for k in range(5):
+        runs = {}
+        for mixed in ((True, False) if k % 2 == 0 else (False, True)):
+            runs[mixed] = mix_run(tmp, f"{k}{int(mixed)}", mixed, examples)
+        pairs.append((runs[True] / runs[False], runs[True], runs[False]))
+    ratio = statistics.median(p[0] for p in pairs)
+    mid = sorted(pairs, key=lambda p: p[0])[len(pairs) // 2]
+    return {"ratio": ratio, "pair_ratios": [p[0] for p in pairs], "mixed": mid[1],
+            "unmixed": mid[2],
+            "rows": [("mix: 3 pools a=1,b=1,c=1, examples/s", mid[1], "(figure)", None),
+                     ("mix: the same producers unmixed, examples/s", mid[2], "(figure)", None),
+                     ("mix: mixed / unmixed, median of 5 pairs", ratio, ">= 0.95",
+                      ratio >= 0.95)]}
+
+
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
-           "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults}
+           "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults,
+           "mix": bench_mix}
 
 
 def main():

@@ -185,9 +185,8 @@ broker_audit(source *src, train_result *res)
     }
     res->duplicates_seen = stoker_trainer_client_duplicates(s->tc);
     res->delivery = stoker_trainer_client_delivery(s->tc);
-    res->batches_shm = stoker_trainer_client_arena_batches(s->tc);
-    res->batches_socket = stoker_trainer_client_socket_batches(s->tc);
-    res->batches_arena_full = stoker_trainer_client_arena_full_batches(s->tc);
+    stoker_trainer_client_batches_by_path(s->tc, &res->batches_shm, &res->batches_socket,
+                                          &res->batches_arena_full);
     res->has_group = s->grouped;
     res->group_leftover = stoker_trainer_client_group_leftover(s->tc);
 }

@@ -501,12 +501,20 @@ void
 stoker_consumer_delivery_counts(const stoker_consumer *c, uint64_t *shm, uint64_t *socket,
                                 uint64_t *arena_full)
 {
-    if (shm != NULL)
-        *shm = stoker_trainer_client_arena_batches(c->tc);
-    if (socket != NULL)
-        *socket = stoker_trainer_client_socket_batches(c->tc);
-    if (arena_full != NULL)
-        *arena_full = stoker_trainer_client_arena_full_batches(c->tc);
+    stoker_trainer_client_batches_by_path(c->tc, shm, socket, arena_full);
+}
+
+int
+stoker_consumer_set_mix(stoker_consumer *c, const char *mix, uint64_t *from_batch)
+{
+    c->error[0] = '\0';
+    stoker_mix m = {0};
+    int rv = stoker_mix_parse(mix, &m, c->error, sizeof(c->error));
+    if (rv == STOKER_OK && m.n == 0)
+        rv = stoker_errorf(c->error, sizeof(c->error), STOKER_INVALID, "set_mix: no pool named");
+    if (rv == STOKER_OK)
+        rv = stoker_trainer_client_set_mix(c->tc, &m, from_batch, c->error, sizeof(c->error));
+    return rv;
 }
 
 uint32_t

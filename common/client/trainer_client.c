@@ -578,6 +578,34 @@ stoker_trainer_client_group_leftover(const stoker_trainer_client *tc)
 }
 
 int
+stoker_trainer_client_set_mix(stoker_trainer_client *tc, const stoker_mix *mix,
+                              uint64_t *from_batch, char *err, size_t err_len)
+{
+    if (tc->opts.mix.n == 0 || tc->group[0] != '\0')
+        return stoker_errorf(err, err_len, STOKER_INVALID, "set_mix: %s",
+                             tc->group[0] != '\0' ? "a rank's mixture changes by its group's "
+                                                    "schedule (mix_schedule)"
+                                                  : "this trainer has no mixture (mix=)");
+    stoker_request req = {.method = STOKER_MIX, .session = tc->opts.client.session, .mix = *mix};
+    req.mix.stop = tc->opts.mix.stop;
+    stoker_reply *rep = NULL;
+    int rv = conn_call(tc->ctl_ctx, &req, session_call_timeout(&tc->session), &rep, err, err_len);
+    if (rv != STOKER_OK)
+        return rv;
+    if ((rv = rep->code) != STOKER_OK) {
+        stoker_errorf(err, err_len, rv, "set_mix: %s", rep->message);
+    } else {
+        // A hello again (a reconnect) then names the mixture the broker has now.
+        memcpy(tc->opts.mix.weights, mix->weights, sizeof(mix->weights));
+        tc->opts.mix.n_points = 0;
+        if (from_batch != NULL)
+            *from_batch = rep->group_step;
+    }
+    stoker_reply_free(rep);
+    return rv;
+}
+
+int
 stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out)
 {
     trainer_wait_issued(tc);

@@ -238,20 +238,14 @@ stoker_trainer_client_delivery(const stoker_trainer_client *tc)
     return tc->arena != NULL && tc->arena_batches > 0 ? "shm" : "socket";
 }
 
-uint64_t
-stoker_trainer_client_socket_batches(const stoker_trainer_client *tc)
+void
+stoker_trainer_client_batches_by_path(const stoker_trainer_client *tc, uint64_t *shm,
+                                      uint64_t *socket, uint64_t *arena_full)
 {
-    return tc->socket_batches;
-}
-
-uint64_t
-stoker_trainer_client_arena_full_batches(const stoker_trainer_client *tc)
-{
-    return tc->arena_full_batches;
-}
-
-uint64_t
-stoker_trainer_client_arena_batches(const stoker_trainer_client *tc)
-{
-    return tc->arena_batches;
+    if (shm != NULL)
+        *shm = tc->arena_batches;
+    if (socket != NULL)
+        *socket = tc->socket_batches;
+    if (arena_full != NULL)
+        *arena_full = tc->arena_full_batches;
 }

@@ -46,6 +46,26 @@ mix_from_pb(const Stoker__Hello *h, stoker_mix *mix, char *err, size_t err_len)
     return stoker_mix_check(mix, err, err_len);
 }
 
+// mix into h's mix fields, pointing into mix and the caller's arrays pools and at_weights.
+static void
+mix_to_pb(const stoker_mix *mix, Stoker__Hello *h, char **pools, double *at_weights)
+{
+    for (uint32_t i = 0; i < mix->n && i < STOKER_MIX_MAX; i++)
+        pools[i] = (char *)mix->names[i];
+    h->n_mix_pools = h->n_mix_weights = mix->n;
+    h->mix_pools = pools;
+    h->mix_weights = (double *)mix->weights;
+    h->mix_stop = mix->stop;
+    h->n_mix_at = mix->n_points;
+    h->mix_at = (uint64_t *)mix->at;
+    for (uint32_t k = 0; k < mix->n_points && k < STOKER_MIX_POINTS; k++)
+        for (uint32_t s = 0; s < mix->n && s < STOKER_MIX_MAX; s++)
+            at_weights[k * mix->n + s] = mix->at_weights[k][s];
+    h->n_mix_at_weights = (size_t)mix->n_points * mix->n;
+    h->mix_at_weights = at_weights;
+    h->mix_blend = mix->blend;
+}
+
 // Encodes req into a new nng message (out) or into pieces (pieces); one of them is NULL.
 static int
 encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pieces)
@@ -90,20 +110,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.buckets = req->batching.buckets;
         hello.pack = req->batching.pack;
         hello.pack_whole = req->batching.pack_whole;
-        for (uint32_t i = 0; i < req->mix.n && i < STOKER_MIX_MAX; i++)
-            mix_pools[i] = (char *)req->mix.names[i];
-        hello.n_mix_pools = hello.n_mix_weights = req->mix.n;
-        hello.mix_pools = mix_pools;
-        hello.mix_weights = (double *)req->mix.weights;
-        hello.mix_stop = req->mix.stop;
-        hello.n_mix_at = req->mix.n_points;
-        hello.mix_at = (uint64_t *)req->mix.at;
-        for (uint32_t k = 0; k < req->mix.n_points && k < STOKER_MIX_POINTS; k++)
-            for (uint32_t s = 0; s < req->mix.n && s < STOKER_MIX_MAX; s++)
-                mix_at_weights[k * req->mix.n + s] = req->mix.at_weights[k][s];
-        hello.n_mix_at_weights = (size_t)req->mix.n_points * req->mix.n;
-        hello.mix_at_weights = mix_at_weights;
-        hello.mix_blend = req->mix.blend;
+        mix_to_pb(&req->mix, &hello, mix_pools, mix_at_weights);
         hello.n_trained = (size_t)req->n_trained * 3;
         hello.trained = (uint64_t *)req->trained;
         hello.label_classes = req->labels.n_classes;
@@ -170,6 +177,11 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         r.n_trained = (size_t)req->n_trained * 3;
         r.trained = (uint64_t *)req->trained;
         r.done_making = req->done_making != 0;
+        break;
+    case STOKER_MIX:
+        stoker__hello__init(&hello);
+        mix_to_pb(&req->mix, &hello, mix_pools, mix_at_weights);
+        r.hello = &hello;
         break;
     case STOKER_SCALED:
         stoker__scaled__init(&scaled);
@@ -412,6 +424,15 @@ decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_requ
         req->n_trained = (uint32_t)(r->n_trained / 3);
         req->trained = r->trained;
         req->done_making = r->done_making != 0;
+        break;
+    case STOKER__METHOD__MIX:
+        if (r->hello == NULL) {
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "mix request without its body");
+            break;
+        }
+        rv = mix_from_pb(r->hello, &req->mix, err, err_len);
+        if (rv == STOKER_OK && req->mix.n == 0)
+            rv = stoker_errorf(err, err_len, STOKER_INVALID, "mix request naming no pool");
         break;
     case STOKER__METHOD__SCALED:
         if (r->scaled == NULL) {

@@ -134,6 +134,7 @@ def _declare(lib):
                                           c.POINTER(u64), c.POINTER(u32)]),
         "stoker_consumer_batch_identities": (u32, [P, c.POINTER(u64), c.POINTER(u64), u32]),
         "stoker_consumer_batch_sources": (u32, [P, c.POINTER(u32), u32]),
+        "stoker_consumer_set_mix": (i, [P, c.c_char_p, c.POINTER(u64)]),
         "stoker_consumer_batch_items": (u32, [P, c.POINTER(u32), c.POINTER(u64), u32]),
         "stoker_consumer_epochs_ended": (u32, [P]),
         "stoker_consumer_broker_restarts": (u32, [P, c.POINTER(u64), c.POINTER(u32)]),

@@ -715,6 +715,29 @@ class Client:
             self.fields.append(Field(name, dtype, dims, (bound.value or None) if var else None))
             self._field_names.append(name)
 
+    # -- mixing ---------------------------------------------------------------------------------
+
+    def set_mix(self, weights):
+        """New weights for this client's mixture ({pool: weight}, the same pools as mix=): they
+        apply from the broker's next batch on, whose number (1 for the first batch this client
+        got) is returned; batches already pulled ahead keep the weights they were made with, and
+        a schedule is done. Not for a rank of a group: its group changes by mix_schedule, at one
+        step for every rank. Raises ValueError for other pools, StokerError when refused."""
+        if self.mix is None:
+            raise ValueError("set_mix: this client has no mixture (give mix= when creating it)")
+        if not isinstance(weights, dict) or sorted(weights) != sorted(self.mix):
+            raise ValueError("set_mix(%r): name each pool of the mixture (%s)"
+                             % (weights, ", ".join(self.mix)))
+        _, spec, _ = _mix_args({n: weights[n] for n in self.mix}, None)
+        if self._handle is None:
+            raise ValueError("set_mix: the client is not connected yet (take a batch first)")
+        start = ctypes.c_uint64()
+        rv = self._lib.stoker_consumer_set_mix(self._handle, spec.encode(), ctypes.byref(start))
+        if rv != _lib.OK:
+            _raise(rv, "set_mix: %s" % self._lib.stoker_consumer_error(self._handle).decode(
+                errors="replace"))
+        return start.value
+
     # -- commit with checkpoints --------------------------------------------------------------
 
     def commit(self):

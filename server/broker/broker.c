@@ -173,6 +173,7 @@ static const method methods[] = {
     {STOKER_GOODBYE, session_handle_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
     {STOKER_HEARTBEAT, session_handle_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
     {STOKER_SHARD, epochs_handle_shard, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
+    {STOKER_MIX, pull_handle_mix, NEEDS_AUTH | NEEDS_SCHEMA, "mix"},
 };
 
 static const method *

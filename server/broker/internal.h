@@ -65,6 +65,11 @@ uint32_t lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *ack
 uint32_t pull_serve_parked(broker *b, uint64_t now_ms, broker_outbox *out);
 int pull_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                 broker_outbox *out);
+// A trainer's new weights for its mixture (docs/mixing.md): from its next batch on, the reply's
+// group_step naming that batch's number. Same pools, a plain trainer (a group's changes by its
+// schedule, at one step for every rank).
+int pull_handle_mix(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                    broker_outbox *out);
 int pull_handle_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                     broker_outbox *out);
 

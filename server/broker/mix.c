@@ -193,6 +193,12 @@ mix_at_step(mix *m, uint64_t step)
 }
 
 void
+mix_reweigh(mix *m)
+{
+    reshare(m);
+}
+
+void
 mix_drop_source(mix *m, uint32_t s)
 {
     if (m->dry[s])

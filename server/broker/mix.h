@@ -55,6 +55,8 @@ void mix_gave_back(mix *m, uint32_t s, uint32_t n);
 // Sets the weights for batch (or a group's step) number step from the schedule; the shares
 // change from there on (every running target goes on from where it is).
 void mix_at_step(mix *m, uint64_t step);
+// The shares from m->weight again (changed by its caller), from here on.
+void mix_reweigh(mix *m);
 // Source s leaves the mixture (ran dry, stop rule "all"): the others' shares grow to fill it.
 void mix_drop_source(mix *m, uint32_t s);
 // Whether m is over (STOKER_OK: not): with stop rule "first" a source ran dry, with "all" every

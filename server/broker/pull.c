@@ -645,3 +645,45 @@ pull_handle_ack(broker *b, void *token, uint32_t pipe, stoker_request *req, uint
     }
     return 0;
 }
+
+int
+pull_handle_mix(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
+                broker_outbox *out)
+{
+    (void)pipe;
+    (void)now_ms;
+    trainer *t = find_trainer(b, req->session);
+    mix *m = t != NULL ? t->mix : NULL;
+    uint32_t s = 0;
+    while (m != NULL && s < m->spec.n && s < req->mix.n &&
+           strcmp(m->spec.names[s], req->mix.names[s]) == 0)
+        s++;
+    if (t == NULL) {
+        send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
+    } else if (t->group != NULL) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "a rank's mixture changes with its group's schedule (mix_schedule), at one "
+                  "step for every rank");
+    } else if (m == NULL) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "trainer %u '%s' has no mixture to change (say mix= when connecting)", t->id,
+                  t->name);
+    } else if (s != m->spec.n || req->mix.n != m->spec.n) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "new weights for trainer %u '%s': name the mixture's %u pools in its order "
+                  "(the first that differs: #%u)",
+                  t->id, t->name, m->spec.n, s + 1);
+    } else {
+        memcpy(m->spec.weights, req->mix.weights, sizeof(m->spec.weights));
+        m->spec.n_points = 0; // the new weights hold from here on: the schedule is done
+        memcpy(m->weight, m->spec.weights, sizeof(m->weight));
+        mix_reweigh(m);
+        char text[256];
+        stoker_mix_format(&m->spec, text, sizeof(text));
+        stoker_info("trainer-mix: trainer %u '%s' mixes %s from its batch %llu on", t->id, t->name,
+                    text, (unsigned long long)m->steps + 1);
+        stoker_reply rep = {.code = STOKER_OK, .group_step = m->steps + 1};
+        send_reply(b, out, token, &rep);
+    }
+    return 0;
+}

@@ -183,6 +183,40 @@ def test_weights_change_by_schedule_at_a_step_and_in_a_linear_blend():
             assert words in str(e), (bad, str(e))
 
 
+def test_set_mix_changes_the_weights_from_a_numbered_batch_on():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0:0", name="pa")
+        c.producer("--pool", "b", "--delay", "0:0", name="pb")
+        c.wait_producers(2)
+        got, target, worst, seen, start = collections.Counter(), {"a": 0.0, "b": 0.0}, 0.0, \
+            set(), None
+        with stoker.Client(c.url, mix={"a": 1, "b": 1}, stall_timeout=20) as client:
+            for k, b in enumerate(client.batches(10)):
+                if k + 1 == 100:
+                    start = client.set_mix({"a": 3, "b": 1})
+                    assert 100 < start <= 100 + client.prefetch + 1, start
+                shares = {"a": 0.75, "b": 0.25} if start and k + 1 >= start else \
+                    {"a": 0.5, "b": 0.5}
+                got.update(b.sources())
+                for p in target:
+                    target[p] += shares[p] * b.count
+                worst = max(worst, max(abs(got[p] - target[p]) for p in target))
+                for r in b.runs:
+                    seen.update((r.session, q) for q in range(r.first_seq, r.first_seq + r.count))
+                if k + 1 == 300:
+                    break
+            st = stoker.status(c.url)
+            try:
+                client.set_mix({"a": 1, "c": 1})
+                raise AssertionError("set_mix with another pool accepted")
+            except ValueError as e:
+                assert "each pool" in str(e), str(e)
+        assert worst < 1.0 + 1e-9, worst
+        assert len(seen) == 3000, len(seen)
+        mine = [x for x in st["consumers"] if x.get("mix")][0]["mix"]["sources"]
+        assert [round(s["target_share"], 6) for s in mine] == [0.75, 0.25], mine
+
+
 def test_the_mixture_ends_with_its_first_dry_source_by_default():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")

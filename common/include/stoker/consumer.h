@@ -257,6 +257,13 @@ int stoker_consumer_status_json(stoker_consumer *c, char *buf, size_t cap, size_
 int stoker_status_json_opts(const stoker_consumer_options *opts, uint32_t timeout_ms, char *buf,
                             size_t cap, size_t *len);
 
+// Changes the weights of this consumer's mixture (options.mix; not a rank's, whose group changes
+// by its mix_schedule): mix names the same pools in the same order ("code=0.5,web=0.5"). They
+// apply from the broker's next batch on, whose number (1 for the first batch) goes into
+// *from_batch (may be NULL); batches already pulled ahead keep the weights they were made with.
+// A schedule, if any, is done. STOKER_INVALID (stoker_consumer_error says why) otherwise.
+int stoker_consumer_set_mix(stoker_consumer *c, const char *mix, uint64_t *from_batch);
+
 // Makes a stoker_consumer_next that is waiting (or the next one) return STOKER_INTERRUPTED soon.
 // Safe from any thread or a signal handler.
 void stoker_consumer_interrupt(stoker_consumer *c);

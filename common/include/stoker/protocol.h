@@ -22,6 +22,7 @@ typedef enum stoker_method {
     STOKER_HEARTBEAT = 7,
     STOKER_SHARD = 60,   // a dataset's producer asks for items to make
     STOKER_SCALED = 520, // a controller reports a change of a pool's producers
+    STOKER_MIX = 640,    // a trainer changes its mixture's weights (docs/mixing.md)
 } stoker_method;
 
 typedef enum stoker_role {

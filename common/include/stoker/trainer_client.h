@@ -162,12 +162,41 @@ uint64_t stoker_trainer_client_acks_refused(const stoker_trainer_client *tc);
 // it (a batch the full arena sent as bytes does not change that), "socket" otherwise (a static
 // string).
 const char *stoker_trainer_client_delivery(const stoker_trainer_client *tc);
-// Batches that came through shared memory so far.
-uint64_t stoker_trainer_client_arena_batches(const stoker_trainer_client *tc);
-// Batches that came as bytes over the socket so far, and of those the ones that came so while
-// the arena was mapped (the broker's arena had no free region: the fallback of a full arena).
-uint64_t stoker_trainer_client_socket_batches(const stoker_trainer_client *tc);
-uint64_t stoker_trainer_client_arena_full_batches(const stoker_trainer_client *tc);
+// Batches so far by the path they came (each pointer may be NULL): through shared memory, as
+// bytes over the socket, and of those the ones that came so while the arena was mapped (the
+// broker's arena had no free region: the fallback of a full arena).
+void stoker_trainer_client_batches_by_path(const stoker_trainer_client *tc, uint64_t *shm,
+                                           uint64_t *socket, uint64_t *arena_full);
+// Each of them alone.
+static inline uint64_t
+stoker_trainer_client_arena_batches(const stoker_trainer_client *tc)
+{
+    uint64_t n;
+    stoker_trainer_client_batches_by_path(tc, &n, NULL, NULL);
+    return n;
+}
+static inline uint64_t
+stoker_trainer_client_socket_batches(const stoker_trainer_client *tc)
+{
+    uint64_t n;
+    stoker_trainer_client_batches_by_path(tc, NULL, &n, NULL);
+    return n;
+}
+static inline uint64_t
+stoker_trainer_client_arena_full_batches(const stoker_trainer_client *tc)
+{
+    uint64_t n;
+    stoker_trainer_client_batches_by_path(tc, NULL, NULL, &n);
+    return n;
+}
+
+// Changes the weights of this trainer's mixture (stoker/mix.h, docs/mixing.md; not a rank's: a
+// group's change by its schedule) to those of mix (the same pools, in the same order): they
+// apply from the broker's next batch on, whose number goes into *from_batch (may be NULL);
+// batches already made (prefetched) keep the weights they were made with. The schedule, if any,
+// is done. STOKER_INVALID with the broker's reason in err (other pools, no mixture, a rank).
+int stoker_trainer_client_set_mix(stoker_trainer_client *tc, const stoker_mix *mix,
+                                  uint64_t *from_batch, char *err, size_t err_len);
 
 // The broker's status, as stoker_status_fetch.
 int stoker_trainer_client_status(stoker_trainer_client *tc, stoker_status **out);
