@@ -34,7 +34,7 @@ import stoker  # noqa: E402
 # Ctrl-C around it), and the loop goes on: a stream's with next_batch() again, an Epoch's with a
 # new iterator over the same Epoch. Records each batch's identities per run and loop.
 CONSUMER = r"""
-import json, os, signal, sys
+import json, os, signal, sys, time
 import stoker
 cfg = json.loads(sys.argv[1])
 rec = {"runs": [], "end": None, "leftover": None, "error": None, "interrupts": 0, "restarts": 0}
@@ -62,6 +62,8 @@ def record(loop, b):
     loop["sizes"].append(len(a))
     loop["items"] += [[int(x), int(y)] for x, y in zip(a, z)]
     steps += 1
+    if steps == 1:
+        open(cfg["out"] + ".pulled", "w").close()  # a restart may come from now on
     if cfg["commit"] and steps % 4 == 0:
         c.state_dict()
 def pull(step):
@@ -77,6 +79,12 @@ def pull(step):
         rec["interrupts"] += 1
         return None
 c = stoker.Client(cfg["url"], **kw)
+# Every consumer starts pulling together (a slow start would find the run over, or the broker
+# already restarted): connected, then waiting for the test's word.
+open(cfg["out"] + ".connected", "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists(cfg["go"]) and time.monotonic() < deadline:
+    time.sleep(0.01)
 try:
     if cfg["epochs"]:
         while True:
@@ -157,10 +165,11 @@ CELLS = [
 ]
 # Cells that find defects of the Python client still open, run by name only: an interrupt
 # inside an Epoch's iteration after its pull returned (Epoch.__iter__ calls the library again
-# before it yields) loses that batch, so a strict epoch never ends (Stalled: 235 of 259 items of
-# epoch 1 under a SIGINT every 3 ms); and one during the first pull of a Client made without
-# batch_size (it connects then) leaks that connection, so a group's rank, connecting again, is
-# refused as its own rank's holder ("rank 0 is already held by trainer 1") and the group breaks.
+# before it yields) loses that batch, so a strict epoch never ends (with
+# STOKER_MEETINGS_INTERRUPT_S=0.003: Stalled, 235 of 259 items of epoch 1, 251 of epoch 0; at
+# 5 ms it is rarer); and one during the first pull of a Client made without batch_size (it
+# connects then) leaks that connection, so a group's rank, connecting again, is refused as its
+# own rank's holder ("rank 0 is already held by trainer 1") and the group breaks (every run).
 OPEN_CELLS = ["interrupt/plain1/dataset", "interrupt/group2/dataset",
               "interrupt-connect/group2/stream"]
 
@@ -198,10 +207,16 @@ def run_cell(name):
             cfg = {"url": c.url, "world": world, "rank": r, "batch": ROWS if tokens else BATCH,
                    "epochs": EPOCHS if dataset else 0, "pack": ROW if tokens else 0,
                    "commit": commit, "out": outs[r], "stall": 15.0,
-                   "lazy": fault == "interrupt-connect"}
+                   "lazy": fault == "interrupt-connect", "go": os.path.join(c.dir, "go")}
             procs.append(subprocess.Popen([sys.executable, "-c", CONSUMER, json.dumps(cfg)],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                           text=True))
+        deadline = time.monotonic() + 60
+        while not all(os.path.exists(o + ".connected") for o in outs):
+            assert time.monotonic() < deadline, "the consumers did not connect"
+            assert all(p.poll() is None for p in procs), "a consumer exited before it started"
+            time.sleep(0.02)
+        open(os.path.join(c.dir, "go"), "w").close()
         stop = threading.Event()
         if fault.startswith("interrupt"):
             def interrupt():
@@ -213,9 +228,11 @@ def run_cell(name):
                     time.sleep(INTERRUPT_EVERY_S)
             threading.Thread(target=interrupt, daemon=True).start()
         elif fault == "restart":
-            # A third of the first epoch trained, then the broker is SIGKILLed and started again.
+            # Every consumer under way (each pulled from the broker that dies) and a third of the
+            # first epoch trained, then the broker is SIGKILLed and started again.
             deadline = time.monotonic() + 30
-            while acknowledged(c.url) < size // 3:
+            while acknowledged(c.url) < size // 3 or \
+                    not all(os.path.exists(o + ".pulled") for o in outs):
                 assert time.monotonic() < deadline, "no progress before the restart"
                 time.sleep(0.02)
             c.broker.kill()
@@ -272,8 +289,9 @@ def check(records, st, world, dataset, size, restart):
     if restart:
         # One restart, told to each consumer once: run 0 the broker that died (each item at most
         # once per epoch), run 1 the new broker's epochs, checked whole below.
-        assert all(len(rec["runs"]) == 2 for rec in records), \
-            "runs per consumer: %s" % [len(rec["runs"]) for rec in records]
+        assert all(len(rec["runs"]) == 2 for rec in records), "runs per consumer: %s" % [
+            ([[(len(loop["items"]), sorted({e for e, _ in loop["items"]})) for loop in run]
+              for run in rec["runs"]], rec["end"]) for rec in records]
         old = [tuple(x) for rec in records for loop in rec["runs"][0] for x in loop["items"]]
         assert len(old) == len(set(old)), "the broker that died: an item twice in an epoch"
     last = [rec["runs"][-1] for rec in records]
