@@ -57,6 +57,7 @@ struct epochs {
     int early;  // a group may open one epoch more than the rule allows (epochs_open_early)
     held *held; // at most two per producer (HELD_MAX), unordered
     uint32_t n_held, cap_held;
+    uint64_t first_shard;  // the id of this broker's first shard (shard_ids_start)
     uint64_t next_shard;   // the id of the next shard cut
     drawer *next;          // draws the next epoch's permutation meanwhile (NULL: no memory for it)
     uint32_t *spare_order; // a finished epoch's permutation array, for the next draw
@@ -66,6 +67,18 @@ struct epochs {
 
 // Shards a producer holds at most: the one its pushes fill and the one asked for ahead.
 #define HELD_MAX 2
+
+// Where this broker's shard ids start: a random point, so that a restarted broker's ids never
+// meet the ones the broker before it handed out. Producers come back from a restart still
+// naming that broker's shards: a push of one must be refused as another broker's (it is not
+// one of ours), and a producer that dropped one of them must not take a new shard of the same
+// id for the one it dropped (it would drop that too, and the broker would wait for its items
+// for ever). 30 random bits above a 32-bit count: no id is 0, none wraps.
+static uint64_t
+shard_ids_start(void)
+{
+    return ((stoker_random_u64() >> 34) << 32) + 1;
+}
 
 static void
 epoch_fini(epoch *ep)
@@ -125,7 +138,7 @@ epochs_create(uint64_t dataset_size, uint64_t seed, uint32_t shard_items, uint32
     e->shard_items = shard_items;
     e->limit = limit;
     e->strict = strict;
-    e->next_shard = 1;
+    e->first_shard = e->next_shard = shard_ids_start();
     e->next = drawer_create();
     draw_ahead(e, 0);
     return e;
@@ -388,6 +401,13 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
     return 0;
 }
 
+// Whether shard id was cut by this broker (0, a push's "my oldest", names none).
+static int
+our_shard(const epochs *e, uint64_t id)
+{
+    return id >= e->first_shard && id < e->next_shard;
+}
+
 int
 epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t skip, char *err,
                   size_t err_len)
@@ -423,6 +443,15 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
         e->revoked++;
         if (h != NULL)
             drop_held(e, p, h, "its push was refused");
+        if (h == NULL && req->shard != 0 && !our_shard(e, req->shard))
+            return stoker_errorf(
+                err, err_len, STOKER_SHARD_REVOKED,
+                "item %llu of epoch %u belongs to another broker's epochs: shard %llu was "
+                "handed to producer '%s' by the broker before this one (it restarted, and this "
+                "broker makes its epochs anew from epoch 0): drop the shard and ask for a new "
+                "one",
+                (unsigned long long)EPOCH_INDEX(items[j]), EPOCH_OF(items[j]),
+                (unsigned long long)req->shard, p->name);
         return stoker_errorf(err, err_len, STOKER_SHARD_REVOKED,
                              "item %llu of epoch %u is not producer '%s''s any more (it was "
                              "taken for lost and its shard went to others): drop the shard "

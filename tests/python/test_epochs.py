@@ -6,8 +6,10 @@ is the choice; --dataset-size auto takes the first producer's count; a stream br
 no items; a broker forgets a producer's schema once nothing of it is left. A broker restarted in
 the middle of an Epoch (it starts its epochs anew) stops that Epoch with BrokerRestarted and a
 "broker_restarted" event instead of filling it with the new broker's epochs; epochs() called
-again follows the new broker's, each whole."""
+again follows the new broker's, each whole: every item of every epoch exactly once (a push of a
+shard the broker before handed out is refused as that broker's, and its items made anew)."""
 
+import os
 import signal
 import subprocess
 import time
@@ -219,39 +221,87 @@ def restarted_mid_epoch(at_epoch):
             told = events[kinds.index("broker_restarted")]
             assert told.name == c.url and "instance" in told.reason, told
             # The new broker's epochs, followed from its epoch 0 (the batch that told of the
-            # restart is its first, kept for them), each Epoch unmixed and without repeats.
-            # Whether the new broker makes every item again is the broker's and the producers'
-            # side: some runs lose the items of pushes in flight at the restart (the new broker
-            # refuses them), so its epoch never ends here (Stalled) or its last end's news does
-            # not come before the supply's (SupplyEnded).
+            # restart is its first, kept for them), each Epoch unmixed, every item exactly once
+            # and every epoch's end told: the new broker makes each item again, the items of
+            # pushes in flight at the restart included (it refuses those pushes, as another
+            # broker's, and hands the items out anew).
             client.stall_timeout = 8
-            try:
-                for epoch in client.epochs(2, batch_size=8):
-                    items = got.setdefault(("again", epoch.number), [])
-                    for batch in epoch:
-                        ep, idx = batch.epoch_indices()
-                        assert (ep == epoch.number).all(), (epoch.number, sorted(set(ep.tolist())))
-                        items += idx.tolist()
-            except (stoker.SupplyEnded, stoker.Stalled) as e:
-                print("the new broker's epochs ended by %s" % type(e).__name__)
+            for epoch in client.epochs(2, batch_size=8):
+                items = got.setdefault(("again", epoch.number), [])
+                for batch in epoch:
+                    ep, idx = batch.epoch_indices()
+                    assert (ep == epoch.number).all(), (epoch.number, sorted(set(ep.tolist())))
+                    items += idx.tolist()
             for (run_, e), items in got.items():
                 assert len(items) == len(set(items)), (run_, e, len(items), len(set(items)))
-            # Its epoch 0 whole: the new broker's events are heard though their indices start
-            # again from 1 (the client forgets the old broker's when it notices the restart).
-            assert sorted(got[("again", 0)]) == list(range(N)), len(got[("again", 0)])
+            # Every epoch of the new broker whole: its events are heard though their indices
+            # start again from 1 (the client forgets the old broker's when it notices the
+            # restart).
+            for e in range(2):
+                assert sorted(got[("again", e)]) == list(range(N)), (e, len(got[("again", e)]))
             print({k: len(v) for k, v in got.items()})
     return got
+
+
+# How many times each restart test runs (a run that lost a shard failed about 1 in 20 before the
+# shards of a restarted broker got ids of their own; STOKER_RESTART_RUNS=20 shows the rate).
+RESTART_RUNS = int(os.environ.get("STOKER_RESTART_RUNS", "2"))
 
 
 def test_a_broker_restarted_in_epoch_1_stops_it_and_is_followed_anew():
     # Before: Epoch(1) went on with the new broker's epoch 0 and then its epoch 1 (984 items
     # for 400, epochs mixed), no error and no event.
-    restarted_mid_epoch(1)
+    for _ in range(RESTART_RUNS):
+        restarted_mid_epoch(1)
 
 
 def test_a_broker_restarted_in_epoch_0_stops_it_and_is_followed_anew():
     # Epoch 0 again on the new broker: no item tells it apart, the broker's uptime does.
-    restarted_mid_epoch(0)
+    for _ in range(RESTART_RUNS):
+        restarted_mid_epoch(0)
+
+
+# A restarted broker once cut its shards with the ids the broker before it had used (from 1): a
+# producer that came back from the restart with a push of its shard 1 was refused ("taken for
+# lost", though nothing was lost), dropped its shard 1, then took the new broker's shard 1 for
+# the one it had dropped and made none of its items, and the new broker waited for them for
+# ever (the epoch never ended: 32 of 64 items). Now the new broker's shard ids are its own, and
+# the refusal names the real reason: the shard is the broker before's.
+def test_a_push_of_the_broker_befores_shard_is_refused_as_such_and_its_epoch_is_made_whole():
+    args = ["--dataset-size", "64", "--epochs", "1", "--shard-items", "32"]
+    with Cluster(*args) as c:
+        # 50 ms an item, chunks of 4: the producer's first shard takes 1.6 s, so the restart
+        # comes while its pushes are under way.
+        c.producer("--items", "64", "--delay", "0.05:0.05", "--chunk", "4")
+        c.wait_producers(1)
+        deadline = time.monotonic() + 10
+        while stoker.status(c.url)["counters"]["queued"] == 0:
+            assert time.monotonic() < deadline, "the producer pushed nothing"
+            time.sleep(0.02)
+        c.broker.kill()
+        c.broker.wait()
+        log = os.path.join(c.dir, "broker2.log")
+        with open(log, "w") as err:
+            c.broker = subprocess.Popen([BROKER, "--listen", c.url, "--log-level", "info"] + args,
+                                        stdout=subprocess.DEVNULL, stderr=err)
+        items = []
+        with stoker.Client(c.url, stall_timeout=8) as client:
+            try:
+                for epoch in client.epochs(1, batch_size=8):
+                    for batch in epoch:
+                        ep, idx = batch.epoch_indices()
+                        assert (ep == 0).all(), sorted(set(ep.tolist()))
+                        items += idx.tolist()
+            except stoker.Stalled as e:
+                raise AssertionError("the new broker's epoch 0 never ended: %d of 64 items (%s)"
+                                     % (len(items), e))
+        assert sorted(items) == list(range(64)), len(items)
+        with open(log) as f:
+            said = f.read()
+        refused = [line for line in said.splitlines() if "push-refused" in line]
+        assert refused, said[-3000:]
+        assert all("another broker's epochs" in line and "taken for lost" not in line
+                   for line in refused), refused
 
 if __name__ == "__main__":
     run(globals())
