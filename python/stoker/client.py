@@ -640,6 +640,8 @@ class Client:
                 raise ValueError("this client pulls batches of %d (fixed when it connected); "
                                  "use another Client for batches of %d"
                                  % (self.batch_size, batch_size))
+            if self.schema is None:
+                self._describe()  # a Ctrl-C came between the connection and its description
             return
         if batch_size is None and not (self.max_tokens or self.pack):
             raise ValueError("give a batch size (batches(batch_size))")
@@ -684,6 +686,22 @@ class Client:
                     "asks for %d: a resumed group keeps the batch size per rank (docs/groups.md)"
                     % (kept, self._resume.get("world_size"), batch_size))
             resume_step = int(self._resume.get("group_step", 0))
+        try:
+            self._connect(o, cstr, handle, err, resume_step, batch_size)
+        except BaseException:
+            # A Ctrl-C after the library opened the connection and before this client took it:
+            # it takes it now (the next call describes it), so nothing is left behind (a group's
+            # rank would otherwise be held by this very process when it says hello again).
+            if handle.value and self._handle is None:
+                self._handle = handle.value
+                self.batch_size = int(batch_size) if batch_size is not None else None
+                if self.commit_mode and self.group is None:
+                    lib.stoker_consumer_set_commit(self._handle, 1)
+            raise
+        self._describe()
+
+    def _connect(self, o, cstr, handle, err, resume_step, batch_size):
+        lib = self._lib
         if self.group is None:
             rv = lib.stoker_consumer_open(ctypes.byref(o), ctypes.byref(handle), err, len(err))
         elif self.commit_mode or resume_step:
@@ -701,9 +719,13 @@ class Client:
         self.batch_size = int(batch_size) if batch_size is not None else None
         if self.commit_mode and self.group is None:
             lib.stoker_consumer_set_commit(self._handle, 1)
+
+    def _describe(self):
+        """The connected broker's schema and fields, read into this client (all at once)."""
+        lib = self._lib
         spec = ctypes.create_string_buffer(4096)
         lib.stoker_consumer_schema(self._handle, spec, len(spec))
-        self.schema = spec.value.decode()
+        fields, names = [], []
         shape = (ctypes.c_uint32 * _lib.MAX_RANK)()
         for i in range(lib.stoker_consumer_n_fields(self._handle)):
             name = lib.stoker_consumer_field_name(self._handle, i).decode()
@@ -712,8 +734,9 @@ class Client:
             bound = ctypes.c_uint32()
             var = lib.stoker_consumer_field_variable(self._handle, i, ctypes.byref(bound)) == 1
             dims = tuple(None if var and k == 0 else shape[k] for k in range(rank))
-            self.fields.append(Field(name, dtype, dims, (bound.value or None) if var else None))
-            self._field_names.append(name)
+            fields.append(Field(name, dtype, dims, (bound.value or None) if var else None))
+            names.append(name)
+        self.fields, self._field_names, self.schema = fields, names, spec.value.decode()
 
     # -- mixing ---------------------------------------------------------------------------------
 
@@ -1128,38 +1151,61 @@ class Epoch:
     def __iter__(self):
         c = self._client
         while True:
-            if c._stashed is not None:
-                if c._by_items() and _first_epoch(c._stashed) > self.number:
-                    return  # a later epoch's batch: this epoch brought this consumer nothing more
-                b, c._stashed = c._stashed, None
-            else:
-                if c._epochs_ended() > self.number:
-                    return
-                if c._held is not None:
-                    c._held.release()
-                    c._held = None
-                try:
-                    b = c.next_batch(self._batch_size)
-                except SupplyEnded:
-                    if c._epochs_ended() > self.number:
-                        return
-                    raise
-                if c._restarted is not None:
-                    # The new broker's first batch: kept for the Epochs of a next epochs().
+            b = None
+            try:
+                b = self._next(c)
+            except BaseException:
+                # A Ctrl-C (or any exception) after the batch came and before it is yielded:
+                # kept for the next pull, so the loop that catches it and goes on loses nothing.
+                if b is not None and c._held is not b and c._stashed is None:
                     c._stashed = b
-                    (reason, uptime), c._restarted = c._restarted, None
-                    raise BrokerRestarted("%s; Epoch(%d) stops here: call epochs() again to go "
-                                          "on with the new broker's epochs"
-                                          % (reason, self.number), self.number, uptime)
-                if c._epochs_ended() > self.number or (c._by_items() and
-                                                       _first_epoch(b) > self.number):
-                    # Came with the news of this epoch's end, or holds only later epochs' items
-                    # (another consumer took the rest of this one; a group's ranks go by the
-                    # news, which comes with the same step on each): the next epoch's first.
-                    c._stashed = b
-                    return
+                raise
+            if b is None:
+                return
             c._held = b
             yield b
+
+    def _next(self, c):
+        """The epoch's next batch, or None at its end."""
+        if c._stashed is not None:
+            if c._by_items() and _first_epoch(c._stashed) > self.number:
+                return None  # a later epoch's batch: this epoch brought this consumer no more
+            b, c._stashed = c._stashed, None
+            return b
+        if c._epochs_ended() > self.number:
+            return None
+        if c._held is not None:
+            c._held.release()
+            c._held = None
+        try:
+            b = c.next_batch(self._batch_size)
+        except SupplyEnded:
+            if c._epochs_ended() > self.number:
+                return None
+            raise
+        try:
+            return self._checked(c, b)
+        except BaseException:
+            if c._stashed is None:
+                c._stashed = b  # a Ctrl-C before it was handed over: the next pull's
+            raise
+
+    def _checked(self, c, b):
+        """b, just pulled, if it is this epoch's; else stashed for the next (None)."""
+        if c._restarted is not None:
+            # The new broker's first batch: kept for the Epochs of a next epochs().
+            c._stashed = b
+            (reason, uptime), c._restarted = c._restarted, None
+            raise BrokerRestarted("%s; Epoch(%d) stops here: call epochs() again to go on with "
+                                  "the new broker's epochs" % (reason, self.number), self.number,
+                                  uptime)
+        if c._epochs_ended() > self.number or (c._by_items() and _first_epoch(b) > self.number):
+            # Came with the news of this epoch's end, or holds only later epochs' items (another
+            # consumer took the rest of this one; a group's ranks go by the news, which comes
+            # with the same step on each): the next epoch's first.
+            c._stashed = b
+            return None
+        return b
 
     def __repr__(self):
         return "Epoch(%d)" % self.number
