@@ -75,9 +75,9 @@ push_items(producer_pipeline *pl, const stoker_chunk *chunk, const uint64_t *ite
     uint64_t seq = stoker_producer_client_next_seq(pl->pc);
     int rv = stoker_producer_client_push_items(pl->pc, chunk, seq, items, shard);
     if (rv == STOKER_SHARD_REVOKED)
-        stoker_info("shard-revoked: producer '%s': the rest of its shard %llu went to others "
-                    "while it was away; dropping it",
-                    pl->name, (unsigned long long)shard);
+        stoker_info("shard-revoked: producer '%s': the broker refused the rest of its shard "
+                    "%llu (%s); dropping it",
+                    pl->name, (unsigned long long)shard, stoker_producer_client_error(pl->pc));
     return rv;
 }
 
