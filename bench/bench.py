@@ -1455,14 +1455,16 @@ PULL = os.path.join(BUILD, "consumer", "stoker-pull")
 
 def mix_run(tmp, tag, mixed, examples):
     """One side of bench_mix: examples/s of stoker-pull (batches of 256, raw to /dev/null) from 3
-    free synthetic producers, one per pool (a, b, c), with the mixture a=1,b=1,c=1 or none.
+    producers whose examples cost nothing to make (stoker-bench-producer --fill stamp, chunks of
+    256), one per pool (a, b, c), with the mixture a=1,b=1,c=1 or none: the broker's and the
+    consumer's work, which mixing adds to.
     The clock runs from the first byte to the last."""
     url = endpoint("ipc", tmp, f"mix-{tag}")
     with Procs() as procs:
         start_broker(procs, url)
         for pool in "abc":
-            procs.start([PRODUCER, "--broker", url, "--pool", pool, "--name", f"{tag}{pool}",
-                         "--delay", "0:0", "--log-level", "error"])
+            procs.start([BENCH_PRODUCER, "--broker", url, "--pool", pool, "--name", f"{tag}{pool}",
+                         "--fill", "stamp", "--chunk", "256"])
         time.sleep(0.5)  # every pool has examples queued before the clock starts
         args = [PULL, "--broker", url, "--format", "raw", "--batch-size", "256",
                 "--max-examples", str(examples), "--stall-timeout", "20"]

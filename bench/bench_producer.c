@@ -86,6 +86,8 @@ static const stoker_cli_option rows[] = {
     {"max-examples", "N", "stop after N examples (default: no limit)", STOKER_CLI_UINT,
      AT(run.max_examples), .imin = 1, .imax = UINT64_MAX / 2},
     {"name", "S", "name shown in events and status", STOKER_CLI_STRING, AT(run.client.name)},
+    {"pool", "NAME", "the pool it counts in (a source of a consumer's mixture)", STOKER_CLI_STRING,
+     AT(run.client.pool)},
     {"items", "N", "serve a dataset of N items in the broker's epochs", STOKER_CLI_UINT, AT(items),
      .imin = 1, .imax = UINT32_MAX},
     {"fill", "all|stamp",

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -351,10 +352,24 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
         total_accepted += sums[k].accepted;
         total_alive += sums[k].current;
     }
-    double demand = 0;
-    for (uint32_t i = 0; i < b->n_trainers; i++)
-        if (b->trainers[i]->connected)
-            demand += meter_rate(&b->trainers[i]->meter);
+    // A trainer with a mixture wants each pool's share of what it takes (its weights); the
+    // others' demand falls on the pools as they supply it now (below).
+    double demand = 0, unmixed = 0, mixed[AUTOSCALE_POOLS_MAX] = {0};
+    for (uint32_t i = 0; i < b->n_trainers; i++) {
+        const trainer *t = b->trainers[i];
+        if (!t->connected)
+            continue;
+        double rate = meter_rate(&t->meter);
+        demand += rate;
+        if (t->mix == NULL) {
+            unmixed += rate;
+            continue;
+        }
+        for (uint32_t s = 0; s < t->mix->spec.n; s++)
+            for (uint32_t k = 0; k < n; k++)
+                if (strcmp(names[k], t->mix->spec.names[s]) == 0)
+                    mixed[k] += rate * t->mix->share[s];
+    }
     int idle = demand <= 0 && (b->last_pull_ms == 0 || now_ms - b->last_pull_ms > 1000);
     st->has_autoscale = 1;
     st->autoscale_headroom = b->cfg.autoscale_headroom;
@@ -365,13 +380,13 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
     if (st->pools == NULL)
         return STOKER_NOMEM;
     for (uint32_t k = 0; k < n; k++) {
-        // The trainers' demand falls on the pools as they supply it now (by producers alive
-        // before any rate is known).
+        // The unmixed trainers' demand falls on the pools as they supply it now (by producers
+        // alive before any rate is known).
         double share = total_accepted > 0 ? sums[k].accepted / total_accepted
                        : total_alive > 0  ? (double)sums[k].current / total_alive
                                           : 1.0 / n;
         snprintf(st->pools[k].name, sizeof(st->pools[k].name), "%s", names[k]);
-        decide(b, &st->pools[k], &sums[k], demand * share, idle);
+        decide(b, &st->pools[k], &sums[k], unmixed * share + mixed[k], idle);
     }
     st->n_pools = n;
     return STOKER_OK;

@@ -217,6 +217,37 @@ def test_set_mix_changes_the_weights_from_a_numbered_batch_on():
         assert [round(s["target_share"], 6) for s in mine] == [0.75, 0.25], mine
 
 
+def test_the_autoscale_signal_asks_the_slow_pool_for_its_share_of_the_demand():
+    """A consumer mixing a fast and a 5x slower pool 1:1 needs as many examples of each: the
+    broker's autoscale signal puts half its demand on each pool (not by what each supplies now),
+    so the slow pool is the one asked to grow, by about 5x."""
+    import threading
+    with Cluster() as c:
+        c.producer("--pool", "a", "--delay", "0.001:0.001", name="pa")
+        c.producer("--pool", "b", "--delay", "0.005:0.005", name="pb")
+        c.wait_producers(2)
+        stop = []
+
+        def eat():
+            with stoker.Client(c.url, mix={"a": 1, "b": 1}, stall_timeout=10) as client:
+                for _ in client.batches(16):
+                    if stop:
+                        break
+
+        t = threading.Thread(target=eat)
+        t.start()
+        try:
+            time.sleep(5)
+            pools = {p["pool"]: p for p in stoker.status(c.url)["autoscale"]["pools"]}
+        finally:
+            stop.append(1)
+            t.join(30)
+    a, b = pools["a"], pools["b"]
+    assert abs(a["demand"] - b["demand"]) <= 0.05 * a["demand"], pools  # half each
+    assert b["wanted"] >= 3 * a["wanted"], pools  # the slow pool grows
+    print("autoscale: a wants %d, b wants %d (%s)" % (a["wanted"], b["wanted"], b["why"]))
+
+
 def test_the_mixture_ends_with_its_first_dry_source_by_default():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")
