@@ -587,6 +587,8 @@ class Client:
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
         self.mix, self._mix_spec, self.mix_stop = _mix_args(mix, mix_stop)
         self._mix_schedule, self.mix_blend = _schedule_args(self.mix, mix_schedule, mix_blend)
+        self._mix_now = dict(mix) if isinstance(mix, dict) else (
+            {n: float(w) for n, w in (p.split("=") for p in mix.split(","))} if mix else None)
         self.max_tokens, self.buckets, self.pack, self.split = _batching_args(
             max_tokens, buckets, pack, split)
         self._tls, self.tls_insecure = _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure)
@@ -759,6 +761,7 @@ class Client:
         if rv != _lib.OK:
             _raise(rv, "set_mix: %s" % self._lib.stoker_consumer_error(self._handle).decode(
                 errors="replace"))
+        self._mix_now = {n: weights[n] for n in self.mix}
         return start.value
 
     # -- commit with checkpoints --------------------------------------------------------------
@@ -813,6 +816,11 @@ class Client:
                           else (self._resume or {}).get("batch_size")})
         if self._handle is not None:
             state["epochs_ended"] = int(self._lib.stoker_consumer_epochs_ended(self._handle))
+        if self.mix is not None:
+            # The mixture as it stands (set_mix included): a resumed consumer may take it or
+            # other weights; each source's uncommitted examples come to it once either way.
+            state["mix"] = {"weights": dict(self._mix_now), "stop": self.mix_stop,
+                            "schedule": self._mix_schedule, "blend": self.mix_blend}
         return state
 
     def load_state_dict(self, state):

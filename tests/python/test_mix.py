@@ -248,6 +248,55 @@ def test_the_autoscale_signal_asks_the_slow_pool_for_its_share_of_the_demand():
     print("autoscale: a wants %d, b wants %d (%s)" % (a["wanted"], b["wanted"], b["why"]))
 
 
+def test_a_consumer_resumed_with_other_weights_trains_each_uncommitted_example_once():
+    """Commit with checkpoints and a mixture: a consumer at 1:1 commits 10 batches, trains 5 more
+    and stops without committing them; one resumed from its state_dict() at 3:1 gets every
+    example the first did not commit, once, in its own exact shares; the lineage (what the first
+    committed and what the second trained) holds every example of both pools once."""
+    per_pool = 200
+    with Cluster("--queue-depth", "64") as c:
+        for pool in "ab":
+            c.producer("--pool", pool, "--delay", "0:0", "--chunk", "4", "--max-examples",
+                       str(per_pool), "--linger", "30", name="p" + pool)
+        c.wait_producers(2)
+        committed, after = [], []
+
+        def ids(batch):
+            return [(r.session, q) for r in batch.runs
+                    for q in range(r.first_seq, r.first_seq + r.count)]
+
+        with stoker.Client(c.url, mix={"a": 1, "b": 1}, commit=True, stall_timeout=10) as first:
+            for i, batch in enumerate(first.batches(10)):
+                (committed if i < 10 else after).extend(ids(batch))
+                if i == 9:
+                    state = first.state_dict()
+                if i == 14:
+                    break
+            first.close(acknowledge_held=False)
+        assert state["mix"]["weights"] == {"a": 1, "b": 1}, state
+        resumed, got, worst, total = [], collections.Counter(), 0.0, 0
+        with stoker.Client(c.url, mix={"a": 3, "b": 1}, mix_stop="all", commit=True,
+                           stall_timeout=10) as second:
+            second.load_state_dict(state)
+            try:
+                for i, batch in enumerate(second.batches(10)):
+                    resumed.extend(ids(batch))
+                    got.update(batch.sources())
+                    total += batch.count
+                    if got["b"] < per_pool - 50 and got["a"] < per_pool - 50:  # both still in
+                        worst = max(worst, abs(got["a"] - 0.75 * total))
+                    if i % 5 == 4:
+                        second.state_dict()
+            except stoker.SupplyEnded:
+                pass
+            second.state_dict()
+    lineage = committed + resumed
+    assert len(set(lineage)) == len(lineage), "an example trained twice in the lineage"
+    assert len(lineage) == 2 * per_pool, (len(lineage), 2 * per_pool)  # nothing lost
+    assert set(after) <= set(resumed), "the uncommitted work was not delivered again"
+    assert worst < 1.0 + 1e-9, worst
+
+
 def test_the_mixture_ends_with_its_first_dry_source_by_default():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", "--max-examples", "100", name="pa")
