@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk_check.h"
 #include "stoker/chunk.h"
 #include "stoker/error.h"
 

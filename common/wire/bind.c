@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chunk_check.h"
 #include "frame.h"
 #include "stoker/error.h"
 #include "stoker/wire.h"

@@ -79,14 +79,6 @@ int stoker_chunk_var_reserve(stoker_chunk *chunk, uint32_t field, uint64_t rows,
 uint64_t stoker_chunk_var_rows(const stoker_chunk *chunk, uint32_t field);
 // The example being made is complete: count + 1.
 void stoker_chunk_commit_example(stoker_chunk *chunk);
-// Checks that n_offsets = count + 1 offsets at offsets (little-endian, any alignment) describe
-// exactly values_bytes bytes of values of variable field f: the first 0, none decreasing, no
-// value longer than the field's bound, the last times the row's bytes equal to values_bytes.
-// STOKER_INVALID with a message naming the field, the example and the length otherwise.
-// The wire's check of what it decodes: inside libstoker only, not exported from libstoker.so.
-int stoker_chunk_check_offsets(const stoker_field *field, const uint8_t *offsets, uint32_t count,
-                               uint64_t values_bytes, char *err, size_t err_len);
-
 // The identity of examples (session, first_seq .. first_seq + count - 1) from one producer.
 typedef struct stoker_run {
     uint32_t producer; // the broker's id for the producer
