@@ -2,7 +2,16 @@
 in exact proportions. Real broker, real producers of three pools (one 5x slower than the
 others), the Python client; every check is made from the examples' identities and sources as
 they arrive: each source's running count within one example of weight x examples delivered
-after every batch, every example once, and the stop rules at a source's end."""
+after every batch, every example once, and the stop rules at a source's end.
+
+The cases of torchdata's MultiNodeWeightedSampler suite (test_multi_node_weighted_sampler.py),
+in stoker's terms and with exact counts where it checks statistics: its proportions (the three
+pools and the group's ranks below, within one example after every batch instead of a
+tolerance), its stop criteria (FIRST_DATASET_EXHAUSTED: mix_stop "first"; ALL_DATASETS_EXHAUSTED:
+"all"; CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED needs a source that starts again, which a stream is
+not), its invalid weights and keys (refused, naming what is wrong), its ranks (every example
+once over a group's ranks) and its state-dict round trips (a consumer resumed from 0, 10 and 30
+committed batches, with other weights)."""
 
 import collections
 import os
@@ -248,12 +257,12 @@ def test_the_autoscale_signal_asks_the_slow_pool_for_its_share_of_the_demand():
     print("autoscale: a wants %d, b wants %d (%s)" % (a["wanted"], b["wanted"], b["why"]))
 
 
-def test_a_consumer_resumed_with_other_weights_trains_each_uncommitted_example_once():
-    """Commit with checkpoints and a mixture: a consumer at 1:1 commits 10 batches, trains 5 more
-    and stops without committing them; one resumed from its state_dict() at 3:1 gets every
-    example the first did not commit, once, in its own exact shares; the lineage (what the first
-    committed and what the second trained) holds every example of both pools once."""
-    per_pool = 200
+def resumed_lineage(checkpoint_at, per_pool=200):
+    """A consumer at 1:1 commits checkpoint_at batches of 10 (state_dict()), trains 5 more and
+    stops without committing them; one resumed from its state_dict() at 3:1 (stop rule "all")
+    trains to the end. Returns (what the first committed, what it trained after, what the
+    second trained, the second's worst distance from its 0.75 share while both pools had
+    examples, the first's state)."""
     with Cluster("--queue-depth", "64") as c:
         for pool in "ab":
             c.producer("--pool", pool, "--delay", "0:0", "--chunk", "4", "--max-examples",
@@ -265,15 +274,16 @@ def test_a_consumer_resumed_with_other_weights_trains_each_uncommitted_example_o
             return [(r.session, q) for r in batch.runs
                     for q in range(r.first_seq, r.first_seq + r.count)]
 
-        with stoker.Client(c.url, mix={"a": 1, "b": 1}, commit=True, stall_timeout=10) as first:
+        with stoker.Client(c.url, mix={"a": 1, "b": 1}, commit=True, stall_timeout=10,
+                           batch_size=10) as first:
+            state = first.state_dict()
             for i, batch in enumerate(first.batches(10)):
-                (committed if i < 10 else after).extend(ids(batch))
-                if i == 9:
+                (committed if i < checkpoint_at else after).extend(ids(batch))
+                if i + 1 == checkpoint_at:
                     state = first.state_dict()
-                if i == 14:
+                if i + 1 == checkpoint_at + 5:
                     break
             first.close(acknowledge_held=False)
-        assert state["mix"]["weights"] == {"a": 1, "b": 1}, state
         resumed, got, worst, total = [], collections.Counter(), 0.0, 0
         with stoker.Client(c.url, mix={"a": 3, "b": 1}, mix_stop="all", commit=True,
                            stall_timeout=10) as second:
@@ -283,18 +293,30 @@ def test_a_consumer_resumed_with_other_weights_trains_each_uncommitted_example_o
                     resumed.extend(ids(batch))
                     got.update(batch.sources())
                     total += batch.count
-                    if got["b"] < per_pool - 50 and got["a"] < per_pool - 50:  # both still in
+                    if max(got["a"], got["b"]) < per_pool - 50:  # both pools still hold plenty
                         worst = max(worst, abs(got["a"] - 0.75 * total))
                     if i % 5 == 4:
                         second.state_dict()
             except stoker.SupplyEnded:
                 pass
             second.state_dict()
-    lineage = committed + resumed
-    assert len(set(lineage)) == len(lineage), "an example trained twice in the lineage"
-    assert len(lineage) == 2 * per_pool, (len(lineage), 2 * per_pool)  # nothing lost
-    assert set(after) <= set(resumed), "the uncommitted work was not delivered again"
-    assert worst < 1.0 + 1e-9, worst
+    return committed, after, resumed, worst, state
+
+
+def test_a_consumer_resumed_with_other_weights_trains_each_uncommitted_example_once():
+    """Commit with checkpoints and a mixture, resumed from 0, 10 and 30 committed batches (the
+    round trips of torchdata's MultiNodeWeightedSampler state-dict tests, checked exactly): the
+    lineage (what the first committed and what the second trained) holds every example of both
+    pools once, the uncommitted work comes again, and the resumed consumer's own shares are
+    exact."""
+    for checkpoint_at in (0, 10, 30):
+        committed, after, resumed, worst, state = resumed_lineage(checkpoint_at)
+        assert state["mix"]["weights"] == {"a": 1, "b": 1}, state
+        lineage = committed + resumed
+        assert len(set(lineage)) == len(lineage), "an example trained twice in the lineage"
+        assert len(lineage) == 400, (checkpoint_at, len(lineage))  # nothing lost
+        assert set(after) <= set(resumed), "the uncommitted work was not delivered again"
+        assert worst < 1.0 + 1e-9, (checkpoint_at, worst)
 
 
 def test_the_mixture_ends_with_its_first_dry_source_by_default():
