@@ -79,7 +79,10 @@ mix_source_dry(const broker *b, const mix *m, uint32_t s, uint64_t now_ms)
     int seen = 0, any_may_send = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
-        int may_send = producer_may_send(p, now_ms);
+        // One that said it makes nothing more (it lingers until its examples are trained, which
+        // may wait for this consumer's commit) sends nothing more either.
+        int lingers = p->status == STOKER_PRODUCER_ALIVE && p->done_making && p->pushes == NULL;
+        int may_send = producer_may_send(p, now_ms) && !lingers;
         any_may_send |= may_send;
         if (strcmp(p->pool, m->spec.names[s]) != 0)
             continue;
