@@ -140,32 +140,30 @@ static void label_value(char *dst, size_t cap, const char *src);
 static void
 mix_metrics(stoker_text *t, const stoker_status *st)
 {
-    stoker_text_printf(t, "# HELP stoker_consumer_mix_delivered_total Examples of this source "
-                          "(pool) delivered to this consumer's mixture\n"
-                          "# TYPE stoker_consumer_mix_delivered_total counter\n");
-    for (uint32_t i = 0; i < st->n_consumers; i++) {
-        const stoker_consumer_info *c = &st->consumers[i];
-        for (uint32_t k = 0; k < c->n_mix; k++) {
-            char pool[STOKER_NAME_MAX];
-            label_value(pool, sizeof(pool), c->mix[k].pool);
-            stoker_text_printf(t,
-                               "stoker_consumer_mix_delivered_total{consumer=\"%u\",pool=\"%s\"} "
-                               "%llu\n",
-                               c->id, pool, (unsigned long long)c->mix[k].delivered);
-        }
-    }
-    stoker_text_printf(t, "# HELP stoker_consumer_mix_target_share This source's (pool's) share "
-                          "of this consumer's mixture now\n"
-                          "# TYPE stoker_consumer_mix_target_share gauge\n");
-    for (uint32_t i = 0; i < st->n_consumers; i++) {
-        const stoker_consumer_info *c = &st->consumers[i];
-        for (uint32_t k = 0; k < c->n_mix; k++) {
-            char pool[STOKER_NAME_MAX];
-            label_value(pool, sizeof(pool), c->mix[k].pool);
-            stoker_text_printf(t,
-                               "stoker_consumer_mix_target_share{consumer=\"%u\",pool=\"%s\"} "
-                               "%.6f\n",
-                               c->id, pool, c->mix[k].share);
+    static const struct {
+        const char *name, *type, *help;
+    } per[] = {
+        {"consumer_mix_delivered_total", "counter",
+         "Examples of this source (pool) delivered to this consumer's mixture"},
+        {"consumer_mix_target_share", "gauge",
+         "This source's (pool's) share of this consumer's mixture now"},
+    };
+    for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
+        stoker_text_printf(t, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\n", per[m].name,
+                           per[m].help, per[m].name, per[m].type);
+        for (uint32_t i = 0; i < st->n_consumers; i++) {
+            const stoker_consumer_info *c = &st->consumers[i];
+            for (uint32_t k = 0; k < c->n_mix; k++) {
+                char pool[STOKER_NAME_MAX];
+                label_value(pool, sizeof(pool), c->mix[k].pool);
+                if (m == 0)
+                    stoker_text_printf(t, "stoker_%s{consumer=\"%u\",pool=\"%s\"} %llu\n",
+                                       per[m].name, c->id, pool,
+                                       (unsigned long long)c->mix[k].delivered);
+                else
+                    stoker_text_printf(t, "stoker_%s{consumer=\"%u\",pool=\"%s\"} %.6f\n",
+                                       per[m].name, c->id, pool, c->mix[k].share);
+            }
         }
     }
 }
