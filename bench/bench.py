@@ -6,7 +6,7 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm, autoscale, ragged, floor-var, defaults. Run scripts/build.sh first (or let
+group-commit, ranks-shm, autoscale, ragged, floor-var, defaults, buckets. Run scripts/build.sh first (or let
 bench/run.sh do it)."""
 import argparse
 import datetime
@@ -932,6 +932,91 @@ def bench_ragged(opts, tmp):
     return res
 
 
+BUCKETS_LOOP = os.path.join(ROOT, "bench", "buckets_loop.py")
+BUCKETS_LENGTHS = "lognormal:200:2048"  # mean 200 (median 121), sigma 1, cut to 2048
+# Producers: slower than the consumer (2, 2 ms each per sequence: 1,000 sequences/s, the
+# queues nearly empty when a batch is asked for) and free (1, --delay 0:0).
+BUCKETS_SUPPLY = [("slow", 2, "0.002:0.002"), ("free", 1, "0:0")]
+# (name, batch_size, max_tokens, buckets); "count" is what the others' tokens/s are compared to.
+BUCKETS_MODES = [("count", 32, 0, 0), ("buckets", 32, 0, 1), ("max_tokens", 0, 16384, 0),
+                 ("max_tokens+buckets", 0, 16384, 1)]
+
+
+def buckets_run(tmp, tag, broker, supply, mode, warmup, seconds):
+    _, producers, delay = supply
+    _, batch_size, max_tokens, buckets = mode
+    url = endpoint("ipc", tmp, f"buckets-{tag}")
+    with Procs() as procs:
+        p = procs.start([broker, "--listen", url, "--log-level", "warn"], stdout=subprocess.PIPE,
+                        text=True)
+        if not p.stdout.readline().startswith("listening"):
+            raise RuntimeError(f"broker {broker} did not start")
+        for i in range(producers):
+            procs.start([PRODUCER, "--broker", url, "--name", f"{tag}{i}", "--workload", "tokens",
+                         "--lengths", BUCKETS_LENGTHS, "--vocab", "50257", "--delay", delay,
+                         "--log-level", "error"])
+        out = subprocess.run([PY, BUCKETS_LOOP, url, str(warmup), str(seconds), str(batch_size),
+                              str(max_tokens), str(buckets)], stdout=subprocess.PIPE, text=True,
+                             timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"buckets_loop.py exited {out.returncode}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_buckets(opts, tmp):
+    """Length buckets where users run them: token sequences of log-normal lengths (mean 200, cap
+    2048) from producers slower than the consumer and from a free one, pulled by count (batch
+    32), with buckets (batch 32), by a token budget (max_tokens=16384) and by the budget with
+    buckets; each batch padded to its longest in the loop (bench/buckets_loop.py). Per supply
+    and mode: the padding fraction, tokens/s against count batching's in the same round, and the
+    first batch's delay (the reserve's cost). Rounds back to back, the modes' order rotated; the
+    medians. STOKER_BENCH_BROKER_BEFORE=PATH runs a second broker (e.g. one built before a
+    change) in the same rounds, its figures beside."""
+    warmup, seconds = (2, 3) if opts.quick else (3, 8)
+    rounds = 1 if opts.quick else 3
+    brokers = [("", BROKER)]
+    before = os.environ.get("STOKER_BENCH_BROKER_BEFORE")
+    if before:
+        brokers.append(("before ", before))
+    res = {"configs": {"lengths": BUCKETS_LENGTHS, "runs": []}, "rows": []}
+    got = {}
+    for k in range(rounds):
+        for supply in BUCKETS_SUPPLY:
+            order = BUCKETS_MODES[k % len(BUCKETS_MODES):] + BUCKETS_MODES[:k % len(BUCKETS_MODES)]
+            for mode in order:
+                for label, broker in brokers:
+                    r = buckets_run(tmp, f"{supply[0]}{mode[1]}{mode[2]}{mode[3]}{k}{len(label)}",
+                                    broker, supply, mode, warmup, seconds)
+                    r.update({"round": k, "supply": supply[0], "mode": mode[0],
+                              "broker": label.strip() or "this"})
+                    res["configs"]["runs"].append(r)
+                    got.setdefault((label, supply[0], mode[0]), []).append(r)
+    for label, _ in brokers:
+        for supply in BUCKETS_SUPPLY:
+            count = got[(label, supply[0], "count")]
+            for mode in BUCKETS_MODES:
+                rs = got[(label, supply[0], mode[0])]
+                name = f"buckets: {label}{supply[0]} {mode[0]}"
+                pad = statistics.median(r["padding_fraction"] for r in rs)
+                target, ok = "(figure)", None
+                if mode[3] and not label:
+                    target, ok = "<= 0.10", pad <= 0.10
+                res["rows"].append((f"{name}: padding fraction", pad, target, ok))
+                if mode[0] != "count":
+                    ratio = statistics.median(r["tokens_per_second"] / c["tokens_per_second"]
+                                              for r, c in zip(rs, count))
+                    target, ok = "(figure)", None
+                    if mode[3] and not label:
+                        target, ok = ">= 0.95", ratio >= 0.95
+                    res["rows"].append((f"{name}: tokens/s / count's", ratio, target, ok))
+                else:
+                    res["rows"].append((f"{name}: tokens/s", statistics.median(
+                        r["tokens_per_second"] for r in rs), "(figure)", None))
+                res["rows"].append((f"{name}: first batch, s", statistics.median(
+                    r["first_batch_s"] for r in rs), "(figure)", None))
+    return res
+
+
 def floor_var_run(tmp, tag, schema, rows, total, kind):
     """examples/s of the C consumer (stoker-bench-consumer: pull and acknowledge, nothing else)
     over 2 stoker-bench-producers of schema (a variable field's values rows long), batch 256,
@@ -1455,7 +1540,8 @@ BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
-           "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults}
+           "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults,
+           "buckets": bench_buckets}
 
 
 def main():
