@@ -6,8 +6,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm, autoscale, ragged, floor-var, defaults, buckets. Run scripts/build.sh first (or let
-bench/run.sh do it)."""
+group-commit, ranks-shm, autoscale, ragged, floor-var, defaults, buckets, cpu-exec. Run
+scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -1017,6 +1017,170 @@ def bench_buckets(opts, tmp):
     return res
 
 
+CPU_CHILD = os.path.join(ROOT, "bench", "cpu_child.py")
+CPU_LOOP = os.path.join(ROOT, "bench", "cpu_loop.py")
+CPU_SCHEMA = "image:float32[3,32,32],label:int64"
+CPU_RECORD = 3 * 32 * 32 * 4 + 8
+CPU_ROUNDS = 200  # the child's matmul rounds per example: about 2 ms of one core here
+
+
+def cpu_ticks(pid):
+    """CPU time (user + system, clock ticks) of pid and every process below it; 0 when gone."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                total += sum(cpu_ticks(int(c)) for c in f.read().split())
+    except (OSError, ValueError, IndexError):
+        pass
+    return total
+
+
+def cpu_child_cmd():
+    # One thread each (a BLAS that spreads a matmul over both cores would not be CPU-bound
+    # producers on 2 cores); exec, so that the producer's child is the generator itself.
+    return (f"exec env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {PY} {CPU_CHILD} "
+            f"{CPU_ROUNDS}")
+
+
+def cpu_ideal(count):
+    """The core-limited ideal: two children alone, side by side, their records read and
+    dropped; each one's rate from its first record to its last (start-up not counted), and
+    their CPU ms per example (2 cores / that is the ideal where nothing else runs)."""
+    import select
+    procs = [subprocess.Popen(["sh", "-c", cpu_child_cmd() + f" {count}"],
+                              stdout=subprocess.PIPE) for _ in range(2)]
+    rates = []
+    try:
+        fds = {p.stdout.fileno(): [0, None, None] for p in procs}  # bytes, first, last
+        open_fds = set(fds)
+        while open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [], 30)
+            if not ready:
+                raise RuntimeError("cpu_child.py wrote nothing for 30 s")
+            for fd in ready:
+                data = os.read(fd, 1 << 20)
+                now = time.monotonic()
+                if not data:
+                    open_fds.discard(fd)
+                    continue
+                st = fds[fd]
+                if st[1] is None:
+                    st[1] = now
+                st[0] += len(data)
+                st[2] = now
+        for n, first, last in fds.values():
+            rates.append((n / CPU_RECORD - 1) / (last - first))
+        cpu_s = 0.0
+        for p in procs:  # their CPU time: the ideal by the cores, whatever else runs here
+            _, _, ru = os.wait4(p.pid, 0)
+            p.returncode = 0
+            cpu_s += ru.ru_utime + ru.ru_stime
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                p.wait()
+    return sum(rates), cpu_s / (2 * count) * 1000
+
+
+def cpu_stoker(tmp, tag, producer, warmup, seconds, batch):
+    """examples/s of cpu_loop.py over 2 exec producers of cpu_child.py, and each process's CPU
+    seconds per example over the measurement."""
+    url = endpoint("ipc", tmp, f"cpu-{tag}")
+    with Procs() as procs:
+        broker = start_broker(procs, url)
+        prods = [procs.start([producer, "--broker", url, "--name", f"{tag}{i}", "--generator",
+                              "exec", "--exec", cpu_child_cmd(), "--schema", CPU_SCHEMA,
+                              "--format", "raw", "--log-level", "error"]) for i in range(2)]
+        loop = procs.start([PY, CPU_LOOP, url, str(warmup), str(seconds), str(batch)],
+                           stdout=subprocess.PIPE, text=True)
+
+        def sample():
+            prod = sum(cpu_ticks(p.pid) for p in prods)
+            child = prod - sum(cpu_ticks_self(p.pid) for p in prods)
+            return {"broker": cpu_ticks(broker.pid), "producer": prod - child, "child": child,
+                    "consumer": cpu_ticks(loop.pid)}
+
+        line = loop.stdout.readline()
+        if line.strip() != "measuring":
+            raise RuntimeError(f"cpu_loop.py: {line!r}")
+        before = sample()
+        line = loop.stdout.readline()
+        after = sample()
+        loop.wait(30)
+        if loop.returncode != 0 or not line:
+            raise RuntimeError(f"cpu_loop.py exited {loop.returncode}")
+        r = json.loads(line)
+    hz = os.sysconf("SC_CLK_TCK")
+    r["cpu_ms_per_example"] = {k: (after[k] - before[k]) / hz * 1000 / r["examples"]
+                               for k in after}
+    return r
+
+
+def cpu_ticks_self(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def bench_cpu_exec(opts, tmp):
+    """CPU-bound exec producers: 2 stoker-producer --generator exec, each running
+    bench/cpu_child.py (about 2 ms of numpy per example, raw records written and flushed one
+    by one), on this 2-core machine, into a Python loop (bench/cpu_loop.py, batch 64), against
+    the core-limited ideal: the same two children alone, side by side, in the same round. Each
+    process's CPU ms per example (the children's, the producers' own, the broker's, the
+    loop's) says where the rest goes. STOKER_BENCH_PRODUCER_BEFORE=PATH runs a second
+    producer binary (one built before a change) in the same rounds."""
+    warmup, seconds = (2, 3) if opts.quick else (3, 8)
+    rounds = 1 if opts.quick else 3
+    count = 300 if opts.quick else 1000
+    producers = [("", PRODUCER)]
+    before = os.environ.get("STOKER_BENCH_PRODUCER_BEFORE")
+    if before:
+        producers.append(("before ", before))
+    res = {"configs": {"rounds": []}, "rows": []}
+    ratios = {label: [] for label, _ in producers}
+    for k in range(rounds):
+        rnd = {}
+        rnd["ideal"], rnd["child_ms_alone"] = cpu_ideal(count)
+        order = producers if k % 2 == 0 else producers[::-1]
+        for label, producer in order:
+            r = cpu_stoker(tmp, f"c{k}{len(label)}", producer, warmup, seconds, 64)
+            rnd[label.strip() or "this"] = r
+            ratios[label].append(r["examples_per_second"] / rnd["ideal"])
+        res["configs"]["rounds"].append(rnd)
+    rs = res["configs"]["rounds"]
+    res["rows"].append(("cpu-exec: ideal (2 children alone), examples/s",
+                        statistics.median(r["ideal"] for r in rs), "(figure)", None))
+    res["rows"].append(("cpu-exec: a child alone, CPU ms per example (with its start)",
+                        statistics.median(r["child_ms_alone"] for r in rs), "(figure)", None))
+    for label, _ in producers:
+        key = label.strip() or "this"
+        ratio = statistics.median(ratios[label])
+        res["rows"].append((f"cpu-exec: {label}stoker / ideal, median of {rounds}", ratio,
+                            ">= 0.85" if not label else "(figure)",
+                            ratio >= 0.85 if not label else None))
+        for proc in ("child", "producer", "broker", "consumer"):
+            ms = statistics.median(r[key]["cpu_ms_per_example"][proc] for r in rs)
+            res["rows"].append((f"cpu-exec: {label}CPU ms per example, {proc}", ms, "(figure)",
+                                None))
+        # Where the two cores went: the children's share of all our processes' CPU. On a
+        # machine nobody else uses, stoker / ideal comes to about this.
+        share = statistics.median(
+            r[key]["cpu_ms_per_example"]["child"] / sum(r[key]["cpu_ms_per_example"].values())
+            for r in rs)
+        res["rows"].append((f"cpu-exec: {label}children's share of the CPU", share, "(figure)",
+                            None))
+    return res
+
+
 def floor_var_run(tmp, tag, schema, rows, total, kind):
     """examples/s of the C consumer (stoker-bench-consumer: pull and acknowledge, nothing else)
     over 2 stoker-bench-producers of schema (a variable field's values rows long), batch 256,
@@ -1541,7 +1705,7 @@ BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
            "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults,
-           "buckets": bench_buckets}
+           "buckets": bench_buckets, "cpu-exec": bench_cpu_exec}
 
 
 def main():
