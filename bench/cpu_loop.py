@@ -2,7 +2,9 @@
 """The consumer of `bench.py --only cpu-exec`: stoker.Client pulling batches of `image` and
 `label` and touching every value (a sum), as a training loop's first op would. Prints
 "measuring" when its measurement starts (bench.py samples the processes' CPU time then), then
-one JSON line: examples per second over SECONDS after WARMUP_S from its first batch.
+one JSON line: examples made per second over SECONDS after WARMUP_S from its first batch (the
+broker's produced counter: what the loop takes also drains the queues filled before it came,
+which would count more than the producers make), and the loop's own rate.
 
     /usr/bin/python3 bench/cpu_loop.py URL WARMUP_S SECONDS BATCH_SIZE
 """
@@ -35,11 +37,15 @@ def main():
             if t0 is None:
                 if now - first >= warmup:
                     t0 = now
+                    made0 = stoker.status(url)["counters"]["produced"]
                     print("measuring", flush=True)
                 continue
             n += count
             if now - t0 >= seconds:
-                print(json.dumps({"examples_per_second": n / (now - t0), "examples": n,
+                made = stoker.status(url)["counters"]["produced"] - made0
+                now = time.monotonic()
+                print(json.dumps({"examples_per_second": made / (now - t0), "examples": made,
+                                  "consumed_per_second": n / (now - t0),
                                   "seconds": now - t0}), flush=True)
                 return
     sys.exit("cpu_loop: the supply ended before the measurement did")
