@@ -311,8 +311,9 @@ plan_buckets(budget_plan *plan, const broker *b, candidate *c, uint32_t n, uint3
         lo = at + 1 > max ? at + 1 - max : 0;
         hi = at + 1;
     }
-    // The best run: full before not (a run at the top of the lengths may be short of the
-    // batch), then the least padding.
+    // The best run: full before not, then the least padding. A run that is not full ends at the
+    // top of the lengths: among those the longest (all of the window when it holds less than a
+    // batch: the supply ending, a pull's wait over).
     uint32_t best_s = lo, best_e = lo;
     int best_full = -1;
     double best_frac = 0.0;
@@ -326,7 +327,8 @@ plan_buckets(budget_plan *plan, const broker *b, candidate *c, uint32_t n, uint3
         if (must < 0 || e > hi - 1) { // a forced run holds the overdue one (sorted at hi - 1)
             uint64_t slots = (uint64_t)(e - s) * key_len(keys[e - 1]), pad = slots - sum;
             double frac = slots > 0 ? (double)pad / (double)slots : 0.0;
-            if (full > best_full || (full == best_full && frac < best_frac)) {
+            int better = full ? frac < best_frac : e - s > best_e - best_s;
+            if (full > best_full || (full == best_full && better)) {
                 best_s = s, best_e = e, best_full = full, best_frac = frac;
             }
         }

@@ -102,6 +102,8 @@ def test_buckets_pad_far_less_than_count_batching():
     print("padding: count %.3f, buckets %.3f" % (by_count, by_bucket))
     assert by_count > 0.3, by_count  # log-normal lengths padded to the longest of 32
     assert by_bucket < 0.1 and by_bucket < by_count / 4, (by_bucket, by_count)
+    # Full batches to the end: the last sequences go together, not one by one.
+    assert len(bucketed) <= 6000 // 32 + 2, [len(x) for x, _ in bucketed[-40:]]
     consumer = [t for t in st["consumers"] if t.get("tokens")][0]
     assert abs(consumer["padding_fraction"] - by_bucket) < 1e-3, consumer
 
