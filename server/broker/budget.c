@@ -21,9 +21,10 @@ _Static_assert(WINDOW_MAX <= 0xffff, "length_key keeps a window index in 16 bits
 // The reserve costs start-up time only: once it is queued, each batch takes one batch's worth
 // and the producers refill it (docs/schema.md, "Length buckets").
 #define BUCKET_RESERVE_BATCHES 16
-// Buckets look at the oldest this many reserves' worth: more choice pads little less, and a
-// plan's cost grows with it (a consumer faster than a free producer pays it every batch).
-#define BUCKET_WINDOW_RESERVES 2
+// Buckets look at the oldest this many reserves' worth where the queues hold more (a producer
+// faster than its consumer): more choice pads less (log-normal lengths, batch 32: 0.09 with 2,
+// 0.04 with 4), and a plan's cost grows with it, paid at every batch.
+#define BUCKET_WINDOW_RESERVES 4
 
 // The examples of batching's batch of at most max: max, or by a budget as many as fit it at the
 // queued sequences' mean length (at least 1).
