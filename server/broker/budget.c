@@ -22,9 +22,12 @@ _Static_assert(WINDOW_MAX <= 0xffff, "length_key keeps a window index in 16 bits
 // and the producers refill it (docs/schema.md, "Length buckets").
 #define BUCKET_RESERVE_BATCHES 16
 // Buckets look at the oldest this many reserves' worth where the queues hold more (a producer
-// faster than its consumer): more choice pads less (log-normal lengths, batch 32: 0.09 with 2,
-// 0.04 with 4), and a plan's cost grows with it, paid at every batch.
+// faster than its consumer), and at most BUCKET_WINDOW_MAX sequences: more choice pads less
+// (log-normal lengths, batch 32: 0.09 with 2 reserves, 0.04 with 4), and a plan's cost grows
+// with it, paid at every batch (a window of 5,000 for max_tokens=16384 halved the tokens/s a
+// consumer faster than a free producer got).
 #define BUCKET_WINDOW_RESERVES 4
+#define BUCKET_WINDOW_MAX      2048
 
 // The examples of batching's batch of at most max: max, or by a budget as many as fit it at the
 // queued sequences' mean length (at least 1).
@@ -436,8 +439,14 @@ budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, 
     const stoker_batching *bt = &t->batching;
     int field = stoker_schema_first_variable(&b->schema);
     uint64_t most_window = WINDOW_MAX;
-    if (bt->buckets && bt->pack == 0)
+    if (bt->buckets && bt->pack == 0) {
         most_window = BUCKET_WINDOW_RESERVES * reserve_examples(b, bt, max);
+        if (most_window > BUCKET_WINDOW_MAX)
+            most_window = BUCKET_WINDOW_MAX;
+        uint64_t batch = batch_examples(b, bt, max); // a large batch: itself and as many again
+        if (most_window < 2 * batch)
+            most_window = 2 * batch;
+    }
     uint32_t n;
     candidate *c = window(b, field, most_window, &n);
     if (c == NULL)
