@@ -6,8 +6,8 @@ the target of docs/design.md beside each figure, and writes everything to a JSON
     python3 bench/bench.py [--only floor,large,...] [--quick] [--json PATH]
 
 Benchmarks: seed, floor, large, wait, detect, images, images_tv, ranks, epochs, durable, chunks,
-group-commit, ranks-shm, autoscale, ragged, floor-var, defaults. Run scripts/build.sh first (or let
-bench/run.sh do it)."""
+group-commit, ranks-shm, autoscale, ragged, floor-var, defaults, buckets, cpu-exec. Run
+scripts/build.sh first (or let bench/run.sh do it)."""
 import argparse
 import datetime
 import json
@@ -932,6 +932,237 @@ def bench_ragged(opts, tmp):
     return res
 
 
+BUCKETS_LOOP = os.path.join(ROOT, "bench", "buckets_loop.py")
+BUCKETS_LENGTHS = "lognormal:200:2048"  # mean 200 (median 121), sigma 1, cut to 2048
+# Producers: slower than the consumer (2, 2 ms each per sequence: 1,000 sequences/s, the
+# queues nearly empty when a batch is asked for) and free (1, --delay 0:0).
+BUCKETS_SUPPLY = [("slow", 2, "0.002:0.002"), ("free", 1, "0:0")]
+# (name, batch_size, max_tokens, buckets); "count" is what the others' tokens/s are compared to.
+BUCKETS_MODES = [("count", 32, 0, 0), ("buckets", 32, 0, 1), ("max_tokens", 0, 16384, 0),
+                 ("max_tokens+buckets", 0, 16384, 1)]
+
+
+def buckets_run(tmp, tag, broker, supply, mode, warmup, seconds):
+    _, producers, delay = supply
+    _, batch_size, max_tokens, buckets = mode
+    url = endpoint("ipc", tmp, f"buckets-{tag}")
+    with Procs() as procs:
+        p = procs.start([broker, "--listen", url, "--log-level", "warn"], stdout=subprocess.PIPE,
+                        text=True)
+        if not p.stdout.readline().startswith("listening"):
+            raise RuntimeError(f"broker {broker} did not start")
+        for i in range(producers):
+            procs.start([PRODUCER, "--broker", url, "--name", f"{tag}{i}", "--workload", "tokens",
+                         "--lengths", BUCKETS_LENGTHS, "--vocab", "50257", "--delay", delay,
+                         "--log-level", "error"])
+        out = subprocess.run([PY, BUCKETS_LOOP, url, str(warmup), str(seconds), str(batch_size),
+                              str(max_tokens), str(buckets)], stdout=subprocess.PIPE, text=True,
+                             timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"buckets_loop.py exited {out.returncode}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_buckets(opts, tmp):
+    """Length buckets where users run them: token sequences of log-normal lengths (mean 200, cap
+    2048) from producers slower than the consumer and from a free one, pulled by count (batch
+    32), with buckets (batch 32), by a token budget (max_tokens=16384) and by the budget with
+    buckets; each batch padded to its longest in the loop (bench/buckets_loop.py). Per supply
+    and mode: the padding fraction, tokens/s against count batching's in the same round, and the
+    first batch's delay (the reserve's cost). Rounds back to back, the modes' order rotated; the
+    medians. STOKER_BENCH_BROKER_BEFORE=PATH runs a second broker (e.g. one built before a
+    change) in the same rounds, its figures beside."""
+    warmup, seconds = (2, 3) if opts.quick else (3, 8)
+    rounds = 1 if opts.quick else 3
+    brokers = [("", BROKER)]
+    before = os.environ.get("STOKER_BENCH_BROKER_BEFORE")
+    if before:
+        brokers.append(("before ", before))
+    res = {"configs": {"lengths": BUCKETS_LENGTHS, "runs": []}, "rows": []}
+    got = {}
+    for k in range(rounds):
+        for supply in BUCKETS_SUPPLY:
+            order = BUCKETS_MODES[k % len(BUCKETS_MODES):] + BUCKETS_MODES[:k % len(BUCKETS_MODES)]
+            for mode in order:
+                for label, broker in brokers:
+                    r = buckets_run(tmp, f"{supply[0]}{mode[1]}{mode[2]}{mode[3]}{k}{len(label)}",
+                                    broker, supply, mode, warmup, seconds)
+                    r.update({"round": k, "supply": supply[0], "mode": mode[0],
+                              "broker": label.strip() or "this"})
+                    res["configs"]["runs"].append(r)
+                    got.setdefault((label, supply[0], mode[0]), []).append(r)
+    for label, _ in brokers:
+        for supply in BUCKETS_SUPPLY:
+            count = got[(label, supply[0], "count")]
+            for mode in BUCKETS_MODES:
+                rs = got[(label, supply[0], mode[0])]
+                name = f"buckets: {label}{supply[0]} {mode[0]}"
+                pad = statistics.median(r["padding_fraction"] for r in rs)
+                target, ok = "(figure)", None
+                if mode[3] and not label:
+                    target, ok = "<= 0.10", pad <= 0.10
+                res["rows"].append((f"{name}: padding fraction", pad, target, ok))
+                if mode[0] != "count":
+                    ratio = statistics.median(r["tokens_per_second"] / c["tokens_per_second"]
+                                              for r, c in zip(rs, count))
+                    target, ok = "(figure)", None
+                    if mode[3] and not label:
+                        target, ok = ">= 0.95", ratio >= 0.95
+                    res["rows"].append((f"{name}: tokens/s / count's", ratio, target, ok))
+                else:
+                    res["rows"].append((f"{name}: tokens/s", statistics.median(
+                        r["tokens_per_second"] for r in rs), "(figure)", None))
+                res["rows"].append((f"{name}: first batch, s", statistics.median(
+                    r["first_batch_s"] for r in rs), "(figure)", None))
+    return res
+
+
+CPU_CHILD = os.path.join(ROOT, "bench", "cpu_child.py")
+CPU_LOOP = os.path.join(ROOT, "bench", "cpu_loop.py")
+CPU_SCHEMA = "image:float32[3,32,32],label:int64"
+CPU_RECORD = 3 * 32 * 32 * 4 + 8
+CPU_ROUNDS = 200  # the child's matmul rounds per example: about 2 ms of one core here
+
+
+def cpu_ticks(pid):
+    """CPU time (user + system, clock ticks) of pid and every process below it; 0 when gone."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                total += sum(cpu_ticks(int(c)) for c in f.read().split())
+    except (OSError, ValueError, IndexError):
+        pass
+    return total
+
+
+def cpu_child_cmd():
+    # One thread each (a BLAS that spreads a matmul over both cores would not be CPU-bound
+    # producers on 2 cores); exec, so that the producer's child is the generator itself.
+    return (f"exec env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 {PY} {CPU_CHILD} "
+            f"{CPU_ROUNDS}")
+
+
+def cpu_ideal(count):
+    """The core-limited ideal: two children alone, side by side, their output to /dev/null,
+    each one's rate as it says (start-up not counted); and their CPU ms per example, start-up
+    included."""
+    procs = [subprocess.Popen(["sh", "-c", cpu_child_cmd() + f" {count} > /dev/null"],
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    rate, cpu_s = 0.0, 0.0
+    try:
+        for p in procs:
+            line = p.stderr.read().strip().splitlines()
+            _, _, ru = os.wait4(p.pid, 0)
+            p.returncode = 0
+            cpu_s += ru.ru_utime + ru.ru_stime
+            n, _, _, secs, _ = line[-1].split()
+            rate += int(n) / float(secs)
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                p.wait()
+    return rate, cpu_s / (2 * count) * 1000
+
+
+def cpu_stoker(tmp, tag, producer, warmup, seconds, batch):
+    """examples/s of cpu_loop.py over 2 exec producers of cpu_child.py, and each process's CPU
+    seconds per example over the measurement."""
+    url = endpoint("ipc", tmp, f"cpu-{tag}")
+    with Procs() as procs:
+        broker = start_broker(procs, url)
+        prods = [procs.start([producer, "--broker", url, "--name", f"{tag}{i}", "--generator",
+                              "exec", "--exec", cpu_child_cmd(), "--schema", CPU_SCHEMA,
+                              "--format", "raw", "--log-level", "error"]) for i in range(2)]
+        loop = procs.start([PY, CPU_LOOP, url, str(warmup), str(seconds), str(batch)],
+                           stdout=subprocess.PIPE, text=True)
+
+        def sample():
+            prod = sum(cpu_ticks(p.pid) for p in prods)
+            child = prod - sum(cpu_ticks_self(p.pid) for p in prods)
+            return {"broker": cpu_ticks(broker.pid), "producer": prod - child, "child": child,
+                    "consumer": cpu_ticks(loop.pid)}
+
+        line = loop.stdout.readline()
+        if line.strip() != "measuring":
+            raise RuntimeError(f"cpu_loop.py: {line!r}")
+        before = sample()
+        line = loop.stdout.readline()
+        after = sample()
+        loop.wait(30)
+        if loop.returncode != 0 or not line:
+            raise RuntimeError(f"cpu_loop.py exited {loop.returncode}")
+        r = json.loads(line)
+    hz = os.sysconf("SC_CLK_TCK")
+    r["cpu_ms_per_example"] = {k: (after[k] - before[k]) / hz * 1000 / r["examples"]
+                               for k in after}
+    return r
+
+
+def cpu_ticks_self(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def bench_cpu_exec(opts, tmp):
+    """CPU-bound exec producers: 2 stoker-producer --generator exec, each running
+    bench/cpu_child.py (about 2 ms of numpy per example, raw records written and flushed one
+    by one), on this 2-core machine, into a Python loop (bench/cpu_loop.py, batch 64), against
+    the core-limited ideal: the same two children alone, side by side, in the same round. Each
+    process's CPU ms per example (the children's, the producers' own, the broker's, the
+    loop's) says where the rest goes. STOKER_BENCH_PRODUCER_BEFORE=PATH runs a second
+    producer binary (one built before a change) in the same rounds."""
+    warmup, seconds = (2, 3) if opts.quick else (3, 8)
+    rounds = 1 if opts.quick else 3
+    count = 300 if opts.quick else 1000
+    producers = [("", PRODUCER)]
+    before = os.environ.get("STOKER_BENCH_PRODUCER_BEFORE")
+    if before:
+        producers.append(("before ", before))
+    res = {"configs": {"rounds": []}, "rows": []}
+    ratios = {label: [] for label, _ in producers}
+    for k in range(rounds):
+        rnd = {}
+        rnd["ideal"], rnd["child_ms_alone"] = cpu_ideal(count)
+        order = producers if k % 2 == 0 else producers[::-1]
+        for label, producer in order:
+            r = cpu_stoker(tmp, f"c{k}{len(label)}", producer, warmup, seconds, 64)
+            rnd[label.strip() or "this"] = r
+            ratios[label].append(r["examples_per_second"] / rnd["ideal"])
+        res["configs"]["rounds"].append(rnd)
+    rs = res["configs"]["rounds"]
+    res["rows"].append(("cpu-exec: ideal (2 children alone), examples/s",
+                        statistics.median(r["ideal"] for r in rs), "(figure)", None))
+    res["rows"].append(("cpu-exec: a child alone, CPU ms per example (with its start)",
+                        statistics.median(r["child_ms_alone"] for r in rs), "(figure)", None))
+    for label, _ in producers:
+        key = label.strip() or "this"
+        ratio = statistics.median(ratios[label])
+        res["rows"].append((f"cpu-exec: {label}stoker / ideal, median of {rounds}", ratio,
+                            ">= 0.85" if not label else "(figure)",
+                            ratio >= 0.85 if not label else None))
+        for proc in ("child", "producer", "broker", "consumer"):
+            ms = statistics.median(r[key]["cpu_ms_per_example"][proc] for r in rs)
+            res["rows"].append((f"cpu-exec: {label}CPU ms per example, {proc}", ms, "(figure)",
+                                None))
+        # Where the two cores went: the children's share of all our processes' CPU. On a
+        # machine nobody else uses, stoker / ideal comes to about this.
+        share = statistics.median(
+            r[key]["cpu_ms_per_example"]["child"] / sum(r[key]["cpu_ms_per_example"].values())
+            for r in rs)
+        res["rows"].append((f"cpu-exec: {label}children's share of the CPU", share, "(figure)",
+                            None))
+    return res
+
+
 def floor_var_run(tmp, tag, schema, rows, total, kind):
     """examples/s of the C consumer (stoker-bench-consumer: pull and acknowledge, nothing else)
     over 2 stoker-bench-producers of schema (a variable field's values rows long), batch 256,
@@ -1506,7 +1737,7 @@ BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
            "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults,
-           "mix": bench_mix}
+           "mix": bench_mix, "buckets": bench_buckets, "cpu-exec": bench_cpu_exec}
 
 
 def main():

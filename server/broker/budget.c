@@ -4,6 +4,7 @@
 // the plan's examples into a lease) and says when a budget can be filled. It uses the core, queue.c
 // and the trained room (a trainer's hello may have said some queued examples are trained).
 #include <stdlib.h>
+#include <string.h>
 
 #include "budget.h"
 #include "internal.h"
@@ -12,7 +13,43 @@
 // The examples a plan looks at: the oldest of every queue, interleaved (the round-robin order
 // count batching takes them in), at most this many. Buckets find similar lengths among them.
 #define WINDOW_MAX BUDGET_MAX_EXAMPLES
-_Static_assert(WINDOW_MAX <= 0xffff, "bucket_key keeps a window index in 16 bits");
+_Static_assert(WINDOW_MAX <= 0xffff, "length_key keeps a window index in 16 bits");
+
+// Buckets choose among what is queued: a batch with buckets waits until the queues hold this
+// many batches' worth (examples, or tokens of a budget), its reserve, so that when producers set
+// the pace (the queues nearly empty when a consumer asks) a batch still finds similar lengths.
+// The reserve costs start-up time only: once it is queued, each batch takes one batch's worth
+// and the producers refill it (docs/schema.md, "Length buckets").
+#define BUCKET_RESERVE_BATCHES 16
+// Buckets look at the oldest this many reserves' worth where the queues hold more (a producer
+// faster than its consumer), and at most BUCKET_WINDOW_MAX sequences: more choice pads less
+// (log-normal lengths, batch 32: 0.09 with 2 reserves, 0.04 with 4), and a plan's cost grows
+// with it, paid at every batch (a window of 5,000 for max_tokens=16384 halved the tokens/s a
+// consumer faster than a free producer got).
+#define BUCKET_WINDOW_RESERVES 4
+#define BUCKET_WINDOW_MAX      2048
+
+// The examples of batching's batch of at most max: max, or by a budget as many as fit it at the
+// queued sequences' mean length (at least 1).
+static uint64_t
+batch_examples(const broker *b, const stoker_batching *batching, uint32_t max)
+{
+    uint64_t batch = max, budget = stoker_batching_budget(batching, max);
+    if (budget > 0 && b->c.queued > 0) {
+        uint64_t mean = budget_queued_tokens(b) / b->c.queued;
+        uint64_t fit = budget / (mean > 0 ? mean : 1) + 1;
+        if (fit < batch)
+            batch = fit;
+    }
+    return batch > 0 ? batch : 1;
+}
+
+// The examples of a bucket reserve (BUCKET_RESERVE_BATCHES batches).
+static uint64_t
+reserve_examples(const broker *b, const stoker_batching *batching, uint32_t max)
+{
+    return BUCKET_RESERVE_BATCHES * batch_examples(b, batching, max);
+}
 
 typedef struct candidate {
     uint32_t producer; // index into b->producers
@@ -47,31 +84,51 @@ add_pick(budget_plan *plan, const candidate *c)
 
 // Whether seq of p may be handed out (not trained already: a trainer's hello said so, after the
 // broker before this one died; such examples are dropped once they reach their queue's head,
-// lease.c).
+// lease.c). The producer's trained ranges are walked alongside its queue, both in seq order, so
+// that a window costs its examples plus the ranges, not their product (with buckets, batches
+// taken from the middle of the queues leave many ranges).
+typedef struct trained_walk {
+    uint32_t i;    // the first range that may hold seqs from last on
+    uint64_t last; // the seq asked before
+} trained_walk;
+
 static int
-untrained(const broker *b, const producer *p, uint64_t seq)
+untrained(const broker *b, const producer *p, trained_walk *w, uint64_t seq)
 {
-    uint64_t next;
-    return trained_none_from(b, p, seq) || !trained_has(&p->trained, seq, &next);
+    const trained_set *s = &p->trained;
+    if (trained_none_from(b, p, seq))
+        return 1;
+    if (seq < s->through)
+        return 0;
+    if (seq < w->last)
+        w->i = 0; // out of seq order: from the first range again
+    w->last = seq;
+    while (w->i < s->n && s->ranges[w->i].end <= seq)
+        w->i++;
+    return w->i == s->n || seq < s->ranges[w->i].first;
 }
 
-// The window: up to WINDOW_MAX examples, the i-th of every queue before the (i+1)-th of any,
-// starting at the round-robin cursor. *n_out candidates into a new array (NULL: none or out of
-// memory).
+// The window: up to most examples (at most WINDOW_MAX), the i-th of every queue before the
+// (i+1)-th of any, starting at the round-robin cursor. *n_out candidates into a new array (NULL:
+// none or out of memory).
 static candidate *
-window(const broker *b, int field, uint32_t *n_out)
+window(const broker *b, int field, uint64_t most, uint32_t *n_out)
 {
     *n_out = 0;
-    uint64_t queued = b->c.queued < WINDOW_MAX ? b->c.queued : WINDOW_MAX;
+    if (most > WINDOW_MAX)
+        most = WINDOW_MAX;
+    uint64_t queued = b->c.queued < most ? b->c.queued : most;
     if (queued == 0 || b->n_producers == 0)
         return NULL;
     candidate *c = malloc(queued * sizeof(*c));
     queue_cursor *cur = malloc(b->n_producers * sizeof(*cur));
     uint8_t *open = malloc(b->n_producers);
-    if (c == NULL || cur == NULL || open == NULL) {
+    trained_walk *walk = calloc(b->n_producers, sizeof(*walk));
+    if (c == NULL || cur == NULL || open == NULL || walk == NULL) {
         free(c);
         free(cur);
         free(open);
+        free(walk);
         return NULL;
     }
     uint32_t n = 0, left = 0;
@@ -91,7 +148,7 @@ window(const broker *b, int field, uint32_t *n_out)
                 left--;
                 continue;
             }
-            if (!untrained(b, b->producers[i], x->seq))
+            if (!untrained(b, b->producers[i], &walk[i], x->seq))
                 continue;
             x->producer = i;
             x->taken = 0;
@@ -100,6 +157,7 @@ window(const broker *b, int field, uint32_t *n_out)
     }
     free(cur);
     free(open);
+    free(walk);
     *n_out = n;
     return c;
 }
@@ -132,86 +190,165 @@ plan_budget(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t 
     plan->full = plan->n == max;
 }
 
-// A candidate's key for buckets: its distance in length from the anchor, then its age (index in
-// the window, which is in arrival order), in one integer: smaller is nearer, then older.
+// Buckets: the run of sequences, consecutive in length, whose batch pads the least (padded slots
+// over slots), so that a reserve of a few batches (budget_ready) yields batches of near-equal
+// lengths. Sorting the window by length and taking the best run beats taking the oldest and its
+// nearest: the oldest is often a leftover of unusual length, and the batch padded to it. A sequence
+// passed over while BUCKET_AGE_RESERVES reserves' worth of newer ones arrived goes in the next
+// batch (in the best run that holds it), so none waits forever. (A limit in reserves, not in
+// windows: the window grows with what is passed over, and so would the wait.)
+#define BUCKET_AGE_RESERVES 16
+
+// A candidate's key in length order: its length, then its age (index in the window, which is
+// in arrival order), in one integer.
 static uint64_t
-bucket_key(uint64_t len, uint64_t anchor, uint32_t index)
+length_key(uint64_t len, uint32_t index)
 {
-    uint64_t d = len > anchor ? len - anchor : anchor - len;
-    if (d > (UINT64_C(1) << 47) - 1)
-        d = (UINT64_C(1) << 47) - 1;
-    return d << 16 | index;
+    if (len > (UINT64_C(1) << 47) - 1)
+        len = (UINT64_C(1) << 47) - 1;
+    return len << 16 | index;
+}
+
+// Sorts keys[0..n) ascending: least significant byte first, over the bytes the largest key
+// has (a window's keys hold a length and a 16-bit index: 4 passes for lengths under 65536, cheaper
+// than qsort's comparisons at every batch). tmp holds n keys.
+static void
+sort_keys(uint64_t *keys, uint64_t *tmp, uint32_t n)
+{
+    uint64_t top = 0;
+    for (uint32_t i = 0; i < n; i++)
+        top |= keys[i];
+    uint64_t *from = keys, *to = tmp;
+    for (unsigned shift = 0; shift < 64 && (top >> shift) != 0; shift += 8) {
+        uint32_t count[257] = {0};
+        for (uint32_t i = 0; i < n; i++)
+            count[(from[i] >> shift & 0xff) + 1]++;
+        for (unsigned d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (uint32_t i = 0; i < n; i++)
+            to[count[from[i] >> shift & 0xff]++] = from[i];
+        uint64_t *t = from;
+        from = to;
+        to = t;
+    }
+    if (from != keys)
+        memcpy(keys, from, n * sizeof(*keys));
+}
+
+static uint64_t
+key_len(uint64_t key)
+{
+    return key >> 16;
+}
+
+// The window's candidate that has waited too long (see BUCKET_AGE_RESERVES), or -1: the head of
+// a queue whose producer has made more than its share of the limit since (the broker's arrivals
+// meanwhile, roughly, are that times the producers alive), or more than its queue's depth: a
+// producer keeps what it pushed until it is trained, by default twice its queue's depth, and
+// stops making more when that is full (common/client/retention.h), so it must not wait on
+// a sequence held back here.
+static int
+overdue(const broker *b, const candidate *c, uint32_t n, uint64_t reserve)
+{
+    uint64_t alive = producers_alive(b);
+    uint64_t limit = BUCKET_AGE_RESERVES * reserve / (alive > 0 ? alive : 1);
+    if (limit > b->queue_depth)
+        limit = b->queue_depth;
+    int worst = -1;
+    uint64_t worst_age = limit;
+    // The window's first round holds every queue's head: the oldest of each producer.
+    for (uint32_t i = 0; i < n && i < b->n_producers; i++) {
+        const producer *p = b->producers[c[i].producer];
+        uint64_t age = p->next_seq > c[i].seq ? p->next_seq - c[i].seq - 1 : 0;
+        if (age > worst_age) {
+            worst = (int)i;
+            worst_age = age;
+        }
+    }
+    return worst;
+}
+
+// The run of keys[s..e) (sorted by length) a batch takes from s: at most max, within the budget
+// padded to the run's longest (the first always goes). *full when more would not fit.
+static uint32_t
+run_end(const uint64_t *keys, uint32_t n, uint32_t s, uint32_t e, uint32_t max, uint64_t budget,
+        int *full)
+{
+    if (e <= s)
+        e = s + 1;
+    while (e < n && e - s < max &&
+           (budget == 0 || (uint64_t)(e - s + 1) * key_len(keys[e]) <= budget))
+        e++;
+    *full = e - s == max || e < n;
+    return e;
 }
 
 static int
-key_order(const void *pa, const void *pb)
+index_order(const void *pa, const void *pb)
 {
-    uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
     return a < b ? -1 : a > b;
 }
 
-// Moves the k smallest of keys[0..n) to its front (quickselect: O(n) on average).
 static void
-select_smallest(uint64_t *keys, uint32_t n, uint32_t k)
+plan_buckets(budget_plan *plan, const broker *b, candidate *c, uint32_t n, uint32_t max,
+             uint64_t budget, uint64_t reserve)
 {
-    uint32_t lo = 0, hi = n; // the k-th smallest lies in [lo, hi)
-    while (hi - lo > 1) {
-        uint64_t pivot = keys[lo + (hi - lo) / 2];
-        uint32_t i = lo, j = hi - 1;
-        while (i <= j) {
-            while (keys[i] < pivot)
-                i++;
-            while (keys[j] > pivot)
-                j--;
-            if (i <= j) {
-                uint64_t t = keys[i];
-                keys[i] = keys[j];
-                keys[j] = t;
-                i++;
-                if (j == 0)
-                    break;
-                j--;
-            }
-        }
-        if (k <= j)
-            hi = j + 1;
-        else if (k >= i)
-            lo = i;
-        else
-            return;
-    }
-}
-
-// Buckets: the oldest sequence and those nearest its length, within the count and the budget.
-// Only the max - 1 nearest can be taken, so only they are sorted (the window may hold 8192).
-static void
-plan_buckets(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint64_t budget)
-{
-    if (n == 0 || add_pick(plan, &c[0]) != 0)
+    if (n == 0 || max == 0)
         return;
-    if (n > 1 && max > 1) {
-        uint64_t *keys = malloc((n - 1) * sizeof(*keys));
-        if (keys == NULL)
-            return;
-        for (uint32_t i = 1; i < n; i++)
-            keys[i - 1] = bucket_key(c[i].len, c[0].len, i);
-        uint32_t k = max - 1 < n - 1 ? max - 1 : n - 1;
-        if (k < n - 1)
-            select_smallest(keys, n - 1, k);
-        qsort(keys, k, sizeof(*keys), key_order);
-        for (uint32_t i = 0; i < k && plan->n < max; i++) {
-            const candidate *x = &c[keys[i] & 0xffff];
-            if (budget > 0 && padded_with(plan, x->len) > budget) {
-                plan->full = 1;
-                continue; // a shorter one further on may fit
-            }
-            if (add_pick(plan, x) != 0)
-                break;
-        }
+    uint64_t *keys = malloc(2 * n * sizeof(*keys)); // (2, n): the keys, the sort's scratch
+    uint32_t *take = malloc(n * sizeof(*take));
+    if (keys == NULL || take == NULL) {
         free(keys);
+        free(take);
+        return;
     }
-    if (plan->n == max || (budget > 0 && plan->tokens >= budget))
-        plan->full = 1;
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = length_key(c[i].len, i);
+    sort_keys(keys, keys + n, n);
+    int must = overdue(b, c, n, reserve);
+    uint32_t lo = 0, hi = n; // the runs' starts considered
+    if (must >= 0) {
+        uint32_t at = 0;
+        while ((keys[at] & 0xffff) != (uint32_t)must)
+            at++;
+        lo = at + 1 > max ? at + 1 - max : 0;
+        hi = at + 1;
+    }
+    // The best run: full before not, then the least padding. A run that is not full ends at the
+    // top of the lengths: among those the longest (all of the window when it holds less than a
+    // batch: the supply ending, a pull's wait over).
+    uint32_t best_s = lo, best_e = lo;
+    int best_full = -1;
+    double best_frac = 0.0;
+    uint64_t sum = 0; // lengths in [s, e)
+    uint32_t e = lo;
+    for (uint32_t s = lo; s < hi; s++) {
+        int full;
+        uint32_t e2 = run_end(keys, n, s, e, max, budget, &full);
+        for (; e < e2; e++)
+            sum += key_len(keys[e]);
+        if (must < 0 || e > hi - 1) { // a forced run holds the overdue one (sorted at hi - 1)
+            uint64_t slots = (uint64_t)(e - s) * key_len(keys[e - 1]), pad = slots - sum;
+            double frac = slots > 0 ? (double)pad / (double)slots : 0.0;
+            int better = full ? frac < best_frac : e - s > best_e - best_s;
+            if (full > best_full || (full == best_full && better)) {
+                best_s = s, best_e = e, best_full = full, best_frac = frac;
+            }
+        }
+        sum -= key_len(keys[s]);
+    }
+    // The batch in arrival order.
+    uint32_t k = 0;
+    for (uint32_t i = best_s; i < best_e; i++)
+        take[k++] = (uint32_t)(keys[i] & 0xffff);
+    qsort(take, k, sizeof(*take), index_order);
+    for (uint32_t i = 0; i < k; i++)
+        if (add_pick(plan, &c[take[i]]) != 0)
+            break;
+    plan->full = best_full > 0;
+    free(keys);
+    free(take);
 }
 
 // Packed rows being filled: the budget (rows x pack tokens), and with whole the rows begun and
@@ -301,8 +438,17 @@ budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, 
     *plan = (budget_plan){0};
     const stoker_batching *bt = &t->batching;
     int field = stoker_schema_first_variable(&b->schema);
+    uint64_t most_window = WINDOW_MAX;
+    if (bt->buckets && bt->pack == 0) {
+        most_window = BUCKET_WINDOW_RESERVES * reserve_examples(b, bt, max);
+        if (most_window > BUCKET_WINDOW_MAX)
+            most_window = BUCKET_WINDOW_MAX;
+        uint64_t batch = batch_examples(b, bt, max); // a large batch: itself and as many again
+        if (most_window < 2 * batch)
+            most_window = 2 * batch;
+    }
     uint32_t n;
-    candidate *c = window(b, field, &n);
+    candidate *c = window(b, field, most_window, &n);
     if (c == NULL)
         return -1;
     uint32_t most = bt->pack > 0 ? BUDGET_MAX_EXAMPLES : max;
@@ -311,7 +457,7 @@ budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, 
     if (bt->pack > 0)
         plan_packed(plan, c, n, most, bt->pack, max, bt->pack_whole != 0);
     else if (bt->buckets)
-        plan_buckets(plan, c, n, most, bt->max_tokens);
+        plan_buckets(plan, b, c, n, most, bt->max_tokens, reserve_examples(b, bt, max));
     else
         plan_budget(plan, c, n, most, bt->max_tokens);
     free(c);
@@ -343,13 +489,38 @@ budget_queued_tokens(const broker *b)
     return tokens;
 }
 
+// Nonzero when the queues hold batches full batches as for budget_ready.
+static int
+holds(const broker *b, const stoker_batching *batching, uint32_t max, uint64_t batches)
+{
+    if (b->c.queued >= batches * (batching->pack > 0 ? BUDGET_MAX_EXAMPLES : max))
+        return 1;
+    uint64_t budget = stoker_batching_budget(batching, max);
+    return budget > 0 && budget_queued_tokens(b) >= batches * budget;
+}
+
+// Nonzero when the queues cannot hold a reserve larger than what they hold: half the examples
+// they may hold (the alive producers' depth), half the bytes --max-bytes leaves, or the most a
+// plan looks at. Half, so that a reserve never waits on queues that fill unevenly (a queue's
+// last chunk that does not fit) and never counts as a batch short of its queues.
+static int
+reserve_bounded(const broker *b)
+{
+    uint64_t queued = b->c.queued, alive = producers_alive(b);
+    if (queued >= BUDGET_MAX_EXAMPLES || 2 * queued >= (uint64_t)b->queue_depth * alive)
+        return 1;
+    uint64_t room = b->cfg.max_bytes > b->held_bytes ? b->cfg.max_bytes - b->held_bytes : 0;
+    return 2 * b->queued_bytes >= room;
+}
+
 int
 budget_ready(const broker *b, const stoker_batching *batching, uint32_t max, uint32_t world)
 {
     if (!stoker_batching_active(batching))
         return b->c.queued >= (uint64_t)world * max;
-    if (b->c.queued >= (uint64_t)world * (batching->pack > 0 ? BUDGET_MAX_EXAMPLES : max))
+    if (!holds(b, batching, max, world))
+        return 0;
+    if (!batching->buckets || batching->pack > 0 || world >= BUCKET_RESERVE_BATCHES)
         return 1;
-    uint64_t budget = stoker_batching_budget(batching, max);
-    return budget > 0 && budget_queued_tokens(b) >= world * budget;
+    return holds(b, batching, max, BUCKET_RESERVE_BATCHES) || reserve_bounded(b);
 }

@@ -24,7 +24,8 @@ typedef struct budget_plan {
     int full;         // the budget or the count is reached: more queued would not make it larger
 } budget_plan;
 
-// Plans a batch for trainer t (its batching is active) from what the queues hold: at most max
+// Plans a batch for trainer t (its batching is active) from what the queues hold (with buckets:
+// the run of similar lengths that pads least, budget.c): at most max
 // examples, or with pack= max rows (and at most BUDGET_MAX_EXAMPLES examples), and never more
 // than cap examples (a group's short step shares what is left among its ranks); takes nothing.
 // -1 when nothing can be planned (nothing queued, out of memory).
@@ -35,7 +36,10 @@ void budget_plan_free(budget_plan *plan);
 uint64_t budget_queued_tokens(const broker *b);
 // Nonzero when the queues hold enough for world full batches made as batching says (max as for
 // budget_plan_make): max examples each, or by tokens each its budget's tokens (or as many
-// examples as a plan looks at). One trainer: world 1; a group's step: its world.
+// examples as a plan looks at). One trainer: world 1; a group's step: its world. With buckets,
+// enough is a reserve of several batches to choose among (budget.c, BUCKET_RESERVE_BATCHES),
+// or what the queues can hold (half their depth or of --max-bytes): callers still make a batch
+// without it when the supply ends, the queues are full or a pull's wait is over.
 int budget_ready(const broker *b, const stoker_batching *batching, uint32_t max, uint32_t world);
 
 #endif

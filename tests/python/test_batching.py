@@ -102,8 +102,43 @@ def test_buckets_pad_far_less_than_count_batching():
     print("padding: count %.3f, buckets %.3f" % (by_count, by_bucket))
     assert by_count > 0.3, by_count  # log-normal lengths padded to the longest of 32
     assert by_bucket < 0.1 and by_bucket < by_count / 4, (by_bucket, by_count)
+    # Full batches to the end: the last sequences go together, not one by one.
+    assert len(bucketed) <= 6000 // 32 + 2, [len(x) for x, _ in bucketed[-40:]]
     consumer = [t for t in st["consumers"] if t.get("tokens")][0]
     assert abs(consumer["padding_fraction"] - by_bucket) < 1e-3, consumer
+
+
+def test_buckets_pad_little_when_producers_set_the_pace():
+    # Producers slower than the consumer: the queues are nearly empty when a batch is asked
+    # for, so buckets choose among a reserve of batches the broker keeps (docs/schema.md,
+    # "Length buckets"). Without it, a batch was whatever 32 had arrived: padded as much as by
+    # count (about 0.8 with these lengths; max_tokens about 0.5).
+    for client_kw, batch_size, n in (({"buckets": True}, 32, 120),
+                                     ({"buckets": True, "max_tokens": 16384}, None, 60)):
+        with Cluster() as c:
+            for k in range(2):
+                c.producer("--workload", "tokens", "--lengths", "lognormal:200:2048", "--delay",
+                           "0.002:0.002", name="s%d" % k)
+            c.wait_producers(2)
+            batches, seen = [], set()
+            with stoker.Client(c.url, stall_timeout=10, **client_kw) as client:
+                for b in client.batches(batch_size):
+                    lengths = b["tokens"].lengths
+                    lengths = [int(x) for x in (lengths() if callable(lengths) else lengths)]
+                    for key in zip(*b.identities()):
+                        key = (int(key[0]), int(key[1]))
+                        assert key not in seen, "example %r delivered twice" % (key,)
+                        seen.add(key)
+                    batches.append((lengths, None))
+                    b.release()
+                    if len(batches) == n:
+                        break
+            queued = stoker.status(c.url)["counters"]
+        steady = padding_of(batches[n // 6:])  # after the reserve filled
+        print("%s: padding %.3f over %d batches; %s" % (client_kw, steady, n, queued))
+        assert steady < 0.15, (client_kw, steady)
+        if batch_size:
+            assert all(len(x) == batch_size for x, _ in batches), [len(x) for x, _ in batches]
 
 
 def next_fit_rows(lengths, row):
