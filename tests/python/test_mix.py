@@ -405,6 +405,17 @@ def test_bad_mixtures_are_refused_with_the_reason():
         first.close()
 
 
+def test_a_mixture_with_batches_made_by_tokens_is_refused_naming_why():
+    with Cluster() as c:
+        c.producer("--pool", "a", "--workload", "tokens", "--lengths", "fixed:8", name="pa")
+        c.wait_producers(1)
+        try:
+            stoker.Client(c.url, mix={"a": 1}, max_tokens=256, batch_size=8)
+            raise AssertionError("a mixture with max_tokens accepted")
+        except stoker.StokerError as e:
+            assert "mixture" in str(e) and "tokens" in str(e), str(e)
+
+
 def test_stoker_pull_mixes_and_reports_each_source():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", name="pa")
