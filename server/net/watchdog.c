@@ -191,7 +191,10 @@ adopt_listener(watched *w, nng_listener l, const char *how)
 {
     w->l = l;
     atomic_store(&w->id, (unsigned)nng_listener_id(l));
-    w->errors = watchdog_listener_errors(l);
+    // A new listener counts its accept errors from 0: one that stopped it between its start and
+    // now (peers of a flood still leaving mid-handshake) must make the next look probe it, which
+    // reading the count here would hide.
+    w->errors = 0;
     w->strikes = 0;
     stoker_warn("listener-restarted: %s had stopped accepting connections (nng 1.5.2 ends a "
                 "listener's accept loop when a peer leaves mid-handshake); %s",
