@@ -100,6 +100,7 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         hello.dataset_fingerprint = req->dataset_fingerprint;
         hello.commit = req->commit != 0;
         hello.group = (char *)req->group;
+        hello.job = (char *)req->job;
         hello.rank = req->rank;
         hello.world = req->world;
         hello.batch = req->group_batch;
@@ -303,7 +304,9 @@ decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_requ
             (rv = wire_copy_string(req->pool, sizeof(req->pool), r->hello->pool, "hello: pool", err,
                                    err_len)) != STOKER_OK ||
             (rv = wire_copy_string(req->group, sizeof(req->group), r->hello->group, "hello: group",
-                                   err, err_len)) != STOKER_OK)
+                                   err, err_len)) != STOKER_OK ||
+            (rv = wire_copy_string(req->job, sizeof(req->job), r->hello->job, "hello: job", err,
+                                   err_len)) != STOKER_OK)
             break;
         req->rank = r->hello->rank;
         req->world = r->hello->world;

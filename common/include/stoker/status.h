@@ -70,6 +70,7 @@ typedef struct stoker_consumer_info {
     stoker_mix_share mix[STOKER_MIX_MAX];
     int32_t mix_waits_for;
     uint32_t mix_stop;
+    char job[STOKER_NAME_MAX]; // its job (docs/sharing.md); "": the default job
 } stoker_consumer_info;
 // --- end of consumers ---------------------------------------------------------------------------
 
@@ -87,6 +88,31 @@ typedef struct stoker_pool_info {
     char why[192];    // one sentence
 } stoker_pool_info;
 // --- end of autoscale ---
+
+// --- jobs (docs/sharing.md) ---
+// A training job sharing the broker's producers: every job gets every example made after it
+// joined once; producers make each example once.
+typedef enum stoker_job_state {
+    STOKER_JOB_RUNNING = 0,  // a consumer of it is connected
+    STOKER_JOB_ABSENT = 1,   // none connected; kept for --job-timeout (a resume continues it)
+    STOKER_JOB_ENDED = 2,    // it left (or stayed away past --job-timeout): its examples freed
+    STOKER_JOB_DETACHED = 3, // it lagged beyond --job-lag under --job-policy detach
+} stoker_job_state;
+// "running", "absent", "ended", "detached" (static).
+const char *stoker_job_state_name(uint32_t state);
+
+typedef struct stoker_job_info {
+    char name[STOKER_NAME_MAX]; // "": the default job
+    uint32_t state;             // stoker_job_state
+    uint32_t trainers;          // its consumers connected
+    uint64_t made; // examples made for it since it joined (everything it can get)
+    uint64_t delivered, acknowledged, queued, in_flight;
+    uint64_t lag;          // examples queued for it beyond the fastest job's (all producers)
+    double joined_s;       // broker uptime when it joined
+    uint64_t data_wait_ms; // its consumers' data wait, summed
+    char end_reason[192];  // why it ended or was detached ("" while it runs)
+} stoker_job_info;
+// --- end of jobs ---
 
 typedef struct stoker_status {
     uint64_t uptime_ms;   // since the broker started
@@ -115,6 +141,10 @@ typedef struct stoker_status {
     stoker_group_info *groups;
     uint32_t n_consumers; // every trainer the broker knows, connected or not
     stoker_consumer_info *consumers;
+    // The jobs sharing the producers (docs/sharing.md), the lead job first; 0: no consumer
+    // said hello yet.
+    uint32_t n_jobs;
+    stoker_job_info *jobs;
     // --- label maps ---
     // The producers' class-to-label maps, each distinct map once with the producers that said
     // it (stoker/labels.h); label_maps_omitted: producers whose map did not fit.

@@ -44,6 +44,8 @@ typedef struct stoker_request {
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
+    // HELLO of a trainer: its job (docs/sharing.md; job[0] == '\0': the default job).
+    char job[STOKER_NAME_MAX];
     uint64_t group_steps;     // HELLO of a rank: the steps it has taken (0: a new rank)
     stoker_batching batching; // HELLO of a trainer: how its batches are made (all 0: by count)
     stoker_mix mix;           // HELLO of a trainer: its mixture of sources (n 0: none)
@@ -194,6 +196,8 @@ typedef struct stoker_reply {
     stoker_group_info *groups;
     uint32_t n_consumers; // STATUS: the trainers and their delivery paths
     stoker_consumer_info *consumers;
+    uint32_t n_jobs; // STATUS: the jobs sharing the producers (docs/sharing.md)
+    stoker_job_info *jobs;
     // STATUS: the producers' distinct label maps (encoding borrows them; decoded, owned) and
     // the producers whose maps did not fit.
     uint32_t n_label_maps;
