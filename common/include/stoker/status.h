@@ -105,7 +105,7 @@ typedef struct stoker_job_info {
     char name[STOKER_NAME_MAX]; // "": the default job
     uint32_t state;             // stoker_job_state
     uint32_t trainers;          // its consumers connected
-    uint64_t made; // examples made for it since it joined (everything it can get)
+    uint64_t made;              // examples made for it since it joined (everything it can get)
     uint64_t delivered, acknowledged, queued, in_flight;
     uint64_t lag;          // examples queued for it beyond the fastest job's (all producers)
     double joined_s;       // broker uptime when it joined
