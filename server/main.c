@@ -156,6 +156,17 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_SECONDS_MS, AT(broker.silent_grace_ms), .dmin = 0, .dmax = 86400},
     {"trainer-timeout", "SEC", "silence before a trainer's leases are redelivered",
      STOKER_CLI_SECONDS_MS, AT(broker.trainer_timeout_ms), .dmin = 0.05, .dmax = 86400},
+    {"job-lag", "N",
+     "jobs sharing the producers (docs/sharing.md): examples a job may hold\n"
+     "queued per producer beyond the queue depth while another job takes\n"
+     "faster; beyond it the producers wait for the slowest job (0: one\n"
+     "queue depth)",
+     STOKER_CLI_UINT, AT(broker.job_lag), .imin = 0, .imax = 1u << 24},
+    {"job-timeout", "SEC",
+     "how long a job none of whose consumers is connected is kept (a\n"
+     "resumed consumer continues it) before what it held is freed and the\n"
+     "other jobs no longer wait for it",
+     STOKER_CLI_SECONDS_MS, AT(broker.job_timeout_ms), .dmin = 0.05, .dmax = 86400},
     {"schema", "SPEC",
      "accept only this schema, e.g. 'input:float32[10],output:float32[1]'\n"
      "(default: the first producer's); fields NAME:DTYPE[DIMS], DIMS may\n"

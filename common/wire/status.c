@@ -49,6 +49,7 @@ stoker_status_destroy(stoker_status *st)
     free(st->events);
     free(st->groups);
     free(st->consumers);
+    free(st->jobs);
     free(st->pools);
     stoker_label_maps_free(st->label_maps, st->n_label_maps);
     free(st);
@@ -302,8 +303,9 @@ stoker_status_render_json(const stoker_status *st)
             sep = ", ";
         }
     }
-    stoker_text_printf(&t, ", \"discrepancy\": %lld}",
-                       (long long)(c->produced - c->acknowledged - c->queued - c->in_flight));
+    stoker_text_printf(
+        &t, ", \"discrepancy\": %lld}",
+        (long long)(c->produced - c->acknowledged - c->queued - c->in_flight - c->released));
     for (size_t i = 0; i < N_COUNTER_ROWS; i++)
         if (counter_rows[i].top)
             stoker_text_printf(&t, ", \"%s\": %llu", counter_rows[i].key,

@@ -11,6 +11,7 @@
 #include "arena.h"
 #include "group.h"
 #include "internal.h"
+#include "jobs.h"
 #include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -34,6 +35,7 @@ broker_config_init(broker_config *cfg)
     cfg->max_parked = 512;
     cfg->shard_items = 32;
     cfg->group_steps_ahead = 4;
+    cfg->job_timeout_ms = 30000;
     cfg->autoscale_headroom = 1.2;
     cfg->autoscale_min = 1;
     cfg->autoscale_max = 64;
@@ -96,6 +98,9 @@ broker_destroy(broker *b, broker_outbox *out)
 {
     if (b == NULL)
         return;
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        broker_destroy(b->followers[i], out);
+    free(b->followers);
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
         for (parked *k = p->pushes, *next; k != NULL; k = next) {
@@ -219,13 +224,78 @@ admitted(broker *b, const method *m, void *token, uint32_t pipe, const stoker_re
 }
 
 // After any change: pulls take what became available, pushes fill the room that made, until
-// nothing moves. Each round answers at least one parked request, so this ends.
+// nothing moves; with jobs sharing the producers (jobs.c) the followers' pulls too (a push
+// queues for every job, a follower's pull makes room for the lead's parked pushes). Each round
+// answers at least one parked request, so this ends.
 static void
 settle(broker *b, uint64_t now_ms, broker_outbox *out)
 {
-    queues_resize(b); // producers or trainers may have come or gone
-    while (pull_serve_parked(b, now_ms, out) + push_serve_parked(b, now_ms, out) > 0)
-        ;
+    jobs_sync(b, now_ms); // producers may have come, gone or pushed
+    queues_resize(b);     // producers or trainers may have come or gone
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        queues_resize(b->followers[i]);
+    uint32_t moved;
+    do {
+        moved = pull_serve_parked(b, now_ms, out) + push_serve_parked(b, now_ms, out);
+        for (uint32_t i = 0; i < b->n_followers; i++)
+            moved += pull_serve_parked(b->followers[i], now_ms, out);
+    } while (moved > 0);
+}
+
+// The broker of job name for a trainer's hello: the lead's own (named by its first trainer, or
+// starting again after it ended), a follower, or a new follower. NULL after answering when no
+// job can be made for it.
+static broker *
+job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms,
+              broker_outbox *out)
+{
+    const char *name = req->job;
+    broker *j = jobs_find(b, name);
+    if (!b->job_named || (j == b && b->job_state == STOKER_JOB_ENDED)) {
+        jobs_start(b, name, now_ms);
+        return b;
+    }
+    if (j != NULL && j->job_state != STOKER_JOB_ENDED)
+        return j;
+    if (j != NULL) { // it ended: a job of that name starts anew
+        jobs_remove(b, j);
+        broker_destroy(j, out);
+    }
+    if (b->epochs != NULL) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "job '%s': this broker serves a dataset to job '%s'; jobs sharing a dataset's "
+                  "producers are not supported yet: give each job a broker of its own",
+                  name, b->job);
+        return NULL;
+    }
+    broker_config cfg = b->cfg;
+    cfg.arena_bytes = 0; // a further job's trainers take their batches over the socket
+    cfg.dataset_size = 0;
+    cfg.first_lease_id = 0;
+    broker *f = broker_create(&cfg, now_ms);
+    if (f == NULL || jobs_add(b, f, name, now_ms) != STOKER_OK) {
+        broker_destroy(f, NULL);
+        send_code(b, out, token, STOKER_RETRY,
+                  "job '%s': no room for another job (at most %d share the producers)", name,
+                  JOBS_MAX);
+        return NULL;
+    }
+    return f;
+}
+
+// The broker (job) that handles req: a trainer's hello goes to its job's, a request of a
+// follower's trainer to that follower, everything else (producers, status) to the lead. NULL
+// when answered already.
+static broker *
+route(broker *b, void *token, const stoker_request *req, uint64_t now_ms, broker_outbox *out)
+{
+    if (req->method == STOKER_HELLO)
+        return req->role == STOKER_ROLE_TRAINER ? job_for_hello(b, token, req, now_ms, out) : b;
+    if (b->n_followers == 0 || req->method == STOKER_STATUS ||
+        find_producer(b, req->session) != NULL || find_trainer(b, req->session) != NULL)
+        return b;
+    broker *f = jobs_find_trainer(b, req->session);
+    return f != NULL ? f : b;
 }
 
 void
@@ -233,13 +303,17 @@ broker_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64
               broker_outbox *out)
 {
     const method *m = find_method(req->method);
+    broker *j = m != NULL ? route(b, token, req, now_ms, out) : b;
     if (m == NULL) {
         send_code(b, out, token, STOKER_INVALID, "unknown method %d", (int)req->method);
         stoker_request_free(req);
-    } else if (!admitted(b, m, token, pipe, req, out) ||
-               !m->handle(b, token, pipe, req, now_ms, out)) {
+    } else if (j == NULL || !admitted(j, m, token, pipe, req, out) ||
+               !m->handle(j, token, pipe, req, now_ms, out)) {
         stoker_request_free(req);
     }
+    // A trainer's hello to another job: its connection may ask the lead for the status.
+    if (j != NULL && j != b && session_pipe_authed(j, pipe))
+        session_authorize_pipe(b, pipe);
     settle(b, now_ms, out);
 }
 
@@ -247,6 +321,8 @@ void
 broker_pipe_closed(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
 {
     loss_pipe_gone(b, pipe, now_ms, 1, out);
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        loss_pipe_gone(b->followers[i], pipe, now_ms, 1, out);
     settle(b, now_ms, out);
 }
 
@@ -256,6 +332,8 @@ broker_pipe_reset(broker *b, uint32_t pipe, uint64_t now_ms, broker_outbox *out)
     stoker_info("connection-reset: pipe %u closed by the listener restart; its peer reconnects",
                 pipe);
     loss_pipe_gone(b, pipe, now_ms, 0, out);
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        loss_pipe_gone(b->followers[i], pipe, now_ms, 0, out);
     settle(b, now_ms, out);
 }
 
@@ -263,6 +341,9 @@ void
 broker_tick(broker *b, uint64_t now_ms, broker_outbox *out)
 {
     loss_tick(b, now_ms, out);
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        loss_tick(b->followers[i], now_ms, out);
+    jobs_tick(b, now_ms);
     settle(b, now_ms, out); // parked pulls past their wait get what there is (possibly nothing)
 }
 

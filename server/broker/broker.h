@@ -43,6 +43,11 @@ typedef struct broker_config {
     uint64_t max_message_bytes;
     uint32_t max_parked;        // requests that may wait at once (the transport's spare contexts)
     uint32_t group_steps_ahead; // steps a group may form beyond its slowest rank (docs/groups.md)
+    // Jobs sharing the producers (jobs.c, docs/sharing.md): examples a job may hold queued per
+    // producer beyond the queue depth while another job takes faster (0: one queue depth), and
+    // how long a job with no consumer connected is kept before what it held is freed.
+    uint32_t job_lag;
+    uint32_t job_timeout_ms;
     // The autoscale signal (docs/autoscale.md): producers wanted = demand x headroom / supply per
     // producer, within min..max.
     double autoscale_headroom;

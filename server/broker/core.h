@@ -220,7 +220,25 @@ struct broker {
     uint64_t autoscale_tick_ms, autoscale_sample_ms, last_pull_ms;
     uint64_t autoscale_samples; // samples taken
     autoscale_spread autoscale_spreads[AUTOSCALE_POOLS_MAX];
+
+    // --- jobs sharing the producers (jobs.c, docs/sharing.md) ---
+    // Every broker is one job's: its trainers, leases, groups, mixtures and queues. The lead
+    // (the first job to say hello) also owns the producers; each further job is a follower
+    // broker whose producers mirror the lead's (same ids), whose queues hold the same pushes
+    // (shared blocks) and which the lead's dispatcher routes its trainers' requests to.
+    char job[STOKER_NAME_MAX]; // "": the default job
+    int job_named;             // a trainer said hello (job is set)
+    uint32_t job_state;        // stoker_job_state
+    uint64_t job_joined_ms;
+    uint64_t job_absent_ms; // since when none of its consumers is connected (ABSENT)
+    char job_end_reason[192];
+    struct broker *lead;       // a follower's lead; NULL for the lead
+    struct broker **followers; // the lead's further jobs (JOBS_MAX)
+    uint32_t n_followers;
+    uint64_t job_events_synced; // the lead's events copied to its followers so far
 };
+
+#define JOBS_MAX 32 // jobs one broker serves at once (the lead included)
 
 // --- core.c: replies, events, lookups, freeing ---
 

@@ -26,6 +26,9 @@ int push_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint
 
 // Nonzero when pipe said hello with the token.
 int session_pipe_authed(const broker *b, uint32_t pipe);
+// Counts pipe as having said hello with the token (a trainer's hello to another job of this
+// broker, jobs.c). STOKER_OK or STOKER_NOMEM.
+int session_authorize_pipe(broker *b, uint32_t pipe);
 // Forgets that pipe said hello (it closed).
 void session_forget_pipe(broker *b, uint32_t pipe);
 // Writes a description of pipe's peer to buf and returns buf.

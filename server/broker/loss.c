@@ -81,7 +81,8 @@ loss_tick(broker *b, uint64_t now_ms, broker_outbox *out)
             free_parked(k);
             answered = 1;
         }
-        if (p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
+        // (A job's mirror of the lead's producer, jobs.c, is lost when the lead's is.)
+        if (b->lead == NULL && p->status == STOKER_PRODUCER_ALIVE && p->pushes == NULL &&
             now_ms > p->last_seen_ms + b->cfg.producer_timeout_ms) {
             snprintf(reason, sizeof(reason), "silent for %.1f s",
                      (double)(now_ms - p->last_seen_ms) / 1000.0);

@@ -13,6 +13,7 @@
 
 #include "arena.h"
 #include "internal.h"
+#include "jobs.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 
@@ -63,6 +64,21 @@ park_push(broker *b, producer *p, parked *k)
 
 // --- push ---------------------------------------------------------------------------------------
 
+// Whether fresh examples (bytes) of p fit: in its queue, and with jobs sharing the producers in
+// every job's that takes examples (jobs.c; the lead's own job, once ended, keeps nothing). An
+// empty sized queue takes any chunk the broker accepts (queues_max_chunk): the depth may have
+// shrunk below the chunk since (more producers alive); --max-bytes still bounds it.
+static int
+push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes)
+{
+    uint64_t depth = b->queue_depth + jobs_lag(b);
+    if (b->cfg.queue_depth_auto && p->q.examples == 0 && fresh > depth)
+        depth = fresh;
+    int own = b->job_state == STOKER_JOB_ENDED ||
+              (p->q.examples + fresh <= depth && bytes <= commit_bytes_room(b));
+    return own && jobs_push_fits(b, p, fresh, bytes);
+}
+
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
 // must keep waiting (only when !final).
 int
@@ -103,9 +119,9 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     if (end <= p->next_seq) { // a resend of what we hold: acknowledge, append nothing
         stoker_reply rep = {.code = STOKER_OK,
                             .acked_through = p->next_seq,
-                            .queue_depth = commit_retain_depth(b),
+                            .queue_depth = commit_retain_depth(b) + (uint32_t)jobs_lag(b),
                             .batch_examples = queues_batch_examples(b)};
-        trained_tell(&p->trained, &rep);
+        jobs_tell_trained(b, p, &rep);
         tell_peers(b, &rep);
         send_reply(b, out, k->token, &rep);
         stoker_request_free(req);
@@ -115,12 +131,7 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = stoker_chunk_bytes(&req->chunk, skip, fresh); // real bytes
-    // An empty sized queue takes any chunk the broker accepts (queues_max_chunk): the depth may
-    // have shrunk below the chunk since (more producers alive); --max-bytes still bounds it.
-    uint64_t depth = b->queue_depth;
-    if (b->cfg.queue_depth_auto && p->q.examples == 0 && fresh > depth)
-        depth = fresh;
-    if (p->q.examples + fresh > depth || fresh_bytes > commit_bytes_room(b)) {
+    if (!push_fits(b, p, fresh, fresh_bytes)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
@@ -156,11 +167,12 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
+    jobs_appended(b, p, fresh, fresh_bytes);
     stoker_reply rep = {.code = STOKER_OK,
                         .acked_through = end,
-                        .queue_depth = commit_retain_depth(b),
+                        .queue_depth = commit_retain_depth(b) + (uint32_t)jobs_lag(b),
                         .batch_examples = queues_batch_examples(b)};
-    trained_tell(&p->trained, &rep);
+    jobs_tell_trained(b, p, &rep);
     tell_peers(b, &rep);
     send_reply(b, out, k->token, &rep);
     return 1;

@@ -121,6 +121,41 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
     return STOKER_OK;
 }
 
+const queue_range *
+queue_tail(const queue *q)
+{
+    return q->tail != NULL ? &q->tail->range : NULL;
+}
+
+int
+queue_append_range(queue *q, const queue_range *r)
+{
+    qnode *node = calloc(1, sizeof(*node));
+    if (node == NULL)
+        return STOKER_NOMEM;
+    queue_range_retain(r);
+    node->range = *r;
+    if (q->tail != NULL)
+        q->tail->next = node;
+    else
+        q->head = node;
+    q->tail = node;
+    account(q, &node->range, +1);
+    return STOKER_OK;
+}
+
+uint64_t
+queue_copy(queue *dst, const queue *src)
+{
+    uint64_t n = 0;
+    for (const qnode *node = src->head; node != NULL; node = node->next) {
+        if (queue_append_range(dst, &node->range) != STOKER_OK)
+            break;
+        n += node->range.count;
+    }
+    return n;
+}
+
 uint32_t
 queue_take(queue *q, uint32_t max, queue_range *out)
 {

@@ -46,6 +46,16 @@ void queue_fini(queue *q);
 // ownership of req on success (STOKER_OK); on STOKER_NOMEM the caller still owns it.
 int queue_append_request(queue *q, stoker_request *req, uint32_t skip);
 
+// The range at the queue's tail (the push appended last), or NULL when the queue is empty.
+const queue_range *queue_tail(const queue *q);
+// Appends a copy of range r (another queue's, of the same schema) holding a reference of its
+// own: one push queued for several jobs (jobs.c). STOKER_OK or STOKER_NOMEM.
+int queue_append_range(queue *q, const queue_range *r);
+
+// Appends copies of every range of src to dst (each holding a reference of its own). Returns
+// the examples copied (fewer when out of memory).
+uint64_t queue_copy(queue *dst, const queue *src);
+
 // Takes up to max examples from the head (one contiguous run of seqs from one block) into *out,
 // which then holds a reference. Returns the number taken (0 when empty).
 uint32_t queue_take(queue *q, uint32_t max, queue_range *out);

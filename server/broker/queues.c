@@ -8,6 +8,7 @@
 #include "budget.h"
 #include "group.h"
 #include "internal.h"
+#include "jobs.h"
 #include "stoker/log.h"
 
 #define DEPTH_MAX (1u << 24) // as --queue-depth's own bound
@@ -133,9 +134,12 @@ queues_has_room(const broker *b, const producer *p)
     // Full for this producer when its next chunk (the size of its last) cannot fit: a queue
     // of 63 with chunks of 3 and a depth of 64 takes nothing more.
     uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
-    // (An empty sized queue takes any chunk, push.c.)
-    return p->status == STOKER_PRODUCER_ALIVE && (p->q.examples + chunk <= b->queue_depth ||
-                                                  (b->cfg.queue_depth_auto && p->q.examples == 0));
+    // (An empty sized queue takes any chunk, push.c.) Jobs sharing the producers: every job
+    // that takes examples must have room (jobs.c); an ended job keeps nothing.
+    uint64_t depth = b->queue_depth + jobs_lag(b);
+    int own = b->job_state == STOKER_JOB_ENDED || p->q.examples + chunk <= depth ||
+              (b->cfg.queue_depth_auto && p->q.examples == 0);
+    return p->status == STOKER_PRODUCER_ALIVE && own && jobs_have_room(b, p);
 }
 
 void

@@ -9,6 +9,7 @@
 
 #include "group.h"
 #include "internal.h"
+#include "jobs.h"
 #include "mix.h"
 #include "stoker/error.h"
 #include "stoker/status.h"
@@ -33,16 +34,14 @@ mix_report(const mix *m, stoker_consumer_info *c)
     c->mix_stop = m->spec.stop;
 }
 
-// The trainers, each with its delivery path. STOKER_NOMEM.
-static int
-consumers_status(const broker *b, stoker_status *st)
+// The trainers of job j, each with its delivery path, appended to st->consumers.
+static void
+job_consumers(const broker *j, stoker_status *st)
 {
-    st->consumers = calloc(b->n_trainers ? b->n_trainers : 1, sizeof(*st->consumers));
-    if (st->consumers == NULL)
-        return STOKER_NOMEM;
-    for (uint32_t i = 0; i < b->n_trainers; i++) {
-        const trainer *t = b->trainers[i];
-        st->consumers[i] = (stoker_consumer_info){
+    for (uint32_t i = 0; i < j->n_trainers; i++) {
+        const trainer *t = j->trainers[i];
+        stoker_consumer_info *c = &st->consumers[st->n_consumers++];
+        *c = (stoker_consumer_info){
             .id = t->id,
             .pid = t->pid,
             .connected = t->connected,
@@ -58,11 +57,26 @@ consumers_status(const broker *b, stoker_status *st)
             .padding = t->padding,
             .data_wait_ms = t->data_wait_ms,
         };
-        snprintf(st->consumers[i].name, sizeof(st->consumers[i].name), "%s", t->name);
-        mix_report(t->mix, &st->consumers[i]);
+        snprintf(c->name, sizeof(c->name), "%s", t->name);
+        snprintf(c->job, sizeof(c->job), "%s", j->job);
+        mix_report(t->mix, c);
     }
-    st->n_consumers = b->n_trainers;
-    return STOKER_OK;
+}
+
+// The trainers of every job (jobs.c), each with its delivery path and job. STOKER_NOMEM.
+static int
+consumers_status(const broker *b, stoker_status *st)
+{
+    uint32_t n = b->n_trainers;
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        n += b->followers[i]->n_trainers;
+    st->consumers = calloc(n ? n : 1, sizeof(*st->consumers));
+    if (st->consumers == NULL)
+        return STOKER_NOMEM;
+    job_consumers(b, st);
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        job_consumers(b->followers[i], st);
+    return jobs_report(b, 0, st);
 }
 
 int

@@ -13,6 +13,7 @@
 #include "arena.h"
 #include "group.h"
 #include "internal.h"
+#include "jobs.h"
 #include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -42,8 +43,8 @@ session_pipe_authed(const broker *b, uint32_t pipe)
     return 0;
 }
 
-static int
-authorize_pipe(broker *b, uint32_t pipe)
+int
+session_authorize_pipe(broker *b, uint32_t pipe)
 {
     if (session_pipe_authed(b, pipe))
         return STOKER_OK;
@@ -558,7 +559,7 @@ session_handle_hello(broker *b, void *token, uint32_t pipe, stoker_request *req,
         stoker_warn("unauthenticated: hello from '%s' at %s with a wrong or missing token",
                     req->name, session_peer(b, pipe, who, sizeof(who)));
         send_code(b, out, token, STOKER_UNAUTHENTICATED, "wrong or missing token");
-    } else if (b->token[0] != '\0' && authorize_pipe(b, pipe) != STOKER_OK) {
+    } else if (b->token[0] != '\0' && session_authorize_pipe(b, pipe) != STOKER_OK) {
         send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
     } else if (req->session == 0) {
         send_code(b, out, token, STOKER_INVALID, "hello without a session id");
@@ -628,8 +629,9 @@ session_handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *
                         "(it lingers until they are trained)",
                         p->id, p->name, (unsigned long long)p->next_seq);
         }
-        stoker_reply rep = {.code = STOKER_OK, .queue_depth = commit_retain_depth(b)};
-        trained_tell(&p->trained, &rep);
+        stoker_reply rep = {.code = STOKER_OK,
+                            .queue_depth = commit_retain_depth(b) + (uint32_t)jobs_lag(b)};
+        jobs_tell_trained(b, p, &rep);
         tell_peers(b, &rep);
         send_reply(b, out, token, &rep);
     } else if (t != NULL && t->connected) {

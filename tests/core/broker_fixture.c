@@ -61,10 +61,12 @@ bf_check_identity(const char *after)
 {
     stoker_counters c;
     broker_counters(bf_broker, &c);
-    cr_assert_eq(c.produced, c.acknowledged + c.queued + c.in_flight,
-                 "after %s: produced %llu != acknowledged %llu + queued %llu + in_flight %llu",
+    cr_assert_eq(c.produced, c.acknowledged + c.queued + c.in_flight + c.released,
+                 "after %s: produced %llu != acknowledged %llu + queued %llu + in_flight %llu + "
+                 "released %llu",
                  after, (unsigned long long)c.produced, (unsigned long long)c.acknowledged,
-                 (unsigned long long)c.queued, (unsigned long long)c.in_flight);
+                 (unsigned long long)c.queued, (unsigned long long)c.in_flight,
+                 (unsigned long long)c.released);
 }
 
 void

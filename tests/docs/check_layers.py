@@ -47,7 +47,7 @@ SERVER_FLOORS = [
     ["net/arena"],
     ["broker/core", "broker/queue", "broker/trained"],
     ["broker/commit", "broker/budget", "broker/epoch", "broker/autoscale", "broker/queues",
-     "broker/mix"],
+     "broker/mix", "broker/jobs"],
     ["broker/lease", "broker/group_mix"],
     ["broker/group", "broker/group_commit", "broker/drop"],
     ["broker/push", "broker/pull", "broker/session", "broker/report"],

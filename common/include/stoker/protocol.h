@@ -94,6 +94,9 @@ typedef struct stoker_counters {
     uint64_t returned_unused;
     uint64_t short_by_queues; // batches cut short by the queues' limits, not by the supply
     uint64_t producers_lost;  // producer_lost events so far (a producer lost twice counts twice)
+    // Examples freed unread because the job they were queued for ended (docs/sharing.md): no
+    // consumer of it within --job-timeout while other jobs went on.
+    uint64_t released;
 } stoker_counters;
 
 // Every member of stoker_counters, once, in the order the status JSON's "counters" object lists
@@ -127,6 +130,8 @@ typedef struct stoker_counters {
     C(delivered_in_place, "delivered_in_place_total", "counter",                                   \
       "Examples sent through shared memory from where their push was read (not copied)")           \
     C(producers_lost, "producers_lost_total", "counter", "Producers lost (producer_lost events)")  \
+    C(released, "released_total", "counter",                                                       \
+      "Examples freed unread because the job they were queued for ended")                          \
     G(producers_alive, "producers_alive", "gauge", "Producers connected and sending")             \
     G(trainers, "trainers_connected", "gauge", "Trainers connected")                               \
     G(trainers_shm, "trainers_shm", "gauge", "Trainers whose batches come through shared memory")

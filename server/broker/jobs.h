@@ -1,0 +1,58 @@
+// Jobs sharing one broker's producers (docs/sharing.md): each job gets every example made after
+// it joined exactly once, and the producers make each example once. A job is a broker of its
+// own for its consumers (trainers, leases, groups, mixtures, batching, commits): the lead (the
+// first job to say hello) owns the producers and their pushes; every further job is a follower
+// broker whose producers are mirrors of the lead's (same ids) and whose queues hold the same
+// pushes (shared, reference-counted blocks: no copy). A push is accepted when every job has room
+// for it (the slowest job paces the producers, within --job-lag), and a producer may forget an
+// example once every job trained it. Floor 2: it uses the core, the queues' blocks, the trained
+// sets and commit.c's byte room; the dispatcher (broker.c) routes requests and calls it.
+#ifndef BROKER_JOBS_H
+#define BROKER_JOBS_H
+
+#include <stdint.h>
+
+#include "core.h"
+#include "stoker/status.h"
+
+// More than one job of b's lead (b: any job) takes examples now (running or absent).
+int jobs_shared(const broker *b);
+// The examples per producer job b's queues may hold beyond its queue depth while jobs share
+// (--job-lag, 0: one queue depth); 0 when b's job is alone.
+uint64_t jobs_lag(const broker *b);
+// Whether every follower of lead b that takes examples has room for fresh examples (bytes) of
+// producer p (its mirror's queue within depth and lag, its bytes within --max-bytes).
+int jobs_push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes);
+// Whether follower room holds for p's next chunk in every follower of lead b (queues.c).
+int jobs_have_room(const broker *b, const producer *p);
+// Lead b just appended fresh examples (bytes) of p at its queue's tail (p->next_seq already past
+// them): queued for every follower that takes examples too, and freed at once from b's own queue
+// when b's job ended.
+void jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes);
+// Writes into rep what producer p of lead b may forget: the seqs every job that takes examples
+// trained (the intersection of their trained sets).
+void jobs_tell_trained(const broker *b, const producer *p, stoker_reply *rep);
+// The follower of lead b with a trainer of that session, or NULL.
+broker *jobs_find_trainer(const broker *b, uint64_t session);
+// The job named name: lead b or one of its followers; NULL when none.
+broker *jobs_find(broker *b, const char *name);
+// Names b's job at its first trainer's hello, or starts it again after it ended (from the
+// examples made from now on).
+void jobs_start(broker *b, const char *name, uint64_t now_ms);
+// Registers f, a new broker the dispatcher made for job name, as a follower of lead b: its
+// producers mirror b's; when no job was handed an example yet, it gets a copy of what b has
+// queued (jobs that start together get the same examples), else it starts from the examples
+// made after it joined. STOKER_NOMEM (f is then the caller's).
+int jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms);
+// Removes follower f from lead b (to be destroyed by the caller).
+void jobs_remove(broker *b, broker *f);
+// Mirrors lead b's producers (state, seqs, schema, producer events) into every follower.
+void jobs_sync(broker *b, uint64_t now_ms);
+// The jobs' states: running while a consumer of theirs is connected, absent otherwise; a job
+// whose consumers all said goodbye, or absent beyond --job-timeout, ends while another job
+// goes on, and what it held queued is freed (counted released).
+void jobs_tick(broker *b, uint64_t now_ms);
+// The jobs of lead b into st->jobs (none until a trainer said hello). STOKER_NOMEM.
+int jobs_report(const broker *b, uint64_t now_ms, stoker_status *st);
+
+#endif
