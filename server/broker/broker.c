@@ -135,8 +135,10 @@ broker_destroy(broker *b, broker_outbox *out)
     free(b->producers);
     free(b->trainers);
     free(b->authed);
-    broker_arena_destroy(b->arena);
-    epochs_destroy(b->epochs);
+    if (b->lead == NULL)
+        broker_arena_destroy(b->arena); // a follower borrows its lead's
+    if (b->lead == NULL)
+        epochs_destroy(b->epochs); // a follower borrows its lead's
     free(b);
 }
 
@@ -261,18 +263,31 @@ job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms
         jobs_remove(b, j);
         broker_destroy(j, out);
     }
-    if (b->epochs != NULL) {
+    if (b->epochs != NULL && jobs_started(b)) {
+        // Its epoch 0 would need the items the others were handed made again for it alone.
         send_code(b, out, token, STOKER_INVALID,
-                  "job '%s': this broker serves a dataset to job '%s'; jobs sharing a dataset's "
-                  "producers are not supported yet: give each job a broker of its own",
+                  "job '%s' joins a dataset whose epochs began for job '%s': jobs share a "
+                  "dataset's producers when they start together (before its first batch); "
+                  "give a job that comes later a broker of its own",
                   name, b->job);
         return NULL;
     }
+    if (b->n_followers + 1 >= JOBS_MAX) // room: the oldest ended job goes
+        for (uint32_t i = 0; i < b->n_followers; i++)
+            if (b->followers[i]->job_state == STOKER_JOB_ENDED) {
+                broker *gone = b->followers[i];
+                jobs_remove(b, gone);
+                broker_destroy(gone, out);
+                break;
+            }
     broker_config cfg = b->cfg;
-    cfg.arena_bytes = 0; // a further job's trainers take their batches over the socket
+    cfg.arena_bytes = 0; // the lead's arena serves every job's trainers on this host
     cfg.dataset_size = 0;
-    cfg.first_lease_id = 0;
+    // Leases of every job name regions of that one arena: each job's ids in a range of its own.
+    cfg.first_lease_id = b->next_lease_id + ((uint64_t)(b->n_followers + 1) << 56);
     broker *f = broker_create(&cfg, now_ms);
+    if (f != NULL)
+        f->arena = b->arena;
     if (f == NULL || jobs_add(b, f, name, now_ms) != STOKER_OK) {
         broker_destroy(f, NULL);
         send_code(b, out, token, STOKER_RETRY,

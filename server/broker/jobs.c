@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "epoch.h"
 #include "internal.h"
 #include "jobs.h"
 #include "stoker/error.h"
@@ -107,14 +108,84 @@ jobs_have_room(const broker *b, const producer *p)
     return 1;
 }
 
-// Frees what job b holds queued (its consumers are gone), counted released.
-static void
-release_queues(broker *b)
+// Whether every job of lead l that takes examples trained seq of producer id.
+static int
+all_trained(const broker *l, uint32_t id, uint64_t seq)
 {
+    uint64_t next;
+    const producer *p = find_producer_id(l, id);
+    if (takes(l) && p != NULL && !trained_has(&p->trained, seq, &next))
+        return 0;
+    for (uint32_t i = 0; i < l->n_followers; i++) {
+        const broker *f = l->followers[i];
+        const producer *m = takes(f) ? find_producer_id(f, id) : NULL;
+        if (m != NULL && !trained_has(&m->trained, seq, &next))
+            return 0;
+    }
+    return 1;
+}
+
+// The runs of r that every job has trained, acknowledged in lead l's epochs.
+static void
+epochs_acked_by_all(broker *l, uint32_t id, const queue_range *r, uint64_t now_ms)
+{
+    uint32_t i = 0;
+    while (i < r->count) {
+        uint32_t j = i;
+        while (j < r->count && all_trained(l, id, r->first_seq + j))
+            j++;
+        if (j > i) {
+            queue_range run = *r;
+            run.first += i;
+            run.count = j - i;
+            run.first_seq += i;
+            epochs_acked(l, &run, now_ms);
+        }
+        while (j < r->count && !all_trained(l, id, r->first_seq + j))
+            j++;
+        i = j;
+    }
+}
+
+void
+jobs_acked(broker *b, const producer *p, const queue_range *r, uint64_t now_ms)
+{
+    broker *l = b->lead != NULL ? b->lead : b;
+    if (l->epochs == NULL)
+        return;
+    if (l->n_followers == 0)
+        epochs_acked(l, r, now_ms);
+    else
+        epochs_acked_by_all(l, p->id, r, now_ms);
+}
+
+int
+jobs_started(const broker *b)
+{
+    int started = b->c.delivered > 0;
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        started = started || b->followers[i]->c.delivered > 0;
+    return started;
+}
+
+// Frees what job b (just ended) holds queued, counted released; with a dataset, its items that
+// every other job trained are acknowledged in the lead's epochs (this job no longer holds them
+// back).
+static void
+release_queues(broker *b, uint64_t now_ms)
+{
+    broker *l = b->lead != NULL ? b->lead : b;
     uint64_t n = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         producer *p = b->producers[i];
-        n += p->q.examples;
+        queue_range r;
+        uint32_t got;
+        while ((got = queue_take(&p->q, UINT32_MAX, &r)) > 0) {
+            if (l->epochs != NULL)
+                epochs_acked_by_all(l, p->id, &r, now_ms);
+            queue_range_release(&r);
+            n += got;
+        }
         queue_fini(&p->q);
     }
     b->c.queued -= n;
@@ -288,9 +359,7 @@ jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms)
     b->followers[b->n_followers++] = f;
     // Jobs that start together get the same examples: while no job was handed any, a new one
     // takes a copy of what the lead holds.
-    int fresh_start = b->c.delivered == 0;
-    for (uint32_t i = 0; i < b->n_followers; i++)
-        fresh_start = fresh_start && b->followers[i]->c.delivered == 0;
+    int fresh_start = !jobs_started(b);
     jobs_sync(b, now_ms);
     for (uint32_t i = 0; fresh_start && i < b->n_producers; i++) {
         producer *p = b->producers[i];
@@ -335,7 +404,7 @@ mirror_events(broker *b, broker *f, uint64_t now_ms)
         from = b->n_events - EVENT_LOG + 1;
     for (uint64_t i = from; i <= b->n_events; i++) {
         const stoker_event *e = &b->events[(i - 1) % EVENT_LOG];
-        if (e->producer == 0 && e->kind != STOKER_EVENT_SCALED)
+        if (e->producer == 0 && e->kind != STOKER_EVENT_SCALED && e->kind != STOKER_EVENT_EPOCH_END)
             continue;
         stoker_event *c = new_event(f, e->kind, now_ms);
         uint64_t index = c->index;
@@ -355,6 +424,7 @@ jobs_sync(broker *b, uint64_t now_ms)
             f->example_bytes = b->example_bytes;
         }
         f->returning_until_ms = b->returning_until_ms;
+        f->epochs = b->epochs; // borrowed: its items are acknowledged by every job (jobs_acked)
         if (!f->has_schema)
             continue;
         for (uint32_t k = 0; k < b->n_producers; k++) {
@@ -381,12 +451,12 @@ jobs_sync(broker *b, uint64_t now_ms)
 
 // Ends job b: its queued examples are freed (counted released), it takes nothing more.
 static void
-end_job(broker *b, const char *reason)
+end_job(broker *b, const char *reason, uint64_t now_ms)
 {
     b->job_state = STOKER_JOB_ENDED;
     snprintf(b->job_end_reason, sizeof(b->job_end_reason), "%s", reason);
     uint64_t held = b->c.queued;
-    release_queues(b);
+    release_queues(b, now_ms);
     stoker_info("job-ended: job '%s': %s; %llu examples queued for it freed", b->job, reason,
                 (unsigned long long)held);
 }
@@ -415,12 +485,12 @@ job_tick(broker *b, uint64_t now_ms, int others)
         return; // a job alone keeps what it has, as a broker without jobs does
     char reason[160];
     if (left > 0 && left == b->n_trainers) {
-        end_job(b, "its consumers said goodbye");
+        end_job(b, "its consumers said goodbye", now_ms);
     } else if (now_ms >= b->job_absent_ms + b->cfg.job_timeout_ms) {
         snprintf(reason, sizeof(reason),
                  "no consumer of it connected for %.1f s (--job-timeout) while other jobs went on",
                  (double)(now_ms - b->job_absent_ms) / 1000.0);
-        end_job(b, reason);
+        end_job(b, reason, now_ms);
     }
 }
 

@@ -29,6 +29,12 @@ int jobs_have_room(const broker *b, const producer *p);
 // them): queued for every follower that takes examples too, and freed at once from b's own queue
 // when b's job ended.
 void jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes);
+// Trainers of job b acknowledged range r of producer p (its trained set already says so): with
+// a dataset, the items every job that takes examples has now trained are acknowledged in the
+// lead's epochs (an epoch ends when every job trained its every item).
+void jobs_acked(broker *b, const producer *p, const queue_range *r, uint64_t now_ms);
+// Whether any job was handed an example yet (a job joining a dataset then comes too late).
+int jobs_started(const broker *b);
 // Writes into rep what producer p of lead b may forget: the seqs every job that takes examples
 // trained (the intersection of their trained sets).
 void jobs_tell_trained(const broker *b, const producer *p, stoker_reply *rep);

@@ -15,6 +15,7 @@
 #include "arena.h"
 #include "budget.h"
 #include "internal.h"
+#include "jobs.h"
 #include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -46,12 +47,14 @@ lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64
         *pp = l->next;
         for (uint32_t r = 0; r < l->n_parts; r++) {
             producer *p = find_producer_id(b, l->parts[r].producer);
-            epochs_acked(b, &l->parts[r].range, now_ms);
-            if (p != NULL) {
-                p->acknowledged += l->parts[r].range.count;
-                p->in_flight -= l->parts[r].range.count;
-                trained_add(&p->trained, l->parts[r].range.first_seq, l->parts[r].range.count);
+            if (p == NULL) {
+                epochs_acked(b, &l->parts[r].range, now_ms);
+                continue;
             }
+            p->acknowledged += l->parts[r].range.count;
+            p->in_flight -= l->parts[r].range.count;
+            trained_add(&p->trained, l->parts[r].range.first_seq, l->parts[r].range.count);
+            jobs_acked(b, p, &l->parts[r].range, now_ms); // a dataset's items: by every job
         }
         b->c.acknowledged += l->count;
         b->c.in_flight -= l->count;
