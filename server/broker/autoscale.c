@@ -340,6 +340,31 @@ decide(const broker *b, stoker_pool_info *d, const pool_sum *s, double demand, i
     d->wanted = (uint32_t)want;
 }
 
+// Job j's demand on the n pools (names): its trainers' rates, a mixed trainer's by its weights
+// into pool_demand[k], an unmixed one's into *unmixed. Returns its total.
+static double
+job_demand(const broker *j, const char *const *names, uint32_t n, double *unmixed,
+           double *pool_demand)
+{
+    double demand = 0;
+    for (uint32_t i = 0; i < j->n_trainers; i++) {
+        const trainer *t = j->trainers[i];
+        if (!t->connected)
+            continue;
+        double rate = meter_rate(&t->meter);
+        demand += rate;
+        if (t->mix == NULL) {
+            *unmixed += rate;
+            continue;
+        }
+        for (uint32_t s = 0; s < t->mix->spec.n; s++)
+            for (uint32_t k = 0; k < n; k++)
+                if (strcmp(names[k], t->mix->spec.names[s]) == 0)
+                    pool_demand[k] += rate * t->mix->share[s];
+    }
+    return demand;
+}
+
 int
 autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
 {
@@ -353,22 +378,19 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
         total_alive += sums[k].current;
     }
     // A trainer with a mixture wants each pool's share of what it takes (its weights); the
-    // others' demand falls on the pools as they supply it now (below).
+    // others' demand falls on the pools as they supply it now (below). Jobs sharing the
+    // producers (jobs.c) take the same examples: a pool's demand is its most demanding job's.
     double demand = 0, unmixed = 0, mixed[AUTOSCALE_POOLS_MAX] = {0};
-    for (uint32_t i = 0; i < b->n_trainers; i++) {
-        const trainer *t = b->trainers[i];
-        if (!t->connected)
+    for (uint32_t i = 0; i <= b->n_followers; i++) {
+        const broker *j = i == 0 ? b : b->followers[i - 1];
+        if (i > 0 && j->job_state != STOKER_JOB_RUNNING && j->job_state != STOKER_JOB_ABSENT)
             continue;
-        double rate = meter_rate(&t->meter);
-        demand += rate;
-        if (t->mix == NULL) {
-            unmixed += rate;
-            continue;
-        }
-        for (uint32_t s = 0; s < t->mix->spec.n; s++)
-            for (uint32_t k = 0; k < n; k++)
-                if (strcmp(names[k], t->mix->spec.names[s]) == 0)
-                    mixed[k] += rate * t->mix->share[s];
+        double job_unmixed = 0, job_mixed[AUTOSCALE_POOLS_MAX] = {0};
+        double total = job_demand(j, names, n, &job_unmixed, job_mixed);
+        demand = total > demand ? total : demand;
+        unmixed = job_unmixed > unmixed ? job_unmixed : unmixed;
+        for (uint32_t k = 0; k < n; k++)
+            mixed[k] = job_mixed[k] > mixed[k] ? job_mixed[k] : mixed[k];
     }
     int idle = demand <= 0 && (b->last_pull_ms == 0 || now_ms - b->last_pull_ms > 1000);
     st->has_autoscale = 1;
