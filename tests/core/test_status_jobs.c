@@ -66,11 +66,8 @@ Test(status_jobs, a_status_reply_carries_the_jobs_and_each_consumers_job)
     stoker_consumer_info cons[2];
     stoker_job_info jobs[2];
     two_jobs(cons, jobs);
-    stoker_reply rep = {.code = STOKER_OK,
-                        .n_consumers = 2,
-                        .consumers = cons,
-                        .n_jobs = 2,
-                        .jobs = jobs};
+    stoker_reply rep = {
+        .code = STOKER_OK, .n_consumers = 2, .consumers = cons, .n_jobs = 2, .jobs = jobs};
     nng_msg *msg;
     cr_assert_eq(stoker_wire_encode_reply(&rep, &msg), STOKER_OK);
     stoker_reply *back;
