@@ -76,6 +76,11 @@ static const stoker_cli_option rows[] = {
      STOKER_CLI_UINT, AT(consumer.pack), .imin = 1, .imax = UINT32_MAX},
     {"pack-whole", NULL, "with --pack: no sequence split across rows (next-fit)", STOKER_CLI_FLAG,
      AT(consumer.pack_whole)},
+    {"job", "NAME",
+     "the training job this consumer belongs to (docs/sharing.md):\n"
+     "jobs share the broker's producers, each gets every example\n"
+     "once (default: the default job; every rank of a group the same)",
+     STOKER_CLI_STRING, AT(consumer.job), .imin = 1, .imax = STOKER_NAME_MAX - 1},
     {"mix", "POOL=W,...",
      "a mixture of sources: every batch holds each pool's share\n"
      "of weight W, exactly (e.g. code=0.3,web=0.7; docs/mixing.md)",

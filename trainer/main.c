@@ -118,6 +118,11 @@ static const stoker_cli_option rows[] = {
      .imax = 65535},
     {"world", "N", "ranks in the group", STOKER_CLI_UINT, AT(train.world), .imin = 1,
      .imax = 65536},
+    {"job", "NAME",
+     "the training job this trainer belongs to (docs/sharing.md):\n"
+     "jobs share the broker's producers, each gets every example\n"
+     "once (default: the default job; every rank of a group the same)",
+     STOKER_CLI_STRING, AT(train.job), .imin = 1, .imax = STOKER_NAME_MAX - 1},
     {"mix", "POOL=W,...",
      "a mixture of sources: every batch holds each pool's share of\n"
      "weight W, exactly (e.g. code=0.3,web=0.7)",
@@ -176,6 +181,7 @@ check(const stoker_cli *cli, trainer_options *o)
             0 ||
         stoker_cli_check_tls(cli, &o->client) != 0 ||
         stoker_cli_exclude(cli, "inline", "group", "--group applies to --broker only") != 0 ||
+        stoker_cli_exclude(cli, "inline", "job", "--job applies to --broker only") != 0 ||
         stoker_cli_exclude(cli, "inline", "identity-log",
                            "--identity-log applies to --broker only") != 0)
         return 2;

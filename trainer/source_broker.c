@@ -278,6 +278,7 @@ source_broker_open(const train_config *cfg, const source_hooks *hooks, source **
     to.on_arena_arg = hooks->arg;
     to.group = cfg->group;
     to.mix = cfg->mix;
+    to.job = cfg->job;
     s->grouped = cfg->group != NULL;
     to.rank = cfg->rank;
     to.world = cfg->world;

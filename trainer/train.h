@@ -53,6 +53,7 @@ typedef struct train_config {
     uint32_t stall_timeout_ms;
     const char *group; // NULL, or the data-parallel group this trainer is rank `rank` of
     stoker_mix mix;    // --mix (and --mix-stop): its mixture of sources (n 0: none)
+    const char *job;   // --job: the training job it belongs to (docs/sharing.md); NULL: default
     uint32_t rank, world;
     // Checkpoints (checkpoint.h). With checkpoint_path the broker source commits: what it
     // trained counts as trained at the broker only once a checkpoint holding it is on disk.

@@ -193,6 +193,7 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     to.on_event = on_event;
     to.on_event_arg = c;
     to.group = group;
+    to.job = opts->job;
     c->in_group = group != NULL;
     c->mixed = to.mix.n > 0;
     to.rank = rank;

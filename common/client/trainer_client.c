@@ -52,6 +52,7 @@ hello_within(stoker_trainer_client *tc, uint32_t timeout_ms, char *err, size_t e
         .mix = tc->opts.mix,
     };
     conn_copy_str(req.group, sizeof(req.group), tc->group);
+    conn_copy_str(req.job, sizeof(req.job), tc->job);
     // What this trainer trained, for a broker that restarted: it counts it trained, so that the
     // producers' re-pushed examples reach no other trainer. A broker that knew us
     // already learns nothing new from it.
@@ -138,6 +139,13 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
                              "trainer options: group '%s' needs a name of 1..%d bytes and a rank "
                              "below the world size (rank %u, world %u)",
                              opts->group, STOKER_NAME_MAX - 1, opts->rank, opts->world);
+    if (opts->job != NULL && strlen(opts->job) >= STOKER_NAME_MAX)
+        return stoker_errorf(err, err_len, STOKER_INVALID,
+                             "trainer options: job '%.*s%s' is %zu bytes; a job's name is "
+                             "1..%d bytes",
+                             STOKER_NAME_MAX, opts->job,
+                             strlen(opts->job) > STOKER_NAME_MAX ? "..." : "", strlen(opts->job),
+                             STOKER_NAME_MAX - 1);
     stoker_trainer_client *tc = calloc(1, sizeof(*tc));
     if (tc == NULL)
         return STOKER_NOMEM;
@@ -152,6 +160,8 @@ stoker_trainer_client_create(const stoker_trainer_options *opts, stoker_trainer_
     conn_copy_str(tc->group, sizeof(tc->group), opts->group);
     tc->group_steps = opts->group != NULL ? opts->group_resume_step : 0;
     tc->opts.group = tc->group;
+    conn_copy_str(tc->job, sizeof(tc->job), opts->job);
+    tc->opts.job = tc->job;
     if (tc->opts.client.session == 0)
         tc->opts.client.session = stoker_random_u64();
     // A parked pull comes back empty after wait_ms, which keeps the broker aware we are alive.

@@ -58,6 +58,7 @@ struct stoker_trainer_client {
     char name[STOKER_NAME_MAX];
     char token[STOKER_TOKEN_MAX];
     char group[STOKER_NAME_MAX];
+    char job[STOKER_NAME_MAX]; // its job (docs/sharing.md); "": the default job
     // The caller's data wait: milliseconds spent in next() so far, and when the
     // current call began (0: none). Pulls, sent by the issuer thread, carry their sum.
     _Atomic uint64_t waited_ms, waiting_since_ms;

@@ -772,6 +772,10 @@ conn_status_from_reply(stoker_reply *rep, stoker_status **out)
     st->pools = rep->pools;
     rep->pools = NULL;
     rep->n_pools = 0;
+    st->n_jobs = rep->n_jobs;
+    st->jobs = rep->jobs; // take ownership
+    rep->jobs = NULL;
+    rep->n_jobs = 0;
     *out = st;
     return STOKER_OK;
 }

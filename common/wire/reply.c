@@ -92,7 +92,7 @@ stoker_wire_encode_reply(const stoker_reply *rep, nng_msg **out)
     if ((runs == NULL && rep->n_runs > 0) || (events == NULL && rep->n_events > 0) ||
         (prods == NULL && rep->n_producers > 0) || (groups == NULL && rep->n_groups > 0) ||
         wire_consumers_to_pb(rep, &r) != STOKER_OK || wire_label_maps_to_pb(rep, &r) != STOKER_OK ||
-        wire_pools_to_pb(rep, &r) != STOKER_OK)
+        wire_pools_to_pb(rep, &r) != STOKER_OK || wire_jobs_to_pb(rep, &r) != STOKER_OK)
         goto out;
     for (uint32_t i = 0; i < rep->n_runs; i++) {
         const stoker_run *s = &rep->runs[i];
@@ -143,6 +143,7 @@ out:
     free(groups);
     wire_consumers_pb_free(&r);
     free(r.pools);
+    wire_jobs_pb_free(&r);
     wire_label_maps_pb_free(&r);
     return rv;
 }
@@ -334,7 +335,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
         STOKER_OK)
         goto fail;
     if ((rv = wire_consumers_from_pb(r, rep, err, err_len)) != STOKER_OK ||
-        (rv = wire_pools_from_pb(r, rep, err, err_len)) != STOKER_OK)
+        (rv = wire_pools_from_pb(r, rep, err, err_len)) != STOKER_OK ||
+        (rv = wire_jobs_from_pb(r, rep, err, err_len)) != STOKER_OK)
         goto fail;
     wire_keep_msg(owner, msg);
     *out = rep;
@@ -369,5 +371,6 @@ stoker_reply_free(stoker_reply *rep)
     stoker_label_maps_free(rep->label_maps, rep->n_label_maps);
     free(rep->consumers);
     free(rep->pools);
+    free(rep->jobs);
     free(rep);
 }

@@ -51,6 +51,7 @@ stoker_status_destroy(stoker_status *st)
     free(st->consumers);
     free(st->jobs);
     free(st->pools);
+    free(st->jobs);
     stoker_label_maps_free(st->label_maps, st->n_label_maps);
     free(st);
 }
@@ -66,6 +67,13 @@ stoker_delivery_name(stoker_delivery delivery)
     default:
         return "none";
     }
+}
+
+const char *
+stoker_job_state_name(uint32_t state)
+{
+    static const char *const names[] = {"running", "absent", "ended", "detached"};
+    return state < sizeof(names) / sizeof(names[0]) ? names[state] : "unknown";
 }
 
 // Consumers: their entries in JSON and in Prometheus text.
@@ -109,6 +117,8 @@ consumers_json(stoker_text *t, const stoker_status *st)
         const stoker_consumer_info *c = &st->consumers[i];
         stoker_text_printf(t, "%s{\"id\": %u, \"name\": ", i ? ", " : "", c->id);
         stoker_text_json_string(t, c->name);
+        stoker_text_printf(t, ", \"job\": ");
+        stoker_text_json_string(t, c->job);
         if (c->pid != 0)
             stoker_text_printf(t, ", \"pid\": %u", c->pid);
         else
@@ -222,6 +232,97 @@ consumers_metrics(stoker_text *t, const stoker_status *st)
         }
     }
     mix_metrics(t, st);
+}
+
+// Jobs (docs/sharing.md): their list and the sharing summary in JSON, their gauges and counters
+// in Prometheus text.
+static void
+jobs_json(stoker_text *t, const stoker_status *st)
+{
+    uint64_t delivered = 0;
+    stoker_text_printf(t, ", \"jobs\": [");
+    for (uint32_t i = 0; i < st->n_jobs; i++) {
+        const stoker_job_info *j = &st->jobs[i];
+        delivered += j->delivered;
+        stoker_text_printf(t, "%s{\"name\": ", i ? ", " : "");
+        stoker_text_json_string(t, j->name);
+        stoker_text_printf(t,
+                           ", \"state\": \"%s\", \"trainers\": %u, \"made\": %llu, "
+                           "\"delivered\": %llu, \"acknowledged\": %llu, \"queued\": %llu, "
+                           "\"in_flight\": %llu, \"lag\": %llu, \"joined_s\": %.3f, "
+                           "\"data_wait_s\": %.3f, \"end_reason\": ",
+                           stoker_job_state_name(j->state), j->trainers,
+                           (unsigned long long)j->made, (unsigned long long)j->delivered,
+                           (unsigned long long)j->acknowledged, (unsigned long long)j->queued,
+                           (unsigned long long)j->in_flight, (unsigned long long)j->lag,
+                           j->joined_s, (double)j->data_wait_ms / 1000.0);
+        if (j->end_reason[0] != '\0')
+            stoker_text_json_string(t, j->end_reason);
+        else
+            stoker_text_printf(t, "null");
+        stoker_text_printf(t, "}");
+    }
+    stoker_text_printf(t, "]");
+    if (st->n_jobs == 0) {
+        stoker_text_printf(t, ", \"sharing\": null");
+        return;
+    }
+    // made_per_delivered: how many examples the producers made per example a job got; below 1
+    // when jobs share what was made.
+    stoker_text_printf(t, ", \"sharing\": {\"jobs\": %u, \"made\": %llu, \"delivered\": %llu, ",
+                       st->n_jobs, (unsigned long long)st->counters.produced,
+                       (unsigned long long)delivered);
+    if (delivered > 0)
+        stoker_text_printf(t, "\"made_per_delivered\": %.6f}",
+                           (double)st->counters.produced / (double)delivered);
+    else
+        stoker_text_printf(t, "\"made_per_delivered\": null}");
+}
+
+static void
+jobs_metrics(stoker_text *t, const stoker_status *st)
+{
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < st->n_jobs; i++)
+        live += st->jobs[i].state == STOKER_JOB_RUNNING || st->jobs[i].state == STOKER_JOB_ABSENT;
+    stoker_text_printf(t,
+                       "# HELP stoker_jobs Jobs sharing the producers, not ended or detached\n"
+                       "# TYPE stoker_jobs gauge\nstoker_jobs %u\n",
+                       live);
+    if (st->n_jobs == 0)
+        return;
+    static const struct {
+        const char *name, *type, *help;
+    } per[] = {
+        {"job_delivered_total", "counter", "Examples sent to this job's trainers"},
+        {"job_acknowledged_total", "counter", "Examples this job's trainers acknowledged"},
+        {"job_queued", "gauge", "Examples waiting for this job"},
+        {"job_lag", "gauge", "Examples queued for this job beyond the fastest job's"},
+        {"job_data_wait_seconds_total", "counter",
+         "Seconds this job's trainers waited for batches, summed"},
+        {"job_state", "gauge", "1 for this job's state"},
+    };
+    for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
+        stoker_text_printf(t, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\n", per[m].name,
+                           per[m].help, per[m].name, per[m].type);
+        for (uint32_t i = 0; i < st->n_jobs; i++) {
+            const stoker_job_info *j = &st->jobs[i];
+            char name[STOKER_NAME_MAX];
+            label_value(name, sizeof(name), j->name);
+            if (m == 4)
+                stoker_text_printf(t, "stoker_%s{job=\"%s\"} %.3f\n", per[m].name, name,
+                                   (double)j->data_wait_ms / 1000.0);
+            else if (m == 5)
+                stoker_text_printf(t, "stoker_%s{job=\"%s\",state=\"%s\"} 1\n", per[m].name, name,
+                                   stoker_job_state_name(j->state));
+            else
+                stoker_text_printf(t, "stoker_%s{job=\"%s\"} %llu\n", per[m].name, name,
+                                   (unsigned long long)(m == 0   ? j->delivered
+                                                        : m == 1 ? j->acknowledged
+                                                        : m == 2 ? j->queued
+                                                                 : j->lag));
+        }
+    }
 }
 
 // Autoscale: its block in JSON and its gauges in Prometheus text.
@@ -345,6 +446,7 @@ stoker_status_render_json(const stoker_status *st)
     }
     stoker_text_printf(&t, "]");
     consumers_json(&t, st);
+    jobs_json(&t, st);
     stoker_text_printf(&t, ", \"groups\": [");
     for (uint32_t i = 0; i < st->n_groups; i++) {
         const stoker_group_info *g = &st->groups[i];
@@ -452,6 +554,7 @@ stoker_status_render_metrics(const stoker_status *st)
         }
     }
     consumers_metrics(&t, st);
+    jobs_metrics(&t, st);
     autoscale_metrics(&t, st);
     if (st->n_groups > 0)
         stoker_text_printf(&t,

@@ -1,4 +1,4 @@
-// The Status reply's pieces (status_pb.h): groups, label maps, consumers and the autoscale
+// The Status reply's pieces (status_pb.h): groups, label maps, consumers, jobs and the autoscale
 // signal to and from their protobuf messages, for the request and reply codecs. Everything from
 // the peer is bounded before it is allocated for.
 #include <stdio.h>
@@ -214,6 +214,7 @@ wire_consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r)
         d->name = (char *)s->name;
         d->connected = s->connected != 0;
         d->delivery = (uint32_t)s->delivery;
+        d->job = (char *)s->job;
         if (mix_to_pb(s, d) != STOKER_OK)
             return STOKER_NOMEM; // the caller frees what was made (wire_consumers_pb_free)
     }
@@ -246,6 +247,7 @@ wire_consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, siz
         stoker_consumer_info *d = &rep->consumers[i];
         CONSUMER_FIELDS(COPY_FIELD)
         snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+        snprintf(d->job, sizeof(d->job), "%s", s->job != NULL ? s->job : "");
         d->connected = s->connected;
         d->delivery = s->delivery <= STOKER_DELIVERY_SHM ? (stoker_delivery)s->delivery
                                                          : STOKER_DELIVERY_NONE;
@@ -254,6 +256,57 @@ wire_consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, siz
             return rv; // the caller frees rep
     }
     rep->n_consumers = (uint32_t)r->n_consumers;
+    return STOKER_OK;
+}
+
+int
+wire_jobs_to_pb(const stoker_reply *rep, Stoker__Reply *r)
+{
+    Stoker__JobState **ds = wire_pb_repeated(&stoker__job_state__descriptor, rep->n_jobs);
+    if (ds == NULL && rep->n_jobs > 0)
+        return STOKER_NOMEM;
+    for (uint32_t i = 0; i < rep->n_jobs; i++) {
+        const stoker_job_info *s = &rep->jobs[i];
+        Stoker__JobState *d = ds[i];
+        JOB_FIELDS(COPY_FIELD)
+        d->name = (char *)s->name;
+        d->state = s->state;
+        d->end_reason = (char *)s->end_reason;
+    }
+    r->n_jobs = rep->n_jobs;
+    r->jobs = ds;
+    return STOKER_OK;
+}
+
+void
+wire_jobs_pb_free(Stoker__Reply *r)
+{
+    free(r->jobs);
+    r->jobs = NULL;
+    r->n_jobs = 0;
+}
+
+int
+wire_jobs_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_len)
+{
+    if (r->n_jobs == 0)
+        return STOKER_OK;
+    if (r->n_jobs > STOKER_JOBS_MAX)
+        return stoker_errorf(err, err_len, STOKER_INVALID, "reply lists %zu jobs, at most %d",
+                             r->n_jobs, STOKER_JOBS_MAX);
+    rep->jobs = calloc(r->n_jobs, sizeof(*rep->jobs));
+    if (rep->jobs == NULL)
+        return STOKER_NOMEM;
+    for (size_t i = 0; i < r->n_jobs; i++) {
+        const Stoker__JobState *s = r->jobs[i];
+        stoker_job_info *d = &rep->jobs[i];
+        JOB_FIELDS(COPY_FIELD)
+        snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");
+        snprintf(d->end_reason, sizeof(d->end_reason), "%s",
+                 s->end_reason != NULL ? s->end_reason : "");
+        d->state = s->state; // an unknown state is rendered "unknown" (stoker_job_state_name)
+    }
+    rep->n_jobs = (uint32_t)r->n_jobs;
     return STOKER_OK;
 }
 

@@ -25,6 +25,9 @@
 #define CONSUMER_FIELDS(X)                                                                         \
     X(id) X(pid) X(batches_shm) X(batches_socket) X(examples_shm) X(examples_socket)               \
     X(bytes_shm) X(bytes_socket) X(arena_full) X(data_wait_ms) X(tokens) X(padding)
+#define JOB_FIELDS(X)                                                                              \
+    X(trainers) X(made) X(delivered) X(acknowledged) X(queued) X(in_flight) X(lag) X(joined_s)    \
+    X(data_wait_ms)
 // clang-format on
 #define COPY_FIELD(f) d->f = s->f;
 // A row of STOKER_COUNTERS, whatever its kind: its field copied.
@@ -63,6 +66,14 @@ int wire_label_maps_from_pb(Stoker__LabelMap *const *pb, size_t n, stoker_reply 
 void wire_consumers_pb_free(Stoker__Reply *r);
 int wire_consumers_to_pb(const stoker_reply *rep, Stoker__Reply *r);
 int wire_consumers_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_len);
+
+// The reply's jobs as r's JobState messages (free with wire_jobs_pb_free, also after a
+// failure). STOKER_OK or STOKER_NOMEM.
+int wire_jobs_to_pb(const stoker_reply *rep, Stoker__Reply *r);
+void wire_jobs_pb_free(Stoker__Reply *r);
+// The peer's jobs into rep (freed with the reply, also after a failure): at most
+// STOKER_JOBS_MAX, else STOKER_INVALID saying how many.
+int wire_jobs_from_pb(const Stoker__Reply *r, stoker_reply *rep, char *err, size_t err_len);
 
 // The reply's autoscale signal into r (free r->pools). STOKER_NOMEM.
 int wire_pools_to_pb(const stoker_reply *rep, Stoker__Reply *r);

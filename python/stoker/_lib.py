@@ -12,7 +12,7 @@ import ctypes
 import ctypes.util
 import os
 
-API_VERSION = 4
+API_VERSION = 5
 
 # stoker_err codes (stoker/error.h) this package acts on.
 OK = 0
@@ -50,6 +50,7 @@ EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
                600: "broker_restarted"}
 
 MAX_RANK = 8  # STOKER_MAX_RANK
+NAME_MAX = 64  # STOKER_NAME_MAX, the NUL included: names (a job's) of 1..63 bytes
 
 
 class Options(ctypes.Structure):
@@ -76,6 +77,7 @@ class Options(ctypes.Structure):
         ("mix_stop", ctypes.c_char_p),
         ("mix_schedule", ctypes.c_char_p),
         ("mix_blend", ctypes.c_char_p),
+        ("job", ctypes.c_char_p),
     ]
 
 

@@ -203,6 +203,19 @@ def _group_args(group, rank, world_size):
     return str(group), rank, world_size
 
 
+def _job_args(job):
+    """job checked: None (the default job) or a name of 1..63 bytes (STOKER_NAME_MAX - 1)."""
+    if job is None:
+        return None
+    if not isinstance(job, str):
+        raise ValueError("job=%r: give the job's name as a string (docs/sharing.md)" % (job,))
+    n = len(job.encode())
+    if not 1 <= n <= _lib.NAME_MAX - 1 or "\0" in job:
+        raise ValueError("job=%r is %d bytes: a job's name is 1..%d bytes without NUL "
+                         "(job=None: the default job)" % (job, n, _lib.NAME_MAX - 1))
+    return job
+
+
 def _batching_args(max_tokens, buckets, pack, split):
     """Client's batching arguments, checked: (max_tokens, buckets, pack, split)."""
     for name, v in (("max_tokens", max_tokens), ("pack", pack)):
@@ -562,6 +575,10 @@ class Client:
     (the others go on, re-weighted, until every pool ran dry). mix_schedule=[(1000, {"code": 0.5,
     "web": 0.5}), ...]: from batch 1000 on (a group's global step) those weights; mix_blend
     "step" (default) or "linear" (blended from point to point). Shares stay exact throughout.
+    Jobs (docs/sharing.md): job="NAME" (1..63 bytes) names the training job this client belongs
+    to; jobs share the broker's producers and each gets every example once. None (default): the
+    default job. Every rank of a group names the same job; state_dict() keeps it and
+    load_state_dict() refuses another job's state.
     Data parallelism: with group="NAME" the client is one rank of a group (docs/groups.md):
     rank and world_size default to torchrun's RANK and WORLD_SIZE environment variables. Every
     rank gets batches of the same size, the same number of them, and SupplyEnded at the same
@@ -583,8 +600,10 @@ class Client:
                  token=None, name=None, connect_timeout=None, on_event=None, group=None,
                  rank=None, world_size=None, commit=False, tls_ca=None, tls_cert=None,
                  tls_key=None, tls_insecure=False, max_tokens=None, buckets=False, pack=None,
-                 split=True, mix=None, mix_stop=None, mix_schedule=None, mix_blend=None):
+                 split=True, mix=None, mix_stop=None, mix_schedule=None, mix_blend=None,
+                 job=None):
         self.group, self.rank, self.world_size = _group_args(group, rank, world_size)
+        self.job = _job_args(job)
         self.mix, self._mix_spec, self.mix_stop = _mix_args(mix, mix_stop)
         self._mix_schedule, self.mix_blend = _schedule_args(self.mix, mix_schedule, mix_blend)
         self._mix_now = dict(mix) if isinstance(mix, dict) else (
@@ -672,6 +691,7 @@ class Client:
         o.mix_stop = cstr(self.mix_stop)
         o.mix_schedule = cstr(self._mix_schedule)
         o.mix_blend = cstr(self.mix_blend)
+        o.job = cstr(self.job)
         o.prefetch = self.prefetch
         o.stall_timeout_ms = max(1, int(round(self.stall_timeout * 1000)))
         if self.connect_timeout is not None:
@@ -821,6 +841,8 @@ class Client:
             # other weights; each source's uncommitted examples come to it once either way.
             state["mix"] = {"weights": dict(self._mix_now), "stop": self.mix_stop,
                             "schedule": self._mix_schedule, "blend": self.mix_blend}
+        if self.job is not None:
+            state["job"] = self.job
         return state
 
     def load_state_dict(self, state):
@@ -831,6 +853,13 @@ class Client:
         from the checkpoint's); the batch size per rank must be the checkpoint's."""
         if not isinstance(state, dict) or state.get("stoker") != 1:
             raise ValueError("not a stoker state_dict: %r" % (state,))
+        # A job's position lives in the broker under its name: another job's checkpoint would
+        # resume nothing of this one (a state without "job" is the default job's).
+        if state.get("job") != self.job:
+            def said(job):
+                return "the default job" if job is None else "job %r" % (job,)
+            raise ValueError("this state_dict is of %s; this client is of %s (docs/sharing.md)"
+                             % (said(state.get("job")), said(self.job)))
         if self.group is not None and "group_step" in state:
             if self._handle is not None:
                 raise ValueError("load_state_dict() of a group's rank comes before its first "

@@ -205,6 +205,14 @@ def test_usage_errors_across_flags():
         ("stoker-producer", ["--broker", "ipc:///x", "--generator", "images", "--images",
                              "/nonexistent", "--augment", "rrc(0.08,1;0.75,1.33),wobble"],
          "--augment 'rrc(0.08,1;0.75,1.33),wobble': augment: unknown operation 'wobble'"),
+        # A job's name (docs/sharing.md) is 1..63 bytes, refused before anything dials.
+        ("stoker-pull", ["--broker", "ipc:///x", "--job", ""], "--job '': expected 1..63"),
+        ("stoker-pull", ["--broker", "ipc:///x", "--job", "j" * 64],
+         "--job '%s': expected 1..63" % ("j" * 64)),
+        ("stoker-trainer", ["--broker", "ipc:///x", "--job", ""], "--job '': expected 1..63"),
+        ("stoker-trainer", ["--broker", "ipc:///x", "--job", "j" * 64],
+         "--job '%s': expected 1..63" % ("j" * 64)),
+        ("stoker-trainer", ["--inline", "--job", "a"], "--job applies to --broker only"),
     ]
     for prog, args, want in cases:
         out = run(prog, *args)

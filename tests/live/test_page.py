@@ -39,6 +39,7 @@ READ = """(() => {
       queued: Number(r.querySelector(".queued").textContent.replace(/,/g, "")),
       accepted: Number(r.querySelector(".accepted").textContent.replace(/,/g, "")) })),
     consumers: document.querySelectorAll("#consumers tbody tr[data-consumer]").length,
+    jobs: [...document.querySelectorAll("#jobs tbody tr[data-job]")].map((r) => r.dataset.job),
     lost: [...document.querySelectorAll('#timeline li[data-kind="producer_lost"]')].map(
       (li) => li.dataset.name),
     kinds: [...document.querySelectorAll("#timeline li")].map((li) => li.dataset.kind),
@@ -89,6 +90,8 @@ def test_live():
             assert sorted(p["id"] for p in s["producers"]) == ids, (s["producers"], ids)
             for p in s["producers"]:
                 assert p["state"] == "alive" and 0 <= p["queued"] <= z["queue_depth"], p
+            # The jobs sharing the producers (docs/sharing.md): one row each, as /status lists them.
+            assert s["jobs"] == [j["name"] for j in z["jobs"]], (s["jobs"], z["jobs"])
             print("refresh %d: the page caught up in %.2f s; its uptime %.3f between %.3f and "
                   "%.3f; produced %d <= %d <= %d"
                   % (round_, caught_s, s["uptime"], a["uptime_s"], z["uptime_s"],

@@ -14,7 +14,7 @@ import stoker  # noqa: E402
 
 
 def test_library_speaks_this_api_version():
-    assert stoker.library_api_version() == stoker.API_VERSION == 4
+    assert stoker.library_api_version() == stoker.API_VERSION == 5
 
 
 def test_identities_never_seen_twice_and_cover_each_batch():

@@ -124,6 +124,9 @@ def test_api_version_and_max_rank_match_the_headers():
     assert _lib.MAX_RANK == c_define("schema.h", "STOKER_MAX_RANK"), (
         "_lib.MAX_RANK %d, stoker/schema.h STOKER_MAX_RANK %d" % (
             _lib.MAX_RANK, c_define("schema.h", "STOKER_MAX_RANK")))
+    assert _lib.NAME_MAX == c_define("schema.h", "STOKER_NAME_MAX"), (
+        "_lib.NAME_MAX %d, stoker/schema.h STOKER_NAME_MAX %d" % (
+            _lib.NAME_MAX, c_define("schema.h", "STOKER_NAME_MAX")))
 
 
 def test_options_struct_matches_stoker_consumer_options():

@@ -109,8 +109,10 @@ def test_status_page_and_python_status_agree_key_for_key():
         # What was asserted is not vacuous: the keys of both, the escaped name, the counters.
         for key in ("uptime_s", "schema", "queue_depth", "max_bytes", "counters",
                     "producers_alive", "trainers", "trainers_shm", "producers", "events",
-                    "consumers"):
+                    "consumers", "jobs", "sharing"):
             assert key in page, key
+        # No trainer said hello: no job shares the producers yet.
+        assert page["jobs"] == [] and page["sharing"] is None, (page["jobs"], page["sharing"])
         assert sorted(p["name"] for p in page["producers"]) == sorted(["alpha", ODD_NAME])
         assert page["counters"]["produced"] == 48 and page["counters"]["queued"] == 48
         assert page["counters"]["discrepancy"] == 0
@@ -192,6 +194,7 @@ def test_metrics_render_the_same_snapshot():
         assert metrics["stoker_producer_queue_depth" + labels] == p["queued"] == 12
         assert metrics["stoker_producer_accepted_total" + labels] == p["accepted"] == 12
         assert metrics["stoker_producer_alive" + labels] == 0
+        assert metrics["stoker_jobs"] == len(page["jobs"]) == 0
 
 
 
@@ -238,6 +241,7 @@ def test_status_names_each_consumers_delivery_path():
             assert s["examples_shm"] == 8 * s["batches_shm"] and s["bytes_shm"] > 0, s
             assert o["examples_socket"] == 8 * o["batches_socket"] and o["bytes_socket"] > 0, o
             assert s["arena_full"] == o["arena_full"] == 0
+            assert s["job"] == o["job"] == "", st["consumers"]  # the default job
             assert st["trainers"] == 2 and st["trainers_shm"] == 1, st
         assert 'stoker_consumers{delivery="shm"} 1\n' in metrics, metrics
         assert 'stoker_consumers{delivery="socket"} 1\n' in metrics, metrics

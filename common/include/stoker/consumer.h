@@ -15,8 +15,8 @@
 
 // 2: the tls_* options; 3: max_tokens, buckets, pack, pack_whole; 4: mix, mix_stop,
 // mix_schedule, mix_blend and
-// stoker_consumer_batch_sources (stoker_status_json gone: stoker_status_json_opts)
-#define STOKER_API_VERSION 4
+// stoker_consumer_batch_sources (stoker_status_json gone: stoker_status_json_opts); 5: job
+#define STOKER_API_VERSION 5
 
 typedef struct stoker_consumer stoker_consumer;
 typedef struct stoker_consumer_batch stoker_consumer_batch;
@@ -73,6 +73,10 @@ typedef struct stoker_consumer_options {
     // next) or "linear" (blended from point to point). The shares stay exact through changes.
     const char *mix_schedule;
     const char *mix_blend;
+    // The training job this consumer belongs to (docs/sharing.md; borrowed for the call): jobs
+    // share the broker's producers and each gets every example once. NULL or "" (default): the
+    // default job; else 1..63 bytes. Every rank of a group names the same job.
+    const char *job;
 } stoker_consumer_options;
 
 // Fills defaults (and api_version).

@@ -92,6 +92,7 @@ typedef struct stoker_pool_info {
 // --- jobs (docs/sharing.md) ---
 // A training job sharing the broker's producers: every job gets every example made after it
 // joined once; producers make each example once.
+#define STOKER_JOBS_MAX 64 // jobs one Status lists (a peer listing more is refused)
 typedef enum stoker_job_state {
     STOKER_JOB_RUNNING = 0,  // a consumer of it is connected
     STOKER_JOB_ABSENT = 1,   // none connected; kept for --job-timeout (a resume continues it)
@@ -172,9 +173,14 @@ void stoker_status_destroy(stoker_status *status);
 //             delivered, queued_bytes, refused, short_by_queues, delivered_shm,
 //             producers_lost, discrepancy},
 //   producers_alive, trainers, trainers_shm,
-//   consumers [{id, name, pid (null: not said), connected, delivery ("none", "socket", "shm"),
-//               batches_shm, batches_socket, examples_shm, examples_socket, bytes_shm,
-//               bytes_socket, arena_full, data_wait_s}],
+//   consumers [{id, name, job ("": the default job), pid (null: not said), connected, delivery
+//               ("none", "socket", "shm"), batches_shm, batches_socket, examples_shm,
+//               examples_socket, bytes_shm, bytes_socket, arena_full, data_wait_s}],
+//   jobs [{name, state ("running", "absent", "ended", "detached"), trainers, made, delivered,
+//          acknowledged, queued, in_flight, lag, joined_s, data_wait_s, end_reason (null while
+//          it runs)}] (docs/sharing.md; [] before a trainer said hello),
+//   sharing {jobs, made (counters.produced), delivered (the jobs' summed), made_per_delivered
+//            (null before anything was delivered)} (null without jobs),
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
 //               redelivered, returned_unused, next_seq, silent_s}],
 //   events [{index, kind, producer, name, at, reason}],
@@ -191,7 +197,10 @@ void stoker_status_destroy(stoker_status *status);
 char *stoker_status_render_json(const stoker_status *status);
 // The snapshot as Prometheus text (stoker_* metrics, one series per producer for the
 // per-producer ones, per consumer for stoker_consumer_*; stoker_consumers{delivery="shm"} and
-// {delivery="socket"} count connected consumers by path; stoker_producers_wanted,
+// {delivery="socket"} count connected consumers by path; stoker_jobs counts the jobs not ended
+// or detached, and stoker_job_delivered_total, stoker_job_acknowledged_total, stoker_job_queued,
+// stoker_job_lag, stoker_job_data_wait_seconds_total and stoker_job_state{state=...} (1) have
+// one series per job, labelled job="name"; stoker_producers_wanted,
 // stoker_pool_demand and stoker_pool_supply_per_producer per pool when the autoscale block is
 // filled). Returns a malloc'd string (the caller
 // frees) or NULL when out of memory.

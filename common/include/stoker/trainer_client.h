@@ -73,6 +73,10 @@ typedef struct stoker_trainer_options {
     // Its mixture of sources (stoker/mix.h, docs/mixing.md): n 0 (default) takes from every
     // producer alike; else each batch holds each pool's share, exactly.
     stoker_mix mix;
+    // The training job it belongs to (docs/sharing.md; borrowed for create): jobs share the
+    // broker's producers and each gets every example once. NULL or "" (default): the default
+    // job; else 1..STOKER_NAME_MAX-1 bytes. Every rank of a group names the same job.
+    const char *job;
 } stoker_trainer_options;
 
 void stoker_trainer_options_init(stoker_trainer_options *opts);
