@@ -51,7 +51,6 @@ stoker_status_destroy(stoker_status *st)
     free(st->consumers);
     free(st->jobs);
     free(st->pools);
-    free(st->jobs);
     stoker_label_maps_free(st->label_maps, st->n_label_maps);
     free(st);
 }

@@ -192,6 +192,8 @@ report_status(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64
         .idle_ms = st->idle_s >= 0 ? (int64_t)(st->idle_s * 1000.0) : -1,
         .pools = st->pools,
         .n_pools = st->n_pools,
+        .jobs = st->jobs,
+        .n_jobs = st->n_jobs,
     };
     snprintf(rep.queue_limit, sizeof(rep.queue_limit), "%s", st->queue_limit);
     send_reply(b, out, token, &rep);
