@@ -1,0 +1,284 @@
+"""Jobs sharing one producer pool (docs/sharing.md): several training jobs on one broker, each
+getting every example exactly once while the producers make each example once. Real broker, real
+producers, the Python client (threads) and stoker-pull and training processes (SIGKILLed); every
+check is made from the examples' identities as each job received them:
+
+- four jobs at once (a plain consumer, a 2-rank group, one batching by tokens, stoker-pull): each
+  trained every example once, and the producers made each once (their counters equal one job's
+  intake, not four);
+- a job SIGKILLed mid-run and not resumed: the others go on (it ends after --job-timeout, its
+  examples freed); a job resumed from its checkpoint within the timeout continues exactly from
+  its commit; a job joining late gets every example made after it joined, once;
+- a dataset of an odd size, 2 epochs, shared by jobs that start together (one a 2-rank group):
+  every item once per epoch in every job; a job joining after the first batch is refused by name;
+- /status, /metrics: the jobs, their counts, and the generation saved."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from helpers import PULL, Cluster, require, run
+
+require("numpy")
+import stoker  # noqa: E402
+
+
+def ids(batch):
+    return [(r.session, q) for r in batch.runs for q in range(r.first_seq, r.first_seq + r.count)]
+
+
+def wait_for(what, cond, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(0.05)
+
+
+def jobs_of(url):
+    return {j["name"]: j for j in stoker.status(url)["jobs"]}
+
+
+class Job(threading.Thread):
+    """A consumer of a job in a thread: its identities in got, its error (if any) in error."""
+
+    def __init__(self, url, batch, limit=None, **client):
+        super().__init__(daemon=True)
+        self.url, self.batch, self.limit, self.client = url, batch, limit, client
+        self.got, self.error, self.leftover = [], None, None
+        self.start()
+
+    def run(self):
+        try:
+            with stoker.Client(self.url, stall_timeout=20, **self.client) as c:
+                try:
+                    for b in c.batches(self.batch):
+                        self.got.extend(ids(b))
+                        if self.limit is not None and len(self.got) >= self.limit:
+                            break
+                except stoker.SupplyEnded as e:
+                    self.leftover = e.leftover
+        except Exception as e:  # reported by the test
+            self.error = repr(e)
+
+
+def check_once(name, got, made):
+    twice = len(got) - len(set(got))
+    assert twice == 0, "job %s: %d examples twice" % (name, twice)
+    missing = made - set(got)
+    assert not missing, "job %s: %d examples never came, e.g. %s" % (
+        name, len(missing), sorted(missing)[:3])
+    assert set(got) <= made, "job %s got examples nobody made" % name
+
+
+def test_four_jobs_share_one_pool_each_trains_every_example_once():
+    per, lengths = 1600, "lognormal:64:256"
+    with Cluster() as c:
+        jobs = {
+            "plain": [Job(c.url, 16, job="plain")],
+            "ddp": [Job(c.url, 8, job="ddp", group="g", rank=r, world_size=2) for r in range(2)],
+            "tok": [Job(c.url, 64, job="tok", max_tokens=4096)],
+        }
+        pull = subprocess.Popen([PULL, "--broker", c.url, "--job", "pull", "--batch-size", "12",
+                                 "--stall-timeout", "20", "--format", "text"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        wait_for("four jobs", lambda: len(stoker.status(c.url).get("jobs", [])) == 4)
+        for k in range(2):
+            c.producer("--workload", "tokens", "--lengths", lengths, "--max-examples", str(per),
+                       "--chunk", "16", "--linger", "60", name="p%d" % k)
+        out, err = pull.communicate(timeout=120)
+        assert pull.returncode == 3, err.decode()  # 3: the supply ended
+        for threads in jobs.values():
+            for t in threads:
+                t.join(120)
+                assert not t.is_alive(), "a job's consumer hangs"
+                assert t.error is None, t.error
+        st = stoker.status(c.url)
+        made = {(int(p["session"], 16), q)
+                for p in st["producers"] for q in range(p["next_seq"])}
+        assert len(made) == 2 * per
+        assert sum(p["accepted"] for p in st["producers"]) == 2 * per, "made once, not per job"
+        assert st["counters"]["produced"] == 2 * per
+        check_once("plain", jobs["plain"][0].got, made)
+        check_once("tok", jobs["tok"][0].got, made)
+        ddp = jobs["ddp"][0].got + jobs["ddp"][1].got
+        assert len(jobs["ddp"][0].got) == len(jobs["ddp"][1].got), "equal steps on both ranks"
+        check_once("ddp", ddp, made)
+        pulled = [line for line in out.decode().splitlines() if line.strip()]
+        assert len(pulled) == 2 * per, "stoker-pull --job wrote %d examples" % len(pulled)
+        byname = {j["name"]: j for j in st["jobs"]}
+        assert sorted(byname) == ["ddp", "plain", "pull", "tok"], byname
+        for name, j in byname.items():
+            assert j["made"] == 2 * per, (name, j)
+            assert j["acknowledged"] == 2 * per, (name, j)
+        assert st["sharing"]["jobs"] == 4 and st["sharing"]["delivered"] >= 4 * 2 * per
+        assert st["sharing"]["made_per_delivered"] <= 0.25 + 1e-9, st["sharing"]
+        assert {x["job"] for x in st["consumers"]} == {"plain", "ddp", "tok", "pull"}
+
+
+# A job's training process: commit=True, a checkpoint (state_dict, with what it trained) every
+# 4 batches, saved atomically; started again it resumes from it. Prints a line per batch.
+TRAINING_PROCESS = r"""
+import json, os, sys, time
+import stoker
+url, path, job = sys.argv[1], sys.argv[2], sys.argv[3]
+saved = {"state": None, "trained": []}
+if os.path.exists(path):
+    with open(path) as f:
+        saved = json.load(f)
+trained = saved["trained"]
+
+def checkpoint(client):
+    state = client.state_dict()
+    with open(path + ".tmp", "w") as f:
+        json.dump({"state": state, "trained": trained}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+with stoker.Client(url, stall_timeout=20, commit=True, job=job) as client:
+    if saved["state"] is not None:
+        client.load_state_dict(saved["state"])
+    try:
+        for i, batch in enumerate(client.batches(8)):
+            trained.extend([r.session, q] for r in batch.runs
+                           for q in range(r.first_seq, r.first_seq + r.count))
+            time.sleep(0.01)
+            if i % 4 == 3:
+                checkpoint(client)
+            print(i, flush=True)
+    except stoker.SupplyEnded:
+        pass
+    checkpoint(client)
+"""
+
+
+def start_training(url, path, job):
+    return subprocess.Popen([sys.executable, "-c", TRAINING_PROCESS, url, path, job],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_lines(proc, n, timeout=30):
+    deadline = time.monotonic() + timeout
+    for _ in range(n):
+        if time.monotonic() > deadline or not proc.stdout.readline():
+            raise AssertionError("the training process stopped early: %s" % proc.stderr.read())
+
+
+def test_a_job_killed_one_resumed_and_one_joining_late():
+    per = 3000
+    tmp = tempfile.mkdtemp(prefix="stoker-share-")
+    with Cluster("--job-timeout", "2") as c:
+        steady = Job(c.url, 16, job="steady")
+        killed = start_training(c.url, os.path.join(tmp, "killed.json"), "killed")
+        resumed_path = os.path.join(tmp, "resumed.json")
+        resumed = start_training(c.url, resumed_path, "resumed")
+        wait_for("three jobs", lambda: len(jobs_of(c.url)) == 3)
+        for k in range(2):
+            # No --linger: a commit trainer's last batches after its last checkpoint would hold
+            # a lingering producer (and so the supply's end) until they are committed.
+            c.producer("--max-examples", str(per), "--chunk", "8", "--delay", "0.0002:0.0002",
+                       name="p%d" % k)
+        wait_lines(killed, 20)
+        wait_lines(resumed, 20)
+        killed.kill()
+        resumed.kill()
+        killed.wait()
+        resumed.wait()
+        # The resumed job comes back within its timeout, from its checkpoint.
+        resumed = start_training(c.url, resumed_path, "resumed")
+        # The steady job goes on while the killed one's timeout runs, and it then ends.
+        before = len(steady.got)
+        wait_for("the killed job to end", lambda: jobs_of(c.url)["killed"]["state"] == "ended")
+        reason = jobs_of(c.url)["killed"]["end_reason"]
+        assert "--job-timeout" in reason, reason
+        assert len(steady.got) > before, "the steady job stood still while the killed one was away"
+        # A job joining late: every example made after it joined, once.
+        made_then = {int(p["session"], 16): p["next_seq"]
+                     for p in stoker.status(c.url)["producers"]}
+        late = Job(c.url, 16, job="late")
+        out, err = resumed.communicate(timeout=120)
+        assert resumed.returncode == 0, err.decode()
+        for t in (steady, late):
+            t.join(120)
+            assert not t.is_alive() and t.error is None, t.error
+        st = stoker.status(c.url)
+        made = {(int(p["session"], 16), q)
+                for p in st["producers"] for q in range(p["next_seq"])}
+        assert len(made) == 2 * per
+        check_once("steady", steady.got, made)
+        with open(resumed_path) as f:
+            lineage = [tuple(x) for x in json.load(f)["trained"]]
+        check_once("resumed (its lineage from the checkpoint)", lineage, made)
+        assert late.got, "the late job got nothing"
+        assert len(late.got) == len(set(late.got))
+        by_session = {}
+        for s, q in late.got:
+            by_session.setdefault(s, []).append(q)
+        for s, seqs in by_session.items():
+            seqs.sort()
+            assert seqs[0] >= made_then.get(s, 0), "the late job got an example made before it"
+            tail = [q for (ss, q) in made if ss == s and q >= seqs[0]]
+            assert seqs == sorted(tail), "the late job missed examples made after it joined"
+        byname = {j["name"]: j for j in st["jobs"]}
+        assert byname["killed"]["state"] == "ended" and byname["killed"]["queued"] == 0
+        assert st["counters"]["produced"] == 2 * per
+
+
+def test_jobs_that_start_together_share_a_dataset_every_item_once_per_epoch():
+    n, epochs = 101, 2
+    with Cluster("--dataset-size", str(n), "--epochs", str(epochs), "--shuffle-seed", "7") as c:
+        per_job = {}
+        errors = []
+
+        def consume(key, **client):
+            try:
+                items = per_job.setdefault(key, {})
+                with stoker.Client(c.url, stall_timeout=20, **client) as cl:
+                    for epoch in cl.epochs(epochs, batch_size=4):
+                        for batch in epoch:
+                            ep, idx = batch.epoch_indices()
+                            for e, i in zip(ep.tolist(), idx.tolist()):
+                                items.setdefault(e, []).append(i)
+            except Exception as e:  # reported below
+                errors.append("%s: %r" % (key, e))
+
+        threads = [threading.Thread(target=consume, args=("plain",), kwargs={"job": "plain"}),
+                   threading.Thread(target=consume, args=("other",), kwargs={"job": "other"})]
+        threads += [threading.Thread(target=consume, args=("ddp%d" % r,),
+                                     kwargs={"job": "ddp", "group": "g", "rank": r,
+                                             "world_size": 2}) for r in range(2)]
+        for t in threads:
+            t.start()
+        wait_for("three jobs", lambda: len(stoker.status(c.url).get("jobs", [])) == 3)
+        for _ in range(2):
+            c.producer("--items", str(n), "--delay", "0:0.0005", "--chunk", "4")
+        wait_for("a batch", lambda: stoker.status(c.url)["counters"]["delivered"] > 0)
+        try:
+            with stoker.Client(c.url, stall_timeout=5, job="late") as late:
+                next(iter(late.batches(4)))
+            raise AssertionError("a job joining a dataset's epochs late was accepted")
+        except stoker.StokerError as e:
+            assert "job 'late'" in str(e) and "start together" in str(e), str(e)
+        for t in threads:
+            t.join(120)
+            assert not t.is_alive(), "a job's consumer hangs"
+        assert not errors, errors
+        for key in ("plain", "other"):
+            for e in range(epochs):
+                assert sorted(per_job[key][e]) == list(range(n)), (key, e, len(per_job[key][e]))
+        for e in range(epochs):
+            both = per_job["ddp0"].get(e, []) + per_job["ddp1"].get(e, [])
+            assert len(both) == len(set(both)), "ddp: an item twice in epoch %d" % e
+            # A group's last step of an epoch is whole: items too few for both ranks are the
+            # leftover, still trained by no other job of the group.
+            assert n - 2 <= len(both) <= n, (e, len(both))
+
+
+if __name__ == "__main__":
+    run(globals())
