@@ -1731,13 +1731,95 @@ def bench_mix(opts, tmp):
                       ratio >= 0.95)]}
 
 
+SHARE_PRODUCERS = 2
+SHARE_DELAY = "0.0004:0.0004"  # each producer makes about 2,500 examples/s
+
+
+def share_side(tmp, tag, jobs, brokers, examples):
+    """One side of bench_share: `brokers` brokers, each with SHARE_PRODUCERS producers of token
+    sequences (stoker-producer --workload tokens, their rate set by --delay: the expensive
+    generation) and jobs / brokers consumers (stoker-pull --job jK, raw to /dev/null), each
+    taking `examples`. The consumers say hello first (jobs that start together share every
+    example), then the producers start and the clock runs. Returns (per-job examples/s, the
+    producers' CPU seconds, examples the producers made)."""
+    with Procs() as procs:
+        urls, pulls, producers = [], [], []
+        for k in range(brokers):
+            url = endpoint("ipc", tmp, f"share-{tag}-{k}")
+            start_broker(procs, url)
+            urls.append(url)
+        for j in range(jobs):
+            url = urls[j % brokers]
+            pulls.append(procs.start([PULL, "--broker", url, "--job", f"j{j}", "--format", "raw",
+                                      "--batch-size", "64", "--max-examples", str(examples),
+                                      "--stall-timeout", "30"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        deadline = time.monotonic() + 20
+        while sum(len(stoker_status(u).get("jobs") or []) for u in urls) < jobs:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the jobs did not say hello")
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        for url in urls:
+            for k in range(SHARE_PRODUCERS):
+                producers.append(procs.start(
+                    [PRODUCER, "--broker", url, "--name", f"{tag}p{k}", "--workload", "tokens",
+                     "--lengths", "lognormal:512:2048", "--delay", SHARE_DELAY, "--chunk", "32",
+                     "--log-level", "error"]))
+        rates = []
+        for p in pulls:
+            _, err = p.communicate(timeout=300)
+            if p.returncode != 0:
+                raise RuntimeError(f"stoker-pull exited {p.returncode}: {err.decode()[-300:]}")
+            rates.append(examples / (time.monotonic() - t0))
+        cpu = sum(cpu_seconds(p.pid) for p in producers)
+        made = sum(sum(x["accepted"] for x in stoker_status(u)["producers"]) for u in urls)
+    return rates, cpu, made
+
+
+def bench_share(opts, tmp):
+    """Generate once, train many: 4 jobs on one pool of producers against 1 job on the same
+    producers (each job's examples/s, side by side), and the producers' CPU per example trained by
+    each job: shared (4 jobs, 1 pool), alone (1 job, 1 pool) and with a pool per job (4 brokers,
+    4 pools). Three rounds, the order turned each time; medians."""
+    examples = 8_000 if opts.quick else 24_000
+    rounds = []
+    for r in range(3):
+        sides = {}
+        order = [("one", 1, 1), ("shared", 4, 1), ("apart", 4, 4)]
+        for name, jobs, brokers in (order if r % 2 == 0 else order[::-1]):
+            sides[name] = share_side(tmp, f"{r}{name}", jobs, brokers, examples)
+        one_rate = sides["one"][0][0]
+        rounds.append({
+            "one": one_rate, "shared_min": min(sides["shared"][0]),
+            "rate_ratio": min(sides["shared"][0]) / one_rate,
+            "cpu_one": sides["one"][1], "cpu_shared": sides["shared"][1],
+            "cpu_apart": sides["apart"][1],
+            "cpu_ratio": sides["shared"][1] / sides["one"][1],
+            "cpu_apart_ratio": sides["apart"][1] / sides["one"][1],
+            "made": {k: v[2] for k, v in sides.items()}})
+    med = {k: statistics.median(x[k] for x in rounds)
+           for k in ("one", "shared_min", "rate_ratio", "cpu_ratio", "cpu_apart_ratio")}
+    return {"rounds": rounds, **med,
+            "rows": [("share: 1 job on 2 producers, examples/s", med["one"], "(figure)", None),
+                     ("share: 4 jobs on the same 2 producers, slowest job's examples/s",
+                      med["shared_min"], "(figure)", None),
+                     ("share: slowest of 4 jobs / 1 job, examples/s", med["rate_ratio"], ">= 0.95",
+                      med["rate_ratio"] >= 0.95),
+                     ("share: producers' CPU, 4 jobs shared / 1 job", med["cpu_ratio"], "<= 1.1",
+                      med["cpu_ratio"] <= 1.1),
+                     ("share: producers' CPU, a pool per job / 1 job", med["cpu_apart_ratio"],
+                      "(~4)", None)]}
+
+
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,
            "ragged": bench_ragged, "floor-var": bench_floor_var, "defaults": bench_defaults,
-           "mix": bench_mix, "buckets": bench_buckets, "cpu-exec": bench_cpu_exec}
+           "mix": bench_mix, "buckets": bench_buckets, "cpu-exec": bench_cpu_exec,
+           "share": bench_share}
 
 
 def main():

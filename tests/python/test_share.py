@@ -280,5 +280,38 @@ def test_jobs_that_start_together_share_a_dataset_every_item_once_per_epoch():
             assert n - 2 <= len(both) <= n, (e, len(both))
 
 
+def test_the_sharing_page_runs_as_written():
+    """docs/sharing.md: its producers as the page starts them, and its train.py run as its sweep
+    line runs it (four jobs at once), against a test broker (the page's address replaced)."""
+    import re
+    root = os.environ.get("STOKER_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+    with open(os.path.join(root, "docs", "sharing.md")) as f:
+        page = f.read()
+    shells = re.findall(r"^```sh\n(.*?)^```", page, re.S | re.M)
+    code = re.search(r"^```python\n(.*?)^```", page, re.S | re.M).group(1)
+    starts = [line.split() for line in shells[0].splitlines() if line.startswith("stoker-producer")]
+    assert len(starts) == 2, shells[0]
+    sweep = re.search(r"for lr in ([0-9. ]+); do python3 train.py", shells[1])
+    assert sweep, shells[1]
+    lrs = sweep.group(1).split()
+    assert len(lrs) == 4, lrs
+    with Cluster() as c, tempfile.TemporaryDirectory(prefix="stoker-doc-") as tmp:
+        path = os.path.join(tmp, "train.py")
+        with open(path, "w") as f:
+            f.write(code.replace("tcp://localhost:7070", c.url))
+        jobs = [subprocess.Popen([sys.executable, path, lr], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, cwd=tmp) for lr in lrs]
+        wait_for("four jobs", lambda: len(stoker.status(c.url).get("jobs", [])) == 4)
+        for words in starts:
+            c.producer(*words[words.index("--name") + 2:-1], name=words[words.index("--name") + 1])
+        for lr, p in zip(lrs, jobs):
+            out, err = p.communicate(timeout=120)
+            print(out.decode(errors="replace"), err.decode(errors="replace")[-1500:])
+            assert p.returncode == 0, "docs/sharing.md's train.py %s failed" % lr
+            assert b"2000 examples" in out, out
+        st = stoker.status(c.url)
+        assert st["counters"]["produced"] < 2 * 2000, "the examples were made once, not per job"
+
+
 if __name__ == "__main__":
     run(globals())
