@@ -246,3 +246,35 @@ Test(jobs, jobs_that_start_together_share_a_dataset)
     cr_assert_eq(st->n_jobs, 2, "two jobs on one dataset, both before its first batch");
     stoker_status_destroy(st);
 }
+
+Test(jobs, the_lead_job_ends_and_the_others_go_on_with_its_producers)
+{
+    hello_job(TA, "first"); // the lead: it owns the producers' books
+    hello_job(TB, "second");
+    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    uint8_t seen[2][256] = {{0}};
+    push(0, 8, STOKER_OK);
+    take(TA, 8, seen[0], 256);
+    bf_answered(bf_handle(TA, h_simple(STOKER_GOODBYE, TA)), STOKER_OK);
+    bf_tick(100);
+    for (uint64_t s = 8; s < 120; s += 8) {
+        stoker_reply *rep = push(s, 8, STOKER_OK); // the lead keeps nothing for its own job now
+        take(TB, 16, seen[1], 256);
+        cr_assert_geq(rep->trained_through, s - 8, "the ended lead holds nothing back");
+        bf_forget();
+    }
+    take(TB, 16, seen[1], 256);
+    for (uint64_t s = 0; s < 120; s++)
+        cr_assert_eq(seen[1][s], 1, "seq %llu", (unsigned long long)s);
+    stoker_status *st = status();
+    cr_assert_eq(job(st, "first")->state, STOKER_JOB_ENDED);
+    cr_assert_eq(st->counters.released, 112, "what the ended lead's job would have got: freed");
+    stoker_status_destroy(st);
+    // The lead's job started again: it gets the examples made from then on.
+    hello_job(TC, "first");
+    push(120, 8, STOKER_OK);
+    uint8_t again[256] = {0};
+    take(TC, 16, again, 256);
+    for (uint64_t s = 0; s < 128; s++)
+        cr_assert_eq(again[s], s >= 120 ? 1 : 0, "seq %llu", (unsigned long long)s);
+}
