@@ -130,6 +130,8 @@ show_queue_depth(const void *base, char *buf, size_t len)
 }
 
 #define AT(member) STOKER_CLI_AT(server_config, member)
+static const char *const job_policies[] = {"wait", "detach", NULL};
+
 static const stoker_cli_option rows[] = {
     {"listen", "URL",
      "tcp://HOST:PORT, ipc:///path, inproc://name, tls+tcp://...\n"
@@ -162,6 +164,11 @@ static const stoker_cli_option rows[] = {
      "faster; beyond it the producers wait for the slowest job (0: one\n"
      "queue depth)",
      STOKER_CLI_UINT, AT(broker.job_lag), .imin = 0, .imax = 1u << 24},
+    {"job-policy", "wait|detach",
+     "a job lagging --job-lag behind the others: the producers wait for it\n"
+     "(wait), or it is detached, its consumers told why, and the others go\n"
+     "on (detach; streams only)",
+     STOKER_CLI_ENUM, AT(broker.job_detach), .choices = job_policies},
     {"job-timeout", "SEC",
      "how long a job none of whose consumers is connected is kept (a\n"
      "resumed consumer continues it) before what it held is freed and the\n"

@@ -39,6 +39,7 @@ struct stoker_consumer {
     uint32_t stall_timeout_ms;
     int in_group; // a rank of a data-parallel group
     int mixed;    // a mixture of sources (its end is the broker's word: which source ran dry)
+    int in_job;   // a named job sharing the producers (its end may be the job's: detached)
 };
 
 int
@@ -196,6 +197,7 @@ open_consumer(const stoker_consumer_options *opts, const char *group, uint32_t r
     to.job = opts->job;
     c->in_group = group != NULL;
     c->mixed = to.mix.n > 0;
+    c->in_job = opts->job != NULL && opts->job[0] != '\0';
     to.rank = rank;
     to.world = world;
     to.group_resume_step = resume_step;
@@ -348,10 +350,10 @@ next_within(stoker_consumer *c, stoker_consumer_batch **out, uint32_t wait_ms)
     }
     free(cb);
     char gone[sizeof(c->last_gone)];
-    if ((c->in_group || c->mixed) &&
+    if ((c->in_group || c->mixed || c->in_job) &&
         (rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA || rv == STOKER_GROUP_BROKEN)) {
         // A rank: the broker's word names the step and the leftover (or the lost rank); a
-        // mixture: the source that ran dry.
+        // mixture: the source that ran dry; a job: that it was detached (docs/sharing.md).
         stoker_errorf(c->error, sizeof(c->error), rv, "%s",
                       stoker_trainer_client_end_reason(c->tc));
         return rv;

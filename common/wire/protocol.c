@@ -19,6 +19,8 @@ stoker_event_kind_name(stoker_event_kind kind)
         return "scaled";
     case STOKER_EVENT_BROKER_RESTARTED:
         return "broker_restarted";
+    case STOKER_EVENT_JOB_DETACHED:
+        return "job_detached";
     default:
         return "unknown";
     }

@@ -253,6 +253,13 @@ job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms
 {
     const char *name = req->job;
     broker *j = jobs_find(b, name);
+    char why[256];
+    if (j != NULL && jobs_detached(j, why, sizeof(why))) {
+        send_code(b, out, token, STOKER_INVALID,
+                  "%s; a consumer of it cannot go on exactly (start it under another job name)",
+                  why);
+        return NULL;
+    }
     if (!b->job_named || (j == b && b->job_state == STOKER_JOB_ENDED)) {
         jobs_start(b, name, now_ms);
         return b;

@@ -48,6 +48,10 @@ typedef struct broker_config {
     // how long a job with no consumer connected is kept before what it held is freed.
     uint32_t job_lag;
     uint32_t job_timeout_ms;
+    // What a job lagging beyond the lag bound does to the others: 0 (wait, the default) the
+    // producers wait for it; 1 (detach) it is detached instead, its consumers told why, and the
+    // others go on (a stream's jobs only).
+    int job_detach;
     // The autoscale signal (docs/autoscale.md): producers wanted = demand x headroom / supply per
     // producer, within min..max.
     double autoscale_headroom;

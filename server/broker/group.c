@@ -295,6 +295,8 @@ group_commits(const group *g)
 static int
 supply_over(const broker *b, uint64_t now_ms)
 {
+    if (b->job_state == STOKER_JOB_DETACHED) // its job gets nothing more (jobs.c)
+        return 1;
     if (b->n_producers == 0 || now_ms < b->returning_until_ms)
         return 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
@@ -337,7 +339,9 @@ end_group(broker *b, group *g, int dataset)
             b->producers[i]->status == STOKER_PRODUCER_FINISHED ||
             (b->producers[i]->status == STOKER_PRODUCER_ALIVE && b->producers[i]->done_making);
     }
-    g->end_code = lost > 0 && !dataset ? STOKER_NO_PRODUCERS : STOKER_END_OF_DATA;
+    g->end_code = (lost > 0 || b->job_state == STOKER_JOB_DETACHED) && !dataset
+                      ? STOKER_NO_PRODUCERS
+                      : STOKER_END_OF_DATA;
     g->ended_ms = stoker_now_ms() - b->start_ms;
     g->leftover = b->c.queued;
     g->retired = 1;
@@ -352,6 +356,10 @@ end_group(broker *b, group *g, int dataset)
                  "last %llu example%s, fewer than one per rank of %u: left over, still queued",
                  g->name, (unsigned long long)g->steps, (unsigned long long)g->leftover,
                  g->leftover == 1 ? "" : "s", g->world);
+    else if (b->job_state == STOKER_JOB_DETACHED)
+        snprintf(g->end_reason, sizeof(g->end_reason),
+                 "group '%s' ended at step %llu: its job '%s' was detached: %s", g->name,
+                 (unsigned long long)g->steps, b->job, b->job_end_reason);
     else
         snprintf(g->end_reason, sizeof(g->end_reason),
                  "group '%s' ended at step %llu: no producer left (%u lost, %u finished); %llu "

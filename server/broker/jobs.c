@@ -30,6 +30,12 @@ takes(const broker *b)
 }
 
 int
+jobs_takes(const broker *b)
+{
+    return takes(b);
+}
+
+int
 jobs_shared(const broker *b)
 {
     const broker *l = lead_of(b);
@@ -494,6 +500,57 @@ job_tick(broker *b, uint64_t now_ms, int others)
     }
 }
 
+// Producer p's queue in job j of lead l (its mirror in a follower), or NULL.
+static const producer *
+queue_of(const broker *l, const broker *j, const producer *p)
+{
+    return j == l ? p : find_producer_id(j, p->id);
+}
+
+// Whether job j of lead l lags beyond its bound: for some alive producer, j's queue cannot take
+// the producer's next chunk even with --job-lag, while another job's has room within the depth.
+static int
+lags(const broker *l, const broker *j)
+{
+    for (uint32_t i = 0; i < l->n_producers; i++) {
+        const producer *p = l->producers[i];
+        const producer *own = queue_of(l, j, p);
+        uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
+        if (p->status != STOKER_PRODUCER_ALIVE || own == NULL ||
+            own->q.examples + chunk <= j->queue_depth + jobs_lag(j))
+            continue;
+        for (uint32_t k = 0; k <= l->n_followers; k++) {
+            const broker *o = k == 0 ? l : l->followers[k - 1];
+            const producer *theirs = o != j && takes(o) ? queue_of(l, o, p) : NULL;
+            if (theirs != NULL && theirs->q.examples + chunk <= o->queue_depth)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+// Detaches job j of lead l (--job-policy detach): what it holds is freed, its consumers hear a
+// job_detached event and then the end of their supply, the others go on.
+static void
+detach(broker *l, broker *j, uint64_t now_ms)
+{
+    char reason[160];
+    snprintf(reason, sizeof(reason),
+             "it lagged more than %llu examples per producer behind the other jobs (--job-lag, "
+             "--job-policy detach)",
+             (unsigned long long)jobs_lag(j));
+    end_job(j, reason, now_ms);
+    j->job_state = STOKER_JOB_DETACHED;
+    for (broker *log = j;; log = l) {
+        stoker_event *e = new_event(log, STOKER_EVENT_JOB_DETACHED, now_ms);
+        snprintf(e->name, sizeof(e->name), "%s", j->job);
+        snprintf(e->reason, sizeof(e->reason), "job '%s' was detached: %s", j->job, reason);
+        if (log == l)
+            break;
+    }
+    stoker_warn("job-detached: job '%s': %s", j->job, reason);
+}
+
 void
 jobs_tick(broker *b, uint64_t now_ms)
 {
@@ -503,6 +560,22 @@ jobs_tick(broker *b, uint64_t now_ms)
         job_tick(b, now_ms, jobs_shared(b));
     for (uint32_t i = 0; i < b->n_followers; i++)
         job_tick(b->followers[i], now_ms, jobs_shared(b));
+    if (!b->cfg.job_detach || b->epochs != NULL)
+        return;
+    for (uint32_t i = 0; i <= b->n_followers && jobs_shared(b); i++) {
+        broker *j = i == 0 ? b : b->followers[i - 1];
+        if (takes(j) && (i > 0 || b->job_named) && lags(b, j))
+            detach(b, j, now_ms);
+    }
+}
+
+int
+jobs_detached(const broker *b, char *why, size_t why_len)
+{
+    if (b->job_state != STOKER_JOB_DETACHED)
+        return 0;
+    snprintf(why, why_len, "job '%s' was detached: %s", b->job, b->job_end_reason);
+    return 1;
 }
 
 // --- report -------------------------------------------------------------------------------------

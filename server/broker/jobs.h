@@ -15,6 +15,9 @@
 #include "core.h"
 #include "stoker/status.h"
 
+// Whether job b takes examples: running or absent (not ended or detached). The lead before its
+// first trainer counts as taking: it keeps what producers push, as a lone broker does.
+int jobs_takes(const broker *b);
 // More than one job of b's lead (b: any job) takes examples now (running or absent).
 int jobs_shared(const broker *b);
 // The examples per producer job b's queues may hold beyond its queue depth while jobs share
@@ -58,6 +61,8 @@ void jobs_sync(broker *b, uint64_t now_ms);
 // whose consumers all said goodbye, or absent beyond --job-timeout, ends while another job
 // goes on, and what it held queued is freed (counted released).
 void jobs_tick(broker *b, uint64_t now_ms);
+// Whether job b was detached (--job-policy detach); then why, in why.
+int jobs_detached(const broker *b, char *why, size_t why_len);
 // The jobs of lead b into st->jobs (none until a trainer said hello). STOKER_NOMEM.
 int jobs_report(const broker *b, uint64_t now_ms, stoker_status *st);
 

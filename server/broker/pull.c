@@ -16,6 +16,7 @@
 #include "budget.h"
 #include "group.h"
 #include "internal.h"
+#include "jobs.h"
 #include "mix.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
@@ -26,6 +27,8 @@
 static int
 supply_state(const broker *b, uint64_t now_ms, char *why, size_t why_len)
 {
+    if (jobs_detached(b, why, why_len)) // no example comes for this job any more (jobs.c)
+        return STOKER_NO_PRODUCERS;
     if (b->n_producers == 0 || b->c.queued > 0 || now_ms < b->returning_until_ms)
         return STOKER_OK;
     uint32_t lost = 0, finished = 0;

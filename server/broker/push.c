@@ -74,8 +74,7 @@ push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes)
     uint64_t depth = b->queue_depth + jobs_lag(b);
     if (b->cfg.queue_depth_auto && p->q.examples == 0 && fresh > depth)
         depth = fresh;
-    int own = b->job_state == STOKER_JOB_ENDED ||
-              (p->q.examples + fresh <= depth && bytes <= commit_bytes_room(b));
+    int own = !jobs_takes(b) || (p->q.examples + fresh <= depth && bytes <= commit_bytes_room(b));
     return own && jobs_push_fits(b, p, fresh, bytes);
 }
 

@@ -137,7 +137,7 @@ queues_has_room(const broker *b, const producer *p)
     // (An empty sized queue takes any chunk, push.c.) Jobs sharing the producers: every job
     // that takes examples must have room (jobs.c); an ended job keeps nothing.
     uint64_t depth = b->queue_depth + jobs_lag(b);
-    int own = b->job_state == STOKER_JOB_ENDED || p->q.examples + chunk <= depth ||
+    int own = !jobs_takes(b) || p->q.examples + chunk <= depth ||
               (b->cfg.queue_depth_auto && p->q.examples == 0);
     return p->status == STOKER_PRODUCER_ALIVE && own && jobs_have_room(b, p);
 }

@@ -84,7 +84,7 @@ static stoker_status *
 status(void)
 {
     stoker_status *st = NULL;
-    cr_assert_eq(broker_status(bf_broker, bf_now_ms, 0, &st), STOKER_OK);
+    cr_assert_eq(broker_status(bf_broker, bf_now_ms, 100, &st), STOKER_OK);
     return st;
 }
 
@@ -277,4 +277,54 @@ Test(jobs, the_lead_job_ends_and_the_others_go_on_with_its_producers)
     take(TC, 16, again, 256);
     for (uint64_t s = 0; s < 128; s++)
         cr_assert_eq(again[s], s >= 120 ? 1 : 0, "seq %llu", (unsigned long long)s);
+}
+
+Test(jobs, a_lagging_job_is_detached_under_the_detach_policy_and_the_others_go_on)
+{
+    bf_fini();
+    bf_init();
+    broker_config cfg;
+    broker_config_init(&cfg);
+    cfg.queue_depth = 16;
+    cfg.queue_depth_auto = 0;
+    cfg.job_lag = 8;
+    cfg.job_detach = 1;
+    bf_create(&cfg);
+    hello_job(TA, "fast");
+    hello_job(TB, "slow");
+    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    uint8_t seen[2][256] = {{0}};
+    take(TB, 4, seen[1], 256); // nothing yet: it only says it pulls
+    for (uint64_t s = 0; s < 24; s += 8) {
+        push(s, 8, STOKER_OK);
+        take(TA, 8, seen[0], 256);
+    }
+    bf_tick(100); // slow holds 24 = depth + lag, fast none: slow is detached
+    stoker_status *st = status();
+    cr_assert_eq(job(st, "slow")->state, STOKER_JOB_DETACHED, "state %u", job(st, "slow")->state);
+    cr_assert(strstr(job(st, "slow")->end_reason, "--job-lag") != NULL, "%s",
+              job(st, "slow")->end_reason);
+    int told = 0;
+    for (uint32_t i = 0; i < st->n_events; i++)
+        told += st->events[i].kind == STOKER_EVENT_JOB_DETACHED &&
+                strcmp(st->events[i].name, "slow") == 0;
+    cr_assert_eq(told, 1, "a job_detached event in the broker's log");
+    stoker_status_destroy(st);
+    // Its consumer hears why, and cannot come back to the same job.
+    stoker_reply *rep = bf_reply(bf_handle(TB, h_pull(TB, 8, 0, 0, NULL)));
+    cr_assert_not_null(rep);
+    cr_assert_eq(rep->code, STOKER_NO_PRODUCERS, "%s", stoker_errname(rep->code));
+    cr_assert(strstr(rep->message, "job 'slow' was detached") != NULL, "%s", rep->message);
+    stoker_request *again = h_hello_trainer(TC, "trainer");
+    snprintf(again->job, sizeof(again->job), "%s", "slow");
+    rep = bf_answered(bf_handle(TC, again), STOKER_INVALID);
+    cr_assert(strstr(rep->message, "detached") != NULL, "%s", rep->message);
+    // The fast job goes on at its own pace.
+    for (uint64_t s = 24; s < 120; s += 8) {
+        push(s, 8, STOKER_OK);
+        take(TA, 8, seen[0], 256);
+        bf_forget();
+    }
+    for (uint64_t s = 0; s < 120; s++)
+        cr_assert_eq(seen[0][s], 1, "seq %llu", (unsigned long long)s);
 }

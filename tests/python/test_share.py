@@ -280,6 +280,54 @@ def test_jobs_that_start_together_share_a_dataset_every_item_once_per_epoch():
             assert n - 2 <= len(both) <= n, (e, len(both))
 
 
+def test_a_lagging_job_is_detached_under_the_detach_policy():
+    with Cluster("--job-policy", "detach", "--job-lag", "32") as c:
+        fast = Job(c.url, 32, job="fast")
+        slow_got, slow_end, events = [], [], []
+
+        def slow():
+            try:
+                with stoker.Client(c.url, stall_timeout=20, job="slow") as cl:
+                    try:
+                        for b in cl.batches(8):
+                            slow_got.extend(ids(b))
+                            events.extend(cl.events())
+                            time.sleep(0.05)  # a job that takes far more slowly than the other
+                    except stoker.SupplyEnded as e:
+                        slow_end.append(str(e))
+                    events.extend(cl.events())
+            except Exception as e:  # reported below
+                slow_end.append("error: %r" % e)
+
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        wait_for("two jobs", lambda: len(jobs_of(c.url)) == 2)
+        # A slow trickle first, until the slow job has its first batch; then the flood.
+        c.producer("--max-examples", "2000", "--chunk", "8", "--delay", "0.01:0.01", name="p1")
+        wait_for("the slow job's first batch", lambda: slow_got)
+        c.producer("--max-examples", "20000", "--chunk", "16", "--delay", "0:0", name="p2")
+        t.join(60)
+        assert not t.is_alive(), "the slow job's consumer hangs"
+        assert slow_end and "job 'slow' was detached" in slow_end[0], slow_end
+        assert any(e.kind == "job_detached" for e in events), [e.kind for e in events]
+        fast.join(120)
+        assert not fast.is_alive() and fast.error is None, fast.error
+        st = stoker.status(c.url)
+        made = {(int(p["session"], 16), q)
+                for p in st["producers"] for q in range(p["next_seq"])}
+        check_once("fast", fast.got, made)
+        assert len(slow_got) == len(set(slow_got)) and set(slow_got) <= made
+        byname = {j["name"]: j for j in st["jobs"]}
+        assert byname["slow"]["state"] == "detached", byname["slow"]
+        assert "--job-lag" in byname["slow"]["end_reason"], byname["slow"]
+        try:
+            with stoker.Client(c.url, stall_timeout=5, job="slow") as again:
+                next(iter(again.batches(4)))
+            raise AssertionError("a consumer of a detached job was taken back")
+        except stoker.StokerError as e:
+            assert "detached" in str(e), str(e)
+
+
 def test_the_sharing_page_runs_as_written():
     """docs/sharing.md: its producers as the page starts them, and its train.py run as its sweep
     line runs it (four jobs at once), against a test broker (the page's address replaced)."""

@@ -44,6 +44,9 @@ typedef enum stoker_event_kind {
     // than the one before (it restarted: its epochs and a group's steps start anew). Queued before
     // any batch of the new broker; index 0, reason says both instances.
     STOKER_EVENT_BROKER_RESTARTED = 600,
+    // The consumer's job lagged beyond --job-lag under --job-policy detach (docs/sharing.md):
+    // name is the job, reason says why; no further example comes for it.
+    STOKER_EVENT_JOB_DETACHED = 700,
 } stoker_event_kind;
 
 typedef struct stoker_event {
