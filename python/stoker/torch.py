@@ -98,14 +98,18 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
     group (with rank and world_size, which default to torchrun's RANK and WORLD_SIZE) makes each
     DDP rank one rank of a stoker group: equal steps, one common end (use it with num_workers=0:
     one client per rank).
+
+    job names the training job (docs/sharing.md): jobs share the broker's producers, each gets
+    every example once; every worker and rank of one job names the same job.
     """
 
     def __init__(self, url, batch_size, token_file=None, prefetch=None, stall_timeout=None, *,
                  fields=None, max_batches=None, stop_on_supply_end=False, on_event=None,
                  copy=False, name=None, group=None, rank=None, world_size=None, tls_ca=None,
-                 tls_cert=None, tls_key=None, tls_insecure=False):
+                 tls_cert=None, tls_key=None, tls_insecure=False, job=None):
         super().__init__()
         self.group, self.rank, self.world_size = group, rank, world_size
+        self.job = job
         # As stoker.Client's (checked when a client connects): a tls+tcp:// url needs tls_ca.
         self.tls = dict(tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
                         tls_insecure=tls_insecure)
@@ -165,7 +169,7 @@ class StokerIterableDataset(torch.utils.data.IterableDataset):
             name = "torch-worker-%d" % info.id
         client = Client(self.url, self.token_file, self.prefetch, self.stall_timeout,
                         batch_size=self.batch_size, name=name, on_event=self._event, group=self.group,
-                        rank=self.rank, world_size=self.world_size, **self.tls)
+                        rank=self.rank, world_size=self.world_size, job=self.job, **self.tls)
         entry = [client, True]
         self._clients.append(entry)
         return entry

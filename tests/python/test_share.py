@@ -328,6 +328,30 @@ def test_a_lagging_job_is_detached_under_the_detach_policy():
             assert "detached" in str(e), str(e)
 
 
+def test_the_torch_dataset_names_its_job():
+    torch = require("torch")
+    from stoker.torch import StokerIterableDataset
+    with Cluster() as c:
+        seen = {}
+
+        def train(job):
+            ds = StokerIterableDataset(c.url, 16, job=job, max_batches=40, stall_timeout=20)
+            loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)
+            seen[job] = sum(int(t["input"].shape[0]) for t in loader)
+
+        threads = [threading.Thread(target=train, args=(j,)) for j in ("a", "b")]
+        for t in threads:
+            t.start()
+        wait_for("two jobs", lambda: len(jobs_of(c.url)) == 2)
+        c.producer("--delay", "0:0", "--max-examples", "640", "--chunk", "16")
+        for t in threads:
+            t.join(60)
+        assert seen == {"a": 640, "b": 640}, seen
+        st = stoker.status(c.url)
+        assert {x["job"] for x in st["consumers"]} == {"a", "b"}
+        assert st["counters"]["produced"] == 640, "made once for both jobs"
+
+
 def test_the_sharing_page_runs_as_written():
     """docs/sharing.md: its producers as the page starts them, and its train.py run as its sweep
     line runs it (four jobs at once), against a test broker (the page's address replaced)."""
