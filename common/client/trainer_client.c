@@ -104,6 +104,7 @@ report_trained(void *owner, session *s, const stoker_reply *beat, uint32_t timeo
     if (trained == NULL)
         return;
     stoker_request req = {.method = STOKER_HEARTBEAT, .session = tc->opts.client.session};
+    conn_copy_str(req.job, sizeof(req.job), tc->job);
     pthread_mutex_lock(&tc->seen_lock);
     req.n_trained = idset_export(tc->seen, trained, STOKER_HELLO_TRAINED_MAX);
     pthread_mutex_unlock(&tc->seen_lock);

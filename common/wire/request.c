@@ -178,6 +178,11 @@ encode_request(const stoker_request *req, nng_msg **out, stoker_wire_pieces *pie
         r.n_trained = (size_t)req->n_trained * 3;
         r.trained = (uint64_t *)req->trained;
         r.done_making = req->done_making != 0;
+        if (req->job[0] != '\0') { // a trainer's report names its job (docs/sharing.md)
+            stoker__hello__init(&hello);
+            hello.job = (char *)req->job;
+            r.hello = &hello;
+        }
         break;
     case STOKER_MIX:
         stoker__hello__init(&hello);
@@ -427,6 +432,9 @@ decode_request(nng_msg *msg, uint8_t *body, size_t len, int aligned, stoker_requ
         req->n_trained = (uint32_t)(r->n_trained / 3);
         req->trained = r->trained;
         req->done_making = r->done_making != 0;
+        if (r->hello != NULL)
+            rv = wire_copy_string(req->job, sizeof(req->job), r->hello->job, "heartbeat: job", err,
+                                  err_len);
         break;
     case STOKER__METHOD__MIX:
         if (r->hello == NULL) {

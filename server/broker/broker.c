@@ -216,8 +216,9 @@ admitted(broker *b, const method *m, void *token, uint32_t pipe, const stoker_re
     }
     if ((m->needs & NEEDS_SCHEMA) && !b->has_schema) {
         // A trainer of a broker that died may report what it trained before any producer came
-        // back (session_handle_heartbeat): kept for the producers' sessions.
-        if (req->method == STOKER_HEARTBEAT && req->n_trained > 0)
+        // back (session_handle_heartbeat): kept for the producers' sessions. A named job's report
+        // waits for its hello (which says it again) to reach that job, not the lead's (jobs.c).
+        if (req->method == STOKER_HEARTBEAT && req->n_trained > 0 && jobs_is(b, req->job))
             trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "say hello first");
         return 0;

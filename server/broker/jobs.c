@@ -30,6 +30,12 @@ takes(const broker *b)
 }
 
 int
+jobs_is(const broker *b, const char *name)
+{
+    return b->job_named ? strcmp(b->job, name) == 0 : name[0] == '\0';
+}
+
+int
 jobs_takes(const broker *b)
 {
     return takes(b);
@@ -74,6 +80,7 @@ mirror(broker *f, const producer *p, uint64_t from)
     snprintf(m->pool, sizeof(m->pool), "%s", p->pool);
     queue_init(&m->q, &f->schema);
     trained_init(&m->trained, from);
+    trained_reported_apply(f, m); // what this job's trainers said they trained (a restart)
     f->producers[f->n_producers++] = m;
     return m;
 }

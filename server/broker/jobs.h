@@ -15,6 +15,9 @@
 #include "core.h"
 #include "stoker/status.h"
 
+// Whether job b is the one named name (a broker no trainer named yet: the default job's, "").
+// A trainer's heartbeat reporting what it trained counts only in its own job.
+int jobs_is(const broker *b, const char *name);
 // Whether job b takes examples: running or absent (not ended or detached). The lead before its
 // first trainer counts as taking: it keeps what producers push, as a lone broker does.
 int jobs_takes(const broker *b);

@@ -645,7 +645,7 @@ session_handle_heartbeat(broker *b, void *token, uint32_t pipe, stoker_request *
     } else {
         // A trainer of a broker that died, not yet said hello to us: what it trained counts now
         //, so that the re-pushed examples reach no other trainer meanwhile.
-        if (req->n_trained > 0)
+        if (req->n_trained > 0 && jobs_is(b, req->job))
             trained_reported(b, req);
         send_code(b, out, token, STOKER_UNKNOWN_PEER, "unknown session: say hello first");
     }

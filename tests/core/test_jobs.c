@@ -328,3 +328,33 @@ Test(jobs, a_lagging_job_is_detached_under_the_detach_policy_and_the_others_go_o
     for (uint64_t s = 0; s < 120; s++)
         cr_assert_eq(seen[0][s], 1, "seq %llu", (unsigned long long)s);
 }
+
+// After a broker restart each job's trainers say what they trained: it counts in their own job
+// only (a heartbeat before the hello, naming its job, counts in none until that hello).
+Test(jobs, what_a_job_reported_trained_counts_in_that_job_only)
+{
+    uint64_t report[3] = {P, 0, 8}; // seqs 0..7 of the producer's session
+    stoker_request beat = {
+        .method = STOKER_HEARTBEAT, .session = TB, .n_trained = 1, .trained = report};
+    snprintf(beat.job, sizeof(beat.job), "%s", "b");
+    bf_handle(TB, h_roundtrip(&beat));
+    hello_job(TA, "a");
+    stoker_request *hello = h_hello_trainer(TB, "trainer");
+    snprintf(hello->job, sizeof(hello->job), "%s", "b");
+    hello->n_trained = 1;
+    hello->trained = report;
+    stoker_request *sent = h_roundtrip(hello);
+    hello->trained = NULL;
+    stoker_request_free(hello);
+    bf_answered(bf_handle(TB, sent), STOKER_OK);
+    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    push(0, 16, STOKER_OK);
+    uint8_t seen[2][256] = {{0}};
+    take(TA, 16, seen[0], 256);
+    take(TB, 16, seen[1], 256);
+    for (uint64_t s = 0; s < 16; s++) {
+        cr_assert_eq(seen[0][s], 1, "job a trained seq %llu (b's report is not a's)",
+                     (unsigned long long)s);
+        cr_assert_eq(seen[1][s], s >= 8 ? 1 : 0, "job b, seq %llu", (unsigned long long)s);
+    }
+}

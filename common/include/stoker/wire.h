@@ -44,7 +44,8 @@ typedef struct stoker_request {
     // 0..world-1 and the examples each rank gets per step (docs/groups.md).
     char group[STOKER_NAME_MAX];
     uint32_t rank, world, group_batch;
-    // HELLO of a trainer: its job (docs/sharing.md; job[0] == '\0': the default job).
+    // HELLO of a trainer, and its HEARTBEAT reporting what it trained: its job (docs/sharing.md;
+    // job[0] == '\0': the default job).
     char job[STOKER_NAME_MAX];
     uint64_t group_steps;     // HELLO of a rank: the steps it has taken (0: a new rank)
     stoker_batching batching; // HELLO of a trainer: how its batches are made (all 0: by count)
