@@ -173,7 +173,7 @@ def wait_lines(proc, n, timeout=30):
 def test_a_job_killed_one_resumed_and_one_joining_late():
     per = 3000
     tmp = tempfile.mkdtemp(prefix="stoker-share-")
-    with Cluster("--job-timeout", "2") as c:
+    with Cluster("--job-timeout", "6") as c:  # a resumed process is back well within it
         steady = Job(c.url, 16, job="steady")
         killed = start_training(c.url, os.path.join(tmp, "killed.json"), "killed")
         resumed_path = os.path.join(tmp, "resumed.json")
@@ -303,7 +303,7 @@ def test_a_lagging_job_is_detached_under_the_detach_policy():
         t.start()
         wait_for("two jobs", lambda: len(jobs_of(c.url)) == 2)
         # A slow trickle first, until the slow job has its first batch; then the flood.
-        c.producer("--max-examples", "2000", "--chunk", "8", "--delay", "0.01:0.01", name="p1")
+        c.producer("--max-examples", "200", "--chunk", "8", "--delay", "0.01:0.01", name="p1")
         wait_for("the slow job's first batch", lambda: slow_got)
         c.producer("--max-examples", "20000", "--chunk", "16", "--delay", "0:0", name="p2")
         t.join(60)
