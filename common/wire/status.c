@@ -249,12 +249,12 @@ jobs_json(stoker_text *t, const stoker_status *st)
                            ", \"state\": \"%s\", \"trainers\": %u, \"made\": %llu, "
                            "\"delivered\": %llu, \"acknowledged\": %llu, \"queued\": %llu, "
                            "\"in_flight\": %llu, \"lag\": %llu, \"joined_s\": %.3f, "
-                           "\"data_wait_s\": %.3f, \"end_reason\": ",
+                           "\"data_wait_s\": %.3f, \"rate\": %.1f, \"end_reason\": ",
                            stoker_job_state_name(j->state), j->trainers,
                            (unsigned long long)j->made, (unsigned long long)j->delivered,
                            (unsigned long long)j->acknowledged, (unsigned long long)j->queued,
                            (unsigned long long)j->in_flight, (unsigned long long)j->lag,
-                           j->joined_s, (double)j->data_wait_ms / 1000.0);
+                           j->joined_s, (double)j->data_wait_ms / 1000.0, j->rate);
         if (j->end_reason[0] != '\0')
             stoker_text_json_string(t, j->end_reason);
         else
@@ -300,6 +300,7 @@ jobs_metrics(stoker_text *t, const stoker_status *st)
         {"job_data_wait_seconds_total", "counter",
          "Seconds this job's trainers waited for batches, summed"},
         {"job_state", "gauge", "1 for this job's state"},
+        {"job_rate", "gauge", "Examples/s delivered to this job, over the last seconds"},
     };
     for (size_t m = 0; m < sizeof(per) / sizeof(per[0]); m++) {
         stoker_text_printf(t, "# HELP stoker_%s %s\n# TYPE stoker_%s %s\n", per[m].name,
@@ -314,6 +315,8 @@ jobs_metrics(stoker_text *t, const stoker_status *st)
             else if (m == 5)
                 stoker_text_printf(t, "stoker_%s{job=\"%s\",state=\"%s\"} 1\n", per[m].name, name,
                                    stoker_job_state_name(j->state));
+            else if (m == 6)
+                stoker_text_printf(t, "stoker_%s{job=\"%s\"} %.1f\n", per[m].name, name, j->rate);
             else
                 stoker_text_printf(t, "stoker_%s{job=\"%s\"} %llu\n", per[m].name, name,
                                    (unsigned long long)(m == 0   ? j->delivered

@@ -232,6 +232,10 @@ struct broker {
     uint64_t job_joined_ms;
     uint64_t job_absent_ms; // since when none of its consumers is connected (ABSENT)
     char job_end_reason[192];
+    // Its rate (examples/s delivered, smoothed) and the delivered count and time it was last
+    // taken from (jobs_tick).
+    double job_rate;
+    uint64_t job_rate_delivered, job_rate_ms;
     struct broker *lead;       // a follower's lead; NULL for the lead
     struct broker **followers; // the lead's further jobs (JOBS_MAX)
     uint32_t n_followers;

@@ -558,9 +558,30 @@ detach(broker *l, broker *j, uint64_t now_ms)
     stoker_warn("job-detached: job '%s': %s", j->job, reason);
 }
 
+// Job j's rate: examples delivered per second over the last second or more, smoothed.
+static void
+job_rate(broker *j, uint64_t now_ms)
+{
+    if (j->job_rate_ms == 0 || now_ms < j->job_rate_ms) {
+        j->job_rate_ms = now_ms;
+        j->job_rate_delivered = j->c.delivered;
+        return;
+    }
+    if (now_ms - j->job_rate_ms < 1000)
+        return;
+    double now = (double)(j->c.delivered - j->job_rate_delivered) * 1000.0 /
+                 (double)(now_ms - j->job_rate_ms);
+    j->job_rate = j->job_rate > 0 ? 0.5 * j->job_rate + 0.5 * now : now;
+    j->job_rate_ms = now_ms;
+    j->job_rate_delivered = j->c.delivered;
+}
+
 void
 jobs_tick(broker *b, uint64_t now_ms)
 {
+    job_rate(b, now_ms);
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        job_rate(b->followers[i], now_ms);
     if (b->n_followers == 0)
         return;
     if (b->job_named)
@@ -625,6 +646,7 @@ job_report(const broker *b, const broker *j, stoker_job_info *d)
     d->in_flight = j->c.in_flight;
     d->lag = lag_of(b, j);
     d->joined_s = (double)(j->job_joined_ms - b->start_ms) / 1000.0;
+    d->rate = j->job_rate;
     snprintf(d->end_reason, sizeof(d->end_reason), "%s", j->job_end_reason);
 }
 

@@ -48,7 +48,8 @@ two_jobs(stoker_consumer_info cons[2], stoker_job_info jobs[2])
                                 .in_flight = 5,
                                 .lag = 0,
                                 .joined_s = 0.5,
-                                .data_wait_ms = 1500};
+                                .data_wait_ms = 1500,
+                                .rate = 1234.5};
     jobs[1] = (stoker_job_info){.state = STOKER_JOB_DETACHED,
                                 .made = 60,
                                 .delivered = 20,
@@ -145,7 +146,7 @@ Test(status_jobs, status_and_metrics_render_the_jobs)
     expect_in(json, "\"jobs\": [{\"name\": \"\", \"state\": \"running\", \"trainers\": 1, "
                     "\"made\": 100, \"delivered\": 80, \"acknowledged\": 70, \"queued\": 15, "
                     "\"in_flight\": 5, \"lag\": 0, \"joined_s\": 0.500, \"data_wait_s\": 1.500, "
-                    "\"end_reason\": null}, ");
+                    "\"rate\": 1234.5, \"end_reason\": null}, ");
     expect_in(json, "{\"name\": \"b \\\"x\\\"\", \"state\": \"detached\", \"trainers\": 0, ");
     expect_in(json, "\"end_reason\": \"lagged 35 beyond --job-lag\"}]");
     // 150 made for 100 delivered over both jobs.
@@ -162,6 +163,7 @@ Test(status_jobs, status_and_metrics_render_the_jobs)
     expect_in(m, "\nstoker_job_queued{job=\"b _x_\"} 40\n");
     expect_in(m, "\nstoker_job_lag{job=\"b _x_\"} 35\n");
     expect_in(m, "\nstoker_job_data_wait_seconds_total{job=\"\"} 1.500\n");
+    expect_in(m, "\nstoker_job_rate{job=\"\"} 1234.5\n");
     expect_in(m, "\nstoker_job_state{job=\"\",state=\"running\"} 1\n");
     expect_in(m, "\nstoker_job_state{job=\"b _x_\",state=\"detached\"} 1\n");
     expect_in(m, "# TYPE stoker_job_lag gauge\n");

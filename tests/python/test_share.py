@@ -194,6 +194,7 @@ def test_a_job_killed_one_resumed_and_one_joining_late():
         resumed = start_training(c.url, resumed_path, "resumed")
         # The steady job goes on while the killed one's timeout runs, and it then ends.
         before = len(steady.got)
+        wait_for("the steady job's rate", lambda: jobs_of(c.url)["steady"]["rate"] > 0)
         wait_for("the killed job to end", lambda: jobs_of(c.url)["killed"]["state"] == "ended")
         reason = jobs_of(c.url)["killed"]["end_reason"]
         assert "--job-timeout" in reason, reason

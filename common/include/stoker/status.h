@@ -110,6 +110,7 @@ typedef struct stoker_job_info {
     uint64_t delivered, acknowledged, queued, in_flight;
     uint64_t lag;          // examples queued for it beyond the fastest job's (all producers)
     double joined_s;       // broker uptime when it joined
+    double rate;           // examples/s delivered to it, smoothed over the last seconds
     uint64_t data_wait_ms; // its consumers' data wait, summed
     char end_reason[192];  // why it ended or was detached ("" while it runs)
 } stoker_job_info;
@@ -177,8 +178,8 @@ void stoker_status_destroy(stoker_status *status);
 //               ("none", "socket", "shm"), batches_shm, batches_socket, examples_shm,
 //               examples_socket, bytes_shm, bytes_socket, arena_full, data_wait_s}],
 //   jobs [{name, state ("running", "absent", "ended", "detached"), trainers, made, delivered,
-//          acknowledged, queued, in_flight, lag, joined_s, data_wait_s, end_reason (null while
-//          it runs)}] (docs/sharing.md; [] before a trainer said hello),
+//          acknowledged, queued, in_flight, lag, joined_s, data_wait_s, rate (examples/s),
+//          end_reason (null while it runs)}] (docs/sharing.md; [] before a trainer said hello),
 //   sharing {jobs, made (counters.produced), delivered (the jobs' summed), made_per_delivered
 //            (null before anything was delivered)} (null without jobs),
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
