@@ -92,6 +92,18 @@ account(queue *q, const queue_range *r, int sign)
     }
 }
 
+// Appends node (its range set) at the queue's tail.
+static void
+link_tail(queue *q, qnode *node)
+{
+    if (q->tail != NULL)
+        q->tail->next = node;
+    else
+        q->head = node;
+    q->tail = node;
+    account(q, &node->range, +1);
+}
+
 int
 queue_append_request(queue *q, stoker_request *req, uint32_t skip)
 {
@@ -112,12 +124,7 @@ queue_append_request(queue *q, stoker_request *req, uint32_t skip)
     b->first_seq = req->first_seq;
     node->range =
         (queue_range){.block = b, .first = skip, .count = n, .first_seq = req->first_seq + skip};
-    if (q->tail != NULL)
-        q->tail->next = node;
-    else
-        q->head = node;
-    q->tail = node;
-    account(q, &node->range, +1);
+    link_tail(q, node);
     return STOKER_OK;
 }
 
@@ -135,12 +142,7 @@ queue_append_range(queue *q, const queue_range *r)
         return STOKER_NOMEM;
     queue_range_retain(r);
     node->range = *r;
-    if (q->tail != NULL)
-        q->tail->next = node;
-    else
-        q->head = node;
-    q->tail = node;
-    account(q, &node->range, +1);
+    link_tail(q, node);
     return STOKER_OK;
 }
 

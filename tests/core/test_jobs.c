@@ -53,6 +53,15 @@ hello_job(uint64_t session, const char *job)
     bf_answered(bf_handle((uint32_t)session, req), STOKER_OK);
 }
 
+// Jobs a (trainer TA) and b (TB), then the producer P.
+static void
+two_jobs(const char *a, const char *b)
+{
+    hello_job(TA, a);
+    hello_job(TB, b);
+    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+}
+
 static stoker_reply *
 push(uint64_t first, uint32_t count, int code)
 {
@@ -143,9 +152,7 @@ Test(jobs, every_job_gets_every_example_once_and_it_is_made_once)
 
 Test(jobs, the_slowest_job_paces_the_producers_and_holds_what_it_has_not_trained)
 {
-    hello_job(TA, "fast");
-    hello_job(TB, "slow");
-    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    two_jobs("fast", "slow");
     uint8_t seen[2][256] = {{0}};
     // The slow job takes nothing: depth 16 + lag 8 = 24 examples fit, then pushes wait.
     push(0, 8, STOKER_OK);
@@ -171,9 +178,7 @@ Test(jobs, the_slowest_job_paces_the_producers_and_holds_what_it_has_not_trained
 
 Test(jobs, a_job_whose_consumers_left_frees_what_it_held_and_the_others_go_on)
 {
-    hello_job(TA, "stays");
-    hello_job(TB, "leaves");
-    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    two_jobs("stays", "leaves");
     uint8_t seen[2][256] = {{0}};
     push(0, 8, STOKER_OK);
     push(8, 8, STOKER_OK);
@@ -198,9 +203,7 @@ Test(jobs, a_job_whose_consumers_left_frees_what_it_held_and_the_others_go_on)
 
 Test(jobs, a_job_gone_past_its_timeout_ends_and_one_joining_late_starts_from_then)
 {
-    hello_job(TA, "a");
-    hello_job(TB, "b");
-    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    two_jobs("a", "b");
     uint8_t seen[3][256] = {{0}};
     push(0, 8, STOKER_OK);
     take(TA, 8, seen[0], 256);
@@ -249,9 +252,7 @@ Test(jobs, jobs_that_start_together_share_a_dataset)
 
 Test(jobs, the_lead_job_ends_and_the_others_go_on_with_its_producers)
 {
-    hello_job(TA, "first"); // the lead: it owns the producers' books
-    hello_job(TB, "second");
-    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    two_jobs("first", "second"); // "first" leads: it owns the producers' books
     uint8_t seen[2][256] = {{0}};
     push(0, 8, STOKER_OK);
     take(TA, 8, seen[0], 256);
@@ -290,9 +291,7 @@ Test(jobs, a_lagging_job_is_detached_under_the_detach_policy_and_the_others_go_o
     cfg.job_lag = 8;
     cfg.job_detach = 1;
     bf_create(&cfg);
-    hello_job(TA, "fast");
-    hello_job(TB, "slow");
-    bf_answered(bf_handle(P, h_hello_producer(P, "p", &schema)), STOKER_OK);
+    two_jobs("fast", "slow");
     uint8_t seen[2][256] = {{0}};
     take(TB, 4, seen[1], 256); // nothing yet: it only says it pulls
     for (uint64_t s = 0; s < 24; s += 8) {
