@@ -271,12 +271,12 @@ job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms
         jobs_remove(b, j);
         broker_destroy(j, out);
     }
-    if (b->epochs != NULL && jobs_started(b)) {
-        // Its epoch 0 would need the items the others were handed made again for it alone.
+    // A job joining a dataset whose epochs began takes the epochs from the next one on.
+    uint32_t from = b->epochs != NULL && jobs_started(b) ? epochs_next_unopened(b->epochs) : 0;
+    if (from == UINT32_MAX) {
         send_code(b, out, token, STOKER_INVALID,
-                  "job '%s' joins a dataset whose epochs began for job '%s': jobs share a "
-                  "dataset's producers when they start together (before its first batch); "
-                  "give a job that comes later a broker of its own",
+                  "job '%s' joins a dataset whose last epoch (--epochs) began for job '%s': no "
+                  "whole epoch is left for it; give it a broker of its own",
                   name, b->job);
         return NULL;
     }
@@ -296,7 +296,8 @@ job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms
     broker *f = broker_create(&cfg, now_ms);
     if (f != NULL)
         f->arena = b->arena;
-    if (f == NULL || jobs_add(b, f, name, now_ms) != STOKER_OK) {
+    if (f == NULL || (from > 0 ? jobs_add_late(b, f, name, from, now_ms)
+                               : jobs_add(b, f, name, now_ms)) != STOKER_OK) {
         broker_destroy(f, NULL);
         send_code(b, out, token, STOKER_RETRY,
                   "job '%s': no room for another job (at most %d share the producers)", name,

@@ -232,6 +232,8 @@ struct broker {
     uint64_t job_joined_ms;
     uint64_t job_absent_ms; // since when none of its consumers is connected (ABSENT)
     char job_end_reason[192];
+    // A job that joined a dataset late (jobs.c): it takes the items of this epoch on (0: all).
+    uint32_t job_from_epoch;
     // Its rate (examples/s delivered, smoothed) and the delivered count and time it was last
     // taken from (jobs_tick).
     double job_rate;

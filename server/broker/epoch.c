@@ -549,6 +549,12 @@ epochs_open_early(broker *b)
     return 1;
 }
 
+uint32_t
+epochs_next_unopened(const epochs *e)
+{
+    return e->limit > 0 && e->opened >= e->limit ? UINT32_MAX : e->opened;
+}
+
 void
 epochs_report(const epochs *e, stoker_status *st)
 {

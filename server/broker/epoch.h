@@ -71,6 +71,10 @@ int epochs_waiting(const struct broker *b);
 // the next epoch's first step. Returns 0 when no further epoch will be made (--epochs reached).
 int epochs_open_early(struct broker *b);
 
+// The first epoch not yet opened (none of its items handed out); UINT32_MAX when no further
+// epoch will be made (--epochs reached). A job joining late starts with it (jobs.c).
+uint32_t epochs_next_unopened(const epochs *e);
+
 // For the status: items per epoch, epochs acknowledged in full, the epoch being handed out,
 // items handed back after losses, pushes refused as revoked.
 void epochs_report(const epochs *e, stoker_status *st);

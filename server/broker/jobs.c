@@ -218,6 +218,15 @@ jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes)
         producer *m = takes(f) ? mirror(f, p, r.first_seq) : NULL;
         if (m == NULL)
             continue;
+        const uint64_t *items = f->job_from_epoch > 0 ? queue_range_items(&r) : NULL;
+        if (items != NULL && EPOCH_OF(items[0]) < f->job_from_epoch) {
+            // An epoch before the one a late job starts with: not its (a push holds one
+            // shard's items, all of one epoch); counted trained for it, so that it holds
+            // neither the producer's retention nor the epoch's end.
+            trained_add(&m->trained, r.first_seq, fresh);
+            m->next_seq = p->next_seq;
+            continue;
+        }
         if (queue_append_range(&m->q, &r) != STOKER_OK) {
             // Out of memory: the job cannot get these; said, and never counted as queued.
             stoker_error("job '%s': lost %u examples of producer %u '%s' (out of memory)", f->job,
@@ -393,6 +402,18 @@ jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms)
         "job-joined: job '%s' shares the producers with %u other job(s), %s", name, b->n_followers,
         fresh_start ? "from the first example queued" : "from the examples made from now on");
     return STOKER_OK;
+}
+
+int
+jobs_add_late(broker *b, broker *f, const char *name, uint32_t epoch, uint64_t now_ms)
+{
+    f->job_from_epoch = epoch;
+    int rv = jobs_add(b, f, name, now_ms);
+    if (rv == STOKER_OK)
+        stoker_info("job-joined: job '%s' joins the dataset late: it takes every item once per "
+                    "epoch from epoch %u on",
+                    name, epoch);
+    return rv;
 }
 
 void

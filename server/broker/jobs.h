@@ -56,6 +56,9 @@ void jobs_start(broker *b, const char *name, uint64_t now_ms);
 // queued (jobs that start together get the same examples), else it starts from the examples
 // made after it joined. STOKER_NOMEM (f is then the caller's).
 int jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms);
+// The same for a job joining a dataset after its epochs began: it takes every item once per
+// epoch from `epoch` on, the first one not yet opened (its epoch 0 is that one).
+int jobs_add_late(broker *b, broker *f, const char *name, uint32_t epoch, uint64_t now_ms);
 // Removes follower f from lead b (to be destroyed by the caller).
 void jobs_remove(broker *b, broker *f);
 // Mirrors lead b's producers (state, seqs, schema, producer events) into every follower.
