@@ -2,8 +2,8 @@
 // them to stdout as text lines or raw records (pull.h), acknowledging each batch only once it is
 // written and flushed; what it never wrote is redelivered by the broker to other consumers.
 // Exit codes as the trainer's: 0 done (--max-examples reached), 3 data supply ended, 4 stalled,
-// 5 group broken (--group: another rank was lost), 130 interrupted, 1 other errors (stdout
-// closed, broker refused), 2 usage.
+// 5 group broken (--group: another rank was lost), 6 the broker went away (it does not answer),
+// 130 interrupted, 1 other errors (stdout closed, broker refused), 2 usage.
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -182,6 +182,17 @@ count_delivery(const stoker_consumer *c, delivery_totals *t)
         t->path = stoker_consumer_delivery(c);
 }
 
+// After a stall: whether the broker is gone (it does not answer a Status request) rather than
+// having nothing to give; bounded by the client's request timeout.
+static int
+broker_gone(stoker_consumer *c)
+{
+    char buf[4096];
+    size_t len = 0;
+    int rv = stoker_consumer_status_json(c, buf, sizeof(buf), &len);
+    return rv == STOKER_TIMEOUT || rv == STOKER_CONNECTION || rv == STOKER_UNKNOWN_PEER;
+}
+
 // Writes batches until max_examples or the supply ends: the exit code.
 static int
 pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples, pull_format format)
@@ -204,6 +215,15 @@ pull_loop(stoker_consumer *c, stoker_consumer_options *o, uint64_t max_examples,
         stoker_consumer_batch *b;
         rv = stoker_consumer_next(c, &b);
         print_events(c);
+        if (rv == STOKER_STALLED && broker_gone(c)) {
+            fprintf(stderr,
+                    "stoker-pull: the broker went away: %s does not answer and no batch came "
+                    "within the stall timeout: start the broker again, then stoker-pull (after "
+                    "%llu example%s)\n",
+                    o->url, (unsigned long long)written, plural(written));
+            code = 6;
+            break;
+        }
         if (rv != STOKER_OK) {
             code = rv == STOKER_NO_PRODUCERS || rv == STOKER_END_OF_DATA ? 3
                    : rv == STOKER_STALLED                                ? 4
@@ -262,7 +282,7 @@ main(int argc, char **argv)
                     "is acknowledged once it is written.",
                     STOKER_LOG_WARN);
     cli.epilog = "Exit codes: 0 done, 3 data supply ended, 4 stalled, 5 group broken,\n"
-                 "130 interrupted, 1 error, 2 usage.";
+                 "6 the broker went away, 130 interrupted, 1 error, 2 usage.";
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_broker_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(stoker_cli_tls_rows), &o.client);
     stoker_cli_add(&cli, NULL, STOKER_CLI_ROWS(rows), &o);

@@ -4,6 +4,7 @@ the same numbers, as text lines and as raw little-endian records; exit codes as 
 
 import struct
 import subprocess
+import time
 
 from helpers import PULL, Cluster, run
 
@@ -76,6 +77,18 @@ def test_no_data_within_the_stall_timeout_exits_4():
         out = pull(c.url, "--stall-timeout", "0.5")
         assert out.returncode == 4, (out.returncode, out.stderr)
         assert b"stalled" in out.stderr
+
+
+def test_a_broker_that_went_away_exits_6_naming_it():
+    import signal
+    with Cluster("--schema", SCHEMA) as c:
+        p = subprocess.Popen([PULL, "--broker", c.url, "--stall-timeout", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.5)
+        c.broker.send_signal(signal.SIGKILL)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 6, (p.returncode, err)
+        assert b"the broker went away" in err and c.url.encode() in err, err
 
 
 def test_bad_flags_exit_2_and_help_exits_0():
