@@ -5,11 +5,11 @@ check is made from the examples' identities as each job received them:
 
 - four jobs at once (a plain consumer, a 2-rank group, one batching by tokens, stoker-pull): each
   trained every example once, and the producers made each once (their counters equal one job's
-  intake, not four);
+  intake, not four); the same four kinds (one iterating epochs(2)) on one pool of a dataset;
 - a job SIGKILLed mid-run and not resumed: the others go on (it ends after --job-timeout, its
   examples freed); a job resumed from its checkpoint within the timeout continues exactly from
   its commit; a job joining late gets every example made after it joined, once;
-- a dataset of an odd size, 3 epochs, shared by jobs that start together (one a 2-rank group):
+- a dataset of an odd size, 6 epochs, shared by jobs that start together (one a 2-rank group):
   every item once per epoch in every job; a job joining after the first batch gets every item
   once per epoch from the next epoch on;
 - /status, /metrics: the jobs, their counts, and the generation saved."""
@@ -233,7 +233,7 @@ def test_a_job_killed_one_resumed_and_one_joining_late():
 
 
 def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_next_epoch():
-    n, epochs = 101, 3
+    n, epochs = 101, 6
     with Cluster("--dataset-size", str(n), "--epochs", str(epochs), "--shuffle-seed", "7") as c:
         per_job = {}
         errors = []
@@ -260,7 +260,8 @@ def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_
                     for r in range(2)]
         wait_for("three jobs", lambda: len(stoker.status(c.url).get("jobs", [])) == 3)
         for _ in range(2):
-            c.producer("--items", str(n), "--delay", "0:0.001", "--chunk", "4")
+            # About a quarter of a second per epoch: the late job comes well before the last.
+            c.producer("--items", str(n), "--delay", "0.005:0.005", "--chunk", "4")
         wait_for("a batch", lambda: stoker.status(c.url)["counters"]["delivered"] > 0)
         # A job joining after the first batch: every item once per epoch from the next one on
         # (the epochs the others began are not its).
@@ -285,6 +286,58 @@ def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_
         assert late_epochs == list(range(late_epochs[0], epochs)), late_epochs
         for e in late_epochs:
             assert sorted(per_job["late"][e]) == list(range(n)), ("late", e)
+
+
+def test_four_jobs_share_one_dataset_pool_each_every_item_once_per_epoch():
+    # The done-when's mix on one pool of a dataset: a plain consumer, a 2-rank group, one
+    # iterating epochs(2), one batching by tokens; producers of token sequences by index.
+    n, epochs = 301, 2
+    with Cluster("--dataset-size", str(n), "--epochs", str(epochs)) as c:
+        got, errors = {}, []
+
+        def consume(key, by_epochs=False, **client):
+            try:
+                mine = got.setdefault(key, [])
+                with stoker.Client(c.url, stall_timeout=20, **client) as cl:
+                    if by_epochs:
+                        for epoch in cl.epochs(epochs, batch_size=8):
+                            for b in epoch:
+                                mine.extend(zip(*[a.tolist() for a in b.epoch_indices()]))
+                        return
+                    try:
+                        for b in cl.batches():
+                            mine.extend(zip(*[a.tolist() for a in b.epoch_indices()]))
+                    except stoker.SupplyEnded:
+                        pass
+            except Exception as e:  # reported below
+                errors.append("%s: %r" % (key, e))
+
+        specs = [("plain", {"job": "plain", "batch_size": 16}),
+                 ("epochs", {"job": "epochs", "by_epochs": True}),
+                 ("tok", {"job": "tok", "max_tokens": 2048})]
+        specs += [("ddp%d" % r, {"job": "ddp", "group": "g", "rank": r, "world_size": 2,
+                                 "batch_size": 8}) for r in range(2)]
+        threads = [threading.Thread(target=consume, args=(k,), kwargs=kw) for k, kw in specs]
+        for t in threads:
+            t.start()
+        wait_for("four jobs", lambda: len(stoker.status(c.url).get("jobs", [])) == 4)
+        for k in range(2):
+            c.producer("--workload", "tokens", "--lengths", "lognormal:64:256", "--items", str(n),
+                       "--delay", "0:0.0005", "--chunk", "8", name="t%d" % k,
+                       stdout=subprocess.DEVNULL)
+        for t in threads:
+            t.join(120)
+            assert not t.is_alive(), "a job's consumer hangs"
+        assert not errors, errors
+        want = sorted((e, i) for e in range(epochs) for i in range(n))
+        for key in ("plain", "epochs", "tok"):
+            assert sorted(got[key]) == want, (key, len(got[key]))
+        ddp = got["ddp0"] + got["ddp1"]
+        assert len(ddp) == len(set(ddp)) and set(ddp) <= set(want), "ddp"
+        # The group's leftover at the end is fewer examples than its ranks.
+        assert len(ddp) >= len(want) - 1, len(ddp)
+        st = stoker.status(c.url)
+        assert sum(p["accepted"] for p in st["producers"]) == epochs * n, "each item made once"
 
 
 def test_a_lagging_job_is_detached_under_the_detach_policy():
@@ -363,12 +416,14 @@ def test_the_sharing_page_runs_as_written():
     """docs/sharing.md: its producers as the page starts them, and its train.py run as its sweep
     line runs it (four jobs at once), against a test broker (the page's address replaced)."""
     import re
-    root = os.environ.get("STOKER_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "..", ".."))
+    here = os.path.dirname(__file__)
+    root = os.environ.get("STOKER_SOURCE_ROOT", os.path.join(here, "..", ".."))
     with open(os.path.join(root, "docs", "sharing.md")) as f:
         page = f.read()
     shells = re.findall(r"^```sh\n(.*?)^```", page, re.S | re.M)
     code = re.search(r"^```python\n(.*?)^```", page, re.S | re.M).group(1)
-    starts = [line.split() for line in shells[0].splitlines() if line.startswith("stoker-producer")]
+    starts = [line.split() for line in shells[0].splitlines()
+              if line.startswith("stoker-producer")]
     assert len(starts) == 2, shells[0]
     sweep = re.search(r"for lr in ([0-9. ]+); do python3 train.py", shells[1])
     assert sweep, shells[1]
