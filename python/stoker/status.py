@@ -1,9 +1,10 @@
 """python -m stoker.status URL [--token-file F] [--json] [--timeout SEC]
                             [--tls-ca F [--tls-cert F --tls-key F] | --tls-insecure]
 
-Prints a stoker broker's status: its counters, then one row per producer and one per consumer
-(with its delivery path, "shm" or "socket"). The keys are those of
-the broker's /status page (--json prints them all), rendered by libstoker from the same snapshot.
+Prints a stoker broker's status: its counters, then one row per producer, one per consumer
+(with its delivery path, "shm" or "socket") and one per job when jobs share the producers. The
+keys are those of the broker's /status page (--json prints them all), rendered by libstoker from
+the same snapshot.
 URL is the broker's address (tcp://HOST:PORT, ipc:///path, tls+tcp://HOST:PORT) or its metrics
 address (http://HOST:PORT, the broker's --metrics: its /status page is read over HTTP).
 A tls+tcp:// URL needs --tls-ca (the broker is verified) or --tls-insecure, and --tls-cert with
@@ -29,6 +30,8 @@ CONSUMER_COLUMNS = ["id", "name", "pid", "connected", "delivery", "batches_shm",
 LABELS_SHOWN = 10  # classes of a label map the table names (--json has them all)
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
                     "redelivered", "returned_unused", "next_seq", "silent_s", "session"]
+JOB_COLUMNS = ["job", "state", "trainers", "made", "delivered", "acknowledged", "queued", "lag",
+               "rate", "data_wait_s"]
 
 
 def table(rows, headers):
@@ -62,6 +65,16 @@ def format_status(st, url=""):
         lines.append("")
         lines.append(table([["-" if c.get(k) is None else c.get(k, "") for k in CONSUMER_COLUMNS]
                             for c in st["consumers"]], CONSUMER_COLUMNS))
+    if st.get("jobs"):  # jobs sharing the producers (docs/sharing.md)
+        lines.append("")
+        lines.append(table([[j["name"] or "(default)", j["state"], j["trainers"], j["made"],
+                             j["delivered"], j["acknowledged"], j["queued"], j["lag"],
+                             "%.0f" % j.get("rate", 0), "%.1f" % j["data_wait_s"]]
+                            for j in st["jobs"]], JOB_COLUMNS))
+        sh = st.get("sharing") or {}
+        if sh.get("made_per_delivered") is not None:
+            lines.append("%d jobs: %d examples made, %d delivered (%.2f made per delivered)" % (
+                sh["jobs"], sh["made"], sh["delivered"], sh["made_per_delivered"]))
     for g in st.get("groups", []):
         lines.append("")
         lines.append("group %s: %s, %d of %d ranks, batch %d, %d steps, %d left over" % (

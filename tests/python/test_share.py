@@ -120,6 +120,14 @@ def test_four_jobs_share_one_pool_each_trains_every_example_once():
         assert st["sharing"]["jobs"] == 4 and st["sharing"]["delivered"] >= 4 * 2 * per
         assert st["sharing"]["made_per_delivered"] <= 0.25 + 1e-9, st["sharing"]
         assert {x["job"] for x in st["consumers"]} == {"plain", "ddp", "tok", "pull"}
+        text = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                              capture_output=True, text=True, timeout=30)
+        assert text.returncode == 0, text.stderr
+        rows = [l.split() for l in text.stdout.splitlines() if l.split()[:1] == ["ddp"]]
+        # Done: ended (said goodbye), or absent when it is the last job (a job alone keeps on).
+        assert rows and rows[0][1] in ("ended", "absent"), text.stdout
+        assert rows[0][3] == str(2 * per), text.stdout
+        assert "4 jobs: %d examples made" % (2 * per) in text.stdout, text.stdout
 
 
 # A job's training process: commit=True, a checkpoint (state_dict, with what it trained) every
