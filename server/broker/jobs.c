@@ -557,6 +557,17 @@ lags(const broker *l, const broker *j)
     return 0;
 }
 
+// Whether a consumer of job j pulled yet: one still starting (connecting, loading its model) is
+// not detached for lagging; the producers wait for it meanwhile, within the lag.
+static int
+pulled(const broker *j)
+{
+    for (uint32_t i = 0; i < j->n_trainers; i++)
+        if (j->trainers[i]->pulled)
+            return 1;
+    return 0;
+}
+
 // Detaches job j of lead l (--job-policy detach): what it holds is freed, its consumers hear a
 // job_detached event and then the end of their supply, the others go on.
 static void
@@ -613,7 +624,7 @@ jobs_tick(broker *b, uint64_t now_ms)
         return;
     for (uint32_t i = 0; i <= b->n_followers && jobs_shared(b); i++) {
         broker *j = i == 0 ? b : b->followers[i - 1];
-        if (takes(j) && (i > 0 || b->job_named) && lags(b, j))
+        if (takes(j) && (i > 0 || b->job_named) && pulled(j) && lags(b, j))
             detach(b, j, now_ms);
     }
 }
