@@ -321,8 +321,9 @@ jobs_tell_trained(const broker *b, const producer *p, stoker_reply *rep)
     if (!any) { // no job takes examples: nothing is kept for one
         trained_init(&s, p->next_seq);
     } else {
-        trained_init(&s, n > 0 && acc[0].first == 0 ? acc[0].end : 0);
-        for (uint32_t i = acc[0].first == 0 ? 1 : 0; i < n; i++)
+        uint32_t rest = n > 0 && acc[0].first == 0 ? 1 : 0; // acc[0] is the through run
+        trained_init(&s, rest ? acc[0].end : 0);
+        for (uint32_t i = rest; i < n; i++)
             trained_add(&s, acc[i].first, acc[i].end - acc[i].first);
     }
     trained_tell(&s, rep);
