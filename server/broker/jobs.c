@@ -475,6 +475,10 @@ jobs_sync(broker *b, uint64_t now_ms)
             m->last_chunk = p->last_chunk;
             m->max_chunk = p->max_chunk;
             m->make_us = p->make_us;
+            // Seqs that never reached this job (a producer's hello jumped over them: trained
+            // before): trained for it too, or what every job trained would stop at them.
+            if (p->next_seq > m->next_seq)
+                trained_add(&m->trained, m->next_seq, p->next_seq - m->next_seq);
             m->next_seq = p->next_seq;
         }
         mirror_events(b, f, now_ms);

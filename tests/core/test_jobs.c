@@ -357,3 +357,23 @@ Test(jobs, what_a_job_reported_trained_counts_in_that_job_only)
         cr_assert_eq(seen[1][s], s >= 8 ? 1 : 0, "job b, seq %llu", (unsigned long long)s);
     }
 }
+
+// A producer's hello that jumps over seqs (trained before, never coming): trained for every job,
+// so that what every job trained goes on past them.
+Test(jobs, seqs_a_producer_jumps_over_are_trained_for_every_job)
+{
+    two_jobs("a", "b");
+    uint8_t seen[2][256] = {{0}};
+    push(0, 8, STOKER_OK);
+    take(TA, 8, seen[0], 256);
+    take(TB, 8, seen[1], 256);
+    stoker_request *again = h_hello_producer(P, "p", &schema);
+    again->next_seq = 20;
+    bf_answered(bf_handle(P, again), STOKER_OK);
+    push(20, 8, STOKER_OK);
+    take(TA, 8, seen[0], 256);
+    take(TB, 8, seen[1], 256);
+    stoker_reply *rep = push(28, 8, STOKER_OK);
+    cr_assert_eq(rep->trained_through, 28, "trained through %llu: the jump holds it back",
+                 (unsigned long long)rep->trained_through);
+}
