@@ -69,7 +69,5 @@ void jobs_sync(broker *b, uint64_t now_ms);
 void jobs_tick(broker *b, uint64_t now_ms);
 // Whether job b was detached (--job-policy detach); then why, in why.
 int jobs_detached(const broker *b, char *why, size_t why_len);
-// The jobs of lead b into st->jobs (none until a trainer said hello). STOKER_NOMEM.
-int jobs_report(const broker *b, uint64_t now_ms, stoker_status *st);
 
 #endif

@@ -34,6 +34,63 @@ mix_report(const mix *m, stoker_consumer_info *c)
     c->mix_stop = m->spec.stop;
 }
 
+// Examples job j holds queued beyond the fastest job, summed over the lead's producers.
+static uint64_t
+lag_of(const broker *b, const broker *j)
+{
+    uint64_t lag = 0;
+    for (uint32_t i = 0; i < b->n_producers; i++) {
+        const producer *p = b->producers[i];
+        const producer *own = j == b ? p : find_producer_id(j, p->id);
+        if (own == NULL || !jobs_takes(j))
+            continue;
+        uint64_t least = jobs_takes(b) ? p->q.examples : UINT64_MAX;
+        for (uint32_t k = 0; k < b->n_followers; k++) {
+            const producer *m =
+                jobs_takes(b->followers[k]) ? find_producer_id(b->followers[k], p->id) : NULL;
+            if (m != NULL && m->q.examples < least)
+                least = m->q.examples;
+        }
+        lag += own->q.examples > least ? own->q.examples - least : 0;
+    }
+    return lag;
+}
+
+static void
+job_report(const broker *b, const broker *j, stoker_job_info *d)
+{
+    snprintf(d->name, sizeof(d->name), "%s", j->job);
+    d->state = j->job_state;
+    for (uint32_t i = 0; i < j->n_trainers; i++) {
+        d->trainers += j->trainers[i]->connected;
+        d->data_wait_ms += j->trainers[i]->data_wait_ms;
+    }
+    d->made = j->c.produced;
+    d->delivered = j->c.delivered;
+    d->acknowledged = j->c.acknowledged;
+    d->queued = j->c.queued;
+    d->in_flight = j->c.in_flight;
+    d->lag = lag_of(b, j);
+    d->joined_s = (double)(j->job_joined_ms - b->start_ms) / 1000.0;
+    d->rate = j->job_rate;
+    snprintf(d->end_reason, sizeof(d->end_reason), "%s", j->job_end_reason);
+}
+
+// The jobs of lead b (jobs.c) into st->jobs (none until a trainer said hello). STOKER_NOMEM.
+static int
+jobs_status(const broker *b, stoker_status *st)
+{
+    if (!b->job_named)
+        return STOKER_OK;
+    st->jobs = calloc(1 + b->n_followers, sizeof(*st->jobs));
+    if (st->jobs == NULL)
+        return STOKER_NOMEM;
+    job_report(b, b, &st->jobs[st->n_jobs++]);
+    for (uint32_t i = 0; i < b->n_followers; i++)
+        job_report(b, b->followers[i], &st->jobs[st->n_jobs++]);
+    return STOKER_OK;
+}
+
 // The trainers of job j, each with its delivery path, appended to st->consumers.
 static void
 job_consumers(const broker *j, stoker_status *st)
@@ -76,7 +133,7 @@ consumers_status(const broker *b, stoker_status *st)
     job_consumers(b, st);
     for (uint32_t i = 0; i < b->n_followers; i++)
         job_consumers(b->followers[i], st);
-    return jobs_report(b, 0, st);
+    return jobs_status(b, st);
 }
 
 int
