@@ -135,10 +135,10 @@ broker_destroy(broker *b, broker_outbox *out)
     free(b->producers);
     free(b->trainers);
     free(b->authed);
-    if (b->lead == NULL)
-        broker_arena_destroy(b->arena); // a follower borrows its lead's
-    if (b->lead == NULL)
-        epochs_destroy(b->epochs); // a follower borrows its lead's
+    if (b->lead == NULL) { // a follower borrows its lead's
+        broker_arena_destroy(b->arena);
+        epochs_destroy(b->epochs);
+    }
     free(b);
 }
 

@@ -85,10 +85,8 @@ mirror(broker *f, const producer *p, uint64_t from)
     return m;
 }
 
-// Room in job b (its queues' depth plus the lag while jobs share, its bytes) for fresh examples
-// (bytes) in producer m's queue.
-static int
-fits(const broker *b, const producer *m, uint64_t fresh, uint64_t bytes)
+int
+jobs_fits(const broker *b, const producer *m, uint64_t fresh, uint64_t bytes)
 {
     uint64_t depth = b->queue_depth + jobs_lag(b);
     if (b->cfg.queue_depth_auto && m->q.examples == 0 && fresh > depth)
@@ -102,7 +100,7 @@ jobs_push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t byte
     for (uint32_t i = 0; i < b->n_followers; i++) {
         const broker *f = b->followers[i];
         const producer *m = takes(f) ? find_producer_id(f, p->id) : NULL;
-        if (m != NULL && !fits(f, m, fresh, bytes))
+        if (m != NULL && !jobs_fits(f, m, fresh, bytes))
             return 0;
     }
     return 1;
@@ -115,7 +113,7 @@ jobs_have_room(const broker *b, const producer *p)
     for (uint32_t i = 0; i < b->n_followers; i++) {
         const broker *f = b->followers[i];
         const producer *m = takes(f) ? find_producer_id(f, p->id) : NULL;
-        if (m != NULL && !fits(f, m, chunk, f->example_bytes))
+        if (m != NULL && !jobs_fits(f, m, chunk, f->example_bytes))
             return 0;
     }
     return 1;

@@ -26,6 +26,10 @@ int jobs_shared(const broker *b);
 // The examples per producer job b's queues may hold beyond its queue depth while jobs share
 // (--job-lag, 0: one queue depth); 0 when b's job is alone.
 uint64_t jobs_lag(const broker *b);
+// Room in job b for fresh examples (bytes) in its producer m's queue: its queue depth plus the
+// lag while jobs share, an empty sized queue taking any chunk (push.c), its bytes within
+// --max-bytes (bytes 0: not counted).
+int jobs_fits(const broker *b, const producer *m, uint64_t fresh, uint64_t bytes);
 // Whether every follower of lead b that takes examples has room for fresh examples (bytes) of
 // producer p (its mirror's queue within depth and lag, its bytes within --max-bytes).
 int jobs_push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes);

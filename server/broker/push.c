@@ -71,11 +71,7 @@ park_push(broker *b, producer *p, parked *k)
 static int
 push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes)
 {
-    uint64_t depth = b->queue_depth + jobs_lag(b);
-    if (b->cfg.queue_depth_auto && p->q.examples == 0 && fresh > depth)
-        depth = fresh;
-    int own = !jobs_takes(b) || (p->q.examples + fresh <= depth && bytes <= commit_bytes_room(b));
-    return own && jobs_push_fits(b, p, fresh, bytes);
+    return (!jobs_takes(b) || jobs_fits(b, p, fresh, bytes)) && jobs_push_fits(b, p, fresh, bytes);
 }
 
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it

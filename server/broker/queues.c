@@ -136,10 +136,8 @@ queues_has_room(const broker *b, const producer *p)
     uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
     // (An empty sized queue takes any chunk, push.c.) Jobs sharing the producers: every job
     // that takes examples must have room (jobs.c); an ended job keeps nothing.
-    uint64_t depth = b->queue_depth + jobs_lag(b);
-    int own = !jobs_takes(b) || p->q.examples + chunk <= depth ||
-              (b->cfg.queue_depth_auto && p->q.examples == 0);
-    return p->status == STOKER_PRODUCER_ALIVE && own && jobs_have_room(b, p);
+    return p->status == STOKER_PRODUCER_ALIVE && (!jobs_takes(b) || jobs_fits(b, p, chunk, 0)) &&
+           jobs_have_room(b, p);
 }
 
 void
