@@ -657,6 +657,8 @@ class Client:
 
     def _open(self, batch_size):
         if self._handle is not None:
+            if self.batch_size is None and batch_size is not None:
+                self.batch_size = int(batch_size)  # a Ctrl-C came before the client noted it
             if batch_size is not None and int(batch_size) != self.batch_size:
                 raise ValueError("this client pulls batches of %d (fixed when it connected); "
                                  "use another Client for batches of %d"
@@ -737,8 +739,10 @@ class Client:
                                                 len(err))
         if rv != _lib.OK:
             _raise(rv, "cannot connect to %s: %s" % (self.url, err.value.decode(errors="replace")))
-        self._handle = handle.value
+        # The batch size before the handle: a Ctrl-C between the two leaves a handle that _open
+        # (the next call, or its except clause) completes, never a handle without its size.
         self.batch_size = int(batch_size) if batch_size is not None else None
+        self._handle = handle.value
         if self.commit_mode and self.group is None:
             lib.stoker_consumer_set_commit(self._handle, 1)
 
