@@ -268,8 +268,9 @@ def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_
                     for r in range(2)]
         wait_for("three jobs", lambda: len(stoker.status(c.url).get("jobs", [])) == 3)
         for _ in range(2):
-            # About a quarter of a second per epoch: the late job comes well before the last.
-            c.producer("--items", str(n), "--delay", "0.005:0.005", "--chunk", "4")
+            # About a second per epoch: the late job (a thread's connect, slow on a loaded
+            # machine) comes well before the last epoch begins, after which it is refused.
+            c.producer("--items", str(n), "--delay", "0.02:0.02", "--chunk", "4")
         wait_for("a batch", lambda: stoker.status(c.url)["counters"]["delivered"] > 0)
         # A job joining after the first batch: every item once per epoch from the next one on
         # (the epochs the others began are not its).
