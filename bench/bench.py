@@ -561,6 +561,26 @@ def bench_images_tv(opts, tmp):
     return {"runs": runs, "rows": rows}
 
 
+def bench_images_dataset(opts, tmp):
+    """A dataset of 60,000 PNGs of 28x28 (Fashion-MNIST's shape) from a cold start: 2 images
+    --dataset producers against ImageFolder + DataLoader(num_workers=2), the same augmentation
+    and loop, one epoch each (bench/images_dataset.py; it needs Debian's python3-torchvision)."""
+    out = os.path.join(tmp, "images_dataset.json")
+    size = ["--files", "20000", "--rounds", "1"] if opts.quick else ["--rounds", "3"]
+    subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "images_dataset.py"),
+                    "--json", out, *size], check=True, timeout=1800)
+    with open(out) as f:
+        r = json.load(f)
+    first = r["first_batch_s"]
+    return {"runs": r, "rows": [
+        (f"images dataset ({r['files']} PNGs): first batch, stoker s", first["stoker"], "<= 1",
+         first["stoker"] <= 1.0),
+        (f"images dataset ({r['files']} PNGs): first batch, torchvision s", first["torchvision"],
+         "", None),
+        (f"images dataset ({r['files']} PNGs): images/s stoker / torchvision", r["ratio"], ">= 1",
+         r["ratio"] >= 1.0)]}
+
+
 def ranks_run(tmp, world, grouped, per_rank):
     """world stoker-trainers on the floor workload, each training per_rank examples (a multiple
     of 16384): as one group fed by a supply of exactly world x per_rank examples (they stop at
@@ -1814,6 +1834,7 @@ def bench_share(opts, tmp):
 
 BENCHES = {"seed": bench_seed, "floor": bench_floor, "large": bench_large, "wait": bench_wait,
            "detect": bench_detect, "images": bench_images, "images_tv": bench_images_tv,
+           "images-dataset": bench_images_dataset,
            "ranks": bench_ranks, "epochs": bench_epochs, "durable": bench_durable,
            "chunks": bench_chunks, "group-commit": bench_group_commit,
            "ranks-shm": bench_ranks_shm, "tokens": bench_tokens, "autoscale": bench_autoscale,

@@ -5,10 +5,11 @@ decoded; every item still comes once, with its class's label."""
 
 import os
 import struct
+import subprocess
 import time
 import zlib
 
-from helpers import Cluster, require, run
+from helpers import PRODUCER, Cluster, require, run
 
 require("numpy")
 import stoker  # noqa: E402
@@ -70,6 +71,36 @@ def test_a_dataset_of_images_starts_before_the_folder_is_decoded():
     # Decoding the whole folder first made the first batch wait for nearly the whole epoch (the
     # rest is cheap: 16x16 outputs); decoded when used, it waits for one shard's files.
     assert first < 0.4 * total, "first batch after %.3f s of an epoch of %.3f s" % (first, total)
+
+
+def test_a_dataset_producer_opens_no_file_at_start_and_names_a_bad_one_when_used():
+    """--dataset lists the folder only (no file opened at start): a file that is not an image
+    counts among the items, is named when its first example is made, and its item is made from
+    another image; every item still comes once."""
+    n = 40
+    with Cluster("--dataset-size", str(n), "--epochs", "1") as c:
+        root = os.path.join(c.dir, "images")
+        pngs = [png_bytes(s) for s in range(2)]
+        for i in range(n):
+            d = os.path.join(root, "class%d" % (i % 2))
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "img%02d.png" % i), "wb") as f:
+                f.write(b"not a png at all" if i == 7 else pngs[i % 2])
+        log = os.path.join(c.dir, "producer.log")
+        with open(log, "w") as err, stoker.Client(c.url, stall_timeout=20) as client:
+            p = subprocess.Popen([PRODUCER, "--broker", c.url, "--generator", "images",
+                                  "--images", root, "--dataset", "--size", "8", "--output",
+                                  "uint8", "--log-level", "info"], stderr=err)
+            c.producers.append(p)
+            seen = []
+            for epoch in client.epochs(1, batch_size=8):
+                for batch in epoch:
+                    seen += batch.epoch_indices()[1].tolist()
+        assert sorted(seen) == list(range(n)), seen
+        with open(log) as f:
+            text = f.read()
+        assert "%d images (listed;" % n in text, text
+        assert "class1/img07.png" in text and "skipping this file" in text, text
 
 
 run(globals())
