@@ -68,13 +68,21 @@ stoker_chunk_at(const stoker_chunk *c, uint32_t field, uint32_t example)
     return c->data[field] + (size_t)example * stoker_field_bytes(&c->schema.fields[field]);
 }
 
+// Little-endian on the wire: one load where the host is too (the broker reads two offsets
+// per candidate of every plan of a batch made by tokens).
 static uint64_t
 read_u64(const uint8_t *p)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#else
     uint64_t v = 0;
     for (int k = 7; k >= 0; k--)
         v = v << 8 | p[k];
     return v;
+#endif
 }
 
 uint64_t

@@ -55,7 +55,7 @@ queue_fini(queue *q)
         free(n);
         n = next;
     }
-    q->head = q->tail = NULL;
+    q->head = q->tail = q->hint = q->hint_prev = NULL;
     q->examples = q->bytes = q->tokens = 0;
 }
 
@@ -168,10 +168,24 @@ uint32_t
 queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
 {
     qnode *prev = NULL, *node = q->head;
-    while (node != NULL &&
-           !(seq >= node->range.first_seq && seq < node->range.first_seq + node->range.count)) {
-        prev = node;
-        node = node->next;
+    bool from_hint = q->hint != NULL && seq >= q->hint->range.first_seq;
+    if (from_hint) {
+        prev = q->hint_prev;
+        node = q->hint;
+    }
+    q->hint = NULL; // set again below where the take leaves a node to go on from
+    for (;;) {
+        while (node != NULL &&
+               !(seq >= node->range.first_seq && seq < node->range.first_seq + node->range.count)) {
+            prev = node;
+            node = node->next;
+        }
+        if (node != NULL || !from_hint)
+            break;
+        // Not after the hint (a range put back at the head is older than what follows it).
+        from_hint = false;
+        prev = NULL;
+        node = q->head;
     }
     if (node == NULL || max == 0)
         return 0;
@@ -188,16 +202,22 @@ queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
                 q->head = node->next;
             if (q->tail == node)
                 q->tail = prev;
+            q->hint = node->next;
+            q->hint_prev = prev;
             free(node);
         } else {
             atomic_fetch_add(&r->block->refs, 1);
             r->first += n;
             r->count -= n;
             r->first_seq += n;
+            q->hint = node;
+            q->hint_prev = prev;
         }
     } else if (at + n == r->count) {
         atomic_fetch_add(&r->block->refs, 1); // the node keeps its head
         r->count = at;
+        q->hint = node;
+        q->hint_prev = prev;
     } else {
         // From the middle: the node keeps its head, a new node after it the tail.
         qnode *tail = calloc(1, sizeof(*tail));
@@ -213,6 +233,8 @@ queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
         if (q->tail == node)
             q->tail = tail;
         r->count = at;
+        q->hint = tail;
+        q->hint_prev = node;
     }
     account(q, out, -1);
     return n;
@@ -223,6 +245,24 @@ queue_cursor_init(const queue *q, queue_cursor *c)
 {
     c->node = q->head;
     c->i = 0;
+    c->offsets = NULL;
+}
+
+// A chunk's offsets are little-endian u64s (stoker_chunk_var_offset): read in place here, one
+// per example, as a plan walks thousands of candidates for every batch.
+static uint64_t
+offset_at(const uint8_t *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#else
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = v << 8 | p[k];
+    return v;
+#endif
 }
 
 int
@@ -231,15 +271,23 @@ queue_cursor_next(queue_cursor *c, int field, uint64_t *seq, uint64_t *len)
     while (c->node != NULL && c->i >= c->node->range.count) {
         c->node = c->node->next;
         c->i = 0;
+        c->offsets = NULL;
     }
     if (c->node == NULL)
         return 0;
     const queue_range *r = &c->node->range;
     *seq = r->first_seq + c->i;
-    const stoker_chunk *ch = &r->block->req->chunk;
-    *len = field < 0 ? 0
-                     : stoker_chunk_var_offset(ch, (uint32_t)field, r->first + c->i + 1) -
-                           stoker_chunk_var_offset(ch, (uint32_t)field, r->first + c->i);
+    *len = 0;
+    if (field >= 0) {
+        if (c->offsets == NULL) {
+            c->offsets =
+                (const uint8_t *)r->block->req->chunk.offsets[field] + (size_t)r->first * 8;
+            c->at = offset_at(c->offsets);
+        }
+        uint64_t end = offset_at(c->offsets + (size_t)(c->i + 1) * 8);
+        *len = end - c->at;
+        c->at = end;
+    }
     c->i++;
     return 1;
 }
@@ -259,6 +307,7 @@ queue_put_back(queue *q, const queue_range *r)
     node->range = *r;
     node->next = q->head;
     q->head = node;
+    q->hint = NULL; // its predecessor may have been the head
     if (q->tail == NULL)
         q->tail = node;
     account(q, r, +1);

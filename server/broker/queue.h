@@ -26,6 +26,10 @@ typedef struct queue {
     const stoker_schema *schema; // borrowed from the broker
     int length_field; // the schema's first variable field, whose rows are tokens (-1: none)
     qnode *head, *tail;
+    // Where the last queue_take_seq left off (hint in the list, hint_prev before it, NULL: the
+    // head): a plan's picks come in seq order, and a queue that batches taken from its middle
+    // split into thousands of nodes was walked from its head for every one of them.
+    qnode *hint, *hint_prev;
     uint64_t examples;
     uint64_t bytes;  // real bytes of the examples held (queue_range_bytes)
     uint64_t tokens; // their rows of the schema's length field (queue_range_tokens; 0: none)
@@ -36,6 +40,8 @@ typedef struct queue {
 typedef struct queue_cursor {
     const qnode *node;
     uint32_t i;
+    const uint8_t *offsets; // the node's length-field offsets from its first example (or NULL)
+    uint64_t at;            // the offset where example i begins
 } queue_cursor;
 
 void queue_init(queue *q, const stoker_schema *schema);

@@ -227,3 +227,40 @@ Test(queue, put_back_into_an_empty_queue_sets_head_and_tail)
     cr_assert_eq(first, 2);
     stoker_chunk_fini(&dst);
 }
+
+// queue_take_seq goes on from where the last take left off (a plan's picks in seq order), and
+// still finds a seq before that place: earlier in the list, or in a range put back at the head.
+Test(queue, take_seq_from_the_middle_in_any_order_finds_every_example_once)
+{
+    append(0, 10, 0);
+    append(10, 10, 0);
+    append(20, 10, 0);
+    uint64_t order[] = {3, 5, 7, 12, 25, 26, 1, 8, 29, 0, 11};
+    queue_range taken[sizeof order / sizeof *order];
+    size_t n = sizeof order / sizeof *order;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(queue_take_seq(&q, order[i], 1, &taken[i]), 1, "seq %llu",
+                     (unsigned long long)order[i]);
+        cr_assert_eq(taken[i].first_seq, order[i]);
+    }
+    cr_assert_eq(q.examples, 30 - n);
+    // A taken range put back at the head is found again, though the hint is past it.
+    cr_assert_eq(queue_put_back(&q, &taken[4]), STOKER_OK); // seq 25
+    cr_assert_eq(queue_take_seq(&q, 28, 1, &taken[4]), 1);
+    queue_range again;
+    cr_assert_eq(queue_take_seq(&q, 25, 1, &again), 1);
+    cr_assert_eq(again.first_seq, 25);
+    queue_range_release(&again);
+    cr_assert_eq(queue_take_seq(&q, 3, 1, &again), 0, "seq 3 was taken");
+    // What is left comes once each, in seq order, from the head.
+    uint64_t want[] = {2, 4, 6, 9, 10, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 27};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        cr_assert_eq(queue_take(&q, 1, &again), 1);
+        cr_assert_eq(again.first_seq, want[i], "at %zu: seq %llu, expected %llu", i,
+                     (unsigned long long)again.first_seq, (unsigned long long)want[i]);
+        queue_range_release(&again);
+    }
+    cr_assert_eq(q.examples, 0);
+    for (size_t i = 0; i < n; i++)
+        queue_range_release(&taken[i]);
+}
