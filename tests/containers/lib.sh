@@ -137,6 +137,29 @@ remove_leftovers() {
     [ -z "$v" ] || docker volume rm -f $v > /dev/null
 }
 
+# swarm_begin: a single-node swarm of the test's own, made now and left when the test ends,
+# its node labelled stoker.test=true. A swarm such a test left behind (its run stopped before
+# its cleanup: the node carries that label) is left first; any other swarm is not the test's
+# to change, and the test skips.
+swarm_begin() {
+    local state
+    state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+    if [ "$state" = active ] &&
+        [ "$(docker node inspect self --format '{{index .Spec.Labels "stoker.test"}}' 2> /dev/null)" = true ]; then
+        note "leaving the swarm an earlier run of this suite left (its node is labelled stoker.test)"
+        docker swarm leave --force > /dev/null 2>&1 || die "could not leave the swarm an earlier run left"
+        state=$(docker info --format '{{.Swarm.LocalNodeState}}')
+    fi
+    [ "$state" = inactive ] || skip "this Docker engine is already in a swarm ($state); the test makes its own"
+    note "docker swarm init --advertise-addr 127.0.0.1"
+    docker swarm init --advertise-addr 127.0.0.1 > "$CT_TMP/swarm.log" 2>&1 ||
+        skip "Swarm cannot run here: $(cat "$CT_TMP/swarm.log")"
+    on_exit "docker swarm leave --force"
+    CT_SWARM_NODE=$(docker info --format '{{.Swarm.NodeID}}')
+    docker node update --label-add stoker.test=true --label-add stoker.gpu=true \
+        --label-add stoker.cpu=true "$CT_SWARM_NODE" > /dev/null || die "could not label the node"
+}
+
 containers_end() {
     note "$CT_NAME: $CT_FAILURES failure(s)"
     [ "$CT_FAILURES" -eq 0 ] || exit 1

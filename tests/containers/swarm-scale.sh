@@ -19,8 +19,7 @@
 containers_begin swarm-scale
 command -v openssl > /dev/null 2>&1 || skip "openssl is not installed (scripts/deps.sh installs it)"
 [ -n "${STOKER_LIB:-}" ] && [ -f "$STOKER_LIB" ] || skip "STOKER_LIB (libstoker.so for the host trainer) is not set: run it through meson test"
-state=$(docker info --format '{{.Swarm.LocalNodeState}}')
-[ "$state" = inactive ] || skip "this Docker engine is already in a swarm ($state); the test makes its own"
+swarm_begin
 stoker_images
 
 S=stokerscale$$
@@ -69,9 +68,6 @@ mkdir -p "$STOKER_SECRETS"
             -extfile broker.ext -out broker.crt
 ) > "$CT_TMP/openssl.log" 2>&1 || die "openssl: $(tail -n 5 "$CT_TMP/openssl.log")"
 
-note "docker swarm init --advertise-addr 127.0.0.1"
-docker swarm init --advertise-addr 127.0.0.1 > "$CT_TMP/swarm.log" 2>&1 || skip "Swarm cannot run here: $(cat "$CT_TMP/swarm.log")"
-on_exit "docker swarm leave --force"
 on_exit "docker volume rm -f $STOKER_OUT_VOLUME"
 on_exit "docker stack rm $S; wait_until 60 stack_gone"
 # On failure, what a reader needs to know why: each service's tasks (a restart shows as a
@@ -94,9 +90,6 @@ failure_context() {
     } >&3 2>&1
 }
 on_exit failure_context
-node=$(docker info --format '{{.Swarm.NodeID}}')
-docker node update --label-add stoker.gpu=true --label-add stoker.cpu=true "$node" > /dev/null ||
-    die "could not label the node"
 
 stack_gone() {
     [ -z "$(docker ps -aq --filter "label=com.docker.stack.namespace=$S")$(docker service ls -q --filter "label=com.docker.stack.namespace=$S")$(docker network ls -q --filter "label=com.docker.stack.namespace=$S")" ]

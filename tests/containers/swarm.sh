@@ -9,8 +9,7 @@
 . "$(dirname "$0")/lib.sh"
 containers_begin swarm
 command -v openssl > /dev/null 2>&1 || skip "openssl is not installed (scripts/deps.sh installs it)"
-state=$(docker info --format '{{.Swarm.LocalNodeState}}')
-[ "$state" = inactive ] || skip "this Docker engine is already in a swarm ($state); the test makes its own"
+swarm_begin
 stoker_images
 
 S=stokerswarm$$
@@ -33,14 +32,8 @@ mkdir -p "$STOKER_SECRETS"
             -extfile broker.ext -out broker.crt
 ) > "$CT_TMP/openssl.log" 2>&1 || die "openssl: $(tail -n 5 "$CT_TMP/openssl.log")"
 
-note "docker swarm init --advertise-addr 127.0.0.1"
-docker swarm init --advertise-addr 127.0.0.1 > "$CT_TMP/swarm.log" 2>&1 || die "swarm init: $(cat "$CT_TMP/swarm.log")"
-on_exit "docker swarm leave --force"
 on_exit "docker volume rm -f $STOKER_OUT_VOLUME"
 on_exit "docker stack rm $S; wait_until 60 stack_gone"
-node=$(docker info --format '{{.Swarm.NodeID}}')
-docker node update --label-add stoker.gpu=true --label-add stoker.cpu=true "$node" > /dev/null ||
-    die "could not label the node"
 
 stack_things() {
     docker ps -aq --filter "label=com.docker.stack.namespace=$S"
