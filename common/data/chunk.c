@@ -68,27 +68,10 @@ stoker_chunk_at(const stoker_chunk *c, uint32_t field, uint32_t example)
     return c->data[field] + (size_t)example * stoker_field_bytes(&c->schema.fields[field]);
 }
 
-// Little-endian on the wire: one load where the host is too (the broker reads two offsets
-// per candidate of every plan of a batch made by tokens).
-static uint64_t
-read_u64(const uint8_t *p)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-#else
-    uint64_t v = 0;
-    for (int k = 7; k >= 0; k--)
-        v = v << 8 | p[k];
-    return v;
-#endif
-}
-
 uint64_t
 stoker_chunk_var_offset(const stoker_chunk *c, uint32_t field, uint32_t i)
 {
-    return read_u64((const uint8_t *)c->offsets[field] + (size_t)i * 8);
+    return stoker_le64((const uint8_t *)c->offsets[field] + (size_t)i * 8);
 }
 
 const void *
@@ -250,13 +233,13 @@ stoker_chunk_check_offsets(const stoker_field *f, const uint8_t *offsets, uint32
 {
     uint64_t row_bytes = stoker_field_row_bytes(f);
     uint64_t rows_max = values_bytes / row_bytes; // no offset may point past the values
-    uint64_t prev = read_u64(offsets);
+    uint64_t prev = stoker_le64(offsets);
     if (prev != 0)
         return stoker_errorf(err, err_len, STOKER_INVALID,
                              "field '%s': offsets start at %llu, not 0", f->name,
                              (unsigned long long)prev);
     for (uint32_t i = 0; i < count; i++) {
-        uint64_t next = read_u64(offsets + (size_t)(i + 1) * 8);
+        uint64_t next = stoker_le64(offsets + (size_t)(i + 1) * 8);
         if (next < prev)
             return stoker_errorf(err, err_len, STOKER_INVALID,
                                  "field '%s': offsets of example %u decrease (%llu after %llu)",

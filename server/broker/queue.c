@@ -248,23 +248,6 @@ queue_cursor_init(const queue *q, queue_cursor *c)
     c->offsets = NULL;
 }
 
-// A chunk's offsets are little-endian u64s (stoker_chunk_var_offset): read in place here, one
-// per example, as a plan walks thousands of candidates for every batch.
-static uint64_t
-offset_at(const uint8_t *p)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-#else
-    uint64_t v = 0;
-    for (int k = 7; k >= 0; k--)
-        v = v << 8 | p[k];
-    return v;
-#endif
-}
-
 int
 queue_cursor_next(queue_cursor *c, int field, uint64_t *seq, uint64_t *len)
 {
@@ -282,9 +265,9 @@ queue_cursor_next(queue_cursor *c, int field, uint64_t *seq, uint64_t *len)
         if (c->offsets == NULL) {
             c->offsets =
                 (const uint8_t *)r->block->req->chunk.offsets[field] + (size_t)r->first * 8;
-            c->at = offset_at(c->offsets);
+            c->at = stoker_le64(c->offsets);
         }
-        uint64_t end = offset_at(c->offsets + (size_t)(c->i + 1) * 8);
+        uint64_t end = stoker_le64(c->offsets + (size_t)(c->i + 1) * 8);
         *len = end - c->at;
         c->at = end;
     }

@@ -9,6 +9,7 @@
 #define STOKER_CHUNK_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "stoker/schema.h"
 
@@ -55,6 +56,23 @@ int stoker_chunk_append(stoker_chunk *dst, const stoker_chunk *src, uint32_t src
 
 // Offset i (0 <= i <= count) of variable field f, read safely wherever the offsets lie.
 uint64_t stoker_chunk_var_offset(const stoker_chunk *chunk, uint32_t field, uint32_t i);
+// The little-endian u64 at p, aligned or not (offsets are stored so): one load where the host is
+// little-endian too. Walks over many offsets (the broker's plans) read them in place with it.
+static inline uint64_t
+stoker_le64(const void *p)
+{
+    const uint8_t *b = (const uint8_t *)p;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, b, sizeof v);
+    return v;
+#else
+    uint64_t v = 0;
+    for (int k = 7; k >= 0; k--)
+        v = v << 8 | b[k];
+    return v;
+#endif
+}
 // Example i's value of variable field f: its first byte, and its length in rows (*rows).
 const void *stoker_chunk_var_value(const stoker_chunk *chunk, uint32_t field, uint32_t example,
                                    uint64_t *rows);
