@@ -55,16 +55,16 @@ for t in tests.values():
     else:
         failed += 1
     if result not in ("OK", "SKIP", "EXPECTEDFAIL"):
-        failures.append((f"{t.get('name')}: {result}", out))
+        failures.append((t.get("name"), result, out))
 for line in skips:
     print("skipped:", line)
-for name, out in failures:
+for name, _, out in failures:
     # The end of what a failed test printed: the run's own log may be gone with its machine.
     tail = [l for l in out.splitlines() if l.strip()][-40:]
-    print(f"--- the last {len(tail)} lines {name.split(':')[0]} printed ---")
+    print(f"--- the last {len(tail)} lines {name} printed ---")
     for line in tail:
         print("   ", line[:400])
-for name, _ in failures:
-    print("failed:", name)
+for name, result, _ in failures:
+    print(f"failed: {name}: {result}")
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed else 0)
