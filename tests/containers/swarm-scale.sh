@@ -95,6 +95,13 @@ stack_gone() {
     [ -z "$(docker ps -aq --filter "label=com.docker.stack.namespace=$S")$(docker service ls -q --filter "label=com.docker.stack.namespace=$S")$(docker network ls -q --filter "label=com.docker.stack.namespace=$S")" ]
 }
 task_container() { docker ps -q --filter "label=com.docker.swarm.service.name=${S}_$1" | head -n 1; }
+# Whether the running controller's log has a line matching $1. Read whole into a file first:
+# under pipefail, `docker logs | grep -q` fails when grep stops reading at its match and docker
+# logs, still writing, dies of the closed pipe.
+scale_log_has() {
+    docker logs "$(task_container scale)" > "$CT_TMP/scale.log" 2>&1
+    grep -q "$1" "$CT_TMP/scale.log"
+}
 replicas() { docker service inspect --format '{{.Spec.Mode.Replicated.Replicas}}' "${S}_producer"; }
 near() { local r; r=$(replicas) && [ "$r" -ge $(($1 - 1)) ] && [ "$r" -le $(($1 + 1)) ]; }
 status() {
@@ -223,7 +230,7 @@ docker kill "$old" > /dev/null || fail "could not kill the controller's containe
 check "the replicas stay at $before with the controller gone" [ "$(replicas)" = "$before" ]
 restarted() { local c; c=$(task_container scale) && [ -n "$c" ] && [ "$c" != "$old" ]; }
 check "swarm restarts the controller" wait_until 60 restarted
-picked() { docker logs "$(task_container scale)" 2>&1 | grep -q "service '${S}_producer' stands at $before replicas"; }
+picked() { scale_log_has "service '${S}_producer' stands at $before replicas"; }
 check "the restarted controller reads the $before replicas the service has" wait_until 30 picked
 sleep 15
 check "and goes on from there: $(replicas) producers (within one of $NEED_HALF), not back to 1" near "$NEED_HALF"
@@ -270,7 +277,7 @@ else
 fi
 kill -0 $trainer 2> /dev/null || fail "the trainer died with the broker: $(tail -n 5 "$CT_TMP/trainer.log")"
 check "the controller saw the broker restart and held (its broker-restarted line)" \
-    eval 'docker logs "$(task_container scale)" 2>&1 | grep -q "broker-restarted: .* the pools hold"'
+    scale_log_has "broker-restarted: .* the pools hold"
 # Read for 40 s more: past the --down-window (30 s) after the restart in which the controller
 # takes no step down, so a step it takes on the new broker's readings shows here.
 after=()
