@@ -1,10 +1,12 @@
 // stoker-broker: parses the option table, starts the server, waits for SIGINT/SIGTERM, stops
 // cleanly.
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 #include "stoker/cli.h"
@@ -16,6 +18,23 @@
 #include "stoker/tls.h"
 
 static volatile sig_atomic_t stop_signal;
+
+// The longest a stop may take. nng 1.5.2's close of the socket once did not return (the main
+// thread in nng_close, every nng thread idle, after the stop signal came as a producer was
+// killed): a broker told to stop then lived on until killed. Past this, it says so and exits.
+#define STOP_WATCH_MS 20000
+
+static void *
+stop_watch(void *arg)
+{
+    (void)arg;
+    stoker_sleep_ms(STOP_WATCH_MS, NULL);
+    stoker_error("stopping took more than %d s (closing the sockets did not finish): exiting "
+                 "without a clean close",
+                 STOP_WATCH_MS / 1000);
+    _exit(1);
+    return NULL;
+}
 
 static void
 on_signal(int sig)
@@ -289,6 +308,9 @@ main(int argc, char **argv)
     while (!stop_signal)
         stoker_sleep_ms(50, NULL);
     stoker_info("stopping: %s", stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    pthread_t watch;
+    if (pthread_create(&watch, NULL, stop_watch, NULL) == 0)
+        pthread_detach(watch);
     server_stop(srv);
     stoker_info("stopped");
     return 0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ahead.h"
 #include "arena.h"
 #include "group.h"
 #include "internal.h"
@@ -131,6 +132,7 @@ broker_destroy(broker *b, broker_outbox *out)
         free(t);
     }
     group_destroy_all(b, out);
+    ahead_free(b);
     free(b->reported);
     free(b->producers);
     free(b->trainers);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ahead.h"
 #include "budget.h"
 #include "internal.h"
 #include "stoker/batching.h"
@@ -247,20 +248,37 @@ key_len(uint64_t key)
 // producer keeps what it pushed until it is trained, by default twice its queue's depth, and
 // stops making more when that is full (common/client/retention.h), so it must not wait on
 // a sequence held back here.
-static int
-overdue(const broker *b, const candidate *c, uint32_t n, uint64_t reserve)
+// How old (in the producer's seqs made since) the head of a queue may grow before it goes in
+// the next batch.
+static uint64_t
+overdue_age(const broker *b, uint64_t reserve)
 {
     uint64_t alive = producers_alive(b);
     uint64_t limit = BUCKET_AGE_RESERVES * reserve / (alive > 0 ? alive : 1);
-    if (limit > b->queue_depth)
-        limit = b->queue_depth;
+    return limit < b->queue_depth ? limit : b->queue_depth;
+}
+
+static uint64_t
+age_of(const producer *p, uint64_t seq)
+{
+    return p->next_seq > seq ? p->next_seq - seq - 1 : 0;
+}
+
+// The candidate not taken yet that has waited too long (see BUCKET_AGE_RESERVES), or -1: the
+// oldest of a producer that has made more than its share of the limit since (the broker's
+// arrivals meanwhile, roughly, are that times the producers alive), or more than its queue's
+// depth: a producer keeps what it pushed until it is trained, by default twice its queue's
+// depth, and stops making more when that is full (common/client/retention.h), so it must not
+// wait on a sequence held back here. A batch planned ahead is made later: its candidates
+// older by `later` seqs of each producer by then.
+static int
+overdue(const broker *b, const candidate *c, uint32_t n, uint64_t reserve, uint64_t later)
+{
     int worst = -1;
-    uint64_t worst_age = limit;
-    // The window's first round holds every queue's head: the oldest of each producer.
-    for (uint32_t i = 0; i < n && i < b->n_producers; i++) {
-        const producer *p = b->producers[c[i].producer];
-        uint64_t age = p->next_seq > c[i].seq ? p->next_seq - c[i].seq - 1 : 0;
-        if (age > worst_age) {
+    uint64_t worst_age = overdue_age(b, reserve);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t age = age_of(b->producers[c[i].producer], c[i].seq) + later;
+        if (!c[i].taken && age > worst_age) {
             worst = (int)i;
             worst_age = age;
         }
@@ -290,34 +308,15 @@ index_order(const void *pa, const void *pb)
     return a < b ? -1 : a > b;
 }
 
-static void
-plan_buckets(budget_plan *plan, const broker *b, candidate *c, uint32_t n, uint32_t max,
-             uint64_t budget, uint64_t reserve)
+// The best run of keys[lo_s..hi_s) as starts (full before not, then the least padding; a run
+// that is not full ends at the top of the lengths: among those the longest, all of the window
+// when it holds less than a batch: the supply ending, a pull's wait over), in [*s_out, *e_out).
+// With must >= 0 (the overdue one, sorted at hi_s - 1), only runs that hold it. Returns whether
+// it is full.
+static int
+best_run(const uint64_t *keys, uint32_t n, uint32_t lo, uint32_t hi, int must, uint32_t max,
+         uint64_t budget, uint32_t *s_out, uint32_t *e_out)
 {
-    if (n == 0 || max == 0)
-        return;
-    uint64_t *keys = malloc(2 * n * sizeof(*keys)); // (2, n): the keys, the sort's scratch
-    uint32_t *take = malloc(n * sizeof(*take));
-    if (keys == NULL || take == NULL) {
-        free(keys);
-        free(take);
-        return;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        keys[i] = length_key(c[i].len, i);
-    sort_keys(keys, keys + n, n);
-    int must = overdue(b, c, n, reserve);
-    uint32_t lo = 0, hi = n; // the runs' starts considered
-    if (must >= 0) {
-        uint32_t at = 0;
-        while ((keys[at] & 0xffff) != (uint32_t)must)
-            at++;
-        lo = at + 1 > max ? at + 1 - max : 0;
-        hi = at + 1;
-    }
-    // The best run: full before not, then the least padding. A run that is not full ends at the
-    // top of the lengths: among those the longest (all of the window when it holds less than a
-    // batch: the supply ending, a pull's wait over).
     uint32_t best_s = lo, best_e = lo;
     int best_full = -1;
     double best_frac = 0.0;
@@ -328,7 +327,7 @@ plan_buckets(budget_plan *plan, const broker *b, candidate *c, uint32_t n, uint3
         uint32_t e2 = run_end(keys, n, s, e, max, budget, &full);
         for (; e < e2; e++)
             sum += key_len(keys[e]);
-        if (must < 0 || e > hi - 1) { // a forced run holds the overdue one (sorted at hi - 1)
+        if (must < 0 || e > hi - 1) {
             uint64_t slots = (uint64_t)(e - s) * key_len(keys[e - 1]), pad = slots - sum;
             double frac = slots > 0 ? (double)pad / (double)slots : 0.0;
             int better = full ? frac < best_frac : e - s > best_e - best_s;
@@ -338,17 +337,62 @@ plan_buckets(budget_plan *plan, const broker *b, candidate *c, uint32_t n, uint3
         }
         sum -= key_len(keys[s]);
     }
-    // The batch in arrival order.
-    uint32_t k = 0;
-    for (uint32_t i = best_s; i < best_e; i++)
-        take[k++] = (uint32_t)(keys[i] & 0xffff);
-    qsort(take, k, sizeof(*take), index_order);
-    for (uint32_t i = 0; i < k; i++)
-        if (add_pick(plan, &c[take[i]]) != 0)
-            break;
-    plan->full = best_full > 0;
+    *s_out = best_s;
+    *e_out = best_e;
+    return best_full > 0;
+}
+
+// Buckets: up to n_plans batches (at least 1), each the best run of what the ones before left,
+// in plans[0 ..); the second on only while the runs are full. Returns how many were planned.
+static uint32_t
+plan_buckets(budget_plan *plans, uint32_t n_plans, const broker *b, candidate *c, uint32_t n,
+             uint32_t max, uint64_t budget, uint64_t reserve)
+{
+    if (n == 0 || max == 0)
+        return 0;
+    uint64_t *keys = malloc(2 * n * sizeof(*keys)); // (2, n): the keys, the sort's scratch
+    uint32_t *take = malloc(n * sizeof(*take));
+    if (keys == NULL || take == NULL) {
+        free(keys);
+        free(take);
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        keys[i] = length_key(c[i].len, i);
+    sort_keys(keys, keys + n, n);
+    uint64_t alive = producers_alive(b), n_all = n;
+    uint32_t made = 0;
+    while (made < n_plans && n > 0) {
+        int must = overdue(b, c, n_all, reserve, made * (uint64_t)max / (alive > 0 ? alive : 1));
+        uint32_t lo = 0, hi = n; // the runs' starts considered
+        if (must >= 0) {
+            uint32_t at = 0;
+            while ((keys[at] & 0xffff) != (uint32_t)must)
+                at++;
+            lo = at + 1 > max ? at + 1 - max : 0;
+            hi = at + 1;
+        }
+        uint32_t s, e;
+        int full = best_run(keys, n, lo, hi, must, max, budget, &s, &e);
+        if (made > 0 && !full)
+            break; // what is left waits for more to choose among
+        // The batch in arrival order.
+        uint32_t k = 0;
+        for (uint32_t i = s; i < e; i++)
+            take[k++] = (uint32_t)(keys[i] & 0xffff);
+        qsort(take, k, sizeof(*take), index_order);
+        budget_plan *plan = &plans[made++];
+        for (uint32_t i = 0; i < k && add_pick(plan, &c[take[i]]) == 0; i++)
+            c[take[i]].taken = 1;
+        plan->full = full;
+        if (plan->n < k)
+            break; // out of memory: this one short, no more
+        memmove(&keys[s], &keys[e], (n - e) * sizeof(*keys));
+        n -= e - s;
+    }
     free(keys);
     free(take);
+    return made;
 }
 
 // Packed rows being filled: the budget (rows x pack tokens), and with whole the rows begun and
@@ -432,14 +476,37 @@ plan_packed(budget_plan *plan, candidate *c, uint32_t n, uint32_t max, uint32_t 
         plan->full = 1;
 }
 
+// What a plan pads: to its longest (count and budget), or the packed rows' unused tail.
+static void
+plan_padding(budget_plan *plan, const stoker_batching *bt)
+{
+    if (bt->pack > 0) {
+        uint64_t *lens = malloc(plan->n * sizeof(*lens));
+        uint64_t rows = 0;
+        if (lens != NULL) {
+            for (uint32_t i = 0; i < plan->n; i++)
+                lens[i] = plan->picks[i].len;
+            rows = stoker_pack_rows(lens, plan->n, bt->pack, bt->pack_whole != 0);
+            free(lens);
+        }
+        plan->padding = rows * bt->pack > plan->tokens ? rows * bt->pack - plan->tokens : 0;
+    } else {
+        plan->padding = (uint64_t)plan->n * plan->longest - plan->tokens;
+    }
+}
+
 int
-budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, budget_plan *plan)
+budget_plan_make(broker *b, const trainer *t, uint32_t max, uint32_t cap, budget_plan *plan)
 {
     *plan = (budget_plan){0};
     const stoker_batching *bt = &t->batching;
+    int ahead = bt->buckets && bt->pack == 0;
+    if (ahead && ahead_next(b, bt, max, cap, plan) == 0)
+        return 0;
+    ahead_drop(b); // none, or planned for another batching
     int field = stoker_schema_first_variable(&b->schema);
     uint64_t most_window = WINDOW_MAX;
-    if (bt->buckets && bt->pack == 0) {
+    if (ahead) {
         most_window = BUCKET_WINDOW_RESERVES * reserve_examples(b, bt, max);
         if (most_window > BUCKET_WINDOW_MAX)
             most_window = BUCKET_WINDOW_MAX;
@@ -454,29 +521,31 @@ budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap, 
     uint32_t most = bt->pack > 0 ? BUDGET_MAX_EXAMPLES : max;
     if (most > cap)
         most = cap;
-    if (bt->pack > 0)
-        plan_packed(plan, c, n, most, bt->pack, max, bt->pack_whole != 0);
-    else if (bt->buckets)
-        plan_buckets(plan, b, c, n, most, bt->max_tokens, reserve_examples(b, bt, max));
-    else
-        plan_budget(plan, c, n, most, bt->max_tokens);
-    free(c);
-    if (plan->n == 0)
-        return -1;
-    // What the batch pads: to its longest (count and budget), or the packed rows' unused tail.
     if (bt->pack > 0) {
-        uint64_t *lens = malloc(plan->n * sizeof(*lens));
-        uint64_t rows = 0;
-        if (lens != NULL) {
-            for (uint32_t i = 0; i < plan->n; i++)
-                lens[i] = plan->picks[i].len;
-            rows = stoker_pack_rows(lens, plan->n, bt->pack, bt->pack_whole != 0);
-            free(lens);
+        plan_packed(plan, c, n, most, bt->pack, max, bt->pack_whole != 0);
+    } else if (bt->buckets) {
+        // Ahead: as many as leave most of the window to choose among (a quarter taken).
+        uint32_t batch = (uint32_t)batch_examples(b, bt, most);
+        uint32_t n_plans = n / (4 * (batch > 0 ? batch : 1));
+        n_plans = n_plans < 1 ? 1 : n_plans > AHEAD_MAX ? AHEAD_MAX : n_plans;
+        budget_plan plans[AHEAD_MAX] = {{0}};
+        uint32_t made = plan_buckets(plans, n_plans, b, c, n, most, bt->max_tokens,
+                                     reserve_examples(b, bt, max));
+        if (made > 0) {
+            *plan = plans[0];
+            for (uint32_t i = 1; i < made; i++)
+                plan_padding(&plans[i], bt);
+            ahead_keep(b, plans, made, bt, max, cap);
         }
-        plan->padding = rows * bt->pack > plan->tokens ? rows * bt->pack - plan->tokens : 0;
     } else {
-        plan->padding = (uint64_t)plan->n * plan->longest - plan->tokens;
+        plan_budget(plan, c, n, most, bt->max_tokens);
     }
+    free(c);
+    if (plan->n == 0) {
+        budget_plan_free(plan);
+        return -1;
+    }
+    plan_padding(plan, bt);
     return 0;
 }
 

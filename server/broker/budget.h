@@ -29,9 +29,11 @@ typedef struct budget_plan {
 // examples, or with pack= max rows (and at most BUDGET_MAX_EXAMPLES examples), and never more
 // than cap examples (a group's short step shares what is left among its ranks); takes nothing.
 // -1 when nothing can be planned (nothing queued, out of memory).
-int budget_plan_make(const broker *b, const trainer *t, uint32_t max, uint32_t cap,
-                     budget_plan *plan);
+// With buckets a plan may come from batches planned ahead (ahead.h): the caller takes its
+// picks by seq, then calls ahead_taken.
+int budget_plan_make(broker *b, const trainer *t, uint32_t max, uint32_t cap, budget_plan *plan);
 void budget_plan_free(budget_plan *plan);
+
 // Tokens queued in all queues (rows of the schema's length field).
 uint64_t budget_queued_tokens(const broker *b);
 // Nonzero when the queues hold enough for world full batches made as batching says (max as for

@@ -189,7 +189,8 @@ struct broker {
 
     producer **producers;
     uint32_t n_producers;
-    uint32_t rr; // round-robin cursor into producers
+    uint32_t rr;                // round-robin cursor into producers
+    struct budget_ahead *ahead; // batches by tokens planned ahead (ahead.c), or NULL
     uint32_t next_producer_id;
     trainer **trainers;
     uint32_t n_trainers;

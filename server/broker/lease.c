@@ -12,6 +12,7 @@
 
 #include <nng/nng.h>
 
+#include "ahead.h"
 #include "arena.h"
 #include "budget.h"
 #include "internal.h"
@@ -305,6 +306,7 @@ take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
     }
     b->rr = (plan.picks[0].producer + 1) % b->n_producers;
     budget_plan_free(&plan);
+    ahead_taken(b);
     return lease_made(b, t, l);
 }
 

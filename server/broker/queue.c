@@ -16,14 +16,24 @@ struct qblock {
 };
 
 struct qnode {
-    qnode *next;
+    qnode *next, *prev;
     queue_range range;
 };
+
+// The stamps of queue.changes, one counter for every queue of the process.
+static _Atomic uint64_t change_stamps;
+
+static void
+changed(queue *q)
+{
+    q->changes = atomic_fetch_add_explicit(&change_stamps, 1, memory_order_relaxed) + 1;
+}
 
 void
 queue_init(queue *q, const stoker_schema *schema)
 {
     memset(q, 0, sizeof(*q));
+    changed(q);
     q->schema = schema;
     q->length_field = schema != NULL ? stoker_schema_first_variable(schema) : -1;
 }
@@ -55,8 +65,9 @@ queue_fini(queue *q)
         free(n);
         n = next;
     }
-    q->head = q->tail = q->hint = q->hint_prev = NULL;
+    q->head = q->tail = q->hint = NULL;
     q->examples = q->bytes = q->tokens = 0;
+    changed(q);
 }
 
 uint64_t
@@ -96,6 +107,7 @@ account(queue *q, const queue_range *r, int sign)
 static void
 link_tail(queue *q, qnode *node)
 {
+    node->prev = q->tail;
     if (q->tail != NULL)
         q->tail->next = node;
     else
@@ -164,29 +176,57 @@ queue_take(queue *q, uint32_t max, queue_range *out)
     return q->head != NULL ? queue_take_seq(q, q->head->range.first_seq, max, out) : 0;
 }
 
+static bool
+holds_seq(const qnode *node, uint64_t seq)
+{
+    return seq >= node->range.first_seq && seq < node->range.first_seq + node->range.count;
+}
+
+// The node holding seq, or NULL. From the hint, where the last take left off, forward for a
+// later seq, and for an earlier one back from there or forward from the head, whichever is
+// nearer in seqs (the list is in seq order but for ranges put back at the head, which are older
+// than what follows them or not): a queue that batches taken from its middle split into
+// hundreds of nodes was walked from its head for every pick of a plan, and a plan's first pick
+// is often its queue's head (budget.c, overdue). Else the whole list from the head.
+static qnode *
+find_seq(const queue *q, uint64_t seq)
+{
+    qnode *node = q->hint;
+    if (node != NULL && seq >= node->range.first_seq) {
+        for (; node != NULL; node = node->next)
+            if (holds_seq(node, seq))
+                return node;
+    } else if (node != NULL && seq > q->head->range.first_seq &&
+               seq - q->head->range.first_seq > node->range.first_seq - seq) {
+        for (node = node->prev; node != NULL; node = node->prev)
+            if (holds_seq(node, seq))
+                return node;
+    }
+    for (node = q->head; node != NULL; node = node->next)
+        if (holds_seq(node, seq))
+            return node;
+    return NULL;
+}
+
+// Unlinks node from the list.
+static void
+unlink_node(queue *q, qnode *node)
+{
+    if (node->prev != NULL)
+        node->prev->next = node->next;
+    else
+        q->head = node->next;
+    if (node->next != NULL)
+        node->next->prev = node->prev;
+    else
+        q->tail = node->prev;
+}
+
 uint32_t
 queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
 {
-    qnode *prev = NULL, *node = q->head;
-    bool from_hint = q->hint != NULL && seq >= q->hint->range.first_seq;
-    if (from_hint) {
-        prev = q->hint_prev;
-        node = q->hint;
-    }
+    qnode *node = find_seq(q, seq);
     q->hint = NULL; // set again below where the take leaves a node to go on from
-    for (;;) {
-        while (node != NULL &&
-               !(seq >= node->range.first_seq && seq < node->range.first_seq + node->range.count)) {
-            prev = node;
-            node = node->next;
-        }
-        if (node != NULL || !from_hint)
-            break;
-        // Not after the hint (a range put back at the head is older than what follows it).
-        from_hint = false;
-        prev = NULL;
-        node = q->head;
-    }
     if (node == NULL || max == 0)
         return 0;
     queue_range *r = &node->range;
@@ -196,14 +236,8 @@ queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
     if (at == 0) {
         // The node's head: it keeps what follows (or goes, taken whole: its reference moves).
         if (n == r->count) {
-            if (prev != NULL)
-                prev->next = node->next;
-            else
-                q->head = node->next;
-            if (q->tail == node)
-                q->tail = prev;
-            q->hint = node->next;
-            q->hint_prev = prev;
+            unlink_node(q, node);
+            q->hint = node->next != NULL ? node->next : node->prev;
             free(node);
         } else {
             atomic_fetch_add(&r->block->refs, 1);
@@ -211,13 +245,11 @@ queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
             r->count -= n;
             r->first_seq += n;
             q->hint = node;
-            q->hint_prev = prev;
         }
     } else if (at + n == r->count) {
         atomic_fetch_add(&r->block->refs, 1); // the node keeps its head
         r->count = at;
         q->hint = node;
-        q->hint_prev = prev;
     } else {
         // From the middle: the node keeps its head, a new node after it the tail.
         qnode *tail = calloc(1, sizeof(*tail));
@@ -229,13 +261,16 @@ queue_take_seq(queue *q, uint64_t seq, uint32_t max, queue_range *out)
                                     .count = r->count - at - n,
                                     .first_seq = seq + n};
         tail->next = node->next;
+        tail->prev = node;
+        if (node->next != NULL)
+            node->next->prev = tail;
         node->next = tail;
         if (q->tail == node)
             q->tail = tail;
         r->count = at;
         q->hint = tail;
-        q->hint_prev = node;
     }
+    changed(q);
     account(q, out, -1);
     return n;
 }
@@ -289,8 +324,10 @@ queue_put_back(queue *q, const queue_range *r)
         return STOKER_NOMEM;
     node->range = *r;
     node->next = q->head;
+    if (q->head != NULL)
+        q->head->prev = node;
     q->head = node;
-    q->hint = NULL; // its predecessor may have been the head
+    changed(q);
     if (q->tail == NULL)
         q->tail = node;
     account(q, r, +1);

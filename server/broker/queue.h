@@ -26,10 +26,12 @@ typedef struct queue {
     const stoker_schema *schema; // borrowed from the broker
     int length_field; // the schema's first variable field, whose rows are tokens (-1: none)
     qnode *head, *tail;
-    // Where the last queue_take_seq left off (hint in the list, hint_prev before it, NULL: the
-    // head): a plan's picks come in seq order, and a queue that batches taken from its middle
-    // split into thousands of nodes was walked from its head for every one of them.
-    qnode *hint, *hint_prev;
+    // Where the last queue_take_seq left off (NULL: the head), the next one's search starts from
+    // (queue.c, find_seq).
+    qnode *hint;
+    // Stamp of its last change other than an append (a take, a put-back, a reset; unique across
+    // queues): batches planned ahead from it (budget.c) hold while it stays the same.
+    uint64_t changes;
     uint64_t examples;
     uint64_t bytes;  // real bytes of the examples held (queue_range_bytes)
     uint64_t tokens; // their rows of the schema's length field (queue_range_tokens; 0: none)

@@ -264,3 +264,84 @@ Test(queue, take_seq_from_the_middle_in_any_order_finds_every_example_once)
     for (size_t i = 0; i < n; i++)
         queue_range_release(&taken[i]);
 }
+
+// Takes by seq in a seeded random order, runs of 1 to 3, with put-backs among them, against a
+// model of which seqs are queued: every take finds exactly what the model says (searching
+// forward and back from where the last one left off), the queue's cursor then walks exactly the
+// model's seqs (the list's links hold both ways), and every take and put-back changes the
+// queue's stamp while appends do not (budget.c's plans ahead rely on it).
+Test(queue, random_takes_and_put_backs_match_a_model)
+{
+    enum { N = 400 };
+    for (uint64_t s = 0; s < N; s += 20)
+        append(s, 20, 0);
+    uint8_t queued[N];
+    memset(queued, 1, sizeof queued);
+    queue_range held[N];
+    uint32_t n_held = 0;
+    uint64_t rng = 12345, changes = q.changes;
+    for (int step = 0; step < 3000; step++) {
+        rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+        uint64_t seq = (rng >> 33) % N;
+        uint32_t want = (uint32_t)((rng >> 20) % 3) + 1;
+        if ((rng >> 40) % 7 == 0 && n_held > 0) {
+            queue_range r = held[--n_held];
+            cr_assert_eq(queue_put_back(&q, &r), STOKER_OK);
+            for (uint32_t i = 0; i < r.count; i++)
+                queued[r.first_seq + i] = 1;
+            cr_assert_neq(q.changes, changes, "a put-back changes the stamp");
+            changes = q.changes;
+            continue;
+        }
+        queue_range r;
+        uint32_t got = queue_take_seq(&q, seq, want, &r);
+        if (!queued[seq]) {
+            cr_assert_eq(got, 0, "step %d: seq %llu is not queued", step, (unsigned long long)seq);
+            continue;
+        }
+        cr_assert_geq(got, 1, "step %d: seq %llu is queued", step, (unsigned long long)seq);
+        cr_assert_eq(r.first_seq, seq);
+        for (uint32_t i = 0; i < got; i++) {
+            cr_assert(queued[seq + i], "step %d: seq %llu taken twice", step,
+                      (unsigned long long)(seq + i));
+            queued[seq + i] = 0;
+        }
+        cr_assert_neq(q.changes, changes, "a take changes the stamp");
+        changes = q.changes;
+        if (n_held < N)
+            held[n_held++] = r;
+        else
+            queue_range_release(&r);
+    }
+    append(N, 5, 0);
+    cr_assert_eq(q.changes, changes, "an append leaves the stamp");
+    uint64_t model = 5;
+    for (uint32_t i = 0; i < N; i++)
+        model += queued[i];
+    cr_assert_eq(q.examples, model);
+    queue_cursor c;
+    queue_cursor_init(&q, &c);
+    uint64_t seq, len, walked = 0;
+    uint8_t seen[N + 5] = {0};
+    while (queue_cursor_next(&c, -1, &seq, &len)) {
+        cr_assert_lt(seq, N + 5);
+        cr_assert(seq >= N || queued[seq], "seq %llu walked but not queued",
+                  (unsigned long long)seq);
+        cr_assert(!seen[seq], "seq %llu walked twice", (unsigned long long)seq);
+        seen[seq] = 1;
+        walked++;
+    }
+    cr_assert_eq(walked, model);
+    // Taken back to front, each found by searching back from the last take.
+    for (uint64_t s = N + 5; s-- > 0;) {
+        queue_range r;
+        if (seen[s]) {
+            cr_assert_eq(queue_take_seq(&q, s, 1, &r), 1, "seq %llu", (unsigned long long)s);
+            queue_range_release(&r);
+        }
+    }
+    cr_assert_eq(q.examples, 0);
+    cr_assert_eq(queue_tail(&q), NULL);
+    for (uint32_t i = 0; i < n_held; i++)
+        queue_range_release(&held[i]);
+}

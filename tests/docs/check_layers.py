@@ -46,7 +46,7 @@ SERVER_FLOORS = [
     ["net/drawer", "net/arena_books"],
     ["net/arena"],
     ["broker/core", "broker/queue", "broker/trained"],
-    ["broker/commit", "broker/budget", "broker/epoch", "broker/autoscale", "broker/queues",
+    ["broker/commit", "broker/budget", "broker/ahead", "broker/epoch", "broker/autoscale", "broker/queues",
      "broker/mix", "broker/jobs"],
     ["broker/lease", "broker/group_mix"],
     ["broker/group", "broker/group_commit", "broker/drop"],

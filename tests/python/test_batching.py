@@ -162,6 +162,72 @@ def check_packed(batches, row, rows, whole):
             assert next_fit_rows(lengths, row) <= rows, (lengths, row, rows)
 
 
+def test_consumers_with_buckets_beside_others_get_every_sequence_once():
+    # With buckets the broker plans several batches from one sorted window and serves them to
+    # the next pulls while nothing but appends changed the queues (server/broker/budget.c,
+    # "planned ahead"). Two consumers with buckets (one by count, one by a budget: other
+    # batchings), a third by count and a fourth with buckets that leaves holding three batches
+    # unreleased (put back at its goodbye, redelivered) take from the same queues at once: each
+    # take of one makes the others' plans stale, and every sequence must still come once.
+    n, producers = 4000, 2
+    with Cluster() as c:
+        ps = start(c, n, lengths="lognormal:200:2048", producers=producers)
+        seen, errors, lock = {}, [], threading.Lock()
+        pads = {}
+
+        def quit_holding(k=3):
+            try:
+                with stoker.Client(c.url, stall_timeout=10, buckets=True) as client:
+                    held = [client.next_batch(32) for _ in range(k)]
+                    assert all(len(b.identities()[0]) > 0 for b in held)
+            except Exception as e:  # noqa: BLE001
+                errors.append(("quitter", e))
+
+        def consume(name, kw, batch_size):
+            try:
+                with stoker.Client(c.url, stall_timeout=10, **kw) as client:
+                    real = slots = 0
+                    try:
+                        while True:
+                            b = client.next_batch(batch_size)
+                            lengths = b["tokens"].lengths
+                            lengths = [int(x) for x in (lengths() if callable(lengths)
+                                                        else lengths)]
+                            real += sum(lengths)
+                            slots += len(lengths) * max(lengths)
+                            with lock:
+                                for key in zip(*b.identities()):
+                                    key = (int(key[0]), int(key[1]))
+                                    assert key not in seen, "%r delivered to %s and %s" % (
+                                        key, seen[key], name)
+                                    seen[key] = name
+                            b.release()
+                    except stoker.SupplyEnded:
+                        pass
+                    pads[name] = 1 - real / slots if slots else 0.0
+            except Exception as e:  # noqa: BLE001
+                errors.append((name, e))
+
+        ts = [threading.Thread(target=consume, args=a) for a in (
+            ("buckets", {"buckets": True}, 32),
+            ("budget+buckets", {"buckets": True, "max_tokens": 8192}, None),
+            ("count", {}, 16))] + [threading.Thread(target=quit_holding)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not errors, errors
+        for p in ps:
+            _, err = p.communicate(timeout=10)
+            assert p.returncode == 0, err
+        st = stoker.status(c.url)
+    assert len(seen) == n * producers, len(seen)
+    assert st["counters"]["produced"] == st["counters"]["acknowledged"] == n * producers, st
+    assert {"buckets", "budget+buckets", "count"} <= set(seen.values()), set(seen.values())
+    print("padding:", pads)
+    assert pads["buckets"] < 0.15, pads
+
+
 def test_packed_rows_are_full():
     row, rows = 256, 4
     with Cluster() as c:

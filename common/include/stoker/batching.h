@@ -16,8 +16,8 @@ typedef struct stoker_batching {
     // the batch, what a padded batch costs the GPU), and at most batch_size of them. A sequence
     // longer than the budget alone is never dropped: it comes alone, in a batch of one. 0: none.
     uint32_t max_tokens;
-    // Length buckets (nonzero): each batch holds the oldest waiting sequence and the ones nearest
-    // its length among what the broker's queues hold, so padding stays small.
+    // Length buckets (nonzero): each batch holds a run of near-equal lengths chosen among a
+    // reserve of several batches' worth the broker keeps queued, so padding stays small.
     uint32_t buckets;
     // Packed rows of pack tokens each (0: not packed): batch_size counts rows, the batch holds
     // whole sequences of at most batch_size x pack tokens in all, chosen to fill them.
