@@ -311,6 +311,28 @@ def _schedule_args(names, schedule, blend):
     return ";".join(points), blend or "step"
 
 
+def _weights_at(names, first, points, blend, step):
+    """The weights (as shares when blended) for batch number step of a mixture whose first
+    weights are first and whose schedule is points [(step, {pool: weight})]: libstoker's rule
+    (stoker_mix_weights_at)."""
+    k = sum(1 for at, _ in points if at <= step)
+    w0, at0 = (first, 0) if k == 0 else (points[k - 1][1], points[k - 1][0])
+    if blend != "linear" or k == len(points):
+        return {n: float(w0[n]) for n in names}
+    at1, w1 = points[k]
+    t = (step - at0) / (at1 - at0)
+    s0, s1 = sum(float(w0[n]) for n in names), sum(float(w1[n]) for n in names)
+    return {n: (1 - t) * float(w0[n]) / s0 + t * float(w1[n]) / s1 for n in names}
+
+
+def _schedule_after(names, first, points, blend, done):
+    """The schedule as a consumer resumed after done batches sees it: its batch 1 is the
+    original's done + 1, with the weights the original gives there (a blend goes on from them to
+    its next point), and every later point moved down by done."""
+    here = _weights_at(names, first, points, blend, done + 1)
+    return [(1, here)] + [(at - done, w) for at, w in points if at > done + 1]
+
+
 def _tls_args(url, tls_ca, tls_cert, tls_key, tls_insecure):
     """The TLS settings checked against url, with paths as strings (os.fspath): a tls+tcp:// URL
     verifies the broker against tls_ca unless tls_insecure; other URLs take none."""
@@ -477,14 +499,25 @@ class Batch(dict):
                     offs = memoryview(obuf).cast("B").cast("q")
                 arr = Ragged(arr, offs)
             self[name] = arr
-        self.runs = []
-        n_runs = lib.stoker_consumer_batch_n_runs(ptr)
-        producer, n = ctypes.c_uint32(), ctypes.c_uint32()
-        session, first = ctypes.c_uint64(), ctypes.c_uint64()
-        for r in range(n_runs):
-            lib.stoker_consumer_batch_run(ptr, r, ctypes.byref(producer), ctypes.byref(session),
-                                          ctypes.byref(first), ctypes.byref(n))
-            self.runs.append(Run(producer.value, session.value, first.value, n.value))
+        self._runs = None
+
+    @property
+    def runs(self):
+        """The batch's runs (list of Run): each a producer's consecutive examples, in example
+        order. Read on first use: a batch of sequences chosen by length (buckets) has one run per
+        example, and reading them for every batch cost a loop that never looks at them a tenth
+        of its time."""
+        if self._runs is None:
+            lib, ptr, runs = self._client._lib, self._memory.ptr, []
+            producer, n = ctypes.c_uint32(), ctypes.c_uint32()
+            session, first = ctypes.c_uint64(), ctypes.c_uint64()
+            for r in range(lib.stoker_consumer_batch_n_runs(ptr)):
+                lib.stoker_consumer_batch_run(ptr, r, ctypes.byref(producer),
+                                              ctypes.byref(session), ctypes.byref(first),
+                                              ctypes.byref(n))
+                runs.append(Run(producer.value, session.value, first.value, n.value))
+            self._runs = runs
+        return self._runs
 
     def identities(self):
         """Every example's identity, in example order: (sessions, seqs) as two uint64 numpy
@@ -606,6 +639,11 @@ class Client:
         self.job = _job_args(job)
         self.mix, self._mix_spec, self.mix_stop = _mix_args(mix, mix_stop)
         self._mix_schedule, self.mix_blend = _schedule_args(self.mix, mix_schedule, mix_blend)
+        self._mix_points = list(mix_schedule) if mix_schedule is not None else None
+        # The schedule's position: batches handed to the caller, and before them a resumed
+        # consumer's checkpoint's (state_dict()["mix"]["step"]); a schedule set_mix ended.
+        self._mix_taken = self._mix_done = 0
+        self._mix_schedule_over = False
         self._mix_now = dict(mix) if isinstance(mix, dict) else (
             {n: float(w) for n, w in (p.split("=") for p in mix.split(","))} if mix else None)
         self.max_tokens, self.buckets, self.pack, self.split = _batching_args(
@@ -786,6 +824,7 @@ class Client:
             _raise(rv, "set_mix: %s" % self._lib.stoker_consumer_error(self._handle).decode(
                 errors="replace"))
         self._mix_now = {n: weights[n] for n in self.mix}
+        self._mix_schedule_over = True
         return start.value
 
     # -- commit with checkpoints --------------------------------------------------------------
@@ -843,8 +882,14 @@ class Client:
         if self.mix is not None:
             # The mixture as it stands (set_mix included): a resumed consumer may take it or
             # other weights; each source's uncommitted examples come to it once either way.
+            # Its schedule's position: the batches trained under it, this process's and the
+            # checkpoint's it resumed from (a group's is its group_step).
+            over = self._mix_schedule_over
             state["mix"] = {"weights": dict(self._mix_now), "stop": self.mix_stop,
-                            "schedule": self._mix_schedule, "blend": self.mix_blend}
+                            "schedule": None if over else self._mix_points,
+                            "blend": None if over else self.mix_blend,
+                            "step": self.group_step if self.group is not None
+                            else self._mix_done + self._mix_taken}
         if self.job is not None:
             state["job"] = self.job
         return state
@@ -864,6 +909,19 @@ class Client:
                 return "the default job" if job is None else "job %r" % (job,)
             raise ValueError("this state_dict is of %s; this client is of %s (docs/sharing.md)"
                              % (said(state.get("job")), said(self.job)))
+        done = int((state.get("mix") or {}).get("step", 0))
+        if self.group is None and self.mix is not None:
+            self._mix_done = done
+        if self.group is None and self._mix_points and done > 0:
+            # A plain consumer's schedule goes on from the checkpoint's batch (a group's from
+            # its group_step, kept by the broker): this run's batch 1 is its batch done + 1.
+            if self._handle is not None:
+                raise ValueError("load_state_dict() of a consumer with mix_schedule= comes "
+                                 "before its first batch: the schedule's position is set when "
+                                 "it connects")
+            points = _schedule_after(self.mix, self._mix_now, self._mix_points, self.mix_blend,
+                                     done)
+            self._mix_schedule, _ = _schedule_args(self.mix, points, self.mix_blend)
         if self.group is not None and "group_step" in state:
             if self._handle is not None:
                 raise ValueError("load_state_dict() of a group's rank comes before its first "
@@ -977,6 +1035,7 @@ class Client:
         # could raise a KeyboardInterrupt; before them an interrupt leaves the batch in _out.
         memory.owned = True
         out.value = None
+        self._mix_taken += 1  # no call in these three lines: an interrupt comes before or after
         return batch
 
     def _broker_started(self):

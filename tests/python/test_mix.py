@@ -192,6 +192,44 @@ def test_weights_change_by_schedule_at_a_step_and_in_a_linear_blend():
             assert words in str(e), (bad, str(e))
 
 
+def test_a_resumed_consumer_goes_on_with_its_schedule_from_the_checkpoints_batch():
+    # state_dict() names the schedule's position (the batches trained under it); a consumer
+    # resumed from it with the same mixture and schedule gets, at its k-th batch, the weights the
+    # schedule gives at the checkpoint's batch + k: at a step, and inside a linear blend.
+    for schedule, blend in (([(101, {"a": 9, "b": 1})], "step"),
+                            ([(50, {"a": 1, "b": 0}), (150, {"a": 1, "b": 3})], "linear")):
+        base, done = {"a": 1, "b": 1}, 60
+        with Cluster() as c:
+            c.producer("--pool", "a", "--delay", "0:0", name="pa")
+            c.producer("--pool", "b", "--delay", "0:0", name="pb")
+            c.wait_producers(2)
+            kw = dict(mix=base, mix_schedule=schedule, mix_blend=blend, commit=True,
+                      stall_timeout=20)
+            with stoker.Client(c.url, **kw) as first:
+                for k, b in enumerate(first.batches(10)):
+                    if k + 1 == done:
+                        break
+                state = first.state_dict()
+            assert state["mix"]["step"] == done, state["mix"]
+            assert state["mix"]["schedule"] == schedule, state["mix"]
+            got, target, worst = collections.Counter(), collections.Counter(), 0.0
+            with stoker.Client(c.url, **kw) as second:
+                second.load_state_dict(state)
+                for k, b in enumerate(second.batches(10)):
+                    shares = weights_at(base, schedule, blend, done + k + 1)
+                    got.update(b.sources())
+                    for pool in base:
+                        target[pool] += shares[pool] * b.count
+                    worst = max(worst, max(abs(got[p] - target[p]) for p in base))
+                    if k + 1 == 100:
+                        break
+                again = second.state_dict()
+        assert worst < 1.0 + 1e-9, (blend, worst, got, target)
+        assert again["mix"]["step"] == done + 100, again["mix"]
+        if blend == "step":  # 40 batches at 1:1, then 60 at 9:1
+            assert got == {"a": 200 + 540, "b": 200 + 60}, got
+
+
 def test_set_mix_changes_the_weights_from_a_numbered_batch_on():
     with Cluster() as c:
         c.producer("--pool", "a", "--delay", "0:0", name="pa")
