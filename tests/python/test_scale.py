@@ -3,13 +3,15 @@ trainer: with the exec engine it scales the pool up in steps of at most --max-st
 than --cooldown apart and never past --max; with the trainer gone for --idle it scales down to
 the minimum; the broker killed and started again on its address, it holds the pool (the new
 broker's "no trainer has pulled yet" is not the trainer gone) and says so (`broker-restarted`);
---dry-run prints its decisions and runs nothing. The exec command here only records
+--dry-run prints its decisions and runs nothing; a consumer mixing a fast and a 5x slower pool
+1:1 waits a third of its time until the controller grows the slow pool, then under 2 %. The exec command here only records
 the counts it is given (environment and last argument), except where producers are killed: there
 it starts producers up to its count, and the ones the user SIGKILLs come back."""
 
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -246,6 +248,123 @@ def test_killed_producers_are_replaced():
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+
+
+# A trainer of a 1:1 mixture of pools fast and slow whose steps take BATCH / RATE seconds (a
+# GPU's, slept), in batches of BATCH: it prints every second the share of that second it spent
+# waiting for a batch (JSON: {"t": monotonic, "wait": fraction}).
+MIX_TRAINER = r"""
+import json, sys, time
+import stoker
+url, rate, batch = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+with stoker.Client(url, batch_size=batch, stall_timeout=60, mix={"fast": 1, "slow": 1}) as c:
+    window = time.monotonic()
+    waited = 0.0
+    while True:
+        t0 = time.monotonic()
+        with c.next_batch():
+            waited += time.monotonic() - t0
+            time.sleep(batch / rate)
+        now = time.monotonic()
+        if now - window >= 1.0:
+            print(json.dumps({"t": now, "wait": waited / (now - window)}), flush=True)
+            window, waited = now, 0.0
+"""
+
+
+def pool_starter(d, url, delays):
+    """An exec command that starts producers of pool $STOKER_POOL up to its count, each with that
+    pool's --delay (delays: {pool: seconds}), and leaves them running."""
+    path = os.path.join(d, "start-pool.sh")
+    with open(path, "w") as f:
+        f.write("""#!/bin/sh
+case "$STOKER_POOL" in
+%(cases)s
+*) echo "no such pool: $STOKER_POOL" >&2; exit 1;;
+esac
+n=0
+for f in %(d)s/pid.$STOKER_POOL.*; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f")
+    if [ -r /proc/$pid/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; then
+        n=$((n + 1))
+    else
+        rm -f "$f"
+    fi
+done
+while [ $n -lt $1 ]; do
+    i=$(date +%%s%%N)
+    %(producer)s --broker %(url)s --pool "$STOKER_POOL" --name "$STOKER_POOL-$i" \
+        --delay "$delay:$delay" --log-level error </dev/null >/dev/null 2>&1 &
+    echo $! > %(d)s/pid.$STOKER_POOL.$i
+    n=$((n + 1))
+done
+""" % {"d": d, "producer": os.path.abspath(PRODUCER), "url": url,
+       "cases": "\n".join("%s) delay=%s;;" % (p, x) for p, x in delays.items())})
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_a_mixture_waiting_on_a_slow_pool_is_fed_once_the_controller_grows_it():
+    # A consumer mixing a fast pool and a 5x slower one 1:1 at 600 examples/s: one producer of
+    # each gives the slow pool's half only 200 of the 300 it needs, so the consumer waits about a
+    # third of its time. The broker's signal puts half the demand on each pool and stoker-scale
+    # (exec engine) grows the slow one; the consumer's wait then falls under 2 %.
+    with Broker("--autoscale-max", "8") as b:
+        script = pool_starter(b.dir, b.url, {"fast": 0.001, "slow": 0.005})
+        try:
+            for pool in ("fast", "slow"):
+                subprocess.run([script, "1"], check=True, timeout=10,
+                               env=dict(os.environ, STOKER_POOL=pool))
+            st = status_when(b, lambda st: st["producers_alive"] == 2, 20)
+            assert st["producers_alive"] == 2, st
+            trainer = subprocess.Popen([sys.executable, "-c", MIX_TRAINER, b.url, "600", "20"],
+                                       stdout=subprocess.PIPE, text=True)
+            b.procs.append(trainer)
+            waits = []
+
+            def read(seconds):
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    line = trainer.stdout.readline()
+                    if not line:
+                        raise AssertionError("the trainer ended: %r" % trainer.wait())
+                    waits.append(json.loads(line))
+
+            read(6)
+            starved = statistics.median(w["wait"] for w in waits[-4:])
+            scale = subprocess.Popen([SCALE, "--broker", b.url, "--exec-cmd", script,
+                                      "--interval", "0.3", "--cooldown", "1", "--max-step", "4",
+                                      "--max", "8", "--idle", "600"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            b.procs.append(scale)
+            grown = time.monotonic() + 40
+            while time.monotonic() < grown:
+                read(1)
+                slow = b.pools().get("slow", {})
+                if slow.get("current", 0) >= 2 and slow.get("current", 0) >= slow.get("wanted", 99):
+                    break
+            pools = b.pools()
+            read(4)  # the new producers' first pushes, the queues refilled
+            n = len(waits)
+            read(8)
+            fed = statistics.mean(w["wait"] for w in waits[n:])
+            print("wait: %.3f with one slow producer, %.3f after scaling; pools %s"
+                  % (starved, fed, {p: (v.get("current"), v["wanted"]) for p, v in pools.items()}))
+            assert starved > 0.15, (starved, waits)  # the setting does starve it
+            assert pools["slow"]["wanted"] >= 2 and pools["slow"]["current"] >= 2, pools
+            assert fed < 0.02, (fed, waits[n:], pools)
+            scale.send_signal(signal.SIGTERM)
+            out, _ = scale.communicate(timeout=10)
+            assert "scale: pool 'slow'" in out, out
+        finally:
+            for name in os.listdir(b.dir):
+                if name.startswith("pid."):
+                    with open(os.path.join(b.dir, name)) as f:
+                        try:
+                            os.kill(int(f.read()), signal.SIGKILL)
+                        except (ProcessLookupError, ValueError):
+                            pass
 
 
 def test_usage_errors_exit_2():
