@@ -8,6 +8,7 @@
 
 #include "ahead.h"
 #include "budget.h"
+#include "mix.h"
 #include "internal.h"
 #include "stoker/batching.h"
 
@@ -109,11 +110,11 @@ untrained(const broker *b, const producer *p, trained_walk *w, uint64_t seq)
     return w->i == s->n || seq < s->ranges[w->i].first;
 }
 
-// The window: up to most examples (at most WINDOW_MAX), the i-th of every queue before the
-// (i+1)-th of any, starting at the round-robin cursor. *n_out candidates into a new array (NULL:
-// none or out of memory).
+// The window: up to most examples (at most WINDOW_MAX), the i-th of every queue (of pool's
+// producers; NULL: all) before the (i+1)-th of any, starting at the round-robin cursor. *n_out
+// candidates into a new array (NULL: none or out of memory).
 static candidate *
-window(const broker *b, int field, uint64_t most, uint32_t *n_out)
+window(const broker *b, int field, const char *pool, uint64_t most, uint32_t *n_out)
 {
     *n_out = 0;
     if (most > WINDOW_MAX)
@@ -135,7 +136,8 @@ window(const broker *b, int field, uint64_t most, uint32_t *n_out)
     uint32_t n = 0, left = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         queue_cursor_init(&b->producers[i]->q, &cur[i]);
-        open[i] = b->producers[i]->q.examples > 0;
+        open[i] = b->producers[i]->q.examples > 0 &&
+                  (pool == NULL || strcmp(b->producers[i]->pool, pool) == 0);
         left += open[i];
     }
     while (left > 0 && n < queued) {
@@ -515,7 +517,7 @@ budget_plan_make(broker *b, const trainer *t, uint32_t max, uint32_t cap, budget
             most_window = 2 * batch;
     }
     uint32_t n;
-    candidate *c = window(b, field, most_window, &n);
+    candidate *c = window(b, field, NULL, most_window, &n);
     if (c == NULL)
         return -1;
     uint32_t most = bt->pack > 0 ? BUDGET_MAX_EXAMPLES : max;
@@ -592,4 +594,69 @@ budget_ready(const broker *b, const stoker_batching *batching, uint32_t max, uin
     if (!batching->buckets || batching->pack > 0 || world >= BUCKET_RESERVE_BATCHES)
         return 1;
     return holds(b, batching, max, BUCKET_RESERVE_BATCHES) || reserve_bounded(b);
+}
+
+// A mixed batch by tokens (budget_plan_mixed): each source's window, and how far it was taken.
+typedef struct mixed_source {
+    candidate *c;
+    uint32_t n, next;
+    uint64_t tokens; // of this batch
+} mixed_source;
+
+int
+budget_plan_mixed(const broker *b, const trainer *t, const mix *m, uint32_t max, budget_plan *plan,
+                  int32_t *waits_for)
+{
+    *plan = (budget_plan){0};
+    *waits_for = -1;
+    int field = stoker_schema_first_variable(&b->schema);
+    uint64_t budget = t->batching.max_tokens;
+    mixed_source src[STOKER_MIX_MAX] = {{0}};
+    uint32_t most = max < BUDGET_MAX_EXAMPLES ? max : BUDGET_MAX_EXAMPLES;
+    for (uint32_t s = 0; s < m->spec.n; s++)
+        if (m->share[s] > 0.0)
+            src[s].c = window(b, field, m->spec.names[s], most, &src[s].n);
+    // Deficit first: the next sequence comes from the source furthest behind its running target
+    // in tokens (its share of what was given, this batch included), so that every source stays
+    // within about one sequence of its share; the batch is full at max sequences or when the
+    // next would pad it past the budget.
+    while (plan->n < most) {
+        uint64_t more = plan->tokens;
+        int32_t best = -1;
+        double behind = 0.0;
+        for (uint32_t s = 0; s < m->spec.n; s++) {
+            if (m->share[s] <= 0.0)
+                continue;
+            double d = mix_owed(m, s, more) - (double)src[s].tokens;
+            if (best < 0 || d > behind)
+                best = (int32_t)s, behind = d;
+        }
+        if (best < 0)
+            break;
+        mixed_source *x = &src[best];
+        if (x->next == x->n) { // the source to serve has nothing queued: the batch waits for it
+            *waits_for = best;
+            break;
+        }
+        const candidate *c = &x->c[x->next];
+        if (plan->n > 0 && budget > 0 && padded_with(plan, c->len) > budget) {
+            plan->full = 1;
+            break;
+        }
+        if (add_pick(plan, c) != 0)
+            break;
+        plan->picks[plan->n - 1].source = (uint32_t)best + 1;
+        x->next++;
+        x->tokens += c->len;
+        if (budget > 0 && plan->tokens >= budget) {
+            plan->full = 1;
+            break;
+        }
+    }
+    if (plan->n == most)
+        plan->full = 1;
+    for (uint32_t s = 0; s < m->spec.n; s++)
+        free(src[s].c);
+    plan->padding = (uint64_t)plan->n * plan->longest - plan->tokens;
+    return plan->n > 0 ? 0 : -1;
 }

@@ -11,6 +11,7 @@
 
 typedef struct budget_pick {
     uint32_t producer; // index into b->producers
+    uint32_t source;   // a mixture's source plus one (budget_plan_mixed); 0: none
     uint64_t seq, len;
 } budget_pick;
 
@@ -33,6 +34,14 @@ typedef struct budget_plan {
 // picks by seq, then calls ahead_taken.
 int budget_plan_make(broker *b, const trainer *t, uint32_t max, uint32_t cap, budget_plan *plan);
 void budget_plan_free(budget_plan *plan);
+// A batch by tokens for trainer t with mixture m (mix.h: its books count tokens): each next
+// sequence from the source furthest behind its running target in tokens, in arrival order
+// within the source, at most max of them and within t's token budget. *waits_for: the source
+// the batch stopped for, having nothing queued (else -1); the plan then holds what came before
+// it (exact so far). -1 when nothing is planned.
+struct mix;
+int budget_plan_mixed(const broker *b, const trainer *t, const struct mix *m, uint32_t max,
+                      budget_plan *plan, int32_t *waits_for);
 
 // Tokens queued in all queues (rows of the schema's length field).
 uint64_t budget_queued_tokens(const broker *b);

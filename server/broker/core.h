@@ -58,6 +58,7 @@ typedef struct lease_part {
     uint32_t producer;
     uint64_t session;
     uint32_t source; // of a mixture's batch: its source's index + 1 (0: no mixture)
+    uint64_t tokens; // of a mixture whose books count tokens: the part's (mix.h)
 } lease_part;
 
 typedef struct lease {

@@ -54,6 +54,14 @@ lease *lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap);
 // A lease of a mixture's batch for t: counts[s] examples of each source s of m (round-robin
 // over its pool's queues), booked in m; NULL when nothing could be taken (or out of memory).
 lease *lease_take_mix(broker *b, trainer *t, struct mix *m, const uint32_t *counts);
+// A lease of a mixture's batch by tokens for t: the picks of plan (budget_plan_mixed), each
+// run of neighbours one part, the tokens of each source booked in m; NULL when nothing could be
+// taken (or out of memory).
+// Describes lease l for a reply: its chunk's parts, runs and (a dataset's) items, malloc'd for
+// the caller to free after the reply is sent. STOKER_OK or STOKER_NOMEM (nothing to free).
+int lease_describe(const broker *b, const lease *l, stoker_reply *rep);
+struct budget_plan;
+lease *lease_take_mix_plan(broker *b, trainer *t, struct mix *m, const struct budget_plan *plan);
 // Puts the examples of lease l (unlinked from its trainer) back at the head of their queues and
 // frees l, counted as returned_unused when unused (never handed to the trainer's caller), else
 // as redelivered. Returns how many went back.

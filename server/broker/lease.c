@@ -109,7 +109,9 @@ lease_return(broker *b, lease *l, int unused)
     if (l->mix != NULL)
         for (uint32_t r = 0; r < l->n_parts; r++)
             if (l->parts[r].source > 0)
-                mix_gave_back(l->mix, l->parts[r].source - 1, l->parts[r].range.count);
+                mix_gave_back(l->mix, l->parts[r].source - 1,
+                              l->mix->tokens ? (uint32_t)l->parts[r].tokens
+                                             : l->parts[r].range.count);
     if (b->arena != NULL)
         broker_arena_lease_done(b->arena, l->id);
     commit_release(b, l);
@@ -264,6 +266,42 @@ lease_made(broker *b, trainer *t, lease *l)
     return l;
 }
 
+// Takes the picks of plan into l, in its order, each run of neighbours (one producer's
+// consecutive seqs of one source) one part, marked with its source; with m, each source's
+// tokens booked in m (a mixture whose books count tokens). Returns the picks taken (fewer: out
+// of memory, deliver what we have).
+static uint32_t
+take_picks(broker *b, lease *l, const budget_plan *plan, mix *m)
+{
+    int field = m != NULL ? stoker_schema_first_variable(&b->schema) : -1;
+    uint32_t i = 0;
+    while (i < plan->n) {
+        const budget_pick *first = &plan->picks[i];
+        uint32_t j = i + 1;
+        while (j < plan->n && plan->picks[j].producer == first->producer &&
+               plan->picks[j].source == first->source &&
+               plan->picks[j].seq == plan->picks[j - 1].seq + 1)
+            j++;
+        producer *p = b->producers[first->producer];
+        uint64_t seq = first->seq;
+        uint32_t left = j - i, got = 1;
+        while (left > 0 && (got = take_part(l, p, (int64_t)seq, left)) > 0) {
+            lease_part *part = &l->parts[l->n_parts - 1];
+            part->source = first->source;
+            if (m != NULL && first->source > 0) {
+                part->tokens = queue_range_tokens(&part->range, field);
+                mix_took(m, first->source - 1, (uint32_t)part->tokens);
+            }
+            seq += got;
+            left -= got;
+        }
+        if (got == 0)
+            break;
+        i = j;
+    }
+    return i;
+}
+
 // A lease of a batch made by tokens (budget.c plans it): the plan's examples, in its
 // order, each run of neighbours one part.
 static lease *
@@ -282,24 +320,7 @@ take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
         budget_plan_free(&plan);
         return NULL;
     }
-    uint32_t i = 0;
-    while (i < plan.n) {
-        uint32_t j = i + 1;
-        while (j < plan.n && plan.picks[j].producer == plan.picks[i].producer &&
-               plan.picks[j].seq == plan.picks[j - 1].seq + 1)
-            j++;
-        producer *p = b->producers[plan.picks[i].producer];
-        uint64_t seq = plan.picks[i].seq;
-        uint32_t left = j - i, got = 1;
-        while (left > 0 && (got = take_part(l, p, (int64_t)seq, left)) > 0) {
-            seq += got;
-            left -= got;
-        }
-        if (got == 0)
-            break; // out of memory: deliver what we have
-        i = j;
-    }
-    if (i == plan.n) {
+    if (take_picks(b, l, &plan, NULL) == plan.n) {
         l->full = plan.full;
         t->tokens += plan.tokens;
         t->padding += plan.padding;
@@ -375,6 +396,24 @@ lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap)
 }
 
 lease *
+lease_take_mix_plan(broker *b, trainer *t, mix *m, const budget_plan *plan)
+{
+    lease *l = new_lease(8);
+    if (l == NULL)
+        return NULL;
+    l->mix = m;
+    mix_hold(m);
+    if (take_picks(b, l, plan, m) == plan->n) {
+        l->full = plan->full;
+        t->tokens += plan->tokens;
+        t->padding += plan->padding;
+    }
+    if (plan->n > 0)
+        b->rr = (plan->picks[0].producer + 1) % b->n_producers;
+    return lease_made(b, t, l);
+}
+
+lease *
 lease_take_mix(broker *b, trainer *t, mix *m, const uint32_t *counts)
 {
     lease *l = new_lease(8);
@@ -390,4 +429,46 @@ lease_take_mix(broker *b, trainer *t, mix *m, const uint32_t *counts)
             break; // out of memory: deliver what we have
     }
     return lease_made(b, t, l);
+}
+
+// Describes lease l for a reply: its chunk's parts, runs and (a dataset's) items, malloc'd for
+// the caller to free after the reply is sent. STOKER_OK or STOKER_NOMEM (nothing to free).
+int
+lease_describe(const broker *b, const lease *l, stoker_reply *rep)
+{
+    stoker_chunk_part *parts = calloc(l->n_parts, sizeof(*parts));
+    stoker_run *runs = calloc(l->n_parts, sizeof(*runs));
+    uint64_t *items = b->epochs != NULL ? malloc((size_t)l->count * sizeof(*items)) : NULL;
+    if (parts == NULL || runs == NULL || (b->epochs != NULL && items == NULL)) {
+        free(parts);
+        free(runs);
+        free(items);
+        return STOKER_NOMEM;
+    }
+    for (uint32_t i = 0, at = 0; i < l->n_parts; i++) {
+        const lease_part *part = &l->parts[i];
+        const uint64_t *part_items = queue_range_items(&part->range);
+        for (uint32_t j = 0; items != NULL && j < part->range.count; j++)
+            items[at++] = part_items != NULL ? part_items[j] : UINT64_MAX;
+        for (uint32_t f = 0; f < b->schema.n_fields; f++) {
+            parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
+            parts[i].offsets[f] = queue_range_offsets(&part->range, f);
+        }
+        parts[i].count = part->range.count;
+        runs[i] = (stoker_run){.producer = part->producer,
+                               .session = part->session,
+                               .first_seq = part->range.first_seq,
+                               .count = part->range.count,
+                               .source = part->source};
+    }
+    rep->lease = l->id;
+    rep->chunk.schema = b->schema;
+    rep->chunk.count = l->count;
+    rep->parts = parts;
+    rep->n_parts = l->n_parts;
+    rep->n_runs = l->n_parts;
+    rep->runs = runs;
+    rep->n_items = items != NULL ? l->count : 0;
+    rep->items = items;
+    return STOKER_OK;
 }

@@ -125,20 +125,12 @@ mix_producers(const broker *b, const mix *m, uint32_t s, uint32_t *alive, uint32
     return n;
 }
 
-// What source s is owed once a batch of n more examples is given.
-static double
-owed(const mix *m, uint32_t s, uint32_t n)
-{
-    double target = m->base[s] + m->share[s] * ((double)m->given + n - (double)m->from);
-    return target - (double)m->got[s];
-}
-
 void
 mix_plan(const mix *m, uint32_t n, uint32_t *counts)
 {
     double o[STOKER_MIX_MAX];
     for (uint32_t s = 0; s < m->spec.n; s++)
-        o[s] = owed(m, s, n);
+        o[s] = mix_owed(m, s, n);
     stoker_mix_counts(m->spec.n, o, n, counts);
 }
 
@@ -151,7 +143,7 @@ mix_fit(const mix *m, uint32_t n, const uint64_t *avail, uint32_t *counts)
     for (uint32_t s = 0; s < m->spec.n; s++) {
         if (m->share[s] <= 0.0)
             continue;
-        double room = (double)avail[s] + 1.0 - owed(m, s, 0);
+        double room = (double)avail[s] + 1.0 - mix_owed(m, s, 0);
         double bound = room <= 0.0 ? 0.0 : ceil(room / m->share[s]);
         if (bound < most)
             most = (uint32_t)bound;

@@ -26,6 +26,7 @@ typedef struct mix {
     int32_t waits_for;            // the source the latest full batch waited for (-1: none)
     uint64_t steps;               // batches numbered so far (a plain trainer's, in order)
     uint32_t refs;                // holds (mix_hold, mix_release)
+    int tokens; // its books count tokens (a consumer's batches made by tokens), not examples
 } mix;
 
 // A new mixture of spec (checked by the caller), nothing given yet, held once (its owner's: a
@@ -47,6 +48,13 @@ int mix_source_full(const broker *b, const mix *m, uint32_t s);
 uint32_t mix_producers(const broker *b, const mix *m, uint32_t s, uint32_t *alive, uint32_t *lost);
 // The per-source counts of a batch of n, into counts (the quota rule).
 void mix_plan(const mix *m, uint32_t n, uint32_t *counts);
+// What source s is owed (its running target less what it got) once more is given.
+static inline double
+mix_owed(const mix *m, uint32_t s, uint64_t more)
+{
+    double target = m->base[s] + m->share[s] * ((double)m->given + (double)more - (double)m->from);
+    return target - (double)m->got[s];
+}
 // The largest batch of at most n whose per-source counts avail holds (0: none), counts filled.
 uint32_t mix_fit(const mix *m, uint32_t n, const uint64_t *avail, uint32_t *counts);
 // Books n examples of source s as given (a lease took them) or given back (a lease returned).

@@ -146,48 +146,6 @@ arena_reply(broker *b, trainer *t, uint64_t secret, const lease *l, stoker_reply
                           l->count);
 }
 
-// Describes lease l for a reply: its chunk's parts, runs and (a dataset's) items, malloc'd for
-// the caller to free after the reply is sent. STOKER_OK or STOKER_NOMEM (nothing to free).
-static int
-describe_lease(const broker *b, const lease *l, stoker_reply *rep)
-{
-    stoker_chunk_part *parts = calloc(l->n_parts, sizeof(*parts));
-    stoker_run *runs = calloc(l->n_parts, sizeof(*runs));
-    uint64_t *items = b->epochs != NULL ? malloc((size_t)l->count * sizeof(*items)) : NULL;
-    if (parts == NULL || runs == NULL || (b->epochs != NULL && items == NULL)) {
-        free(parts);
-        free(runs);
-        free(items);
-        return STOKER_NOMEM;
-    }
-    for (uint32_t i = 0, at = 0; i < l->n_parts; i++) {
-        const lease_part *part = &l->parts[i];
-        const uint64_t *part_items = queue_range_items(&part->range);
-        for (uint32_t j = 0; items != NULL && j < part->range.count; j++)
-            items[at++] = part_items != NULL ? part_items[j] : UINT64_MAX;
-        for (uint32_t f = 0; f < b->schema.n_fields; f++) {
-            parts[i].data[f] = queue_range_field(&part->range, &b->schema, f);
-            parts[i].offsets[f] = queue_range_offsets(&part->range, f);
-        }
-        parts[i].count = part->range.count;
-        runs[i] = (stoker_run){.producer = part->producer,
-                               .session = part->session,
-                               .first_seq = part->range.first_seq,
-                               .count = part->range.count,
-                               .source = part->source};
-    }
-    rep->lease = l->id;
-    rep->chunk.schema = b->schema;
-    rep->chunk.count = l->count;
-    rep->parts = parts;
-    rep->n_parts = l->n_parts;
-    rep->n_runs = l->n_parts;
-    rep->runs = runs;
-    rep->n_items = items != NULL ? l->count : 0;
-    rep->items = items;
-    return STOKER_OK;
-}
-
 static void send_again(broker *b, trainer *t, parked *k, lease *l, uint64_t resent, uint64_t now_ms,
                        broker_outbox *out);
 
@@ -246,7 +204,7 @@ send_again(broker *b, trainer *t, parked *k, lease *l, uint64_t resent, uint64_t
                         .group_step = l->group_step,
                         .resent_pull = resent,
                         .acks_refused = k->acks_refused};
-    if (describe_lease(b, l, &rep) != STOKER_OK) {
+    if (lease_describe(b, l, &rep) != STOKER_OK) {
         send_code(b, out, k->token, STOKER_RETRY, "broker out of memory");
         return;
     }
@@ -356,22 +314,59 @@ plain_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     return a->batch != NULL || a->end != STOKER_OK;
 }
 
-// Takes t's mixed batch of counts into a, numbered: the client hands its batches to its caller
-// in this order (pulls in flight may come back in another), so that the running counts hold
-// where the caller sees them.
+// Takes t's mixed batch (of counts, or by tokens the picks of plan) into a, numbered: the client
+// hands its batches to its caller in this order (pulls in flight may come back in another), so
+// that the running counts hold where the caller sees them.
 static int
-mixed_take(broker *b, trainer *t, const uint32_t *counts, pull_answer *a)
+mixed_take(broker *b, trainer *t, const uint32_t *counts, const budget_plan *plan, pull_answer *a)
 {
-    a->batch = lease_take_mix(b, t, t->mix, counts);
+    a->batch = plan != NULL ? lease_take_mix_plan(b, t, t->mix, plan)
+                            : lease_take_mix(b, t, t->mix, counts);
     if (a->batch != NULL)
         a->step = ++t->mix->steps;
     return a->batch != NULL;
 }
 
+// Whether a mixed batch waits for source s, which has `have` of the `need` it is owed queued
+// (a->why says so): it goes short instead when the source cannot queue more (its queues full,
+// or all queues together at --max-bytes: the other sources' full queues are no reason), and at
+// the pull's wait's end while the source makes examples at all (a short batch beats a false
+// stall; without a producer of it alive the consumer waits, told why).
+static int
+mixed_waits(broker *b, mix *m, uint32_t s, uint64_t have, uint32_t need, int final, pull_answer *a)
+{
+    uint32_t alive, lost, n = mix_producers(b, m, s, &alive, &lost);
+    a->cut_short = b->example_bytes > commit_bytes_room(b) || mix_source_full(b, m, s);
+    if ((final && alive > 0) || a->cut_short)
+        return 0;
+    snprintf(a->why, sizeof(a->why),
+             "the mixture waits for source '%s': %u of its %u queued (%u producer%s of pool "
+             "'%s', %u alive)",
+             m->spec.names[s], (unsigned)have, need, n, n == 1 ? "" : "s", m->spec.names[s], alive);
+    return 1;
+}
+
+// A mixture's batch by tokens (budget_plan_mixed): each next sequence from the source furthest
+// behind its share of the tokens. When that source has nothing queued the batch waits for it,
+// or goes short (what came before it: exact so far) as mixed_waits says or when the mixture
+// ended (ending).
+static int
+mixed_tokens_answer(broker *b, trainer *t, uint32_t max, int final, int ending, pull_answer *a)
+{
+    budget_plan plan;
+    int32_t s;
+    int planned = budget_plan_mixed(b, t, t->mix, max, &plan, &s) == 0;
+    t->mix->waits_for = s;
+    if (s < 0 || ending || !mixed_waits(b, t->mix, (uint32_t)s, 0, 1, final, a))
+        planned = planned && mixed_take(b, t, NULL, &plan, a);
+    budget_plan_free(&plan);
+    return planned;
+}
+
 // A trainer with a mixture (mix.h): a batch goes out with the per-source counts the quota rule
-// gives, when every source has its count queued. Until then it waits (proportions exact), and
-// the reply says for which source; short (counts for fewer examples, still exact) when the pull's
-// wait is over, when the source it waits for cannot queue more, or when the mixture ends.
+// gives (by tokens: mixed_tokens_answer), when every source has its count queued. Until then it
+// waits (proportions exact), and the reply says for which source; short (counts for fewer
+// examples, still exact) as mixed_waits says, or when the mixture ends.
 static int
 mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pull_answer *a)
 {
@@ -387,9 +382,13 @@ mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
         a->end = mix_end(b, m, avail, now_ms, who, a->why, sizeof(a->why));
         over = a->end != STOKER_OK;
     }
-    if (over && mix_fit(m, max, avail, counts) > 0) {
-        a->end = STOKER_OK; // the last batches that fit go first
-        return mixed_take(b, t, counts, a);
+    if (over && (m->tokens || mix_fit(m, max, avail, counts) > 0)) {
+        int end = a->end; // the last batches that fit go first
+        a->end = STOKER_OK;
+        if (m->tokens ? mixed_tokens_answer(b, t, max, 1, 1, a) : mixed_take(b, t, counts, NULL, a))
+            return 1;
+        a->end = end;
+        return 1;
     }
     int held = hold_end(t, now_ms, a);
     if (held >= 0)
@@ -398,30 +397,17 @@ mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
         return 1;
     if (now_ms < b->returning_until_ms)
         return 0;
+    if (m->tokens)
+        return mixed_tokens_answer(b, t, max, final, 0, a);
     mix_plan(m, max, counts);
     uint32_t s = 0;
     while (s < m->spec.n && counts[s] <= avail[s])
         s++;
     m->waits_for = s < m->spec.n ? (int32_t)s : -1;
-    if (s < m->spec.n) {
-        uint32_t alive, lost, n = mix_producers(b, m, s, &alive, &lost);
-        // Cut short when the source cannot queue more: its queues full, or all queues together
-        // at --max-bytes (the other sources' full queues are no reason: they wait for it).
-        a->cut_short = b->example_bytes > commit_bytes_room(b) || mix_source_full(b, m, s);
-        // At the pull's wait's end a short batch beats a false stall, while the source makes
-        // examples at all; without a producer of it alive the consumer waits, told why.
-        if (!(final && alive > 0) && !a->cut_short) {
-            snprintf(a->why, sizeof(a->why),
-                     "the mixture waits for source '%s': %u of its %u queued (%u producer%s "
-                     "of pool '%s', %u alive)",
-                     m->spec.names[s], (unsigned)avail[s], counts[s], n, n == 1 ? "" : "s",
-                     m->spec.names[s], alive);
-            return 0;
-        }
-        if (mix_fit(m, max, avail, counts) == 0)
-            return 0;
-    }
-    return mixed_take(b, t, counts, a);
+    if (s < m->spec.n && (mixed_waits(b, m, s, avail[s], counts[s], final, a) ||
+                          mix_fit(m, max, avail, counts) == 0))
+        return 0;
+    return mixed_take(b, t, counts, NULL, a);
 }
 
 static void
@@ -472,7 +458,7 @@ send_batch(broker *b, trainer *t, parked *k, const pull_answer *a, uint64_t curs
                         .n_events = n_events,
                         .events = events,
                         .acks_refused = k->acks_refused};
-    if (describe_lease(b, l, &rep) != STOKER_OK) {
+    if (lease_describe(b, l, &rep) != STOKER_OK) {
         // Cannot describe the batch: give the examples back; the trainer asks again, and the
         // events go with the reply that is sent.
         t->event_cursor = cursor;

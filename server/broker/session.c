@@ -437,16 +437,20 @@ trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *o
     return t;
 }
 
-// Nonzero, with why, when a trainer's hello asks for a mixture this broker cannot make: with
-// batches made by tokens, with a dataset (not yet: docs/mixing.md), or one other than the one
-// whose leases it still holds.
+// Nonzero, with why, when a trainer's hello asks for a mixture this broker cannot make: with a
+// dataset, with length buckets or packed rows, or for a group's ranks by tokens (not yet:
+// docs/mixing.md), or one other than the one whose leases it still holds.
 static int
 mix_refused(const broker *b, const trainer *t, const stoker_request *req, char *why, size_t len)
 {
     const stoker_mix *m = &req->mix;
-    const char *with = stoker_batching_active(&req->batching) ? "batches made by tokens"
-                       : b->epochs != NULL                    ? "a dataset"
-                                                              : NULL;
+    const stoker_batching *bt = &req->batching;
+    int by_tokens = stoker_batching_active(bt);
+    const char *with = b->epochs != NULL                    ? "a dataset"
+                       : by_tokens && bt->buckets           ? "length buckets"
+                       : by_tokens && bt->pack > 0          ? "packed rows"
+                       : by_tokens && req->group[0] != '\0' ? "a group's batches made by tokens"
+                                                            : NULL;
     if (m->n > 0 && with != NULL) {
         snprintf(why, len, "a mixture of sources with %s is not supported yet (docs/mixing.md)",
                  with);
@@ -464,9 +468,9 @@ mix_refused(const broker *b, const trainer *t, const stoker_request *req, char *
 
 // Gives t the mixture its hello asked for (none: n 0): the books go on when it is the same.
 static int
-mix_take(trainer *t, const stoker_mix *spec)
+mix_take(trainer *t, const stoker_mix *spec, int tokens)
 {
-    if (t->mix != NULL && stoker_mix_equal(&t->mix->spec, spec))
+    if (t->mix != NULL && stoker_mix_equal(&t->mix->spec, spec) && t->mix->tokens == tokens)
         return STOKER_OK;
     mix_release(t->mix);
     t->mix = NULL;
@@ -474,6 +478,7 @@ mix_take(trainer *t, const stoker_mix *spec)
         return STOKER_OK;
     if ((t->mix = mix_new(spec)) == NULL)
         return STOKER_NOMEM;
+    t->mix->tokens = tokens; // its books count tokens
     char text[256];
     stoker_mix_format(spec, text, sizeof(text));
     stoker_info("trainer-mix: trainer %u '%s' mixes %s (stop '%s')", t->id, t->name, text,
@@ -517,7 +522,8 @@ hello_trainer(broker *b, void *token, uint32_t pipe, const stoker_request *req, 
     t->batching = req->batching;
     static const stoker_mix none = {0};
     // A rank's mixture is its group's (group.c): every rank's alike, one set of books.
-    if (mix_take(t, g == NULL ? &req->mix : &none) != STOKER_OK) {
+    if (mix_take(t, g == NULL ? &req->mix : &none, stoker_batching_active(&req->batching)) !=
+        STOKER_OK) {
         send_code(b, out, token, STOKER_NOMEM, "broker out of memory");
         return;
     }

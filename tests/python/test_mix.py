@@ -445,15 +445,72 @@ def test_bad_mixtures_are_refused_with_the_reason():
         first.close()
 
 
-def test_a_mixture_with_batches_made_by_tokens_is_refused_naming_why():
+def tokens_run(c, weights, batch_kw, batches):
+    """A consumer mixing token sequences of pools by weights, batches made by tokens (batch_kw):
+    after every batch, the worst distance of a source's running tokens from its share of all
+    tokens given; every example once; no batch padded past its budget. Returns (worst, tokens
+    per source, the longest sequence seen, batches)."""
+    got, total, worst, longest, seen, n = collections.Counter(), 0, 0.0, 0, set(), 0
+    budget = batch_kw.get("max_tokens")
+    with stoker.Client(c.url, mix=weights, stall_timeout=20, **batch_kw) as client:
+        for k, b in enumerate(client.batches(batch_kw.get("batch_size"))):
+            lengths = b["tokens"].lengths
+            lengths = [int(x) for x in (lengths() if callable(lengths) else lengths)]
+            sources = b.sources()
+            assert len(sources) == len(lengths)
+            if budget and len(lengths) > 1:
+                assert len(lengths) * max(lengths) <= budget, (lengths, budget)
+            for pool, n_tok in zip(sources, lengths):
+                got[pool] += n_tok
+                total += n_tok
+            longest = max([longest] + lengths)
+            share = sum(weights.values())
+            worst = max(worst, max(abs(got[p] - w / share * total) for p, w in weights.items()))
+            for r in b.runs:
+                for q in range(r.first_seq, r.first_seq + r.count):
+                    assert (r.session, q) not in seen, "example delivered twice"
+                    seen.add((r.session, q))
+            n = k + 1
+            if n == batches:
+                break
+    return worst, got, longest, n
+
+
+def test_a_mixture_by_tokens_keeps_each_sources_share_of_the_tokens():
+    # With batches made by tokens the shares count tokens: each next sequence comes from the
+    # source furthest behind its share, so every source stays within about one sequence of its
+    # target after every batch, here with sequences of 1 to 512 tokens, by a budget alone and by
+    # a budget with a count, two and three sources, one of them 5x slower.
+    for weights, slow in (({"a": 0.7, "b": 0.3}, None), (WEIGHTS, "c")):
+        with Cluster() as c:
+            for pool in weights:
+                delay = "0.0005:0.0005" if pool == slow else "0.0001:0.0001"
+                c.producer("--pool", pool, "--workload", "tokens", "--lengths",
+                           "lognormal:64:512", "--delay", delay, name="p-" + pool)
+            c.wait_producers(len(weights))
+            for batch_kw in ({"max_tokens": 4096}, {"max_tokens": 4096, "batch_size": 24}):
+                worst, got, longest, n = tokens_run(c, weights, batch_kw, 300)
+                print("tokens mixed %s %s: worst %.1f tokens from the share (longest %d), %s"
+                      % (weights, batch_kw, worst, longest, dict(got)))
+                assert n == 300, n
+                bound = longest * (len(weights) - 1)
+                assert worst <= bound, (worst, bound, got)
+            st = stoker.status(c.url)
+            mine = [x for x in st["consumers"] if x.get("mix")]
+            assert mine and all(x.get("tokens") for x in mine), mine
+
+
+def test_a_mixture_with_buckets_or_packed_rows_is_refused_naming_why():
     with Cluster() as c:
         c.producer("--pool", "a", "--workload", "tokens", "--lengths", "fixed:8", name="pa")
         c.wait_producers(1)
-        try:
-            stoker.Client(c.url, mix={"a": 1}, max_tokens=256, batch_size=8)
-            raise AssertionError("a mixture with max_tokens accepted")
-        except stoker.StokerError as e:
-            assert "mixture" in str(e) and "tokens" in str(e), str(e)
+        for kw, word in (({"max_tokens": 256, "buckets": True}, "length buckets"),
+                         ({"pack": 64}, "packed rows")):
+            try:
+                stoker.Client(c.url, mix={"a": 1}, batch_size=8, **kw)
+                raise AssertionError("a mixture with %r accepted" % (kw,))
+            except stoker.StokerError as e:
+                assert "mixture" in str(e) and word in str(e), str(e)
 
 
 def test_stoker_pull_mixes_and_reports_each_source():
