@@ -480,7 +480,7 @@ def test_a_mixture_by_tokens_keeps_each_sources_share_of_the_tokens():
     # With batches made by tokens the shares count tokens: each next sequence comes from the
     # source furthest behind its share, so every source stays within about one sequence of its
     # target after every batch, here with sequences of 1 to 512 tokens, by a budget alone and by
-    # a budget with a count, two and three sources, one of them 5x slower.
+    # a budget with a count, two and three sources (one of them 5x slower: 10,000 batches).
     for weights, slow in (({"a": 0.7, "b": 0.3}, None), (WEIGHTS, "c")):
         with Cluster() as c:
             for pool in weights:
@@ -488,11 +488,15 @@ def test_a_mixture_by_tokens_keeps_each_sources_share_of_the_tokens():
                 c.producer("--pool", pool, "--workload", "tokens", "--lengths",
                            "lognormal:64:512", "--delay", delay, name="p-" + pool)
             c.wait_producers(len(weights))
-            for batch_kw in ({"max_tokens": 4096}, {"max_tokens": 4096, "batch_size": 24}):
-                worst, got, longest, n = tokens_run(c, weights, batch_kw, 300)
-                print("tokens mixed %s %s: worst %.1f tokens from the share (longest %d), %s"
-                      % (weights, batch_kw, worst, longest, dict(got)))
-                assert n == 300, n
+            # The three sources over 10,000 batches, as the mixture by count is checked.
+            runs = ((({"max_tokens": 4096}, 300), ({"max_tokens": 4096, "batch_size": 24}, 300))
+                    if slow is None else (({"max_tokens": 1024}, 10000),
+                                          ({"max_tokens": 4096, "batch_size": 24}, 300)))
+            for batch_kw, batches in runs:
+                worst, got, longest, n = tokens_run(c, weights, batch_kw, batches)
+                print("tokens mixed %s %s: worst %.1f tokens from the share over %d batches "
+                      "(longest %d), %s" % (weights, batch_kw, worst, n, longest, dict(got)))
+                assert n == batches, n
                 bound = longest * (len(weights) - 1)
                 assert worst <= bound, (worst, bound, got)
             st = stoker.status(c.url)
