@@ -395,14 +395,24 @@ lease_take(broker *b, trainer *t, uint32_t max, uint32_t cap)
     return lease_made(b, t, l);
 }
 
+// A new empty lease of mixture m's batch (holding m), or NULL when out of memory.
+static lease *
+new_mix_lease(mix *m)
+{
+    lease *l = new_lease(8);
+    if (l != NULL) {
+        l->mix = m;
+        mix_hold(m);
+    }
+    return l;
+}
+
 lease *
 lease_take_mix_plan(broker *b, trainer *t, mix *m, const budget_plan *plan)
 {
-    lease *l = new_lease(8);
+    lease *l = new_mix_lease(m);
     if (l == NULL)
         return NULL;
-    l->mix = m;
-    mix_hold(m);
     if (take_picks(b, l, plan, m) == plan->n) {
         l->full = plan->full;
         t->tokens += plan->tokens;
@@ -416,11 +426,9 @@ lease_take_mix_plan(broker *b, trainer *t, mix *m, const budget_plan *plan)
 lease *
 lease_take_mix(broker *b, trainer *t, mix *m, const uint32_t *counts)
 {
-    lease *l = new_lease(8);
+    lease *l = new_mix_lease(m);
     if (l == NULL)
         return NULL;
-    l->mix = m;
-    mix_hold(m);
     for (uint32_t s = 0; s < m->spec.n; s++) {
         uint32_t before = l->count;
         int rv = counts[s] > 0 ? take_fair(b, l, counts[s], m->spec.names[s], s + 1) : 0;

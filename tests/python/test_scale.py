@@ -150,14 +150,18 @@ def test_dry_run_acts_on_nothing():
         assert records(counts) == [], records(counts)
 
 
-def starter(d, url):
+def starter(d, url, delays=None):
     """An exec command as a user writes one: starts producers in the background up to its count
-    (those it started and still alive counted by their pid files) and leaves them running."""
-    path = os.path.join(d, "start.sh")
+    (those it started and still alive counted by their pid files) and leaves them running. With
+    delays ({pool: seconds}), producers of pool $STOKER_POOL with that pool's --delay, counted per
+    pool; else of the default pool with --delay 0.01, each run noted in the file runs."""
+    path = os.path.join(d, "start.sh" if delays is None else "start-pool.sh")
+    pool = "" if delays is None else "$STOKER_POOL."
     with open(path, "w") as f:
         f.write("""#!/bin/sh
+%(cases)s
 n=0
-for f in %(d)s/pid.*; do
+for f in %(d)s/pid.%(pool)s*; do
     [ -e "$f" ] || continue
     pid=$(cat "$f")
     if [ -r /proc/$pid/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; then
@@ -168,13 +172,18 @@ for f in %(d)s/pid.*; do
 done
 while [ $n -lt $1 ]; do
     i=$(date +%%s%%N)
-    %(producer)s --broker %(url)s --name "p-$i" --delay 0.01 --log-level error \
-        </dev/null >/dev/null 2>&1 &
-    echo $! > %(d)s/pid.$i
+    %(producer)s --broker %(url)s %(args)s --log-level error </dev/null >/dev/null 2>&1 &
+    echo $! > %(d)s/pid.%(pool)s$i
     n=$((n + 1))
 done
-echo "$(date +%%s.%%N) $1" >> %(d)s/runs
-""" % {"d": d, "producer": os.path.abspath(PRODUCER), "url": url})
+%(note)s
+""" % {"d": d, "producer": os.path.abspath(PRODUCER), "url": url, "pool": pool,
+       "cases": "" if delays is None else 'case "$STOKER_POOL" in\n%s\n*) echo "no such pool: '
+                '$STOKER_POOL" >&2; exit 1;;\nesac' % "\n".join(
+                    "%s) delay=%s;;" % (p, x) for p, x in delays.items()),
+       "args": '--name "p-$i" --delay 0.01' if delays is None else
+               '--pool "$STOKER_POOL" --name "$STOKER_POOL-$i" --delay "$delay:$delay"',
+       "note": 'echo "$(date +%%s.%%N) $1" >> %s/runs' % d if delays is None else ""})
     os.chmod(path, 0o755)
     return path
 
@@ -272,46 +281,13 @@ with stoker.Client(url, batch_size=batch, stall_timeout=60, mix={"fast": 1, "slo
 """
 
 
-def pool_starter(d, url, delays):
-    """An exec command that starts producers of pool $STOKER_POOL up to its count, each with that
-    pool's --delay (delays: {pool: seconds}), and leaves them running."""
-    path = os.path.join(d, "start-pool.sh")
-    with open(path, "w") as f:
-        f.write("""#!/bin/sh
-case "$STOKER_POOL" in
-%(cases)s
-*) echo "no such pool: $STOKER_POOL" >&2; exit 1;;
-esac
-n=0
-for f in %(d)s/pid.$STOKER_POOL.*; do
-    [ -e "$f" ] || continue
-    pid=$(cat "$f")
-    if [ -r /proc/$pid/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; then
-        n=$((n + 1))
-    else
-        rm -f "$f"
-    fi
-done
-while [ $n -lt $1 ]; do
-    i=$(date +%%s%%N)
-    %(producer)s --broker %(url)s --pool "$STOKER_POOL" --name "$STOKER_POOL-$i" \
-        --delay "$delay:$delay" --log-level error </dev/null >/dev/null 2>&1 &
-    echo $! > %(d)s/pid.$STOKER_POOL.$i
-    n=$((n + 1))
-done
-""" % {"d": d, "producer": os.path.abspath(PRODUCER), "url": url,
-       "cases": "\n".join("%s) delay=%s;;" % (p, x) for p, x in delays.items())})
-    os.chmod(path, 0o755)
-    return path
-
-
 def test_a_mixture_waiting_on_a_slow_pool_is_fed_once_the_controller_grows_it():
     # A consumer mixing a fast pool and a 5x slower one 1:1 at 600 examples/s: one producer of
     # each gives the slow pool's half only 200 of the 300 it needs, so the consumer waits about a
     # third of its time. The broker's signal puts half the demand on each pool and stoker-scale
     # (exec engine) grows the slow one; the consumer's wait then falls under 2 %.
     with Broker("--autoscale-max", "8") as b:
-        script = pool_starter(b.dir, b.url, {"fast": 0.001, "slow": 0.005})
+        script = starter(b.dir, b.url, {"fast": 0.001, "slow": 0.005})
         try:
             for pool in ("fast", "slow"):
                 subprocess.run([script, "1"], check=True, timeout=10,
