@@ -73,16 +73,32 @@ mix_avail(const broker *b, const mix *m, uint64_t *avail)
     }
 }
 
+// Whether p may still send examples: one that said it makes nothing more (it lingers until its
+// examples are trained, which may wait for this consumer's commit) sends nothing more either.
+static int
+sends_more(const producer *p, uint64_t now_ms)
+{
+    int lingers = p->status == STOKER_PRODUCER_ALIVE && p->done_making && p->pushes == NULL;
+    return producer_may_send(p, now_ms) && !lingers;
+}
+
+int
+mix_source_sends_more(const broker *b, const mix *m, uint32_t s, uint64_t now_ms)
+{
+    for (uint32_t i = 0; i < b->n_producers; i++)
+        if (strcmp(b->producers[i]->pool, m->spec.names[s]) == 0 &&
+            sends_more(b->producers[i], now_ms))
+            return 1;
+    return 0;
+}
+
 int
 mix_source_dry(const broker *b, const mix *m, uint32_t s, uint64_t now_ms)
 {
     int seen = 0, any_may_send = 0;
     for (uint32_t i = 0; i < b->n_producers; i++) {
         const producer *p = b->producers[i];
-        // One that said it makes nothing more (it lingers until its examples are trained, which
-        // may wait for this consumer's commit) sends nothing more either.
-        int lingers = p->status == STOKER_PRODUCER_ALIVE && p->done_making && p->pushes == NULL;
-        int may_send = producer_may_send(p, now_ms) && !lingers;
+        int may_send = sends_more(p, now_ms);
         any_may_send |= may_send;
         if (strcmp(p->pool, m->spec.names[s]) != 0)
             continue;

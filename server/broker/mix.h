@@ -41,6 +41,9 @@ void mix_avail(const broker *b, const mix *m, uint64_t *avail);
 // Nonzero when source s ran dry: no producer of its pool may send, none of its examples queued,
 // and its pool had producers (or no producer at all may send any more).
 int mix_source_dry(const broker *b, const mix *m, uint32_t s, uint64_t now_ms);
+// Nonzero when a producer of source s's pool may still send examples (not one that said it
+// makes nothing more).
+int mix_source_sends_more(const broker *b, const mix *m, uint32_t s, uint64_t now_ms);
 // Nonzero when source s cannot queue more now although producers of its pool are alive: none
 // of their queues has room (a batch larger than its queues hold waits for nothing).
 int mix_source_full(const broker *b, const mix *m, uint32_t s);

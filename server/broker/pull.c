@@ -351,12 +351,16 @@ mixed_waits(broker *b, mix *m, uint32_t s, uint64_t have, uint32_t need, int fin
 // or goes short (what came before it: exact so far) as mixed_waits says or when the mixture
 // ended (ending).
 static int
-mixed_tokens_answer(broker *b, trainer *t, uint32_t max, int final, int ending, pull_answer *a)
+mixed_tokens_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, int ending,
+                    pull_answer *a)
 {
     budget_plan plan;
     int32_t s;
     int planned = budget_plan_mixed(b, t, t->mix, max, &plan, &s) == 0;
     t->mix->waits_for = s;
+    // A source whose producers make nothing more gave its last: the batch goes with it.
+    if (s >= 0 && !mix_source_sends_more(b, t->mix, (uint32_t)s, now_ms))
+        ending = 1;
     if (s < 0 || ending || !mixed_waits(b, t->mix, (uint32_t)s, 0, 1, final, a))
         planned = planned && mixed_take(b, t, NULL, &plan, a);
     budget_plan_free(&plan);
@@ -385,7 +389,8 @@ mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     if (over && (m->tokens || mix_fit(m, max, avail, counts) > 0)) {
         int end = a->end; // the last batches that fit go first
         a->end = STOKER_OK;
-        if (m->tokens ? mixed_tokens_answer(b, t, max, 1, 1, a) : mixed_take(b, t, counts, NULL, a))
+        if (m->tokens ? mixed_tokens_answer(b, t, max, now_ms, 1, 1, a)
+                      : mixed_take(b, t, counts, NULL, a))
             return 1;
         a->end = end;
         return 1;
@@ -398,7 +403,7 @@ mixed_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int final, pu
     if (now_ms < b->returning_until_ms)
         return 0;
     if (m->tokens)
-        return mixed_tokens_answer(b, t, max, final, 0, a);
+        return mixed_tokens_answer(b, t, max, now_ms, final, 0, a);
     mix_plan(m, max, counts);
     uint32_t s = 0;
     while (s < m->spec.n && counts[s] <= avail[s])

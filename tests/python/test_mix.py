@@ -504,6 +504,49 @@ def test_a_mixture_by_tokens_keeps_each_sources_share_of_the_tokens():
             assert mine and all(x.get("tokens") for x in mine), mine
 
 
+def test_a_mixture_by_tokens_resumed_trains_each_uncommitted_sequence_once():
+    # Commit with checkpoints, a mixture by tokens: the first consumer commits 20 batches, takes
+    # 5 more and stops without committing them (their leases go back, and with them their
+    # tokens in its books); one resumed from its state_dict() with other weights takes the rest.
+    # The lineage holds every sequence of both pools once.
+    with Cluster("--queue-depth", "64") as c:
+        for pool in "ab":
+            c.producer("--pool", pool, "--workload", "tokens", "--lengths", "lognormal:32:128",
+                       "--delay", "0:0", "--chunk", "4", "--max-examples", "400", "--linger",
+                       "30", name="p" + pool)
+        c.wait_producers(2)
+        committed, after, resumed = [], [], []
+
+        def ids(batch):
+            return [(r.session, q) for r in batch.runs
+                    for q in range(r.first_seq, r.first_seq + r.count)]
+
+        with stoker.Client(c.url, mix={"a": 1, "b": 1}, commit=True, stall_timeout=10,
+                           max_tokens=256) as first:
+            for i, batch in enumerate(first.batches()):
+                (committed if i < 20 else after).extend(ids(batch))
+                if i + 1 == 20:
+                    state = first.state_dict()
+                if i + 1 == 25:
+                    break
+            first.close(acknowledge_held=False)
+        with stoker.Client(c.url, mix={"a": 3, "b": 1}, mix_stop="all", commit=True,
+                           stall_timeout=10, max_tokens=256) as second:
+            second.load_state_dict(state)
+            try:
+                for i, batch in enumerate(second.batches()):
+                    resumed.extend(ids(batch))
+                    if i % 2 == 1:  # the producers retain what is not committed: bounded
+                        second.state_dict()
+            except stoker.SupplyEnded:
+                pass
+            second.state_dict()
+    lineage = committed + resumed
+    assert len(set(lineage)) == len(lineage), "a sequence trained twice in the lineage"
+    assert len(lineage) == 800, len(lineage)  # nothing lost
+    assert after and set(after) <= set(resumed), "the uncommitted work was not delivered again"
+
+
 def test_a_mixture_with_buckets_or_packed_rows_is_refused_naming_why():
     with Cluster() as c:
         c.producer("--pool", "a", "--workload", "tokens", "--lengths", "fixed:8", name="pa")
