@@ -149,7 +149,7 @@ show_queue_depth(const void *base, char *buf, size_t len)
 }
 
 #define AT(member) STOKER_CLI_AT(server_config, member)
-static const char *const job_policies[] = {"wait", "detach", NULL};
+static const char *const job_policies[] = {"wait", "detach", "remake", NULL};
 
 static const stoker_cli_option rows[] = {
     {"listen", "URL",
@@ -183,11 +183,12 @@ static const stoker_cli_option rows[] = {
      "faster; beyond it the producers wait for the slowest job (0: one\n"
      "queue depth)",
      STOKER_CLI_UINT, AT(broker.job_lag), .imin = 0, .imax = 1u << 24},
-    {"job-policy", "wait|detach",
+    {"job-policy", "wait|detach|remake",
      "a job lagging --job-lag behind the others: the producers wait for it\n"
-     "(wait), or it is detached, its consumers told why, and the others go\n"
-     "on (detach; streams only)",
-     STOKER_CLI_ENUM, AT(broker.job_detach), .choices = job_policies},
+     "(wait); it is detached, its consumers told why, and the others go on\n"
+     "(detach; streams); or what it cannot take now is made again for it\n"
+     "by index once it has room, and the others go on (remake; datasets)",
+     STOKER_CLI_ENUM, AT(broker.job_policy), .choices = job_policies},
     {"job-timeout", "SEC",
      "how long a job none of whose consumers is connected is kept (a\n"
      "resumed consumer continues it) before what it held is freed and the\n"
@@ -273,6 +274,16 @@ check(const stoker_cli *cli, const server_config *cfg)
         return stoker_cli_fail(cli, "--tls-* options need a tls+tcp:// --listen URL");
     if (cfg->broker.strict_epochs && cfg->broker.overlap_epochs)
         return stoker_cli_fail(cli, "--strict-epochs and --overlap-epochs: choose one");
+    if (cfg->broker.job_policy == JOB_POLICY_DETACH &&
+        (cfg->broker.dataset_size > 0 || cfg->broker.dataset_auto))
+        return stoker_cli_fail(cli, "--job-policy detach is for streams: a dataset's lagging job "
+                                    "is served by --job-policy remake (its items made again by "
+                                    "index) or waited for (wait)");
+    if (cfg->broker.job_policy == JOB_POLICY_REMAKE && cfg->broker.dataset_size == 0 &&
+        !cfg->broker.dataset_auto)
+        return stoker_cli_fail(cli, "--job-policy remake needs a dataset (--dataset-size): a "
+                                    "stream's examples cannot be made again by index; use "
+                                    "detach or wait");
     return -1;
 }
 

@@ -21,6 +21,8 @@ stoker_event_kind_name(stoker_event_kind kind)
         return "broker_restarted";
     case STOKER_EVENT_JOB_DETACHED:
         return "job_detached";
+    case STOKER_EVENT_JOB_REMAKING:
+        return "job_remaking";
     default:
         return "unknown";
     }

@@ -269,7 +269,8 @@ stoker_wire_decode_reply_msg(nng_msg *msg, stoker_reply **out, char *err, size_t
             EVENT_FIELDS(COPY_FIELD)
             d->kind = s->kind <= STOKER_EVENT_PRODUCER_RECONNECTED ||
                               s->kind == STOKER_EVENT_EPOCH_END || s->kind == STOKER_EVENT_SCALED ||
-                              s->kind == STOKER_EVENT_JOB_DETACHED
+                              s->kind == STOKER_EVENT_JOB_DETACHED ||
+                              s->kind == STOKER_EVENT_JOB_REMAKING
                           ? (stoker_event_kind)s->kind
                           : STOKER_EVENT_NONE;
             snprintf(d->name, sizeof(d->name), "%s", s->name != NULL ? s->name : "");

@@ -249,12 +249,14 @@ jobs_json(stoker_text *t, const stoker_status *st)
                            ", \"state\": \"%s\", \"trainers\": %u, \"made\": %llu, "
                            "\"delivered\": %llu, \"acknowledged\": %llu, \"queued\": %llu, "
                            "\"in_flight\": %llu, \"lag\": %llu, \"joined_s\": %.3f, "
-                           "\"data_wait_s\": %.3f, \"rate\": %.1f, \"end_reason\": ",
+                           "\"data_wait_s\": %.3f, \"rate\": %.1f, \"remade\": %llu, "
+                           "\"end_reason\": ",
                            stoker_job_state_name(j->state), j->trainers,
                            (unsigned long long)j->made, (unsigned long long)j->delivered,
                            (unsigned long long)j->acknowledged, (unsigned long long)j->queued,
                            (unsigned long long)j->in_flight, (unsigned long long)j->lag,
-                           j->joined_s, (double)j->data_wait_ms / 1000.0, j->rate);
+                           j->joined_s, (double)j->data_wait_ms / 1000.0, j->rate,
+                           (unsigned long long)j->remade);
         if (j->end_reason[0] != '\0')
             stoker_text_json_string(t, j->end_reason);
         else

@@ -27,7 +27,7 @@
     X(bytes_shm) X(bytes_socket) X(arena_full) X(data_wait_ms) X(tokens) X(padding)
 #define JOB_FIELDS(X)                                                                              \
     X(trainers) X(made) X(delivered) X(acknowledged) X(queued) X(in_flight) X(lag) X(joined_s)    \
-    X(data_wait_ms) X(rate)
+    X(data_wait_ms) X(rate) X(remade)
 // clang-format on
 #define COPY_FIELD(f) d->f = s->f;
 // A row of STOKER_COUNTERS, whatever its kind: its field copied.

@@ -47,7 +47,7 @@ DTYPES = {
 
 EVENT_KINDS = {1: "producer_joined", 2: "producer_lost", 3: "producer_finished",
                4: "producer_reconnected", 15: "epoch_end", 520: "scaled",
-               600: "broker_restarted", 700: "job_detached"}
+               600: "broker_restarted", 700: "job_detached", 701: "job_remaking"}
 
 MAX_RANK = 8  # STOKER_MAX_RANK
 NAME_MAX = 64  # STOKER_NAME_MAX, the NUL included: names (a job's) of 1..63 bytes

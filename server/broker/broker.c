@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "jobs.h"
 #include "mix.h"
+#include "shards.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"
@@ -181,7 +182,7 @@ static const method methods[] = {
     {STOKER_ACK, pull_handle_ack, NEEDS_AUTH | NEEDS_SCHEMA, "ack"},
     {STOKER_GOODBYE, session_handle_goodbye, NEEDS_AUTH | NEEDS_SCHEMA, "goodbye"},
     {STOKER_HEARTBEAT, session_handle_heartbeat, NEEDS_AUTH | NEEDS_SCHEMA, "heartbeat"},
-    {STOKER_SHARD, epochs_handle_shard, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
+    {STOKER_SHARD, shards_handle, NEEDS_AUTH | NEEDS_SCHEMA, "shard"},
     {STOKER_MIX, pull_handle_mix, NEEDS_AUTH | NEEDS_SCHEMA, "mix"},
 };
 
@@ -273,12 +274,15 @@ job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms
         jobs_remove(b, j);
         broker_destroy(j, out);
     }
-    // A job joining a dataset whose epochs began takes the epochs from the next one on.
-    uint32_t from = b->epochs != NULL && jobs_started(b) ? epochs_next_unopened(b->epochs) : 0;
+    // A job joining a dataset whose epochs began takes the newest one open as its first, whole:
+    // what the others took of it already is made again for it (jobs_add_late).
+    uint32_t from = b->epochs != NULL && jobs_started(b) ? epochs_newest_open(b->epochs) : 0;
+    if (from == UINT32_MAX)
+        from = epochs_next_unopened(b->epochs);
     if (from == UINT32_MAX) {
         send_code(b, out, token, STOKER_INVALID,
-                  "job '%s' joins a dataset whose last epoch (--epochs) began for job '%s': no "
-                  "whole epoch is left for it; give it a broker of its own",
+                  "job '%s' joins a dataset whose every epoch (--epochs) was made for job '%s': "
+                  "no epoch is left for it; give it a broker of its own",
                   name, b->job);
         return NULL;
     }
@@ -298,8 +302,9 @@ job_for_hello(broker *b, void *token, const stoker_request *req, uint64_t now_ms
     broker *f = broker_create(&cfg, now_ms);
     if (f != NULL)
         f->arena = b->arena;
-    if (f == NULL || (from > 0 ? jobs_add_late(b, f, name, from, now_ms)
-                               : jobs_add(b, f, name, now_ms)) != STOKER_OK) {
+    int late = b->epochs != NULL && jobs_started(b);
+    if (f == NULL || (late ? jobs_add_late(b, f, name, from, now_ms)
+                           : jobs_add(b, f, name, now_ms)) != STOKER_OK) {
         broker_destroy(f, NULL);
         send_code(b, out, token, STOKER_RETRY,
                   "job '%s': no room for another job (at most %d share the producers)", name,

@@ -48,10 +48,11 @@ typedef struct broker_config {
     // how long a job with no consumer connected is kept before what it held is freed.
     uint32_t job_lag;
     uint32_t job_timeout_ms;
-    // What a job lagging beyond the lag bound does to the others: 0 (wait, the default) the
-    // producers wait for it; 1 (detach) it is detached instead, its consumers told why, and the
-    // others go on (a stream's jobs only).
-    int job_detach;
+    // What a job lagging beyond the lag bound does to the others (JOB_POLICY_*): the producers
+    // wait for it (the default); it is detached, its consumers told why, and the others go on (a
+    // stream's jobs); or what it cannot take now is passed over and made again for it by index
+    // once it has room (a dataset's jobs).
+    int job_policy;
     // The autoscale signal (docs/autoscale.md): producers wanted = demand x headroom / supply per
     // producer, within min..max.
     double autoscale_headroom;
@@ -141,5 +142,8 @@ int broker_status(const broker *b, uint64_t now_ms, uint32_t max_events, stoker_
 // a malloc'd string (caller frees), or NULL when out of memory.
 char *broker_metrics_text(const broker *b, uint64_t now_ms);
 char *broker_status_json(const broker *b, uint64_t now_ms);
+
+// --job-policy's values, in the order the command line lists them.
+enum { JOB_POLICY_WAIT, JOB_POLICY_DETACH, JOB_POLICY_REMAKE };
 
 #endif

@@ -236,6 +236,16 @@ struct broker {
     char job_end_reason[192];
     // A job that joined a dataset late (jobs.c): it takes the items of this epoch on (0: all).
     uint32_t job_from_epoch;
+    // Its place among the lead's jobs (the lead 0, a follower 1..JOBS_MAX-1), which names it in
+    // the targets of a shard made again for some jobs only (epoch.c), and its items made again
+    // by index (remake.h): of the epoch it joined late to, or passed over while it lagged.
+    uint32_t job_slot;
+    struct remake *remakes[2]; // REMAKE_SETS
+    uint64_t job_remade;       // examples made again for it (counted as they are queued)
+    // Epoch ends it has not heard of yet, from ends_owed_from on: it still waited for copies
+    // of that epoch made again for it (epoch_remake.c).
+    uint32_t ends_owed, ends_owed_from;
+    int job_remaking; // said (an event) that it lags and is served by remaking
     // Its rate (examples/s delivered, smoothed) and the delivered count and time it was last
     // taken from (jobs_tick).
     double job_rate;

@@ -17,56 +17,12 @@
 
 #include "epoch.h"
 #include "drawer.h"
+#include "epoch_impl.h"
 #include "internal.h"
+#include "remake.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
 #include "stoker/rng.h"
-
-// Epochs open at once at most: two (the oldest and, unless strict, the next), and one more
-// opened early for a group's leftover of fewer examples than ranks (epochs_open_early).
-#define WINDOW 3
-
-typedef struct epoch {
-    uint32_t number;
-    uint32_t *order;    // (n,) the permutation, handed out from cursor on
-    uint32_t *returned; // items handed back, handed out before the order's rest
-    uint64_t n_returned, cap_returned;
-    uint64_t cursor; // next position in order
-    uint64_t acked;
-} epoch;
-
-// A producer's shard: the items handed to it, made and accepted in this order up to `done`.
-// Removed once done == n (or handed back).
-typedef struct held {
-    uint32_t producer_id;
-    uint64_t id; // named by the shard's pushes; ids grow with each shard cut
-    uint32_t n, done;
-    uint64_t *items; // (n,) EPOCH_ITEM, all of one epoch
-} held;
-
-struct epochs {
-    uint64_t n;
-    uint64_t seed;
-    uint32_t shard_items;
-    uint32_t limit; // epochs to make, 0: without end
-    int strict;
-    int has_fingerprint;
-    uint64_t fingerprint;
-    epoch win[WINDOW]; // epoch k at win[k % WINDOW] while lo <= k < opened
-    uint32_t lo, opened;
-    int early;  // a group may open one epoch more than the rule allows (epochs_open_early)
-    held *held; // at most two per producer (HELD_MAX), unordered
-    uint32_t n_held, cap_held;
-    uint64_t first_shard;  // the id of this broker's first shard (shard_ids_start)
-    uint64_t next_shard;   // the id of the next shard cut
-    drawer *next;          // draws the next epoch's permutation meanwhile (NULL: no memory for it)
-    uint32_t *spare_order; // a finished epoch's permutation array, for the next draw
-    uint64_t *spare_items; // a released shard's list, for the next shard
-    uint64_t reassigned, revoked;
-};
-
-// Shards a producer holds at most: the one its pushes fill and the one asked for ahead.
-#define HELD_MAX 2
 
 // Where this broker's shard ids start: a random point, so that a restarted broker's ids never
 // meet the ones the broker before it handed out. Producers come back from a restart still
@@ -225,15 +181,21 @@ epochs_check_hello(broker *b, const stoker_request *req, char *err, size_t err_l
     return STOKER_OK;
 }
 
-// Appends the unmade rest of h to its epoch's items to hand out first; returns how many.
-// Returns 0 without memory: those items are then lost for the epoch, which therefore never
-// ends; the broker logs it (an epoch ends only when every item was acknowledged).
+// Appends the unmade rest of h to its epoch's items to hand out first (a remade shard's: to its
+// jobs' sets); returns how many. Returns 0 without memory: those items are then lost for the
+// epoch, which therefore never ends; the broker logs it (an epoch ends only when every item was
+// acknowledged).
 static uint64_t
-hand_back(epochs *e, const held *h)
+hand_back(broker *b, const held *h)
 {
+    epochs *e = b->epochs;
     uint64_t back = h->n - h->done;
     if (back == 0)
         return 0;
+    if (h->remade) {
+        epoch_hand_back_remade(b, h);
+        return back;
+    }
     epoch *ep = item_epoch(e, h->items[h->done]);
     if (ep == NULL)
         return 0; // cannot happen: an epoch ends only when all of its items were accepted
@@ -258,9 +220,10 @@ hand_back(epochs *e, const held *h)
 // Removes shard h of producer p from the list, its unmade rest handed back first (none when
 // it was pushed in full), and keeps its item list for the next shard.
 static void
-drop_held(epochs *e, producer *p, held *h, const char *why)
+drop_held(broker *b, producer *p, held *h, const char *why)
 {
-    uint64_t back = hand_back(e, h);
+    epochs *e = b->epochs;
+    uint64_t back = hand_back(b, h);
     uint64_t id = h->id;
     if (e->spare_items == NULL)
         e->spare_items = h->items;
@@ -281,7 +244,7 @@ epochs_release(broker *b, producer *p, const char *why)
     epochs *e = b->epochs;
     held *h;
     while (e != NULL && (h = find_held(e, p->id, 0)) != NULL)
-        drop_held(e, p, h, why);
+        drop_held(b, p, h, why);
     p->items_held = 0;
 }
 
@@ -343,6 +306,24 @@ held_add(epochs *e, uint32_t producer_id, uint32_t cap)
     return h;
 }
 
+// Hands shard h, just cut, to p.
+static void
+send_shard(broker *b, producer *p, held *h, void *token, broker_outbox *out)
+{
+    p->items_held += h->n;
+    stoker_debug("shard-out: shard %llu, %u items of epoch %u%s, to producer %u '%s', which holds "
+                 "%u",
+                 (unsigned long long)h->id, h->n, EPOCH_OF(h->items[0]),
+                 h->remade ? " made again for some jobs" : "", p->id, p->name,
+                 count_held(b->epochs, p->id));
+    stoker_reply rep = {.code = STOKER_OK,
+                        .n_items = h->n,
+                        .items = h->items,
+                        .dataset_seed = b->epochs->seed,
+                        .shard = h->id};
+    send_reply(b, out, token, &rep);
+}
+
 int
 epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64_t now_ms,
                     broker_outbox *out)
@@ -361,7 +342,7 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
     // Its shards pushed in full left the list already; one asking while it still holds two
     // gave up the older one (a producer asks ahead only while one shard's pushes are in flight).
     if (count_held(e, p->id) >= HELD_MAX)
-        drop_held(e, p, find_held(e, p->id, 0), "asked for a third shard");
+        drop_held(b, p, find_held(e, p->id, 0), "asked for a third shard");
     int nomem = 0;
     epoch *ep = next_work(e, &nomem);
     if (ep == NULL) {
@@ -374,8 +355,7 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
                       "no items to hand out now (epoch %u waits for its last items)", e->lo);
         return 0;
     }
-    uint32_t want =
-        e->shard_items < STOKER_SHARD_MAX_ITEMS ? e->shard_items : STOKER_SHARD_MAX_ITEMS;
+    uint32_t want = epochs_shard_items(e);
     held *h = held_add(e, p->id, want);
     if (h == NULL) {
         send_code(b, out, token, STOKER_RETRY, "broker out of memory cutting a shard");
@@ -388,17 +368,61 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
     for (uint64_t j = 0; j < run; j++)
         h->items[h->n++] = EPOCH_ITEM(ep->number, order[j]);
     ep->cursor += run;
-    p->items_held += h->n;
-    stoker_debug("shard-out: shard %llu, %u items of epoch %u, to producer %u '%s', which holds "
-                 "%u",
-                 (unsigned long long)h->id, h->n, ep->number, p->id, p->name, count_held(e, p->id));
-    stoker_reply rep = {.code = STOKER_OK,
-                        .n_items = h->n,
-                        .items = h->items,
-                        .dataset_seed = e->seed,
-                        .shard = h->id};
-    send_reply(b, out, token, &rep);
+    send_shard(b, p, h, token, out);
     return 0;
+}
+
+int
+epochs_give_remade(broker *b, producer *p, uint32_t number, const uint32_t *index, uint32_t n,
+                   uint32_t targets, void *token, broker_outbox *out)
+{
+    epochs *e = b->epochs;
+    if (count_held(e, p->id) >= HELD_MAX)
+        drop_held(b, p, find_held(e, p->id, 0), "asked for a third shard");
+    held *h = n <= epochs_shard_items(e) ? held_add(e, p->id, epochs_shard_items(e)) : NULL;
+    if (h == NULL)
+        return STOKER_NOMEM;
+    for (h->n = 0; h->n < n; h->n++)
+        h->items[h->n] = EPOCH_ITEM(number, index[h->n]);
+    h->remade = 1;
+    h->targets = targets;
+    send_shard(b, p, h, token, out);
+    return STOKER_OK;
+}
+
+int
+epochs_push_remade(const broker *b, const producer *p, uint64_t shard, uint32_t *targets)
+{
+    const held *h = b->epochs != NULL ? find_held(b->epochs, p->id, shard) : NULL;
+    if (h == NULL || !h->remade)
+        return 0;
+    *targets = h->targets;
+    return 1;
+}
+
+void
+epochs_forget_slot(broker *b, uint32_t slot)
+{
+    for (uint32_t h = 0; b->epochs != NULL && h < b->epochs->n_held; h++)
+        b->epochs->held[h].targets &= ~(1u << slot);
+}
+
+uint64_t
+epochs_items(const epochs *e)
+{
+    return e->n;
+}
+
+int
+epochs_strict(const epochs *e)
+{
+    return e->strict;
+}
+
+uint32_t
+epochs_shard_items(const epochs *e)
+{
+    return e->shard_items < STOKER_SHARD_MAX_ITEMS ? e->shard_items : STOKER_SHARD_MAX_ITEMS;
 }
 
 // Whether shard id was cut by this broker (0, a push's "my oldest", names none).
@@ -442,7 +466,7 @@ epochs_check_push(broker *b, producer *p, const stoker_request *req, uint32_t sk
         // others (nothing, usually: it was handed back when the producer was taken for lost).
         e->revoked++;
         if (h != NULL)
-            drop_held(e, p, h, "its push was refused");
+            drop_held(b, p, h, "its push was refused");
         if (h == NULL && req->shard != 0 && !our_shard(e, req->shard))
             return stoker_errorf(
                 err, err_len, STOKER_SHARD_REVOKED,
@@ -473,18 +497,10 @@ epochs_accepted(broker *b, producer *p, const stoker_request *req, uint32_t skip
         return;
     h->done = h->n - h->done > n ? h->done + n : h->n;
     if (h->done == h->n)
-        drop_held(e, p, h, "pushed in full"); // nothing to hand back
+        drop_held(b, p, h, "pushed in full"); // nothing to hand back
 }
 
-static void
-epoch_end_event(broker *b, uint32_t k, uint64_t now_ms)
-{
-    stoker_event *ev = new_event(b, STOKER_EVENT_EPOCH_END, now_ms);
-    ev->epoch = k;
-    snprintf(ev->name, sizeof(ev->name), "epoch %u", k);
-    snprintf(ev->reason, sizeof(ev->reason), "all %llu items acknowledged",
-             (unsigned long long)b->epochs->n);
-}
+static void try_end(broker *job, uint64_t now_ms);
 
 void
 epochs_acked(broker *b, const queue_range *r, uint64_t now_ms)
@@ -506,11 +522,21 @@ epochs_acked(broker *b, const queue_range *r, uint64_t now_ms)
                      ep->number, (unsigned long long)ep->acked, (unsigned long long)e->n);
         ep->acked = e->n;
     }
-    // Epochs end in order: a later one complete before an earlier one waits for it.
+    try_end(b, now_ms);
+}
+
+static void
+try_end(broker *job, uint64_t now_ms)
+{
+    broker *b = job->lead != NULL ? job->lead : job; // the epochs are the lead's
+    epochs *e = b->epochs;
+    // Epochs end in order: a later one complete before an earlier one waits for it. Each job
+    // hears of the end once it also trained the copies of it made again for it (epoch_tell_end).
     while (e->lo < e->opened && e->win[e->lo % WINDOW].acked == e->n) {
         stoker_info("epoch-end: epoch %u, all %llu items acknowledged", e->lo,
                     (unsigned long long)e->n);
-        epoch_end_event(b, e->lo, now_ms);
+        for (uint32_t i = 0; i <= b->n_followers; i++)
+            epoch_tell_end(i == 0 ? b : b->followers[i - 1], e->lo, e->n, now_ms);
         epoch *done = &e->win[e->lo % WINDOW];
         if (e->spare_order == NULL) {
             e->spare_order = done->order;
@@ -528,6 +554,13 @@ epochs_waiting(const broker *b)
     const epochs *e = b->epochs;
     if (e == NULL || e->n_held > 0)
         return 0; // a stream, or items with producers, not yet pushed
+    const broker *l = b->lead != NULL ? b->lead : b;
+    for (uint32_t i = 0; i <= l->n_followers; i++) {
+        const broker *j = i == 0 ? l : l->followers[i - 1];
+        for (uint32_t k = 0; k < REMAKE_SETS; k++)
+            if (j->remakes[k] != NULL && j->remakes[k]->pending_count > 0)
+                return 0; // items to make again for a job
+    }
     for (uint32_t k = e->lo; k < e->opened; k++) {
         if (has_work(e, &e->win[k % WINDOW]))
             return 0;
@@ -553,6 +586,12 @@ uint32_t
 epochs_next_unopened(const epochs *e)
 {
     return e->limit > 0 && e->opened >= e->limit ? UINT32_MAX : e->opened;
+}
+
+uint32_t
+epochs_newest_open(const epochs *e)
+{
+    return e->opened > e->lo ? e->opened - 1 : UINT32_MAX;
 }
 
 void

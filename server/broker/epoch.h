@@ -17,6 +17,7 @@
 struct broker;
 struct producer;
 struct queue_range;
+struct remake;
 struct broker_outbox;
 
 typedef struct epochs epochs;
@@ -74,6 +75,33 @@ int epochs_open_early(struct broker *b);
 // The first epoch not yet opened (none of its items handed out); UINT32_MAX when no further
 // epoch will be made (--epochs reached). A job joining late starts with it (jobs.c).
 uint32_t epochs_next_unopened(const epochs *e);
+
+// The newest epoch open (some of its items handed out), UINT32_MAX when none is. A job joining
+// late takes it as its first, whole: the items of it accepted before it joined are made again
+// for it (epochs_remake_accepted), the rest it shares.
+uint32_t epochs_newest_open(const epochs *e);
+// Adds to r every item of epoch k accepted so far (in the order they were handed out).
+// STOKER_NOMEM.
+int epochs_remake_accepted(const epochs *e, uint32_t k, struct remake *r);
+
+// Items to make again for some jobs only (their job_slot bits in targets), index[0..n) of
+// epoch `epoch`, handed to p as a shard (at most epochs_shard_items): its pushes go to those
+// jobs only (epochs_push_remade), its unmade rest back to their sets. STOKER_NOMEM (nothing
+// handed: the caller keeps the items).
+int epochs_give_remade(struct broker *b, struct producer *p, uint32_t epoch, const uint32_t *index,
+                       uint32_t n, uint32_t targets, void *token, struct broker_outbox *out);
+// Whether shard `shard` of p (0: its oldest) holds items made again; then its jobs in targets.
+int epochs_push_remade(const struct broker *b, const struct producer *p, uint64_t shard,
+                       uint32_t *targets);
+// The job of slot `slot` is gone: no shard is made for it any more.
+void epochs_forget_slot(struct broker *b, uint32_t slot);
+// Items a shard holds at most; items in the dataset; whether epochs are strict (one open at once).
+uint32_t epochs_shard_items(const epochs *e);
+uint64_t epochs_items(const epochs *e);
+int epochs_strict(const epochs *e);
+// Job j just trained the last copy of a set (remake.h): the epoch ends owed to it since are
+// told now, in order, up to the first epoch it still waits for copies of.
+void epochs_tell_owed(struct broker *j, uint64_t now_ms);
 
 // For the status: items per epoch, epochs acknowledged in full, the epoch being handed out,
 // items handed back after losses, pushes refused as revoked.

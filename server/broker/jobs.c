@@ -8,12 +8,9 @@
 #include "epoch.h"
 #include "internal.h"
 #include "jobs.h"
+#include "remake.h"
 #include "stoker/error.h"
 #include "stoker/log.h"
-
-// At most this many trained spans of one job are looked at when telling a producer what every
-// job trained: leaving some out only makes a producer keep more (safe).
-#define TRAINED_SPANS 64
 
 static const broker *
 lead_of(const broker *b)
@@ -94,31 +91,6 @@ jobs_fits(const broker *b, const producer *m, uint64_t fresh, uint64_t bytes)
     return m->q.examples + fresh <= depth && bytes <= commit_bytes_room(b);
 }
 
-int
-jobs_push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes)
-{
-    for (uint32_t i = 0; i < b->n_followers; i++) {
-        const broker *f = b->followers[i];
-        const producer *m = takes(f) ? find_producer_id(f, p->id) : NULL;
-        if (m != NULL && !jobs_fits(f, m, fresh, bytes))
-            return 0;
-    }
-    return 1;
-}
-
-int
-jobs_have_room(const broker *b, const producer *p)
-{
-    uint64_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
-    for (uint32_t i = 0; i < b->n_followers; i++) {
-        const broker *f = b->followers[i];
-        const producer *m = takes(f) ? find_producer_id(f, p->id) : NULL;
-        if (m != NULL && !jobs_fits(f, m, chunk, f->example_bytes))
-            return 0;
-    }
-    return 1;
-}
-
 // Whether every job of lead l that takes examples trained seq of producer id.
 static int
 all_trained(const broker *l, uint32_t id, uint64_t seq)
@@ -158,12 +130,36 @@ epochs_acked_by_all(broker *l, uint32_t id, const queue_range *r, uint64_t now_m
     }
 }
 
+// The set of job j whose members r's items are (copies made again for j: a push holds one shard's
+// items, all made again or none), or NULL.
+static remake *
+remade_range(const broker *j, const queue_range *r)
+{
+    const uint64_t *items =
+        j->remakes[0] != NULL || j->remakes[1] != NULL ? queue_range_items(r) : NULL;
+    remake *set = items != NULL ? remake_find(j->remakes, EPOCH_OF(items[0])) : NULL;
+    return set != NULL && remake_is_member(set, (uint32_t)EPOCH_INDEX(items[0])) ? set : NULL;
+}
+
 void
 jobs_acked(broker *b, const producer *p, const queue_range *r, uint64_t now_ms)
 {
     broker *l = b->lead != NULL ? b->lead : b;
     if (l->epochs == NULL)
         return;
+    remake *set = remade_range(b, r);
+    if (set != NULL) { // b's own copies: its epoch may end now, the shared ones are counted apart
+        remake_acked(set, r->count);
+        if (remake_complete(set) && set->pending_count == 0) {
+            for (uint32_t k = 0; k < REMAKE_SETS; k++)
+                if (b->remakes[k] == set)
+                    b->remakes[k] = NULL;
+            remake_destroy(set);
+            b->job_remaking = b->remakes[0] != NULL || b->remakes[1] != NULL;
+            epochs_tell_owed(b, now_ms);
+        }
+        return;
+    }
     if (l->n_followers == 0)
         epochs_acked(l, r, now_ms);
     else
@@ -192,7 +188,7 @@ release_queues(broker *b, uint64_t now_ms)
         queue_range r;
         uint32_t got;
         while ((got = queue_take(&p->q, UINT32_MAX, &r)) > 0) {
-            if (l->epochs != NULL)
+            if (l->epochs != NULL && remade_range(b, &r) == NULL)
                 epochs_acked_by_all(l, p->id, &r, now_ms);
             queue_range_release(&r);
             n += got;
@@ -204,23 +200,80 @@ release_queues(broker *b, uint64_t now_ms)
     b->queued_bytes = 0;
 }
 
+// Job j passes over count items (of one epoch) it has no room for (--job-policy remake): made
+// again for it by index once it has room (jobs_pass_room checked there is a set for them).
+static void
+pass_over(broker *j, const uint64_t *items, uint32_t count, uint64_t now_ms)
+{
+    uint32_t epoch = EPOCH_OF(items[0]);
+    remake *set = remake_find(j->remakes, epoch);
+    for (uint32_t k = 0; set == NULL && k < REMAKE_SETS; k++)
+        if (j->remakes[k] == NULL)
+            set = j->remakes[k] = remake_create(epochs_items(lead_of(j)->epochs), epoch);
+    if (!j->job_remaking) {
+        j->job_remaking = 1;
+        broker *l = j->lead != NULL ? j->lead : j;
+        for (broker *log = j;; log = l) {
+            stoker_event *e = new_event(log, STOKER_EVENT_JOB_REMAKING, now_ms);
+            snprintf(e->name, sizeof(e->name), "%s", j->job);
+            snprintf(e->reason, sizeof(e->reason),
+                     "job '%s' lags more than %llu examples per producer behind the others "
+                     "(--job-lag): what it has no room for is made again for it by index "
+                     "(--job-policy remake)",
+                     j->job, (unsigned long long)jobs_lag(j));
+            if (log == l)
+                break;
+        }
+        stoker_info("job-remaking: job '%s' lags: the items it has no room for are made again "
+                    "for it once it has room",
+                    j->job);
+    }
+    for (uint32_t k = 0; set != NULL && k < count; k++)
+        if (remake_add(set, (uint32_t)EPOCH_INDEX(items[k])) != STOKER_OK)
+            set = NULL;
+    if (set == NULL)
+        stoker_error("job '%s': out of memory passing over %u items of epoch %u: that epoch "
+                     "cannot end",
+                     j->job, count, epoch);
+}
+
+// Takes the examples just appended to the lead's queue of p (range r) out again: the lead's job
+// does not take them (it ended, they were made again for other jobs, or it passes them over).
+static void
+lead_skips(broker *b, producer *p, const queue_range *r, uint64_t bytes)
+{
+    queue_range got;
+    uint32_t n = queue_take_seq(&p->q, r->first_seq, r->count, &got);
+    queue_range_release(&got);
+    b->c.queued -= n;
+    b->queued_bytes -= bytes;
+    b->c.released += n;
+    trained_add(&p->trained, r->first_seq, n);
+}
+
 void
-jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes)
+jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes, uint32_t takers,
+              uint32_t passed, uint64_t now_ms)
 {
     const queue_range *tail = queue_tail(&p->q);
     if (tail == NULL)
         return;
     queue_range r = *tail;
+    const uint64_t *items = queue_range_items(&r);
     for (uint32_t i = 0; i < b->n_followers; i++) {
         broker *f = b->followers[i];
         producer *m = takes(f) ? mirror(f, p, r.first_seq) : NULL;
         if (m == NULL)
             continue;
-        const uint64_t *items = f->job_from_epoch > 0 ? queue_range_items(&r) : NULL;
-        if (items != NULL && EPOCH_OF(items[0]) < f->job_from_epoch) {
-            // An epoch before the one a late job starts with: not its (a push holds one
-            // shard's items, all of one epoch); counted trained for it, so that it holds
-            // neither the producer's retention nor the epoch's end.
+        uint32_t bit = 1u << f->job_slot;
+        if (!(takers & bit) || (passed & bit) ||
+            (items != NULL && EPOCH_OF(items[0]) < f->job_from_epoch)) {
+            // Not its: made again for other jobs, or of an epoch before the one a late job
+            // starts with (a push holds one shard's items, all of one epoch), or passed over (made
+            // again for it later); counted trained for it, so that it holds neither the
+            // producer's retention nor the epoch's end.
+            if (passed & bit)
+                pass_over(f, items, fresh, now_ms);
             trained_add(&m->trained, r.first_seq, fresh);
             m->next_seq = p->next_seq;
             continue;
@@ -236,96 +289,14 @@ jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes)
         f->c.produced += fresh;
         f->c.queued += fresh;
         f->queued_bytes += bytes;
+        f->job_remade += takers != JOBS_ALL ? fresh : 0;
     }
-    if (!takes(b) && b->job_named) {
-        // The lead's own job ended: it keeps nothing for it.
-        queue_range got;
-        uint32_t n = queue_take_seq(&p->q, r.first_seq, fresh, &got);
-        queue_range_release(&got);
-        b->c.queued -= n;
-        b->queued_bytes -= bytes;
-        b->c.released += n;
-        trained_add(&p->trained, r.first_seq, n);
-    }
-}
-
-// --- what every job trained ---------------------------------------------------------------------
-
-typedef struct span {
-    uint64_t first, end;
-} span;
-
-// s as sorted spans: [0, through), then its ranges (at most cap). Returns how many.
-static uint32_t
-spans_of(const trained_set *s, span *out, uint32_t cap)
-{
-    uint32_t n = 0;
-    if (s->through > 0)
-        out[n++] = (span){0, s->through};
-    for (uint32_t i = 0; i < s->n && n < cap; i++)
-        out[n++] = (span){s->ranges[i].first, s->ranges[i].end};
-    return n;
-}
-
-// a (n spans) intersected with b (m spans) into a; returns the spans left.
-static uint32_t
-intersect(span *a, uint32_t n, const span *b, uint32_t m)
-{
-    span out[TRAINED_SPANS];
-    uint32_t k = 0, i = 0, j = 0;
-    while (i < n && j < m && k < TRAINED_SPANS) {
-        uint64_t first = a[i].first > b[j].first ? a[i].first : b[j].first;
-        uint64_t end = a[i].end < b[j].end ? a[i].end : b[j].end;
-        if (first < end)
-            out[k++] = (span){first, end};
-        if (a[i].end < b[j].end)
-            i++;
-        else
-            j++;
-    }
-    memcpy(a, out, k * sizeof(*a));
-    return k;
-}
-
-void
-jobs_tell_trained(const broker *b, const producer *p, stoker_reply *rep)
-{
-    if (b->n_followers == 0) {
-        trained_tell(&p->trained, rep);
-        return;
-    }
-    span acc[TRAINED_SPANS], one[TRAINED_SPANS];
-    uint32_t n = 0;
-    int any = 0;
-    if (takes(b) || !b->job_named) {
-        n = spans_of(&p->trained, acc, TRAINED_SPANS);
-        any = 1;
-    }
-    for (uint32_t i = 0; i < b->n_followers; i++) {
-        const broker *f = b->followers[i];
-        const producer *m = takes(f) ? find_producer_id(f, p->id) : NULL;
-        if (m == NULL)
-            continue;
-        uint32_t k = spans_of(&m->trained, one, TRAINED_SPANS);
-        if (!any) {
-            memcpy(acc, one, k * sizeof(*one));
-            n = k;
-            any = 1;
-        } else {
-            n = intersect(acc, n, one, k);
-        }
-    }
-    trained_set s = {0};
-    if (!any) { // no job takes examples: nothing is kept for one
-        trained_init(&s, p->next_seq);
-    } else {
-        uint32_t rest = n > 0 && acc[0].first == 0 ? 1 : 0; // acc[0] is the through run
-        trained_init(&s, rest ? acc[0].end : 0);
-        for (uint32_t i = rest; i < n; i++)
-            trained_add(&s, acc[i].first, acc[i].end - acc[i].first);
-    }
-    trained_tell(&s, rep);
-    trained_fini(&s);
+    if (passed & 1)
+        pass_over(b, items, fresh, now_ms);
+    if ((!takes(b) && b->job_named) || !(takers & 1) || (passed & 1))
+        lead_skips(b, p, &r, bytes); // after the followers: r's blocks are theirs now too
+    else
+        b->job_remade += takers != JOBS_ALL ? fresh : 0;
 }
 
 // --- finding and starting jobs ------------------------------------------------------------------
@@ -365,6 +336,20 @@ jobs_start(broker *b, const char *name, uint64_t now_ms)
             trained_init(&b->producers[i]->trained, b->producers[i]->next_seq);
 }
 
+// The lowest job slot no follower of b holds (the lead's is 0).
+static uint32_t
+free_slot(const broker *b)
+{
+    for (uint32_t slot = 1; slot < JOBS_MAX; slot++) {
+        int used = 0;
+        for (uint32_t i = 0; i < b->n_followers; i++)
+            used |= b->followers[i]->job_slot == slot;
+        if (!used)
+            return slot;
+    }
+    return 0; // not reached: a lead has fewer than JOBS_MAX - 1 followers
+}
+
 int
 jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms)
 {
@@ -373,6 +358,7 @@ jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms)
     if (b->n_followers + 1 >= JOBS_MAX)
         return STOKER_NOMEM;
     f->lead = b;
+    f->job_slot = free_slot(b);
     snprintf(f->job, sizeof(f->job), "%s", name);
     f->job_named = 1;
     f->job_state = STOKER_JOB_RUNNING;
@@ -407,11 +393,26 @@ int
 jobs_add_late(broker *b, broker *f, const char *name, uint32_t epoch, uint64_t now_ms)
 {
     f->job_from_epoch = epoch;
+    // Its first epoch is whole at once: the items of it accepted before it joined are made again
+    // for it by index (with any job that joined at the same time and needs them too).
+    remake *set = remake_create(epochs_items(b->epochs), epoch);
+    if (set == NULL || epochs_remake_accepted(b->epochs, epoch, set) != STOKER_OK) {
+        remake_destroy(set);
+        return STOKER_NOMEM;
+    }
     int rv = jobs_add(b, f, name, now_ms);
-    if (rv == STOKER_OK)
-        stoker_info("job-joined: job '%s' joins the dataset late: it takes every item once per "
-                    "epoch from epoch %u on",
-                    name, epoch);
+    if (rv != STOKER_OK) {
+        remake_destroy(set);
+        return rv;
+    }
+    uint64_t members = set->members;
+    if (members > 0)
+        f->remakes[0] = set;
+    else
+        remake_destroy(set);
+    stoker_info("job-joined: job '%s' joins the dataset late: it takes every item once per "
+                "epoch from epoch %u on, the %llu of it the others took already made again for it",
+                name, epoch, (unsigned long long)members);
     return rv;
 }
 
@@ -437,8 +438,8 @@ mirror_events(broker *b, broker *f, uint64_t now_ms)
         from = b->n_events - EVENT_LOG + 1;
     for (uint64_t i = from; i <= b->n_events; i++) {
         const stoker_event *e = &b->events[(i - 1) % EVENT_LOG];
-        if (e->producer == 0 && e->kind != STOKER_EVENT_SCALED && e->kind != STOKER_EVENT_EPOCH_END)
-            continue;
+        if (e->producer == 0 && e->kind != STOKER_EVENT_SCALED)
+            continue; // (each job hears of an epoch's end in its own time: epoch_tell_end)
         stoker_event *c = new_event(f, e->kind, now_ms);
         uint64_t index = c->index;
         *c = *e;
@@ -494,6 +495,13 @@ end_job(broker *b, const char *reason, uint64_t now_ms)
     snprintf(b->job_end_reason, sizeof(b->job_end_reason), "%s", reason);
     uint64_t held = b->c.queued;
     release_queues(b, now_ms);
+    // What was to be made again for it is not made; the epochs no longer wait for it.
+    for (uint32_t k = 0; k < REMAKE_SETS; k++) {
+        remake_destroy(b->remakes[k]);
+        b->remakes[k] = NULL;
+    }
+    b->ends_owed = 0;
+    epochs_forget_slot(b->lead != NULL ? b->lead : b, b->job_slot);
     stoker_info("job-ended: job '%s': %s; %llu examples queued for it freed", b->job, reason,
                 (unsigned long long)held);
 }
@@ -560,10 +568,8 @@ lags(const broker *l, const broker *j)
     return 0;
 }
 
-// Whether a consumer of job j pulled yet: one still starting (connecting, loading its model) is
-// not detached for lagging; the producers wait for it meanwhile, within the lag.
-static int
-pulled(const broker *j)
+int
+jobs_pulled(const broker *j)
 {
     for (uint32_t i = 0; i < j->n_trainers; i++)
         if (j->trainers[i]->pulled)
@@ -623,11 +629,11 @@ jobs_tick(broker *b, uint64_t now_ms)
         job_tick(b, now_ms, jobs_shared(b));
     for (uint32_t i = 0; i < b->n_followers; i++)
         job_tick(b->followers[i], now_ms, jobs_shared(b));
-    if (!b->cfg.job_detach || b->epochs != NULL)
+    if (b->cfg.job_policy != JOB_POLICY_DETACH || b->epochs != NULL)
         return;
     for (uint32_t i = 0; i <= b->n_followers && jobs_shared(b); i++) {
         broker *j = i == 0 ? b : b->followers[i - 1];
-        if (takes(j) && (i > 0 || b->job_named) && pulled(j) && lags(b, j))
+        if (takes(j) && (i > 0 || b->job_named) && jobs_pulled(j) && lags(b, j))
             detach(b, j, now_ms);
     }
 }

@@ -30,15 +30,28 @@ uint64_t jobs_lag(const broker *b);
 // lag while jobs share, an empty sized queue taking any chunk (push.c), its bytes within
 // --max-bytes (bytes 0: not counted).
 int jobs_fits(const broker *b, const producer *m, uint64_t fresh, uint64_t bytes);
-// Whether every follower of lead b that takes examples has room for fresh examples (bytes) of
-// producer p (its mirror's queue within depth and lag, its bytes within --max-bytes).
-int jobs_push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes);
+// Every job (its job_slot bit): a push of the epochs' shards or of a stream.
+#define JOBS_ALL UINT32_MAX
+// The jobs of lead b among takers (job_slot bits) that take examples and have no room for fresh
+// examples (bytes) of producer p (its queue or mirror's within depth and lag, its bytes within
+// --max-bytes), or, with strict epochs, still wait for copies of an epoch before the push's
+// `epoch` made again for them; 0 when every one takes it now.
+uint32_t jobs_short(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes,
+                    uint32_t takers, uint32_t epoch);
+// Of the jobs in short_mask (jobs_short), those that pass over a push of epoch `epoch` instead
+// of holding it back, to have its items made again by index later: a job behind in its strict
+// epochs, or (--job-policy remake) one lagging that has pulled; each with a set for that epoch
+// or room for one, while some other job takes the push (when every job is short the producers
+// wait).
+uint32_t jobs_may_pass(const broker *b, uint32_t short_mask, uint32_t epoch);
 // Whether follower room holds for p's next chunk in every follower of lead b (queues.c).
 int jobs_have_room(const broker *b, const producer *p);
 // Lead b just appended fresh examples (bytes) of p at its queue's tail (p->next_seq already past
 // them): queued for every follower that takes examples too, and freed at once from b's own queue
-// when b's job ended.
-void jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes);
+// when b's job ended. takers: the jobs (job_slot bits) a shard made again goes to (JOBS_ALL:
+// every job); passed: jobs that pass it over (jobs_may_pass), made again for them later.
+void jobs_appended(broker *b, producer *p, uint32_t fresh, uint64_t bytes, uint32_t takers,
+                   uint32_t passed, uint64_t now_ms);
 // Trainers of job b acknowledged range r of producer p (its trained set already says so): with
 // a dataset, the items every job that takes examples has now trained are acknowledged in the
 // lead's epochs (an epoch ends when every job trained its every item).
@@ -61,7 +74,8 @@ void jobs_start(broker *b, const char *name, uint64_t now_ms);
 // made after it joined. STOKER_NOMEM (f is then the caller's).
 int jobs_add(broker *b, broker *f, const char *name, uint64_t now_ms);
 // The same for a job joining a dataset after its epochs began: it takes every item once per
-// epoch from `epoch` on, the first one not yet opened (its epoch 0 is that one).
+// epoch from `epoch` on (epochs_newest_open: its first), the items of it the others took
+// already made again for it by index (remake.h).
 int jobs_add_late(broker *b, broker *f, const char *name, uint32_t epoch, uint64_t now_ms);
 // Removes follower f from lead b (to be destroyed by the caller).
 void jobs_remove(broker *b, broker *f);
@@ -71,6 +85,13 @@ void jobs_sync(broker *b, uint64_t now_ms);
 // whose consumers all said goodbye, or absent beyond --job-timeout, ends while another job
 // goes on, and what it held queued is freed (counted released).
 void jobs_tick(broker *b, uint64_t now_ms);
+// Whether job j still waits for copies made again for it of an epoch before `epoch`: with
+// strict epochs it takes none of a later epoch's items meanwhile (passed over and made again
+// for it once it is there), so its epochs come one after the other.
+int jobs_owes_before(const broker *j, uint32_t epoch);
+// Whether a consumer of job j pulled yet: one still starting (connecting, loading its model) is
+// not detached or passed over for lagging; the producers wait for it meanwhile, within the lag.
+int jobs_pulled(const broker *j);
 // Whether job b was detached (--job-policy detach); then why, in why.
 int jobs_detached(const broker *b, char *why, size_t why_len);
 

@@ -68,10 +68,21 @@ park_push(broker *b, producer *p, parked *k)
 // every job's that takes examples (jobs.c; the lead's own job, once ended, keeps nothing). An
 // empty sized queue takes any chunk the broker accepts (queues_max_chunk): the depth may have
 // shrunk below the chunk since (more producers alive); --max-bytes still bounds it.
+// A shard made again for some jobs (epoch.c) needs room in theirs only (takers); under
+// --job-policy remake a job that lags passes a push over (passed) and the others take it.
 static int
-push_fits(const broker *b, const producer *p, uint32_t fresh, uint64_t bytes)
+push_fits(const broker *b, const producer *p, const stoker_request *req, uint32_t skip,
+          uint64_t bytes, uint32_t *takers, uint32_t *passed)
 {
-    return (!jobs_takes(b) || jobs_fits(b, p, fresh, bytes)) && jobs_push_fits(b, p, fresh, bytes);
+    uint32_t fresh = req->chunk.count - skip, remade_for;
+    *takers = b->epochs != NULL && epochs_push_remade(b, p, req->shard, &remade_for) ? remade_for
+                                                                                     : JOBS_ALL;
+    *passed = 0;
+    uint32_t epoch = b->epochs != NULL && req->n_items > skip ? EPOCH_OF(req->items[skip]) : 0;
+    uint32_t short_mask = jobs_short(b, p, fresh, bytes, *takers, epoch);
+    if (short_mask != 0 && *takers == JOBS_ALL && b->epochs != NULL && req->n_items > skip)
+        *passed = jobs_may_pass(b, short_mask, epoch);
+    return (short_mask & ~*passed) == 0;
 }
 
 // Tries to apply the parked push k. Returns 1 when it was answered (k->req consumed), 0 when it
@@ -126,7 +137,8 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     uint32_t skip = (uint32_t)(p->next_seq - first);
     uint32_t fresh = count - skip;
     uint64_t fresh_bytes = stoker_chunk_bytes(&req->chunk, skip, fresh); // real bytes
-    if (!push_fits(b, p, fresh, fresh_bytes)) {
+    uint32_t takers, passed;
+    if (!push_fits(b, p, req, skip, fresh_bytes, &takers, &passed)) {
         if (!final)
             return 0;
         stoker_debug("queue-full: producer %u '%s' holds %llu examples", p->id, p->name,
@@ -162,7 +174,7 @@ push_try(broker *b, producer *p, parked *k, uint64_t now_ms, broker_outbox *out,
     b->c.produced += fresh;
     b->c.queued += fresh;
     b->queued_bytes += fresh_bytes;
-    jobs_appended(b, p, fresh, fresh_bytes);
+    jobs_appended(b, p, fresh, fresh_bytes, takers, passed, now_ms);
     stoker_reply rep = {.code = STOKER_OK,
                         .acked_through = end,
                         .queue_depth = commit_retain_depth(b) + (uint32_t)jobs_lag(b),

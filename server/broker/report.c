@@ -73,6 +73,7 @@ job_report(const broker *b, const broker *j, stoker_job_info *d)
     d->lag = lag_of(b, j);
     d->joined_s = (double)(j->job_joined_ms - b->start_ms) / 1000.0;
     d->rate = j->job_rate;
+    d->remade = j->job_remade;
     snprintf(d->end_reason, sizeof(d->end_reason), "%s", j->job_end_reason);
 }
 

@@ -289,7 +289,7 @@ Test(jobs, a_lagging_job_is_detached_under_the_detach_policy_and_the_others_go_o
     cfg.queue_depth = 16;
     cfg.queue_depth_auto = 0;
     cfg.job_lag = 8;
-    cfg.job_detach = 1;
+    cfg.job_policy = JOB_POLICY_DETACH;
     bf_create(&cfg);
     two_jobs("fast", "slow");
     uint8_t seen[2][256] = {{0}};

@@ -49,7 +49,8 @@ two_jobs(stoker_consumer_info cons[2], stoker_job_info jobs[2])
                                 .lag = 0,
                                 .joined_s = 0.5,
                                 .data_wait_ms = 1500,
-                                .rate = 1234.5};
+                                .rate = 1234.5,
+                                .remade = 7};
     jobs[1] = (stoker_job_info){.state = STOKER_JOB_DETACHED,
                                 .made = 60,
                                 .delivered = 20,
@@ -92,6 +93,7 @@ Test(status_jobs, a_status_reply_carries_the_jobs_and_each_consumers_job)
         cr_expect_eq(b->lag, a->lag);
         cr_expect_eq(b->joined_s, a->joined_s);
         cr_expect_eq(b->data_wait_ms, a->data_wait_ms);
+        cr_expect_eq(b->remade, a->remade);
     }
     // The client's snapshot takes the jobs over (stoker_status_destroy frees them).
     stoker_status *st;
@@ -146,7 +148,7 @@ Test(status_jobs, status_and_metrics_render_the_jobs)
     expect_in(json, "\"jobs\": [{\"name\": \"\", \"state\": \"running\", \"trainers\": 1, "
                     "\"made\": 100, \"delivered\": 80, \"acknowledged\": 70, \"queued\": 15, "
                     "\"in_flight\": 5, \"lag\": 0, \"joined_s\": 0.500, \"data_wait_s\": 1.500, "
-                    "\"rate\": 1234.5, \"end_reason\": null}, ");
+                    "\"rate\": 1234.5, \"remade\": 7, \"end_reason\": null}, ");
     expect_in(json, "{\"name\": \"b \\\"x\\\"\", \"state\": \"detached\", \"trainers\": 0, ");
     expect_in(json, "\"end_reason\": \"lagged 35 beyond --job-lag\"}]");
     // 150 made for 100 delivered over both jobs.

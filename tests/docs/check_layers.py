@@ -45,10 +45,10 @@ PUBLIC = {
 SERVER_FLOORS = [
     ["net/drawer", "net/arena_books"],
     ["net/arena"],
-    ["broker/core", "broker/queue", "broker/trained"],
+    ["broker/core", "broker/queue", "broker/trained", "broker/remake", "broker/epoch_remake"],
     ["broker/commit", "broker/budget", "broker/ahead", "broker/epoch", "broker/autoscale", "broker/queues",
-     "broker/mix", "broker/jobs"],
-    ["broker/lease", "broker/group_mix"],
+     "broker/mix", "broker/jobs", "broker/jobs_room"],
+    ["broker/lease", "broker/group_mix", "broker/shards"],
     ["broker/group", "broker/group_commit", "broker/drop"],
     ["broker/push", "broker/pull", "broker/session", "broker/report"],
     ["broker/loss"],

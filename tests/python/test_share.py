@@ -10,8 +10,11 @@ check is made from the examples' identities as each job received them:
   examples freed); a job resumed from its checkpoint within the timeout continues exactly from
   its commit; a job joining late gets every example made after it joined, once;
 - a dataset of an odd size, 6 epochs, shared by jobs that start together (one a 2-rank group):
-  every item once per epoch in every job; a job joining after the first batch gets every item
-  once per epoch from the next epoch on;
+  every item once per epoch in every job; a job joining after the first batch gets the epoch
+  being made whole at once (what the others took of it made again for it by index) and every
+  item once per epoch after it; jobs that join together have those items made once for both;
+- under --job-policy remake a job that lags passes items over and has them made again once it
+  has room: the other job is not held back, both get every item once per epoch;
 - /status, /metrics: the jobs, their counts, and the generation saved."""
 
 import json
@@ -240,7 +243,7 @@ def test_a_job_killed_one_resumed_and_one_joining_late():
         assert st["counters"]["produced"] == 2 * per
 
 
-def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_next_epoch():
+def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_whole_at_once():
     n, epochs = 101, 6
     with Cluster("--dataset-size", str(n), "--epochs", str(epochs), "--shuffle-seed", "7") as c:
         per_job = {}
@@ -272,9 +275,10 @@ def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_
             # machine) comes well before the last epoch begins, after which it is refused.
             c.producer("--items", str(n), "--delay", "0.02:0.02", "--chunk", "4")
         wait_for("a batch", lambda: stoker.status(c.url)["counters"]["delivered"] > 0)
-        # A job joining after the first batch: every item once per epoch from the next one on
-        # (the epochs the others began are not its).
-        # Its epochs keep the dataset's numbers: those it joined after come empty.
+        # A job joining after the first batch: the epoch being made is its first, whole at once
+        # (what the others took of it made again for it), then every item once per epoch.
+        # Its epochs keep the dataset's numbers: those that ended before it joined come empty.
+        ended = stoker.status(c.url)["dataset"]["epochs_done"]
         late = threading.Thread(target=consume, args=("late",), kwargs={"job": "late"})
         late.start()
         for t in threads + [late]:
@@ -291,10 +295,13 @@ def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_from_the_
             # leftover, still trained by no other job of the group.
             assert n - 2 <= len(both) <= n, (e, len(both))
         late_epochs = sorted(per_job["late"])
-        assert late_epochs and late_epochs[0] >= 1, late_epochs
+        assert late_epochs and late_epochs[0] >= ended, (ended, late_epochs)
         assert late_epochs == list(range(late_epochs[0], epochs)), late_epochs
         for e in late_epochs:
             assert sorted(per_job["late"][e]) == list(range(n)), ("late", e)
+        jobs = jobs_of(c.url)
+        assert jobs["late"]["remade"] > 0, jobs["late"]  # it joined after the first batch
+        assert jobs["plain"]["remade"] == 0, jobs["plain"]
 
 
 def test_four_jobs_share_one_dataset_pool_each_every_item_once_per_epoch():

@@ -47,6 +47,10 @@ typedef enum stoker_event_kind {
     // The consumer's job lagged beyond --job-lag under --job-policy detach (docs/sharing.md):
     // name is the job, reason says why; no further example comes for it.
     STOKER_EVENT_JOB_DETACHED = 700,
+    // The consumer's job lagged beyond --job-lag under --job-policy remake (a dataset's jobs):
+    // the items it had no room for are made again for it by index once it has room; the others
+    // go on. name is the job, reason says why. Said once until it caught up.
+    STOKER_EVENT_JOB_REMAKING = 701,
 } stoker_event_kind;
 
 typedef struct stoker_event {

@@ -111,6 +111,8 @@ typedef struct stoker_job_info {
     uint64_t lag;          // examples queued for it beyond the fastest job's (all producers)
     double joined_s;       // broker uptime when it joined
     double rate;           // examples/s delivered to it, smoothed over the last seconds
+    uint64_t remade;       // of made: made again by index for it (a dataset it joined late to
+                           // or lagged in under --job-policy remake)
     uint64_t data_wait_ms; // its consumers' data wait, summed
     char end_reason[192];  // why it ended or was detached ("" while it runs)
 } stoker_job_info;
