@@ -1000,9 +1000,11 @@ class Client:
         out, self._events = self._events, []
         return out
 
-    def next_batch(self, batch_size=None):
+    def next_batch(self, batch_size=None, _until=None):
         """Waits (at most the stall timeout) for the next batch and returns it; you own it and
         must release() it. Raises SupplyEnded, Stalled or StokerError."""
+        # _until (Epoch's): a test made between slices of the wait; None is returned once it
+        # holds (the epoch ended for this job while no batch was coming).
         self._open(batch_size if batch_size is not None else self.batch_size)
         out = self._out
         # Python runs its signal handlers (Ctrl-C's KeyboardInterrupt) only between calls into
@@ -1022,6 +1024,8 @@ class Client:
             self._dispatch_events()
             if rv != _lib.TIMEOUT:
                 break
+            if _until is not None and _until():
+                return None
             if time.monotonic() >= deadline:
                 # The broker's word on why, if it said (a group waiting for a full step).
                 why = reason.split("(not stalled yet): ", 1)
@@ -1287,11 +1291,15 @@ class Epoch:
             c._held.release()
             c._held = None
         try:
-            b = c.next_batch(self._batch_size)
+            # An epoch may end for this job while no batch is coming (other jobs sharing the
+            # producers still take theirs): the news ends the wait.
+            b = c.next_batch(self._batch_size, _until=lambda: c._epochs_ended() > self.number)
         except SupplyEnded:
             if c._epochs_ended() > self.number:
                 return None
             raise
+        if b is None:
+            return None
         try:
             return self._checked(c, b)
         except BaseException:

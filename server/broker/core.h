@@ -165,6 +165,10 @@ typedef struct trainer {
 // is a margin for a loaded host.
 #define RETURNING_TRAINERS_MS 5000
 
+// Epochs a job counts its trained items of at once, from the oldest not ended for it: the lead's
+// open ones and those it lags in (two at most, remake.h).
+#define ENDS_AHEAD 8
+
 struct broker {
     broker_config cfg;
     char token[STOKER_TOKEN_MAX];
@@ -242,9 +246,10 @@ struct broker {
     uint32_t job_slot;
     struct remake *remakes[2]; // REMAKE_SETS
     uint64_t job_remade;       // examples made again for it (counted as they are queued)
-    // Epoch ends it has not heard of yet, from ends_owed_from on: it still waited for copies
-    // of that epoch made again for it (epoch_remake.c).
-    uint32_t ends_owed, ends_owed_from;
+    // Its own epoch ends (epoch_remake.c): the next to end, and the items of it and the epochs
+    // after it that it trained so far (an epoch ends for it when it trained every item of it).
+    uint32_t ends_next;
+    uint64_t ends_count[ENDS_AHEAD];
     int job_remaking; // said (an event) that it lags and is served by remaking
     // Its rate (examples/s delivered, smoothed) and the delivered count and time it was last
     // taken from (jobs_tick).

@@ -348,7 +348,7 @@ epochs_handle_shard(broker *b, void *token, uint32_t pipe, stoker_request *req, 
     if (ep == NULL) {
         if (nomem)
             send_code(b, out, token, STOKER_RETRY, "broker out of memory opening an epoch");
-        else if (e->limit > 0 && e->lo >= e->limit)
+        else if (e->limit > 0 && e->lo >= e->limit && !epoch_copies_owed(b))
             send_code(b, out, token, STOKER_END_OF_DATA, "all %u epochs were made", e->limit);
         else
             send_code(b, out, token, STOKER_RETRY,
@@ -405,6 +405,23 @@ epochs_forget_slot(broker *b, uint32_t slot)
 {
     for (uint32_t h = 0; b->epochs != NULL && h < b->epochs->n_held; h++)
         b->epochs->held[h].targets &= ~(1u << slot);
+}
+
+void
+epochs_job_acked(broker *job, const queue_range *r, uint64_t now_ms)
+{
+    const broker *l = job->lead != NULL ? job->lead : job;
+    const uint64_t *items = queue_range_items(r);
+    if (l->epochs != NULL && items != NULL)
+        epoch_job_trained(job, EPOCH_OF(items[0]), r->count, l->epochs->n, now_ms);
+}
+
+void
+epochs_job_starts(broker *job, uint32_t first, uint64_t now_ms)
+{
+    const broker *l = job->lead != NULL ? job->lead : job;
+    if (l->epochs != NULL)
+        epoch_job_starts(job, first, l->epochs->n, now_ms);
 }
 
 uint64_t
@@ -530,13 +547,12 @@ try_end(broker *job, uint64_t now_ms)
 {
     broker *b = job->lead != NULL ? job->lead : job; // the epochs are the lead's
     epochs *e = b->epochs;
-    // Epochs end in order: a later one complete before an earlier one waits for it. Each job
-    // hears of the end once it also trained the copies of it made again for it (epoch_tell_end).
+    // Epochs end in order: a later one complete before an earlier one waits for it. (Each job
+    // hears of an end when it trained every item of it, its copies made again included:
+    // epochs_job_acked.)
     while (e->lo < e->opened && e->win[e->lo % WINDOW].acked == e->n) {
         stoker_info("epoch-end: epoch %u, all %llu items acknowledged", e->lo,
                     (unsigned long long)e->n);
-        for (uint32_t i = 0; i <= b->n_followers; i++)
-            epoch_tell_end(i == 0 ? b : b->followers[i - 1], e->lo, e->n, now_ms);
         epoch *done = &e->win[e->lo % WINDOW];
         if (e->spare_order == NULL) {
             e->spare_order = done->order;

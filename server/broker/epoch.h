@@ -99,9 +99,12 @@ void epochs_forget_slot(struct broker *b, uint32_t slot);
 uint32_t epochs_shard_items(const epochs *e);
 uint64_t epochs_items(const epochs *e);
 int epochs_strict(const epochs *e);
-// Job j just trained the last copy of a set (remake.h): the epoch ends owed to it since are
-// told now, in order, up to the first epoch it still waits for copies of.
-void epochs_tell_owed(struct broker *j, uint64_t now_ms);
+// Job `job` acknowledged range r (a dataset's items, all of one epoch): an epoch whose every
+// item it trained, its copies made again included, ends for it (an EPOCH_END event in its
+// log), in order, whatever the other jobs have trained.
+void epochs_job_acked(struct broker *job, const struct queue_range *r, uint64_t now_ms);
+// Job `job`'s epochs start with `first` (a job joining late): those before ended for it.
+void epochs_job_starts(struct broker *job, uint32_t first, uint64_t now_ms);
 
 // For the status: items per epoch, epochs acknowledged in full, the epoch being handed out,
 // items handed back after losses, pushes refused as revoked.

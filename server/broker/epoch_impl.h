@@ -62,9 +62,13 @@ struct epochs {
 struct broker *epoch_job_at(struct broker *b, uint32_t slot);
 // The unmade rest of remade shard h, pending again in its jobs' sets.
 void epoch_hand_back_remade(struct broker *b, const held *h);
-// Epoch k (of n items) ended: job j hears of it (an EPOCH_END event in its log) unless it still
-// waits for copies of it or of an earlier epoch made again for it; then the end is owed, told by
-// epochs_tell_owed once those came.
-void epoch_tell_end(struct broker *j, uint32_t k, uint64_t n, uint64_t now_ms);
+// Whether a job of lead b still waits for copies made again for it (its producers go on).
+int epoch_copies_owed(const struct broker *b);
+// Job j trained count more items of epoch k (of n items): an epoch whose every item it trained
+// ends for it (an EPOCH_END event in its log), in order.
+void epoch_job_trained(struct broker *j, uint32_t k, uint64_t count, uint64_t n, uint64_t now_ms);
+// Job j's epochs start with `first`: the ones before ended for it (said, so that its consumers
+// count epoch ends by the dataset's numbers).
+void epoch_job_starts(struct broker *j, uint32_t first, uint64_t n, uint64_t now_ms);
 
 #endif

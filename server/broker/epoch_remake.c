@@ -3,6 +3,7 @@
 // and whether an epoch still waits for such copies. It uses the core and the sets.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "epoch_impl.h"
 #include "internal.h"
@@ -35,13 +36,15 @@ epoch_hand_back_remade(broker *b, const held *h)
     }
 }
 
-// Whether job j still waits for copies made again for it of epoch k or an earlier one.
-static int
-owes_up_to(const broker *j, uint32_t k)
+int
+epoch_copies_owed(const broker *b)
 {
-    for (uint32_t i = 0; i < REMAKE_SETS; i++)
-        if (j->remakes[i] != NULL && !remake_complete(j->remakes[i]) && j->remakes[i]->epoch <= k)
-            return 1;
+    for (uint32_t i = 0; i <= b->n_followers; i++) {
+        const broker *j = i == 0 ? b : b->followers[i - 1];
+        for (uint32_t k = 0; k < REMAKE_SETS; k++)
+            if (j->remakes[k] != NULL && !remake_complete(j->remakes[k]))
+                return 1;
+    }
     return 0;
 }
 
@@ -55,24 +58,29 @@ end_event(broker *j, uint32_t k, uint64_t n, uint64_t now_ms)
 }
 
 void
-epoch_tell_end(broker *j, uint32_t k, uint64_t n, uint64_t now_ms)
+epoch_job_trained(broker *j, uint32_t k, uint64_t count, uint64_t n, uint64_t now_ms)
 {
-    if (j->ends_owed > 0 || owes_up_to(j, k)) {
-        if (j->ends_owed++ == 0)
-            j->ends_owed_from = k;
+    if (k < j->ends_next || k - j->ends_next >= ENDS_AHEAD) {
+        stoker_error("job '%s': %llu items of epoch %u trained while its epoch %u is the oldest "
+                     "not ended (not counted)",
+                     j->job, (unsigned long long)count, k, j->ends_next);
         return;
     }
-    end_event(j, k, n, now_ms);
+    j->ends_count[k % ENDS_AHEAD] += count;
+    while (j->ends_count[j->ends_next % ENDS_AHEAD] >= n) {
+        j->ends_count[j->ends_next % ENDS_AHEAD] = 0;
+        end_event(j, j->ends_next++, n, now_ms);
+    }
 }
 
 void
-epochs_tell_owed(broker *j, uint64_t now_ms)
+epoch_job_starts(broker *j, uint32_t first, uint64_t n, uint64_t now_ms)
 {
-    broker *l = j->lead != NULL ? j->lead : j;
-    while (j->ends_owed > 0 && !owes_up_to(j, j->ends_owed_from)) {
-        end_event(j, j->ends_owed_from++, l->epochs != NULL ? l->epochs->n : 0, now_ms);
-        j->ends_owed--;
-    }
+    // Its consumers count epoch ends from the first: those before its first ended for it too.
+    for (uint32_t k = 0; k < first; k++)
+        end_event(j, k, n, now_ms);
+    j->ends_next = first;
+    memset(j->ends_count, 0, sizeof(j->ends_count));
 }
 
 int

@@ -147,6 +147,7 @@ jobs_acked(broker *b, const producer *p, const queue_range *r, uint64_t now_ms)
     broker *l = b->lead != NULL ? b->lead : b;
     if (l->epochs == NULL)
         return;
+    epochs_job_acked(b, r, now_ms);
     remake *set = remade_range(b, r);
     if (set != NULL) { // b's own copies: its epoch may end now, the shared ones are counted apart
         remake_acked(set, r->count);
@@ -156,7 +157,6 @@ jobs_acked(broker *b, const producer *p, const queue_range *r, uint64_t now_ms)
                     b->remakes[k] = NULL;
             remake_destroy(set);
             b->job_remaking = b->remakes[0] != NULL || b->remakes[1] != NULL;
-            epochs_tell_owed(b, now_ms);
         }
         return;
     }
@@ -405,6 +405,7 @@ jobs_add_late(broker *b, broker *f, const char *name, uint32_t epoch, uint64_t n
         remake_destroy(set);
         return rv;
     }
+    epochs_job_starts(f, epoch, now_ms);
     uint64_t members = set->members;
     if (members > 0)
         f->remakes[0] = set;
@@ -439,7 +440,7 @@ mirror_events(broker *b, broker *f, uint64_t now_ms)
     for (uint64_t i = from; i <= b->n_events; i++) {
         const stoker_event *e = &b->events[(i - 1) % EVENT_LOG];
         if (e->producer == 0 && e->kind != STOKER_EVENT_SCALED)
-            continue; // (each job hears of an epoch's end in its own time: epoch_tell_end)
+            continue; // (each job hears of an epoch's end in its own time: epochs_job_acked)
         stoker_event *c = new_event(f, e->kind, now_ms);
         uint64_t index = c->index;
         *c = *e;
@@ -500,7 +501,6 @@ end_job(broker *b, const char *reason, uint64_t now_ms)
         remake_destroy(b->remakes[k]);
         b->remakes[k] = NULL;
     }
-    b->ends_owed = 0;
     epochs_forget_slot(b->lead != NULL ? b->lead : b, b->job_slot);
     stoker_info("job-ended: job '%s': %s; %llu examples queued for it freed", b->job, reason,
                 (unsigned long long)held);

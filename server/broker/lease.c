@@ -50,6 +50,7 @@ lease_apply_acks(broker *b, trainer *t, uint32_t n, const uint64_t *acks, uint64
             producer *p = find_producer_id(b, l->parts[r].producer);
             if (p == NULL) {
                 epochs_acked(b, &l->parts[r].range, now_ms);
+                epochs_job_acked(b, &l->parts[r].range, now_ms);
                 continue;
             }
             p->acknowledged += l->parts[r].range.count;

@@ -19,17 +19,18 @@ own_queue(const broker *b, const broker *j, const producer *p)
     return j == b ? p : find_producer_id(j, p->id);
 }
 
-// A job of lead b with items to make again and room for a shard of want of them from p, or NULL;
-// its set in *set.
+// A job of lead b with items to make again and room for p's next push of them (a shard is pushed
+// in chunks), or NULL; its set in *set.
 static broker *
-due(broker *b, const producer *p, uint32_t want, remake **set)
+due(broker *b, const producer *p, remake **set)
 {
+    uint32_t chunk = p->last_chunk > 0 ? p->last_chunk : 1;
     for (uint32_t i = 0; i <= b->n_followers; i++) {
         broker *j = i == 0 ? b : b->followers[i - 1];
         if (!jobs_takes(j) || (i == 0 && !b->job_named))
             continue;
         const producer *own = own_queue(b, j, p);
-        if (own != NULL && !jobs_fits(j, own, want, 0))
+        if (own != NULL && !jobs_fits(j, own, chunk, 0))
             continue;
         // Its oldest epoch first; with strict epochs a later one's copies once it has the
         // earlier ones (its epochs come one after the other).
@@ -74,7 +75,7 @@ shards_handle(broker *b, void *token, uint32_t pipe, stoker_request *req, uint64
     producer *p = b->epochs != NULL ? find_producer(b, req->session) : NULL;
     remake *set = NULL;
     uint32_t want = p != NULL ? epochs_shard_items(b->epochs) : 0;
-    broker *j = p != NULL && p->status != STOKER_PRODUCER_FINISHED ? due(b, p, want, &set) : NULL;
+    broker *j = p != NULL && p->status != STOKER_PRODUCER_FINISHED ? due(b, p, &set) : NULL;
     uint32_t *index = j != NULL ? malloc(want * sizeof(*index)) : NULL;
     if (index == NULL) // no copies due (or no memory for them now): the epochs' next
         return epochs_handle_shard(b, token, pipe, req, now_ms, out);

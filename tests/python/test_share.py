@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from helpers import PULL, Cluster, require, run
+from helpers import BROKER, PULL, Cluster, require, run
 
 require("numpy")
 import stoker  # noqa: E402
@@ -302,6 +302,105 @@ def test_jobs_share_a_dataset_every_item_once_per_epoch_and_a_late_one_whole_at_
         jobs = jobs_of(c.url)
         assert jobs["late"]["remade"] > 0, jobs["late"]  # it joined after the first batch
         assert jobs["plain"]["remade"] == 0, jobs["plain"]
+
+
+class EpochJob(threading.Thread):
+    """A consumer of a job iterating a dataset's epochs in a thread: per epoch the items it got
+    (by their identities), the events it heard, when it finished, its error (if any)."""
+
+    def __init__(self, url, epochs, batch=4, pause=0.0, **client):
+        super().__init__(daemon=True)
+        self.url, self.epochs, self.batch, self.pause, self.client = url, epochs, batch, pause, client
+        self.items, self.events, self.error, self.done_at = {}, [], None, None
+        self.start()
+
+    def run(self):
+        try:
+            with stoker.Client(self.url, stall_timeout=30, **self.client) as cl:
+                for epoch in cl.epochs(self.epochs, batch_size=self.batch):
+                    for batch in epoch:
+                        ep, idx = batch.epoch_indices()
+                        for e, i in zip(ep.tolist(), idx.tolist()):
+                            self.items.setdefault(e, []).append(i)
+                        self.events.extend(cl.events())
+                        time.sleep(self.pause)
+                self.events.extend(cl.events())
+                self.done_at = time.monotonic()
+        except Exception as e:  # reported by the test
+            self.error = repr(e)
+
+    def check(self, name, n, last):
+        """Every item once in each epoch it got, those epochs one after the other up to last."""
+        got = sorted(self.items)
+        assert got and got == list(range(got[0], last + 1)), (name, got)
+        for e in got:
+            assert sorted(self.items[e]) == list(range(n)), (name, e, len(self.items[e]))
+        return got[0]
+
+
+def test_two_jobs_joining_a_dataset_late_together_have_its_copies_made_once_for_both():
+    # Two jobs join while the first epoch is half made: its items the first job took already are
+    # made again by index for them, one shard for both; a producer SIGKILLed meanwhile hands
+    # back what it held, copies included. Every job: every item once per epoch, its first whole.
+    n, epochs = 301, 3
+    with Cluster("--dataset-size", str(n), "--epochs", str(epochs), "--shuffle-seed", "5",
+                 "--producer-timeout", "1") as c:
+        first = EpochJob(c.url, epochs, job="first")
+        wait_for("the first job", lambda: "first" in jobs_of(c.url))
+        prods = [c.producer("--items", str(n), "--delay", "0.02:0.02", "--chunk", "4",
+                            name="p%d" % k) for k in range(3)]
+        wait_for("a third of the first epoch",
+                 lambda: jobs_of(c.url)["first"]["acknowledged"] >= n // 3)
+        late = [EpochJob(c.url, epochs, job="late%d" % k) for k in range(2)]
+        wait_for("the late jobs", lambda: {"late0", "late1"} <= set(jobs_of(c.url)))
+        time.sleep(0.3)
+        prods[0].kill()  # whatever it holds, copies for the late jobs among it, goes to others
+        for t in [first] + late:
+            t.join(120)
+            assert not t.is_alive(), "a job's consumer hangs"
+            assert t.error is None, t.error
+        assert first.check("first", n, epochs - 1) == 0
+        for k, t in enumerate(late):
+            t.check("late%d" % k, n, epochs - 1)
+        st = stoker.status(c.url)
+        jobs = {j["name"]: j for j in st["jobs"]}
+        r0, r1 = jobs["late0"]["remade"], jobs["late1"]["remade"]
+        assert r0 > 0 and r1 > 0, (r0, r1)  # both joined mid-epoch
+        assert jobs["first"]["remade"] == 0, jobs["first"]
+        # What the producers made beyond one job's epochs is the copies, made once for both.
+        made_again = sum(p["accepted"] for p in st["producers"]) - epochs * n
+        assert max(r0, r1) <= made_again < r0 + r1, (made_again, r0, r1)
+
+
+def test_a_lagging_job_under_the_remake_policy_does_not_hold_the_others_back():
+    # A job that takes far more slowly than another passes over what it has no room for and has
+    # it made again once it has room: the fast job finishes its epochs well before, both get
+    # every item once per epoch, and the slow one hears why (job_remaking) and sees it counted.
+    n, epochs = 200, 4
+    with Cluster("--dataset-size", str(n), "--epochs", str(epochs), "--job-policy", "remake",
+                 "--job-lag", "8", "--queue-depth", "16") as c:
+        fast = EpochJob(c.url, epochs, batch=8, job="fast")
+        slow = EpochJob(c.url, epochs, batch=8, pause=0.08, job="slow")
+        wait_for("two jobs", lambda: len(jobs_of(c.url)) == 2)
+        for k in range(2):
+            c.producer("--items", str(n), "--delay", "0.001:0.001", "--chunk", "4",
+                       name="p%d" % k)
+        for t in (fast, slow):
+            t.join(120)
+            assert not t.is_alive(), "a job's consumer hangs"
+            assert t.error is None, t.error
+        assert fast.check("fast", n, epochs - 1) == 0
+        assert slow.check("slow", n, epochs - 1) == 0
+        # The slow job takes 8 items per 80 ms (8 s for its 800); the fast one is not held to that.
+        assert fast.done_at < slow.done_at - 1.0, slow.done_at - fast.done_at
+        assert any(e.kind == "job_remaking" and e.name == "slow" for e in slow.events), \
+            sorted({e.kind for e in slow.events})
+        jobs = jobs_of(c.url)
+        assert jobs["slow"]["remade"] > 0 and jobs["fast"]["remade"] == 0, jobs
+    # The policy is a dataset's: a stream's examples cannot be made again.
+    r = subprocess.run([BROKER, "--listen", "ipc:///tmp/stoker-no-such", "--job-policy", "remake"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "needs a dataset" in r.stderr, (r.returncode, r.stderr)
 
 
 def test_four_jobs_share_one_dataset_pool_each_every_item_once_per_epoch():
