@@ -379,19 +379,27 @@ autoscale_report(const broker *b, uint64_t now_ms, stoker_status *st)
     }
     // A trainer with a mixture wants each pool's share of what it takes (its weights); the
     // others' demand falls on the pools as they supply it now (below). Jobs sharing the
-    // producers (jobs.c) take the same examples: a pool's demand is its most demanding job's.
-    double demand = 0, unmixed = 0, mixed[AUTOSCALE_POOLS_MAX] = {0};
+    // producers (jobs.c) take the same examples: a pool's demand is its most demanding job's,
+    // plus what is made again for a job alone (a dataset's job that joined late or lags under
+    // --job-policy remake: the share of its intake made again, at its rate).
+    double demand = 0, unmixed = 0, mixed[AUTOSCALE_POOLS_MAX] = {0}, again = 0;
     for (uint32_t i = 0; i <= b->n_followers; i++) {
         const broker *j = i == 0 ? b : b->followers[i - 1];
         if (i > 0 && j->job_state != STOKER_JOB_RUNNING && j->job_state != STOKER_JOB_ABSENT)
             continue;
         double job_unmixed = 0, job_mixed[AUTOSCALE_POOLS_MAX] = {0};
         double total = job_demand(j, names, n, &job_unmixed, job_mixed);
+        double alone = j->c.produced > 0 ? (double)j->job_remade / (double)j->c.produced : 0;
+        again += total * alone;
+        total -= total * alone;
+        job_unmixed -= job_unmixed * alone;
         demand = total > demand ? total : demand;
         unmixed = job_unmixed > unmixed ? job_unmixed : unmixed;
         for (uint32_t k = 0; k < n; k++)
             mixed[k] = job_mixed[k] > mixed[k] ? job_mixed[k] : mixed[k];
     }
+    demand += again;
+    unmixed += again;
     int idle = demand <= 0 && (b->last_pull_ms == 0 || now_ms - b->last_pull_ms > 1000);
     st->has_autoscale = 1;
     st->autoscale_headroom = b->cfg.autoscale_headroom;
