@@ -30,8 +30,8 @@ CONSUMER_COLUMNS = ["id", "name", "pid", "connected", "delivery", "batches_shm",
 LABELS_SHOWN = 10  # classes of a label map the table names (--json has them all)
 PRODUCER_COLUMNS = ["id", "name", "state", "queued", "accepted", "delivered", "acknowledged",
                     "redelivered", "returned_unused", "next_seq", "silent_s", "session"]
-JOB_COLUMNS = ["job", "state", "trainers", "made", "delivered", "acknowledged", "queued", "lag",
-               "rate", "data_wait_s"]
+JOB_COLUMNS = ["job", "state", "trainers", "made", "remade", "delivered", "acknowledged", "queued",
+               "lag", "rate", "data_wait_s"]
 
 
 def table(rows, headers):
@@ -68,7 +68,7 @@ def format_status(st, url=""):
     if st.get("jobs"):  # jobs sharing the producers (docs/sharing.md)
         lines.append("")
         lines.append(table([[j["name"] or "(default)", j["state"], j["trainers"], j["made"],
-                             j["delivered"], j["acknowledged"], j["queued"], j["lag"],
+                             j.get("remade", 0), j["delivered"], j["acknowledged"], j["queued"], j["lag"],
                              "%.0f" % j.get("rate", 0), "%.1f" % j["data_wait_s"]]
                             for j in st["jobs"]], JOB_COLUMNS))
         sh = st.get("sharing") or {}

@@ -370,6 +370,10 @@ def test_two_jobs_joining_a_dataset_late_together_have_its_copies_made_once_for_
         # What the producers made beyond one job's epochs is the copies, made once for both.
         made_again = sum(p["accepted"] for p in st["producers"]) - epochs * n
         assert max(r0, r1) <= made_again < r0 + r1, (made_again, r0, r1)
+        text = subprocess.run([sys.executable, "-m", "stoker.status", c.url],
+                              capture_output=True, text=True, timeout=30).stdout
+        rows = {l.split()[0]: l.split() for l in text.splitlines() if l.split()}
+        assert rows["job"][4] == "remade" and rows["late0"][4] == str(r0), text
 
 
 def test_a_lagging_job_under_the_remake_policy_does_not_hold_the_others_back():
