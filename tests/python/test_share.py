@@ -376,6 +376,40 @@ def test_two_jobs_joining_a_dataset_late_together_have_its_copies_made_once_for_
         assert rows["job"][4] == "remade" and rows["late0"][4] == str(r0), text
 
 
+def test_a_late_job_that_leaves_before_its_copies_came_holds_nothing_back():
+    # A job joins a dataset late and leaves (goodbye) after two batches, and another is killed
+    # (no goodbye, ended after --job-timeout), both with copies still to be made for them: what
+    # was to be made for them is dropped, the first job ends its epochs and the producers finish.
+    n, epochs = 211, 3
+    with Cluster("--dataset-size", str(n), "--epochs", str(epochs), "--job-timeout", "1") as c:
+        first = EpochJob(c.url, epochs, job="first")
+        wait_for("the first job", lambda: "first" in jobs_of(c.url))
+        for k in range(2):
+            c.producer("--items", str(n), "--delay", "0.01:0.01", "--chunk", "4", name="p%d" % k)
+        wait_for("half the first epoch", lambda: jobs_of(c.url)["first"]["acknowledged"] >= n // 2)
+        with stoker.Client(c.url, stall_timeout=20, job="leaves") as cl:
+            it = iter(cl.batches(4))
+            next(it), next(it)
+        killed = subprocess.Popen([sys.executable, "-c", """
+import sys, time, stoker
+with stoker.Client(sys.argv[1], stall_timeout=20, job="killed") as cl:
+    for b in cl.batches(4):
+        print("got", flush=True)
+        time.sleep(60)
+""", c.url], stdout=subprocess.PIPE, text=True)
+        assert killed.stdout.readline().strip() == "got"
+        killed.kill()
+        killed.wait()
+        first.join(120)
+        assert not first.is_alive(), "the first job hangs"
+        assert first.error is None, first.error
+        assert first.check("first", n, epochs - 1) == 0
+        jobs = jobs_of(c.url)
+        assert jobs["leaves"]["state"] == "ended" and jobs["killed"]["state"] == "ended", jobs
+        for p in c.producers:
+            assert p.wait(20) == 0, "a producer did not finish"
+
+
 def test_a_lagging_job_under_the_remake_policy_does_not_hold_the_others_back():
     # A job that takes far more slowly than another passes over what it has no room for and has
     # it made again once it has room: the fast job finishes its epochs well before, both get
