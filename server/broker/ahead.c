@@ -59,14 +59,6 @@ ahead_free(broker *b)
     b->ahead = NULL;
 }
 
-// Whether seq of p may still be handed out: not said trained since it was planned.
-static int
-untrained(const broker *b, const producer *p, uint64_t seq)
-{
-    uint64_t next;
-    return trained_none_from(b, p, seq) || !trained_has(&p->trained, seq, &next);
-}
-
 // Whether every queue is as the last lease left it, but for appends.
 static int
 queues_hold(const broker *b, const budget_ahead *a)
@@ -94,7 +86,7 @@ ahead_next(broker *b, const stoker_batching *batching, uint32_t max, uint32_t ca
              memcmp(&a->batching, batching, sizeof(*batching)) == 0 && queues_hold(b, a);
     budget_plan *next = &a->plans[a->next];
     for (uint32_t i = 0; ok && i < next->n; i++)
-        ok = untrained(b, b->producers[next->picks[i].producer], next->picks[i].seq);
+        ok = trained_untrained(b, b->producers[next->picks[i].producer], NULL, next->picks[i].seq);
     if (!ok) {
         drop_plans(a);
         return -1;

@@ -84,32 +84,6 @@ add_pick(budget_plan *plan, const candidate *c)
     return 0;
 }
 
-// Whether seq of p may be handed out (not trained already: a trainer's hello said so, after the
-// broker before this one died; such examples are dropped once they reach their queue's head,
-// lease.c). The producer's trained ranges are walked alongside its queue, both in seq order, so
-// that a window costs its examples plus the ranges, not their product (with buckets, batches
-// taken from the middle of the queues leave many ranges).
-typedef struct trained_walk {
-    uint32_t i;    // the first range that may hold seqs from last on
-    uint64_t last; // the seq asked before
-} trained_walk;
-
-static int
-untrained(const broker *b, const producer *p, trained_walk *w, uint64_t seq)
-{
-    const trained_set *s = &p->trained;
-    if (trained_none_from(b, p, seq))
-        return 1;
-    if (seq < s->through)
-        return 0;
-    if (seq < w->last)
-        w->i = 0; // out of seq order: from the first range again
-    w->last = seq;
-    while (w->i < s->n && s->ranges[w->i].end <= seq)
-        w->i++;
-    return w->i == s->n || seq < s->ranges[w->i].first;
-}
-
 // The window: up to most examples (at most WINDOW_MAX), the i-th of every queue (of pool's
 // producers; NULL: all) before the (i+1)-th of any, starting at the round-robin cursor. *n_out
 // candidates into a new array (NULL: none or out of memory).
@@ -151,7 +125,7 @@ window(const broker *b, int field, const char *pool, uint64_t most, uint32_t *n_
                 left--;
                 continue;
             }
-            if (!untrained(b, b->producers[i], &walk[i], x->seq))
+            if (!trained_untrained(b, b->producers[i], &walk[i], x->seq))
                 continue;
             x->producer = i;
             x->taken = 0;

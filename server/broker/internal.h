@@ -114,6 +114,17 @@ uint64_t trained_run_end(const trained_set *s, uint64_t seq);
 // Whether no seq of p's from seq on can be trained yet (nothing to look up): with epochs (their
 // own books), or when p's trained set holds nothing beyond its through mark.
 int trained_none_from(const broker *b, const producer *p, uint64_t seq);
+// Where a walk over p's trained ranges is (trained_untrained): the first range that may hold
+// seqs from last on, and the seq asked before. Zero: at the start.
+typedef struct trained_walk {
+    uint32_t i;
+    uint64_t last;
+} trained_walk;
+// Whether seq of p may be handed out: not trained already (a trainer's hello said so, after the
+// broker before this one died; such examples are dropped once they reach their queue's head,
+// lease.c). With a walk (w), seqs asked in order cost the ranges once in all, not once each
+// (a window over a queue that batches by buckets split into many ranges); NULL: a look alone.
+int trained_untrained(const broker *b, const producer *p, trained_walk *w, uint64_t seq);
 // A trainer's hello named identities it trained (req->trained): counted trained for the
 // producers b knows, and kept for the sessions that come back later (trained_reported_apply).
 void trained_reported(broker *b, const stoker_request *req);

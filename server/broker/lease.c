@@ -303,6 +303,22 @@ take_picks(broker *b, lease *l, const budget_plan *plan, mix *m)
     return i;
 }
 
+// Takes plan into l (take_picks) and makes it t's lease: a batch that came whole is full as
+// the plan says, and its tokens and padding count for t; the round-robin goes on past the
+// plan's first producer.
+static lease *
+take_plan(broker *b, trainer *t, lease *l, const budget_plan *plan, mix *m)
+{
+    if (take_picks(b, l, plan, m) == plan->n) {
+        l->full = plan->full;
+        t->tokens += plan->tokens;
+        t->padding += plan->padding;
+    }
+    if (plan->n > 0)
+        b->rr = (plan->picks[0].producer + 1) % b->n_producers;
+    return lease_made(b, t, l);
+}
+
 // A lease of a batch made by tokens (budget.c plans it): the plan's examples, in its
 // order, each run of neighbours one part.
 static lease *
@@ -317,19 +333,11 @@ take_planned(broker *b, trainer *t, uint32_t max, uint32_t cap)
     if (budget_plan_make(b, t, max, cap, &plan) != 0)
         return NULL;
     lease *l = new_lease(8);
-    if (l == NULL) {
-        budget_plan_free(&plan);
-        return NULL;
-    }
-    if (take_picks(b, l, &plan, NULL) == plan.n) {
-        l->full = plan.full;
-        t->tokens += plan.tokens;
-        t->padding += plan.padding;
-    }
-    b->rr = (plan.picks[0].producer + 1) % b->n_producers;
+    lease *made = l != NULL ? take_plan(b, t, l, &plan, NULL) : NULL;
     budget_plan_free(&plan);
-    ahead_taken(b);
-    return lease_made(b, t, l);
+    if (l != NULL)
+        ahead_taken(b);
+    return made;
 }
 
 // Takes up to n examples into l, round-robin over the queues of the producers of pool (NULL:
@@ -412,16 +420,7 @@ lease *
 lease_take_mix_plan(broker *b, trainer *t, mix *m, const budget_plan *plan)
 {
     lease *l = new_mix_lease(m);
-    if (l == NULL)
-        return NULL;
-    if (take_picks(b, l, plan, m) == plan->n) {
-        l->full = plan->full;
-        t->tokens += plan->tokens;
-        t->padding += plan->padding;
-    }
-    if (plan->n > 0)
-        b->rr = (plan->picks[0].producer + 1) % b->n_producers;
-    return lease_made(b, t, l);
+    return l != NULL ? take_plan(b, t, l, plan, m) : NULL;
 }
 
 lease *

@@ -328,10 +328,11 @@ mixed_take(broker *b, trainer *t, const uint32_t *counts, const budget_plan *pla
 }
 
 // Whether a mixed batch waits for source s, which has `have` of the `need` it is owed queued
-// (a->why says so): it goes short instead when the source cannot queue more (its queues full,
-// or all queues together at --max-bytes: the other sources' full queues are no reason), and at
-// the pull's wait's end while the source makes examples at all (a short batch beats a false
-// stall; without a producer of it alive the consumer waits, told why).
+// (need 0: a mixture by tokens, owed its next sequence and holding none) (a->why says so): it goes
+// short instead when the source cannot queue more (its queues full, or all queues together at
+// --max-bytes: the other sources' full queues are no reason), and at the pull's wait's end while
+// the source makes examples at all (a short batch beats a false stall; without a producer of it
+// alive the consumer waits, told why).
 static int
 mixed_waits(broker *b, mix *m, uint32_t s, uint64_t have, uint32_t need, int final, pull_answer *a)
 {
@@ -339,10 +340,14 @@ mixed_waits(broker *b, mix *m, uint32_t s, uint64_t have, uint32_t need, int fin
     a->cut_short = b->example_bytes > commit_bytes_room(b) || mix_source_full(b, m, s);
     if ((final && alive > 0) || a->cut_short)
         return 0;
+    char held[64];
+    if (need > 0)
+        snprintf(held, sizeof(held), "%u of its %u queued", (unsigned)have, need);
+    else
+        snprintf(held, sizeof(held), "its next sequence is owed and none is queued");
     snprintf(a->why, sizeof(a->why),
-             "the mixture waits for source '%s': %u of its %u queued (%u producer%s of pool "
-             "'%s', %u alive)",
-             m->spec.names[s], (unsigned)have, need, n, n == 1 ? "" : "s", m->spec.names[s], alive);
+             "the mixture waits for source '%s': %s (%u producer%s of pool '%s', %u alive)",
+             m->spec.names[s], held, n, n == 1 ? "" : "s", m->spec.names[s], alive);
     return 1;
 }
 
@@ -361,7 +366,7 @@ mixed_tokens_answer(broker *b, trainer *t, uint32_t max, uint64_t now_ms, int fi
     // A source whose producers make nothing more gave its last: the batch goes with it.
     if (s >= 0 && !mix_source_sends_more(b, t->mix, (uint32_t)s, now_ms))
         ending = 1;
-    if (s < 0 || ending || !mixed_waits(b, t->mix, (uint32_t)s, 0, 1, final, a))
+    if (s < 0 || ending || !mixed_waits(b, t->mix, (uint32_t)s, 0, 0, final, a))
         planned = planned && mixed_take(b, t, NULL, &plan, a);
     budget_plan_free(&plan);
     return planned;

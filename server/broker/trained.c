@@ -103,6 +103,25 @@ trained_none_from(const broker *b, const producer *p, uint64_t seq)
 }
 
 int
+trained_untrained(const broker *b, const producer *p, trained_walk *w, uint64_t seq)
+{
+    const trained_set *s = &p->trained;
+    trained_walk alone = {0, 0};
+    if (w == NULL)
+        w = &alone;
+    if (trained_none_from(b, p, seq))
+        return 1;
+    if (seq < s->through)
+        return 0;
+    if (seq < w->last)
+        w->i = 0; // out of seq order: from the first range again
+    w->last = seq;
+    while (w->i < s->n && s->ranges[w->i].end <= seq)
+        w->i++;
+    return w->i == s->n || seq < s->ranges[w->i].first;
+}
+
+int
 trained_has(const trained_set *s, uint64_t seq, uint64_t *next)
 {
     if (seq < s->through)
