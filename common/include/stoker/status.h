@@ -181,7 +181,8 @@ void stoker_status_destroy(stoker_status *status);
 //               examples_socket, bytes_shm, bytes_socket, arena_full, data_wait_s}],
 //   jobs [{name, state ("running", "absent", "ended", "detached"), trainers, made, delivered,
 //          acknowledged, queued, in_flight, lag, joined_s, data_wait_s, rate (examples/s),
-//          remade (of made: made again by index for it), end_reason (null while it runs)}] (docs/sharing.md; [] before a trainer said hello),
+//          remade (of made: made again by index for it), end_reason (null while it runs)}]
+//          (docs/sharing.md; [] before a trainer said hello),
 //   sharing {jobs, made (counters.produced), delivered (the jobs' summed), made_per_delivered
 //            (null before anything was delivered)} (null without jobs),
 //   producers [{id, name, session, state, queued, accepted, delivered, acknowledged,
