@@ -58,6 +58,8 @@ group_create(broker *b, const stoker_request *req)
         group_free(g);
         return NULL;
     }
+    if (g->mix != NULL) // by tokens: its books count tokens, taken and given back alike
+        g->mix->tokens = stoker_batching_active(&g->batching);
     g->step_produced = b->c.produced;
     g->ahead = b->cfg.group_steps_ahead;
     for (uint32_t r = 0; r < g->world; r++) {
@@ -398,6 +400,8 @@ form_step(broker *b, group *g, uint32_t n, uint32_t extra, int is_short, const u
             l = lease_take_mix(b, gr->t, g->mix, rank_counts);
             for (uint32_t s = 0; s < n_sources; s++)
                 left_of[s] -= rank_counts[s];
+        } else if (g->mix != NULL) {
+            l = group_mixed_tokens_take(b, g, gr->t); // mixing by tokens: whole or none
         } else {
             l = lease_take(b, gr->t, want, share);
         }
@@ -482,6 +486,11 @@ fill(broker *b, group *g, uint64_t now_ms)
             return;
         if (g->steps - slowest >= g->ahead)
             return;
+        if (g->mix != NULL && stoker_batching_active(&g->batching)) {
+            if (group_mixed_tokens_step(b, g, now_ms) && !form_step(b, g, g->batch, 0, 0, NULL))
+                g->short_of = 1; // a later rank's batch came short: the step waits
+            return;
+        }
         if (g->mix != NULL) {
             uint32_t counts[STOKER_MIX_MAX];
             if (group_mixed_step(b, g, now_ms, counts))

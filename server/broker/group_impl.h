@@ -53,6 +53,12 @@ typedef struct group {
 // The next step of a group with a mixture: 1 with its per-source counts once every source has
 // its count queued; 0 while it waits, or when the group ended with its mixture (group_mix.c).
 int group_mixed_step(broker *b, group *g, uint64_t now_ms, uint32_t *counts);
+// The same for a group mixing by tokens (budget_plan_mixed): 1 when a step may be formed (each
+// rank's batch planned whole from the group's books, group_mixed_tokens_take); 0 while it waits
+// (the source it waits for in the mixture's waits_for), or when the group ended with its mixture.
+int group_mixed_tokens_step(broker *b, group *g, uint64_t now_ms);
+// Rank t's batch of such a step, whole, or NULL (a source it needs has nothing queued).
+lease *group_mixed_tokens_take(broker *b, group *g, trainer *t);
 // Whether g's mixture is the one asked for (none and none alike); the refusal of a rank whose
 // mixture is not its group's.
 int group_same_mix(const group *g, const stoker_mix *asked);

@@ -3,8 +3,10 @@
 // (group.c forms the step), and its end with its mixture's. Below group.c, which calls it.
 #include <stdio.h>
 
+#include "budget.h"
 #include "group.h"
 #include "group_impl.h"
+#include "internal.h"
 #include "mix.h"
 #include "stoker/clock.h"
 #include "stoker/error.h"
@@ -82,6 +84,54 @@ group_mixed_step(broker *b, group *g, uint64_t now_ms, uint32_t *counts)
         return 0;
     }
     return 1;
+}
+
+int
+group_mixed_tokens_step(broker *b, group *g, uint64_t now_ms)
+{
+    mix *m = g->mix;
+    uint64_t avail[STOKER_MIX_MAX];
+    char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
+    mix_at_step(m, g->steps + 1); // the schedule's weights for the step to form
+    mix_avail(b, m, avail);
+    snprintf(who, sizeof(who), "group '%s'", g->name);
+    int end = mix_end(b, m, avail, now_ms, who, why, sizeof(why));
+    if (end != STOKER_OK) {
+        end_mixed(b, g, end, why, avail);
+        return 0;
+    }
+    // Every rank's budget queued in all, and the first rank's batch whole from the sources as
+    // their shares say (a dry plan: nothing taken); a later rank short of it undoes the step.
+    budget_plan plan;
+    int32_t s = -1;
+    int ready = budget_ready(b, &g->batching, g->batch, g->world) &&
+                budget_plan_mixed(b, g->ranks[0].t, m, g->batch, &plan, &s) == 0;
+    if (ready) {
+        ready = plan.full;
+        budget_plan_free(&plan);
+    }
+    m->waits_for = ready ? -1 : s;
+    g->short_of = !ready;
+    if (!ready && g->step_ms == 0) {
+        g->step_ms = now_ms; // the wait for this step starts
+        g->step_produced = b->c.produced;
+    }
+    return ready;
+}
+
+lease *
+group_mixed_tokens_take(broker *b, group *g, trainer *t)
+{
+    budget_plan plan;
+    int32_t s = -1;
+    lease *l = NULL;
+    if (budget_plan_mixed(b, t, g->mix, g->batch, &plan, &s) == 0) {
+        if (plan.full)
+            l = lease_take_mix_plan(b, t, g->mix, &plan);
+        budget_plan_free(&plan);
+    }
+    g->mix->waits_for = l != NULL ? -1 : s;
+    return l;
 }
 
 struct mix *

@@ -438,19 +438,18 @@ trainer_join(broker *b, void *token, const stoker_request *req, broker_outbox *o
 }
 
 // Nonzero, with why, when a trainer's hello asks for a mixture this broker cannot make: with a
-// dataset, with length buckets or packed rows, or for a group's ranks by tokens (not yet:
-// docs/mixing.md), or one other than the one whose leases it still holds.
+// dataset, with length buckets or packed rows (not yet: docs/mixing.md), or one other than the
+// one whose leases it still holds.
 static int
 mix_refused(const broker *b, const trainer *t, const stoker_request *req, char *why, size_t len)
 {
     const stoker_mix *m = &req->mix;
     const stoker_batching *bt = &req->batching;
     int by_tokens = stoker_batching_active(bt);
-    const char *with = b->epochs != NULL                    ? "a dataset"
-                       : by_tokens && bt->buckets           ? "length buckets"
-                       : by_tokens && bt->pack > 0          ? "packed rows"
-                       : by_tokens && req->group[0] != '\0' ? "a group's batches made by tokens"
-                                                            : NULL;
+    const char *with = b->epochs != NULL           ? "a dataset"
+                       : by_tokens && bt->buckets  ? "length buckets"
+                       : by_tokens && bt->pack > 0 ? "packed rows"
+                                                   : NULL;
     if (m->n > 0 && with != NULL) {
         snprintf(why, len, "a mixture of sources with %s is not supported yet (docs/mixing.md)",
                  with);

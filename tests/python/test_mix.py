@@ -547,6 +547,65 @@ def test_a_mixture_by_tokens_resumed_trains_each_uncommitted_sequence_once():
     assert after and set(after) <= set(resumed), "the uncommitted work was not delivered again"
 
 
+def test_a_group_mixing_by_tokens_keeps_the_shares_per_global_step():
+    # A 2-rank group mixing two sources 0.7/0.3 by tokens (one 5x slower): every step gives each
+    # rank a batch whole (its budget's worth), the step's sequences come from the sources
+    # furthest behind their shares of the tokens over both ranks, so after every global step
+    # each source is within one longest sequence of its share; every sequence once.
+    import threading
+    world, steps, budget, weights = 2, 1500, 2048, {"a": 0.7, "b": 0.3}
+    with Cluster() as c:
+        for pool in weights:
+            delay = "0.0005:0.0005" if pool == "b" else "0.0001:0.0001"
+            c.producer("--pool", pool, "--workload", "tokens", "--lengths", "lognormal:64:512",
+                       "--delay", delay, name="p-" + pool)
+        c.wait_producers(2)
+        got = [[] for _ in range(world)]  # per rank: per step, (sources, lengths, identities)
+        errors = []
+
+        def rank(r):
+            try:
+                with stoker.Client(c.url, mix=weights, group="mixed", rank=r, world_size=world,
+                                   max_tokens=budget, stall_timeout=20) as client:
+                    for i, b in enumerate(client.batches()):
+                        lengths = b["tokens"].lengths
+                        lengths = [int(x) for x in (lengths() if callable(lengths) else lengths)]
+                        ids = [(run.session, q) for run in b.runs
+                               for q in range(run.first_seq, run.first_seq + run.count)]
+                        got[r].append((b.sources(), lengths, ids))
+                        assert client.group_step == i + 1, (client.group_step, i)  # in order
+                        if i + 1 == steps:
+                            break
+            except Exception as e:  # reported below
+                errors.append("rank %d: %r" % (r, e))
+
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert all(len(g) == steps for g in got), [len(g) for g in got]
+        books, total, worst, longest, seen, n = collections.Counter(), 0, 0.0, 0, set(), 0
+        for k in range(steps):
+            for r in range(world):
+                sources, lengths, ids = got[r][k]
+                assert len(lengths) * max(lengths) <= budget, (k, r, lengths)
+                for pool, n_tok in zip(sources, lengths):
+                    books[pool] += n_tok
+                    total += n_tok
+                longest = max([longest] + lengths)
+                seen.update(ids)
+                n += len(ids)
+            worst = max(worst, max(abs(books[p] - w * total) for p, w in weights.items()))
+        assert len(seen) == n, (len(seen), n)  # every sequence once, over the ranks
+        # As for one consumer with two sources: within one longest sequence (a step's undone
+        # try gives its tokens back to the group's books).
+        assert worst <= longest, (worst, longest, dict(books))
+        print("group mixing by tokens: worst %.0f tokens from the share over %d steps (longest "
+              "%d), %s" % (worst, steps, longest, dict(books)))
+
+
 def test_a_mixture_with_buckets_or_packed_rows_is_refused_naming_why():
     with Cluster() as c:
         c.producer("--pool", "a", "--workload", "tokens", "--lengths", "fixed:8", name="pa")
