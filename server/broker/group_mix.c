@@ -56,34 +56,49 @@ end_mixed(broker *b, group *g, int code, const char *why, const uint64_t *avail)
 // The next step of a group with a mixture (mix.h): 1 with the step's per-source counts (world x
 // batch examples, the quota rule) once every source has its count queued; 0 while it waits, or
 // when the group ended with its mixture.
+// The schedule's weights for g's next step, and what each source holds queued (avail): 1 while
+// the mixture goes on, 0 when it ended (and the group with it).
+static int
+mixture_goes_on(broker *b, group *g, uint64_t now_ms, uint64_t *avail)
+{
+    char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
+    mix_at_step(g->mix, g->steps + 1); // the schedule's weights for the step to form
+    mix_avail(b, g->mix, avail);
+    snprintf(who, sizeof(who), "group '%s'", g->name);
+    int end = mix_end(b, g->mix, avail, now_ms, who, why, sizeof(why));
+    if (end != STOKER_OK) {
+        end_mixed(b, g, end, why, avail);
+        return 0;
+    }
+    return 1;
+}
+
+// Whether g's next step may form (ready); while it may not, the wait for it is timed for the
+// ranks' stall reason (group_take).
+static int
+step_ready(broker *b, group *g, uint64_t now_ms, int ready)
+{
+    g->short_of = !ready;
+    if (!ready && g->step_ms == 0) {
+        g->step_ms = now_ms; // the wait for this step starts
+        g->step_produced = b->c.produced;
+    }
+    return ready;
+}
+
 int
 group_mixed_step(broker *b, group *g, uint64_t now_ms, uint32_t *counts)
 {
     mix *m = g->mix;
     uint64_t avail[STOKER_MIX_MAX];
-    char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
-    mix_at_step(m, g->steps + 1); // the schedule's weights for the step to form
-    mix_avail(b, m, avail);
-    snprintf(who, sizeof(who), "group '%s'", g->name);
-    int end = mix_end(b, m, avail, now_ms, who, why, sizeof(why));
-    if (end != STOKER_OK) {
-        end_mixed(b, g, end, why, avail);
+    if (!mixture_goes_on(b, g, now_ms, avail))
         return 0;
-    }
     mix_plan(m, g->world * g->batch, counts);
     uint32_t s = 0;
     while (s < m->spec.n && counts[s] <= avail[s])
         s++;
     m->waits_for = s < m->spec.n ? (int32_t)s : -1;
-    g->short_of = s < m->spec.n;
-    if (g->short_of) {
-        if (g->step_ms == 0) {
-            g->step_ms = now_ms; // the wait for this step starts
-            g->step_produced = b->c.produced;
-        }
-        return 0;
-    }
-    return 1;
+    return step_ready(b, g, now_ms, s == m->spec.n);
 }
 
 int
@@ -91,15 +106,8 @@ group_mixed_tokens_step(broker *b, group *g, uint64_t now_ms)
 {
     mix *m = g->mix;
     uint64_t avail[STOKER_MIX_MAX];
-    char who[STOKER_NAME_MAX + 16], why[STOKER_MESSAGE_MAX];
-    mix_at_step(m, g->steps + 1); // the schedule's weights for the step to form
-    mix_avail(b, m, avail);
-    snprintf(who, sizeof(who), "group '%s'", g->name);
-    int end = mix_end(b, m, avail, now_ms, who, why, sizeof(why));
-    if (end != STOKER_OK) {
-        end_mixed(b, g, end, why, avail);
+    if (!mixture_goes_on(b, g, now_ms, avail))
         return 0;
-    }
     // Every rank's budget queued in all, and the first rank's batch whole from the sources as
     // their shares say (a dry plan: nothing taken); a later rank short of it undoes the step.
     budget_plan plan;
@@ -111,12 +119,7 @@ group_mixed_tokens_step(broker *b, group *g, uint64_t now_ms)
         budget_plan_free(&plan);
     }
     m->waits_for = ready ? -1 : s;
-    g->short_of = !ready;
-    if (!ready && g->step_ms == 0) {
-        g->step_ms = now_ms; // the wait for this step starts
-        g->step_produced = b->c.produced;
-    }
-    return ready;
+    return step_ready(b, g, now_ms, ready);
 }
 
 lease *

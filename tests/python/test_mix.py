@@ -94,34 +94,45 @@ def test_three_sources_stay_within_one_example_of_their_share_over_10000_batches
         print("10000 batches of 8 in %.1f s: %s, worst %.3f" % (secs, dict(books.got), books.worst))
 
 
-def test_a_group_of_three_ranks_keeps_the_shares_per_global_step():
+def group_steps(world, steps, record, **client):
+    """The ranks of a mixing group, each in a thread taking `steps` batches with stoker.Client
+    (client: its options besides rank and world_size); record(r, batch, client) keeps what a test
+    checks. Returns per rank what record returned for each batch; asserts no rank failed."""
     import threading
+    got, errors = [[] for _ in range(world)], []
+
+    def rank(r):
+        try:
+            with stoker.Client(rank=r, world_size=world, stall_timeout=20, **client) as cl:
+                for i, b in enumerate(cl.batches(client.get("batch_size"))):
+                    got[r].append(record(r, b, cl))
+                    if i + 1 == steps:
+                        break
+        except Exception as e:  # reported below
+            errors.append("rank %d: %r" % (r, e))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert all(len(g) == steps for g in got), [len(g) for g in got]
+    return got
+
+
+def identities(batch):
+    return [(run.session, q) for run in batch.runs
+            for q in range(run.first_seq, run.first_seq + run.count)]
+
+
+def test_a_group_of_three_ranks_keeps_the_shares_per_global_step():
     world, batch, steps = 3, 8, 3334  # 10,002 batches in all
     with Cluster() as c:
         three_pools(c)
-        got = [[] for _ in range(world)]  # per rank: per step, its sources and identities
-        errors = []
-
-        def rank(r):
-            try:
-                with stoker.Client(c.url, mix=WEIGHTS, group="mixed", rank=r, world_size=world,
-                                   stall_timeout=20) as client:
-                    for i, b in enumerate(client.batches(batch)):
-                        ids = [(run.session, q) for run in b.runs
-                               for q in range(run.first_seq, run.first_seq + run.count)]
-                        got[r].append((b.sources(), ids))
-                        if i + 1 == steps:
-                            break
-            except Exception as e:  # reported below
-                errors.append("rank %d: %r" % (r, e))
-
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert not errors, errors
-        assert all(len(g) == steps for g in got), [len(g) for g in got]
+        # per rank: per step, its sources and identities
+        got = group_steps(world, steps, lambda r, b, cl: (b.sources(), identities(b)), url=c.url,
+                          mix=WEIGHTS, group="mixed", batch_size=batch)
         books = collections.Counter()
         total, worst, seen = 0, 0.0, set()
         for k in range(steps):
@@ -552,7 +563,6 @@ def test_a_group_mixing_by_tokens_keeps_the_shares_per_global_step():
     # rank a batch whole (its budget's worth), the step's sequences come from the sources
     # furthest behind their shares of the tokens over both ranks, so after every global step
     # each source is within one longest sequence of its share; every sequence once.
-    import threading
     world, steps, budget, weights = 2, 1500, 2048, {"a": 0.7, "b": 0.3}
     with Cluster() as c:
         for pool in weights:
@@ -560,36 +570,20 @@ def test_a_group_mixing_by_tokens_keeps_the_shares_per_global_step():
             c.producer("--pool", pool, "--workload", "tokens", "--lengths", "lognormal:64:512",
                        "--delay", delay, name="p-" + pool)
         c.wait_producers(2)
-        got = [[] for _ in range(world)]  # per rank: per step, (sources, lengths, identities)
-        errors = []
 
-        def rank(r):
-            try:
-                with stoker.Client(c.url, mix=weights, group="mixed", rank=r, world_size=world,
-                                   max_tokens=budget, stall_timeout=20) as client:
-                    for i, b in enumerate(client.batches()):
-                        lengths = b["tokens"].lengths
-                        lengths = [int(x) for x in (lengths() if callable(lengths) else lengths)]
-                        ids = [(run.session, q) for run in b.runs
-                               for q in range(run.first_seq, run.first_seq + run.count)]
-                        got[r].append((b.sources(), lengths, ids))
-                        assert client.group_step == i + 1, (client.group_step, i)  # in order
-                        if i + 1 == steps:
-                            break
-            except Exception as e:  # reported below
-                errors.append("rank %d: %r" % (r, e))
+        def record(r, b, cl):  # per rank and step: sources, lengths, identities, the step
+            lengths = b["tokens"].lengths
+            lengths = [int(x) for x in (lengths() if callable(lengths) else lengths)]
+            return b.sources(), lengths, identities(b), cl.group_step
 
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert not errors, errors
-        assert all(len(g) == steps for g in got), [len(g) for g in got]
+        got = group_steps(world, steps, record, url=c.url, mix=weights, group="mixed",
+                          max_tokens=budget)
+        for r in range(world):
+            assert [g[3] for g in got[r]] == list(range(1, steps + 1)), r  # in step order
         books, total, worst, longest, seen, n = collections.Counter(), 0, 0.0, 0, set(), 0
         for k in range(steps):
             for r in range(world):
-                sources, lengths, ids = got[r][k]
+                sources, lengths, ids, _ = got[r][k]
                 assert len(lengths) * max(lengths) <= budget, (k, r, lengths)
                 for pool, n_tok in zip(sources, lengths):
                     books[pool] += n_tok
