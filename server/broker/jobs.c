@@ -200,8 +200,19 @@ release_queues(broker *b, uint64_t now_ms)
     b->queued_bytes = 0;
 }
 
-// Job j passes over count items (of one epoch) it has no room for (--job-policy remake): made
-// again for it by index once it has room (jobs_pass_room checked there is a set for them).
+int
+jobs_owes_before(const broker *j, uint32_t epoch)
+{
+    for (uint32_t k = 0; k < REMAKE_SETS; k++)
+        if (j->remakes[k] != NULL && !remake_complete(j->remakes[k]) &&
+            j->remakes[k]->epoch < epoch)
+            return 1;
+    return 0;
+}
+
+// Job j passes over count items (of one epoch): it has no room for them (--job-policy remake),
+// or, with strict epochs, still waits for copies of an earlier epoch; they are made again for it
+// by index once it has room (jobs_may_pass checked there is a set for them).
 static void
 pass_over(broker *j, const uint64_t *items, uint32_t count, uint64_t now_ms)
 {
@@ -210,7 +221,8 @@ pass_over(broker *j, const uint64_t *items, uint32_t count, uint64_t now_ms)
     for (uint32_t k = 0; set == NULL && k < REMAKE_SETS; k++)
         if (j->remakes[k] == NULL)
             set = j->remakes[k] = remake_create(epochs_items(lead_of(j)->epochs), epoch);
-    if (!j->job_remaking) {
+    // Told once, when it lags (not when it is only behind in its strict epochs: a late job).
+    if (!j->job_remaking && !jobs_owes_before(j, epoch)) {
         j->job_remaking = 1;
         broker *l = j->lead != NULL ? j->lead : j;
         for (broker *log = j;; log = l) {

@@ -89,16 +89,6 @@ jobs_tell_trained(const broker *b, const producer *p, stoker_reply *rep)
     trained_fini(&s);
 }
 
-int
-jobs_owes_before(const broker *j, uint32_t epoch)
-{
-    for (uint32_t k = 0; k < REMAKE_SETS; k++)
-        if (j->remakes[k] != NULL && !remake_complete(j->remakes[k]) &&
-            j->remakes[k]->epoch < epoch)
-            return 1;
-    return 0;
-}
-
 // Whether job j can keep items of epoch `epoch` to make again: a set for it, or room for one.
 static int
 can_pass(const broker *j, uint32_t epoch)

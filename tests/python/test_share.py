@@ -362,6 +362,8 @@ def test_two_jobs_joining_a_dataset_late_together_have_its_copies_made_once_for_
         assert first.check("first", n, epochs - 1) == 0
         for k, t in enumerate(late):
             t.check("late%d" % k, n, epochs - 1)
+            # Behind in its epochs for a while (copies made for it), never said to lag.
+            assert not any(e.kind == "job_remaking" for e in t.events), "late%d" % k
         st = stoker.status(c.url)
         jobs = {j["name"]: j for j in st["jobs"]}
         r0, r1 = jobs["late0"]["remade"], jobs["late1"]["remade"]
